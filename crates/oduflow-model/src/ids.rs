@@ -1,0 +1,156 @@
+//! One type per kind of id, so that a Vultr instance id can never be passed
+//! where a block id or a client id is expected.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::fmt;
+
+macro_rules! string_id {
+    ($(#[$meta:meta])* $name:ident) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub String);
+
+        impl $name {
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                Self(s.to_owned())
+            }
+        }
+    };
+}
+
+string_id!(
+    /// A client's stable id (a UUID v7 in text form), independent of its name.
+    ClientId
+);
+string_id!(
+    /// (client, resource kind, dispatch generation): identifies one dispatch.
+    OperationKey
+);
+string_id!(
+    /// The label sent with a create; unique per dispatch, `oduflow-<uuid>`.
+    Label
+);
+string_id!(
+    /// A Vultr instance id (a UUID chosen by Vultr).
+    VultrInstanceId
+);
+string_id!(
+    /// A Vultr block storage id.
+    VultrBlockId
+);
+string_id!(
+    /// Hex SHA-256 of an API key: the only form in which a key is ever kept.
+    KeyFingerprint
+);
+
+/// The label prefix of every resource oduflow creates. Inventory passes search
+/// for it, so it must never change once resources exist.
+pub const LABEL_PREFIX: &str = "oduflow-";
+
+impl ClientId {
+    pub fn new_v7() -> Self {
+        Self(uuid::Uuid::now_v7().to_string())
+    }
+}
+
+impl Label {
+    /// A fresh label for a new dispatch.
+    pub fn new_dispatch() -> Self {
+        Self(format!("{LABEL_PREFIX}{}", uuid::Uuid::new_v4()))
+    }
+}
+
+impl OperationKey {
+    pub fn new(client: &ClientId, kind: ResourceKind, dispatch_generation: i64) -> Self {
+        Self(format!("{client}/{}/{dispatch_generation}", kind.as_str()))
+    }
+}
+
+impl KeyFingerprint {
+    /// SHA-256 of the key's bytes, in lowercase hex.
+    pub fn of_key(key: &secrecy::SecretString) -> Self {
+        use secrecy::ExposeSecret;
+        let digest = Sha256::digest(key.expose_secret().as_bytes());
+        Self(digest.iter().map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// The first 12 hex digits, enough for people to tell keys apart.
+    pub fn short(&self) -> &str {
+        &self.0[..self.0.len().min(12)]
+    }
+}
+
+/// A queued job's id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobId(pub i64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// What a dispatch creates or changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResourceKind {
+    Vm,
+    Volume,
+    Attach,
+}
+
+impl ResourceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceKind::Vm => "vm",
+            ResourceKind::Volume => "volume",
+            ResourceKind::Attach => "attach",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "vm" => Some(ResourceKind::Vm),
+            "volume" => Some(ResourceKind::Volume),
+            "attach" => Some(ResourceKind::Attach),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprint_is_sha256_hex_and_hides_the_key() {
+        let key = secrecy::SecretString::from("abc".to_owned());
+        let fp = KeyFingerprint::of_key(&key);
+        assert_eq!(
+            fp.0,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(fp.short(), "ba7816bf8f01");
+    }
+
+    #[test]
+    fn operation_key_names_client_kind_and_generation() {
+        let c = ClientId::from("c1");
+        assert_eq!(OperationKey::new(&c, ResourceKind::Volume, 3).0, "c1/volume/3");
+    }
+}

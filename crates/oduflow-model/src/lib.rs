@@ -1,0 +1,15 @@
+//! oduflow's vocabulary: typed ids, the client's desired spec with its
+//! validation, the states a record moves through, the closed set of reasons a
+//! record can be blocked for, and the provider interface the engine drives.
+//!
+//! Invariant: this crate performs no IO and reads no clock. Anything that
+//! depends on time takes `now_ms` as a parameter.
+
+pub mod ids;
+pub mod provider;
+pub mod spec;
+pub mod state;
+
+pub use ids::*;
+pub use spec::*;
+pub use state::*;

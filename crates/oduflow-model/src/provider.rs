@@ -1,0 +1,155 @@
+//! The provider interface the engine drives, and the provider-neutral shapes
+//! it speaks. Only `oduflow-vultr` turns these into Vultr's JSON.
+//!
+//! Classification happens at the edge: an implementation answers a create or
+//! attach with exactly one of `Accepted`, `Rejected` (only for 400/401/403/422
+//! answered to that very call) or `Unknown` (everything else), and nothing
+//! downstream looks at HTTP status codes again.
+
+use crate::{KeyFingerprint, Label, VolumeType, VultrBlockId, VultrInstanceId};
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+
+/// A VM to create.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceRequest {
+    pub region: String,
+    pub plan: String,
+    pub os_id: i64,
+    pub label: Label,
+    pub hostname: String,
+}
+
+/// A block volume to create.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockRequest {
+    pub region: String,
+    pub size_gb: i64,
+    pub block_type: VolumeType,
+    pub label: Label,
+}
+
+/// The answer to a create or attach POST, which is sent exactly once.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome<T> {
+    /// 2xx with what we asked for (the new id, or `()` for an attach).
+    Accepted(T),
+    /// A definitive refusal of this very call: 400, 401, 403 or 422.
+    Rejected { status: u16, message: String },
+    /// Anything else: transport error, timeout, 5xx, 429, or a 2xx whose body
+    /// had no readable id. The request may or may not have been applied.
+    Unknown { reason: String },
+}
+
+/// What a read says about an instance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Instance {
+    pub id: VultrInstanceId,
+    pub label: String,
+    pub region: String,
+    pub plan: String,
+    pub os_id: i64,
+    /// pending | active | suspended | resizing
+    pub status: String,
+    /// none | locked | installingbooting | ok
+    pub server_status: String,
+    pub main_ip: String,
+}
+
+impl Instance {
+    /// Vultr refuses attachment while an instance installs; this is the state
+    /// in which it accepts one.
+    pub fn is_ready(&self) -> bool {
+        self.status == "active" && self.server_status == "ok"
+    }
+}
+
+/// What a read says about a block volume.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Block {
+    pub id: VultrBlockId,
+    pub label: String,
+    pub region: String,
+    pub size_gb: i64,
+    pub block_type: String,
+    /// pending | active
+    pub status: String,
+    /// `None` when Vultr answers `""`: the only way attachment is visible.
+    pub attached_to_instance: Option<VultrInstanceId>,
+}
+
+/// The answer to a DELETE (or detach). DELETE may be repeated; deletion is
+/// established only by a later GET answering 404, never by this value alone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum DeleteOutcome {
+    /// 2xx: the provider took the request.
+    Sent,
+    /// 404: the provider does not know the id (right now).
+    NotFound,
+    /// Anything else once the bounded retries are spent (500 "locked", ...).
+    Refused { status: u16, message: String },
+}
+
+/// A read that failed after its bounded retries.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    #[error("transport error: {0}")]
+    Transport(String),
+    #[error("provider answered {status}: {message}")]
+    Status { status: u16, message: String },
+    #[error("unreadable provider response: {0}")]
+    Decode(String),
+}
+
+/// Compute and block storage, as the engine needs them. Reads retry within
+/// bounds; create and attach are sent once.
+pub trait Provider: Send + Sync + 'static {
+    /// The fingerprint of the API key this provider sends.
+    fn key_fingerprint(&self) -> KeyFingerprint;
+
+    fn instance_create(
+        &self,
+        req: &InstanceRequest,
+    ) -> impl Future<Output = Outcome<VultrInstanceId>> + Send;
+    /// `Ok(None)` on 404.
+    fn instance_get(
+        &self,
+        id: &VultrInstanceId,
+    ) -> impl Future<Output = Result<Option<Instance>, ProviderError>> + Send;
+    /// Every page of `GET /instances?label=`, matched exactly.
+    fn instance_list_by_label(
+        &self,
+        label: &Label,
+    ) -> impl Future<Output = Result<Vec<Instance>, ProviderError>> + Send;
+    /// Every page of `GET /instances`.
+    fn instance_list(&self) -> impl Future<Output = Result<Vec<Instance>, ProviderError>> + Send;
+    fn instance_delete(
+        &self,
+        id: &VultrInstanceId,
+    ) -> impl Future<Output = Result<DeleteOutcome, ProviderError>> + Send;
+
+    fn block_create(&self, req: &BlockRequest)
+    -> impl Future<Output = Outcome<VultrBlockId>> + Send;
+    /// `Ok(None)` on 404.
+    fn block_get(
+        &self,
+        id: &VultrBlockId,
+    ) -> impl Future<Output = Result<Option<Block>, ProviderError>> + Send;
+    /// Every page of `GET /blocks` (Vultr has no label filter there).
+    fn block_list(&self) -> impl Future<Output = Result<Vec<Block>, ProviderError>> + Send;
+    fn block_attach(
+        &self,
+        id: &VultrBlockId,
+        instance: &VultrInstanceId,
+    ) -> impl Future<Output = Outcome<()>> + Send;
+    fn block_detach(
+        &self,
+        id: &VultrBlockId,
+    ) -> impl Future<Output = Result<DeleteOutcome, ProviderError>> + Send;
+    fn block_delete(
+        &self,
+        id: &VultrBlockId,
+    ) -> impl Future<Output = Result<DeleteOutcome, ProviderError>> + Send;
+}

@@ -1,0 +1,114 @@
+//! The states a client's infrastructure moves through and the closed set of
+//! reasons it can be blocked for.
+
+use serde::{Deserialize, Serialize};
+
+macro_rules! str_enum {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident => $s:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum $name {
+            $(#[serde(rename = $s)] $variant),+
+        }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $s),+
+                }
+            }
+
+            pub fn parse(s: &str) -> Option<Self> {
+                match s {
+                    $($s => Some($name::$variant),)+
+                    _ => None,
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+str_enum!(
+    /// What the operator wants to exist.
+    Target { Present => "present", Absent => "absent" }
+);
+
+str_enum!(
+    /// Where a client's infrastructure stands. `Ready`, `Deleted` and
+    /// `Blocked` are settled: no work is pending for them until someone acts.
+    ClientStatus {
+        Pending => "pending",
+        Provisioning => "provisioning",
+        Ready => "ready",
+        Deleting => "deleting",
+        Deleted => "deleted",
+        Blocked => "blocked",
+    }
+);
+
+impl ClientStatus {
+    pub fn is_settled(self) -> bool {
+        matches!(self, Self::Ready | Self::Deleted | Self::Blocked)
+    }
+}
+
+str_enum!(
+    /// The closed set of reasons a record is blocked for. Each needs an
+    /// operator; none is left automatically.
+    BlockedReason {
+        CreateRejected => "create_rejected",
+        ConfigMismatch => "config_mismatch",
+        KnownResourceMissing => "known_resource_missing",
+        DuplicateMatches => "duplicate_matches",
+        UncertainCreate => "uncertain_create",
+        ForeignAttachment => "foreign_attachment",
+        UncertainAttach => "uncertain_attach",
+        AttachRejected => "attach_rejected",
+        UncertainDelete => "uncertain_delete",
+        CredentialChanged => "credential_changed",
+        AttemptsExhausted => "attempts_exhausted",
+        AdapterFailed => "adapter_failed",
+    }
+);
+
+str_enum!(
+    /// What a job is for. `Noop` exists for queue tests and benchmarks.
+    JobKind {
+        Provision => "provision",
+        Deprovision => "deprovision",
+        Noop => "noop",
+    }
+);
+
+str_enum!(
+    /// A job's lifecycle. Only `Queued` jobs are claimable.
+    JobState {
+        Queued => "queued",
+        Done => "done",
+        Stale => "stale",
+        Failed => "failed",
+    }
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        for r in BlockedReason::ALL {
+            assert_eq!(BlockedReason::parse(r.as_str()), Some(*r));
+        }
+        assert_eq!(ClientStatus::parse("nope"), None);
+        assert!(ClientStatus::Blocked.is_settled());
+        assert!(!ClientStatus::Deleting.is_settled());
+    }
+}

@@ -1,0 +1,1 @@
+//! Vultr simulator (issue 3).

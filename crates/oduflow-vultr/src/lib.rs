@@ -1,0 +1,1 @@
+//! Vultr API v2 adapter (issue 3).
