@@ -5,6 +5,7 @@
 //! Invariant: this crate performs no IO and reads no clock. Anything that
 //! depends on time takes `now_ms` as a parameter.
 
+pub mod decide;
 pub mod ids;
 pub mod provider;
 pub mod spec;

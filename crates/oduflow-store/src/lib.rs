@@ -1,0 +1,463 @@
+//! oduflow's database: the only crate that knows SQL.
+//!
+//! [`Store`] is a closed choice between PostgreSQL (production, several worker
+//! processes on several hosts) and SQLite (the embedded default). Both run the
+//! same protocol; they differ in how one client's work is serialized:
+//!
+//! - PostgreSQL: a job is claimed with `FOR UPDATE SKIP LOCKED` together with
+//!   `FOR UPDATE` on the client's infra row, inside the job's main transaction,
+//!   which stays open for the whole job and commits once at the end. A worker
+//!   that dies drops its connection; PostgreSQL rolls the transaction back and
+//!   the job is claimable again.
+//! - SQLite (one writer at a time): a short write transaction takes a lease on
+//!   the client's infra row; the job then runs with no transaction open, and
+//!   its writes are applied in one `BEGIN IMMEDIATE` transaction at the end,
+//!   after re-checking the lease and the generation. A dead worker's lease
+//!   expires. Receipts can always commit in between, because nothing holds the
+//!   write lock while a provider call is in flight.
+//!
+//! Receipts are written only through [`ReceiptLedger`], on connections of
+//! their own that commit independently of any job. The schema's triggers
+//! refuse to delete a receipt or change a recorded resource id.
+
+mod queue;
+pub mod testing;
+mod receipts;
+mod rows;
+
+pub use queue::*;
+pub use receipts::*;
+pub use rows::*;
+
+use oduflow_model::{ClientName, ClientSpec, ClientStatus, JobKind, Target};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{PgPool, SqlitePool};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// How long a SQLite connection waits for the single writer before giving up.
+/// Write transactions here last milliseconds; 30 s covers a loaded machine.
+const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connections per worker process. A job holds one (its main transaction) and
+/// the receipt writer needs another while it runs; the rest serve readers.
+const POOL_CONNECTIONS_MAX: u32 = 8;
+
+/// Settings keys.
+pub const SETTING_QUEUE_PAUSED: &str = "queue_paused";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("invalid database URL {url:?}: {why}")]
+    InvalidUrl { url: String, why: String },
+    #[error("the database at {0} has not been initialized; run `oduflow init`")]
+    NotInitialized(String),
+    #[error("a client named {0} already exists")]
+    ClientExists(String),
+    #[error("no client named {0}")]
+    ClientNotFound(String),
+    #[error("receipt {0} already exists")]
+    ReceiptExists(String),
+    #[error("receipt {operation_key} already records resource {recorded}; refusing {offered}")]
+    ReceiptIdConflict { operation_key: String, recorded: String, offered: String },
+    #[error("no receipt {0}")]
+    ReceiptNotFound(String),
+    #[error("the lease on client {0} was lost before the job's writes were applied")]
+    LeaseLost(String),
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+    #[error("database error")]
+    Db(#[from] sqlx::Error),
+    #[error("migration failed")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+/// The database, on one of two backends.
+#[derive(Clone, Debug)]
+pub enum Store {
+    Pg(PgPool),
+    Sqlite(SqlitePool),
+}
+
+/// Runs `$body` with `$pool` bound to the backend's pool. The SQL used this
+/// way is written to be valid on both (`$n` placeholders work on both).
+macro_rules! both {
+    ($store:expr, $pool:ident => $body:expr) => {
+        match $store {
+            $crate::Store::Pg($pool) => $body,
+            $crate::Store::Sqlite($pool) => $body,
+        }
+    };
+}
+pub(crate) use both;
+
+macro_rules! const_format_client_select {
+    ($tail:literal) => {
+        concat!(
+            "SELECT c.id, c.name, c.created_ms, i.region, i.plan, i.os_id, i.volume_gb, i.volume_type, \
+             i.target, i.generation, i.status, i.blocked_reason, i.blocked_detail, i.key_fingerprint, \
+             i.vm_id, i.volume_id, i.vm_dispatch_generation, i.volume_dispatch_generation, \
+             i.attach_dispatch_generation, i.progress, i.updated_ms \
+             FROM clients c JOIN infra i ON i.client_id = c.id ",
+            $tail
+        )
+    };
+}
+
+/// The default database: a SQLite file in the working directory.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://oduflow.db";
+
+impl Store {
+    /// Parses a URL without touching anything, so a malformed one is refused
+    /// before any file is created or any connection made.
+    pub fn check_url(url: &str) -> Result<Backend> {
+        let bad = |why: &str| StoreError::InvalidUrl { url: redact_url(url), why: why.to_owned() };
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            PgConnectOptions::from_str(url).map_err(|e| bad(&e.to_string()))?;
+            Ok(Backend::Postgres)
+        } else if url.starts_with("sqlite:") {
+            SqliteConnectOptions::from_str(url).map_err(|e| bad(&e.to_string()))?;
+            Ok(Backend::Sqlite)
+        } else {
+            Err(bad("expected postgres://..., postgresql://... or sqlite://PATH"))
+        }
+    }
+
+    /// Opens the database. With `create`, a missing SQLite file is created
+    /// (only `oduflow init` and the demo do that); without it, a missing or
+    /// uninitialized database is an error that changes nothing.
+    pub async fn connect(url: &str, create: bool) -> Result<Store> {
+        let store = match Self::check_url(url)? {
+            Backend::Postgres => {
+                let opts = PgConnectOptions::from_str(url).expect("checked");
+                let pool = PgPoolOptions::new()
+                    .max_connections(POOL_CONNECTIONS_MAX)
+                    .acquire_timeout(Duration::from_secs(30))
+                    .connect_with(opts)
+                    .await?;
+                Store::Pg(pool)
+            }
+            Backend::Sqlite => {
+                let opts = SqliteConnectOptions::from_str(url)
+                    .expect("checked")
+                    .create_if_missing(create)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    // Receipts must survive a crash of the machine, not just of
+                    // the process: sync every commit.
+                    .synchronous(SqliteSynchronous::Full)
+                    .busy_timeout(SQLITE_BUSY_TIMEOUT)
+                    .foreign_keys(true);
+                let pool = SqlitePoolOptions::new()
+                    .max_connections(POOL_CONNECTIONS_MAX)
+                    .acquire_timeout(SQLITE_BUSY_TIMEOUT)
+                    .connect_with(opts)
+                    .await
+                    .map_err(|e| match e {
+                        sqlx::Error::Database(_) if !create => {
+                            StoreError::NotInitialized(redact_url(url))
+                        }
+                        e => StoreError::Db(e),
+                    })?;
+                Store::Sqlite(pool)
+            }
+        };
+        if !create && !store.is_initialized().await? {
+            return Err(StoreError::NotInitialized(redact_url(url)));
+        }
+        Ok(store)
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self {
+            Store::Pg(_) => Backend::Postgres,
+            Store::Sqlite(_) => Backend::Sqlite,
+        }
+    }
+
+    /// Creates or migrates the schema. Running it again is harmless.
+    pub async fn migrate(&self) -> Result<()> {
+        // Migrations are embedded with include_str! rather than sqlx's
+        // `migrate!` macro, which would pull in sqlx's proc-macro crate.
+        use sqlx::migrate::{Migration, MigrationType, Migrator};
+        use sqlx::{AssertSqlSafe, SqlSafeStr};
+        let sql = match self {
+            Store::Pg(_) => include_str!("../migrations/postgres/0001_init.sql"),
+            Store::Sqlite(_) => include_str!("../migrations/sqlite/0001_init.sql"),
+        };
+        let migrator = Migrator::with_migrations(vec![Migration::new(
+            1,
+            "init".into(),
+            MigrationType::Simple,
+            AssertSqlSafe(sql).into_sql_str(),
+            false,
+        )]);
+        match self {
+            Store::Pg(p) => migrator.run(p).await?,
+            Store::Sqlite(p) => migrator.run(p).await?,
+        }
+        Ok(())
+    }
+
+    async fn is_initialized(&self) -> Result<bool> {
+        let n: i64 = match self {
+            Store::Pg(p) => {
+                sqlx::query_scalar(
+                    "SELECT count(*) FROM information_schema.tables \
+                     WHERE table_schema = current_schema() AND table_name = 'dispatch_receipts'",
+                )
+                .fetch_one(p)
+                .await?
+            }
+            Store::Sqlite(p) => {
+                sqlx::query_scalar(
+                    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'dispatch_receipts'",
+                )
+                .fetch_one(p)
+                .await?
+            }
+        };
+        Ok(n == 1)
+    }
+
+    pub async fn close(&self) {
+        both!(self, p => p.close().await)
+    }
+
+    // ---- clients -------------------------------------------------------
+
+    /// Records the intent for a new client (`present`, generation 1) and
+    /// enqueues its provisioning, in one transaction.
+    pub async fn client_create(
+        &self,
+        name: &ClientName,
+        spec: &ClientSpec,
+        now_ms: i64,
+        attempts_max: i32,
+    ) -> Result<ClientRow> {
+        let id = oduflow_model::ClientId::new_v7();
+        both!(self, p => {
+            let mut tx = p.begin().await?;
+            let exists: Option<(String, String, i64)> = sqlx::query_as(
+                "SELECT c.id, i.target, i.generation FROM clients c JOIN infra i ON i.client_id = c.id \
+                 WHERE c.name = $1")
+                .bind(name.as_str())
+                .fetch_optional(&mut *tx)
+                .await?;
+            if let Some((id, target, generation)) = exists {
+                // Creating a client whose target is `absent` with the same
+                // spec sets it back to `present` (a target flip); anything
+                // else is a name clash.
+                let same: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM infra WHERE client_id = $1 AND region = $2 AND plan = $3 AND os_id = $4 \
+                     AND volume_gb = $5 AND volume_type = $6")
+                    .bind(&id).bind(&spec.region).bind(&spec.plan).bind(spec.os_id)
+                    .bind(spec.volume_gb).bind(spec.volume_type.as_str())
+                    .fetch_one(&mut *tx).await?;
+                if target != Target::Absent.as_str() || same == 0 {
+                    return Err(StoreError::ClientExists(name.to_string()));
+                }
+                let generation = generation + 1;
+                sqlx::query(
+                    "UPDATE infra SET target = 'present', generation = $2, status = 'pending', \
+                     blocked_reason = NULL, blocked_detail = NULL, updated_ms = $3 WHERE client_id = $1")
+                    .bind(&id).bind(generation).bind(now_ms)
+                    .execute(&mut *tx).await?;
+                let id = oduflow_model::ClientId(id);
+                let job = NewJob::for_client(&id, JobKind::Provision, generation, now_ms, attempts_max);
+                queue::job_insert(&mut *tx, &job).await?;
+                queue::event_insert(&mut *tx, Some(&id), "client_recreate_requested",
+                    &serde_json::json!({ "generation": generation }), now_ms).await?;
+                tx.commit().await?;
+                return self.client_get(name.as_str()).await?
+                    .ok_or_else(|| StoreError::ClientNotFound(name.to_string()));
+            }
+            sqlx::query("INSERT INTO clients (id, name, created_ms) VALUES ($1, $2, $3)")
+                .bind(id.as_str())
+                .bind(name.as_str())
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| unique_to(e, || StoreError::ClientExists(name.to_string())))?;
+            sqlx::query(
+                "INSERT INTO infra (client_id, region, plan, os_id, volume_gb, volume_type, target, \
+                 generation, status, updated_ms) VALUES ($1, $2, $3, $4, $5, $6, 'present', 1, 'pending', $7)",
+            )
+            .bind(id.as_str())
+            .bind(&spec.region)
+            .bind(&spec.plan)
+            .bind(spec.os_id)
+            .bind(spec.volume_gb)
+            .bind(spec.volume_type.as_str())
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await?;
+            let job = NewJob::for_client(&id, JobKind::Provision, 1, now_ms, attempts_max);
+            queue::job_insert(&mut *tx, &job).await?;
+            queue::event_insert(&mut *tx, Some(&id), "client_created", &serde_json::json!({
+                "name": name.as_str(), "spec": spec,
+            }), now_ms).await?;
+            tx.commit().await?;
+        });
+        self.client_get(name.as_str())
+            .await?
+            .ok_or_else(|| StoreError::ClientNotFound(name.to_string()))
+    }
+
+    /// Sets the target to `absent`: bumps the generation (so queued creation
+    /// jobs become stale) and enqueues deletion. Deleting a client whose
+    /// target is already `absent` changes nothing.
+    pub async fn client_delete(&self, name: &str, now_ms: i64, attempts_max: i32) -> Result<ClientRow> {
+        both!(self, p => {
+            let mut tx = p.begin().await?;
+            let row: Option<(String, String, i64)> = sqlx::query_as(
+                "SELECT i.client_id, i.target, i.generation FROM infra i JOIN clients c ON c.id = i.client_id \
+                 WHERE c.name = $1",
+            )
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some((id, target, generation)) = row else {
+                return Err(StoreError::ClientNotFound(name.to_owned()));
+            };
+            if target != Target::Absent.as_str() {
+                let generation = generation + 1;
+                sqlx::query(
+                    "UPDATE infra SET target = 'absent', generation = $2, status = 'deleting', \
+                     blocked_reason = NULL, blocked_detail = NULL, progress = '{}', updated_ms = $3 \
+                     WHERE client_id = $1",
+                )
+                .bind(&id)
+                .bind(generation)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await?;
+                let id = oduflow_model::ClientId(id);
+                let job = NewJob::for_client(&id, JobKind::Deprovision, generation, now_ms, attempts_max);
+                queue::job_insert(&mut *tx, &job).await?;
+                queue::event_insert(&mut *tx, Some(&id), "client_delete_requested",
+                    &serde_json::json!({ "generation": generation }), now_ms).await?;
+            }
+            tx.commit().await?;
+        });
+        self.client_get(name).await?.ok_or_else(|| StoreError::ClientNotFound(name.to_owned()))
+    }
+
+    pub async fn client_get(&self, name: &str) -> Result<Option<ClientRow>> {
+        let sql = const_format_client_select!("WHERE c.name = $1");
+        both!(self, p => {
+            let row = sqlx::query(sql).bind(name).fetch_optional(p).await?;
+            row.as_ref().map(rows::client_from_row).transpose()
+        })
+    }
+
+    pub async fn client_get_by_id(&self, id: &oduflow_model::ClientId) -> Result<Option<ClientRow>> {
+        let sql = const_format_client_select!("WHERE c.id = $1");
+        both!(self, p => {
+            let row = sqlx::query(sql).bind(id.as_str()).fetch_optional(p).await?;
+            row.as_ref().map(rows::client_from_row).transpose()
+        })
+    }
+
+    pub async fn client_list(&self) -> Result<Vec<ClientRow>> {
+        let sql = const_format_client_select!("ORDER BY c.name");
+        both!(self, p => {
+            let rows = sqlx::query(sql).fetch_all(p).await?;
+            rows.iter().map(rows::client_from_row).collect()
+        })
+    }
+
+    /// Counts clients per status.
+    pub async fn client_status_counts(&self) -> Result<Vec<(ClientStatus, i64)>> {
+        both!(self, p => {
+            let rows: Vec<(String, i64)> =
+                sqlx::query_as("SELECT status, count(*) FROM infra GROUP BY status ORDER BY status")
+                    .fetch_all(p)
+                    .await?;
+            rows.into_iter()
+                .map(|(s, n)| Ok((ClientStatus::parse(&s).ok_or_else(|| StoreError::Corrupt(s))?, n)))
+                .collect()
+        })
+    }
+
+    // ---- settings --------------------------------------------------------
+
+    pub async fn setting_get(&self, key: &str) -> Result<Option<String>> {
+        both!(self, p => Ok(sqlx::query_scalar("SELECT value FROM settings WHERE key = $1")
+            .bind(key).fetch_optional(p).await?))
+    }
+
+    pub async fn setting_set(&self, key: &str, value: &str) -> Result<()> {
+        both!(self, p => {
+            sqlx::query("INSERT INTO settings (key, value) VALUES ($1, $2) \
+                         ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+                .bind(key).bind(value).execute(p).await?;
+        });
+        Ok(())
+    }
+
+    // ---- events ----------------------------------------------------------
+
+    pub async fn events_for_client(&self, id: &oduflow_model::ClientId) -> Result<Vec<EventRow>> {
+        both!(self, p => {
+            let rows = sqlx::query("SELECT id, client_ref, kind, detail, at_ms FROM events \
+                                    WHERE client_ref = $1 ORDER BY id")
+                .bind(id.as_str()).fetch_all(p).await?;
+            rows.iter().map(rows::event_from_row).collect()
+        })
+    }
+
+    pub async fn events_by_kind(&self, kind: &str) -> Result<Vec<EventRow>> {
+        both!(self, p => {
+            let rows = sqlx::query("SELECT id, client_ref, kind, detail, at_ms FROM events \
+                                    WHERE kind = $1 ORDER BY id")
+                .bind(kind).fetch_all(p).await?;
+            rows.iter().map(rows::event_from_row).collect()
+        })
+    }
+}
+
+
+
+/// Maps a unique-constraint violation to a domain error.
+fn unique_to(e: sqlx::Error, f: impl FnOnce() -> StoreError) -> StoreError {
+    match &e {
+        sqlx::Error::Database(d) if d.is_unique_violation() => f(),
+        _ => StoreError::Db(e),
+    }
+}
+
+/// Hides a password in a database URL before it is shown anywhere.
+pub fn redact_url(url: &str) -> String {
+    if let Some((scheme, rest)) = url.split_once("://") {
+        if let Some((creds, host)) = rest.rsplit_once('@') {
+            if let Some((user, _)) = creds.split_once(':') {
+                return format!("{scheme}://{user}:***@{host}");
+            }
+        }
+    }
+    url.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(Store::check_url("sqlite://x.db").unwrap(), Backend::Sqlite);
+        assert_eq!(Store::check_url("postgres://u@localhost/db").unwrap(), Backend::Postgres);
+        assert!(Store::check_url("mysql://x").is_err());
+        assert!(Store::check_url("").is_err());
+        assert!(Store::check_url("postgres://u@host:notaport/db").is_err());
+        assert_eq!(redact_url("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+    }
+}

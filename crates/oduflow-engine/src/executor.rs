@@ -1,0 +1,483 @@
+//! The executor: converges one client's infrastructure towards its target in
+//! one job run. It gathers facts with bounded reads, asks the pure
+//! [`oduflow_model::decide::decide`] for the next action, and performs at most
+//! one side effect (a create, an attach or a DELETE) before re-queueing
+//! itself. Receipts and audit events go through the receipt writer and commit
+//! on their own; everything else is returned as one [`Finish`] for the job's
+//! main transaction.
+
+use crate::{fail_step, EngineError, Worker};
+use oduflow_model::decide::{self, Action, DeleteProgress, Facts, Inputs, ReceiptFacts, Resource, Seen};
+use oduflow_model::provider::{BlockRequest, DeleteOutcome, InstanceRequest, Outcome, Provider};
+use oduflow_model::*;
+use oduflow_store::{Finish, IdSource, InfraRow, JobNext, NewEvent, NewReceipt, ReceiptRow};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// Decisions per run. Each kind needs at most a read, an adoption and a
+/// bookkeeping step before the run ends with a side effect or a wait, so
+/// twelve is ample; reaching it just re-queues the job.
+const STEPS_MAX: usize = 12;
+
+/// Deletion bookkeeping per kind, for the current dispatch generation only.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Progress {
+    #[serde(default)]
+    vm: KindProgress,
+    #[serde(default)]
+    volume: KindProgress,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct KindProgress {
+    /// The dispatch generation these flags belong to.
+    dg: i64,
+    #[serde(flatten)]
+    p: DeleteProgress,
+}
+
+impl Progress {
+    fn get(&self, kind: ResourceKind, dg: i64) -> DeleteProgress {
+        let k = match kind {
+            ResourceKind::Vm => &self.vm,
+            _ => &self.volume,
+        };
+        if k.dg == dg { k.p.clone() } else { DeleteProgress::default() }
+    }
+
+    fn update(&mut self, kind: ResourceKind, dg: i64, f: impl FnOnce(&mut DeleteProgress)) {
+        let k = match kind {
+            ResourceKind::Vm => &mut self.vm,
+            _ => &mut self.volume,
+        };
+        if k.dg != dg {
+            *k = KindProgress { dg, p: DeleteProgress::default() };
+        }
+        f(&mut k.p);
+    }
+}
+
+struct Run<'a, P> {
+    w: &'a Worker<P>,
+    infra: InfraRow,
+    progress: Progress,
+    events: Vec<NewEvent>,
+}
+
+pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> Result<Finish, EngineError> {
+    let now = w.now_ms();
+    let mut run = Run {
+        w,
+        infra: infra0.clone(),
+        progress: serde_json::from_value(infra0.progress.clone()).unwrap_or_default(),
+        events: vec![],
+    };
+    let current_key = w.provider.key_fingerprint();
+    if run.infra.key_fingerprint.is_none() {
+        // The key is bound when work on the record starts (DESIGN.md §7).
+        run.infra.key_fingerprint = Some(current_key.clone());
+        run.event("key_bound", serde_json::json!({ "fingerprint": current_key.short() }));
+    }
+    let target = run.infra.target;
+    run.infra.status = match target {
+        Target::Present => ClientStatus::Provisioning,
+        Target::Absent => ClientStatus::Deleting,
+    };
+    if target == Target::Present {
+        // A resource whose deletion was confirmed is gone for good: a present
+        // target again needs new dispatches (new operation keys and labels).
+        for kind in [ResourceKind::Vm, ResourceKind::Volume] {
+            let dg = run.infra.dispatch_generation(kind);
+            if run.progress.get(kind, dg).deleted {
+                run.next_dispatch_generation(kind);
+                run.next_dispatch_generation(ResourceKind::Attach);
+            }
+        }
+    }
+    let mut seen = [Seen::NotRead, Seen::NotRead];
+    let slot = |k: ResourceKind| if k == ResourceKind::Vm { 0 } else { 1 };
+    let mut side_effects = 0;
+    for _ in 0..STEPS_MAX {
+        let receipts = w.store.receipts_for_client(&run.infra.client_id).await?;
+        let current = |kind: ResourceKind| {
+            receipts
+                .iter()
+                .find(|r| r.resource_kind == kind && r.dispatch_generation == run.infra.dispatch_generation(kind))
+                .cloned()
+        };
+        let (vm_r, vol_r, att_r) = (current(ResourceKind::Vm), current(ResourceKind::Volume), current(ResourceKind::Attach));
+        // Receipts are the source of truth for ids; the infra row keeps a
+        // copy (a rolled-back run may have recorded an id only there).
+        for r in [&vm_r, &vol_r].into_iter().flatten() {
+            let dg = run.infra.dispatch_generation(r.resource_kind);
+            if r.resource_id.is_some() && !run.progress.get(r.resource_kind, dg).deleted {
+                run.set_id(r.resource_kind, r.resource_id.clone());
+            }
+        }
+        let key_changed = run.infra.key_fingerprint.as_ref() != Some(&current_key)
+            || receipts.iter().any(|r| r.abandoned_by.is_none() && r.key_fingerprint != current_key);
+        let inputs = Inputs {
+            target,
+            key_changed,
+            vm: Resource {
+                receipt: receipt_facts(vm_r.as_ref()),
+                seen: seen[0].clone(),
+                progress: run.progress.get(ResourceKind::Vm, run.infra.vm_dispatch_generation),
+            },
+            volume: Resource {
+                receipt: receipt_facts(vol_r.as_ref()),
+                seen: seen[1].clone(),
+                progress: run.progress.get(ResourceKind::Volume, run.infra.volume_dispatch_generation),
+            },
+            attach: receipt_facts(att_r.as_ref()),
+            observations_max: w.cfg.observations_max,
+        };
+        let action = decide::decide(&inputs);
+        tracing::debug!(client = %run.infra.client_id, ?action, "decided");
+        let receipt_of = |k: ResourceKind| match k {
+            ResourceKind::Vm => vm_r.clone(),
+            ResourceKind::Volume => vol_r.clone(),
+            ResourceKind::Attach => att_r.clone(),
+        };
+        match action {
+            Action::Observe(kind) => {
+                let r = receipt_of(kind).ok_or_else(|| EngineError::Invariant("observe without receipt".into()))?;
+                match run.observe(kind, &r).await {
+                    Ok(s) => seen[slot(kind)] = s,
+                    Err(e) => return Ok(run.provider_unavailable(&e, now).await?),
+                }
+            }
+            Action::CountObservation(kind) => {
+                let r = receipt_of(kind).ok_or_else(|| EngineError::Invariant("count without receipt".into()))?;
+                let summary = match &seen[slot(kind)] {
+                    Seen::Missing => "GET by id answered 404".to_owned(),
+                    Seen::ByLabel(f) if f.is_empty() => "no resource carries the label".to_owned(),
+                    _ if kind == ResourceKind::Attach => "volume not yet attached".to_owned(),
+                    other => format!("{other:?}"),
+                };
+                let n = w.receipts.observe(&r.operation_key, &summary).await?;
+                return Ok(run.wait(now + poll_delay(w.cfg.poll_interval_ms, n)));
+            }
+            Action::Adopt(kind, id) => {
+                let r = receipt_of(kind).ok_or_else(|| EngineError::Invariant("adopt without receipt".into()))?;
+                w.receipts.record_id(&r.operation_key, &id, IdSource::AdoptedByLabel, w.now_ms()).await?;
+                run.set_id(kind, Some(id.clone()));
+                run.event("resource_adopted_by_label", serde_json::json!({ "kind": kind, "id": id, "label": r.label }));
+                if let Seen::ByLabel(found) = &seen[slot(kind)] {
+                    if let Some(f) = found.iter().find(|f| f.id == id) {
+                        seen[slot(kind)] = Seen::Present(f.clone());
+                        let dg = run.infra.dispatch_generation(kind);
+                        run.progress.update(kind, dg, |p| p.seen = true);
+                    }
+                }
+            }
+            Action::Dispatch(kind) => {
+                if side_effects > 0 {
+                    return Ok(run.wait(now));
+                }
+                side_effects += 1;
+                let rejected = run.dispatch(kind, vm_r.as_ref(), vol_r.as_ref()).await?;
+                if !rejected {
+                    return Ok(run.wait(now + w.cfg.poll_interval_ms));
+                }
+            }
+            Action::Delete(kind, id) => {
+                if side_effects > 0 {
+                    return Ok(run.wait(now));
+                }
+                run.delete(kind, &id).await?;
+                return Ok(run.wait(now + w.cfg.poll_interval_ms));
+            }
+            Action::ConfirmDeleted(kind) => {
+                let dg = run.infra.dispatch_generation(kind);
+                run.progress.update(kind, dg, |p| p.deleted = true);
+                fail_step!("get-404-recorded");
+                let id = receipt_of(kind).and_then(|r| r.resource_id);
+                run.event("resource_deleted", serde_json::json!({ "kind": kind, "id": id }));
+                run.set_id(kind, None);
+            }
+            Action::MarkSeen(kind) => {
+                let dg = run.infra.dispatch_generation(kind);
+                run.progress.update(kind, dg, |p| p.seen = true);
+            }
+            Action::Wait => return Ok(run.wait(now + w.cfg.poll_interval_ms)),
+            Action::Block(reason, detail) => {
+                run.infra.status = ClientStatus::Blocked;
+                run.infra.blocked_reason = Some(reason);
+                run.infra.blocked_detail = Some(detail.clone());
+                run.event("blocked", serde_json::json!({ "reason": reason, "detail": detail }));
+                return Ok(run.done());
+            }
+            Action::Ready => {
+                fail_step!("attach-confirmed");
+                run.infra.status = ClientStatus::Ready;
+                run.infra.blocked_reason = None;
+                run.infra.blocked_detail = None;
+                run.event("ready", serde_json::json!({ "vm_id": run.infra.vm_id, "volume_id": run.infra.volume_id }));
+                return Ok(run.done());
+            }
+            Action::Deleted => {
+                run.infra.status = ClientStatus::Deleted;
+                run.infra.blocked_reason = None;
+                run.infra.blocked_detail = None;
+                run.event("deleted", serde_json::json!({}));
+                return Ok(run.done());
+            }
+        }
+    }
+    Ok(run.wait(now))
+}
+
+fn receipt_facts(r: Option<&ReceiptRow>) -> ReceiptFacts {
+    match r {
+        None => ReceiptFacts::None,
+        Some(r) => match (&r.resource_id, r.rejection_status) {
+            (Some(id), _) => ReceiptFacts::Known { id: id.clone(), observations: r.observation_count },
+            (None, Some(status)) => ReceiptFacts::Rejected {
+                status: status as u16,
+                message: r.rejection_message.clone().unwrap_or_default(),
+            },
+            (None, None) => ReceiptFacts::Unknown { observations: r.observation_count },
+        },
+    }
+}
+
+/// The wait before the n-th observation: the base interval, growing slowly so
+/// a long lag costs few reads.
+fn poll_delay(base_ms: i64, n: i64) -> i64 {
+    base_ms * (1 + n / 10).min(6)
+}
+
+/// A digest of what a dispatch asked for, kept on its receipt as evidence.
+fn spec_digest(v: &impl Serialize) -> String {
+    let json = serde_json::to_vec(v).unwrap_or_default();
+    Sha256::digest(&json).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl<P: Provider> Run<'_, P> {
+    fn event(&mut self, kind: &str, detail: serde_json::Value) {
+        self.events.push(NewEvent { kind: kind.into(), detail });
+    }
+
+    fn finish(mut self, next: JobNext) -> Finish {
+        self.infra.progress = serde_json::to_value(&self.progress).unwrap_or_default();
+        Finish { next, infra: Some(self.infra), events: self.events, enqueue: vec![] }
+    }
+
+    fn wait(self, at_ms: i64) -> Finish {
+        self.finish(JobNext::RunAgainAt(at_ms))
+    }
+
+    fn done(self) -> Finish {
+        self.finish(JobNext::Done)
+    }
+
+    fn next_dispatch_generation(&mut self, kind: ResourceKind) {
+        let g = match kind {
+            ResourceKind::Vm => &mut self.infra.vm_dispatch_generation,
+            ResourceKind::Volume => &mut self.infra.volume_dispatch_generation,
+            ResourceKind::Attach => &mut self.infra.attach_dispatch_generation,
+        };
+        *g += 1;
+        let g = *g;
+        self.event("dispatch_generation_advanced", serde_json::json!({
+            "kind": kind, "dispatch_generation": g, "why": "previous resource confirmed deleted",
+        }));
+    }
+
+    fn set_id(&mut self, kind: ResourceKind, id: Option<String>) {
+        match kind {
+            ResourceKind::Vm => self.infra.vm_id = id.map(VultrInstanceId),
+            ResourceKind::Volume => self.infra.volume_id = id.map(VultrBlockId),
+            ResourceKind::Attach => {}
+        }
+    }
+
+    async fn provider_unavailable(self, e: &provider::ProviderError, now: i64) -> Result<Finish, EngineError> {
+        self.w
+            .receipts
+            .audit(&self.infra.client_id, "provider_read_failed", serde_json::json!({ "error": e.to_string() }), now)
+            .await?;
+        let at = now + self.w.cfg.poll_interval_ms;
+        Ok(self.wait(at))
+    }
+
+    /// One read of a resource: by id when known, else by label.
+    async fn observe(&mut self, kind: ResourceKind, r: &ReceiptRow) -> Result<Seen, provider::ProviderError> {
+        let spec = &self.infra.spec;
+        let p = &self.w.provider;
+        let label = r.label.as_str();
+        let seen = match (kind, &r.resource_id) {
+            (ResourceKind::Vm, Some(id)) => match p.instance_get(&VultrInstanceId(id.clone())).await? {
+                None => Seen::Missing,
+                Some(i) => Seen::Present(Facts {
+                    id: i.id.0.clone(),
+                    mismatch: decide::instance_mismatch(spec, label, &i),
+                    ready: i.is_ready(),
+                    attached_to: None,
+                }),
+            },
+            (ResourceKind::Vm, None) => Seen::ByLabel(
+                p.instance_list_by_label(&r.label)
+                    .await?
+                    .into_iter()
+                    .filter(|i| i.label == label)
+                    .map(|i| Facts {
+                        mismatch: decide::instance_mismatch(spec, label, &i),
+                        ready: i.is_ready(),
+                        id: i.id.0,
+                        attached_to: None,
+                    })
+                    .collect(),
+            ),
+            (_, Some(id)) => match p.block_get(&VultrBlockId(id.clone())).await? {
+                None => Seen::Missing,
+                Some(b) => Seen::Present(block_facts(spec, label, b)),
+            },
+            (_, None) => Seen::ByLabel(
+                p.block_list()
+                    .await?
+                    .into_iter()
+                    .filter(|b| b.label == label)
+                    .map(|b| block_facts(spec, label, b))
+                    .collect(),
+            ),
+        };
+        if matches!(seen, Seen::Present(_)) {
+            let dg = self.infra.dispatch_generation(kind);
+            self.progress.update(kind, dg, |p| p.seen = true);
+        }
+        Ok(seen)
+    }
+
+    /// Claims a receipt, then sends the create or attach exactly once and
+    /// records what the answer establishes. Returns whether it was a
+    /// definitive rejection.
+    async fn dispatch(
+        &mut self,
+        kind: ResourceKind,
+        vm: Option<&ReceiptRow>,
+        volume: Option<&ReceiptRow>,
+    ) -> Result<bool, EngineError> {
+        let w = self.w;
+        let client = self.infra.client_id.clone();
+        let spec = self.infra.spec.clone();
+        let dg = self.infra.dispatch_generation(kind);
+        let op = OperationKey::new(&client, kind, dg);
+        let label = Label::new_dispatch();
+        let digest = match kind {
+            ResourceKind::Vm => spec_digest(&(&spec.region, &spec.plan, spec.os_id)),
+            ResourceKind::Volume => spec_digest(&(&spec.region, spec.volume_gb, spec.volume_type)),
+            ResourceKind::Attach => spec_digest(&(vm.and_then(|r| r.resource_id.clone()), volume.and_then(|r| r.resource_id.clone()))),
+        };
+        w.receipts
+            .claim(&NewReceipt {
+                operation_key: op.clone(),
+                client_ref: client.clone(),
+                resource_kind: kind,
+                dispatch_generation: dg,
+                label: label.clone(),
+                region: spec.region.clone(),
+                spec_digest: digest,
+                key_fingerprint: w.provider.key_fingerprint(),
+                claimed_ms: w.now_ms(),
+            })
+            .await?;
+        fail_step!("receipt-committed");
+        w.receipts.mark_sent(&op, &client, w.now_ms()).await?;
+        fail_step!("request-about-to-be-sent");
+        let outcome: Outcome<String> = match kind {
+            ResourceKind::Vm => {
+                let req = InstanceRequest {
+                    region: spec.region.clone(),
+                    plan: spec.plan.clone(),
+                    os_id: spec.os_id,
+                    label: label.clone(),
+                    hostname: label.to_string(),
+                };
+                map_outcome(w.provider.instance_create(&req).await, |id| id.0)
+            }
+            ResourceKind::Volume => {
+                let req = BlockRequest {
+                    region: spec.region.clone(),
+                    size_gb: spec.volume_gb,
+                    block_type: spec.volume_type,
+                    label: label.clone(),
+                };
+                map_outcome(w.provider.block_create(&req).await, |id| id.0)
+            }
+            ResourceKind::Attach => {
+                let vm_id = vm.and_then(|r| r.resource_id.clone()).ok_or_else(|| EngineError::Invariant("attach without VM id".into()))?;
+                let vol_id = volume
+                    .and_then(|r| r.resource_id.clone())
+                    .ok_or_else(|| EngineError::Invariant("attach without volume id".into()))?;
+                let o = w.provider.block_attach(&VultrBlockId(vol_id), &VultrInstanceId(vm_id.clone())).await;
+                fail_step!("attach-sent");
+                map_outcome(o, |()| vm_id)
+            }
+        };
+        fail_step!("response-received");
+        let now = w.now_ms();
+        match outcome {
+            Outcome::Accepted(id) => {
+                // The id is committed on the receipt before anything else.
+                w.receipts.record_id(&op, &id, IdSource::Response, now).await?;
+                fail_step!("id-recorded");
+                self.set_id(kind, Some(id.clone()));
+                self.event("dispatch_accepted", serde_json::json!({ "operation_key": op, "kind": kind, "id": id }));
+                Ok(false)
+            }
+            Outcome::Rejected { status, message } => {
+                w.receipts.record_rejection(&op, status, &message, now).await?;
+                Ok(true)
+            }
+            Outcome::Unknown { reason } => {
+                w.receipts
+                    .audit(&client, "dispatch_outcome_unknown", serde_json::json!({ "operation_key": op, "reason": reason }), now)
+                    .await?;
+                Ok(false)
+            }
+        }
+    }
+
+    async fn delete(&mut self, kind: ResourceKind, id: &str) -> Result<(), EngineError> {
+        let w = self.w;
+        let client = self.infra.client_id.clone();
+        let answer = match kind {
+            ResourceKind::Vm => w.provider.instance_delete(&VultrInstanceId(id.to_owned())).await,
+            _ => w.provider.block_delete(&VultrBlockId(id.to_owned())).await,
+        };
+        fail_step!("delete-sent");
+        let now = w.now_ms();
+        let sent = matches!(answer, Ok(DeleteOutcome::Sent | DeleteOutcome::NotFound));
+        if sent {
+            let dg = self.infra.dispatch_generation(kind);
+            self.progress.update(kind, dg, |p| p.delete_sent = true);
+        }
+        let answer = match &answer {
+            Ok(o) => serde_json::to_value(o).unwrap_or_default(),
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+        };
+        w.receipts
+            .audit(&client, "delete_sent", serde_json::json!({ "kind": kind, "id": id, "answer": answer }), now)
+            .await?;
+        Ok(())
+    }
+}
+
+fn block_facts(spec: &ClientSpec, label: &str, b: provider::Block) -> Facts {
+    Facts {
+        mismatch: decide::block_mismatch(spec, label, &b),
+        ready: b.status == "active",
+        attached_to: b.attached_to_instance.map(|i| i.0),
+        id: b.id.0,
+    }
+}
+
+fn map_outcome<T>(o: Outcome<T>, f: impl FnOnce(T) -> String) -> Outcome<String> {
+    match o {
+        Outcome::Accepted(t) => Outcome::Accepted(f(t)),
+        Outcome::Rejected { status, message } => Outcome::Rejected { status, message },
+        Outcome::Unknown { reason } => Outcome::Unknown { reason },
+    }
+}

@@ -1,0 +1,185 @@
+//! An in-process provider for the engine's own tests: everything is ready at
+//! once, and a test can make the next creates lose their response (applied,
+//! answered `Unknown`) or be rejected. The Vultr simulator is the faithful
+//! twin; this one is small enough to reason about call by call.
+
+use oduflow_model::provider::*;
+use oduflow_model::*;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+#[derive(Default)]
+pub struct MemoryState {
+    pub instances: BTreeMap<String, Instance>,
+    pub blocks: BTreeMap<String, Block>,
+    /// Create requests applied per label: the "never twice" ledger.
+    pub creates_per_label: HashMap<String, u32>,
+    /// Every call, in order (`"POST /instances"`, ...).
+    pub calls: Vec<String>,
+    /// The next this-many creates are applied but answered `Unknown`.
+    pub lose_create_responses: u32,
+    /// The next create is answered with this rejection (and not applied).
+    pub reject_next_create: Option<(u16, String)>,
+    next_id: u64,
+}
+
+pub struct MemoryProvider {
+    key: KeyFingerprint,
+    pub state: Mutex<MemoryState>,
+}
+
+impl MemoryProvider {
+    pub fn new(key: KeyFingerprint) -> Self {
+        Self { key, state: Mutex::new(MemoryState::default()) }
+    }
+
+    pub fn with<R>(&self, f: impl FnOnce(&mut MemoryState) -> R) -> R {
+        f(&mut self.state.lock().expect("memory provider poisoned"))
+    }
+
+    fn create<T>(&self, call: &str, label: &str, apply: impl FnOnce(&mut MemoryState, String) -> T) -> Outcome<T> {
+        self.with(|s| {
+            s.calls.push(call.to_owned());
+            if let Some((status, message)) = s.reject_next_create.take() {
+                return Outcome::Rejected { status, message };
+            }
+            s.next_id += 1;
+            let id = format!("mem-{:08}", s.next_id);
+            *s.creates_per_label.entry(label.to_owned()).or_default() += 1;
+            let t = apply(s, id);
+            if s.lose_create_responses > 0 {
+                s.lose_create_responses -= 1;
+                return Outcome::Unknown { reason: "response lost (memory provider)".into() };
+            }
+            Outcome::Accepted(t)
+        })
+    }
+}
+
+impl Provider for MemoryProvider {
+    fn key_fingerprint(&self) -> KeyFingerprint {
+        self.key.clone()
+    }
+
+    async fn instance_create(&self, req: &InstanceRequest) -> Outcome<VultrInstanceId> {
+        self.create("POST /instances", req.label.as_str(), |s, id| {
+            s.instances.insert(id.clone(), Instance {
+                id: VultrInstanceId(id.clone()),
+                label: req.label.to_string(),
+                region: req.region.clone(),
+                plan: req.plan.clone(),
+                os_id: req.os_id,
+                status: "active".into(),
+                server_status: "ok".into(),
+                main_ip: "192.0.2.1".into(),
+            });
+            VultrInstanceId(id)
+        })
+    }
+
+    async fn instance_get(&self, id: &VultrInstanceId) -> Result<Option<Instance>, ProviderError> {
+        Ok(self.with(|s| {
+            s.calls.push("GET /instances/{id}".into());
+            s.instances.get(id.as_str()).cloned()
+        }))
+    }
+
+    async fn instance_list_by_label(&self, label: &Label) -> Result<Vec<Instance>, ProviderError> {
+        Ok(self.with(|s| {
+            s.calls.push("GET /instances?label".into());
+            s.instances.values().filter(|i| i.label == label.as_str()).cloned().collect()
+        }))
+    }
+
+    async fn instance_list(&self) -> Result<Vec<Instance>, ProviderError> {
+        Ok(self.with(|s| {
+            s.calls.push("GET /instances".into());
+            s.instances.values().cloned().collect()
+        }))
+    }
+
+    async fn instance_delete(&self, id: &VultrInstanceId) -> Result<DeleteOutcome, ProviderError> {
+        Ok(self.with(|s| {
+            s.calls.push("DELETE /instances/{id}".into());
+            match s.instances.remove(id.as_str()) {
+                Some(_) => {
+                    for b in s.blocks.values_mut() {
+                        if b.attached_to_instance.as_ref() == Some(id) {
+                            b.attached_to_instance = None;
+                        }
+                    }
+                    DeleteOutcome::Sent
+                }
+                None => DeleteOutcome::NotFound,
+            }
+        }))
+    }
+
+    async fn block_create(&self, req: &BlockRequest) -> Outcome<VultrBlockId> {
+        self.create("POST /blocks", req.label.as_str(), |s, id| {
+            s.blocks.insert(id.clone(), Block {
+                id: VultrBlockId(id.clone()),
+                label: req.label.to_string(),
+                region: req.region.clone(),
+                size_gb: req.size_gb,
+                block_type: req.block_type.as_str().into(),
+                status: "active".into(),
+                attached_to_instance: None,
+            });
+            VultrBlockId(id)
+        })
+    }
+
+    async fn block_get(&self, id: &VultrBlockId) -> Result<Option<Block>, ProviderError> {
+        Ok(self.with(|s| {
+            s.calls.push("GET /blocks/{id}".into());
+            s.blocks.get(id.as_str()).cloned()
+        }))
+    }
+
+    async fn block_list(&self) -> Result<Vec<Block>, ProviderError> {
+        Ok(self.with(|s| {
+            s.calls.push("GET /blocks".into());
+            s.blocks.values().cloned().collect()
+        }))
+    }
+
+    async fn block_attach(&self, id: &VultrBlockId, instance: &VultrInstanceId) -> Outcome<()> {
+        self.with(|s| {
+            s.calls.push("POST /blocks/{id}/attach".into());
+            if !s.instances.contains_key(instance.as_str()) {
+                return Outcome::Rejected { status: 400, message: "instance not found".into() };
+            }
+            match s.blocks.get_mut(id.as_str()) {
+                Some(b) => {
+                    b.attached_to_instance = Some(instance.clone());
+                    Outcome::Accepted(())
+                }
+                None => Outcome::Rejected { status: 400, message: "block not found".into() },
+            }
+        })
+    }
+
+    async fn block_detach(&self, id: &VultrBlockId) -> Result<DeleteOutcome, ProviderError> {
+        Ok(self.with(|s| {
+            s.calls.push("POST /blocks/{id}/detach".into());
+            match s.blocks.get_mut(id.as_str()) {
+                Some(b) => {
+                    b.attached_to_instance = None;
+                    DeleteOutcome::Sent
+                }
+                None => DeleteOutcome::NotFound,
+            }
+        }))
+    }
+
+    async fn block_delete(&self, id: &VultrBlockId) -> Result<DeleteOutcome, ProviderError> {
+        Ok(self.with(|s| {
+            s.calls.push("DELETE /blocks/{id}".into());
+            match s.blocks.remove(id.as_str()) {
+                Some(_) => DeleteOutcome::Sent,
+                None => DeleteOutcome::NotFound,
+            }
+        }))
+    }
+}

@@ -1,0 +1,43 @@
+//! The receipt writer: the only code that writes dispatch receipts. Each write
+//! commits on its own connection, independently of the job's main
+//! transaction, so what it records survives that transaction rolling back, a
+//! panic, or the worker being killed.
+
+use oduflow_model::*;
+use oduflow_store::{IdSource, NewReceipt, ReceiptLedger, Store};
+
+#[derive(Clone, Debug)]
+pub struct ReceiptWriter {
+    ledger: ReceiptLedger,
+}
+
+impl ReceiptWriter {
+    pub fn new(store: Store) -> Self {
+        Self { ledger: ReceiptLedger::new(store) }
+    }
+
+    pub(crate) async fn claim(&self, r: &NewReceipt) -> oduflow_store::Result<()> {
+        self.ledger.receipt_claim(r).await
+    }
+
+    pub(crate) async fn mark_sent(&self, key: &OperationKey, client: &ClientId, now_ms: i64) -> oduflow_store::Result<()> {
+        self.ledger.receipt_mark_sent(key, client, now_ms).await
+    }
+
+    pub(crate) async fn record_id(&self, key: &OperationKey, id: &str, source: IdSource, now_ms: i64) -> oduflow_store::Result<()> {
+        self.ledger.receipt_record_id(key, id, source, now_ms).await
+    }
+
+    pub(crate) async fn record_rejection(&self, key: &OperationKey, status: u16, message: &str, now_ms: i64) -> oduflow_store::Result<()> {
+        self.ledger.receipt_record_rejection(key, status, message, now_ms).await
+    }
+
+    pub(crate) async fn observe(&self, key: &OperationKey, summary: &str) -> oduflow_store::Result<i64> {
+        self.ledger.receipt_observe(key, summary).await
+    }
+
+    /// An audit event that must survive the job rolling back.
+    pub(crate) async fn audit(&self, client: &ClientId, kind: &str, detail: serde_json::Value, now_ms: i64) -> oduflow_store::Result<()> {
+        self.ledger.event_append(Some(client), kind, &detail, now_ms).await
+    }
+}

@@ -1,0 +1,206 @@
+//! The worker: claims one job at a time per loop, runs it in its own task (so
+//! a panic is contained and rolls the main transaction back), applies its
+//! writes and commits once.
+
+use crate::{executor, fail_step, EngineConfig, EngineError, ReceiptWriter, SharedClock};
+use oduflow_model::provider::Provider;
+use oduflow_model::*;
+use oduflow_store::{Claim, Finish, JobNext, NewEvent, Store};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What one call of [`Worker::run_next`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// Nothing was runnable.
+    Idle,
+    /// A job ran and was committed with this result.
+    Ran { job: JobId, kind: JobKind, next: JobNext },
+    /// A job failed (error or panic); its attempt was recorded.
+    Failed { job: JobId, error: String },
+}
+
+pub struct Worker<P> {
+    pub store: Store,
+    pub provider: Arc<P>,
+    pub cfg: EngineConfig,
+    pub clock: SharedClock,
+    pub(crate) receipts: ReceiptWriter,
+}
+
+impl<P> Clone for Worker<P> {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            provider: self.provider.clone(),
+            cfg: self.cfg.clone(),
+            clock: self.clock.clone(),
+            receipts: self.receipts.clone(),
+        }
+    }
+}
+
+impl<P: Provider> Worker<P> {
+    pub fn new(store: Store, provider: Arc<P>, cfg: EngineConfig, clock: SharedClock) -> Self {
+        let receipts = ReceiptWriter::new(store.clone());
+        Self { store, provider, cfg, clock, receipts }
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// Claims and runs the next runnable job, if any.
+    pub async fn run_next(&self) -> Result<RunOutcome, EngineError> {
+        let now = self.now_ms();
+        let Some(claim) = self.store.job_claim_next(&self.cfg.worker_id, now, self.cfg.lease_ms).await? else {
+            return Ok(RunOutcome::Idle);
+        };
+        let cref = claim.claim_ref();
+        let kind = claim.job.kind;
+        tracing::debug!(job = %cref.job_id, kind = %kind, client = %cref.client_id, generation = cref.generation, "claimed");
+        let this = self.clone();
+        let result = tokio::spawn(async move { this.run_claimed(claim).await }).await;
+        let error = match result {
+            Ok(Ok(next)) => return Ok(RunOutcome::Ran { job: cref.job_id, kind, next }),
+            Ok(Err(e)) => error_chain(&e),
+            Err(join) => {
+                let msg = match join.try_into_panic() {
+                    Ok(p) => p
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_else(|| "panic".into()),
+                    Err(_) => "cancelled".into(),
+                };
+                error_chain(&EngineError::Panicked(msg))
+            }
+        };
+        tracing::warn!(job = %cref.job_id, error = %error, "job run failed; its main transaction was rolled back");
+        self.store
+            .job_record_failure(&cref, &error, self.now_ms(), self.cfg.retry_base_ms)
+            .await?;
+        Ok(RunOutcome::Failed { job: cref.job_id, error })
+    }
+
+    async fn run_claimed(&self, claim: Claim) -> Result<JobNext, EngineError> {
+        fail_step!("job-claimed");
+        let job = &claim.job;
+        let infra = &claim.infra;
+        let purpose_matches = match job.kind {
+            JobKind::Provision => infra.target == Target::Present,
+            JobKind::Deprovision => infra.target == Target::Absent,
+            JobKind::Noop => true,
+        };
+        let finish = if job.generation < infra.generation || !purpose_matches {
+            Finish::stale()
+        } else {
+            match job.kind {
+                JobKind::Noop => self.noop(&claim).await,
+                JobKind::Provision | JobKind::Deprovision => executor::converge(self, infra).await?,
+            }
+        };
+        let next = finish.next.clone();
+        let applied = claim.apply(&finish, self.now_ms()).await?;
+        fail_step!("main-tx-commit");
+        applied.commit().await?;
+        Ok(next)
+    }
+
+    /// A job that does nothing but, if asked, sleep and record when it ran:
+    /// the queue's own tests and benchmarks use it.
+    async fn noop(&self, claim: &Claim) -> Finish {
+        let start_ms = self.now_ms();
+        let sleep_ms = claim.job.payload.get("sleep_ms").and_then(|v| v.as_u64()).unwrap_or(0);
+        if sleep_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(sleep_ms)).await;
+        }
+        let record = claim.job.payload.get("record").and_then(|v| v.as_bool()).unwrap_or(false);
+        let events = if record {
+            vec![NewEvent {
+                kind: "noop_ran".into(),
+                detail: serde_json::json!({
+                    "job": claim.job.id.0,
+                    "worker": self.cfg.worker_id,
+                    "start_ms": start_ms,
+                    "end_ms": self.now_ms(),
+                }),
+            }]
+        } else {
+            vec![]
+        };
+        Finish { next: JobNext::Done, infra: None, events, enqueue: vec![] }
+    }
+
+    /// Runs jobs until `stop` resolves, or, with `until_settled`, until no
+    /// job is queued and every client is ready, deleted or blocked. Runs
+    /// `cfg.concurrency` loops side by side.
+    pub async fn run(&self, until_settled: bool, stop: tokio::sync::watch::Receiver<bool>) -> Result<(), EngineError> {
+        let mut loops = tokio::task::JoinSet::new();
+        for i in 0..self.cfg.concurrency.max(1) {
+            let mut this = self.clone();
+            this.cfg.worker_id = format!("{}/{i}", self.cfg.worker_id);
+            let stop = stop.clone();
+            loops.spawn(async move { this.run_loop(until_settled, stop).await });
+        }
+        while let Some(r) = loops.join_next().await {
+            r.map_err(|e| EngineError::Panicked(e.to_string()))??;
+        }
+        Ok(())
+    }
+
+    async fn run_loop(&self, until_settled: bool, mut stop: tokio::sync::watch::Receiver<bool>) -> Result<(), EngineError> {
+        loop {
+            if *stop.borrow() {
+                return Ok(());
+            }
+            match self.run_next().await {
+                Ok(RunOutcome::Idle) => {
+                    let now = self.now_ms();
+                    let status = self.store.queue_status(now).await?;
+                    if until_settled && status.is_settled() {
+                        return Ok(());
+                    }
+                    let wait = status
+                        .next_run_after_ms
+                        .map(|t| (t - now).max(1) as u64)
+                        .unwrap_or(self.cfg.idle_ms)
+                        .min(self.cfg.idle_ms);
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
+                        _ = stop.changed() => {}
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    // The store is unreachable or refused: back off, keep going.
+                    tracing::error!(error = %error_chain(&e), "worker step failed");
+                    tokio::time::sleep(Duration::from_millis(self.cfg.idle_ms.max(100))).await;
+                }
+            }
+        }
+    }
+
+    /// Runs jobs in this task until nothing is runnable now (for tests).
+    pub async fn drain_runnable(&self) -> Result<Vec<RunOutcome>, EngineError> {
+        let mut out = vec![];
+        loop {
+            match self.run_next().await? {
+                RunOutcome::Idle => return Ok(out),
+                o => out.push(o),
+            }
+        }
+    }
+}
+
+/// An error with its whole chain of causes, for logs and job records.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}

@@ -1,0 +1,358 @@
+//! Engine integration tests: the queue and the dispatch protocol against an
+//! in-process provider, each on SQLite and on PostgreSQL.
+
+use anyhow::Result;
+use oduflow_engine::memory::MemoryProvider;
+use oduflow_engine::*;
+use oduflow_model::*;
+use oduflow_store::*;
+use std::sync::Arc;
+
+/// Runs one async test body on a fresh SQLite file and on a fresh PostgreSQL
+/// database.
+macro_rules! on_both_stores {
+    ($($name:ident),+ $(,)?) => {
+        $(mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let dir = tempfile::tempdir().unwrap();
+                let store = super::open(&oduflow_store::testing::sqlite_url(dir.path())).await;
+                super::$name(store).await.unwrap();
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let store = super::open(&oduflow_store::testing::fresh_pg_url().await).await;
+                super::$name(store).await.unwrap();
+            }
+        })+
+    };
+}
+
+on_both_stores!(
+    provisions_then_deletes,
+    receipt_survives_error_rollback,
+    receipt_survives_panic_rollback,
+    stale_generation_is_noop,
+    identity_key_deduplicates,
+    pause_stops_claiming,
+    lost_response_is_adopted_never_resent,
+    rejection_blocks_without_resend,
+    receipts_cannot_be_deleted_or_rewritten,
+    key_change_blocks_before_any_request,
+    failures_back_off_then_block,
+    flip_present_absent_present_converges,
+);
+
+async fn open(url: &str) -> Store {
+    let store = Store::connect(url, true).await.unwrap();
+    store.migrate().await.unwrap();
+    store
+}
+
+fn key(s: &str) -> KeyFingerprint {
+    KeyFingerprint::of_key(&secrecy::SecretString::from(s.to_owned()))
+}
+
+fn worker(store: &Store, provider: Arc<MemoryProvider>) -> Worker<MemoryProvider> {
+    let cfg = EngineConfig {
+        worker_id: "test".into(),
+        poll_interval_ms: 0,
+        retry_base_ms: 0,
+        observations_max: 5,
+        attempts_max: 3,
+        lease_ms: 60_000,
+        ..EngineConfig::default()
+    };
+    Worker::new(store.clone(), provider, cfg, Arc::new(SystemClock))
+}
+
+fn spec() -> ClientSpec {
+    ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap()
+}
+
+async fn create(store: &Store, name: &str) -> ClientRow {
+    store
+        .client_create(&ClientName::parse(name).unwrap(), &spec(), now(), 3)
+        .await
+        .unwrap()
+}
+
+fn now() -> i64 {
+    SystemClock.now_ms()
+}
+
+/// Runs jobs until nothing is runnable; at most `n` runs.
+async fn drain(w: &Worker<MemoryProvider>, n: usize) -> Vec<RunOutcome> {
+    let mut out = vec![];
+    for _ in 0..n {
+        match w.run_next().await.unwrap() {
+            RunOutcome::Idle => break,
+            o => out.push(o),
+        }
+    }
+    out
+}
+
+async fn status(store: &Store, name: &str) -> ClientRow {
+    store.client_get(name).await.unwrap().unwrap()
+}
+
+fn failpoints_required() {
+    assert!(
+        cfg!(feature = "failpoints"),
+        "this test needs fail points: run the suite with --all-features (the README's test command does)"
+    );
+}
+
+async fn provisions_then_deletes(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    create(&store, "acme").await;
+    drain(&w, 50).await;
+    let c = status(&store, "acme").await;
+    assert_eq!(c.infra.status, ClientStatus::Ready, "{c:?}");
+    assert!(c.infra.vm_id.is_some() && c.infra.volume_id.is_some());
+    let vm = c.infra.vm_id.clone().unwrap();
+    p.with(|s| {
+        assert_eq!(s.instances.len(), 1);
+        assert_eq!(s.blocks.len(), 1);
+        assert_eq!(s.blocks.values().next().unwrap().attached_to_instance.as_ref(), Some(&vm));
+        assert!(s.creates_per_label.values().all(|n| *n == 1));
+    });
+    assert_eq!(c.infra.key_fingerprint, Some(key("k1")));
+
+    store.client_delete("acme", now(), 3).await?;
+    drain(&w, 50).await;
+    let c = status(&store, "acme").await;
+    assert_eq!(c.infra.status, ClientStatus::Deleted, "{c:?}");
+    p.with(|s| {
+        assert!(s.instances.is_empty() && s.blocks.is_empty());
+        // Deletion is confirmed by a GET after the DELETE.
+        let last_delete = s.calls.iter().rposition(|c| c == "DELETE /instances/{id}").unwrap();
+        assert!(s.calls[last_delete..].iter().any(|c| c == "GET /instances/{id}"));
+    });
+    let receipts = store.receipts_for_client(&c.id).await?;
+    assert_eq!(receipts.len(), 3, "vm, volume and attach receipts all kept");
+    assert!(receipts.iter().all(|r| r.resource_id.is_some()));
+    Ok(())
+}
+
+/// Fails the first job run after its writes were applied in the main
+/// transaction, then checks what survived.
+async fn rollback_case(store: Store, action: &str) -> Result<()> {
+    failpoints_required();
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    let c = create(&store, "acme").await;
+    let scenario = fail::FailScenario::setup();
+    fail::cfg("main-tx-commit", action).unwrap();
+    let out = w.run_next().await?;
+    fail::cfg("main-tx-commit", "off").unwrap();
+    assert!(matches!(out, RunOutcome::Failed { .. }), "{out:?}");
+
+    // The receipt and its id were committed on their own connection...
+    let receipts = store.receipts_for_client(&c.id).await?;
+    assert_eq!(receipts.len(), 1);
+    let vm_id = receipts[0].resource_id.clone().expect("id recorded on the receipt");
+    assert_eq!(receipts[0].resource_kind, ResourceKind::Vm);
+    // ...while the main transaction's writes are gone.
+    let after = status(&store, "acme").await;
+    assert_eq!(after.infra.vm_id, None);
+    assert_eq!(after.infra.status, ClientStatus::Pending);
+    assert_eq!(after.infra.key_fingerprint, None);
+    let events = store.events_for_client(&c.id).await?;
+    assert!(!events.iter().any(|e| e.kind == "dispatch_accepted"), "main-transaction event survived");
+    assert!(events.iter().any(|e| e.kind == "resource_id_recorded"));
+    assert!(events.iter().any(|e| e.kind == "request_sent"));
+    let jobs = store.jobs_for_client(&c.id).await?;
+    assert_eq!(jobs[0].state, JobState::Queued);
+    assert_eq!(jobs[0].attempts, 1);
+
+    // The next run finds the VM by its recorded id and never creates it again.
+    drain(&w, 50).await;
+    let after = status(&store, "acme").await;
+    assert_eq!(after.infra.status, ClientStatus::Ready);
+    assert_eq!(after.infra.vm_id.as_ref().map(|v| v.0.clone()), Some(vm_id));
+    p.with(|s| {
+        assert_eq!(s.calls.iter().filter(|c| *c == "POST /instances").count(), 1);
+        assert_eq!(s.instances.len(), 1);
+    });
+    scenario.teardown();
+    Ok(())
+}
+
+async fn receipt_survives_error_rollback(store: Store) -> Result<()> {
+    rollback_case(store, "return").await
+}
+
+async fn receipt_survives_panic_rollback(store: Store) -> Result<()> {
+    rollback_case(store, "panic").await
+}
+
+async fn stale_generation_is_noop(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    let c = create(&store, "acme").await;
+    // The target changes before the provisioning job ever runs.
+    store.client_delete("acme", now(), 3).await?;
+    let out = drain(&w, 50).await;
+    assert!(matches!(&out[0], RunOutcome::Ran { kind: JobKind::Provision, next: JobNext::Stale, .. }), "{out:?}");
+    let jobs = store.jobs_for_client(&c.id).await?;
+    assert_eq!(jobs[0].state, JobState::Stale);
+    assert_eq!(jobs[1].state, JobState::Done);
+    assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
+    p.with(|s| assert!(s.calls.is_empty(), "a stale job sent {:?}", s.calls));
+    Ok(())
+}
+
+async fn identity_key_deduplicates(store: Store) -> Result<()> {
+    let c = create(&store, "acme").await;
+    let mut job = NewJob::for_client(&c.id, JobKind::Noop, 1, now(), 3);
+    job.identity_key = Some("refresh-acme".into());
+    let a = store.job_enqueue(&job).await?;
+    let b = store.job_enqueue(&job).await?;
+    assert!(matches!(a, Enqueued::New(_)));
+    assert_eq!(b, Enqueued::Duplicate(a.id()));
+    // Once the first is done, the key is free again: it deduplicates pending
+    // jobs only.
+    let w = worker(&store, Arc::new(MemoryProvider::new(key("k1"))));
+    drain(&w, 50).await;
+    assert_eq!(store.job_get(a.id()).await?.unwrap().state, JobState::Done);
+    assert!(matches!(store.job_enqueue(&job).await?, Enqueued::New(_)));
+    Ok(())
+}
+
+async fn pause_stops_claiming(store: Store) -> Result<()> {
+    let c = create(&store, "acme").await;
+    let w = worker(&store, Arc::new(MemoryProvider::new(key("k1"))));
+    store.queue_set_paused(true, now()).await?;
+    assert_eq!(w.run_next().await?, RunOutcome::Idle);
+    let q = store.queue_status(now()).await?;
+    assert!(q.paused && q.runnable == 1);
+    store.queue_set_paused(false, now()).await?;
+    assert!(matches!(w.run_next().await?, RunOutcome::Ran { .. }));
+    assert_eq!(store.jobs_for_client(&c.id).await?[0].attempts, 0);
+    Ok(())
+}
+
+async fn lost_response_is_adopted_never_resent(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    p.with(|s| s.lose_create_responses = 2); // the VM's and the volume's
+    let w = worker(&store, p.clone());
+    let c = create(&store, "acme").await;
+    drain(&w, 50).await;
+    let after = status(&store, "acme").await;
+    assert_eq!(after.infra.status, ClientStatus::Ready, "{after:?}");
+    p.with(|s| {
+        assert_eq!(s.calls.iter().filter(|c| *c == "POST /instances").count(), 1);
+        assert_eq!(s.calls.iter().filter(|c| *c == "POST /blocks").count(), 1);
+        assert!(s.creates_per_label.values().all(|n| *n == 1));
+    });
+    let receipts = store.receipts_for_client(&c.id).await?;
+    assert!(receipts
+        .iter()
+        .filter(|r| r.resource_kind != ResourceKind::Attach)
+        .all(|r| r.resource_id_source == Some(IdSource::AdoptedByLabel)));
+    Ok(())
+}
+
+async fn rejection_blocks_without_resend(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    p.with(|s| s.reject_next_create = Some((400, "Invalid plan chosen.".into())));
+    let w = worker(&store, p.clone());
+    let c = create(&store, "acme").await;
+    drain(&w, 50).await;
+    let after = status(&store, "acme").await;
+    assert_eq!(after.infra.status, ClientStatus::Blocked);
+    assert_eq!(after.infra.blocked_reason, Some(BlockedReason::CreateRejected));
+    assert!(after.infra.blocked_detail.as_deref().unwrap().contains("Invalid plan chosen."));
+    let r = &store.receipts_for_client(&c.id).await?[0];
+    assert_eq!(r.rejection_status, Some(400));
+    p.with(|s| assert_eq!(s.calls, vec!["POST /instances".to_owned()]));
+    Ok(())
+}
+
+async fn receipts_cannot_be_deleted_or_rewritten(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    create(&store, "acme").await;
+    drain(&w, 50).await;
+    let n = store.receipts_all().await?.len();
+    assert_eq!(n, 3);
+    let del = "DELETE FROM dispatch_receipts";
+    let rewrite = "UPDATE dispatch_receipts SET resource_id = 'other'";
+    let clear = "UPDATE dispatch_receipts SET resource_id = NULL";
+    for sql in [del, rewrite, clear] {
+        let r = match &store {
+            Store::Pg(p) => sqlx::query(sql).execute(p).await.map(|_| ()),
+            Store::Sqlite(p) => sqlx::query(sql).execute(p).await.map(|_| ()),
+        };
+        assert!(r.is_err(), "{sql} was allowed");
+    }
+    if let Store::Pg(p) = &store {
+        assert!(sqlx::query("TRUNCATE dispatch_receipts").execute(p).await.is_err());
+    }
+    let after = store.receipts_all().await?;
+    assert_eq!(after.len(), n);
+    assert!(after.iter().all(|r| r.resource_id.as_deref().is_some_and(|id| id.starts_with("mem-"))));
+    Ok(())
+}
+
+async fn key_change_blocks_before_any_request(store: Store) -> Result<()> {
+    let p1 = Arc::new(MemoryProvider::new(key("k1")));
+    let w1 = worker(&store, p1.clone());
+    create(&store, "acme").await;
+    // One run: the VM is dispatched under k1.
+    w1.run_next().await?;
+    // A worker configured with another key must not send anything.
+    let p2 = Arc::new(MemoryProvider::new(key("k2")));
+    let w2 = worker(&store, p2.clone());
+    drain(&w2, 50).await;
+    let after = status(&store, "acme").await;
+    assert_eq!(after.infra.blocked_reason, Some(BlockedReason::CredentialChanged), "{after:?}");
+    p2.with(|s| assert!(s.calls.is_empty(), "sent with a changed key: {:?}", s.calls));
+    // Deletion is refused the same way.
+    store.client_delete("acme", now(), 3).await?;
+    drain(&w2, 50).await;
+    assert_eq!(status(&store, "acme").await.infra.blocked_reason, Some(BlockedReason::CredentialChanged));
+    p2.with(|s| assert!(s.calls.is_empty()));
+    Ok(())
+}
+
+async fn failures_back_off_then_block(store: Store) -> Result<()> {
+    failpoints_required();
+    let w = worker(&store, Arc::new(MemoryProvider::new(key("k1"))));
+    let c = create(&store, "acme").await;
+    let scenario = fail::FailScenario::setup();
+    fail::cfg("job-claimed", "return").unwrap();
+    let out = drain(&w, 10).await;
+    fail::cfg("job-claimed", "off").unwrap();
+    assert_eq!(out.len(), 3, "attempts_max is 3: {out:?}");
+    let job = &store.jobs_for_client(&c.id).await?[0];
+    assert_eq!((job.state, job.attempts), (JobState::Failed, 3));
+    let after = status(&store, "acme").await;
+    assert_eq!(after.infra.blocked_reason, Some(BlockedReason::AttemptsExhausted));
+    assert!(after.infra.blocked_detail.unwrap().contains("fail point job-claimed"));
+    scenario.teardown();
+    Ok(())
+}
+
+async fn flip_present_absent_present_converges(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    create(&store, "acme").await;
+    // One run dispatches the VM, then the target flips twice.
+    w.run_next().await?;
+    store.client_delete("acme", now(), 3).await?;
+    w.run_next().await?;
+    store.client_create(&ClientName::parse("acme")?, &spec(), now(), 3).await?;
+    drain(&w, 100).await;
+    let c = status(&store, "acme").await;
+    assert_eq!(c.infra.status, ClientStatus::Ready, "{c:?}");
+    p.with(|s| {
+        assert_eq!(s.instances.len(), 1, "exactly one VM");
+        assert_eq!(s.blocks.len(), 1, "exactly one volume");
+        assert!(s.creates_per_label.values().all(|n| *n == 1));
+    });
+    Ok(())
+}

@@ -1,0 +1,331 @@
+//! The decision function: from what is recorded (the infra record's target and
+//! key binding, the receipts of the current dispatch generations, deletion
+//! progress) and what was just observed, choose the one next action.
+//!
+//! It is pure: no IO, no clock. The executor gathers the facts with bounded
+//! reads, calls [`decide`], performs at most one side effect, and runs again.
+//! Every rule of DESIGN.md §3 that can be stated without IO lives here, so it
+//! can be tested as a table of small cases.
+
+use crate::{BlockedReason, ResourceKind, Target};
+use serde::{Deserialize, Serialize};
+
+/// What the receipt of the current dispatch generation says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReceiptFacts {
+    /// No dispatch yet at this generation.
+    None,
+    /// Claimed, no id, no rejection: the request may or may not have been
+    /// applied (crash before sending, or a lost response). Never re-sent.
+    Unknown { observations: i64 },
+    /// A definitive 400/401/403/422 answered to the create call itself.
+    Rejected { status: u16, message: String },
+    /// The provider's id is recorded.
+    Known { id: String, observations: i64 },
+}
+
+/// The latest read of one resource.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Seen {
+    /// Not read in this run.
+    NotRead,
+    /// GET by the known id answered 404.
+    Missing,
+    /// GET by id answered with the resource.
+    Present(Facts),
+    /// A label search (for a receipt without id) found these.
+    ByLabel(Vec<Facts>),
+}
+
+/// What a read says, reduced to what decisions need.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Facts {
+    pub id: String,
+    /// `None` when region and configuration match the spec; otherwise why not.
+    pub mismatch: Option<String>,
+    /// VM: active with server_status ok. Volume: active.
+    pub ready: bool,
+    /// Volume only: the instance it is attached to.
+    pub attached_to: Option<String>,
+}
+
+/// Deletion progress of the current dispatch of one kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteProgress {
+    /// A GET has shown the resource at least once. Until then a 404 may be
+    /// the provider's post-create lag, so it proves nothing.
+    pub seen: bool,
+    /// A DELETE was sent after the resource was seen.
+    pub delete_sent: bool,
+    /// A GET answered 404 after that DELETE: the resource is gone.
+    pub deleted: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resource {
+    pub receipt: ReceiptFacts,
+    pub seen: Seen,
+    pub progress: DeleteProgress,
+}
+
+/// The attach dispatch: receipt only; its confirmation is the volume's
+/// `attached_to`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inputs {
+    pub target: Target,
+    /// The bound key differs from the one configured now.
+    pub key_changed: bool,
+    pub vm: Resource,
+    pub volume: Resource,
+    pub attach: ReceiptFacts,
+    /// The polling limit before an outcome is declared uncertain.
+    pub observations_max: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Action {
+    /// Read this resource (by id, or by label when the id is unknown), then
+    /// decide again.
+    Observe(ResourceKind),
+    /// Count a fruitless observation on the receipt, then wait.
+    CountObservation(ResourceKind),
+    /// Commit this id, found by the dispatch's label, on the receipt.
+    Adopt(ResourceKind, String),
+    /// Claim a receipt and send the create (or attach) once.
+    Dispatch(ResourceKind),
+    /// Send DELETE for this id (repeatable).
+    Delete(ResourceKind, String),
+    /// Record that the resource is confirmed gone (GET 404 after DELETE).
+    ConfirmDeleted(ResourceKind),
+    /// Record that the resource has been seen (deletion bookkeeping).
+    MarkSeen(ResourceKind),
+    /// Nothing to do until the provider moves; look again later.
+    Wait,
+    Block(BlockedReason, String),
+    Ready,
+    Deleted,
+}
+
+/// Chooses the next action. See the module documentation.
+pub fn decide(i: &Inputs) -> Action {
+    if i.key_changed {
+        return Action::Block(
+            BlockedReason::CredentialChanged,
+            "the configured API key differs from the one this record is bound to".into(),
+        );
+    }
+    match i.target {
+        Target::Present => decide_present(i),
+        Target::Absent => decide_absent(i),
+    }
+}
+
+/// Where one resource stands on the way to existing.
+enum Have {
+    Act(Action),
+    /// Exists, verified; `ready` tells whether it may be attached.
+    Verified(Facts),
+}
+
+fn create_step(kind: ResourceKind, r: &Resource, max: i64) -> Have {
+    let uncertain = match kind {
+        ResourceKind::Attach => BlockedReason::UncertainAttach,
+        _ => BlockedReason::UncertainCreate,
+    };
+    match (&r.receipt, &r.seen) {
+        // An earlier deletion of this very dispatch must finish first; the
+        // executor then starts a new dispatch generation.
+        (_, _) if r.progress.delete_sent && !r.progress.deleted => Have::Act(absent_step(kind, r, max).unwrap_or(Action::Wait)),
+        (ReceiptFacts::None, _) => Have::Act(Action::Dispatch(kind)),
+        (ReceiptFacts::Rejected { status, message }, _) => Have::Act(Action::Block(
+            BlockedReason::CreateRejected,
+            format!("{} create rejected with {status}: {message}", kind.as_str()),
+        )),
+        (ReceiptFacts::Unknown { .. }, Seen::NotRead | Seen::Present(_) | Seen::Missing) => {
+            Have::Act(Action::Observe(kind))
+        }
+        (ReceiptFacts::Unknown { observations }, Seen::ByLabel(found)) => match found.as_slice() {
+            [] if *observations + 1 >= max => Have::Act(Action::Block(
+                uncertain,
+                format!("{} create outcome unknown; nothing carries its label after {max} observations", kind.as_str()),
+            )),
+            [] => Have::Act(Action::CountObservation(kind)),
+            [one] => match &one.mismatch {
+                None => Have::Act(Action::Adopt(kind, one.id.clone())),
+                Some(why) => Have::Act(Action::Block(BlockedReason::ConfigMismatch, format!("{} {}: {why}", kind.as_str(), one.id))),
+            },
+            many => Have::Act(Action::Block(
+                BlockedReason::DuplicateMatches,
+                format!(
+                    "{} resources carry this dispatch's label: {}",
+                    many.len(),
+                    many.iter().map(|f| f.id.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            )),
+        },
+        (ReceiptFacts::Known { .. }, Seen::NotRead | Seen::ByLabel(_)) => Have::Act(Action::Observe(kind)),
+        (ReceiptFacts::Known { id, observations }, Seen::Missing) => {
+            if *observations + 1 >= max {
+                Have::Act(Action::Block(
+                    BlockedReason::KnownResourceMissing,
+                    format!("{} {id} answers 404 after {max} observations", kind.as_str()),
+                ))
+            } else {
+                // A temporary 404 right after create: the id stays.
+                Have::Act(Action::CountObservation(kind))
+            }
+        }
+        (ReceiptFacts::Known { id, .. }, Seen::Present(f)) => match &f.mismatch {
+            Some(why) => Have::Act(Action::Block(BlockedReason::ConfigMismatch, format!("{} {id}: {why}", kind.as_str()))),
+            None => Have::Verified(f.clone()),
+        },
+    }
+}
+
+fn decide_present(i: &Inputs) -> Action {
+    let max = i.observations_max;
+    let vm = match create_step(ResourceKind::Vm, &i.vm, max) {
+        Have::Act(a) => return a,
+        Have::Verified(f) => f,
+    };
+    let volume = match create_step(ResourceKind::Volume, &i.volume, max) {
+        Have::Act(a) => return a,
+        Have::Verified(f) => f,
+    };
+    match volume.attached_to.as_deref() {
+        Some(id) if id == vm.id => return Action::Ready,
+        Some(other) => {
+            return Action::Block(
+                BlockedReason::ForeignAttachment,
+                format!("volume {} is attached to instance {other}, not to {}", volume.id, vm.id),
+            );
+        }
+        None => {}
+    }
+    match &i.attach {
+        // Vultr refuses attachment while the instance installs.
+        ReceiptFacts::None if vm.ready && volume.ready => Action::Dispatch(ResourceKind::Attach),
+        ReceiptFacts::None => Action::Wait,
+        ReceiptFacts::Rejected { status, message } => Action::Block(
+            BlockedReason::AttachRejected,
+            format!("attach rejected with {status}: {message}"),
+        ),
+        ReceiptFacts::Unknown { observations } | ReceiptFacts::Known { observations, .. } => {
+            if *observations + 1 >= max {
+                Action::Block(
+                    BlockedReason::UncertainAttach,
+                    format!("attachment of {} to {} not visible after {max} observations", volume.id, vm.id),
+                )
+            } else {
+                Action::CountObservation(ResourceKind::Attach)
+            }
+        }
+    }
+}
+
+/// The next deletion step for one resource, or `None` when it is gone (or
+/// never existed).
+fn absent_step(kind: ResourceKind, r: &Resource, max: i64) -> Option<Action> {
+    if r.progress.deleted {
+        return None;
+    }
+    match (&r.receipt, &r.seen) {
+        // Nothing was ever sent, or it was refused: nothing to delete.
+        (ReceiptFacts::None | ReceiptFacts::Rejected { .. }, _) => None,
+        (ReceiptFacts::Unknown { .. }, Seen::NotRead | Seen::Present(_) | Seen::Missing) => Some(Action::Observe(kind)),
+        (ReceiptFacts::Unknown { observations }, Seen::ByLabel(found)) => match found.as_slice() {
+            // Absence from a listing does not prove the create never landed.
+            [] if *observations + 1 >= max => Some(Action::Block(
+                BlockedReason::UncertainDelete,
+                format!(
+                    "{} create outcome unknown and nothing carries its label after {max} observations; \
+                     absence from a listing does not prove it was never created",
+                    kind.as_str()
+                ),
+            )),
+            [] => Some(Action::CountObservation(kind)),
+            [one] => Some(Action::Adopt(kind, one.id.clone())),
+            many => Some(Action::Block(
+                BlockedReason::DuplicateMatches,
+                format!(
+                    "{} resources carry this dispatch's label: {}",
+                    many.len(),
+                    many.iter().map(|f| f.id.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            )),
+        },
+        (ReceiptFacts::Known { .. }, Seen::NotRead | Seen::ByLabel(_)) => Some(Action::Observe(kind)),
+        (ReceiptFacts::Known { id, .. }, Seen::Present(_)) => {
+            if !r.progress.seen {
+                Some(Action::MarkSeen(kind))
+            } else {
+                // DELETE may be repeated until a GET answers 404.
+                Some(Action::Delete(kind, id.clone()))
+            }
+        }
+        (ReceiptFacts::Known { id, observations }, Seen::Missing) => {
+            if r.progress.seen && r.progress.delete_sent {
+                Some(Action::ConfirmDeleted(kind))
+            } else if *observations + 1 >= max {
+                Some(Action::Block(
+                    BlockedReason::UncertainDelete,
+                    format!(
+                        "{} {id} answers 404 but was never seen to exist; it may still appear, so its \
+                         deletion cannot be confirmed",
+                        kind.as_str()
+                    ),
+                ))
+            } else {
+                Some(Action::CountObservation(kind))
+            }
+        }
+    }
+}
+
+fn decide_absent(i: &Inputs) -> Action {
+    let max = i.observations_max;
+    // The VM first: deleting it releases the volume's attachment.
+    if let Some(a) = absent_step(ResourceKind::Vm, &i.vm, max) {
+        return a;
+    }
+    if let Some(a) = absent_step(ResourceKind::Volume, &i.volume, max) {
+        return a;
+    }
+    Action::Deleted
+}
+
+/// Why a VM does not match the spec, if it does not.
+pub fn instance_mismatch(spec: &crate::ClientSpec, label: &str, inst: &crate::provider::Instance) -> Option<String> {
+    let mut why = vec![];
+    if inst.region != spec.region {
+        why.push(format!("region {} != {}", inst.region, spec.region));
+    }
+    if inst.plan != spec.plan {
+        why.push(format!("plan {} != {}", inst.plan, spec.plan));
+    }
+    if inst.os_id != spec.os_id {
+        why.push(format!("os_id {} != {}", inst.os_id, spec.os_id));
+    }
+    if inst.label != label {
+        why.push(format!("label {:?} != {label:?}", inst.label));
+    }
+    (!why.is_empty()).then(|| why.join("; "))
+}
+
+/// Why a volume does not match the spec, if it does not.
+pub fn block_mismatch(spec: &crate::ClientSpec, label: &str, b: &crate::provider::Block) -> Option<String> {
+    let mut why = vec![];
+    if b.region != spec.region {
+        why.push(format!("region {} != {}", b.region, spec.region));
+    }
+    if b.size_gb != spec.volume_gb {
+        why.push(format!("size {} GB != {} GB", b.size_gb, spec.volume_gb));
+    }
+    if !b.block_type.is_empty() && b.block_type != spec.volume_type.as_str() {
+        why.push(format!("type {} != {}", b.block_type, spec.volume_type.as_str()));
+    }
+    if b.label != label {
+        why.push(format!("label {:?} != {label:?}", b.label));
+    }
+    (!why.is_empty()).then(|| why.join("; "))
+}

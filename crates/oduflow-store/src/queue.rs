@@ -1,0 +1,589 @@
+//! The durable job queue: enqueue with an optional identity key, claim with
+//! per-client serialization, finish in one write, record failures with
+//! backoff, pause and resume.
+
+use crate::rows::{self, JOB_COLUMNS, JobRow, InfraRow};
+use crate::{both, Result, Store, StoreError, SETTING_QUEUE_PAUSED};
+use oduflow_model::*;
+use serde::Serialize;
+use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection, SqlitePool, Transaction};
+
+/// Failure backoff doubles per attempt up to this cap, so a job that keeps
+/// failing is retried at least every five minutes until its attempts run out.
+pub const RETRY_BACKOFF_CAP_MS: i64 = 5 * 60 * 1000;
+
+/// A job to enqueue.
+#[derive(Clone, Debug)]
+pub struct NewJob {
+    pub client_id: ClientId,
+    pub kind: JobKind,
+    pub generation: i64,
+    /// Deduplicates *pending* jobs: while a queued job has this key, another
+    /// enqueue with it is a no-op. A convenience, not a safety mechanism.
+    pub identity_key: Option<String>,
+    pub run_after_ms: i64,
+    pub attempts_max: i32,
+    pub payload: serde_json::Value,
+    pub created_ms: i64,
+}
+
+impl NewJob {
+    pub fn for_client(client_id: &ClientId, kind: JobKind, generation: i64, now_ms: i64, attempts_max: i32) -> Self {
+        Self {
+            client_id: client_id.clone(),
+            kind,
+            generation,
+            identity_key: Some(format!("{client_id}/{}/{generation}", kind.as_str())),
+            run_after_ms: now_ms,
+            attempts_max,
+            payload: serde_json::json!({}),
+            created_ms: now_ms,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Enqueued {
+    New(JobId),
+    /// A queued job with the same identity key exists already.
+    Duplicate(JobId),
+}
+
+impl Enqueued {
+    pub fn id(self) -> JobId {
+        match self {
+            Enqueued::New(id) | Enqueued::Duplicate(id) => id,
+        }
+    }
+}
+
+/// An audit event written in a job's main transaction.
+#[derive(Clone, Debug)]
+pub struct NewEvent {
+    pub kind: String,
+    pub detail: serde_json::Value,
+}
+
+/// What happens to the job after this run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobNext {
+    /// Its purpose is achieved (or settled as blocked).
+    Done,
+    /// It was for an older generation or target: a no-op.
+    Stale,
+    /// Progress made; run it again no earlier than this time. Not a failure:
+    /// attempts are not counted.
+    RunAgainAt(i64),
+}
+
+/// Everything a job run writes in its main transaction, applied at once.
+#[derive(Clone, Debug)]
+pub struct Finish {
+    pub next: JobNext,
+    /// The infra record as it should be after this run (mutable columns only
+    /// are written; the generation is checked, never changed here).
+    pub infra: Option<InfraRow>,
+    pub events: Vec<NewEvent>,
+    pub enqueue: Vec<NewJob>,
+}
+
+impl Finish {
+    pub fn stale() -> Self {
+        Finish { next: JobNext::Stale, infra: None, events: vec![], enqueue: vec![] }
+    }
+}
+
+/// What a worker needs to record a failure after the claim itself is gone
+/// (rolled back by an error or a panic).
+#[derive(Clone, Debug)]
+pub struct ClaimRef {
+    pub job_id: JobId,
+    pub client_id: ClientId,
+    pub generation: i64,
+    pub lease_token: Option<String>,
+}
+
+/// A claimed job. On PostgreSQL it holds the main transaction (and with it the
+/// row locks); on SQLite it holds a lease on the client's infra row.
+pub struct Claim {
+    pub job: JobRow,
+    /// The infra record as read at claim time.
+    pub infra: InfraRow,
+    inner: ClaimInner,
+}
+
+enum ClaimInner {
+    Pg(Transaction<'static, Postgres>),
+    Sqlite { pool: SqlitePool, lease_token: String },
+}
+
+/// A claim whose writes are applied but not yet committed.
+pub struct Applied {
+    inner: AppliedTx,
+}
+
+enum AppliedTx {
+    Pg(Transaction<'static, Postgres>),
+    Sqlite(Transaction<'static, Sqlite>),
+}
+
+impl Applied {
+    /// The one commit of the job's main transaction.
+    pub async fn commit(self) -> Result<()> {
+        match self.inner {
+            AppliedTx::Pg(tx) => tx.commit().await?,
+            AppliedTx::Sqlite(tx) => tx.commit().await?,
+        }
+        Ok(())
+    }
+}
+
+impl Claim {
+    pub fn claim_ref(&self) -> ClaimRef {
+        ClaimRef {
+            job_id: self.job.id,
+            client_id: self.job.client_id.clone(),
+            generation: self.job.generation,
+            lease_token: match &self.inner {
+                ClaimInner::Pg(_) => None,
+                ClaimInner::Sqlite { lease_token, .. } => Some(lease_token.clone()),
+            },
+        }
+    }
+
+    /// Applies the run's writes inside the main transaction without committing.
+    /// If the infra record's generation moved on while the job ran (possible on
+    /// SQLite only, where no row lock is held), the job becomes stale and its
+    /// infra write is dropped; its events are still kept.
+    pub async fn apply(self, finish: &Finish, now_ms: i64) -> Result<Applied> {
+        let job = self.job;
+        match self.inner {
+            ClaimInner::Pg(mut tx) => {
+                apply_in(&mut *tx, &job, finish, None, now_ms).await?;
+                Ok(Applied { inner: AppliedTx::Pg(tx) })
+            }
+            ClaimInner::Sqlite { pool, lease_token } => {
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                apply_in(&mut *tx, &job, finish, Some(&lease_token), now_ms).await?;
+                Ok(Applied { inner: AppliedTx::Sqlite(tx) })
+            }
+        }
+    }
+
+    /// Gives the job back untouched (rollback on PostgreSQL, lease released on
+    /// SQLite).
+    pub async fn release(self) -> Result<()> {
+        match self.inner {
+            ClaimInner::Pg(tx) => tx.rollback().await?,
+            ClaimInner::Sqlite { pool, lease_token } => {
+                sqlx::query("UPDATE infra SET lease_owner = NULL, lease_until_ms = NULL \
+                             WHERE client_id = $1 AND lease_owner = $2")
+                    .bind(self.job.client_id.as_str())
+                    .bind(&lease_token)
+                    .execute(&pool)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Queries that run on either backend's connection, inside a transaction the
+/// caller owns.
+pub(crate) trait Conn {
+    async fn job_insert(&mut self, job: &NewJob) -> Result<Enqueued>;
+    async fn event_insert(&mut self, client: Option<&ClientId>, kind: &str, detail: &serde_json::Value, at_ms: i64) -> Result<()>;
+    async fn infra_lock_state(&mut self, client: &ClientId) -> Result<(i64, Option<String>)>;
+    async fn infra_write(&mut self, infra: &InfraRow, now_ms: i64) -> Result<()>;
+    async fn job_set_next(&mut self, job: JobId, next: &JobNext, now_ms: i64) -> Result<()>;
+    async fn lease_release(&mut self, client: &ClientId, token: &str) -> Result<()>;
+}
+
+macro_rules! impl_conn {
+    ($conn:ty) => {
+        impl Conn for $conn {
+            async fn job_insert(&mut self, job: &NewJob) -> Result<Enqueued> {
+                let id: Option<i64> = sqlx::query_scalar(
+                    "INSERT INTO jobs (client_id, kind, generation, identity_key, state, attempts_max, \
+                     run_after_ms, payload, created_ms) VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $8) \
+                     ON CONFLICT (identity_key) WHERE state = 'queued' AND identity_key IS NOT NULL \
+                     DO NOTHING RETURNING id",
+                )
+                .bind(job.client_id.as_str())
+                .bind(job.kind.as_str())
+                .bind(job.generation)
+                .bind(job.identity_key.as_deref())
+                .bind(i64::from(job.attempts_max))
+                .bind(job.run_after_ms)
+                .bind(job.payload.to_string())
+                .bind(job.created_ms)
+                .fetch_optional(&mut *self)
+                .await?;
+                if let Some(id) = id {
+                    return Ok(Enqueued::New(JobId(id)));
+                }
+                let id: i64 = sqlx::query_scalar(
+                    "SELECT id FROM jobs WHERE identity_key = $1 AND state = 'queued'",
+                )
+                .bind(job.identity_key.as_deref())
+                .fetch_one(&mut *self)
+                .await?;
+                Ok(Enqueued::Duplicate(JobId(id)))
+            }
+
+            async fn event_insert(&mut self, client: Option<&ClientId>, kind: &str, detail: &serde_json::Value, at_ms: i64) -> Result<()> {
+                sqlx::query("INSERT INTO events (client_ref, kind, detail, at_ms) VALUES ($1, $2, $3, $4)")
+                    .bind(client.map(|c| c.as_str()))
+                    .bind(kind)
+                    .bind(detail.to_string())
+                    .bind(at_ms)
+                    .execute(&mut *self)
+                    .await?;
+                Ok(())
+            }
+
+            async fn infra_lock_state(&mut self, client: &ClientId) -> Result<(i64, Option<String>)> {
+                Ok(sqlx::query_as("SELECT generation, lease_owner FROM infra WHERE client_id = $1")
+                    .bind(client.as_str())
+                    .fetch_one(&mut *self)
+                    .await?)
+            }
+
+            async fn infra_write(&mut self, i: &InfraRow, now_ms: i64) -> Result<()> {
+                sqlx::query(
+                    "UPDATE infra SET status = $2, blocked_reason = $3, blocked_detail = $4, \
+                     key_fingerprint = $5, vm_id = $6, volume_id = $7, vm_dispatch_generation = $8, \
+                     volume_dispatch_generation = $9, attach_dispatch_generation = $10, progress = $11, \
+                     updated_ms = $12 WHERE client_id = $1 AND generation = $13",
+                )
+                .bind(i.client_id.as_str())
+                .bind(i.status.as_str())
+                .bind(i.blocked_reason.map(|r| r.as_str()))
+                .bind(i.blocked_detail.as_deref())
+                .bind(i.key_fingerprint.as_ref().map(|k| k.as_str()))
+                .bind(i.vm_id.as_ref().map(|k| k.as_str()))
+                .bind(i.volume_id.as_ref().map(|k| k.as_str()))
+                .bind(i.vm_dispatch_generation)
+                .bind(i.volume_dispatch_generation)
+                .bind(i.attach_dispatch_generation)
+                .bind(i.progress.to_string())
+                .bind(now_ms)
+                .bind(i.generation)
+                .execute(&mut *self)
+                .await?;
+                Ok(())
+            }
+
+            async fn job_set_next(&mut self, job: JobId, next: &JobNext, now_ms: i64) -> Result<()> {
+                let (state, run_after, finished): (&str, Option<i64>, Option<i64>) = match next {
+                    JobNext::Done => ("done", None, Some(now_ms)),
+                    JobNext::Stale => ("stale", None, Some(now_ms)),
+                    JobNext::RunAgainAt(t) => ("queued", Some(*t), None),
+                };
+                sqlx::query(
+                    "UPDATE jobs SET state = $2, run_after_ms = COALESCE($3, run_after_ms), finished_ms = $4 \
+                     WHERE id = $1",
+                )
+                .bind(job.0)
+                .bind(state)
+                .bind(run_after)
+                .bind(finished)
+                .execute(&mut *self)
+                .await?;
+                Ok(())
+            }
+
+            async fn lease_release(&mut self, client: &ClientId, token: &str) -> Result<()> {
+                sqlx::query("UPDATE infra SET lease_owner = NULL, lease_until_ms = NULL \
+                             WHERE client_id = $1 AND lease_owner = $2")
+                    .bind(client.as_str())
+                    .bind(token)
+                    .execute(&mut *self)
+                    .await?;
+                Ok(())
+            }
+        }
+    };
+}
+impl_conn!(PgConnection);
+impl_conn!(SqliteConnection);
+
+pub(crate) async fn job_insert(c: &mut impl Conn, job: &NewJob) -> Result<Enqueued> {
+    c.job_insert(job).await
+}
+
+pub(crate) async fn event_insert(
+    c: &mut impl Conn,
+    client: Option<&ClientId>,
+    kind: &str,
+    detail: &serde_json::Value,
+    at_ms: i64,
+) -> Result<()> {
+    c.event_insert(client, kind, detail, at_ms).await
+}
+
+async fn apply_in(
+    c: &mut impl Conn,
+    job: &JobRow,
+    finish: &Finish,
+    lease_token: Option<&str>,
+    now_ms: i64,
+) -> Result<()> {
+    let (generation, lease_owner) = c.infra_lock_state(&job.client_id).await?;
+    if let Some(token) = lease_token {
+        if lease_owner.as_deref() != Some(token) {
+            return Err(StoreError::LeaseLost(job.client_id.to_string()));
+        }
+    }
+    let mut next = finish.next.clone();
+    match &finish.infra {
+        Some(infra) if infra.generation == generation => {
+            c.infra_write(infra, now_ms).await?;
+        }
+        Some(_) => next = JobNext::Stale,
+        None => {}
+    }
+    if generation > job.generation {
+        next = JobNext::Stale;
+    }
+    if let Some(token) = lease_token {
+        c.lease_release(&job.client_id, token).await?;
+    }
+    c.job_set_next(job.id, &next, now_ms).await?;
+    for e in &finish.events {
+        c.event_insert(Some(&job.client_id), &e.kind, &e.detail, now_ms).await?;
+    }
+    for j in &finish.enqueue {
+        c.job_insert(j).await?;
+    }
+    Ok(())
+}
+
+/// Counts of the queue, for `oduflow queue status`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct QueueStatus {
+    pub paused: bool,
+    pub queued: i64,
+    pub runnable: i64,
+    pub done: i64,
+    pub stale: i64,
+    pub failed: i64,
+    /// When the next scheduled (not yet runnable) job becomes runnable.
+    pub next_run_after_ms: Option<i64>,
+    /// Clients not yet ready, deleted or blocked.
+    pub unsettled_clients: i64,
+}
+
+impl QueueStatus {
+    /// Nothing left to do: no queued job and every client ready, deleted or
+    /// blocked.
+    pub fn is_settled(&self) -> bool {
+        self.queued == 0 && self.unsettled_clients == 0
+    }
+}
+
+impl Store {
+    pub async fn job_enqueue(&self, job: &NewJob) -> Result<Enqueued> {
+        both!(self, p => {
+            let mut tx = p.begin().await?;
+            let r = job_insert(&mut *tx, job).await?;
+            tx.commit().await?;
+            Ok(r)
+        })
+    }
+
+    /// Claims the next runnable job whose client is not being worked on, or
+    /// `None`. Returns nothing while the queue is paused.
+    pub async fn job_claim_next(&self, worker: &str, now_ms: i64, lease_ms: i64) -> Result<Option<Claim>> {
+        match self {
+            Store::Pg(p) => {
+                let mut tx = p.begin().await?;
+                // Locking the job and the client's infra row together, both
+                // with SKIP LOCKED, means a job whose client is busy is simply
+                // passed over instead of waited on.
+                let sql = "SELECT j.id FROM jobs j JOIN infra i ON i.client_id = j.client_id \
+                     WHERE j.state = 'queued' AND j.run_after_ms <= $1 \
+                     AND NOT EXISTS (SELECT 1 FROM settings WHERE key = 'queue_paused' AND value = 'true') \
+                     ORDER BY j.run_after_ms, j.id LIMIT 1 FOR UPDATE OF j, i SKIP LOCKED";
+                let id: Option<i64> = sqlx::query_scalar(sql).bind(now_ms).fetch_optional(&mut *tx).await?;
+                let Some(id) = id else {
+                    tx.rollback().await?;
+                    return Ok(None);
+                };
+                let (job, infra) = read_job_and_infra(&mut *tx, id).await?;
+                Ok(Some(Claim { job, infra, inner: ClaimInner::Pg(tx) }))
+            }
+            Store::Sqlite(p) => {
+                let token = format!("{worker}/{}", uuid::Uuid::new_v4());
+                let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;
+                let sql = "SELECT j.id, j.client_id FROM jobs j JOIN infra i ON i.client_id = j.client_id \
+                     WHERE j.state = 'queued' AND j.run_after_ms <= $1 \
+                     AND (i.lease_owner IS NULL OR i.lease_until_ms < $1) \
+                     AND NOT EXISTS (SELECT 1 FROM settings WHERE key = 'queue_paused' AND value = 'true') \
+                     ORDER BY j.run_after_ms, j.id LIMIT 1";
+                let row: Option<(i64, String)> = sqlx::query_as(sql).bind(now_ms).fetch_optional(&mut *tx).await?;
+                let Some((id, client)) = row else {
+                    tx.rollback().await?;
+                    return Ok(None);
+                };
+                sqlx::query("UPDATE infra SET lease_owner = $2, lease_until_ms = $3 WHERE client_id = $1")
+                    .bind(&client)
+                    .bind(&token)
+                    .bind(now_ms + lease_ms)
+                    .execute(&mut *tx)
+                    .await?;
+                let (job, infra) = read_job_and_infra(&mut *tx, id).await?;
+                tx.commit().await?;
+                Ok(Some(Claim { job, infra, inner: ClaimInner::Sqlite { pool: p.clone(), lease_token: token } }))
+            }
+        }
+    }
+
+    /// Records a failed run after its claim was rolled back: counts the
+    /// attempt and schedules a retry with exponential backoff, or, past the
+    /// job's attempts, fails it and blocks the client so it does not wait
+    /// forever (invariant 4).
+    pub async fn job_record_failure(&self, c: &ClaimRef, error: &str, now_ms: i64, retry_base_ms: i64) -> Result<JobState> {
+        let error: String = error.chars().take(2000).collect();
+        both!(self, p => {
+            let mut tx = p.begin().await?;
+            let row: Option<(i64, i64, String)> =
+                sqlx::query_as("SELECT attempts, attempts_max, state FROM jobs WHERE id = $1")
+                    .bind(c.job_id.0)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            let Some((attempts, attempts_max, state)) = row else {
+                return Err(StoreError::Corrupt(format!("job {} vanished", c.job_id)));
+            };
+            if state != "queued" {
+                // Someone else ran it to completion in the meantime.
+                tx.commit().await?;
+                return Ok(JobState::parse(&state).unwrap_or(JobState::Done));
+            }
+            let attempts = attempts + 1;
+            let exhausted = attempts >= attempts_max;
+            let backoff = retry_base_ms
+                .saturating_mul(1_i64 << (attempts - 1).clamp(0, 20))
+                .min(RETRY_BACKOFF_CAP_MS);
+            sqlx::query(
+                "UPDATE jobs SET attempts = $2, last_error = $3, run_after_ms = $4, state = $5, finished_ms = $6 \
+                 WHERE id = $1",
+            )
+            .bind(c.job_id.0)
+            .bind(attempts)
+            .bind(&error)
+            .bind(now_ms + backoff)
+            .bind(if exhausted { "failed" } else { "queued" })
+            .bind(if exhausted { Some(now_ms) } else { None })
+            .execute(&mut *tx)
+            .await?;
+            if exhausted {
+                sqlx::query(
+                    "UPDATE infra SET status = 'blocked', blocked_reason = 'attempts_exhausted', \
+                     blocked_detail = $3, updated_ms = $4 WHERE client_id = $1 AND generation = $2",
+                )
+                .bind(c.client_id.as_str())
+                .bind(c.generation)
+                .bind(format!("job {} failed {attempts} times; last error: {error}", c.job_id))
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await?;
+            }
+            event_insert(&mut *tx, Some(&c.client_id), "job_failed", &serde_json::json!({
+                "job": c.job_id.0, "attempts": attempts, "exhausted": exhausted, "error": error,
+            }), now_ms).await?;
+            if let Some(token) = &c.lease_token {
+                (&mut *tx).lease_release(&c.client_id, token).await?;
+            }
+            tx.commit().await?;
+            Ok(if exhausted { JobState::Failed } else { JobState::Queued })
+        })
+    }
+
+    pub async fn queue_status(&self, now_ms: i64) -> Result<QueueStatus> {
+        both!(self, p => {
+            let counts: Vec<(String, i64)> = sqlx::query_as("SELECT state, count(*) FROM jobs GROUP BY state")
+                .fetch_all(p).await?;
+            let mut s = QueueStatus::default();
+            for (state, n) in counts {
+                match state.as_str() {
+                    "queued" => s.queued = n,
+                    "done" => s.done = n,
+                    "stale" => s.stale = n,
+                    "failed" => s.failed = n,
+                    _ => {}
+                }
+            }
+            s.runnable = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state = 'queued' AND run_after_ms <= $1")
+                .bind(now_ms).fetch_one(p).await?;
+            s.next_run_after_ms = sqlx::query_scalar("SELECT min(run_after_ms) FROM jobs WHERE state = 'queued' AND run_after_ms > $1")
+                .bind(now_ms).fetch_one(p).await?;
+            s.unsettled_clients = sqlx::query_scalar(
+                "SELECT count(*) FROM infra WHERE status NOT IN ('ready', 'deleted', 'blocked')")
+                .fetch_one(p).await?;
+            s.paused = self.setting_get(SETTING_QUEUE_PAUSED).await?.as_deref() == Some("true");
+            Ok(s)
+        })
+    }
+
+    pub async fn queue_set_paused(&self, paused: bool, now_ms: i64) -> Result<()> {
+        self.setting_set(SETTING_QUEUE_PAUSED, if paused { "true" } else { "false" }).await?;
+        both!(self, p => {
+            let mut c = p.acquire().await?;
+            event_insert(&mut *c, None, if paused { "queue_paused" } else { "queue_resumed" },
+                &serde_json::json!({}), now_ms).await
+        })
+    }
+
+    pub async fn jobs_for_client(&self, client: &ClientId) -> Result<Vec<JobRow>> {
+        let sql = sqlx::AssertSqlSafe(format!("SELECT {JOB_COLUMNS} FROM jobs j WHERE j.client_id = $1 ORDER BY j.id"));
+        both!(self, p => {
+            let rows = sqlx::query(sql).bind(client.as_str()).fetch_all(p).await?;
+            rows.iter().map(rows::job_from_row).collect()
+        })
+    }
+
+    pub async fn job_get(&self, id: JobId) -> Result<Option<JobRow>> {
+        let sql = sqlx::AssertSqlSafe(format!("SELECT {JOB_COLUMNS} FROM jobs j WHERE j.id = $1"));
+        both!(self, p => {
+            let row = sqlx::query(sql).bind(id.0).fetch_optional(p).await?;
+            row.as_ref().map(rows::job_from_row).transpose()
+        })
+    }
+}
+
+async fn read_job_and_infra<C>(c: &mut C, id: i64) -> Result<(JobRow, InfraRow)>
+where
+    C: ReadJob,
+{
+    c.read_job_and_infra(id).await
+}
+
+pub(crate) trait ReadJob {
+    async fn read_job_and_infra(&mut self, id: i64) -> Result<(JobRow, InfraRow)>;
+}
+
+macro_rules! impl_read_job {
+    ($conn:ty) => {
+        impl ReadJob for $conn {
+            async fn read_job_and_infra(&mut self, id: i64) -> Result<(JobRow, InfraRow)> {
+                let sql = sqlx::AssertSqlSafe(format!("SELECT {JOB_COLUMNS} FROM jobs j WHERE j.id = $1"));
+                let row = sqlx::query(sql).bind(id).fetch_one(&mut *self).await?;
+                let job = rows::job_from_row(&row)?;
+                let row = sqlx::query(
+                    "SELECT client_id, region, plan, os_id, volume_gb, volume_type, target, generation, status, \
+                     blocked_reason, blocked_detail, key_fingerprint, vm_id, volume_id, vm_dispatch_generation, \
+                     volume_dispatch_generation, attach_dispatch_generation, progress, updated_ms \
+                     FROM infra WHERE client_id = $1",
+                )
+                .bind(job.client_id.as_str())
+                .fetch_one(&mut *self)
+                .await?;
+                let infra = rows::infra_from_row(&row, "client_id")?;
+                Ok((job, infra))
+            }
+        }
+    };
+}
+impl_read_job!(PgConnection);
+impl_read_job!(SqliteConnection);

@@ -1,0 +1,209 @@
+//! Dispatch receipts: the durable record of every create or attach sent.
+//!
+//! [`ReceiptLedger`] writes each change in its own short transaction on a
+//! connection of its own, so a receipt commits independently of the job's main
+//! transaction and survives its rollback, a panic or the worker's death. The
+//! engine's receipt writer is its only user. Nothing here deletes a receipt or
+//! replaces a recorded resource id, and the schema's triggers refuse both.
+
+use crate::queue::Conn;
+use crate::rows::{self, IdSource, RECEIPT_COLUMNS, ReceiptRow};
+use crate::{both, Result, Store, StoreError};
+use oduflow_model::*;
+
+/// A receipt to claim before a dispatch is sent.
+#[derive(Clone, Debug)]
+pub struct NewReceipt {
+    pub operation_key: OperationKey,
+    pub client_ref: ClientId,
+    pub resource_kind: ResourceKind,
+    pub dispatch_generation: i64,
+    pub label: Label,
+    pub region: String,
+    pub spec_digest: String,
+    pub key_fingerprint: KeyFingerprint,
+    pub claimed_ms: i64,
+}
+
+/// Independent-commit access to receipts and the audit trail.
+#[derive(Clone, Debug)]
+pub struct ReceiptLedger {
+    store: Store,
+}
+
+/// Opens a write transaction: `BEGIN IMMEDIATE` on SQLite so the write lock is
+/// taken up front (a deferred transaction could fail on the read-to-write
+/// upgrade without waiting).
+macro_rules! write_tx {
+    (Pg, $p:expr) => {
+        $p.begin().await?
+    };
+    (Sqlite, $p:expr) => {
+        $p.begin_with("BEGIN IMMEDIATE").await?
+    };
+}
+
+macro_rules! ledger_write {
+    ($store:expr, $tx:ident => $body:expr) => {
+        match $store {
+            Store::Pg(p) => {
+                let mut $tx = write_tx!(Pg, p);
+                let r = $body;
+                $tx.commit().await?;
+                r
+            }
+            Store::Sqlite(p) => {
+                let mut $tx = write_tx!(Sqlite, p);
+                let r = $body;
+                $tx.commit().await?;
+                r
+            }
+        }
+    };
+}
+
+impl ReceiptLedger {
+    pub fn new(store: Store) -> Self {
+        Self { store }
+    }
+
+    /// Commits a new receipt. Must happen before the request is sent.
+    pub async fn receipt_claim(&self, r: &NewReceipt) -> Result<()> {
+        ledger_write!(&self.store, tx => {
+            let n = sqlx::query(
+                "INSERT INTO dispatch_receipts (operation_key, client_ref, resource_kind, dispatch_generation, \
+                 label, region, spec_digest, key_fingerprint, claimed_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
+            )
+            .bind(r.operation_key.as_str())
+            .bind(r.client_ref.as_str())
+            .bind(r.resource_kind.as_str())
+            .bind(r.dispatch_generation)
+            .bind(r.label.as_str())
+            .bind(&r.region)
+            .bind(&r.spec_digest)
+            .bind(r.key_fingerprint.as_str())
+            .bind(r.claimed_ms)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if n == 0 {
+                return Err(StoreError::ReceiptExists(r.operation_key.to_string()));
+            }
+            (&mut *tx).event_insert(Some(&r.client_ref), "receipt_claimed", &serde_json::json!({
+                "operation_key": r.operation_key, "label": r.label, "kind": r.resource_kind,
+            }), r.claimed_ms).await?;
+        });
+        Ok(())
+    }
+
+    /// Records that the request is about to leave (audit, invariant 7).
+    pub async fn receipt_mark_sent(&self, key: &OperationKey, client: &ClientId, now_ms: i64) -> Result<()> {
+        ledger_write!(&self.store, tx => {
+            sqlx::query("UPDATE dispatch_receipts SET sent_ms = COALESCE(sent_ms, $2) WHERE operation_key = $1")
+                .bind(key.as_str()).bind(now_ms).execute(&mut *tx).await?;
+            (&mut *tx).event_insert(Some(client), "request_sent", &serde_json::json!({
+                "operation_key": key,
+            }), now_ms).await?;
+        });
+        Ok(())
+    }
+
+    /// Records the resource id learnt for a dispatch. Recording the same id
+    /// again is harmless; a different one is refused.
+    pub async fn receipt_record_id(&self, key: &OperationKey, id: &str, source: IdSource, now_ms: i64) -> Result<()> {
+        ledger_write!(&self.store, tx => {
+            let n = sqlx::query(
+                "UPDATE dispatch_receipts SET resource_id = $2, resource_id_source = $3 \
+                 WHERE operation_key = $1 AND resource_id IS NULL",
+            )
+            .bind(key.as_str()).bind(id).bind(source.as_str())
+            .execute(&mut *tx).await?.rows_affected();
+            let recorded: Option<(Option<String>, String)> = sqlx::query_as(
+                "SELECT resource_id, client_ref FROM dispatch_receipts WHERE operation_key = $1")
+                .bind(key.as_str()).fetch_optional(&mut *tx).await?;
+            let Some((recorded, client)) = recorded else {
+                return Err(StoreError::ReceiptNotFound(key.to_string()));
+            };
+            if recorded.as_deref() != Some(id) {
+                return Err(StoreError::ReceiptIdConflict {
+                    operation_key: key.to_string(),
+                    recorded: recorded.unwrap_or_default(),
+                    offered: id.to_owned(),
+                });
+            }
+            if n == 1 {
+                (&mut *tx).event_insert(Some(&ClientId(client)), "resource_id_recorded", &serde_json::json!({
+                    "operation_key": key, "resource_id": id, "source": source,
+                }), now_ms).await?;
+            }
+        });
+        Ok(())
+    }
+
+    /// Records a definitive rejection (400/401/403/422 answered to the
+    /// creation call itself). Only code around that call may do this.
+    pub async fn receipt_record_rejection(&self, key: &OperationKey, status: u16, message: &str, now_ms: i64) -> Result<()> {
+        ledger_write!(&self.store, tx => {
+            let client: String = sqlx::query_scalar(
+                "UPDATE dispatch_receipts SET rejection_status = $2, rejection_message = $3 \
+                 WHERE operation_key = $1 AND resource_id IS NULL RETURNING client_ref")
+                .bind(key.as_str()).bind(i64::from(status)).bind(message)
+                .fetch_optional(&mut *tx).await?
+                .ok_or_else(|| StoreError::ReceiptNotFound(key.to_string()))?;
+            (&mut *tx).event_insert(Some(&ClientId(client)), "dispatch_rejected", &serde_json::json!({
+                "operation_key": key, "status": status, "message": message,
+            }), now_ms).await?;
+        });
+        Ok(())
+    }
+
+    /// Counts one observation made for a dispatch and keeps its summary.
+    pub async fn receipt_observe(&self, key: &OperationKey, summary: &str) -> Result<i64> {
+        Ok(ledger_write!(&self.store, tx => {
+            sqlx::query_scalar::<_, i64>(
+                "UPDATE dispatch_receipts SET observation_count = observation_count + 1, last_observation = $2 \
+                 WHERE operation_key = $1 RETURNING observation_count")
+                .bind(key.as_str()).bind(summary)
+                .fetch_optional(&mut *tx).await?
+                .ok_or_else(|| StoreError::ReceiptNotFound(key.to_string()))?
+        }))
+    }
+
+    /// An audit event that must survive a rollback of the job (a provider
+    /// request and its answer, for example).
+    pub async fn event_append(&self, client: Option<&ClientId>, kind: &str, detail: &serde_json::Value, now_ms: i64) -> Result<()> {
+        ledger_write!(&self.store, tx => {
+            (&mut *tx).event_insert(client, kind, detail, now_ms).await?;
+        });
+        Ok(())
+    }
+}
+
+impl Store {
+    pub async fn receipts_for_client(&self, client: &ClientId) -> Result<Vec<ReceiptRow>> {
+        let sql = sqlx::AssertSqlSafe(format!(
+            "SELECT {RECEIPT_COLUMNS} FROM dispatch_receipts WHERE client_ref = $1 ORDER BY claimed_ms, operation_key"
+        ));
+        both!(self, p => {
+            let rows = sqlx::query(sql).bind(client.as_str()).fetch_all(p).await?;
+            rows.iter().map(rows::receipt_from_row).collect()
+        })
+    }
+
+    pub async fn receipt_get(&self, key: &OperationKey) -> Result<Option<ReceiptRow>> {
+        let sql = sqlx::AssertSqlSafe(format!("SELECT {RECEIPT_COLUMNS} FROM dispatch_receipts WHERE operation_key = $1"));
+        both!(self, p => {
+            let row = sqlx::query(sql).bind(key.as_str()).fetch_optional(p).await?;
+            row.as_ref().map(rows::receipt_from_row).transpose()
+        })
+    }
+
+    pub async fn receipts_all(&self) -> Result<Vec<ReceiptRow>> {
+        let sql = sqlx::AssertSqlSafe(format!("SELECT {RECEIPT_COLUMNS} FROM dispatch_receipts ORDER BY claimed_ms, operation_key"));
+        both!(self, p => {
+            let rows = sqlx::query(sql).fetch_all(p).await?;
+            rows.iter().map(rows::receipt_from_row).collect()
+        })
+    }
+}

@@ -1,0 +1,265 @@
+//! Typed rows, decoded the same way from either backend.
+
+use crate::{Result, StoreError};
+use oduflow_model::*;
+use serde::Serialize;
+use sqlx::Row;
+
+/// Column access shared by both backends' rows.
+pub(crate) trait RowExt {
+    fn text(&self, col: &str) -> Result<String>;
+    fn text_opt(&self, col: &str) -> Result<Option<String>>;
+    fn int(&self, col: &str) -> Result<i64>;
+    fn int_opt(&self, col: &str) -> Result<Option<i64>>;
+}
+
+macro_rules! row_ext {
+    ($row:ty) => {
+        impl RowExt for $row {
+            fn text(&self, col: &str) -> Result<String> {
+                Ok(self.try_get::<String, _>(col)?)
+            }
+            fn text_opt(&self, col: &str) -> Result<Option<String>> {
+                Ok(self.try_get::<Option<String>, _>(col)?)
+            }
+            fn int(&self, col: &str) -> Result<i64> {
+                Ok(self.try_get::<i64, _>(col)?)
+            }
+            fn int_opt(&self, col: &str) -> Result<Option<i64>> {
+                Ok(self.try_get::<Option<i64>, _>(col)?)
+            }
+        }
+    };
+}
+row_ext!(sqlx::postgres::PgRow);
+row_ext!(sqlx::sqlite::SqliteRow);
+
+fn parse<T>(what: &str, s: &str, f: impl Fn(&str) -> Option<T>) -> Result<T> {
+    f(s).ok_or_else(|| StoreError::Corrupt(format!("{what} {s:?}")))
+}
+
+/// One client with its infra record.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClientRow {
+    pub id: ClientId,
+    pub name: String,
+    pub created_ms: i64,
+    pub infra: InfraRow,
+}
+
+/// The infra record: desired spec, target, generation and what is known.
+#[derive(Clone, Debug, Serialize)]
+pub struct InfraRow {
+    pub client_id: ClientId,
+    pub spec: ClientSpec,
+    pub target: Target,
+    pub generation: i64,
+    pub status: ClientStatus,
+    pub blocked_reason: Option<BlockedReason>,
+    pub blocked_detail: Option<String>,
+    pub key_fingerprint: Option<KeyFingerprint>,
+    pub vm_id: Option<VultrInstanceId>,
+    pub volume_id: Option<VultrBlockId>,
+    pub vm_dispatch_generation: i64,
+    pub volume_dispatch_generation: i64,
+    pub attach_dispatch_generation: i64,
+    /// Progress of the current target that is not a provider id (JSON).
+    pub progress: serde_json::Value,
+    pub updated_ms: i64,
+}
+
+impl InfraRow {
+    pub fn dispatch_generation(&self, kind: ResourceKind) -> i64 {
+        match kind {
+            ResourceKind::Vm => self.vm_dispatch_generation,
+            ResourceKind::Volume => self.volume_dispatch_generation,
+            ResourceKind::Attach => self.attach_dispatch_generation,
+        }
+    }
+}
+
+pub(crate) fn infra_from_row(r: &impl RowExt, id_col: &str) -> Result<InfraRow> {
+    let volume_type = r.text("volume_type")?;
+    Ok(InfraRow {
+        client_id: ClientId(r.text(id_col)?),
+        spec: ClientSpec {
+            region: r.text("region")?,
+            plan: r.text("plan")?,
+            os_id: r.int("os_id")?,
+            volume_gb: r.int("volume_gb")?,
+            volume_type: VolumeType::parse(&volume_type)
+                .map_err(|_| StoreError::Corrupt(format!("volume_type {volume_type:?}")))?,
+        },
+        target: parse("target", &r.text("target")?, Target::parse)?,
+        generation: r.int("generation")?,
+        status: parse("status", &r.text("status")?, ClientStatus::parse)?,
+        blocked_reason: r
+            .text_opt("blocked_reason")?
+            .map(|s| parse("blocked_reason", &s, BlockedReason::parse))
+            .transpose()?,
+        blocked_detail: r.text_opt("blocked_detail")?,
+        key_fingerprint: r.text_opt("key_fingerprint")?.map(KeyFingerprint),
+        vm_id: r.text_opt("vm_id")?.map(VultrInstanceId),
+        volume_id: r.text_opt("volume_id")?.map(VultrBlockId),
+        vm_dispatch_generation: r.int("vm_dispatch_generation")?,
+        volume_dispatch_generation: r.int("volume_dispatch_generation")?,
+        attach_dispatch_generation: r.int("attach_dispatch_generation")?,
+        progress: json_col(&r.text("progress")?)?,
+        updated_ms: r.int("updated_ms")?,
+    })
+}
+
+pub(crate) fn client_from_row(r: &impl RowExt) -> Result<ClientRow> {
+    Ok(ClientRow {
+        id: ClientId(r.text("id")?),
+        name: r.text("name")?,
+        created_ms: r.int("created_ms")?,
+        infra: infra_from_row(r, "id")?,
+    })
+}
+
+fn json_col(s: &str) -> Result<serde_json::Value> {
+    serde_json::from_str(s).map_err(|e| StoreError::Corrupt(format!("json {e}")))
+}
+
+/// One queued unit of work.
+#[derive(Clone, Debug, Serialize)]
+pub struct JobRow {
+    pub id: JobId,
+    pub client_id: ClientId,
+    pub kind: JobKind,
+    pub generation: i64,
+    pub identity_key: Option<String>,
+    pub state: JobState,
+    pub attempts: i64,
+    pub attempts_max: i64,
+    pub run_after_ms: i64,
+    pub payload: serde_json::Value,
+    pub last_error: Option<String>,
+    pub created_ms: i64,
+    pub finished_ms: Option<i64>,
+}
+
+pub(crate) const JOB_COLUMNS: &str = "j.id, j.client_id, j.kind, j.generation, j.identity_key, \
+    j.state, j.attempts, j.attempts_max, j.run_after_ms, j.payload, j.last_error, j.created_ms, j.finished_ms";
+
+pub(crate) fn job_from_row(r: &impl RowExt) -> Result<JobRow> {
+    Ok(JobRow {
+        id: JobId(r.int("id")?),
+        client_id: ClientId(r.text("client_id")?),
+        kind: parse("job kind", &r.text("kind")?, JobKind::parse)?,
+        generation: r.int("generation")?,
+        identity_key: r.text_opt("identity_key")?,
+        state: parse("job state", &r.text("state")?, JobState::parse)?,
+        attempts: r.int("attempts")?,
+        attempts_max: r.int("attempts_max")?,
+        run_after_ms: r.int("run_after_ms")?,
+        payload: json_col(&r.text("payload")?)?,
+        last_error: r.text_opt("last_error")?,
+        created_ms: r.int("created_ms")?,
+        finished_ms: r.int_opt("finished_ms")?,
+    })
+}
+
+/// Where a receipt's resource id came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdSource {
+    /// The create call's own response.
+    Response,
+    /// Found by the dispatch's unique label after an unknown outcome.
+    AdoptedByLabel,
+    /// Named by an operator (`oduflow adopt`), after verification.
+    AdoptedByOperator,
+}
+
+impl IdSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdSource::Response => "response",
+            IdSource::AdoptedByLabel => "adopted_by_label",
+            IdSource::AdoptedByOperator => "adopted_by_operator",
+        }
+    }
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "response" => Some(Self::Response),
+            "adopted_by_label" => Some(Self::AdoptedByLabel),
+            "adopted_by_operator" => Some(Self::AdoptedByOperator),
+            _ => None,
+        }
+    }
+}
+
+/// The durable record of one dispatch.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReceiptRow {
+    pub operation_key: OperationKey,
+    pub client_ref: ClientId,
+    pub resource_kind: ResourceKind,
+    pub dispatch_generation: i64,
+    pub label: Label,
+    pub region: String,
+    pub spec_digest: String,
+    pub key_fingerprint: KeyFingerprint,
+    pub claimed_ms: i64,
+    pub sent_ms: Option<i64>,
+    pub resource_id: Option<String>,
+    pub resource_id_source: Option<IdSource>,
+    pub rejection_status: Option<i64>,
+    pub rejection_message: Option<String>,
+    pub observation_count: i64,
+    pub last_observation: Option<String>,
+    pub abandoned_by: Option<String>,
+    pub abandoned_reason: Option<String>,
+}
+
+pub(crate) const RECEIPT_COLUMNS: &str = "operation_key, client_ref, resource_kind, dispatch_generation, \
+    label, region, spec_digest, key_fingerprint, claimed_ms, sent_ms, resource_id, resource_id_source, \
+    rejection_status, rejection_message, observation_count, last_observation, abandoned_by, abandoned_reason";
+
+pub(crate) fn receipt_from_row(r: &impl RowExt) -> Result<ReceiptRow> {
+    Ok(ReceiptRow {
+        operation_key: OperationKey(r.text("operation_key")?),
+        client_ref: ClientId(r.text("client_ref")?),
+        resource_kind: parse("resource kind", &r.text("resource_kind")?, ResourceKind::parse)?,
+        dispatch_generation: r.int("dispatch_generation")?,
+        label: Label(r.text("label")?),
+        region: r.text("region")?,
+        spec_digest: r.text("spec_digest")?,
+        key_fingerprint: KeyFingerprint(r.text("key_fingerprint")?),
+        claimed_ms: r.int("claimed_ms")?,
+        sent_ms: r.int_opt("sent_ms")?,
+        resource_id: r.text_opt("resource_id")?,
+        resource_id_source: r
+            .text_opt("resource_id_source")?
+            .map(|s| parse("id source", &s, IdSource::parse))
+            .transpose()?,
+        rejection_status: r.int_opt("rejection_status")?,
+        rejection_message: r.text_opt("rejection_message")?,
+        observation_count: r.int("observation_count")?,
+        last_observation: r.text_opt("last_observation")?,
+        abandoned_by: r.text_opt("abandoned_by")?,
+        abandoned_reason: r.text_opt("abandoned_reason")?,
+    })
+}
+
+/// One audit event.
+#[derive(Clone, Debug, Serialize)]
+pub struct EventRow {
+    pub id: i64,
+    pub client_ref: Option<String>,
+    pub kind: String,
+    pub detail: serde_json::Value,
+    pub at_ms: i64,
+}
+
+pub(crate) fn event_from_row(r: &impl RowExt) -> Result<EventRow> {
+    Ok(EventRow {
+        id: r.int("id")?,
+        client_ref: r.text_opt("client_ref")?,
+        kind: r.text("kind")?,
+        detail: json_col(&r.text("detail")?)?,
+        at_ms: r.int("at_ms")?,
+    })
+}
