@@ -94,6 +94,12 @@ pub enum EngineError {
     Invariant(String),
 }
 
+/// Activates the fail points named in `FAILPOINTS` for the life of the
+/// returned guard (only in builds with the `failpoints` feature).
+pub fn fail_scenario() -> fail::FailScenario<'static> {
+    fail::FailScenario::setup()
+}
+
 /// Evaluates a named fail point (a no-op unless built with the `failpoints`
 /// feature). Configured via the `FAILPOINTS` environment variable, e.g.
 /// `FAILPOINTS=main-tx-commit=return` (fails the step with an error),

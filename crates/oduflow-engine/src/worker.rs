@@ -111,11 +111,18 @@ impl<P: Provider> Worker<P> {
     /// the queue's own tests and benchmarks use it.
     async fn noop(&self, claim: &Claim) -> Finish {
         let start_ms = self.now_ms();
+        let record = claim.job.payload.get("record").and_then(|v| v.as_bool()).unwrap_or(false);
+        if record {
+            // Committed on its own: lets a test see the run has begun.
+            let _ = self
+                .receipts
+                .audit(&claim.job.client_id, "noop_started", serde_json::json!({ "job": claim.job.id.0 }), start_ms)
+                .await;
+        }
         let sleep_ms = claim.job.payload.get("sleep_ms").and_then(|v| v.as_u64()).unwrap_or(0);
         if sleep_ms > 0 {
             tokio::time::sleep(Duration::from_millis(sleep_ms)).await;
         }
-        let record = claim.job.payload.get("record").and_then(|v| v.as_bool()).unwrap_or(false);
         let events = if record {
             vec![NewEvent {
                 kind: "noop_ran".into(),

@@ -1,1 +1,346 @@
-fn main() {}
+//! The `oduflow` command: CLI glue over the store, the engine, the Vultr
+//! adapter and the simulator. It parses, validates, calls, prints; nothing
+//! else lives here.
+
+mod config;
+mod demo;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use config::{BadInput, Config};
+use oduflow_engine::{Clock, SystemClock, Worker};
+use oduflow_model::provider::Provider;
+use oduflow_model::*;
+use oduflow_store::{ClientRow, Store, StoreError};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+#[derive(Parser)]
+#[command(name = "oduflow", version, about = "Provision and remove each client's Vultr infrastructure, never twice, never forgotten")]
+struct Cli {
+    /// TOML configuration file (default: ./oduflow.toml if it exists).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Create or migrate the database. Running it again is harmless.
+    Init,
+    /// Record intent for clients and look at them.
+    #[command(subcommand)]
+    Client(ClientCmd),
+    /// Run the queue.
+    Worker {
+        /// Exit once no job is queued and every client is ready, deleted or blocked.
+        #[arg(long)]
+        until_settled: bool,
+        /// Jobs run side by side in this process (default from config: 4).
+        #[arg(long)]
+        concurrency: Option<usize>,
+    },
+    /// Queue control.
+    #[command(subcommand)]
+    Queue(QueueCmd),
+    /// The embedded default end to end: a SQLite file and an in-process provider.
+    Demo {
+        /// How many clients to provision and then delete.
+        #[arg(long, default_value_t = 20)]
+        clients: usize,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClientCmd {
+    /// Record intent (target present) and enqueue provisioning.
+    Create {
+        name: String,
+        /// Vultr region id, e.g. ewr.
+        #[arg(long)]
+        region: String,
+        /// Vultr plan id, e.g. vc2-1c-1gb.
+        #[arg(long)]
+        plan: String,
+        /// Vultr operating system id, e.g. 2284.
+        #[arg(long = "os-id", allow_negative_numbers = true)]
+        os_id: i64,
+        /// Block volume size in GB.
+        #[arg(long = "volume-gb", allow_negative_numbers = true)]
+        volume_gb: i64,
+        /// high_perf (10-10000 GB) or storage_opt (40-40000 GB).
+        #[arg(long = "volume-type", default_value = "high_perf")]
+        volume_type: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set the target to absent: bumps the generation and enqueues deletion.
+    Delete {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Status, blocked reason and evidence, provider ids, receipts, events.
+    Show {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every client with its status.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum QueueCmd {
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop claiming jobs (running jobs finish).
+    Pause,
+    /// Claim jobs again.
+    Resume,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+        Err(e) => {
+            // One clear line, exit code 2, as for every other bad input.
+            let msg = e.to_string();
+            let first = msg.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+            eprintln!("oduflow: {first} (see oduflow --help)");
+            return ExitCode::from(2);
+        }
+    };
+    init_tracing();
+    let _failpoints = oduflow_engine::fail_scenario();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    match rt.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let bad_input = e.downcast_ref::<BadInput>().is_some()
+                || e.downcast_ref::<SpecError>().is_some()
+                || matches!(
+                    e.downcast_ref::<StoreError>(),
+                    Some(StoreError::InvalidUrl { .. } | StoreError::ClientExists(_) | StoreError::ClientNotFound(_))
+                );
+            eprintln!("oduflow: {}", chain(&e));
+            ExitCode::from(if bad_input { 2 } else { 1 })
+        }
+    }
+}
+
+fn chain(e: &anyhow::Error) -> String {
+    e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ")
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ODUFLOW_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+fn now_ms() -> i64 {
+    SystemClock.now_ms()
+}
+
+async fn open(cfg: &Config) -> Result<Store> {
+    Ok(Store::connect(&cfg.database_url, false).await?)
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let cfg = Config::load(cli.config.as_deref())?;
+    match cli.cmd {
+        Cmd::Init => {
+            let store = Store::connect(&cfg.database_url, true).await?;
+            store.migrate().await?;
+            println!("database ready: {}", oduflow_store::redact_url(&cfg.database_url));
+        }
+        Cmd::Client(c) => client(&cfg, c).await?,
+        Cmd::Queue(q) => queue(&cfg, q).await?,
+        Cmd::Worker { until_settled, concurrency } => {
+            let store = open(&cfg).await?;
+            let mut engine = cfg.engine();
+            if let Some(n) = concurrency {
+                if n == 0 {
+                    return Err(BadInput("--concurrency must be at least 1".into()).into());
+                }
+                engine.concurrency = n;
+            }
+            let provider = provider(&cfg)?;
+            let worker = Worker::new(store, provider, engine, Arc::new(SystemClock));
+            run_worker(worker, until_settled).await?;
+        }
+        Cmd::Demo { clients } => demo::run(&cfg, clients).await?,
+    }
+    Ok(())
+}
+
+/// The provider the worker drives.
+fn provider(cfg: &Config) -> Result<Arc<oduflow_engine::memory::MemoryProvider>> {
+    let key = cfg.api_key()?;
+    Ok(Arc::new(oduflow_engine::memory::MemoryProvider::new(KeyFingerprint::of_key(key))))
+}
+
+pub(crate) async fn run_worker<P: Provider>(worker: Worker<P>, until_settled: bool) -> Result<()> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            let _ = tx.send(true);
+        }
+    });
+    worker.run(until_settled, rx).await.context("worker")?;
+    Ok(())
+}
+
+async fn client(cfg: &Config, c: ClientCmd) -> Result<()> {
+    match c {
+        ClientCmd::Create { name, region, plan, os_id, volume_gb, volume_type, json } => {
+            // Validate everything before opening the database.
+            let name = ClientName::parse(&name)?;
+            let spec = ClientSpec::parse(&region, &plan, os_id, volume_gb, &volume_type)?;
+            let store = open(cfg).await?;
+            let row = store.client_create(&name, &spec, now_ms(), cfg.attempts_max).await?;
+            print_client(&store, &row, json, false).await?;
+        }
+        ClientCmd::Delete { name, json } => {
+            ClientName::parse(&name)?;
+            let store = open(cfg).await?;
+            let row = store.client_delete(&name, now_ms(), cfg.attempts_max).await?;
+            print_client(&store, &row, json, false).await?;
+        }
+        ClientCmd::Show { name, json } => {
+            ClientName::parse(&name)?;
+            let store = open(cfg).await?;
+            let row = store.client_get(&name).await?.ok_or_else(|| StoreError::ClientNotFound(name.clone()))?;
+            print_client(&store, &row, json, true).await?;
+        }
+        ClientCmd::List { json } => {
+            let store = open(cfg).await?;
+            let rows = store.client_list().await?;
+            if json {
+                let v: Vec<_> = rows.iter().map(client_json).collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!("{:<24} {:<13} {:<22} {:<38} {}", "NAME", "STATUS", "BLOCKED", "VM", "VOLUME");
+                for r in &rows {
+                    let i = &r.infra;
+                    println!(
+                        "{:<24} {:<13} {:<22} {:<38} {}",
+                        r.name,
+                        i.status,
+                        i.blocked_reason.map(|b| b.as_str()).unwrap_or("-"),
+                        i.vm_id.as_ref().map(|v| v.as_str()).unwrap_or("-"),
+                        i.volume_id.as_ref().map(|v| v.as_str()).unwrap_or("-"),
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn client_json(r: &ClientRow) -> serde_json::Value {
+    let i = &r.infra;
+    serde_json::json!({
+        "name": r.name,
+        "id": r.id,
+        "status": i.status,
+        "blocked_reason": i.blocked_reason,
+        "blocked_detail": i.blocked_detail,
+        "vm_id": i.vm_id,
+        "volume_id": i.volume_id,
+        "target": i.target,
+        "generation": i.generation,
+        "spec": i.spec,
+        "key_fingerprint": i.key_fingerprint.as_ref().map(|k| k.short().to_owned()),
+    })
+}
+
+async fn print_client(store: &Store, r: &ClientRow, json: bool, evidence: bool) -> Result<()> {
+    let receipts = if evidence { store.receipts_for_client(&r.id).await? } else { vec![] };
+    let events = if evidence { store.events_for_client(&r.id).await? } else { vec![] };
+    if json {
+        let mut v = client_json(r);
+        if evidence {
+            v["receipts"] = serde_json::to_value(&receipts)?;
+            v["events"] = serde_json::to_value(&events)?;
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    let i = &r.infra;
+    println!("name:       {}", r.name);
+    match i.blocked_reason {
+        Some(b) => println!("status:     blocked ({b})"),
+        None => println!("status:     {}", i.status),
+    }
+    if let Some(d) = &i.blocked_detail {
+        println!("evidence:   {d}");
+    }
+    println!("target:     {} (generation {})", i.target, i.generation);
+    println!(
+        "spec:       region {} plan {} os {} volume {} GB {}",
+        i.spec.region, i.spec.plan, i.spec.os_id, i.spec.volume_gb, i.spec.volume_type.as_str()
+    );
+    println!("key:        {}", i.key_fingerprint.as_ref().map(|k| k.short()).unwrap_or("(not bound yet)"));
+    println!("vm:         {}", i.vm_id.as_ref().map(|v| v.as_str()).unwrap_or("-"));
+    println!("volume:     {}", i.volume_id.as_ref().map(|v| v.as_str()).unwrap_or("-"));
+    if evidence {
+        println!("receipts:");
+        for rc in &receipts {
+            let outcome = match (&rc.resource_id, rc.rejection_status) {
+                (Some(id), _) => format!("id {id} ({})", rc.resource_id_source.map(|s| s.as_str()).unwrap_or("?")),
+                (None, Some(s)) => format!("rejected {s}: {}", rc.rejection_message.as_deref().unwrap_or("")),
+                (None, None) => "outcome unknown".into(),
+            };
+            println!(
+                "  {:<8} dispatch {} label {} {} observations {}{}",
+                rc.resource_kind.as_str(),
+                rc.dispatch_generation,
+                rc.label,
+                outcome,
+                rc.observation_count,
+                rc.last_observation.as_deref().map(|o| format!(" (last: {o})")).unwrap_or_default()
+            );
+        }
+        println!("events (latest last):");
+        for e in events.iter().rev().take(15).rev() {
+            println!("  {} {:<28} {}", e.at_ms, e.kind, e.detail);
+        }
+    }
+    Ok(())
+}
+
+async fn queue(cfg: &Config, q: QueueCmd) -> Result<()> {
+    let store = open(cfg).await?;
+    match q {
+        QueueCmd::Status { json } => {
+            let s = store.queue_status(now_ms()).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&s)?);
+            } else {
+                println!("paused:            {}", s.paused);
+                println!("queued:            {} ({} runnable now)", s.queued, s.runnable);
+                println!("done/stale/failed: {}/{}/{}", s.done, s.stale, s.failed);
+                println!("unsettled clients: {}", s.unsettled_clients);
+            }
+        }
+        QueueCmd::Pause => {
+            store.queue_set_paused(true, now_ms()).await?;
+            println!("queue paused");
+        }
+        QueueCmd::Resume => {
+            store.queue_set_paused(false, now_ms()).await?;
+            println!("queue resumed");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,124 @@
+//! Configuration: a TOML file plus environment, the environment winning.
+//! The API key is read only from the environment and held as a secret; a key
+//! in the file is refused, because files get copied, committed and backed up.
+
+use anyhow::{bail, Context, Result};
+use secrecy::SecretString;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// The file read when `--config` is not given, if it exists.
+pub const DEFAULT_CONFIG_FILE: &str = "oduflow.toml";
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    database_url: Option<String>,
+    vultr_url: Option<String>,
+    poll_interval_ms: Option<i64>,
+    observations_max: Option<i64>,
+    rate_per_sec: Option<u32>,
+    request_timeout_ms: Option<u64>,
+    concurrency: Option<usize>,
+    lease_ms: Option<i64>,
+    attempts_max: Option<i32>,
+    /// Refused with a clear message if present.
+    api_key: Option<toml::Value>,
+}
+
+#[derive(Debug)]
+pub struct Config {
+    pub database_url: String,
+    pub vultr_url: String,
+    pub api_key: Option<SecretString>,
+    pub poll_interval_ms: i64,
+    pub observations_max: i64,
+    pub rate_per_sec: u32,
+    pub request_timeout_ms: u64,
+    pub concurrency: usize,
+    pub lease_ms: i64,
+    pub attempts_max: i32,
+}
+
+/// A configuration problem is bad input: exit code 2, nothing written.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadInput(pub String);
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn env_num<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
+    match env(name) {
+        None => Ok(None),
+        Some(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| BadInput(format!("{name}={v:?} is not a valid number")).into()),
+    }
+}
+
+impl Config {
+    pub fn load(path: Option<&Path>) -> Result<Config> {
+        let file = match path {
+            Some(p) => Some(p.to_owned()),
+            None => Some(PathBuf::from(DEFAULT_CONFIG_FILE)).filter(|p| p.exists()),
+        };
+        let fc: FileConfig = match &file {
+            None => FileConfig::default(),
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| BadInput(format!("cannot read config file {}: {e}", p.display())))?;
+                toml::from_str(&text)
+                    .map_err(|e| BadInput(format!("config file {}: {}", p.display(), e.message())))?
+            }
+        };
+        if fc.api_key.is_some() {
+            bail!(BadInput(
+                "config file sets api_key: the API key is a secret and is read only from VULTR_API_KEY".into()
+            ));
+        }
+        let cfg = Config {
+            database_url: env("ODUFLOW_DATABASE_URL")
+                .or(fc.database_url)
+                .unwrap_or_else(|| oduflow_store::DEFAULT_DATABASE_URL.into()),
+            vultr_url: env("ODUFLOW_VULTR_URL").or(fc.vultr_url).unwrap_or_else(|| "https://api.vultr.com/v2".into()),
+            api_key: env("VULTR_API_KEY").map(SecretString::from),
+            poll_interval_ms: env_num("ODUFLOW_POLL_INTERVAL_MS")?.or(fc.poll_interval_ms).unwrap_or(5_000),
+            observations_max: env_num("ODUFLOW_OBSERVATIONS_MAX")?.or(fc.observations_max).unwrap_or(60),
+            rate_per_sec: env_num("ODUFLOW_RATE_PER_SEC")?.or(fc.rate_per_sec).unwrap_or(30),
+            request_timeout_ms: env_num("ODUFLOW_REQUEST_TIMEOUT_MS")?.or(fc.request_timeout_ms).unwrap_or(30_000),
+            concurrency: env_num("ODUFLOW_CONCURRENCY")?.or(fc.concurrency).unwrap_or(4),
+            lease_ms: env_num("ODUFLOW_LEASE_MS")?.or(fc.lease_ms).unwrap_or(120_000),
+            attempts_max: env_num("ODUFLOW_ATTEMPTS_MAX")?.or(fc.attempts_max).unwrap_or(10),
+        };
+        if cfg.poll_interval_ms < 0 || cfg.observations_max < 1 || cfg.rate_per_sec == 0 || cfg.concurrency == 0
+            || cfg.lease_ms < 1 || cfg.attempts_max < 1
+        {
+            bail!(BadInput(
+                "poll_interval_ms must be >= 0; observations_max, rate_per_sec, concurrency, lease_ms and attempts_max >= 1"
+                    .into()
+            ));
+        }
+        oduflow_store::Store::check_url(&cfg.database_url).map_err(|e| BadInput(e.to_string()))?;
+        Ok(cfg)
+    }
+
+    pub fn engine(&self) -> oduflow_engine::EngineConfig {
+        oduflow_engine::EngineConfig {
+            poll_interval_ms: self.poll_interval_ms,
+            observations_max: self.observations_max,
+            concurrency: self.concurrency,
+            lease_ms: self.lease_ms,
+            attempts_max: self.attempts_max,
+            ..Default::default()
+        }
+    }
+
+    pub fn api_key(&self) -> Result<&SecretString> {
+        self.api_key
+            .as_ref()
+            .context("VULTR_API_KEY is not set: the worker needs the Vultr API key in its environment")
+    }
+}

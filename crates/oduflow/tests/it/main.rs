@@ -1,0 +1,338 @@
+//! End-to-end tests of the `oduflow` binary: the CLI contract, several worker
+//! processes on one PostgreSQL, and workers killed with SIGKILL mid-job.
+
+use oduflow_model::*;
+use oduflow_store::*;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_oduflow");
+
+/// A place to run the binary: its own working directory (so no stray
+/// oduflow.toml is read) and a database URL.
+struct Env {
+    dir: tempfile::TempDir,
+    url: String,
+}
+
+impl Env {
+    async fn sqlite() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let url = oduflow_store::testing::sqlite_url(dir.path());
+        Env { dir, url }
+    }
+
+    async fn postgres() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let url = oduflow_store::testing::fresh_pg_url().await;
+        Env { dir, url }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.args(args)
+            .current_dir(self.dir.path())
+            .env("ODUFLOW_DATABASE_URL", &self.url)
+            .env("VULTR_API_KEY", "test-key-0123")
+            .env("ODUFLOW_POLL_INTERVAL_MS", "20")
+            .env("ODUFLOW_LEASE_MS", "1500")
+            .env_remove("FAILPOINTS");
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(o.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    }
+
+    async fn store(&self) -> Store {
+        Store::connect(&self.url, false).await.unwrap()
+    }
+}
+
+macro_rules! on_both_stores {
+    ($($name:ident),+ $(,)?) => {
+        $(mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$name(super::Env::sqlite().await).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$name(super::Env::postgres().await).await;
+            }
+        })+
+    };
+}
+
+on_both_stores!(init_twice_is_harmless, bad_input_exits_2_and_changes_nothing, sigkill_mid_job_reruns_cleanly);
+
+const TABLES: [&str; 6] = ["clients", "infra", "jobs", "dispatch_receipts", "events", "settings"];
+
+async fn table_counts(store: &Store) -> Vec<i64> {
+    let mut out = vec![];
+    for t in TABLES {
+        let sql = sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {t}"));
+        let n: i64 = match store {
+            Store::Pg(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
+            Store::Sqlite(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
+        };
+        out.push(n);
+    }
+    out
+}
+
+async fn init_twice_is_harmless(env: Env) {
+    env.ok(&["init"]);
+    env.ok(&["client", "create", "acme", "--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"]);
+    let before = table_counts(&env.store().await).await;
+    env.ok(&["init"]);
+    env.ok(&["init"]);
+    assert_eq!(table_counts(&env.store().await).await, before);
+    let list = env.ok(&["client", "list", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&list).unwrap();
+    assert_eq!(v[0]["name"], "acme");
+    assert_eq!(v[0]["status"], "pending");
+}
+
+async fn bad_input_exits_2_and_changes_nothing(env: Env) {
+    env.ok(&["init"]);
+    env.ok(&["client", "create", "acme", "--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"]);
+    let store = env.store().await;
+    let before = table_counts(&store).await;
+    let good = ["--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"];
+    let long = "a".repeat(64);
+    let mut cases: Vec<Vec<String>> = vec![];
+    let mut create = |name: &str, changes: &[(&str, &str)]| {
+        let mut args: Vec<String> = vec!["client".into(), "create".into(), name.into()];
+        let mut g: Vec<String> = good.iter().map(|s| s.to_string()).collect();
+        for (flag, value) in changes {
+            let i = g.iter().position(|a| a == flag).unwrap();
+            g[i + 1] = value.to_string();
+        }
+        args.extend(g);
+        cases.push(args);
+    };
+    create("", &[]);
+    create(&long, &[]);
+    create("Acme", &[]);
+    create("acme_1", &[]);
+    create("-acme", &[]);
+    create("ok", &[("--region", "US-EAST")]);
+    create("ok", &[("--region", "e1")]);
+    create("ok", &[("--plan", "VC2 1C")]);
+    create("ok", &[("--os-id", "0")]);
+    create("ok", &[("--os-id", "-5")]);
+    create("ok", &[("--volume-gb", "0")]);
+    create("ok", &[("--volume-gb", "9")]);
+    create("ok", &[("--volume-gb", "10001")]);
+    create("ok", &[("--volume-gb", "forty")]);
+    create("acme", &[]); // exists
+    cases.push(vec!["client".into(), "create".into(), "ok".into(), "--region".into(), "ewr".into()]);
+    cases.push(vec!["client".into(), "delete".into(), "nobody".into()]);
+    cases.push(vec!["client".into(), "show".into(), "Bad Name".into()]);
+    cases.push(vec!["client".into(), "frobnicate".into()]);
+    cases.push(vec!["worker".into(), "--concurrency".into(), "0".into()]);
+    for args in &cases {
+        let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let o = env.run(&args);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(!stderr.trim().is_empty(), "{args:?} printed no error");
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: one clear line expected, got {stderr}");
+        assert!(o.stdout.is_empty(), "{args:?} printed {:?}", String::from_utf8_lossy(&o.stdout));
+    }
+    // A malformed database URL is refused before anything is created.
+    let o = env.cmd(&["init"]).env("ODUFLOW_DATABASE_URL", "mysql://nope").output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let o = env.cmd(&["init"]).env("ODUFLOW_DATABASE_URL", "postgres://u@host:notaport/db").output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = env.cmd(&["client", "list"]).env("ODUFLOW_POLL_INTERVAL_MS", "soon").output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    // A command on a SQLite file that does not exist creates nothing.
+    let missing = env.dir.path().join("missing.db");
+    let o = env.cmd(&["client", "list"]).env("ODUFLOW_DATABASE_URL", format!("sqlite://{}", missing.display())).output().unwrap();
+    assert_ne!(o.status.code(), Some(0));
+    assert!(!missing.exists(), "a missing database file was created");
+    assert_eq!(table_counts(&store).await, before, "bad input changed the database");
+}
+
+/// Waits until a worker process sits inside its main write transaction (it is
+/// paused at the `main-tx-commit` fail point).
+async fn wait_in_main_tx(url: &str, timeout: Duration) {
+    let start = Instant::now();
+    let store = Store::connect(url, false).await.unwrap();
+    // The run has begun once its independently committed marker is there.
+    while store.events_by_kind("noop_started").await.unwrap().is_empty() {
+        assert!(start.elapsed() < timeout, "the worker never started the job");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    loop {
+        assert!(start.elapsed() < timeout, "the worker never reached its main-transaction commit");
+        let inside = match Store::connect(url, false).await.unwrap() {
+            Store::Pg(p) => {
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                     AND state = 'idle in transaction' AND pid <> pg_backend_pid() \
+                     AND query LIKE 'INSERT INTO events%'",
+                )
+                .fetch_one(&p)
+                .await
+                .unwrap();
+                // The job's main transaction has applied its last write (the
+                // noop_ran event) and waits at the commit fail point.
+                n > 0
+            }
+            Store::Sqlite(p) => {
+                // The paused worker holds SQLite's write lock.
+                let mut c = p.acquire().await.unwrap();
+                sqlx::query("PRAGMA busy_timeout = 0").execute(&mut *c).await.unwrap();
+                let r = sqlx::query("BEGIN IMMEDIATE").execute(&mut *c).await;
+                if r.is_ok() {
+                    sqlx::query("ROLLBACK").execute(&mut *c).await.unwrap();
+                }
+                r.is_err()
+            }
+        };
+        if inside {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn failpoints_required() {
+    assert!(
+        cfg!(feature = "failpoints"),
+        "this test needs fail points: run the suite with --all-features (the README's test command does)"
+    );
+}
+
+/// Creates `n` clients whose infrastructure is settled without any provider
+/// call (created, then deleted before provisioning ran), so jobs can be queued
+/// for them.
+async fn settled_clients(store: &Store, n: usize) -> Vec<ClientId> {
+    let spec = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
+    let mut ids = vec![];
+    for i in 0..n {
+        let name = format!("c{i}");
+        let c = store.client_create(&ClientName::parse(&name).unwrap(), &spec, 0, 3).await.unwrap();
+        store.client_delete(&name, 0, 3).await.unwrap();
+        ids.push(c.id);
+    }
+    ids
+}
+
+fn noop_job(client: &ClientId, sleep_ms: u64) -> NewJob {
+    let mut j = NewJob::for_client(client, JobKind::Noop, 2, 0, 3);
+    j.identity_key = None;
+    j.payload = serde_json::json!({ "sleep_ms": sleep_ms, "record": true });
+    j
+}
+
+async fn sigkill_mid_job_reruns_cleanly(env: Env) {
+    failpoints_required();
+    env.ok(&["init"]);
+    let store = env.store().await;
+    let clients = settled_clients(&store, 1).await;
+    // Settle the two clients' own jobs first.
+    env.ok(&["worker", "--until-settled"]);
+    let job = store.job_enqueue(&noop_job(&clients[0], 0)).await.unwrap().id();
+
+    let mut child = env
+        .cmd(&["worker", "--concurrency", "1"])
+        .env("FAILPOINTS", "main-tx-commit=pause")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_in_main_tx(&env.url, Duration::from_secs(30)).await;
+    // SIGKILL: no destructor, no rollback from the process itself.
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    // Nothing of the killed run's main transaction is left.
+    let j = store.job_get(job).await.unwrap().unwrap();
+    assert_eq!(j.state, JobState::Queued);
+    assert!(store.events_by_kind("noop_ran").await.unwrap().is_empty(), "partial write survived SIGKILL");
+
+    // The job is claimable again (on SQLite once the dead worker's lease
+    // expires) and completes exactly once.
+    env.ok(&["worker", "--until-settled"]);
+    let j = store.job_get(job).await.unwrap().unwrap();
+    assert_eq!(j.state, JobState::Done);
+    assert_eq!(store.events_by_kind("noop_ran").await.unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_process_workers_never_overlap_on_a_client() {
+    const WORKERS: usize = 4;
+    const JOBS: usize = 200;
+    const CLIENTS: usize = 5;
+    let env = Env::postgres().await;
+    env.ok(&["init"]);
+    let store = env.store().await;
+    let clients = settled_clients(&store, CLIENTS).await;
+    for i in 0..JOBS {
+        store.job_enqueue(&noop_job(&clients[i % CLIENTS], 3)).await.unwrap();
+    }
+    let started = Instant::now();
+    let children: Vec<_> = (0..WORKERS)
+        .map(|_| {
+            env.cmd(&["worker", "--until-settled", "--concurrency", "2"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "worker failed: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    let elapsed = started.elapsed();
+    let events = store.events_by_kind("noop_ran").await.unwrap();
+    assert_eq!(events.len(), JOBS, "every job ran exactly once");
+    let mut jobs: Vec<i64> = events.iter().map(|e| e.detail["job"].as_i64().unwrap()).collect();
+    jobs.sort();
+    jobs.dedup();
+    assert_eq!(jobs.len(), JOBS, "a job ran twice");
+    let mut processes: Vec<String> = events
+        .iter()
+        .map(|e| e.detail["worker"].as_str().unwrap().split('/').next().unwrap().to_owned())
+        .collect();
+    processes.sort();
+    processes.dedup();
+    assert!(processes.len() >= 2, "only {processes:?} did any work: no concurrency was exercised");
+    let mut overlaps = 0;
+    for c in &clients {
+        let mut runs: Vec<(i64, i64)> = events
+            .iter()
+            .filter(|e| e.client_ref.as_deref() == Some(c.as_str()))
+            .map(|e| (e.detail["start_ms"].as_i64().unwrap(), e.detail["end_ms"].as_i64().unwrap()))
+            .collect();
+        runs.sort();
+        for w in runs.windows(2) {
+            if w[1].0 < w[0].1 {
+                overlaps += 1;
+            }
+        }
+    }
+    println!(
+        "{JOBS} jobs over {CLIENTS} clients by {WORKERS} processes ({} took part) in {:.2} s; overlaps: {overlaps}",
+        processes.len(),
+        elapsed.as_secs_f64()
+    );
+    assert_eq!(overlaps, 0, "two jobs of one client ran at once");
+}
+
+#[allow(dead_code)]
+fn exists(p: &Path) -> bool {
+    p.exists()
+}
