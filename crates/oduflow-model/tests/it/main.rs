@@ -1,0 +1,229 @@
+//! The decision function as a table: each case is a small state, an
+//! observation and the one action expected.
+
+use oduflow_model::decide::*;
+use oduflow_model::{BlockedReason as B, ResourceKind as K, Target};
+
+const MAX: i64 = 5;
+
+fn res(receipt: ReceiptFacts, seen: Seen) -> Resource {
+    Resource { receipt, seen, progress: DeleteProgress::default() }
+}
+
+fn none() -> Resource {
+    res(ReceiptFacts::None, Seen::NotRead)
+}
+
+fn unknown(n: i64, seen: Seen) -> Resource {
+    res(ReceiptFacts::Unknown { observations: n }, seen)
+}
+
+fn known(id: &str, n: i64, seen: Seen) -> Resource {
+    res(ReceiptFacts::Known { id: id.into(), observations: n }, seen)
+}
+
+fn ok(id: &str) -> Facts {
+    Facts { id: id.into(), mismatch: None, ready: true, attached_to: None }
+}
+
+fn vol(id: &str, attached: Option<&str>) -> Facts {
+    Facts { attached_to: attached.map(Into::into), ..ok(id) }
+}
+
+fn present(vm: Resource, volume: Resource, attach: ReceiptFacts) -> Inputs {
+    Inputs { target: Target::Present, key_changed: false, vm, volume, attach, observations_max: MAX }
+}
+
+fn absent(vm: Resource, volume: Resource) -> Inputs {
+    Inputs { target: Target::Absent, ..present(vm, volume, ReceiptFacts::None) }
+}
+
+#[track_caller]
+fn check(i: Inputs, expect: Action) {
+    assert_eq!(decide(&i), expect, "inputs: {i:#?}");
+}
+
+#[track_caller]
+fn check_block(i: Inputs, reason: B) {
+    match decide(&i) {
+        Action::Block(r, detail) => {
+            assert_eq!(r, reason, "{detail}");
+            assert!(!detail.is_empty());
+        }
+        other => panic!("expected Block({reason}), got {other:?} for {i:#?}"),
+    }
+}
+
+#[test]
+fn nothing_yet_dispatches_the_vm_first() {
+    check(present(none(), none(), ReceiptFacts::None), Action::Dispatch(K::Vm));
+}
+
+#[test]
+fn key_change_blocks_before_anything() {
+    let mut i = present(none(), none(), ReceiptFacts::None);
+    i.key_changed = true;
+    check_block(i.clone(), B::CredentialChanged);
+    i.target = Target::Absent;
+    check_block(i, B::CredentialChanged);
+}
+
+#[test]
+fn unknown_outcome_is_observed_never_redispatched() {
+    check(present(unknown(0, Seen::NotRead), none(), ReceiptFacts::None), Action::Observe(K::Vm));
+    check(present(unknown(0, Seen::ByLabel(vec![])), none(), ReceiptFacts::None), Action::CountObservation(K::Vm));
+    check(present(unknown(3, Seen::ByLabel(vec![])), none(), ReceiptFacts::None), Action::CountObservation(K::Vm));
+    check_block(present(unknown(4, Seen::ByLabel(vec![])), none(), ReceiptFacts::None), B::UncertainCreate);
+}
+
+#[test]
+fn one_label_match_is_adopted_after_verification() {
+    check(present(unknown(2, Seen::ByLabel(vec![ok("i-1")])), none(), ReceiptFacts::None), Action::Adopt(K::Vm, "i-1".into()));
+    let wrong = Facts { mismatch: Some("region ams != ewr".into()), ..ok("i-1") };
+    check_block(present(unknown(0, Seen::ByLabel(vec![wrong])), none(), ReceiptFacts::None), B::ConfigMismatch);
+}
+
+#[test]
+fn duplicate_label_matches_block() {
+    check_block(present(unknown(0, Seen::ByLabel(vec![ok("i-1"), ok("i-2")])), none(), ReceiptFacts::None), B::DuplicateMatches);
+    check_block(absent(unknown(0, Seen::ByLabel(vec![ok("i-1"), ok("i-2")])), none()), B::DuplicateMatches);
+}
+
+#[test]
+fn rejection_blocks_and_is_not_retried() {
+    let r = res(ReceiptFacts::Rejected { status: 422, message: "bad".into() }, Seen::NotRead);
+    check_block(present(r.clone(), none(), ReceiptFacts::None), B::CreateRejected);
+    // Nothing to delete for a rejected create.
+    check(absent(r, none()), Action::Deleted);
+}
+
+#[test]
+fn known_id_404_keeps_the_id_then_blocks() {
+    check(present(known("i-1", 0, Seen::NotRead), none(), ReceiptFacts::None), Action::Observe(K::Vm));
+    check(present(known("i-1", 0, Seen::Missing), none(), ReceiptFacts::None), Action::CountObservation(K::Vm));
+    check_block(present(known("i-1", 4, Seen::Missing), none(), ReceiptFacts::None), B::KnownResourceMissing);
+}
+
+#[test]
+fn config_mismatch_on_known_id_blocks() {
+    let f = Facts { mismatch: Some("plan x != y".into()), ..ok("i-1") };
+    check_block(present(known("i-1", 0, Seen::Present(f)), none(), ReceiptFacts::None), B::ConfigMismatch);
+}
+
+#[test]
+fn volume_follows_a_verified_vm() {
+    check(present(known("i-1", 0, Seen::Present(ok("i-1"))), none(), ReceiptFacts::None), Action::Dispatch(K::Volume));
+}
+
+#[test]
+fn attach_waits_for_ready_then_dispatches_once() {
+    let not_ready = Facts { ready: false, ..ok("i-1") };
+    let vm = known("i-1", 0, Seen::Present(not_ready));
+    let volume = known("v-1", 0, Seen::Present(vol("v-1", None)));
+    check(present(vm, volume.clone(), ReceiptFacts::None), Action::Wait);
+    let vm = known("i-1", 0, Seen::Present(ok("i-1")));
+    check(present(vm.clone(), volume.clone(), ReceiptFacts::None), Action::Dispatch(K::Attach));
+    // Sent (whatever the answer): never again; only observed.
+    check(present(vm.clone(), volume.clone(), ReceiptFacts::Unknown { observations: 0 }), Action::CountObservation(K::Attach));
+    check(present(vm.clone(), volume.clone(), ReceiptFacts::Known { id: "i-1".into(), observations: 1 }), Action::CountObservation(K::Attach));
+    check_block(present(vm.clone(), volume, ReceiptFacts::Unknown { observations: 4 }), B::UncertainAttach);
+    let attached = known("v-1", 0, Seen::Present(vol("v-1", Some("i-1"))));
+    check(present(vm.clone(), attached, ReceiptFacts::Unknown { observations: 4 }), Action::Ready);
+    let foreign = known("v-1", 0, Seen::Present(vol("v-1", Some("i-9"))));
+    check_block(present(vm.clone(), foreign, ReceiptFacts::None), B::ForeignAttachment);
+    let rejected = ReceiptFacts::Rejected { status: 400, message: "no".into() };
+    check_block(present(vm, known("v-1", 0, Seen::Present(vol("v-1", None))), rejected), B::AttachRejected);
+}
+
+#[test]
+fn deletion_needs_seen_then_delete_then_404() {
+    // Nothing dispatched: nothing to delete.
+    check(absent(none(), none()), Action::Deleted);
+    // Known id, not yet read.
+    check(absent(known("i-1", 0, Seen::NotRead), none()), Action::Observe(K::Vm));
+    // Present but never marked seen: mark first.
+    check(absent(known("i-1", 0, Seen::Present(ok("i-1"))), none()), Action::MarkSeen(K::Vm));
+    let mut vm = known("i-1", 0, Seen::Present(ok("i-1")));
+    vm.progress.seen = true;
+    check(absent(vm.clone(), none()), Action::Delete(K::Vm, "i-1".into()));
+    // DELETE sent, still there: DELETE again (repeatable).
+    vm.progress.delete_sent = true;
+    check(absent(vm.clone(), none()), Action::Delete(K::Vm, "i-1".into()));
+    // GET 404 after DELETE: confirmed.
+    vm.seen = Seen::Missing;
+    check(absent(vm.clone(), none()), Action::ConfirmDeleted(K::Vm));
+    vm.progress.deleted = true;
+    check(absent(vm.clone(), known("v-1", 0, Seen::NotRead)), Action::Observe(K::Volume));
+    let mut v = known("v-1", 0, Seen::Missing);
+    v.progress = DeleteProgress { seen: true, delete_sent: true, deleted: true };
+    check(absent(vm, v), Action::Deleted);
+}
+
+#[test]
+fn a_404_before_ever_seen_proves_nothing() {
+    // The new-VM 404 window: never counted as deleted.
+    check(absent(known("i-1", 0, Seen::Missing), none()), Action::CountObservation(K::Vm));
+    check_block(absent(known("i-1", 4, Seen::Missing), none()), B::UncertainDelete);
+}
+
+#[test]
+fn uncertain_create_then_delete_searches_and_never_assumes_absence() {
+    check(absent(unknown(0, Seen::NotRead), none()), Action::Observe(K::Vm));
+    check(absent(unknown(0, Seen::ByLabel(vec![])), none()), Action::CountObservation(K::Vm));
+    check_block(absent(unknown(4, Seen::ByLabel(vec![])), none()), B::UncertainDelete);
+    check(absent(unknown(1, Seen::ByLabel(vec![ok("i-7")])), none()), Action::Adopt(K::Vm, "i-7".into()));
+}
+
+#[test]
+fn vm_deleted_before_volume() {
+    let mut vm = known("i-1", 0, Seen::Present(ok("i-1")));
+    vm.progress.seen = true;
+    let mut v = known("v-1", 0, Seen::Present(vol("v-1", Some("i-1"))));
+    v.progress.seen = true;
+    check(absent(vm, v), Action::Delete(K::Vm, "i-1".into()));
+}
+
+#[test]
+fn present_again_finishes_an_interrupted_deletion_first() {
+    let mut vm = known("i-1", 0, Seen::Present(ok("i-1")));
+    vm.progress = DeleteProgress { seen: true, delete_sent: true, deleted: false };
+    check(present(vm.clone(), none(), ReceiptFacts::None), Action::Delete(K::Vm, "i-1".into()));
+    vm.seen = Seen::Missing;
+    check(present(vm, none(), ReceiptFacts::None), Action::ConfirmDeleted(K::Vm));
+}
+
+/// Every sequence of observations keeps the rule "never dispatch when a
+/// receipt exists", whatever the target and the facts.
+#[test]
+fn never_dispatches_over_an_existing_receipt() {
+    let receipts = [
+        ReceiptFacts::Unknown { observations: 0 },
+        ReceiptFacts::Unknown { observations: 4 },
+        ReceiptFacts::Known { id: "x".into(), observations: 0 },
+        ReceiptFacts::Rejected { status: 400, message: "m".into() },
+    ];
+    let seens = [
+        Seen::NotRead,
+        Seen::Missing,
+        Seen::Present(ok("x")),
+        Seen::ByLabel(vec![]),
+        Seen::ByLabel(vec![ok("x")]),
+        Seen::ByLabel(vec![ok("x"), ok("y")]),
+    ];
+    for target in [Target::Present, Target::Absent] {
+        for r in &receipts {
+            for s in &seens {
+                for seen_flag in [false, true] {
+                    let mut vm = res(r.clone(), s.clone());
+                    vm.progress.seen = seen_flag;
+                    let i = Inputs { target, ..present(vm, none(), ReceiptFacts::None) };
+                    let a = decide(&i);
+                    assert_ne!(a, Action::Dispatch(K::Vm), "{i:#?}");
+                    if let Action::Delete(_, _) | Action::ConfirmDeleted(_) = a {
+                        assert!(i.vm.progress.seen, "deleting something never seen: {i:#?}");
+                    }
+                }
+            }
+        }
+    }
+}
