@@ -74,9 +74,17 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
     };
     let current_key = w.provider.key_fingerprint();
     if run.infra.key_fingerprint.is_none() {
-        // The key is bound when work on the record starts (DESIGN.md §7).
-        run.infra.key_fingerprint = Some(current_key.clone());
-        run.event("key_bound", serde_json::json!({ "fingerprint": current_key.short() }));
+        // The key is bound when work on the record starts (DESIGN.md §7). A
+        // run that rolled back may have left receipts sent with some key
+        // without the binding: those receipts' key is the binding then.
+        let earlier = w.store.receipts_for_client(&run.infra.client_id).await?;
+        let bound = earlier
+            .iter()
+            .max_by_key(|r| r.claimed_ms)
+            .map(|r| r.key_fingerprint.clone())
+            .unwrap_or_else(|| current_key.clone());
+        run.event("key_bound", serde_json::json!({ "fingerprint": bound.short() }));
+        run.infra.key_fingerprint = Some(bound);
     }
     let target = run.infra.target;
     run.infra.status = match target {
@@ -114,8 +122,7 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
                 run.set_id(r.resource_kind, r.resource_id.clone());
             }
         }
-        let key_changed = run.infra.key_fingerprint.as_ref() != Some(&current_key)
-            || receipts.iter().any(|r| r.abandoned_by.is_none() && r.key_fingerprint != current_key);
+        let key_changed = run.infra.key_fingerprint.as_ref() != Some(&current_key);
         let inputs = Inputs {
             target,
             key_changed,
@@ -232,12 +239,12 @@ fn receipt_facts(r: Option<&ReceiptRow>) -> ReceiptFacts {
     match r {
         None => ReceiptFacts::None,
         Some(r) => match (&r.resource_id, r.rejection_status) {
-            (Some(id), _) => ReceiptFacts::Known { id: id.clone(), observations: r.observation_count },
+            (Some(id), _) => ReceiptFacts::Known { id: id.clone(), observations: r.observations() },
             (None, Some(status)) => ReceiptFacts::Rejected {
                 status: status as u16,
                 message: r.rejection_message.clone().unwrap_or_default(),
             },
-            (None, None) => ReceiptFacts::Unknown { observations: r.observation_count },
+            (None, None) => ReceiptFacts::Unknown { observations: r.observations() },
         },
     }
 }

@@ -12,6 +12,7 @@
 
 mod executor;
 pub mod memory;
+pub mod operator;
 mod receipt_writer;
 mod worker;
 

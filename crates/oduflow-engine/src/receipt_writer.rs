@@ -36,6 +36,14 @@ impl ReceiptWriter {
         self.ledger.receipt_observe(key, summary).await
     }
 
+    pub(crate) async fn observations_restart(&self, key: &OperationKey) -> oduflow_store::Result<()> {
+        self.ledger.receipt_observations_restart(key).await
+    }
+
+    pub(crate) async fn abandon(&self, key: &OperationKey, by: &str, reason: &str, now_ms: i64) -> oduflow_store::Result<()> {
+        self.ledger.receipt_abandon(key, by, reason, now_ms).await
+    }
+
     /// An audit event that must survive the job rolling back.
     pub(crate) async fn audit(&self, client: &ClientId, kind: &str, detail: serde_json::Value, now_ms: i64) -> oduflow_store::Result<()> {
         self.ledger.event_append(Some(client), kind, &detail, now_ms).await

@@ -20,11 +20,13 @@
 //! their own that commit independently of any job. The schema's triggers
 //! refuse to delete a receipt or change a recorded resource id.
 
+mod operator;
 mod queue;
 pub mod testing;
 mod receipts;
 mod rows;
 
+pub use operator::*;
 pub use queue::*;
 pub use receipts::*;
 pub use rows::*;

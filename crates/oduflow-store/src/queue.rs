@@ -403,7 +403,7 @@ impl Store {
                 // passed over instead of waited on.
                 let sql = "SELECT j.id FROM jobs j JOIN infra i ON i.client_id = j.client_id \
                      WHERE j.state = 'queued' AND j.run_after_ms <= $1 \
-                     AND NOT EXISTS (SELECT 1 FROM settings WHERE key = 'queue_paused' AND value = 'true') \
+                     AND NOT EXISTS (SELECT 1 FROM settings WHERE (key = 'queue_paused' AND value = 'true') OR key = 'restore_pending') \
                      ORDER BY j.run_after_ms, j.id LIMIT 1 FOR UPDATE OF j, i SKIP LOCKED";
                 let id: Option<i64> = sqlx::query_scalar(sql).bind(now_ms).fetch_optional(&mut *tx).await?;
                 let Some(id) = id else {
@@ -419,7 +419,7 @@ impl Store {
                 let sql = "SELECT j.id, j.client_id FROM jobs j JOIN infra i ON i.client_id = j.client_id \
                      WHERE j.state = 'queued' AND j.run_after_ms <= $1 \
                      AND (i.lease_owner IS NULL OR i.lease_until_ms < $1) \
-                     AND NOT EXISTS (SELECT 1 FROM settings WHERE key = 'queue_paused' AND value = 'true') \
+                     AND NOT EXISTS (SELECT 1 FROM settings WHERE (key = 'queue_paused' AND value = 'true') OR key = 'restore_pending') \
                      ORDER BY j.run_after_ms, j.id LIMIT 1";
                 let row: Option<(i64, String)> = sqlx::query_as(sql).bind(now_ms).fetch_optional(&mut *tx).await?;
                 let Some((id, client)) = row else {

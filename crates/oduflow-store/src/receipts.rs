@@ -170,6 +170,33 @@ impl ReceiptLedger {
         }))
     }
 
+    /// Gives a receipt a fresh polling budget (explicit reconciliation). The
+    /// observations made so far stay counted.
+    pub async fn receipt_observations_restart(&self, key: &OperationKey) -> Result<()> {
+        ledger_write!(&self.store, tx => {
+            sqlx::query("UPDATE dispatch_receipts SET observation_base = observation_count WHERE operation_key = $1")
+                .bind(key.as_str()).execute(&mut *tx).await?;
+        });
+        Ok(())
+    }
+
+    /// Records an operator's attestation that an uncertain dispatch is
+    /// abandoned. Its label stays watched by inventory passes.
+    pub async fn receipt_abandon(&self, key: &OperationKey, by: &str, reason: &str, now_ms: i64) -> Result<()> {
+        ledger_write!(&self.store, tx => {
+            let client: String = sqlx::query_scalar(
+                "UPDATE dispatch_receipts SET abandoned_by = $2, abandoned_reason = $3 \
+                 WHERE operation_key = $1 AND resource_id IS NULL AND abandoned_by IS NULL RETURNING client_ref")
+                .bind(key.as_str()).bind(by).bind(reason)
+                .fetch_optional(&mut *tx).await?
+                .ok_or_else(|| StoreError::ReceiptNotFound(format!("{key} (with an unknown outcome, not abandoned)")))?;
+            (&mut *tx).event_insert(Some(&ClientId(client)), "dispatch_abandoned", &serde_json::json!({
+                "operation_key": key, "by": by, "reason": reason,
+            }), now_ms).await?;
+        });
+        Ok(())
+    }
+
     /// An audit event that must survive a rollback of the job (a provider
     /// request and its answer, for example).
     pub async fn event_append(&self, client: Option<&ClientId>, kind: &str, detail: &serde_json::Value, now_ms: i64) -> Result<()> {

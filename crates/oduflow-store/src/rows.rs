@@ -209,6 +209,8 @@ pub struct ReceiptRow {
     pub rejection_status: Option<i64>,
     pub rejection_message: Option<String>,
     pub observation_count: i64,
+    /// Observations before this were spent before an explicit reconciliation.
+    pub observation_base: i64,
     pub last_observation: Option<String>,
     pub abandoned_by: Option<String>,
     pub abandoned_reason: Option<String>,
@@ -216,7 +218,7 @@ pub struct ReceiptRow {
 
 pub(crate) const RECEIPT_COLUMNS: &str = "operation_key, client_ref, resource_kind, dispatch_generation, \
     label, region, spec_digest, key_fingerprint, claimed_ms, sent_ms, resource_id, resource_id_source, \
-    rejection_status, rejection_message, observation_count, last_observation, abandoned_by, abandoned_reason";
+    rejection_status, rejection_message, observation_count, observation_base, last_observation, abandoned_by, abandoned_reason";
 
 pub(crate) fn receipt_from_row(r: &impl RowExt) -> Result<ReceiptRow> {
     Ok(ReceiptRow {
@@ -238,10 +240,18 @@ pub(crate) fn receipt_from_row(r: &impl RowExt) -> Result<ReceiptRow> {
         rejection_status: r.int_opt("rejection_status")?,
         rejection_message: r.text_opt("rejection_message")?,
         observation_count: r.int("observation_count")?,
+        observation_base: r.int("observation_base")?,
         last_observation: r.text_opt("last_observation")?,
         abandoned_by: r.text_opt("abandoned_by")?,
         abandoned_reason: r.text_opt("abandoned_reason")?,
     })
+}
+
+impl ReceiptRow {
+    /// Observations that count against the polling limit.
+    pub fn observations(&self) -> i64 {
+        self.observation_count - self.observation_base
+    }
 }
 
 /// One audit event.

@@ -8,7 +8,7 @@ mod demo;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use config::{BadInput, Config};
-use oduflow_engine::{Clock, SystemClock, Worker};
+use oduflow_engine::{operator, Clock, SystemClock, Worker};
 use oduflow_model::provider::Provider;
 use oduflow_model::*;
 use oduflow_store::{ClientRow, Store, StoreError};
@@ -45,6 +45,49 @@ enum Cmd {
     /// Queue control.
     #[command(subcommand)]
     Queue(QueueCmd),
+    /// Observe again (NAME), or compare the provider's inventory with the receipts (--all).
+    Reconcile {
+        name: Option<String>,
+        /// Inventory pass over every resource under oduflow's label prefix.
+        #[arg(long, conflicts_with_all = ["name", "new_dispatch"])]
+        all: bool,
+        /// After a definitive rejection: allocate the next dispatch generation.
+        #[arg(long)]
+        new_dispatch: bool,
+        /// Who asks (recorded in the audit trail).
+        #[arg(long, env = "USER", default_value = "operator")]
+        by: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Record a named resource for an uncertain dispatch, after verification.
+    Adopt {
+        name: String,
+        #[arg(long, value_parser = ["vm", "volume"])]
+        kind: String,
+        #[arg(long)]
+        id: String,
+        #[arg(long, env = "USER", default_value = "operator")]
+        by: String,
+    },
+    /// Give up an uncertain dispatch, on a recorded attestation.
+    Abandon {
+        name: String,
+        #[arg(long, value_parser = ["vm", "volume", "attach"])]
+        kind: String,
+        /// Who attests (required).
+        #[arg(long)]
+        by: String,
+        /// Why (required).
+        #[arg(long)]
+        reason: String,
+    },
+    /// API key management.
+    #[command(subcommand)]
+    Credentials(CredentialsCmd),
+    /// Database restore safety.
+    #[command(subcommand)]
+    Restore(RestoreCmd),
     /// The embedded default end to end: a SQLite file and an in-process provider.
     Demo {
         /// How many clients to provision and then delete.
@@ -92,6 +135,28 @@ enum ClientCmd {
     List {
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum CredentialsCmd {
+    /// Prove, with the key now in VULTR_API_KEY, ownership of every recorded
+    /// resource, then rebind the records to it.
+    Rotate {
+        #[arg(long, env = "USER", default_value = "operator")]
+        by: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum RestoreCmd {
+    /// Declare that this database was restored from a backup: the queue stops
+    /// until `oduflow reconcile --all` has run.
+    Declare {
+        #[arg(long, default_value = "declared by an operator")]
+        reason: String,
     },
 }
 
@@ -179,6 +244,64 @@ async fn run(cli: Cli) -> Result<()> {
             run_worker(worker, until_settled).await?;
         }
         Cmd::Demo { clients } => demo::run(&cfg, clients).await?,
+        Cmd::Reconcile { name, all, new_dispatch, by, json } => {
+            if all {
+                let store = open(&cfg).await?;
+                let provider = provider(&cfg)?;
+                let inv = operator::inventory(&store, provider.as_ref(), now_ms()).await?;
+                print_inventory(&inv, json)?;
+            } else {
+                let Some(name) = name else {
+                    return Err(BadInput("name a client, or use --all".into()).into());
+                };
+                ClientName::parse(&name)?;
+                let store = open(&cfg).await?;
+                let provider = provider(&cfg)?;
+                let row = operator::reconcile(&store, provider.as_ref(), &name, new_dispatch, &by, now_ms(), cfg.attempts_max).await?;
+                print_client(&store, &row, json, false).await?;
+            }
+        }
+        Cmd::Adopt { name, kind, id, by } => {
+            ClientName::parse(&name)?;
+            let kind = ResourceKind::parse(&kind).expect("clap checked");
+            let store = open(&cfg).await?;
+            let provider = provider(&cfg)?;
+            let row = operator::adopt(&store, provider.as_ref(), &name, kind, &id, &by, now_ms(), cfg.attempts_max).await?;
+            print_client(&store, &row, false, false).await?;
+        }
+        Cmd::Abandon { name, kind, by, reason } => {
+            ClientName::parse(&name)?;
+            let kind = ResourceKind::parse(&kind).expect("clap checked");
+            let store = open(&cfg).await?;
+            let row = operator::abandon(&store, &name, kind, &by, &reason, now_ms(), cfg.attempts_max).await?;
+            print_client(&store, &row, false, false).await?;
+        }
+        Cmd::Credentials(CredentialsCmd::Rotate { by, json }) => {
+            let store = open(&cfg).await?;
+            let provider = provider(&cfg)?;
+            match operator::credentials_rotate(&store, provider.as_ref(), &by, now_ms()).await? {
+                Ok(names) => {
+                    if json {
+                        println!("{}", serde_json::json!({ "rebound": names }));
+                    } else {
+                        println!("rebound {} record(s) to key {}", names.len(), provider.key_fingerprint().short());
+                    }
+                }
+                Err(unproven) => {
+                    if json {
+                        println!("{}", serde_json::json!({ "refused": unproven }));
+                    }
+                    let list: Vec<String> =
+                        unproven.iter().map(|u| format!("{} {} {}: {}", u.client, u.kind.as_str(), u.resource, u.why)).collect();
+                    anyhow::bail!("rotation refused; the new key could not prove ownership of:\n  {}", list.join("\n  "));
+                }
+            }
+        }
+        Cmd::Restore(RestoreCmd::Declare { reason }) => {
+            let store = open(&cfg).await?;
+            store.restore_declare(&reason, now_ms()).await?;
+            println!("restore declared: the queue claims nothing until `oduflow reconcile --all` has run");
+        }
     }
     Ok(())
 }
@@ -319,6 +442,28 @@ async fn print_client(store: &Store, r: &ClientRow, json: bool, evidence: bool) 
     Ok(())
 }
 
+fn print_inventory(inv: &operator::Inventory, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(inv)?);
+        return Ok(());
+    }
+    println!("listed: {} instances, {} blocks", inv.instances_listed, inv.blocks_listed);
+    for (title, items) in [("orphans", &inv.orphans), ("missing", &inv.missing), ("unrecorded", &inv.unrecorded)] {
+        println!("{title}: {}", items.len());
+        for i in items {
+            println!(
+                "  {:<6} {} label {} client {} — {}",
+                i.kind.as_str(),
+                i.id,
+                i.label,
+                i.client.as_deref().unwrap_or("-"),
+                i.note
+            );
+        }
+    }
+    Ok(())
+}
+
 async fn queue(cfg: &Config, q: QueueCmd) -> Result<()> {
     let store = open(cfg).await?;
     match q {
@@ -331,6 +476,9 @@ async fn queue(cfg: &Config, q: QueueCmd) -> Result<()> {
                 println!("queued:            {} ({} runnable now)", s.queued, s.runnable);
                 println!("done/stale/failed: {}/{}/{}", s.done, s.stale, s.failed);
                 println!("unsettled clients: {}", s.unsettled_clients);
+                if let Some(why) = store.restore_pending().await? {
+                    println!("restore pending:   {why} (run `oduflow reconcile --all`)");
+                }
             }
         }
         QueueCmd::Pause => {
@@ -338,6 +486,11 @@ async fn queue(cfg: &Config, q: QueueCmd) -> Result<()> {
             println!("queue paused");
         }
         QueueCmd::Resume => {
+            if let Some(why) = store.restore_pending().await? {
+                anyhow::bail!(
+                    "the database was restored ({why}); run `oduflow reconcile --all` before resuming the queue"
+                );
+            }
             store.queue_set_paused(false, now_ms()).await?;
             println!("queue resumed");
         }

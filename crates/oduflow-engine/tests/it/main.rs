@@ -28,6 +28,24 @@ macro_rules! on_both_stores {
     };
 }
 
+macro_rules! on_both_stores_inner {
+    ($($name:ident),+ $(,)?) => {
+        $(mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let dir = tempfile::tempdir().unwrap();
+                let store = crate::open(&oduflow_store::testing::sqlite_url(dir.path())).await;
+                super::$name(store).await.unwrap();
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let store = crate::open(&oduflow_store::testing::fresh_pg_url().await).await;
+                super::$name(store).await.unwrap();
+            }
+        })+
+    };
+}
+
 on_both_stores!(
     provisions_then_deletes,
     receipt_survives_error_rollback,
@@ -355,4 +373,188 @@ async fn flip_present_absent_present_converges(store: Store) -> Result<()> {
         assert!(s.creates_per_label.values().all(|n| *n == 1));
     });
     Ok(())
+}
+
+mod operator_actions {
+    use super::*;
+    use oduflow_engine::operator;
+
+    on_both_stores_inner!(
+        reconcile_new_dispatch_only_after_rejection,
+        uncertain_create_blocks_then_abandon_watches_label,
+        adopt_verifies_then_records,
+        rotate_proves_ownership_then_rebinds,
+        restore_stops_queue_until_inventory,
+    );
+
+    async fn reconcile_new_dispatch_only_after_rejection(store: Store) -> Result<()> {
+        let p = Arc::new(MemoryProvider::new(key("k1")));
+        let w = worker(&store, p.clone());
+        create(&store, "acme").await;
+        drain(&w, 20).await;
+        // Ready: nothing was rejected, so no new dispatch is allowed.
+        let r = operator::reconcile(&store, p.as_ref(), "acme", true, "ops", now(), 3).await;
+        assert!(matches!(r, Err(operator::OperatorError::Refused(_))), "{r:?}");
+
+        create(&store, "beta").await;
+        p.with(|s| s.reject_next_create = Some((422, "Invalid region".into())));
+        drain(&w, 20).await;
+        assert_eq!(status(&store, "beta").await.infra.blocked_reason, Some(BlockedReason::CreateRejected));
+        // Plain reconcile observes again and stays blocked: no new POST.
+        operator::reconcile(&store, p.as_ref(), "beta", false, "ops", now(), 3).await?;
+        drain(&w, 20).await;
+        assert_eq!(status(&store, "beta").await.infra.blocked_reason, Some(BlockedReason::CreateRejected));
+        let posts = |p: &MemoryProvider| p.with(|s| s.calls.iter().filter(|c| *c == "POST /instances").count());
+        assert_eq!(posts(&p), 2);
+        // --new-dispatch: a new operation key and label; the old receipt stays.
+        let c = operator::reconcile(&store, p.as_ref(), "beta", true, "ops", now(), 3).await?;
+        assert_eq!(c.infra.vm_dispatch_generation, 2);
+        drain(&w, 20).await;
+        let c = status(&store, "beta").await;
+        assert_eq!(c.infra.status, ClientStatus::Ready);
+        let receipts = store.receipts_for_client(&c.id).await?;
+        let vms: Vec<_> = receipts.iter().filter(|r| r.resource_kind == ResourceKind::Vm).collect();
+        assert_eq!(vms.len(), 2);
+        assert_eq!(vms[0].rejection_status, Some(422));
+        assert_ne!(vms[0].label, vms[1].label);
+        Ok(())
+    }
+
+    async fn uncertain_create_blocks_then_abandon_watches_label(store: Store) -> Result<()> {
+        let p = Arc::new(MemoryProvider::new(key("k1")));
+        let w = worker(&store, p.clone());
+        // beta's VM POST is applied but its answer is lost; the VM then
+        // disappears before anyone sees it. The outcome stays unknown: it is
+        // observed, never re-sent.
+        create(&store, "beta").await;
+        p.with(|s| s.lose_create_responses = 1);
+        let beta = status(&store, "beta").await;
+        // Run beta's first job: POST applied, answer lost.
+        loop {
+            match w.run_next().await? {
+                RunOutcome::Idle => break,
+                _ => {}
+            }
+            if !store.receipts_for_client(&beta.id).await?.is_empty() {
+                break;
+            }
+        }
+        // The VM the lost POST created disappears before anyone sees it.
+        let label = store.receipts_for_client(&beta.id).await?[0].label.clone();
+        p.with(|s| s.instances.retain(|_, i| i.label != label.as_str()));
+        drain(&w, 50).await;
+        let b = status(&store, "beta").await;
+        assert_eq!(b.infra.blocked_reason, Some(BlockedReason::UncertainCreate), "{b:?}");
+        assert_eq!(p.with(|s| s.calls.iter().filter(|c| *c == "POST /instances").count()), 2, "one per client");
+
+        // Abandon needs an attestation.
+        assert!(operator::abandon(&store, "beta", ResourceKind::Vm, "", "x", now(), 3).await.is_err());
+        operator::abandon(&store, "beta", ResourceKind::Vm, "alice", "confirmed in the Vultr console", now(), 3).await?;
+        drain(&w, 50).await;
+        assert_eq!(status(&store, "beta").await.infra.status, ClientStatus::Ready);
+        // The abandoned label stays watched: if it appears, it is an orphan.
+        p.with(|s| {
+            s.instances.insert("late-1".into(), provider::Instance {
+                id: VultrInstanceId("late-1".into()),
+                label: label.to_string(),
+                region: "ewr".into(),
+                plan: "vc2-1c-1gb".into(),
+                os_id: 2284,
+                status: "active".into(),
+                server_status: "ok".into(),
+                main_ip: "192.0.2.9".into(),
+            });
+        });
+        let inv = operator::inventory(&store, p.as_ref(), now()).await?;
+        assert_eq!(inv.orphans.len(), 1, "{inv:?}");
+        assert_eq!(inv.orphans[0].id, "late-1");
+        assert!(inv.orphans[0].note.contains("alice"));
+        let events = store.events_for_client(&beta.id).await?;
+        assert!(events.iter().any(|e| e.kind == "dispatch_abandoned" && e.detail["by"] == "alice"));
+        Ok(())
+    }
+
+    async fn adopt_verifies_then_records(store: Store) -> Result<()> {
+        let p = Arc::new(MemoryProvider::new(key("k1")));
+        let w = worker(&store, p.clone());
+        create(&store, "acme").await;
+        p.with(|s| s.lose_create_responses = 1);
+        w.run_next().await?; // VM POST applied, answer lost
+        let c = status(&store, "acme").await;
+        let label = store.receipts_for_client(&c.id).await?[0].label.clone();
+        // The VM exists but under another label (say, renamed by hand).
+        let id = p.with(|s| {
+            let i = s.instances.values_mut().find(|i| i.label == label.as_str()).unwrap();
+            i.label = "renamed".into();
+            i.id.0.clone()
+        });
+        // A resource in the wrong region is refused.
+        p.with(|s| {
+            let mut other = s.instances[&id].clone();
+            other.id = VultrInstanceId("wrong-region".into());
+            other.region = "ams".into();
+            s.instances.insert("wrong-region".into(), other);
+        });
+        let r = operator::adopt(&store, p.as_ref(), "acme", ResourceKind::Vm, "wrong-region", "ops", now(), 3).await;
+        assert!(matches!(r, Err(operator::OperatorError::Refused(ref m)) if m.contains("region")), "{r:?}");
+        operator::adopt(&store, p.as_ref(), "acme", ResourceKind::Vm, &id, "ops", now(), 3).await?;
+        let r = &store.receipts_for_client(&c.id).await?[0];
+        assert_eq!(r.resource_id.as_deref(), Some(id.as_str()));
+        assert_eq!(r.resource_id_source, Some(IdSource::AdoptedByOperator));
+        // Adopting again is refused: the id is recorded.
+        assert!(operator::adopt(&store, p.as_ref(), "acme", ResourceKind::Vm, &id, "ops", now(), 3).await.is_err());
+        Ok(())
+    }
+
+    async fn rotate_proves_ownership_then_rebinds(store: Store) -> Result<()> {
+        let p1 = Arc::new(MemoryProvider::new(key("old")));
+        let w = worker(&store, p1.clone());
+        create(&store, "acme").await;
+        drain(&w, 20).await;
+        // A new key on another account sees nothing: refused, nothing changed.
+        let stranger = MemoryProvider::new(key("new"));
+        let refused = operator::credentials_rotate(&store, &stranger, "ops", now()).await?.unwrap_err();
+        assert_eq!(refused.len(), 2, "{refused:?}");
+        assert_eq!(status(&store, "acme").await.infra.key_fingerprint, Some(key("old")));
+        // A new key on the same account (same resources visible): rebound.
+        let p2 = Arc::new(MemoryProvider::new(key("new")));
+        p1.with(|s1| p2.with(|s2| {
+            s2.instances = s1.instances.clone();
+            s2.blocks = s1.blocks.clone();
+        }));
+        let names = operator::credentials_rotate(&store, p2.as_ref(), "ops", now()).await?.unwrap();
+        assert_eq!(names, vec!["acme".to_owned()]);
+        assert_eq!(status(&store, "acme").await.infra.key_fingerprint, Some(key("new")));
+        store.client_delete("acme", now(), 3).await?;
+        drain(&worker(&store, p2.clone()), 20).await;
+        assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
+        Ok(())
+    }
+
+    async fn restore_stops_queue_until_inventory(store: Store) -> Result<()> {
+        let p = Arc::new(MemoryProvider::new(key("k1")));
+        let w = worker(&store, p.clone());
+        create(&store, "acme").await;
+        store.restore_declare("test", now()).await?;
+        assert_eq!(w.run_next().await?, RunOutcome::Idle);
+        let inv = operator::inventory(&store, p.as_ref(), now()).await?;
+        assert!(inv.orphans.is_empty() && inv.missing.is_empty());
+        assert_eq!(store.restore_pending().await?, None);
+        assert!(matches!(w.run_next().await?, RunOutcome::Ran { .. }));
+        // A resource under our prefix with no receipt is an orphan; a
+        // recorded one the provider lost is missing.
+        drain(&w, 20).await;
+        let vm = status(&store, "acme").await.infra.vm_id.unwrap();
+        p.with(|s| {
+            let mut i = s.instances[vm.as_str()].clone();
+            s.instances.remove(vm.as_str());
+            i.id = VultrInstanceId("stray".into());
+            i.label = format!("{LABEL_PREFIX}not-ours-{}", 1);
+            s.instances.insert("stray".into(), i);
+        });
+        let inv = operator::inventory(&store, p.as_ref(), now()).await?;
+        assert_eq!(inv.orphans.iter().map(|o| o.id.as_str()).collect::<Vec<_>>(), vec!["stray"]);
+        assert_eq!(inv.missing.iter().map(|o| o.id.as_str()).collect::<Vec<_>>(), vec![vm.as_str()]);
+        Ok(())
+    }
 }

@@ -76,6 +76,9 @@ CREATE TABLE dispatch_receipts (
     rejection_status     BIGINT,
     rejection_message    TEXT,
     observation_count    BIGINT NOT NULL DEFAULT 0,
+    -- Observations before this count were spent before an explicit
+    -- reconciliation; the polling limit applies to those after it.
+    observation_base     BIGINT NOT NULL DEFAULT 0,
     last_observation     TEXT,
     abandoned_by         TEXT,
     abandoned_reason     TEXT
@@ -98,6 +101,10 @@ BEGIN
     END IF;
     IF OLD.rejection_status IS NOT NULL AND NEW.rejection_status IS DISTINCT FROM OLD.rejection_status THEN
         RAISE EXCEPTION 'a recorded rejection never changes';
+    END IF;
+    IF OLD.abandoned_by IS NOT NULL AND (NEW.abandoned_by IS DISTINCT FROM OLD.abandoned_by
+       OR NEW.abandoned_reason IS DISTINCT FROM OLD.abandoned_reason) THEN
+        RAISE EXCEPTION 'a recorded abandonment never changes';
     END IF;
     RETURN NEW;
 END;

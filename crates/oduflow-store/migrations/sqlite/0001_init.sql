@@ -68,6 +68,9 @@ CREATE TABLE dispatch_receipts (
     rejection_status     INTEGER,
     rejection_message    TEXT,
     observation_count    INTEGER NOT NULL DEFAULT 0,
+    -- Observations before this count were spent before an explicit
+    -- reconciliation; the polling limit applies to those after it.
+    observation_base     INTEGER NOT NULL DEFAULT 0,
     last_observation     TEXT,
     abandoned_by         TEXT,
     abandoned_reason     TEXT
@@ -93,6 +96,13 @@ CREATE TRIGGER dispatch_receipts_no_rejection_rewrite BEFORE UPDATE ON dispatch_
     WHEN OLD.rejection_status IS NOT NULL AND (NEW.rejection_status IS NULL OR NEW.rejection_status <> OLD.rejection_status)
 BEGIN
     SELECT RAISE(ABORT, 'a recorded rejection never changes');
+END;
+
+CREATE TRIGGER dispatch_receipts_no_abandon_rewrite BEFORE UPDATE ON dispatch_receipts
+    WHEN OLD.abandoned_by IS NOT NULL AND (NEW.abandoned_by IS NULL OR NEW.abandoned_by <> OLD.abandoned_by
+      OR NEW.abandoned_reason IS NULL OR NEW.abandoned_reason <> OLD.abandoned_reason)
+BEGIN
+    SELECT RAISE(ABORT, 'a recorded abandonment never changes');
 END;
 
 CREATE TABLE events (

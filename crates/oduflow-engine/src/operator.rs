@@ -1,0 +1,358 @@
+//! Operator commands that need the provider: reconcile, adopt, abandon,
+//! credential rotation and the inventory pass. Each leaves an audit event and
+//! refuses, with a clear reason, anything the protocol does not allow.
+
+use crate::ReceiptWriter;
+use oduflow_model::decide::{block_mismatch, instance_mismatch};
+use oduflow_model::provider::Provider;
+use oduflow_model::*;
+use oduflow_store::{ClientRow, IdSource, NewReceipt, ReceiptRow, Store};
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    #[error("store")]
+    Store(#[from] oduflow_store::StoreError),
+    #[error("provider")]
+    Provider(#[from] provider::ProviderError),
+    /// The protocol does not allow this action now; the message says why.
+    #[error("{0}")]
+    Refused(String),
+}
+
+type Result<T> = std::result::Result<T, OperatorError>;
+
+fn refused<T>(msg: impl Into<String>) -> Result<T> {
+    Err(OperatorError::Refused(msg.into()))
+}
+
+async fn client(store: &Store, name: &str) -> Result<ClientRow> {
+    store
+        .client_get(name)
+        .await?
+        .ok_or_else(|| OperatorError::Store(oduflow_store::StoreError::ClientNotFound(name.to_owned())))
+}
+
+/// The receipt of the current dispatch generation of `kind`.
+async fn current_receipt(store: &Store, c: &ClientRow, kind: ResourceKind) -> Result<Option<ReceiptRow>> {
+    let dg = c.infra.dispatch_generation(kind);
+    Ok(store
+        .receipts_for_client(&c.id)
+        .await?
+        .into_iter()
+        .find(|r| r.resource_kind == kind && r.dispatch_generation == dg))
+}
+
+fn check_key<P: Provider>(c: &ClientRow, provider: &P) -> Result<()> {
+    match &c.infra.key_fingerprint {
+        Some(k) if *k != provider.key_fingerprint() => refused(format!(
+            "{} is bound to API key {} but the configured key is {}: run `oduflow credentials rotate` first",
+            c.name,
+            k.short(),
+            provider.key_fingerprint().short()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `oduflow reconcile NAME [--new-dispatch]`.
+pub async fn reconcile<P: Provider>(
+    store: &Store,
+    provider: &P,
+    name: &str,
+    new_dispatch: bool,
+    actor: &str,
+    now_ms: i64,
+    attempts_max: i32,
+) -> Result<ClientRow> {
+    let c = client(store, name).await?;
+    check_key(&c, provider)?;
+    let writer = ReceiptWriter::new(store.clone());
+    let mut advance = vec![];
+    for kind in [ResourceKind::Vm, ResourceKind::Volume, ResourceKind::Attach] {
+        let Some(r) = current_receipt(store, &c, kind).await? else { continue };
+        if r.rejection_status.is_some() {
+            if new_dispatch {
+                advance.push(kind);
+            }
+        } else {
+            // Observe again: a fresh polling budget, the spent one kept.
+            writer.observations_restart(&r.operation_key).await?;
+        }
+    }
+    if new_dispatch && advance.is_empty() {
+        return refused(format!(
+            "{name} has no definitive rejection on its current dispatches: --new-dispatch is allowed only after \
+             a 400/401/403/422 answered to the create call itself"
+        ));
+    }
+    Ok(store.client_reconcile(name, &advance, actor, now_ms, attempts_max).await?)
+}
+
+/// `oduflow adopt NAME --kind vm|volume --id ID`: records a resource the
+/// operator names for a dispatch whose outcome is unknown (or that has none),
+/// after verifying that it exists in the right region with the right
+/// configuration and is not recorded anywhere else.
+pub async fn adopt<P: Provider>(
+    store: &Store,
+    provider: &P,
+    name: &str,
+    kind: ResourceKind,
+    id: &str,
+    actor: &str,
+    now_ms: i64,
+    attempts_max: i32,
+) -> Result<ClientRow> {
+    let c = client(store, name).await?;
+    check_key(&c, provider)?;
+    if kind == ResourceKind::Attach {
+        return refused("only a vm or a volume can be adopted");
+    }
+    if let Some(other) = store.receipts_all().await?.iter().find(|r| r.resource_id.as_deref() == Some(id)) {
+        return refused(format!("{id} is already recorded on receipt {}", other.operation_key));
+    }
+    let spec = &c.infra.spec;
+    let (label, mismatch) = match kind {
+        ResourceKind::Vm => match provider.instance_get(&VultrInstanceId(id.to_owned())).await? {
+            None => return refused(format!("instance {id} is not visible with the configured key")),
+            Some(i) => (i.label.clone(), instance_mismatch(spec, &i.label, &i)),
+        },
+        _ => match provider.block_get(&VultrBlockId(id.to_owned())).await? {
+            None => return refused(format!("block {id} is not visible with the configured key")),
+            Some(b) => (b.label.clone(), block_mismatch(spec, &b.label, &b)),
+        },
+    };
+    if let Some(why) = mismatch {
+        return refused(format!("{} {id} does not match {name}'s spec: {why}", kind.as_str()));
+    }
+    let writer = ReceiptWriter::new(store.clone());
+    let op = match current_receipt(store, &c, kind).await? {
+        Some(r) if r.resource_id.is_some() => {
+            return refused(format!("{} of {name} already has id {}", kind.as_str(), r.resource_id.unwrap_or_default()))
+        }
+        Some(r) if r.rejection_status.is_some() => {
+            return refused(format!(
+                "the current {} dispatch of {name} was rejected; run `oduflow reconcile {name} --new-dispatch` \
+                 to start a new one instead",
+                kind.as_str()
+            ))
+        }
+        Some(r) => r.operation_key,
+        None => {
+            let dg = c.infra.dispatch_generation(kind);
+            let op = OperationKey::new(&c.id, kind, dg);
+            writer
+                .claim(&NewReceipt {
+                    operation_key: op.clone(),
+                    client_ref: c.id.clone(),
+                    resource_kind: kind,
+                    dispatch_generation: dg,
+                    label: Label(label.clone()),
+                    region: spec.region.clone(),
+                    spec_digest: "adopted".into(),
+                    key_fingerprint: provider.key_fingerprint(),
+                    claimed_ms: now_ms,
+                })
+                .await?;
+            op
+        }
+    };
+    writer.record_id(&op, id, IdSource::AdoptedByOperator, now_ms).await?;
+    writer
+        .audit(&c.id, "resource_adopted_by_operator", serde_json::json!({ "kind": kind, "id": id, "by": actor }), now_ms)
+        .await?;
+    Ok(store.client_reconcile(name, &[], actor, now_ms, attempts_max).await?)
+}
+
+/// `oduflow abandon NAME --kind K --by WHO --reason WHY`: gives up an uncertain
+/// dispatch on an operator's recorded attestation. The dispatch generation
+/// moves on; the abandoned label stays on the inventory watch list.
+pub async fn abandon(
+    store: &Store,
+    name: &str,
+    kind: ResourceKind,
+    by: &str,
+    reason: &str,
+    now_ms: i64,
+    attempts_max: i32,
+) -> Result<ClientRow> {
+    if by.trim().is_empty() || reason.trim().is_empty() {
+        return refused("abandoning a dispatch needs an attestation: --by WHO and --reason WHY");
+    }
+    let c = client(store, name).await?;
+    let Some(r) = current_receipt(store, &c, kind).await? else {
+        return refused(format!("{name} has no current {} dispatch", kind.as_str()));
+    };
+    if r.resource_id.is_some() || r.rejection_status.is_some() {
+        return refused(format!(
+            "the current {} dispatch of {name} has a known outcome; only an uncertain one can be abandoned",
+            kind.as_str()
+        ));
+    }
+    let writer = ReceiptWriter::new(store.clone());
+    writer.abandon(&r.operation_key, by, reason, now_ms).await?;
+    Ok(store.client_reconcile(name, &[kind], by, now_ms, attempts_max).await?)
+}
+
+/// One record the new key could not prove ownership of.
+#[derive(Clone, Debug, Serialize)]
+pub struct Unproven {
+    pub client: String,
+    pub kind: ResourceKind,
+    pub resource: String,
+    pub why: String,
+}
+
+/// `oduflow credentials rotate`: with the new key, proves ownership of every
+/// recorded resource of every record bound to another key (visible, label
+/// matching), then rebinds them all; refuses with the list otherwise.
+pub async fn credentials_rotate<P: Provider>(
+    store: &Store,
+    provider: &P,
+    actor: &str,
+    now_ms: i64,
+) -> Result<std::result::Result<Vec<String>, Vec<Unproven>>> {
+    let new = provider.key_fingerprint();
+    let mut unproven = vec![];
+    let mut rebind = vec![];
+    for c in store.client_list().await? {
+        let Some(old) = c.infra.key_fingerprint.clone() else { continue };
+        if old == new {
+            continue;
+        }
+        for r in store.receipts_for_client(&c.id).await? {
+            if r.resource_kind == ResourceKind::Attach || r.rejection_status.is_some() || r.abandoned_by.is_some() {
+                continue;
+            }
+            let dg = c.infra.dispatch_generation(r.resource_kind);
+            if r.dispatch_generation < dg {
+                continue; // an earlier dispatch, confirmed deleted
+            }
+            let label = r.label.as_str();
+            let fail = |why: String| Unproven {
+                client: c.name.clone(),
+                kind: r.resource_kind,
+                resource: r.resource_id.clone().unwrap_or_else(|| format!("label {label}")),
+                why,
+            };
+            match (&r.resource_id, r.resource_kind) {
+                (Some(id), ResourceKind::Vm) => match provider.instance_get(&VultrInstanceId(id.clone())).await? {
+                    Some(i) if i.label == label => {}
+                    Some(i) => unproven.push(fail(format!("label is {:?}, receipt says {label:?}", i.label))),
+                    None => unproven.push(fail("not visible with the new key".into())),
+                },
+                (Some(id), _) => match provider.block_get(&VultrBlockId(id.clone())).await? {
+                    Some(b) if b.label == label => {}
+                    Some(b) => unproven.push(fail(format!("label is {:?}, receipt says {label:?}", b.label))),
+                    None => unproven.push(fail("not visible with the new key".into())),
+                },
+                (None, _) => unproven.push(fail(
+                    "the dispatch's outcome is unknown, so ownership cannot be proven; resolve it first".into(),
+                )),
+            }
+        }
+        rebind.push((c.id.clone(), old, c.name.clone()));
+    }
+    if !unproven.is_empty() {
+        return Ok(Err(unproven));
+    }
+    let pairs: Vec<_> = rebind.iter().map(|(id, old, _)| (id.clone(), old.clone())).collect();
+    store.clients_rebind_key(&pairs, &new, actor, now_ms).await?;
+    Ok(Ok(rebind.into_iter().map(|(_, _, n)| n).collect()))
+}
+
+/// What an inventory pass found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Inventory {
+    pub instances_listed: usize,
+    pub blocks_listed: usize,
+    /// Resources under our label prefix that no receipt accounts for (or whose
+    /// dispatch was abandoned, or that duplicate a recorded one).
+    pub orphans: Vec<InventoryItem>,
+    /// Recorded resources expected to exist that the provider does not list.
+    pub missing: Vec<InventoryItem>,
+    /// Resources carrying the label of a receipt without id: the next run
+    /// adopts them.
+    pub unrecorded: Vec<InventoryItem>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct InventoryItem {
+    pub kind: ResourceKind,
+    pub id: String,
+    pub label: String,
+    pub client: Option<String>,
+    pub note: String,
+}
+
+/// `oduflow reconcile --all`: compares the provider's inventory under our
+/// label prefix with the receipts, from list pages (two listings, not one GET
+/// per resource). Clears a pending restore when it completes.
+pub async fn inventory<P: Provider>(store: &Store, provider: &P, now_ms: i64) -> Result<Inventory> {
+    let instances = provider.instance_list().await?;
+    let blocks = provider.block_list().await?;
+    let receipts = store.receipts_all().await?;
+    let clients: HashMap<ClientId, ClientRow> = store.client_list().await?.into_iter().map(|c| (c.id.clone(), c)).collect();
+    let by_label: HashMap<&str, &ReceiptRow> = receipts.iter().map(|r| (r.label.as_str(), r)).collect();
+    let mut inv = Inventory { instances_listed: instances.len(), blocks_listed: blocks.len(), ..Default::default() };
+    let listed: Vec<(ResourceKind, String, String)> = instances
+        .iter()
+        .map(|i| (ResourceKind::Vm, i.id.0.clone(), i.label.clone()))
+        .chain(blocks.iter().map(|b| (ResourceKind::Volume, b.id.0.clone(), b.label.clone())))
+        .collect();
+    let mut seen_ids = HashSet::new();
+    for (kind, id, label) in &listed {
+        seen_ids.insert(id.clone());
+        if !label.starts_with(LABEL_PREFIX) {
+            continue;
+        }
+        let client_name = |r: &ReceiptRow| clients.get(&r.client_ref).map(|c| c.name.clone());
+        let item = |client: Option<String>, note: &str| InventoryItem {
+            kind: *kind,
+            id: id.clone(),
+            label: label.clone(),
+            client,
+            note: note.into(),
+        };
+        match by_label.get(label.as_str()) {
+            None => inv.orphans.push(item(None, "no receipt carries this label")),
+            Some(r) if r.abandoned_by.is_some() => inv.orphans.push(item(
+                client_name(r),
+                &format!("label of a dispatch abandoned by {}", r.abandoned_by.as_deref().unwrap_or("?")),
+            )),
+            Some(r) => match &r.resource_id {
+                Some(rid) if rid == id => {}
+                Some(rid) => inv.orphans.push(item(client_name(r), &format!("duplicate: the receipt records {rid}"))),
+                None => inv.unrecorded.push(item(client_name(r), "carries the label of a receipt without id")),
+            },
+        }
+    }
+    for r in &receipts {
+        let (Some(id), Some(c)) = (&r.resource_id, clients.get(&r.client_ref)) else { continue };
+        if r.resource_kind == ResourceKind::Attach || r.dispatch_generation < c.infra.dispatch_generation(r.resource_kind) {
+            continue;
+        }
+        let gone = c.infra.status == ClientStatus::Deleted
+            || c.infra.progress.pointer(&format!("/{}/deleted", r.resource_kind.as_str())) == Some(&serde_json::json!(true));
+        if !gone && !seen_ids.contains(id) {
+            inv.missing.push(InventoryItem {
+                kind: r.resource_kind,
+                id: id.clone(),
+                label: r.label.to_string(),
+                client: Some(c.name.clone()),
+                note: "recorded but not listed by the provider".into(),
+            });
+        }
+    }
+    store
+        .restore_clear(
+            serde_json::json!({
+                "orphans": inv.orphans.len(), "missing": inv.missing.len(), "unrecorded": inv.unrecorded.len(),
+                "instances_listed": inv.instances_listed, "blocks_listed": inv.blocks_listed,
+            }),
+            now_ms,
+        )
+        .await?;
+    Ok(inv)
+}

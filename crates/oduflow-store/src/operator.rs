@@ -1,0 +1,135 @@
+//! Operator actions on an infra record: explicit reconciliation (with an
+//! optional new dispatch generation), key rebinding after a proven rotation,
+//! and the restore guard that keeps the queue stopped until an inventory pass
+//! has run.
+
+use crate::queue::{job_insert, event_insert, NewJob};
+use crate::{both, Result, Store, StoreError, ClientRow};
+use oduflow_model::*;
+
+/// Set while a restored database has not been reconciled with the provider.
+pub const SETTING_RESTORE_PENDING: &str = "restore_pending";
+/// A random id written at `init`; with the local high-water mark it tells a
+/// restored copy from the live database.
+pub const SETTING_LINEAGE: &str = "lineage";
+
+impl Store {
+    /// Observe again: clears a blocked state, bumps the generation (queued
+    /// jobs become stale) and enqueues a fresh job for the current target.
+    /// `advance` lists kinds whose dispatch generation moves on (a new
+    /// operation key and label); the caller has established that this is
+    /// allowed (a definitive rejection, or an operator's abandonment).
+    pub async fn client_reconcile(
+        &self,
+        name: &str,
+        advance: &[ResourceKind],
+        actor: &str,
+        now_ms: i64,
+        attempts_max: i32,
+    ) -> Result<ClientRow> {
+        both!(self, p => {
+            let mut tx = p.begin().await?;
+            let row: Option<(String, String, i64)> = sqlx::query_as(
+                "SELECT i.client_id, i.target, i.generation FROM infra i JOIN clients c ON c.id = i.client_id \
+                 WHERE c.name = $1")
+                .bind(name).fetch_optional(&mut *tx).await?;
+            let Some((id, target, generation)) = row else {
+                return Err(StoreError::ClientNotFound(name.to_owned()));
+            };
+            let target = Target::parse(&target).ok_or_else(|| StoreError::Corrupt(target.clone()))?;
+            let generation = generation + 1;
+            let vm = advance.contains(&ResourceKind::Vm);
+            let volume = advance.contains(&ResourceKind::Volume);
+            let attach = vm || volume || advance.contains(&ResourceKind::Attach);
+            let status = match target { Target::Present => "provisioning", Target::Absent => "deleting" };
+            sqlx::query(
+                "UPDATE infra SET generation = $2, status = $3, blocked_reason = NULL, blocked_detail = NULL, \
+                 vm_dispatch_generation = vm_dispatch_generation + $4, \
+                 volume_dispatch_generation = volume_dispatch_generation + $5, \
+                 attach_dispatch_generation = attach_dispatch_generation + $6, updated_ms = $7 \
+                 WHERE client_id = $1")
+                .bind(&id).bind(generation).bind(status)
+                .bind(i64::from(vm)).bind(i64::from(volume)).bind(i64::from(attach)).bind(now_ms)
+                .execute(&mut *tx).await?;
+            let id = ClientId(id);
+            let kind = match target { Target::Present => JobKind::Provision, Target::Absent => JobKind::Deprovision };
+            job_insert(&mut *tx, &NewJob::for_client(&id, kind, generation, now_ms, attempts_max)).await?;
+            event_insert(&mut *tx, Some(&id), "reconcile_requested", &serde_json::json!({
+                "by": actor, "generation": generation, "new_dispatch": advance,
+            }), now_ms).await?;
+            tx.commit().await?;
+        });
+        self.client_get(name).await?.ok_or_else(|| StoreError::ClientNotFound(name.to_owned()))
+    }
+
+    /// Binds records to a new key after its ownership of every recorded
+    /// resource was proven. Returns how many records were rebound.
+    pub async fn clients_rebind_key(
+        &self,
+        clients: &[(ClientId, KeyFingerprint)],
+        new: &KeyFingerprint,
+        actor: &str,
+        now_ms: i64,
+    ) -> Result<u64> {
+        both!(self, p => {
+            let mut tx = p.begin().await?;
+            let mut n = 0;
+            for (id, old) in clients {
+                n += sqlx::query("UPDATE infra SET key_fingerprint = $2, updated_ms = $4 \
+                                  WHERE client_id = $1 AND key_fingerprint = $3")
+                    .bind(id.as_str()).bind(new.as_str()).bind(old.as_str()).bind(now_ms)
+                    .execute(&mut *tx).await?.rows_affected();
+                event_insert(&mut *tx, Some(id), "key_rebound", &serde_json::json!({
+                    "by": actor, "from": old.short(), "to": new.short(),
+                }), now_ms).await?;
+            }
+            tx.commit().await?;
+            Ok(n)
+        })
+    }
+
+    pub async fn restore_pending(&self) -> Result<Option<String>> {
+        self.setting_get(SETTING_RESTORE_PENDING).await
+    }
+
+    /// Marks the database as restored: the queue claims nothing until an
+    /// inventory pass clears it.
+    pub async fn restore_declare(&self, why: &str, now_ms: i64) -> Result<()> {
+        self.setting_set(SETTING_RESTORE_PENDING, why).await?;
+        self.event_global("restore_declared", serde_json::json!({ "why": why }), now_ms).await
+    }
+
+    pub async fn restore_clear(&self, report: serde_json::Value, now_ms: i64) -> Result<()> {
+        both!(self, p => {
+            sqlx::query("DELETE FROM settings WHERE key = $1").bind(SETTING_RESTORE_PENDING).execute(p).await?;
+        });
+        self.event_global("inventory_reconciled", report, now_ms).await
+    }
+
+    pub async fn event_global(&self, kind: &str, detail: serde_json::Value, now_ms: i64) -> Result<()> {
+        both!(self, p => {
+            let mut c = p.acquire().await?;
+            event_insert(&mut *c, None, kind, &detail, now_ms).await
+        })
+    }
+
+    /// The lineage id, created on first use.
+    pub async fn lineage(&self) -> Result<String> {
+        if let Some(l) = self.setting_get(SETTING_LINEAGE).await? {
+            return Ok(l);
+        }
+        let l = uuid::Uuid::new_v4().to_string();
+        both!(self, p => {
+            sqlx::query("INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING")
+                .bind(SETTING_LINEAGE).bind(&l).execute(p).await?;
+        });
+        Ok(self.setting_get(SETTING_LINEAGE).await?.unwrap_or(l))
+    }
+
+    /// The highest event id: grows with every change, so a copy restored from
+    /// an older backup has a lower one.
+    pub async fn high_water_mark(&self) -> Result<i64> {
+        both!(self, p => Ok(sqlx::query_scalar::<_, Option<i64>>("SELECT max(id) FROM events")
+            .fetch_one(p).await?.unwrap_or(0)))
+    }
+}
