@@ -445,7 +445,7 @@ mod operator_actions {
         drain(&w, 50).await;
         let b = status(&store, "beta").await;
         assert_eq!(b.infra.blocked_reason, Some(BlockedReason::UncertainCreate), "{b:?}");
-        assert_eq!(p.with(|s| s.calls.iter().filter(|c| *c == "POST /instances").count()), 2, "one per client");
+        assert_eq!(p.with(|s| s.calls.iter().filter(|c| *c == "POST /instances").count()), 1, "never re-sent");
 
         // Abandon needs an attestation.
         assert!(operator::abandon(&store, "beta", ResourceKind::Vm, "", "x", now(), 3).await.is_err());
