@@ -99,10 +99,17 @@ impl Store {
         self.event_global("restore_declared", serde_json::json!({ "why": why }), now_ms).await
     }
 
+    /// Ends a pending restore after an inventory pass. The lineage moves to a
+    /// new epoch, so hosts that remember the pre-restore high-water mark do
+    /// not take the reconciled copy for another restore.
     pub async fn restore_clear(&self, report: serde_json::Value, now_ms: i64) -> Result<()> {
+        let was_pending = self.restore_pending().await?.is_some();
         both!(self, p => {
             sqlx::query("DELETE FROM settings WHERE key = $1").bind(SETTING_RESTORE_PENDING).execute(p).await?;
         });
+        if was_pending {
+            self.setting_set(SETTING_LINEAGE, &uuid::Uuid::new_v4().to_string()).await?;
+        }
         self.event_global("inventory_reconciled", report, now_ms).await
     }
 

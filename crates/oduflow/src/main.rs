@@ -4,6 +4,7 @@
 
 mod config;
 mod demo;
+mod lineage;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -226,6 +227,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Init => {
             let store = Store::connect(&cfg.database_url, true).await?;
             store.migrate().await?;
+            store.lineage().await?;
             println!("database ready: {}", oduflow_store::redact_url(&cfg.database_url));
         }
         Cmd::Client(c) => client(&cfg, c).await?,
@@ -240,8 +242,12 @@ async fn run(cli: Cli) -> Result<()> {
                 engine.concurrency = n;
             }
             let provider = provider(&cfg)?;
-            let worker = Worker::new(store, provider, engine, Arc::new(SystemClock));
+            if let Some(why) = lineage::check(&store, now_ms()).await? {
+                anyhow::bail!("restore pending ({why}): run `oduflow reconcile --all` before starting workers");
+            }
+            let worker = Worker::new(store.clone(), provider, engine, Arc::new(SystemClock));
             run_worker(worker, until_settled).await?;
+            lineage::check(&store, now_ms()).await?;
         }
         Cmd::Demo { clients } => demo::run(&cfg, clients).await?,
         Cmd::Reconcile { name, all, new_dispatch, by, json } => {

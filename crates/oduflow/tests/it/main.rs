@@ -332,7 +332,45 @@ async fn multi_process_workers_never_overlap_on_a_client() {
     assert_eq!(overlaps, 0, "two jobs of one client ran at once");
 }
 
-#[allow(dead_code)]
-fn exists(p: &Path) -> bool {
-    p.exists()
+
+/// A database restored from an older copy is detected at worker start; the
+/// queue stays stopped until an inventory pass has run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restored_database_stops_queue_until_inventory() {
+    let env = Env::sqlite().await;
+    let state = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| env.cmd(args).env("ODUFLOW_STATE_DIR", state.path()).output().unwrap();
+    let create = ["client", "create", "acme", "--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"];
+    assert!(run(&["init"]).status.success());
+    assert!(run(&create).status.success());
+    assert!(run(&["worker", "--until-settled"]).status.success());
+    let db = env.dir.path().join("oduflow.db");
+    let backup = env.dir.path().join("backup.db");
+    // A consistent copy of a WAL-mode database: the file and its WAL.
+    let copy = |from: &Path, to: &Path| {
+        std::fs::copy(from, to).unwrap();
+        let (fw, tw) = (format!("{}-wal", from.display()), format!("{}-wal", to.display()));
+        let _ = std::fs::remove_file(&tw);
+        if Path::new(&fw).exists() {
+            std::fs::copy(&fw, &tw).unwrap();
+        }
+    };
+    copy(&db, &backup);
+    let create_b: Vec<&str> = create.iter().map(|a| if *a == "acme" { "beta" } else { a }).collect();
+    assert!(run(&create_b).status.success());
+    assert!(run(&["worker", "--until-settled"]).status.success());
+    // Restore the older copy (the WAL of the newer one goes with it).
+    let _ = std::fs::remove_file(format!("{}-shm", db.display()));
+    copy(&backup, &db);
+    let o = run(&["worker", "--until-settled"]);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("reconcile --all"));
+    let o = run(&["queue", "resume"]);
+    assert_eq!(o.status.code(), Some(1), "resume must refuse after a restore");
+    let o = run(&["reconcile", "--all", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let inv: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(inv["orphans"].is_array());
+    assert!(run(&["queue", "resume"]).status.success());
+    assert!(run(&["worker", "--until-settled"]).status.success());
 }

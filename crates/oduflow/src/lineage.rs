@@ -1,0 +1,42 @@
+//! Restore detection. The database carries a random lineage id and a
+//! high-water mark (its highest event id), which only grows. Each worker host
+//! remembers the highest mark it has seen for that lineage in a small local
+//! file; a database whose mark is lower than that is an older copy (a restored
+//! backup), which may lag the cloud. The queue is then stopped until an
+//! inventory pass (`oduflow reconcile --all`) has compared the provider with
+//! the receipts. An operator can also declare a restore (`oduflow restore
+//! declare`), which is the only way to catch one on a host that never saw the
+//! newer state.
+
+use anyhow::Result;
+use oduflow_store::Store;
+use std::path::PathBuf;
+
+fn state_dir() -> PathBuf {
+    if let Ok(d) = std::env::var("ODUFLOW_STATE_DIR") {
+        return PathBuf::from(d);
+    }
+    match std::env::var("HOME") {
+        Ok(h) => PathBuf::from(h).join(".local/state/oduflow"),
+        Err(_) => PathBuf::from(".oduflow-state"),
+    }
+}
+
+/// Compares the database with this host's memory of it; declares a restore
+/// when the database went backwards. Returns the reason if one is pending.
+pub async fn check(store: &Store, now_ms: i64) -> Result<Option<String>> {
+    let lineage = store.lineage().await?;
+    let mark = store.high_water_mark().await?;
+    let file = state_dir().join(format!("lineage-{lineage}"));
+    let seen: i64 = std::fs::read_to_string(&file).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+    if mark < seen && store.restore_pending().await?.is_none() {
+        let why = format!("database high-water mark {mark} is below {seen}, seen earlier by this host: restored from a backup?");
+        store.restore_declare(&why, now_ms).await?;
+    }
+    if mark > seen {
+        // Best effort: a host that cannot remember still runs, and an
+        // operator can declare a restore by hand.
+        let _ = std::fs::create_dir_all(state_dir()).and_then(|_| std::fs::write(&file, mark.to_string()));
+    }
+    Ok(store.restore_pending().await?)
+}
