@@ -26,7 +26,9 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub fn new(world: World) -> Self {
-        Self { world: Mutex::new(world) }
+        Self {
+            world: Mutex::new(world),
+        }
     }
 
     /// The world, even if a handler panicked while holding it: the simulator
@@ -52,13 +54,22 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v2/regions", get(region_list))
         .route("/v2/plans", get(plan_list))
         .route("/v2/instances", get(instance_list).post(instance_create))
-        .route("/v2/instances/{id}", get(instance_get).delete(instance_delete))
+        .route(
+            "/v2/instances/{id}",
+            get(instance_get).delete(instance_delete),
+        )
         .route("/v2/blocks", get(block_list).post(block_create))
         .route("/v2/blocks/{id}", get(block_get).delete(block_delete))
         .route("/v2/blocks/{id}/attach", post(block_attach))
         .route("/v2/blocks/{id}/detach", post(block_detach))
-        .route("/v2/domains/{domain}/records", get(dns_record_list).post(dns_record_create))
-        .route("/v2/domains/{domain}/records/{id}", get(dns_record_get).delete(dns_record_delete))
+        .route(
+            "/v2/domains/{domain}/records",
+            get(dns_record_list).post(dns_record_create),
+        )
+        .route(
+            "/v2/domains/{domain}/records/{id}",
+            get(dns_record_get).delete(dns_record_delete),
+        )
         .route_layer(middleware::from_fn_with_state(shared.clone(), gate));
     Router::new()
         .merge(v2)
@@ -99,7 +110,8 @@ pub(crate) fn render(r: Reply) -> Response {
         None => (status, Body::empty()).into_response(),
     };
     if let Some(secs) = r.retry_after {
-        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
     resp
 }
@@ -117,7 +129,9 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
         .get::<MatchedPath>()
         .map(|m| m.as_str().to_owned())
         .unwrap_or_else(|| req.uri().path().to_owned());
-    let Some(op) = op_of(req.method(), &route) else { return next.run(req).await };
+    let Some(op) = op_of(req.method(), &route) else {
+        return next.run(req).await;
+    };
     let key_fp = bearer_fingerprint(&req);
     // Regions and plans are `security: []` in the document: no key needed.
     let needs_auth = !matches!(op, Op::RegionList | Op::PlanList);
@@ -132,7 +146,8 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
                 tokio::time::sleep(Duration::from_millis(latency_ms)).await;
             }
             let kill = req.extensions().get::<ConnKill>().cloned();
-            req.extensions_mut().insert(Caller(key_fp.unwrap_or_default()));
+            req.extensions_mut()
+                .insert(Caller(key_fp.unwrap_or_default()));
             let resp = next.run(req).await;
             match lost {
                 Some(FaultKind::LostDrop) if kill.is_some() => {
@@ -161,8 +176,8 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
 }
 
 /// A JSON request body; anything that is not JSON is Vultr's 400.
-fn parse(body: &Bytes) -> Result<Value, Response> {
-    serde_json::from_slice(body).map_err(|_| render(Reply::error(400, "Bad request.")))
+fn parse(body: &Bytes) -> Result<Value, Reply> {
+    serde_json::from_slice(body).map_err(|_| Reply::error(400, "Bad request."))
 }
 
 async fn account_get(State(s): State<Arc<Shared>>) -> Response {
@@ -177,10 +192,14 @@ async fn plan_list(State(s): State<Arc<Shared>>, Query(q): Q) -> Response {
 async fn instance_list(State(s): State<Arc<Shared>>, Query(q): Q) -> Response {
     render(s.world().instance_list(&q))
 }
-async fn instance_create(State(s): State<Arc<Shared>>, Extension(c): Extension<Caller>, body: Bytes) -> Response {
+async fn instance_create(
+    State(s): State<Arc<Shared>>,
+    Extension(c): Extension<Caller>,
+    body: Bytes,
+) -> Response {
     match parse(&body) {
         Ok(v) => render(s.world().instance_create(&v, &c.0)),
-        Err(r) => r,
+        Err(r) => render(r),
     }
 }
 async fn instance_get(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
@@ -192,10 +211,14 @@ async fn instance_delete(State(s): State<Arc<Shared>>, Path(id): Path<String>) -
 async fn block_list(State(s): State<Arc<Shared>>, Query(q): Q) -> Response {
     render(s.world().block_list(&q))
 }
-async fn block_create(State(s): State<Arc<Shared>>, Extension(c): Extension<Caller>, body: Bytes) -> Response {
+async fn block_create(
+    State(s): State<Arc<Shared>>,
+    Extension(c): Extension<Caller>,
+    body: Bytes,
+) -> Response {
     match parse(&body) {
         Ok(v) => render(s.world().block_create(&v, &c.0)),
-        Err(r) => r,
+        Err(r) => render(r),
     }
 }
 async fn block_get(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
@@ -204,17 +227,25 @@ async fn block_get(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Resp
 async fn block_delete(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
     render(s.world().block_delete(&id))
 }
-async fn block_attach(State(s): State<Arc<Shared>>, Path(id): Path<String>, body: Bytes) -> Response {
+async fn block_attach(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
     match parse(&body) {
         Ok(v) => render(s.world().block_attach(&id, &v)),
-        Err(r) => r,
+        Err(r) => render(r),
     }
 }
 async fn block_detach(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
     // The body (`{"live": bool}`) changes nothing the simulator shows.
     render(s.world().block_detach(&id))
 }
-async fn dns_record_list(State(s): State<Arc<Shared>>, Path(domain): Path<String>, Query(q): Q) -> Response {
+async fn dns_record_list(
+    State(s): State<Arc<Shared>>,
+    Path(domain): Path<String>,
+    Query(q): Q,
+) -> Response {
     render(s.world().dns_record_list(&domain, &q))
 }
 async fn dns_record_create(
@@ -225,13 +256,19 @@ async fn dns_record_create(
 ) -> Response {
     match parse(&body) {
         Ok(v) => render(s.world().dns_record_create(&domain, &v, &c.0)),
-        Err(r) => r,
+        Err(r) => render(r),
     }
 }
-async fn dns_record_get(State(s): State<Arc<Shared>>, Path((domain, id)): Path<(String, String)>) -> Response {
+async fn dns_record_get(
+    State(s): State<Arc<Shared>>,
+    Path((domain, id)): Path<(String, String)>,
+) -> Response {
     render(s.world().dns_record_get(&domain, &id))
 }
-async fn dns_record_delete(State(s): State<Arc<Shared>>, Path((domain, id)): Path<(String, String)>) -> Response {
+async fn dns_record_delete(
+    State(s): State<Arc<Shared>>,
+    Path((domain, id)): Path<(String, String)>,
+) -> Response {
     render(s.world().dns_record_delete(&domain, &id))
 }
 

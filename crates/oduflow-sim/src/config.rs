@@ -160,7 +160,13 @@ impl Default for Faults {
 impl Faults {
     /// Why the plan cannot be used, if it cannot.
     pub fn validate(&self) -> Result<(), String> {
-        let ps = [self.lost_drop, self.lost_5xx, self.lost_stall, self.error_5xx, self.burst_429];
+        let ps = [
+            self.lost_drop,
+            self.lost_5xx,
+            self.lost_stall,
+            self.error_5xx,
+            self.burst_429,
+        ];
         if ps.iter().any(|p| !(0.0..=1.0).contains(p)) {
             return Err("every probability must be within 0..=1".into());
         }

@@ -94,9 +94,16 @@ impl Sim {
     /// Serves in the background on `listen` (port 0 picks a free port).
     pub async fn start(config: SimConfig, listen: SocketAddr) -> Result<SimHandle, SimError> {
         config.faults.validate().map_err(SimError::Faults)?;
-        let listener =
-            TcpListener::bind(listen).await.map_err(|source| SimError::Bind { addr: listen, source })?;
-        let addr = listener.local_addr().map_err(|source| SimError::Bind { addr: listen, source })?;
+        let listener = TcpListener::bind(listen)
+            .await
+            .map_err(|source| SimError::Bind {
+                addr: listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| SimError::Bind {
+            addr: listen,
+            source,
+        })?;
         let shared = Arc::new(Shared::new(World::new(config)));
         let (shutdown, rx) = watch::channel(false);
         let task = tokio::spawn(accept_loop(listener, router(shared.clone()), rx));
@@ -119,7 +126,11 @@ pub async fn serve(config: SimConfig, listen: SocketAddr) -> Result<(), SimError
     Ok(())
 }
 
-async fn accept_loop(listener: TcpListener, app: axum::Router, mut shutdown: watch::Receiver<bool>) {
+async fn accept_loop(
+    listener: TcpListener,
+    app: axum::Router,
+    mut shutdown: watch::Receiver<bool>,
+) {
     loop {
         let stream = tokio::select! {
             r = listener.accept() => match r {

@@ -4,7 +4,10 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub(crate) fn now_rfc3339() -> String {
-    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     format_unix(secs as i64)
 }
 
@@ -38,7 +41,10 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 mod tests {
     #[test]
     fn formats_like_vultr() {
-        assert_eq!(super::format_unix(1_602_294_980), "2020-10-10T01:56:20+00:00");
+        assert_eq!(
+            super::format_unix(1_602_294_980),
+            "2020-10-10T01:56:20+00:00"
+        );
         assert_eq!(super::format_unix(0), "1970-01-01T00:00:00+00:00");
     }
 }

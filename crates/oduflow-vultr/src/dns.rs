@@ -86,13 +86,16 @@ impl VultrClient {
         domain: &str,
         id: &DnsRecordId,
     ) -> Result<Option<DnsRecord>, VultrError> {
-        let env: Option<Envelope> = self.get_one(&["domains", domain, "records", id.as_str()]).await?;
+        let env: Option<Envelope> = self
+            .get_one(&["domains", domain, "records", id.as_str()])
+            .await?;
         Ok(env.map(|e| e.record))
     }
 
     /// Every page of the domain's records.
     pub async fn dns_record_list(&self, domain: &str) -> Result<Vec<DnsRecord>, VultrError> {
-        self.list_all(&["domains", domain, "records"], "records", &[]).await
+        self.list_all(&["domains", domain, "records"], "records", &[])
+            .await
     }
 
     pub async fn dns_record_delete(
@@ -100,6 +103,11 @@ impl VultrClient {
         domain: &str,
         id: &DnsRecordId,
     ) -> Result<DeleteOutcome, VultrError> {
-        self.delete_like(Method::DELETE, &["domains", domain, "records", id.as_str()], None).await
+        self.delete_like(
+            Method::DELETE,
+            &["domains", domain, "records", id.as_str()],
+            None,
+        )
+        .await
     }
 }

@@ -86,12 +86,18 @@ impl Answer {
     }
 
     pub fn to_error(&self) -> VultrError {
-        VultrError::Status { status: self.status, message: self.message() }
+        VultrError::Status {
+            status: self.status,
+            message: self.message(),
+        }
     }
 
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, VultrError> {
         serde_json::from_slice(&self.body).map_err(|e| {
-            VultrError::Decode(format!("answer {} is not the documented JSON: {e}", self.status))
+            VultrError::Decode(format!(
+                "answer {} is not the documented JSON: {e}",
+                self.status
+            ))
         })
     }
 }
@@ -129,7 +135,11 @@ fn is_rejection(status: u16) -> bool {
 /// (connect, timeout, body) but holds no header values, so never the key.
 fn describe(err: &reqwest::Error) -> String {
     use std::error::Error as _;
-    let mut s = if err.is_timeout() { format!("timeout: {err}") } else { err.to_string() };
+    let mut s = if err.is_timeout() {
+        format!("timeout: {err}")
+    } else {
+        err.to_string()
+    };
     let mut cause = err.source();
     while let Some(c) = cause {
         s.push_str(": ");
@@ -144,14 +154,19 @@ impl VultrClient {
         let base = Url::parse(cfg.base_url.trim_end_matches('/'))
             .map_err(|e| VultrError::Config(format!("base_url {:?}: {e}", cfg.base_url)))?;
         if base.cannot_be_a_base() {
-            return Err(VultrError::Config(format!("base_url {:?} cannot hold a path", cfg.base_url)));
+            return Err(VultrError::Config(format!(
+                "base_url {:?} cannot hold a path",
+                cfg.base_url
+            )));
         }
         let rate = NonZeroU32::new(cfg.rate_per_sec)
             .ok_or_else(|| VultrError::Config("rate_per_sec must be at least 1".into()))?;
         let burst = NonZeroU32::new(cfg.rate_burst)
             .ok_or_else(|| VultrError::Config("rate_burst must be at least 1".into()))?;
         if cfg.read_attempts_max == 0 {
-            return Err(VultrError::Config("read_attempts_max must be at least 1".into()));
+            return Err(VultrError::Config(
+                "read_attempts_max must be at least 1".into(),
+            ));
         }
         if !(1..=500).contains(&cfg.per_page) {
             return Err(VultrError::Config("per_page must be within 1..=500".into()));
@@ -173,7 +188,16 @@ impl VultrClient {
             .map_err(|e| VultrError::Config(format!("HTTP client: {}", describe(&e))))?;
         let fingerprint = KeyFingerprint::of_key(&cfg.api_key);
         let limiter = RateLimiter::direct(Quota::per_second(rate).allow_burst(burst));
-        Ok(Self { inner: Arc::new(Inner { base, cfg, fingerprint, reads, once, limiter }) })
+        Ok(Self {
+            inner: Arc::new(Inner {
+                base,
+                cfg,
+                fingerprint,
+                reads,
+                once,
+                limiter,
+            }),
+        })
     }
 
     pub fn config(&self) -> &VultrConfig {
@@ -208,11 +232,14 @@ impl VultrClient {
         inner.limiter.until_ready().await;
         let url = self.url(segments);
         let route = url.path().to_owned();
-        let mut auth = HeaderValue::try_from(format!("Bearer {}", inner.cfg.api_key.expose_secret()))
-            .unwrap_or_else(|_| HeaderValue::from_static("Bearer invalid-key-characters"));
+        let mut auth =
+            HeaderValue::try_from(format!("Bearer {}", inner.cfg.api_key.expose_secret()))
+                .unwrap_or_else(|_| HeaderValue::from_static("Bearer invalid-key-characters"));
         auth.set_sensitive(true);
         let client = if once { &inner.once } else { &inner.reads };
-        let mut req = client.request(method.clone(), url).header(AUTHORIZATION, auth);
+        let mut req = client
+            .request(method.clone(), url)
+            .header(AUTHORIZATION, auth);
         if !query.is_empty() {
             req = req.query(query);
         }
@@ -231,40 +258,51 @@ impl VultrClient {
                     .and_then(|v| v.trim().parse::<u64>().ok())
                     .map(Duration::from_secs);
                 match resp.bytes().await {
-                    Ok(b) => Reply::Answer(Answer { status, body: b.to_vec(), retry_after }),
-                    Err(e) => Reply::Transport(format!("answer {status} cut short: {}", describe(&e))),
+                    Ok(b) => Reply::Answer(Answer {
+                        status,
+                        body: b.to_vec(),
+                        retry_after,
+                    }),
+                    Err(e) => {
+                        Reply::Transport(format!("answer {status} cut short: {}", describe(&e)))
+                    }
                 }
             }
         };
         let ms = started.elapsed().as_millis() as u64;
         match &reply {
-            Reply::Answer(a) => tracing::debug!(%method, %route, status = a.status, ms, "vultr request"),
-            Reply::Transport(e) => tracing::debug!(%method, %route, error = %e, ms, "vultr request failed"),
+            Reply::Answer(a) => {
+                tracing::debug!(%method, %route, status = a.status, ms, "vultr request")
+            }
+            Reply::Transport(e) => {
+                tracing::debug!(%method, %route, error = %e, ms, "vultr request failed")
+            }
         }
         reply
     }
 
     /// Sends a create or attach POST exactly once and hands back what came.
     pub(crate) async fn post_once(&self, segments: &[&str], body: &serde_json::Value) -> Reply {
-        self.exchange(true, Method::POST, segments, &[], Some(body)).await
+        self.exchange(true, Method::POST, segments, &[], Some(body))
+            .await
     }
 
     /// Classifies a create answer; `id` reads the new resource out of a 2xx.
-    pub(crate) fn classify<T>(
-        reply: Reply,
-        id: impl FnOnce(&Answer) -> Option<T>,
-    ) -> Outcome<T> {
+    pub(crate) fn classify<T>(reply: Reply, id: impl FnOnce(&Answer) -> Option<T>) -> Outcome<T> {
         match reply {
-            Reply::Transport(e) => Outcome::Unknown { reason: format!("transport error: {e}") },
+            Reply::Transport(e) => Outcome::Unknown {
+                reason: format!("transport error: {e}"),
+            },
             Reply::Answer(a) if a.is_success() => match id(&a) {
                 Some(v) => Outcome::Accepted(v),
                 None => Outcome::Unknown {
                     reason: format!("Vultr answered {} without a readable id", a.status),
                 },
             },
-            Reply::Answer(a) if is_rejection(a.status) => {
-                Outcome::Rejected { status: a.status, message: a.message() }
-            }
+            Reply::Answer(a) if is_rejection(a.status) => Outcome::Rejected {
+                status: a.status,
+                message: a.message(),
+            },
             Reply::Answer(a) => Outcome::Unknown {
                 reason: format!("Vultr answered {}: {}", a.status, a.message()),
             },
@@ -284,7 +322,9 @@ impl VultrClient {
         let cfg = &self.inner.cfg;
         let mut attempt = 1;
         loop {
-            let reply = self.exchange(false, method.clone(), segments, query, body).await;
+            let reply = self
+                .exchange(false, method.clone(), segments, query, body)
+                .await;
             let retry_after = match &reply {
                 Reply::Answer(a) if !is_retryable(a.status) => return finish(reply),
                 Reply::Answer(a) => a.retry_after,
@@ -295,13 +335,20 @@ impl VultrClient {
             }
             let wait = match retry_after {
                 Some(d) if d.as_millis() as u64 > cfg.retry_after_max_ms => {
-                    tracing::debug!(secs = d.as_secs(), "Retry-After beyond our bound; giving up");
+                    tracing::debug!(
+                        secs = d.as_secs(),
+                        "Retry-After beyond our bound; giving up"
+                    );
                     return finish(reply);
                 }
                 Some(d) => d,
                 None => backoff(cfg, attempt),
             };
-            tracing::debug!(attempt, wait_ms = wait.as_millis() as u64, "retrying vultr read");
+            tracing::debug!(
+                attempt,
+                wait_ms = wait.as_millis() as u64,
+                "retrying vultr read"
+            );
             tokio::time::sleep(wait).await;
             attempt += 1;
         }
@@ -319,7 +366,9 @@ impl VultrClient {
         &self,
         segments: &[&str],
     ) -> Result<Option<T>, VultrError> {
-        let a = self.request_retrying(Method::GET, segments, &[], None).await?;
+        let a = self
+            .request_retrying(Method::GET, segments, &[], None)
+            .await?;
         match a.status {
             404 => Ok(None),
             _ if a.is_success() => a.json().map(Some),
@@ -345,14 +394,17 @@ impl VultrClient {
             if !cursor.is_empty() {
                 query.push(("cursor", cursor.clone()));
             }
-            let a = self.request_retrying(Method::GET, segments, &query, None).await?;
+            let a = self
+                .request_retrying(Method::GET, segments, &query, None)
+                .await?;
             if !a.is_success() {
                 return Err(a.to_error());
             }
             let mut page: serde_json::Value = a.json()?;
-            let list = page.get_mut(key).map(serde_json::Value::take).ok_or_else(|| {
-                VultrError::Decode(format!("listing has no {key:?} array"))
-            })?;
+            let list = page
+                .get_mut(key)
+                .map(serde_json::Value::take)
+                .ok_or_else(|| VultrError::Decode(format!("listing has no {key:?} array")))?;
             let mut batch: Vec<T> = serde_json::from_value(list)
                 .map_err(|e| VultrError::Decode(format!("listing {key:?}: {e}")))?;
             items.append(&mut batch);
@@ -367,15 +419,22 @@ impl VultrClient {
                 return Ok(items);
             }
             if !seen.insert(next.clone()) {
-                return Err(VultrError::Pagination(format!("cursor {next:?} came back twice")));
+                return Err(VultrError::Pagination(format!(
+                    "cursor {next:?} came back twice"
+                )));
             }
             cursor = next;
         }
-        Err(VultrError::Pagination(format!("more than {} pages", cfg.list_pages_max)))
+        Err(VultrError::Pagination(format!(
+            "more than {} pages",
+            cfg.list_pages_max
+        )))
     }
 }
 
 fn backoff(cfg: &VultrConfig, attempt: u32) -> Duration {
-    let exp = cfg.backoff_base_ms.saturating_mul(1u64 << (attempt - 1).min(20));
+    let exp = cfg
+        .backoff_base_ms
+        .saturating_mul(1u64 << (attempt - 1).min(20));
     Duration::from_millis(exp.min(cfg.backoff_max_ms))
 }

@@ -22,7 +22,10 @@ impl VultrClient {
         Ok(match a.status {
             404 => DeleteOutcome::NotFound,
             _ if a.is_success() => DeleteOutcome::Sent,
-            status => DeleteOutcome::Refused { status, message: a.message() },
+            status => DeleteOutcome::Refused {
+                status,
+                message: a.message(),
+            },
         })
     }
 
@@ -50,7 +53,9 @@ impl Provider for VultrClient {
     }
 
     async fn instance_create(&self, req: &InstanceRequest) -> Outcome<VultrInstanceId> {
-        let reply = self.post_once(&["instances"], &wire::instance_create_body(req)).await;
+        let reply = self
+            .post_once(&["instances"], &wire::instance_create_body(req))
+            .await;
         let outcome = Self::classify(reply, |a| {
             wire::created_id(&a.body, "instance").map(VultrInstanceId)
         });
@@ -65,7 +70,11 @@ impl Provider for VultrClient {
 
     async fn instance_list_by_label(&self, label: &Label) -> Result<Vec<Instance>, ProviderError> {
         let all: Vec<wire::WireInstance> = self
-            .list_all(&["instances"], "instances", &[("label", label.as_str().to_owned())])
+            .list_all(
+                &["instances"],
+                "instances",
+                &[("label", label.as_str().to_owned())],
+            )
             .await?;
         // The server filters already; matching again costs nothing and keeps
         // a looser server-side match (prefix, case) from adopting a stranger.
@@ -82,13 +91,18 @@ impl Provider for VultrClient {
     }
 
     async fn instance_delete(&self, id: &VultrInstanceId) -> Result<DeleteOutcome, ProviderError> {
-        Ok(self.delete_like(Method::DELETE, &["instances", id.as_str()], None).await?)
+        Ok(self
+            .delete_like(Method::DELETE, &["instances", id.as_str()], None)
+            .await?)
     }
 
     async fn block_create(&self, req: &BlockRequest) -> Outcome<VultrBlockId> {
-        let reply = self.post_once(&["blocks"], &wire::block_create_body(req)).await;
-        let outcome =
-            Self::classify(reply, |a| wire::created_id(&a.body, "block").map(VultrBlockId));
+        let reply = self
+            .post_once(&["blocks"], &wire::block_create_body(req))
+            .await;
+        let outcome = Self::classify(reply, |a| {
+            wire::created_id(&a.body, "block").map(VultrBlockId)
+        });
         tracing::info!(label = %req.label, ?outcome, "block create sent");
         outcome
     }
@@ -105,7 +119,9 @@ impl Provider for VultrClient {
 
     async fn block_attach(&self, id: &VultrBlockId, instance: &VultrInstanceId) -> Outcome<()> {
         let body = wire::block_attach_body(instance);
-        let reply = self.post_once(&["blocks", id.as_str(), "attach"], &body).await;
+        let reply = self
+            .post_once(&["blocks", id.as_str(), "attach"], &body)
+            .await;
         // 204 with no body: attachment is confirmed only by reading the block.
         let outcome = Self::classify(reply, |_| Some(()));
         tracing::info!(block = %id, %instance, ?outcome, "block attach sent");
@@ -114,10 +130,18 @@ impl Provider for VultrClient {
 
     async fn block_detach(&self, id: &VultrBlockId) -> Result<DeleteOutcome, ProviderError> {
         let body = wire::block_detach_body();
-        Ok(self.delete_like(Method::POST, &["blocks", id.as_str(), "detach"], Some(&body)).await?)
+        Ok(self
+            .delete_like(
+                Method::POST,
+                &["blocks", id.as_str(), "detach"],
+                Some(&body),
+            )
+            .await?)
     }
 
     async fn block_delete(&self, id: &VultrBlockId) -> Result<DeleteOutcome, ProviderError> {
-        Ok(self.delete_like(Method::DELETE, &["blocks", id.as_str()], None).await?)
+        Ok(self
+            .delete_like(Method::DELETE, &["blocks", id.as_str()], None)
+            .await?)
     }
 }

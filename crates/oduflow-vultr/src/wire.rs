@@ -110,7 +110,7 @@ impl From<WireBlock> for Block {
             block_type: w.block_type,
             status: w.status,
             attached_to_instance: (!w.attached_to_instance.is_empty())
-                .then(|| VultrInstanceId(w.attached_to_instance)),
+                .then_some(VultrInstanceId(w.attached_to_instance)),
         }
     }
 }

@@ -17,17 +17,30 @@ async fn server_answering(status: u16, body: serde_json::Value) -> MockServer {
 }
 
 async fn posts(server: &MockServer) -> usize {
-    server.received_requests().await.unwrap().iter().filter(|r| r.method.as_str() == "POST").count()
+    server
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.method.as_str() == "POST")
+        .count()
 }
 
 #[tokio::test]
 async fn a_2xx_with_an_id_is_accepted() {
-    let server = server_answering(202, json!({"instance": {"id": "i-1", "status": "pending"}})).await;
+    let server =
+        server_answering(202, json!({"instance": {"id": "i-1", "status": "pending"}})).await;
     let c = client(&format!("{}/v2", server.uri()));
-    assert_eq!(c.instance_create(&instance_req("l")).await, Outcome::Accepted(VultrInstanceId::from("i-1")));
+    assert_eq!(
+        c.instance_create(&instance_req("l")).await,
+        Outcome::Accepted(VultrInstanceId::from("i-1"))
+    );
     let server = server_answering(202, json!({"block": {"id": "b-1", "status": "pending"}})).await;
     let c = client(&format!("{}/v2", server.uri()));
-    assert_eq!(c.block_create(&block_req("l")).await, Outcome::Accepted(VultrBlockId::from("b-1")));
+    assert_eq!(
+        c.block_create(&block_req("l")).await,
+        Outcome::Accepted(VultrBlockId::from("b-1"))
+    );
 }
 
 #[tokio::test]
@@ -36,12 +49,19 @@ async fn statuses_400_401_403_422_are_rejected_with_the_provider_message() {
         let msg = format!("refused with {status}");
         let server = server_answering(status, json!({"error": msg, "status": status})).await;
         let c = client(&format!("{}/v2", server.uri()));
-        let want = Outcome::Rejected { status, message: msg.clone() };
+        let want = Outcome::Rejected {
+            status,
+            message: msg.clone(),
+        };
         assert_eq!(c.instance_create(&instance_req("l")).await.map_id(), want);
         assert_eq!(c.block_create(&block_req("l")).await.map_id(), want);
         assert_eq!(
-            c.block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i")).await,
-            Outcome::Rejected { status, message: msg }
+            c.block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i"))
+                .await,
+            Outcome::Rejected {
+                status,
+                message: msg
+            }
         );
         assert_eq!(posts(&server).await, 3, "each sent once");
     }
@@ -55,12 +75,20 @@ async fn every_other_status_is_unknown_and_sent_once() {
         for outcome in [
             c.instance_create(&instance_req("l")).await.map_id(),
             c.block_create(&block_req("l")).await.map_id(),
-            c.block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i")).await.map_id(),
+            c.block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i"))
+                .await
+                .map_id(),
         ] {
-            let Outcome::Unknown { reason } = outcome else { panic!("{status}: {outcome:?}") };
+            let Outcome::Unknown { reason } = outcome else {
+                panic!("{status}: {outcome:?}")
+            };
             assert!(reason.contains(&status.to_string()), "{reason}");
         }
-        assert_eq!(posts(&server).await, 3, "status {status}: one POST per call, no retry");
+        assert_eq!(
+            posts(&server).await,
+            3,
+            "status {status}: one POST per call, no retry"
+        );
     }
 }
 
@@ -88,10 +116,16 @@ async fn a_2xx_without_a_readable_id_is_unknown() {
         ResponseTemplate::new(204),
     ] {
         let server = MockServer::start().await;
-        Mock::given(method("POST")).respond_with(body).expect(1).mount(&server).await;
+        Mock::given(method("POST"))
+            .respond_with(body)
+            .expect(1)
+            .mount(&server)
+            .await;
         let c = client(&format!("{}/v2", server.uri()));
         let outcome = c.instance_create(&instance_req("l")).await;
-        let Outcome::Unknown { reason } = &outcome else { panic!("{outcome:?}") };
+        let Outcome::Unknown { reason } = &outcome else {
+            panic!("{outcome:?}")
+        };
         assert!(reason.contains("without a readable id"), "{reason}");
     }
 }
@@ -106,7 +140,11 @@ async fn attach_204_is_accepted() {
         .mount(&server)
         .await;
     let c = client(&format!("{}/v2", server.uri()));
-    assert_eq!(c.block_attach(&VultrBlockId::from("b-1"), &VultrInstanceId::from("i-1")).await, Outcome::Accepted(()));
+    assert_eq!(
+        c.block_attach(&VultrBlockId::from("b-1"), &VultrInstanceId::from("i-1"))
+            .await,
+        Outcome::Accepted(())
+    );
 }
 
 #[tokio::test]
@@ -121,9 +159,14 @@ async fn a_create_that_times_out_is_unknown_and_never_sent_again() {
         .mount(&server)
         .await;
     let c = client(&format!("{}/v2", server.uri()));
-    let Outcome::Unknown { reason } = c.instance_create(&instance_req("l")).await else { panic!() };
+    let Outcome::Unknown { reason } = c.instance_create(&instance_req("l")).await else {
+        panic!()
+    };
     assert!(reason.contains("timeout"), "{reason}");
-    let Outcome::Unknown { .. } = c.block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i")).await else {
+    let Outcome::Unknown { .. } = c
+        .block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i"))
+        .await
+    else {
         panic!()
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -134,14 +177,25 @@ async fn a_create_that_times_out_is_unknown_and_never_sent_again() {
 async fn a_create_whose_connection_is_reset_is_unknown_and_never_sent_again() {
     let (base, requests) = resetting_server().await;
     let c = client(&base);
-    let Outcome::Unknown { reason } = c.instance_create(&instance_req("l")).await else { panic!() };
+    let Outcome::Unknown { reason } = c.instance_create(&instance_req("l")).await else {
+        panic!()
+    };
     assert!(reason.starts_with("transport error"), "{reason}");
-    let Outcome::Unknown { .. } = c.block_create(&block_req("l")).await else { panic!() };
-    let Outcome::Unknown { .. } = c.block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i")).await else {
+    let Outcome::Unknown { .. } = c.block_create(&block_req("l")).await else {
+        panic!()
+    };
+    let Outcome::Unknown { .. } = c
+        .block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i"))
+        .await
+    else {
         panic!()
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(requests.load(Ordering::SeqCst), 3, "each POST reached the server exactly once");
+    assert_eq!(
+        requests.load(Ordering::SeqCst),
+        3,
+        "each POST reached the server exactly once"
+    );
 }
 
 #[tokio::test]
@@ -150,6 +204,8 @@ async fn a_create_to_a_closed_port_is_unknown() {
     let addr = listener.local_addr().unwrap();
     drop(listener);
     let c = client(&format!("http://{addr}/v2"));
-    let Outcome::Unknown { reason } = c.instance_create(&instance_req("l")).await else { panic!() };
+    let Outcome::Unknown { reason } = c.instance_create(&instance_req("l")).await else {
+        panic!()
+    };
     assert!(reason.starts_with("transport error"), "{reason}");
 }

@@ -51,7 +51,12 @@ pub fn instance_req(label: &str) -> InstanceRequest {
 }
 
 pub fn block_req(label: &str) -> BlockRequest {
-    BlockRequest { region: "ewr".into(), size_gb: 40, block_type: VolumeType::HighPerf, label: Label::from(label) }
+    BlockRequest {
+        region: "ewr".into(),
+        size_gb: 40,
+        block_type: VolumeType::HighPerf,
+        label: Label::from(label),
+    }
 }
 
 /// A server that accepts connections, reads what comes, and resets the
@@ -63,7 +68,9 @@ pub async fn resetting_server() -> (String, Arc<AtomicUsize>) {
     let counter = requests.clone();
     tokio::spawn(async move {
         loop {
-            let Ok((mut stream, _)) = listener.accept().await else { return };
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
             let counter = counter.clone();
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 8192];
