@@ -219,7 +219,8 @@ pub struct Ledger {
     pub attaches_per_block: BTreeMap<String, u64>,
     /// Requests by `METHOD /route`, every /v2 request counted (429s too).
     pub requests: BTreeMap<String, u64>,
-    /// Responses by status code.
+    /// Responses by status code; 0 counts connections closed with no answer
+    /// (the `lost_drop` fault).
     pub responses_by_status: BTreeMap<u16, u64>,
     /// 429s served because the client went over the rate.
     pub responses_429_rate_limit: u64,
