@@ -1,0 +1,287 @@
+//! The HTTP surface: Vultr's routes under `/v2`, the simulator's controls
+//! under `/sim`, and the gate every `/v2` request passes (rate limit, key,
+//! faults). Handlers are thin: the semantics live in `world.rs`.
+
+use crate::config::{Faults, Op};
+use crate::world::{FaultKind, Gate, Reply, World};
+use axum::body::{Body, Bytes};
+use axum::extract::{MatchedPath, Path, Query, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use oduflow_model::KeyFingerprint;
+use secrecy::SecretString;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// State shared by every connection.
+pub(crate) struct Shared {
+    world: Mutex<World>,
+}
+
+impl Shared {
+    pub fn new(world: World) -> Self {
+        Self {
+            world: Mutex::new(world),
+        }
+    }
+
+    /// The world, even if a handler panicked while holding it: the simulator
+    /// should keep answering so the test that caused it can report.
+    pub fn world(&self) -> MutexGuard<'_, World> {
+        self.world.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Closes the connection the request came on (set by the accept loop).
+#[derive(Clone)]
+pub(crate) struct ConnKill(pub Arc<Notify>);
+
+/// Who is calling: the fingerprint of the key that passed the gate.
+#[derive(Clone)]
+struct Caller(String);
+
+type Q = Query<BTreeMap<String, String>>;
+
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    let v2 = Router::new()
+        .route("/v2/account", get(account_get))
+        .route("/v2/regions", get(region_list))
+        .route("/v2/plans", get(plan_list))
+        .route("/v2/instances", get(instance_list).post(instance_create))
+        .route(
+            "/v2/instances/{id}",
+            get(instance_get).delete(instance_delete),
+        )
+        .route("/v2/blocks", get(block_list).post(block_create))
+        .route("/v2/blocks/{id}", get(block_get).delete(block_delete))
+        .route("/v2/blocks/{id}/attach", post(block_attach))
+        .route("/v2/blocks/{id}/detach", post(block_detach))
+        .route(
+            "/v2/domains/{domain}/records",
+            get(dns_record_list).post(dns_record_create),
+        )
+        .route(
+            "/v2/domains/{domain}/records/{id}",
+            get(dns_record_get).delete(dns_record_delete),
+        )
+        .route_layer(middleware::from_fn_with_state(shared.clone(), gate));
+    Router::new()
+        .merge(v2)
+        .route("/sim/ledger", get(ledger_get))
+        .route("/sim/faults", get(faults_get).post(faults_set))
+        .fallback(|| async { render(Reply::error(404, "Not found.")) })
+        .with_state(shared)
+}
+
+fn op_of(method: &Method, route: &str) -> Option<Op> {
+    let op = match (method.as_str(), route) {
+        ("GET", "/v2/account") => Op::AccountGet,
+        ("GET", "/v2/regions") => Op::RegionList,
+        ("GET", "/v2/plans") => Op::PlanList,
+        ("GET", "/v2/instances") => Op::InstanceList,
+        ("POST", "/v2/instances") => Op::InstanceCreate,
+        ("GET", "/v2/instances/{id}") => Op::InstanceGet,
+        ("DELETE", "/v2/instances/{id}") => Op::InstanceDelete,
+        ("GET", "/v2/blocks") => Op::BlockList,
+        ("POST", "/v2/blocks") => Op::BlockCreate,
+        ("GET", "/v2/blocks/{id}") => Op::BlockGet,
+        ("DELETE", "/v2/blocks/{id}") => Op::BlockDelete,
+        ("POST", "/v2/blocks/{id}/attach") => Op::BlockAttach,
+        ("POST", "/v2/blocks/{id}/detach") => Op::BlockDetach,
+        ("GET", "/v2/domains/{domain}/records") => Op::DnsRecordList,
+        ("POST", "/v2/domains/{domain}/records") => Op::DnsRecordCreate,
+        ("GET", "/v2/domains/{domain}/records/{id}") => Op::DnsRecordGet,
+        ("DELETE", "/v2/domains/{domain}/records/{id}") => Op::DnsRecordDelete,
+        _ => return None,
+    };
+    Some(op)
+}
+
+pub(crate) fn render(r: Reply) -> Response {
+    let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = match r.body {
+        Some(v) => (status, Json(v)).into_response(),
+        None => (status, Body::empty()).into_response(),
+    };
+    if let Some(secs) = r.retry_after {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    resp
+}
+
+/// The fingerprint of the bearer key, if any. The key itself goes no further.
+fn bearer_fingerprint(req: &Request) -> Option<String> {
+    let v = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let key = v.strip_prefix("Bearer ")?;
+    Some(KeyFingerprint::of_key(&SecretString::from(key.to_owned())).0)
+}
+
+async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_owned())
+        .unwrap_or_else(|| req.uri().path().to_owned());
+    let Some(op) = op_of(req.method(), &route) else {
+        return next.run(req).await;
+    };
+    let key_fp = bearer_fingerprint(&req);
+    // Regions and plans are `security: []` in the document: no key needed.
+    let needs_auth = !matches!(op, Op::RegionList | Op::PlanList);
+    let label = format!("{} {route}", req.method());
+    let decision = s.world().gate(&label, op, key_fp.as_deref(), needs_auth);
+    let resp = match decision {
+        Gate::Refuse(429) => render(Reply::too_many()),
+        Gate::Refuse(401) => render(Reply::error(401, "Invalid API token.")),
+        Gate::Refuse(status) => render(Reply::error(status, "Internal server error.")),
+        Gate::Pass { latency_ms, lost } => {
+            if latency_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(latency_ms)).await;
+            }
+            let kill = req.extensions().get::<ConnKill>().cloned();
+            req.extensions_mut()
+                .insert(Caller(key_fp.unwrap_or_default()));
+            let resp = next.run(req).await;
+            match lost {
+                Some(FaultKind::LostDrop) if kill.is_some() => {
+                    tracing::debug!(%label, "fault: applied, dropping the connection");
+                    s.world().count_response(0);
+                    kill.expect("checked").0.notify_one();
+                    // The accept loop closes the connection; never answer.
+                    return std::future::pending().await;
+                }
+                Some(FaultKind::LostDrop | FaultKind::Lost5xx) => {
+                    tracing::debug!(%label, "fault: applied, answering 500");
+                    render(Reply::error(500, "Internal server error."))
+                }
+                Some(FaultKind::LostStall) => {
+                    let stall_ms = s.world().faults().stall_ms;
+                    tracing::debug!(%label, stall_ms, "fault: applied, stalling the answer");
+                    tokio::time::sleep(Duration::from_millis(stall_ms)).await;
+                    resp
+                }
+                _ => resp,
+            }
+        }
+    };
+    s.world().count_response(resp.status().as_u16());
+    resp
+}
+
+/// A JSON request body; anything that is not JSON is Vultr's 400.
+fn parse(body: &Bytes) -> Result<Value, Reply> {
+    serde_json::from_slice(body).map_err(|_| Reply::error(400, "Bad request."))
+}
+
+async fn account_get(State(s): State<Arc<Shared>>) -> Response {
+    render(s.world().account_get())
+}
+async fn region_list(State(s): State<Arc<Shared>>, Query(q): Q) -> Response {
+    render(s.world().region_list(&q))
+}
+async fn plan_list(State(s): State<Arc<Shared>>, Query(q): Q) -> Response {
+    render(s.world().plan_list(&q))
+}
+async fn instance_list(State(s): State<Arc<Shared>>, Query(q): Q) -> Response {
+    render(s.world().instance_list(&q))
+}
+async fn instance_create(
+    State(s): State<Arc<Shared>>,
+    Extension(c): Extension<Caller>,
+    body: Bytes,
+) -> Response {
+    match parse(&body) {
+        Ok(v) => render(s.world().instance_create(&v, &c.0)),
+        Err(r) => render(r),
+    }
+}
+async fn instance_get(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
+    render(s.world().instance_get(&id))
+}
+async fn instance_delete(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
+    render(s.world().instance_delete(&id))
+}
+async fn block_list(State(s): State<Arc<Shared>>, Query(q): Q) -> Response {
+    render(s.world().block_list(&q))
+}
+async fn block_create(
+    State(s): State<Arc<Shared>>,
+    Extension(c): Extension<Caller>,
+    body: Bytes,
+) -> Response {
+    match parse(&body) {
+        Ok(v) => render(s.world().block_create(&v, &c.0)),
+        Err(r) => render(r),
+    }
+}
+async fn block_get(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
+    render(s.world().block_get(&id))
+}
+async fn block_delete(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
+    render(s.world().block_delete(&id))
+}
+async fn block_attach(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    match parse(&body) {
+        Ok(v) => render(s.world().block_attach(&id, &v)),
+        Err(r) => render(r),
+    }
+}
+async fn block_detach(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
+    // The body (`{"live": bool}`) changes nothing the simulator shows.
+    render(s.world().block_detach(&id))
+}
+async fn dns_record_list(
+    State(s): State<Arc<Shared>>,
+    Path(domain): Path<String>,
+    Query(q): Q,
+) -> Response {
+    render(s.world().dns_record_list(&domain, &q))
+}
+async fn dns_record_create(
+    State(s): State<Arc<Shared>>,
+    Extension(c): Extension<Caller>,
+    Path(domain): Path<String>,
+    body: Bytes,
+) -> Response {
+    match parse(&body) {
+        Ok(v) => render(s.world().dns_record_create(&domain, &v, &c.0)),
+        Err(r) => render(r),
+    }
+}
+async fn dns_record_get(
+    State(s): State<Arc<Shared>>,
+    Path((domain, id)): Path<(String, String)>,
+) -> Response {
+    render(s.world().dns_record_get(&domain, &id))
+}
+async fn dns_record_delete(
+    State(s): State<Arc<Shared>>,
+    Path((domain, id)): Path<(String, String)>,
+) -> Response {
+    render(s.world().dns_record_delete(&domain, &id))
+}
+
+async fn ledger_get(State(s): State<Arc<Shared>>) -> Response {
+    Json(s.world().ledger()).into_response()
+}
+async fn faults_get(State(s): State<Arc<Shared>>) -> Response {
+    Json(s.world().faults()).into_response()
+}
+async fn faults_set(State(s): State<Arc<Shared>>, Json(f): Json<Faults>) -> Response {
+    if let Err(e) = f.validate() {
+        return render(Reply::error(400, &e));
+    }
+    s.world().set_faults(f.clone());
+    Json(f).into_response()
+}

@@ -1,0 +1,185 @@
+//! The simulator's settings and its fault plan.
+
+use secrecy::SecretString;
+use serde::{Deserialize, Serialize};
+
+/// Vultr's documented limit: 429 above 30 requests per second (vultr-api.md §1).
+pub const DEFAULT_RATE_PER_SEC: u32 = 30;
+
+/// How long a stalled answer is held when no `stall_ms` is given: longer than
+/// any client timeout a test sets, short enough not to hang a demo.
+pub const DEFAULT_STALL_MS: u64 = 5_000;
+
+/// Consecutive 429s in one burst when no length is given.
+pub const DEFAULT_BURST_429_LEN: u32 = 5;
+
+/// What the simulator is and how it behaves. Lifecycle delays are real Vultr
+/// timings scaled down (Vultr takes minutes; tests want milliseconds).
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Seeds fault draws and generated ids: the same seed and the same request
+    /// sequence give the same faults and the same ids.
+    pub seed: u64,
+    /// Requests per second accepted before answering 429 (token bucket, as
+    /// many tokens as the rate).
+    pub rate_per_sec: u32,
+    /// An instance stays `pending / none` this long after create.
+    pub pending_ms: u64,
+    /// Then `active / installingbooting` this long, then `active / ok`.
+    pub installing_ms: u64,
+    /// A block stays `pending` this long after create, then `active`.
+    pub block_pending_ms: u64,
+    /// GET by id (and DELETE, attach) answer 404 this long after create, as
+    /// Vultr did in terraform-provider-vultr#462.
+    pub get_404_window_ms: u64,
+    /// A resource appears in listings this long after create, and stays in
+    /// them this long after delete (kubermatic/machine-controller#1704).
+    pub list_lag_ms: u64,
+    /// A non-live attach restarts the instance: it is `locked` this long.
+    pub attach_lock_ms: u64,
+    /// Keys accepted as `Authorization: Bearer <key>`; any other gets 401.
+    /// Only their SHA-256 fingerprints are kept once the simulator starts.
+    pub api_keys: Vec<SecretString>,
+    /// DNS zones that exist (records can be created under them).
+    pub dns_domains: Vec<String>,
+    /// Faults active from the start; replaceable at run time.
+    pub faults: Faults,
+}
+
+impl Default for SimConfig {
+    /// Fast lifecycles for tests and demos, no keys (add one), no faults.
+    fn default() -> Self {
+        Self {
+            seed: 0,
+            rate_per_sec: DEFAULT_RATE_PER_SEC,
+            pending_ms: 300,
+            installing_ms: 300,
+            block_pending_ms: 200,
+            get_404_window_ms: 100,
+            list_lag_ms: 200,
+            attach_lock_ms: 200,
+            api_keys: Vec::new(),
+            dns_domains: vec!["example.com".to_owned()],
+            faults: Faults::default(),
+        }
+    }
+}
+
+impl SimConfig {
+    /// Adds an accepted API key.
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.api_keys.push(SecretString::from(key.into()));
+        self
+    }
+
+    /// No lifecycle delays, no 404 window, no lag: for tests that exercise
+    /// something else.
+    pub fn instant(mut self) -> Self {
+        self.pending_ms = 0;
+        self.installing_ms = 0;
+        self.block_pending_ms = 0;
+        self.get_404_window_ms = 0;
+        self.list_lag_ms = 0;
+        self.attach_lock_ms = 0;
+        self
+    }
+}
+
+/// An operation of the simulated API, for per-operation fault targeting and
+/// the fault log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    AccountGet,
+    RegionList,
+    PlanList,
+    InstanceCreate,
+    InstanceGet,
+    InstanceList,
+    InstanceDelete,
+    BlockCreate,
+    BlockGet,
+    BlockList,
+    BlockAttach,
+    BlockDetach,
+    BlockDelete,
+    DnsRecordCreate,
+    DnsRecordGet,
+    DnsRecordList,
+    DnsRecordDelete,
+}
+
+/// The fault plan: the body of `POST /sim/faults`. Each request draws once;
+/// the probabilities are tried in the order of the fields (lost_drop,
+/// lost_5xx, lost_stall, error_5xx, burst_429) and must add up to at most 1,
+/// so a request gets at most one fault. Latency is drawn separately.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Faults {
+    /// Applied, then the connection is closed with no answer.
+    pub lost_drop: f64,
+    /// Applied, then answered 500 as if it had failed.
+    pub lost_5xx: f64,
+    /// Applied, then the answer is held `stall_ms` (past the client's timeout).
+    pub lost_stall: f64,
+    /// Not applied; answered 500.
+    pub error_5xx: f64,
+    /// Not applied; answered 429 with Retry-After, and so are the next
+    /// `burst_429_len - 1` requests.
+    pub burst_429: f64,
+    pub burst_429_len: u32,
+    pub stall_ms: u64,
+    /// Added to every faultable request, uniform in [min, max].
+    pub latency_min_ms: u64,
+    pub latency_max_ms: u64,
+    /// Only these operations get faults (latency included); empty means all.
+    pub ops: Vec<Op>,
+    /// Stop injecting faults after this many (latency not counted); `None`:
+    /// no limit. Lets a test fault exactly the next request.
+    pub faults_max: Option<u64>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Self {
+            lost_drop: 0.0,
+            lost_5xx: 0.0,
+            lost_stall: 0.0,
+            error_5xx: 0.0,
+            burst_429: 0.0,
+            burst_429_len: DEFAULT_BURST_429_LEN,
+            stall_ms: DEFAULT_STALL_MS,
+            latency_min_ms: 0,
+            latency_max_ms: 0,
+            ops: Vec::new(),
+            faults_max: None,
+        }
+    }
+}
+
+impl Faults {
+    /// Why the plan cannot be used, if it cannot.
+    pub fn validate(&self) -> Result<(), String> {
+        let ps = [
+            self.lost_drop,
+            self.lost_5xx,
+            self.lost_stall,
+            self.error_5xx,
+            self.burst_429,
+        ];
+        if ps.iter().any(|p| !(0.0..=1.0).contains(p)) {
+            return Err("every probability must be within 0..=1".into());
+        }
+        if ps.iter().sum::<f64>() > 1.0 + 1e-9 {
+            return Err("the fault probabilities add up to more than 1".into());
+        }
+        if self.latency_min_ms > self.latency_max_ms {
+            return Err("latency_min_ms is above latency_max_ms".into());
+        }
+        Ok(())
+    }
+
+    pub(crate) fn targets(&self, op: Op) -> bool {
+        self.ops.is_empty() || self.ops.contains(&op)
+    }
+}

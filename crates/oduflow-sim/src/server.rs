@@ -1,0 +1,165 @@
+//! Serving: our own accept loop over hyper, so a fault can close one
+//! connection after its request was applied (reqwest then sees a transport
+//! error, exactly like a response lost in the network), and the in-process
+//! handle tests and `oduflow demo` use.
+
+use crate::api::{ConnKill, Shared, router};
+use crate::config::{Faults, SimConfig};
+use crate::world::{Ledger, World};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, watch};
+use tower::ServiceExt;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("cannot listen on {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid fault plan: {0}")]
+    Faults(String),
+    #[error("waiting for ctrl-c failed")]
+    Signal(#[source] std::io::Error),
+}
+
+/// Reads the ledger and changes faults of a running simulator, in process.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct SimControl {
+    shared: Arc<Shared>,
+}
+
+impl SimControl {
+    pub fn ledger(&self) -> Ledger {
+        self.shared.world().ledger()
+    }
+
+    pub fn faults(&self) -> Faults {
+        self.shared.world().faults()
+    }
+
+    /// Replaces the fault plan (as `POST /sim/faults` does); the fault budget
+    /// and any 429 burst in progress start over.
+    pub fn set_faults(&self, faults: Faults) -> Result<(), SimError> {
+        faults.validate().map_err(SimError::Faults)?;
+        self.shared.world().set_faults(faults);
+        Ok(())
+    }
+}
+
+/// A running simulator. Dropping it stops the server.
+pub struct SimHandle {
+    /// `http://127.0.0.1:PORT/v2`: what a `VultrConfig::base_url` takes.
+    pub base_url: String,
+    pub addr: SocketAddr,
+    control: SimControl,
+    shutdown: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SimHandle {
+    pub fn control(&self) -> SimControl {
+        self.control.clone()
+    }
+
+    pub fn ledger(&self) -> Ledger {
+        self.control.ledger()
+    }
+
+    pub fn faults(&self) -> Faults {
+        self.control.faults()
+    }
+
+    pub fn set_faults(&self, faults: Faults) -> Result<(), SimError> {
+        self.control.set_faults(faults)
+    }
+
+    /// Stops accepting, closes open connections and waits for the loop.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// The simulator.
+pub struct Sim;
+
+impl Sim {
+    /// Serves in the background on `listen` (port 0 picks a free port).
+    pub async fn start(config: SimConfig, listen: SocketAddr) -> Result<SimHandle, SimError> {
+        config.faults.validate().map_err(SimError::Faults)?;
+        let listener = TcpListener::bind(listen)
+            .await
+            .map_err(|source| SimError::Bind {
+                addr: listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| SimError::Bind {
+            addr: listen,
+            source,
+        })?;
+        let shared = Arc::new(Shared::new(World::new(config)));
+        let (shutdown, rx) = watch::channel(false);
+        let task = tokio::spawn(accept_loop(listener, router(shared.clone()), rx));
+        tracing::info!(%addr, "Vultr simulator listening");
+        Ok(SimHandle {
+            base_url: format!("http://{addr}/v2"),
+            addr,
+            control: SimControl { shared },
+            shutdown,
+            task,
+        })
+    }
+}
+
+/// `oduflow sim --listen ADDR --seed N`: serves until ctrl-c.
+pub async fn serve(config: SimConfig, listen: SocketAddr) -> Result<(), SimError> {
+    let handle = Sim::start(config, listen).await?;
+    tokio::signal::ctrl_c().await.map_err(SimError::Signal)?;
+    handle.shutdown().await;
+    Ok(())
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    app: axum::Router,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    continue;
+                }
+            },
+            _ = shutdown.changed() => return,
+        };
+        let app = app.clone();
+        let mut shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let kill = Arc::new(Notify::new());
+            let conn_kill = ConnKill(kill.clone());
+            let svc = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+                req.extensions_mut().insert(conn_kill.clone());
+                app.clone().oneshot(req)
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc);
+            // Whichever comes first; dropping `conn` closes the socket
+            // without writing anything more.
+            tokio::select! {
+                _ = conn => {}
+                _ = kill.notified() => {}
+                _ = shutdown.changed() => {}
+            }
+        });
+    }
+}

@@ -1,0 +1,1071 @@
+//! The simulated account: resources, their lifecycles, the ledger, and the
+//! per-request gate (rate limit, auth, fault draw). Everything here is
+//! synchronous and runs under one mutex, so the order in which requests take
+//! the lock *is* the arrival order that fault draws follow.
+
+use crate::config::{Faults, Op, SimConfig};
+use crate::rng::SplitMix64;
+use crate::time::now_rfc3339;
+use oduflow_model::KeyFingerprint;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Longest listing page Vultr serves (vultr-api.md §2), and its default.
+const PER_PAGE_MAX: usize = 500;
+const PER_PAGE_DEFAULT: usize = 100;
+
+/// Fault log entries kept; older ones are dropped so a long `oduflow sim` run
+/// does not grow without bound. A test campaign stays far below it.
+const FAULT_LOG_MAX: usize = 100_000;
+
+/// Seconds a 429 asks the client to wait. One second: the limit is per second.
+pub(crate) const RETRY_AFTER_SECS: u64 = 1;
+
+/// Region ids and their options (a subset of Vultr's, vultr-api.md §4). `mel`
+/// deliberately offers no block storage.
+const REGIONS: &[(&str, &str, &str, &str, &[&str])] = &[
+    (
+        "ewr",
+        "New Jersey",
+        "US",
+        "North America",
+        &[
+            "ddos_protection",
+            "block_storage_high_perf",
+            "block_storage_storage_opt",
+            "load_balancers",
+            "kubernetes",
+        ],
+    ),
+    (
+        "ams",
+        "Amsterdam",
+        "NL",
+        "Europe",
+        &[
+            "ddos_protection",
+            "block_storage_high_perf",
+            "block_storage_storage_opt",
+            "load_balancers",
+            "kubernetes",
+        ],
+    ),
+    (
+        "fra",
+        "Frankfurt",
+        "DE",
+        "Europe",
+        &[
+            "ddos_protection",
+            "block_storage_storage_opt",
+            "load_balancers",
+            "kubernetes",
+        ],
+    ),
+    (
+        "lax",
+        "Los Angeles",
+        "US",
+        "North America",
+        &[
+            "ddos_protection",
+            "block_storage_high_perf",
+            "block_storage_storage_opt",
+            "kubernetes",
+        ],
+    ),
+    ("mel", "Melbourne", "AU", "Australia", &["load_balancers"]),
+];
+
+/// (id, vcpus, ram MB, disk GB, bandwidth GB, monthly cost, type, regions).
+#[allow(clippy::type_complexity)]
+const PLANS: &[(&str, i64, i64, i64, i64, i64, &str, &[&str])] = &[
+    (
+        "vc2-1c-1gb",
+        1,
+        1024,
+        25,
+        1024,
+        5,
+        "vc2",
+        &["ewr", "ams", "fra", "lax", "mel"],
+    ),
+    (
+        "vc2-1c-2gb",
+        1,
+        2048,
+        55,
+        2048,
+        10,
+        "vc2",
+        &["ewr", "ams", "fra", "lax", "mel"],
+    ),
+    (
+        "vc2-2c-4gb",
+        2,
+        4096,
+        80,
+        3072,
+        20,
+        "vc2",
+        &["ewr", "ams", "fra", "lax"],
+    ),
+    ("vhf-1c-1gb", 1, 1024, 32, 1024, 6, "vhf", &["ewr", "ams"]),
+];
+
+/// Operating systems the simulator can "install" (id, name).
+const OSES: &[(i64, &str)] = &[
+    (215, "CentOS 7 x64"),
+    (387, "Ubuntu 20.04 LTS x64"),
+    (1743, "Ubuntu 22.04 LTS x64"),
+    (2136, "Debian 12 x64"),
+];
+
+const DNS_TYPES: &[&str] = &[
+    "A", "AAAA", "CNAME", "NS", "MX", "SRV", "TXT", "CAA", "SSHFP",
+];
+
+/// A simulated answer: status, optional JSON body, optional Retry-After.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub status: u16,
+    pub body: Option<Value>,
+    pub retry_after: Option<u64>,
+}
+
+impl Reply {
+    fn json(status: u16, body: Value) -> Self {
+        Self {
+            status,
+            body: Some(body),
+            retry_after: None,
+        }
+    }
+    /// Vultr's error shape, `{"error": "...", "status": N}`.
+    pub fn error(status: u16, msg: &str) -> Self {
+        Self::json(status, json!({ "error": msg, "status": status }))
+    }
+    fn no_content() -> Self {
+        Self {
+            status: 204,
+            body: None,
+            retry_after: None,
+        }
+    }
+    pub fn too_many() -> Self {
+        Self {
+            retry_after: Some(RETRY_AFTER_SECS),
+            ..Self::error(429, "Rate limit exceeded. Please slow down your requests.")
+        }
+    }
+}
+
+/// What kind of resource a ledger entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResourceKind {
+    Instance,
+    Block,
+    DnsRecord,
+}
+
+/// One resource ever created, deleted or not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerResource {
+    pub kind: ResourceKind,
+    pub id: String,
+    /// The create's label (for a DNS record: `name.domain`).
+    pub label: String,
+    /// Region (for a DNS record: the domain).
+    pub region: String,
+    /// SHA-256 hex of the key that created it.
+    pub key_fingerprint: String,
+    pub created_at: String,
+    pub deleted_at: Option<String>,
+}
+
+/// A fault the simulator injected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultKind {
+    LostDrop,
+    Lost5xx,
+    LostStall,
+    Error5xx,
+    Burst429,
+}
+
+/// One request that got a fault or added latency, in arrival order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultEvent {
+    /// Arrival number of the request (1-based, every /v2 request counts).
+    pub seq: u64,
+    pub op: Op,
+    pub fault: Option<FaultKind>,
+    pub latency_ms: u64,
+}
+
+/// Everything the simulator has seen: `GET /sim/ledger`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ledger {
+    pub resources: Vec<LedgerResource>,
+    /// Create requests *applied* per label (instances and blocks). A value
+    /// above 1 means something was created twice.
+    pub creates_per_label: BTreeMap<String, u64>,
+    /// Attach requests applied per block id.
+    pub attaches_per_block: BTreeMap<String, u64>,
+    /// Requests by `METHOD /route`, every /v2 request counted (429s too).
+    pub requests: BTreeMap<String, u64>,
+    /// Responses by status code; 0 counts connections closed with no answer
+    /// (the `lost_drop` fault).
+    pub responses_by_status: BTreeMap<u16, u64>,
+    /// 429s served because the client went over the rate.
+    pub responses_429_rate_limit: u64,
+    /// 429s served by a `burst_429` fault.
+    pub responses_429_fault: u64,
+    pub faults: Vec<FaultEvent>,
+}
+
+#[derive(Debug)]
+struct SimInstance {
+    id: String,
+    label: String,
+    region: String,
+    plan: String,
+    os_id: i64,
+    hostname: String,
+    tags: Vec<String>,
+    main_ip: String,
+    created: Instant,
+    created_wall: String,
+    deleted: Option<Instant>,
+    locked_until: Option<Instant>,
+    ledger_ix: usize,
+}
+
+#[derive(Debug)]
+struct SimBlock {
+    id: String,
+    label: String,
+    region: String,
+    size_gb: i64,
+    block_type: String,
+    attached_to: Option<String>,
+    mount_id: String,
+    created: Instant,
+    created_wall: String,
+    deleted: Option<Instant>,
+    ledger_ix: usize,
+}
+
+#[derive(Debug)]
+struct SimRecord {
+    id: String,
+    record_type: String,
+    name: String,
+    data: String,
+    priority: i64,
+    ttl: i64,
+    deleted: bool,
+    ledger_ix: usize,
+}
+
+/// The decision the gate made for one request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Gate {
+    /// Answer this right away, without applying.
+    Refuse(u16),
+    /// Apply (after `latency_ms`), then lose the answer in the given way, or
+    /// deliver it.
+    Pass {
+        latency_ms: u64,
+        lost: Option<FaultKind>,
+    },
+}
+
+pub(crate) struct World {
+    cfg: SimConfig,
+    keys: HashSet<String>,
+    faults: Faults,
+    fault_rng: SplitMix64,
+    id_rng: SplitMix64,
+    seq: u64,
+    faults_injected: u64,
+    burst_left: u32,
+    tokens: f64,
+    tokens_at: Instant,
+    next_ip: u32,
+    instances: Vec<SimInstance>,
+    blocks: Vec<SimBlock>,
+    domains: BTreeMap<String, Vec<SimRecord>>,
+    ledger: Ledger,
+}
+
+fn ms(d: u64) -> Duration {
+    Duration::from_millis(d)
+}
+
+impl World {
+    pub fn new(cfg: SimConfig) -> Self {
+        let keys = cfg
+            .api_keys
+            .iter()
+            .map(|k| KeyFingerprint::of_key(k).0)
+            .collect();
+        let domains = cfg
+            .dns_domains
+            .iter()
+            .map(|d| (d.clone(), Vec::new()))
+            .collect();
+        Self {
+            keys,
+            faults: cfg.faults.clone(),
+            fault_rng: SplitMix64::new(cfg.seed),
+            // A separate stream, so creating resources never shifts the fault
+            // sequence (and the other way round).
+            id_rng: SplitMix64::new(cfg.seed ^ 0x1D50_F1D5),
+            seq: 0,
+            faults_injected: 0,
+            burst_left: 0,
+            tokens: f64::from(cfg.rate_per_sec),
+            tokens_at: Instant::now(),
+            next_ip: 1,
+            instances: Vec::new(),
+            blocks: Vec::new(),
+            domains,
+            ledger: Ledger::default(),
+            cfg,
+        }
+    }
+
+    pub fn ledger(&self) -> Ledger {
+        self.ledger.clone()
+    }
+
+    pub fn faults(&self) -> Faults {
+        self.faults.clone()
+    }
+
+    pub fn set_faults(&mut self, f: Faults) {
+        self.faults = f;
+        self.faults_injected = 0;
+        self.burst_left = 0;
+    }
+
+    pub fn count_response(&mut self, status: u16) {
+        *self.ledger.responses_by_status.entry(status).or_default() += 1;
+    }
+
+    /// Runs for every /v2 request on arrival: counts it, draws its faults
+    /// (always two draws, so the stream position depends only on the number of
+    /// requests), then applies the rate limit, authentication and the fault.
+    pub fn gate(&mut self, route: &str, op: Op, key_fp: Option<&str>, needs_auth: bool) -> Gate {
+        let now = Instant::now();
+        self.seq += 1;
+        *self.ledger.requests.entry(route.to_owned()).or_default() += 1;
+        let u_fault = self.fault_rng.next_f64();
+        let u_latency = self.fault_rng.next_f64();
+
+        // Token bucket: as many tokens as the rate, refilled continuously.
+        let rate = f64::from(self.cfg.rate_per_sec.max(1));
+        let elapsed = now.saturating_duration_since(self.tokens_at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * rate).min(rate);
+        self.tokens_at = now;
+        if self.tokens < 1.0 {
+            self.ledger.responses_429_rate_limit += 1;
+            return Gate::Refuse(429);
+        }
+        self.tokens -= 1.0;
+
+        if needs_auth && !key_fp.is_some_and(|k| self.keys.contains(k)) {
+            return Gate::Refuse(401);
+        }
+
+        let f = &self.faults;
+        if !f.targets(op) {
+            return Gate::Pass {
+                latency_ms: 0,
+                lost: None,
+            };
+        }
+        let latency_ms = if f.latency_max_ms > 0 {
+            let span = (f.latency_max_ms - f.latency_min_ms + 1) as f64;
+            f.latency_min_ms + (u_latency * span) as u64
+        } else {
+            0
+        };
+        let budget_left = f.faults_max.is_none_or(|m| self.faults_injected < m);
+        let fault = if self.burst_left > 0 {
+            self.burst_left -= 1;
+            Some(FaultKind::Burst429)
+        } else if budget_left {
+            let mut acc = 0.0;
+            let mut pick = None;
+            for (p, k) in [
+                (f.lost_drop, FaultKind::LostDrop),
+                (f.lost_5xx, FaultKind::Lost5xx),
+                (f.lost_stall, FaultKind::LostStall),
+                (f.error_5xx, FaultKind::Error5xx),
+                (f.burst_429, FaultKind::Burst429),
+            ] {
+                acc += p;
+                if u_fault < acc {
+                    pick = Some(k);
+                    break;
+                }
+            }
+            if pick == Some(FaultKind::Burst429) {
+                self.burst_left = f.burst_429_len.saturating_sub(1);
+            }
+            if pick.is_some() {
+                self.faults_injected += 1;
+            }
+            pick
+        } else {
+            None
+        };
+        if fault.is_some() || latency_ms > 0 {
+            if self.ledger.faults.len() >= FAULT_LOG_MAX {
+                self.ledger.faults.remove(0);
+            }
+            self.ledger.faults.push(FaultEvent {
+                seq: self.seq,
+                op,
+                fault,
+                latency_ms,
+            });
+        }
+        match fault {
+            Some(FaultKind::Burst429) => {
+                self.ledger.responses_429_fault += 1;
+                Gate::Refuse(429)
+            }
+            Some(FaultKind::Error5xx) => Gate::Refuse(500),
+            lost => Gate::Pass { latency_ms, lost },
+        }
+    }
+
+    fn new_id(&mut self) -> String {
+        let (a, b) = (self.id_rng.next_u64(), self.id_rng.next_u64());
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&a.to_le_bytes());
+        bytes[8..].copy_from_slice(&b.to_le_bytes());
+        uuid::Builder::from_random_bytes(bytes)
+            .into_uuid()
+            .to_string()
+    }
+
+    fn ledger_push(
+        &mut self,
+        kind: ResourceKind,
+        id: &str,
+        label: &str,
+        region: &str,
+        key_fp: &str,
+    ) -> usize {
+        if kind != ResourceKind::DnsRecord {
+            *self
+                .ledger
+                .creates_per_label
+                .entry(label.to_owned())
+                .or_default() += 1;
+        }
+        self.ledger.resources.push(LedgerResource {
+            kind,
+            id: id.to_owned(),
+            label: label.to_owned(),
+            region: region.to_owned(),
+            key_fingerprint: key_fp.to_owned(),
+            created_at: now_rfc3339(),
+            deleted_at: None,
+        });
+        self.ledger.resources.len() - 1
+    }
+
+    fn ledger_delete(&mut self, ix: usize) {
+        self.ledger.resources[ix].deleted_at = Some(now_rfc3339());
+    }
+
+    // ----- visibility and lifecycle -----
+
+    /// GET-visible: not deleted and past the 404 window.
+    fn gettable(&self, created: Instant, deleted: Option<Instant>, now: Instant) -> bool {
+        deleted.is_none() && now >= created + ms(self.cfg.get_404_window_ms)
+    }
+
+    /// Listing-visible: past the lag after create, and not yet past the lag
+    /// after delete.
+    fn listable(&self, created: Instant, deleted: Option<Instant>, now: Instant) -> bool {
+        let lag = ms(self.cfg.list_lag_ms);
+        now >= created + lag && deleted.is_none_or(|d| now < d + lag)
+    }
+
+    /// (status, server_status) of an instance now.
+    fn instance_state(&self, i: &SimInstance, now: Instant) -> (&'static str, &'static str) {
+        let age = now.saturating_duration_since(i.created);
+        if age < ms(self.cfg.pending_ms) {
+            ("pending", "none")
+        } else if age < ms(self.cfg.pending_ms + self.cfg.installing_ms) {
+            ("active", "installingbooting")
+        } else if i.locked_until.is_some_and(|t| now < t) {
+            ("active", "locked")
+        } else {
+            ("active", "ok")
+        }
+    }
+
+    fn instance_json(&self, i: &SimInstance, now: Instant) -> Value {
+        let (status, server_status) = self.instance_state(i, now);
+        let plan = PLANS.iter().find(|p| p.0 == i.plan);
+        let (vcpu, ram, disk, bw) = plan
+            .map(|p| (p.1, p.2, p.3, p.4))
+            .unwrap_or((1, 1024, 25, 1024));
+        let os = OSES
+            .iter()
+            .find(|o| o.0 == i.os_id)
+            .map(|o| o.1)
+            .unwrap_or("Custom");
+        let booted = status != "pending";
+        json!({
+            "id": i.id,
+            "os": os,
+            "ram": ram,
+            "disk": if booted { disk } else { 0 },
+            "main_ip": if booted { i.main_ip.as_str() } else { "0.0.0.0" },
+            "vcpu_count": vcpu,
+            "region": i.region,
+            "plan": i.plan,
+            "date_created": i.created_wall,
+            "status": status,
+            "allowed_bandwidth": bw,
+            "netmask_v4": if booted { "255.255.254.0" } else { "" },
+            "gateway_v4": if booted { "10.0.0.1" } else { "0.0.0.0" },
+            "power_status": "running",
+            "server_status": server_status,
+            // Flat v6 fields: what the API really returns (vultr-api.md §2).
+            "v6_network": "",
+            "v6_main_ip": "",
+            "v6_network_size": 0,
+            "label": i.label,
+            "internal_ip": "",
+            "kvm": if booted { format!("https://my.vultr.com/subs/vps/novnc/api.php?data={}", i.id) } else { String::new() },
+            "hostname": i.hostname,
+            "os_id": i.os_id,
+            "app_id": 0,
+            "image_id": "",
+            "firewall_group_id": "",
+            "features": [],
+            "tags": i.tags,
+            "user_scheme": "root",
+        })
+    }
+
+    fn block_json(&self, b: &SimBlock, now: Instant) -> Value {
+        let status = if now < b.created + ms(self.cfg.block_pending_ms) {
+            "pending"
+        } else {
+            "active"
+        };
+        json!({
+            "id": b.id,
+            "date_created": b.created_wall,
+            // high_perf is $1/10 GB a month, storage_opt $1/40 GB; rounded up.
+            "cost": if b.block_type == "storage_opt" { (b.size_gb + 39) / 40 } else { (b.size_gb + 9) / 10 },
+            "status": status,
+            "size_gb": b.size_gb,
+            "region": b.region,
+            "attached_to_instance": b.attached_to.as_deref().unwrap_or(""),
+            "label": b.label,
+            "mount_id": b.mount_id,
+            "block_type": b.block_type,
+        })
+    }
+
+    fn instance_ix(&self, id: &str, now: Instant) -> Option<usize> {
+        self.instances
+            .iter()
+            .position(|i| i.id == id && self.gettable(i.created, i.deleted, now))
+    }
+
+    fn block_ix(&self, id: &str, now: Instant) -> Option<usize> {
+        self.blocks
+            .iter()
+            .position(|b| b.id == id && self.gettable(b.created, b.deleted, now))
+    }
+
+    // ----- instances -----
+
+    pub fn instance_create(&mut self, body: &Value, key_fp: &str) -> Reply {
+        let Some(obj) = body.as_object() else {
+            return Reply::error(400, "Bad request.");
+        };
+        let region = obj.get("region").and_then(Value::as_str);
+        let plan = obj.get("plan").and_then(Value::as_str);
+        let (Some(region), Some(plan)) = (region, plan) else {
+            return Reply::error(400, "Both region and plan are required.");
+        };
+        if !REGIONS.iter().any(|r| r.0 == region) {
+            return Reply::error(400, "Invalid region chosen.");
+        }
+        if !PLANS.iter().any(|p| p.0 == plan && p.7.contains(&region)) {
+            return Reply::error(400, "Invalid plan chosen.");
+        }
+        let Some(os_id) = obj.get("os_id").and_then(Value::as_i64) else {
+            return Reply::error(
+                400,
+                "You must choose an os_id, iso_id, snapshot_id, app_id or image_id.",
+            );
+        };
+        if !OSES.iter().any(|o| o.0 == os_id) {
+            return Reply::error(400, "Invalid os_id.");
+        }
+        let str_field = |k: &str| obj.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+        let label = str_field("label");
+        let tags = obj
+            .get("tags")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|t| t.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let id = self.new_id();
+        let ledger_ix = self.ledger_push(ResourceKind::Instance, &id, &label, region, key_fp);
+        let ip = self.next_ip;
+        self.next_ip += 1;
+        let now = Instant::now();
+        let inst = SimInstance {
+            main_ip: format!("192.0.2.{}", ip % 254 + 1),
+            id,
+            label,
+            region: region.to_owned(),
+            plan: plan.to_owned(),
+            os_id,
+            hostname: str_field("hostname"),
+            tags,
+            created: now,
+            created_wall: now_rfc3339(),
+            deleted: None,
+            locked_until: None,
+            ledger_ix,
+        };
+        let mut j = self.instance_json(&inst, now);
+        // Returned only at creation (vultr-api.md §2).
+        j["default_password"] = json!("sim-Pa55word!");
+        self.instances.push(inst);
+        Reply::json(202, json!({ "instance": j }))
+    }
+
+    pub fn instance_get(&self, id: &str) -> Reply {
+        let now = Instant::now();
+        match self.instance_ix(id, now) {
+            Some(ix) => Reply::json(
+                200,
+                json!({ "instance": self.instance_json(&self.instances[ix], now) }),
+            ),
+            None => Reply::error(404, "instance not found"),
+        }
+    }
+
+    pub fn instance_list(&self, q: &BTreeMap<String, String>) -> Reply {
+        let now = Instant::now();
+        let label = q.get("label");
+        let items: Vec<Value> = self
+            .instances
+            .iter()
+            .filter(|i| self.listable(i.created, i.deleted, now))
+            .filter(|i| label.is_none_or(|l| &i.label == l))
+            .filter(|i| q.get("region").is_none_or(|r| &i.region == r))
+            .map(|i| self.instance_json(i, now))
+            .collect();
+        paginate("instances", items, q)
+    }
+
+    pub fn instance_delete(&mut self, id: &str) -> Reply {
+        let now = Instant::now();
+        let Some(ix) = self.instance_ix(id, now) else {
+            return Reply::error(404, "instance not found");
+        };
+        match self.instance_state(&self.instances[ix], now) {
+            ("pending", _) => {
+                return Reply::error(
+                    500,
+                    "Unable to destroy server: This subscription is not currently active, you cannot destroy it.",
+                );
+            }
+            (_, "ok") => {}
+            _ => {
+                return Reply::error(
+                    500,
+                    "Unable to destroy server: Unable to remove VM: Server is currently locked",
+                );
+            }
+        }
+        self.instances[ix].deleted = Some(now);
+        let lix = self.instances[ix].ledger_ix;
+        self.ledger_delete(lix);
+        for b in &mut self.blocks {
+            if b.attached_to.as_deref() == Some(id) {
+                b.attached_to = None;
+            }
+        }
+        Reply::no_content()
+    }
+
+    // ----- blocks -----
+
+    pub fn block_create(&mut self, body: &Value, key_fp: &str) -> Reply {
+        let Some(obj) = body.as_object() else {
+            return Reply::error(400, "Bad request.");
+        };
+        let region = obj.get("region").and_then(Value::as_str);
+        let size = obj.get("size_gb").and_then(Value::as_i64);
+        let (Some(region), Some(size_gb)) = (region, size) else {
+            return Reply::error(400, "Both region and size_gb are required.");
+        };
+        let Some(r) = REGIONS.iter().find(|r| r.0 == region) else {
+            return Reply::error(400, "Invalid region chosen.");
+        };
+        // The document gives no default for block_type; high_perf is what the
+        // portal preselects.
+        let block_type = obj
+            .get("block_type")
+            .and_then(Value::as_str)
+            .unwrap_or("high_perf")
+            .to_owned();
+        let (min, max) = match block_type.as_str() {
+            "high_perf" => (10, 10_000),
+            "storage_opt" => (40, 40_000),
+            _ => return Reply::error(400, "Invalid block_type. Use high_perf or storage_opt."),
+        };
+        if !r
+            .4
+            .contains(&format!("block_storage_{block_type}").as_str())
+        {
+            return Reply::error(
+                400,
+                "Block storage of this type is not available in this region.",
+            );
+        }
+        if !(min..=max).contains(&size_gb) {
+            return Reply::error(
+                400,
+                &format!("Invalid size_gb: {block_type} volumes are {min} to {max} GB."),
+            );
+        }
+        let label = obj
+            .get("label")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let id = self.new_id();
+        let ledger_ix = self.ledger_push(ResourceKind::Block, &id, &label, region, key_fp);
+        let now = Instant::now();
+        let b = SimBlock {
+            mount_id: format!("{region}-{}", &id[..13].replace('-', "")),
+            id,
+            label,
+            region: region.to_owned(),
+            size_gb,
+            block_type,
+            attached_to: None,
+            created: now,
+            created_wall: now_rfc3339(),
+            deleted: None,
+            ledger_ix,
+        };
+        let j = self.block_json(&b, now);
+        self.blocks.push(b);
+        Reply::json(202, json!({ "block": j }))
+    }
+
+    pub fn block_get(&self, id: &str) -> Reply {
+        let now = Instant::now();
+        match self.block_ix(id, now) {
+            Some(ix) => Reply::json(
+                200,
+                json!({ "block": self.block_json(&self.blocks[ix], now) }),
+            ),
+            None => Reply::error(404, "Invalid block storage ID"),
+        }
+    }
+
+    pub fn block_list(&self, q: &BTreeMap<String, String>) -> Reply {
+        let now = Instant::now();
+        let items: Vec<Value> = self
+            .blocks
+            .iter()
+            .filter(|b| self.listable(b.created, b.deleted, now))
+            .map(|b| self.block_json(b, now))
+            .collect();
+        paginate("blocks", items, q)
+    }
+
+    pub fn block_attach(&mut self, id: &str, body: &Value) -> Reply {
+        let now = Instant::now();
+        let Some(instance_id) = body.get("instance_id").and_then(Value::as_str) else {
+            return Reply::error(400, "Missing instance_id.");
+        };
+        let live = body.get("live").and_then(Value::as_bool).unwrap_or(false);
+        let Some(bix) = self.block_ix(id, now) else {
+            return Reply::error(404, "Invalid block storage ID");
+        };
+        let Some(iix) = self.instance_ix(instance_id, now) else {
+            return Reply::error(404, "instance not found");
+        };
+        if self.blocks[bix].attached_to.is_some() {
+            return Reply::error(400, "Block storage volume is already attached to a server.");
+        }
+        if now < self.blocks[bix].created + ms(self.cfg.block_pending_ms) {
+            return Reply::error(
+                500,
+                "Unable to attach block storage: Block storage is not currently active.",
+            );
+        }
+        if self.blocks[bix].region != self.instances[iix].region {
+            return Reply::error(400, "Block storage and server must be in the same region.");
+        }
+        if self.instance_state(&self.instances[iix], now).1 != "ok" {
+            return Reply::error(
+                500,
+                "Unable to attach block storage: Server is currently locked",
+            );
+        }
+        self.blocks[bix].attached_to = Some(instance_id.to_owned());
+        *self
+            .ledger
+            .attaches_per_block
+            .entry(id.to_owned())
+            .or_default() += 1;
+        if !live && self.cfg.attach_lock_ms > 0 {
+            // A non-live attach restarts the VM.
+            self.instances[iix].locked_until = Some(now + ms(self.cfg.attach_lock_ms));
+        }
+        Reply::no_content()
+    }
+
+    pub fn block_detach(&mut self, id: &str) -> Reply {
+        let now = Instant::now();
+        let Some(bix) = self.block_ix(id, now) else {
+            return Reply::error(404, "Invalid block storage ID");
+        };
+        if self.blocks[bix].attached_to.take().is_none() {
+            return Reply::error(
+                400,
+                "Block storage volume is not currently attached to a server",
+            );
+        }
+        Reply::no_content()
+    }
+
+    pub fn block_delete(&mut self, id: &str) -> Reply {
+        let now = Instant::now();
+        let Some(bix) = self.block_ix(id, now) else {
+            return Reply::error(404, "Invalid block storage ID");
+        };
+        self.blocks[bix].deleted = Some(now);
+        self.blocks[bix].attached_to = None;
+        let lix = self.blocks[bix].ledger_ix;
+        self.ledger_delete(lix);
+        Reply::no_content()
+    }
+
+    // ----- account, regions, plans -----
+
+    pub fn account_get(&self) -> Reply {
+        Reply::json(
+            200,
+            json!({ "account": {
+                "name": "Simulated User",
+                "email": "sim@example.com",
+                "acls": ["manage_users", "subscriptions_view", "subscriptions", "billing", "provisioning", "dns"],
+                "balance": -25.5,
+                "pending_charges": 3.25,
+                "last_payment_date": "2024-01-01T00:00:00+00:00",
+                "last_payment_amount": -50.0,
+            }}),
+        )
+    }
+
+    pub fn region_list(&self, q: &BTreeMap<String, String>) -> Reply {
+        let items = REGIONS
+            .iter()
+            .map(|(id, city, country, continent, options)| {
+                json!({ "id": id, "city": city, "country": country, "continent": continent, "options": options })
+            })
+            .collect();
+        paginate("regions", items, q)
+    }
+
+    pub fn plan_list(&self, q: &BTreeMap<String, String>) -> Reply {
+        let items = PLANS
+            .iter()
+            .filter(|p| q.get("type").is_none_or(|t| t == "all" || t == p.6))
+            .map(|(id, vcpu, ram, disk, bw, cost, kind, locations)| {
+                json!({
+                    "id": id, "vcpu_count": vcpu, "ram": ram, "disk": disk, "disk_count": 1,
+                    "bandwidth": bw, "monthly_cost": cost, "type": kind, "locations": locations,
+                })
+            })
+            .collect();
+        paginate("plans", items, q)
+    }
+
+    // ----- DNS records -----
+
+    fn record_json(r: &SimRecord) -> Value {
+        json!({ "id": r.id, "type": r.record_type, "name": r.name, "data": r.data, "priority": r.priority, "ttl": r.ttl })
+    }
+
+    pub fn dns_record_create(&mut self, domain: &str, body: &Value, key_fp: &str) -> Reply {
+        if !self.domains.contains_key(domain) {
+            return Reply::error(404, "Domain not found.");
+        }
+        let s = |k: &str| body.get(k).and_then(Value::as_str).map(str::to_owned);
+        let (Some(name), Some(rtype), Some(data)) = (s("name"), s("type"), s("data")) else {
+            return Reply::error(400, "name, type and data are required.");
+        };
+        if !DNS_TYPES.contains(&rtype.as_str()) {
+            return Reply::error(400, "Invalid record type.");
+        }
+        let priority = body.get("priority").and_then(Value::as_i64);
+        if matches!(rtype.as_str(), "MX" | "SRV") && priority.is_none() {
+            return Reply::error(400, "priority is required for MX and SRV records.");
+        }
+        let id = self.new_id();
+        let label = if name.is_empty() {
+            domain.to_owned()
+        } else {
+            format!("{name}.{domain}")
+        };
+        let ledger_ix = self.ledger_push(ResourceKind::DnsRecord, &id, &label, domain, key_fp);
+        let r = SimRecord {
+            id,
+            record_type: rtype,
+            name,
+            data,
+            priority: priority.unwrap_or(-1),
+            ttl: body.get("ttl").and_then(Value::as_i64).unwrap_or(300),
+            deleted: false,
+            ledger_ix,
+        };
+        let j = Self::record_json(&r);
+        self.domains.get_mut(domain).expect("checked above").push(r);
+        Reply::json(201, json!({ "record": j }))
+    }
+
+    pub fn dns_record_get(&self, domain: &str, id: &str) -> Reply {
+        let found = self
+            .domains
+            .get(domain)
+            .and_then(|rs| rs.iter().find(|r| r.id == id && !r.deleted));
+        match found {
+            Some(r) => Reply::json(200, json!({ "record": Self::record_json(r) })),
+            None => Reply::error(404, "Record not found."),
+        }
+    }
+
+    pub fn dns_record_list(&self, domain: &str, q: &BTreeMap<String, String>) -> Reply {
+        let Some(rs) = self.domains.get(domain) else {
+            return Reply::error(404, "Domain not found.");
+        };
+        let items = rs
+            .iter()
+            .filter(|r| !r.deleted)
+            .map(Self::record_json)
+            .collect();
+        paginate("records", items, q)
+    }
+
+    pub fn dns_record_delete(&mut self, domain: &str, id: &str) -> Reply {
+        let found = self
+            .domains
+            .get_mut(domain)
+            .and_then(|rs| rs.iter_mut().find(|r| r.id == id && !r.deleted));
+        let Some(r) = found else {
+            return Reply::error(404, "Record not found.");
+        };
+        r.deleted = true;
+        let lix = r.ledger_ix;
+        self.ledger_delete(lix);
+        Reply::no_content()
+    }
+}
+
+/// Opaque cursors, base-16 of `next__<offset>` (Vultr's decode to base64 of
+/// `next__<id>`; clients must treat them as opaque either way).
+fn cursor_of(offset: usize) -> String {
+    format!("next__{offset}")
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn offset_of(cursor: &str) -> Option<usize> {
+    if !cursor.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..cursor.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(cursor.get(i..i + 2)?, 16).ok())
+        .collect();
+    String::from_utf8(bytes?)
+        .ok()?
+        .strip_prefix("next__")?
+        .parse()
+        .ok()
+}
+
+/// One page of `items` under `key`, with Vultr's `meta`: `total` is the full
+/// count, `next`/`prev` are `""` when there is no such page.
+fn paginate(key: &str, items: Vec<Value>, q: &BTreeMap<String, String>) -> Reply {
+    let per_page = match q.get("per_page") {
+        None => PER_PAGE_DEFAULT,
+        Some(p) => match p.parse::<usize>() {
+            Ok(n) if n >= 1 => n.min(PER_PAGE_MAX),
+            _ => return Reply::error(400, "Invalid per_page."),
+        },
+    };
+    let offset = match q.get("cursor").map(String::as_str) {
+        None | Some("") => 0,
+        Some(c) => match offset_of(c) {
+            Some(o) => o,
+            None => return Reply::error(400, "Invalid cursor."),
+        },
+    };
+    let total = items.len();
+    let end = (offset + per_page).min(total);
+    let page: Vec<Value> = items.into_iter().skip(offset).take(per_page).collect();
+    let next = if end < total {
+        cursor_of(end)
+    } else {
+        String::new()
+    };
+    let prev = if offset > 0 {
+        cursor_of(offset.saturating_sub(per_page))
+    } else {
+        String::new()
+    };
+    Reply::json(
+        200,
+        json!({ key: page, "meta": { "total": total, "links": { "next": next, "prev": prev } } }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_reject_garbage() {
+        for o in [0, 1, 99, 12345] {
+            assert_eq!(offset_of(&cursor_of(o)), Some(o));
+        }
+        assert_eq!(offset_of("zz"), None);
+        assert_eq!(offset_of("6e657874"), None);
+    }
+}

@@ -1,0 +1,250 @@
+//! Each fault, run-time control, and determinism from the seed.
+
+use crate::*;
+use oduflow_sim::{FaultKind, Faults, Op};
+use std::time::Instant;
+
+fn only(op: Op, f: Faults) -> Faults {
+    Faults {
+        ops: vec![op],
+        faults_max: Some(1),
+        ..f
+    }
+}
+
+const CREATE: &str = r#"{"region": "ewr", "plan": "vc2-1c-1gb", "os_id": 2136, "label": "lost-1"}"#;
+
+async fn post_create(api: &Api<'_>) -> Result<reqwest::Response, reqwest::Error> {
+    api.http
+        .post(api.url("/instances"))
+        .bearer_auth(KEY)
+        .header("content-type", "application/json")
+        .body(CREATE)
+        .send()
+        .await
+}
+
+#[tokio::test]
+async fn lost_drop_applies_then_closes_the_connection() {
+    let sim = start(SimConfig::default().instant()).await;
+    sim.set_faults(only(
+        Op::InstanceCreate,
+        Faults {
+            lost_drop: 1.0,
+            ..Faults::default()
+        },
+    ))
+    .unwrap();
+    let api = Api::new(&sim);
+    let err = post_create(&api)
+        .await
+        .expect_err("the client must see a transport error");
+    assert!(!err.is_status() && !err.is_timeout(), "{err:?}");
+    assert_eq!(
+        sim.ledger().creates_per_label["lost-1"],
+        1,
+        "applied before the drop"
+    );
+    assert_eq!(sim.ledger().faults[0].fault, Some(FaultKind::LostDrop));
+}
+
+#[tokio::test]
+async fn lost_5xx_applies_then_answers_500() {
+    let sim = start(SimConfig::default().instant()).await;
+    sim.set_faults(only(
+        Op::InstanceCreate,
+        Faults {
+            lost_5xx: 1.0,
+            ..Faults::default()
+        },
+    ))
+    .unwrap();
+    let api = Api::new(&sim);
+    let (status, v) = body(post_create(&api).await.unwrap()).await;
+    assert_eq!((status, v["status"].as_u64()), (500, Some(500)));
+    assert_eq!(sim.ledger().creates_per_label["lost-1"], 1);
+}
+
+#[tokio::test]
+async fn lost_stall_applies_then_holds_the_answer_past_the_client_timeout() {
+    let sim = start(SimConfig::default().instant()).await;
+    sim.set_faults(only(
+        Op::InstanceCreate,
+        Faults {
+            lost_stall: 1.0,
+            stall_ms: 1_000,
+            ..Faults::default()
+        },
+    ))
+    .unwrap();
+    let mut api = Api::new(&sim);
+    api.http = Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let err = post_create(&api)
+        .await
+        .expect_err("stalled past the timeout");
+    assert!(err.is_timeout(), "{err:?}");
+    assert_eq!(sim.ledger().creates_per_label["lost-1"], 1);
+}
+
+#[tokio::test]
+async fn error_5xx_answers_500_without_applying() {
+    let sim = start(SimConfig::default().instant()).await;
+    sim.set_faults(only(
+        Op::InstanceCreate,
+        Faults {
+            error_5xx: 1.0,
+            ..Faults::default()
+        },
+    ))
+    .unwrap();
+    let api = Api::new(&sim);
+    let (status, _) = body(post_create(&api).await.unwrap()).await;
+    assert_eq!(status, 500);
+    assert!(sim.ledger().resources.is_empty(), "not applied");
+    // faults_max = 1: the next create goes through.
+    assert_eq!(post_create(&api).await.unwrap().status(), 202);
+}
+
+#[tokio::test]
+async fn burst_429_refuses_a_run_of_requests_with_retry_after() {
+    let sim = start(SimConfig::default().instant()).await;
+    sim.set_faults(Faults {
+        burst_429: 1.0,
+        burst_429_len: 3,
+        faults_max: Some(1),
+        ..Faults::default()
+    })
+    .unwrap();
+    let api = Api::new(&sim);
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        let r = api.get("/account").await;
+        if r.status() == 429 {
+            assert_eq!(r.headers()["retry-after"], "1");
+        }
+        statuses.push(r.status().as_u16());
+    }
+    assert_eq!(statuses, vec![429, 429, 429, 200, 200]);
+    let l = sim.ledger();
+    assert_eq!((l.responses_429_fault, l.responses_429_rate_limit), (3, 0));
+}
+
+#[tokio::test]
+async fn latency_delays_targeted_operations_only() {
+    let sim = start(SimConfig::default().instant()).await;
+    sim.set_faults(Faults {
+        latency_min_ms: 200,
+        latency_max_ms: 250,
+        ops: vec![Op::AccountGet],
+        ..Faults::default()
+    })
+    .unwrap();
+    let api = Api::new(&sim);
+    let t = Instant::now();
+    assert_eq!(api.get("/account").await.status(), 200);
+    let slow = t.elapsed();
+    let t = Instant::now();
+    assert_eq!(api.get("/regions").await.status(), 200);
+    let fast = t.elapsed();
+    assert!(slow >= Duration::from_millis(200), "{slow:?}");
+    assert!(fast < Duration::from_millis(150), "{fast:?}");
+    assert_eq!(sim.ledger().faults.len(), 1);
+}
+
+#[tokio::test]
+async fn faults_are_set_and_read_at_run_time_through_the_admin_endpoint() {
+    let sim = start(SimConfig::default().instant()).await;
+    let admin = format!("http://{}/sim/faults", sim.addr);
+    let plan = json!({"error_5xx": 1.0, "ops": ["account_get"]});
+    let r = http().post(&admin).json(&plan).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let (_, now) = body(http().get(&admin).send().await.unwrap()).await;
+    assert_eq!(now["error_5xx"], 1.0);
+    assert_eq!(sim.faults().ops, vec![Op::AccountGet]);
+    let api = Api::new(&sim);
+    assert_eq!(api.get("/account").await.status(), 500);
+    assert_eq!(
+        api.get("/instances").await.status(),
+        200,
+        "other operations untouched"
+    );
+
+    let r = http()
+        .post(&admin)
+        .json(&json!({"error_5xx": 0.8, "lost_drop": 0.5}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400, "probabilities above 1 in total");
+    let r = http()
+        .post(&admin)
+        .json(&json!({"no_such_fault": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_client_error(), "unknown fields are refused");
+    assert_eq!(
+        sim.faults().error_5xx,
+        1.0,
+        "a refused plan changes nothing"
+    );
+}
+
+#[tokio::test]
+async fn faults_given_at_start_apply_from_the_first_request() {
+    let cfg = SimConfig {
+        faults: Faults {
+            error_5xx: 1.0,
+            ..Faults::default()
+        },
+        ..SimConfig::default().instant()
+    };
+    let sim = start(cfg).await;
+    assert_eq!(Api::new(&sim).get("/account").await.status(), 500);
+}
+
+/// Runs the same request sequence against a simulator with this seed and
+/// returns its fault log.
+async fn fault_log(seed: u64) -> Vec<oduflow_sim::FaultEvent> {
+    let faults = Faults {
+        lost_5xx: 0.1,
+        error_5xx: 0.2,
+        burst_429: 0.05,
+        burst_429_len: 2,
+        latency_min_ms: 0,
+        latency_max_ms: 3,
+        ..Faults::default()
+    };
+    let sim = start(SimConfig {
+        seed,
+        faults,
+        rate_per_sec: 1000,
+        ..SimConfig::default().instant()
+    })
+    .await;
+    let api = Api::new(&sim);
+    for n in 0..60 {
+        match n % 3 {
+            0 => drop(api.get("/account").await),
+            1 => drop(api.get("/instances").await),
+            _ => drop(api.get("/blocks").await),
+        }
+    }
+    sim.ledger().faults
+}
+
+#[tokio::test]
+async fn the_same_seed_gives_the_same_fault_sequence() {
+    let a = fault_log(42).await;
+    let b = fault_log(42).await;
+    let c = fault_log(43).await;
+    assert!(
+        a.iter().filter(|e| e.fault.is_some()).count() >= 5,
+        "too few faults to compare: {a:?}"
+    );
+    assert_eq!(a, b);
+    assert_ne!(a, c, "another seed, another sequence");
+}

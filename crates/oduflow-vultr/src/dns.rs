@@ -1,0 +1,113 @@
+//! DNS records of a Vultr-hosted domain. Kept apart from compute and storage:
+//! DNS will get its own trait in the model crate, and these types move behind
+//! it then. A record create is sent once and classified like a VM create, so a
+//! lost answer never becomes a duplicate record.
+
+use crate::{VultrClient, VultrError};
+use oduflow_model::provider::{DeleteOutcome, Outcome};
+use reqwest::Method;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A DNS record id chosen by Vultr.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DnsRecordId(pub String);
+
+impl DnsRecordId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for DnsRecordId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A record to create (`create_dns_domain_record_request`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DnsRecordRequest {
+    /// Host part, e.g. `www`, or `""` for the apex.
+    pub name: String,
+    /// A, AAAA, CNAME, NS, MX, SRV, TXT, CAA or SSHFP.
+    #[serde(rename = "type")]
+    pub record_type: String,
+    pub data: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<i64>,
+    /// Only for MX and SRV.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
+}
+
+/// A record as Vultr shows it (`dns-record`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DnsRecord {
+    pub id: DnsRecordId,
+    #[serde(rename = "type", default)]
+    pub record_type: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub data: String,
+    #[serde(default)]
+    pub priority: i64,
+    #[serde(default)]
+    pub ttl: i64,
+}
+
+#[derive(Deserialize)]
+struct Envelope {
+    record: DnsRecord,
+}
+
+impl VultrClient {
+    /// `POST /domains/{domain}/records`, sent once (201 with the record).
+    pub async fn dns_record_create(
+        &self,
+        domain: &str,
+        req: &DnsRecordRequest,
+    ) -> Outcome<DnsRecord> {
+        let body = serde_json::to_value(req).expect("a record request always serializes");
+        let reply = self.post_once(&["domains", domain, "records"], &body).await;
+        Self::classify(reply, |a| {
+            serde_json::from_slice::<Envelope>(&a.body)
+                .ok()
+                .map(|e| e.record)
+                .filter(|r| !r.id.0.is_empty())
+        })
+    }
+
+    /// `Ok(None)` on 404.
+    pub async fn dns_record_get(
+        &self,
+        domain: &str,
+        id: &DnsRecordId,
+    ) -> Result<Option<DnsRecord>, VultrError> {
+        let env: Option<Envelope> = self
+            .get_one(&["domains", domain, "records", id.as_str()])
+            .await?;
+        Ok(env.map(|e| e.record))
+    }
+
+    /// Every page of the domain's records.
+    pub async fn dns_record_list(&self, domain: &str) -> Result<Vec<DnsRecord>, VultrError> {
+        self.list_all(&["domains", domain, "records"], "records", &[])
+            .await
+    }
+
+    pub async fn dns_record_delete(
+        &self,
+        domain: &str,
+        id: &DnsRecordId,
+    ) -> Result<DeleteOutcome, VultrError> {
+        self.delete_like(
+            Method::DELETE,
+            &["domains", domain, "records", id.as_str()],
+            None,
+        )
+        .await
+    }
+}

@@ -1,0 +1,440 @@
+//! The HTTP layer: one rate limiter, two reqwest clients, the read retry loop,
+//! pagination and the classification of create/attach answers.
+//!
+//! Why two clients: reads and DELETE go through a pooled client. Create and
+//! attach go through a client whose pool keeps no idle connection, so every
+//! POST opens a fresh connection. hyper re-sends a request that was cancelled
+//! because a *reused* pooled connection closed under it; with no reuse that
+//! path cannot fire, and with reqwest's retry policy set to `never` and HTTP/1
+//! only (no HTTP/2 GOAWAY/REFUSED_STREAM replay) nothing below us can send a
+//! create twice. The cost, one extra TCP+TLS set-up per create, is nothing next
+//! to a VM's provisioning time.
+
+use crate::config::VultrConfig;
+use crate::error::VultrError;
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use oduflow_model::KeyFingerprint;
+use oduflow_model::provider::Outcome;
+use reqwest::header::{AUTHORIZATION, HeaderValue, RETRY_AFTER};
+use reqwest::{Method, Url};
+use secrecy::ExposeSecret;
+use serde::de::DeserializeOwned;
+use std::collections::HashSet;
+use std::fmt;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Longest piece of a non-JSON error body we quote in a message: enough to
+/// recognise an nginx error page, short enough for a log line.
+const BODY_EXCERPT_CHARS_MAX: usize = 200;
+
+/// A Vultr API client. Cheap to clone: every clone shares the same HTTP
+/// connections and the same rate limiter, so a process that clones one client
+/// into all its workers stays under the configured rate as a whole.
+#[derive(Clone)]
+pub struct VultrClient {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    base: Url,
+    cfg: VultrConfig,
+    fingerprint: KeyFingerprint,
+    /// Pooled; for reads and DELETE, which may be repeated.
+    reads: reqwest::Client,
+    /// Never reuses a connection; for create and attach, sent once.
+    once: reqwest::Client,
+    limiter: DefaultDirectRateLimiter,
+}
+
+impl fmt::Debug for VultrClient {
+    /// Names the endpoint and the key's short fingerprint, never the key.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VultrClient")
+            .field("base_url", &self.inner.base.as_str())
+            .field("key_fingerprint", &self.inner.fingerprint.short())
+            .field("rate_per_sec", &self.inner.cfg.rate_per_sec)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one HTTP exchange gave.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    /// An answer was read in full.
+    Answer(Answer),
+    /// No (complete) answer: connect, send, timeout or body read failed.
+    Transport(String),
+}
+
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub status: u16,
+    pub body: Vec<u8>,
+    retry_after: Option<Duration>,
+}
+
+impl Answer {
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    /// Vultr's `{"error": "...", "status": N}` text, or an excerpt of the body.
+    pub fn message(&self) -> String {
+        error_message(&self.body)
+    }
+
+    pub fn to_error(&self) -> VultrError {
+        VultrError::Status {
+            status: self.status,
+            message: self.message(),
+        }
+    }
+
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, VultrError> {
+        serde_json::from_slice(&self.body).map_err(|e| {
+            VultrError::Decode(format!(
+                "answer {} is not the documented JSON: {e}",
+                self.status
+            ))
+        })
+    }
+}
+
+pub(crate) fn error_message(body: &[u8]) -> String {
+    #[derive(serde::Deserialize)]
+    struct ApiError {
+        error: String,
+    }
+    if let Ok(e) = serde_json::from_slice::<ApiError>(body) {
+        return e.error;
+    }
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    if text.is_empty() {
+        "(empty body)".to_owned()
+    } else {
+        text.chars().take(BODY_EXCERPT_CHARS_MAX).collect()
+    }
+}
+
+/// Whether a read may be tried again after this answer: Vultr's rate limit and
+/// server errors are transient (500 is also its "locked" refusal).
+fn is_retryable(status: u16) -> bool {
+    status == 429 || status >= 500
+}
+
+/// Statuses that definitively refuse a create or attach (vultr-api.md §1 and
+/// DESIGN §3.1): the request was read and will not be applied.
+fn is_rejection(status: u16) -> bool {
+    matches!(status, 400 | 401 | 403 | 422)
+}
+
+/// reqwest's error with its whole source chain, which names the failing step
+/// (connect, timeout, body) but holds no header values, so never the key.
+fn describe(err: &reqwest::Error) -> String {
+    use std::error::Error as _;
+    let mut s = if err.is_timeout() {
+        format!("timeout: {err}")
+    } else {
+        err.to_string()
+    };
+    let mut cause = err.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
+}
+
+impl VultrClient {
+    pub fn new(cfg: VultrConfig) -> Result<Self, VultrError> {
+        let base = Url::parse(cfg.base_url.trim_end_matches('/'))
+            .map_err(|e| VultrError::Config(format!("base_url {:?}: {e}", cfg.base_url)))?;
+        if base.cannot_be_a_base() {
+            return Err(VultrError::Config(format!(
+                "base_url {:?} cannot hold a path",
+                cfg.base_url
+            )));
+        }
+        let rate = NonZeroU32::new(cfg.rate_per_sec)
+            .ok_or_else(|| VultrError::Config("rate_per_sec must be at least 1".into()))?;
+        let burst = NonZeroU32::new(cfg.rate_burst)
+            .ok_or_else(|| VultrError::Config("rate_burst must be at least 1".into()))?;
+        if cfg.read_attempts_max == 0 {
+            return Err(VultrError::Config(
+                "read_attempts_max must be at least 1".into(),
+            ));
+        }
+        if !(1..=500).contains(&cfg.per_page) {
+            return Err(VultrError::Config("per_page must be within 1..=500".into()));
+        }
+        let builder = || {
+            reqwest::Client::builder()
+                .http1_only()
+                .retry(reqwest::retry::never())
+                .timeout(Duration::from_millis(cfg.request_timeout_ms))
+                .connect_timeout(Duration::from_millis(cfg.connect_timeout_ms))
+                .user_agent(concat!("oduflow/", env!("CARGO_PKG_VERSION")))
+        };
+        let reads = builder()
+            .build()
+            .map_err(|e| VultrError::Config(format!("HTTP client: {}", describe(&e))))?;
+        let once = builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .map_err(|e| VultrError::Config(format!("HTTP client: {}", describe(&e))))?;
+        let fingerprint = KeyFingerprint::of_key(&cfg.api_key);
+        let limiter = RateLimiter::direct(Quota::per_second(rate).allow_burst(burst));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                base,
+                cfg,
+                fingerprint,
+                reads,
+                once,
+                limiter,
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &VultrConfig {
+        &self.inner.cfg
+    }
+
+    pub fn fingerprint(&self) -> &KeyFingerprint {
+        &self.inner.fingerprint
+    }
+
+    /// `base` + path segments, each escaped, so an id can never change the
+    /// route it is sent to.
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.inner.base.clone();
+        url.path_segments_mut()
+            .expect("checked in new: the base can hold a path")
+            .pop_if_empty()
+            .extend(segments);
+        url
+    }
+
+    /// One HTTP exchange after waiting for the rate limiter.
+    async fn exchange(
+        &self,
+        once: bool,
+        method: Method,
+        segments: &[&str],
+        query: &[(&str, String)],
+        body: Option<&serde_json::Value>,
+    ) -> Reply {
+        let inner = &self.inner;
+        inner.limiter.until_ready().await;
+        let url = self.url(segments);
+        let route = url.path().to_owned();
+        let mut auth =
+            HeaderValue::try_from(format!("Bearer {}", inner.cfg.api_key.expose_secret()))
+                .unwrap_or_else(|_| HeaderValue::from_static("Bearer invalid-key-characters"));
+        auth.set_sensitive(true);
+        let client = if once { &inner.once } else { &inner.reads };
+        let mut req = client
+            .request(method.clone(), url)
+            .header(AUTHORIZATION, auth);
+        if !query.is_empty() {
+            req = req.query(query);
+        }
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let started = Instant::now();
+        let reply = match req.send().await {
+            Err(e) => Reply::Transport(describe(&e)),
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                let retry_after = resp
+                    .headers()
+                    .get(RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .map(Duration::from_secs);
+                match resp.bytes().await {
+                    Ok(b) => Reply::Answer(Answer {
+                        status,
+                        body: b.to_vec(),
+                        retry_after,
+                    }),
+                    Err(e) => {
+                        Reply::Transport(format!("answer {status} cut short: {}", describe(&e)))
+                    }
+                }
+            }
+        };
+        let ms = started.elapsed().as_millis() as u64;
+        match &reply {
+            Reply::Answer(a) => {
+                tracing::debug!(%method, %route, status = a.status, ms, "vultr request")
+            }
+            Reply::Transport(e) => {
+                tracing::debug!(%method, %route, error = %e, ms, "vultr request failed")
+            }
+        }
+        reply
+    }
+
+    /// Sends a create or attach POST exactly once and hands back what came.
+    pub(crate) async fn post_once(&self, segments: &[&str], body: &serde_json::Value) -> Reply {
+        self.exchange(true, Method::POST, segments, &[], Some(body))
+            .await
+    }
+
+    /// Classifies a create answer; `id` reads the new resource out of a 2xx.
+    pub(crate) fn classify<T>(reply: Reply, id: impl FnOnce(&Answer) -> Option<T>) -> Outcome<T> {
+        match reply {
+            Reply::Transport(e) => Outcome::Unknown {
+                reason: format!("transport error: {e}"),
+            },
+            Reply::Answer(a) if a.is_success() => match id(&a) {
+                Some(v) => Outcome::Accepted(v),
+                None => Outcome::Unknown {
+                    reason: format!("Vultr answered {} without a readable id", a.status),
+                },
+            },
+            Reply::Answer(a) if is_rejection(a.status) => Outcome::Rejected {
+                status: a.status,
+                message: a.message(),
+            },
+            Reply::Answer(a) => Outcome::Unknown {
+                reason: format!("Vultr answered {}: {}", a.status, a.message()),
+            },
+        }
+    }
+
+    /// A read or DELETE, repeated within bounds on 429, 5xx and transport
+    /// errors. Returns the last answer (any status) or, if the last attempt
+    /// got no answer, the transport error.
+    pub(crate) async fn request_retrying(
+        &self,
+        method: Method,
+        segments: &[&str],
+        query: &[(&str, String)],
+        body: Option<&serde_json::Value>,
+    ) -> Result<Answer, VultrError> {
+        let cfg = &self.inner.cfg;
+        let mut attempt = 1;
+        loop {
+            let reply = self
+                .exchange(false, method.clone(), segments, query, body)
+                .await;
+            let retry_after = match &reply {
+                Reply::Answer(a) if !is_retryable(a.status) => return finish(reply),
+                Reply::Answer(a) => a.retry_after,
+                Reply::Transport(_) => None,
+            };
+            if attempt >= cfg.read_attempts_max {
+                return finish(reply);
+            }
+            let wait = match retry_after {
+                Some(d) if d.as_millis() as u64 > cfg.retry_after_max_ms => {
+                    tracing::debug!(
+                        secs = d.as_secs(),
+                        "Retry-After beyond our bound; giving up"
+                    );
+                    return finish(reply);
+                }
+                Some(d) => d,
+                None => backoff(cfg, attempt),
+            };
+            tracing::debug!(
+                attempt,
+                wait_ms = wait.as_millis() as u64,
+                "retrying vultr read"
+            );
+            tokio::time::sleep(wait).await;
+            attempt += 1;
+        }
+
+        fn finish(reply: Reply) -> Result<Answer, VultrError> {
+            match reply {
+                Reply::Answer(a) => Ok(a),
+                Reply::Transport(e) => Err(VultrError::Transport(e)),
+            }
+        }
+    }
+
+    /// GET whose 2xx body is `T`; `Ok(None)` on 404.
+    pub(crate) async fn get_one<T: DeserializeOwned>(
+        &self,
+        segments: &[&str],
+    ) -> Result<Option<T>, VultrError> {
+        let a = self
+            .request_retrying(Method::GET, segments, &[], None)
+            .await?;
+        match a.status {
+            404 => Ok(None),
+            _ if a.is_success() => a.json().map(Some),
+            _ => Err(a.to_error()),
+        }
+    }
+
+    /// Every page of a listing whose items sit under `key`, following
+    /// `meta.links.next` until Vultr answers `""`.
+    pub(crate) async fn list_all<T: DeserializeOwned>(
+        &self,
+        segments: &[&str],
+        key: &str,
+        filter: &[(&str, String)],
+    ) -> Result<Vec<T>, VultrError> {
+        let cfg = &self.inner.cfg;
+        let mut items = Vec::new();
+        let mut cursor = String::new();
+        let mut seen = HashSet::new();
+        for _page in 0..cfg.list_pages_max {
+            let mut query: Vec<(&str, String)> = filter.to_vec();
+            query.push(("per_page", cfg.per_page.to_string()));
+            if !cursor.is_empty() {
+                query.push(("cursor", cursor.clone()));
+            }
+            let a = self
+                .request_retrying(Method::GET, segments, &query, None)
+                .await?;
+            if !a.is_success() {
+                return Err(a.to_error());
+            }
+            let mut page: serde_json::Value = a.json()?;
+            let list = page
+                .get_mut(key)
+                .map(serde_json::Value::take)
+                .ok_or_else(|| VultrError::Decode(format!("listing has no {key:?} array")))?;
+            let mut batch: Vec<T> = serde_json::from_value(list)
+                .map_err(|e| VultrError::Decode(format!("listing {key:?}: {e}")))?;
+            items.append(&mut batch);
+            // Vultr ends a listing with next == "" (not null); a missing meta
+            // is read the same way, since there is nothing to follow.
+            let next = page
+                .pointer("/meta/links/next")
+                .and_then(|v| v.as_str())
+                .unwrap_or("")
+                .to_owned();
+            if next.is_empty() {
+                return Ok(items);
+            }
+            if !seen.insert(next.clone()) {
+                return Err(VultrError::Pagination(format!(
+                    "cursor {next:?} came back twice"
+                )));
+            }
+            cursor = next;
+        }
+        Err(VultrError::Pagination(format!(
+            "more than {} pages",
+            cfg.list_pages_max
+        )))
+    }
+}
+
+fn backoff(cfg: &VultrConfig, attempt: u32) -> Duration {
+    let exp = cfg
+        .backoff_base_ms
+        .saturating_mul(1u64 << (attempt - 1).min(20));
+    Duration::from_millis(exp.min(cfg.backoff_max_ms))
+}
