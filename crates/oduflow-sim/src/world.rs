@@ -122,6 +122,7 @@ const OSES: &[(i64, &str)] = &[
     (387, "Ubuntu 20.04 LTS x64"),
     (1743, "Ubuntu 22.04 LTS x64"),
     (2136, "Debian 12 x64"),
+    (2284, "Ubuntu 24.04 LTS x64"),
 ];
 
 const DNS_TYPES: &[&str] = &[

@@ -1,35 +1,77 @@
 //! `oduflow demo`: the embedded default end to end. A fresh SQLite file, the
-//! engine, and an in-process provider: N clients provisioned, then deleted,
-//! with a progress line and a summary.
+//! Vultr simulator in-process with faults switched on (lost responses, 5xx,
+//! 429 bursts, listing lag, post-create 404s), the real Vultr adapter and
+//! engine: N clients provisioned, then deleted, with a progress line and a
+//! summary that checks the simulator's ledger: one create per operation key.
 
-use crate::config::Config;
+use crate::config::{BadInput, Config};
 use anyhow::Result;
-use oduflow_engine::memory::MemoryProvider;
 use oduflow_engine::{Clock, SystemClock, Worker};
 use oduflow_model::*;
+use oduflow_sim::{Faults, Sim, SimConfig};
 use oduflow_store::Store;
-use std::io::Write;
+use oduflow_vultr::{VultrClient, VultrConfig};
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub async fn run(cfg: &Config, clients: usize) -> Result<()> {
-    if clients == 0 || clients > 10_000 {
-        return Err(crate::config::BadInput("--clients must be between 1 and 10000".into()).into());
+/// Demo faults: frequent enough that a 20-client run meets each kind.
+fn demo_faults() -> Faults {
+    Faults {
+        lost_drop: 0.03,
+        lost_5xx: 0.03,
+        lost_stall: 0.01,
+        error_5xx: 0.03,
+        burst_429: 0.005,
+        stall_ms: 2_500,
+        ..Faults::default()
     }
-    let dir = std::env::temp_dir().join(format!("oduflow-demo-{}", uuid_like()));
-    std::fs::create_dir_all(&dir)?;
-    let url = format!("sqlite://{}", dir.join("oduflow.db").display());
-    let store = Store::connect(&url, true).await?;
-    store.migrate().await?;
-    println!("oduflow demo: {clients} clients, SQLite at {}", dir.join("oduflow.db").display());
+}
 
-    let key = KeyFingerprint::of_key(&secrecy::SecretString::from("demo-key".to_owned()));
-    let provider = Arc::new(MemoryProvider::new(key));
-    provider.with(|s| s.lose_create_responses = (clients as u32 / 5).max(1));
+pub async fn run(cfg: &Config, clients: usize, seed: u64, faults: bool) -> Result<()> {
+    if clients == 0 || clients > 10_000 {
+        return Err(BadInput("--clients must be between 1 and 10000".into()).into());
+    }
+    let dir = std::env::temp_dir().join(format!("oduflow-demo-{}-{}", std::process::id(), SystemClock.now_ms()));
+    std::fs::create_dir_all(&dir)?;
+    let db = dir.join("oduflow.db");
+    let store = Store::connect(&format!("sqlite://{}", db.display()), true).await?;
+    store.migrate().await?;
+
+    let key = "demo-key-not-secret";
+    let sim = Sim::start(
+        SimConfig {
+            seed,
+            faults: if faults { demo_faults() } else { Faults::default() },
+            pending_ms: 500,
+            installing_ms: 500,
+            get_404_window_ms: 400,
+            list_lag_ms: 400,
+            ..SimConfig::default()
+        }
+        .with_key(key),
+        "127.0.0.1:0".parse()?,
+    )
+    .await?;
+    let provider = Arc::new(VultrClient::new(VultrConfig {
+        base_url: sim.base_url.clone(),
+        request_timeout_ms: 1_500,
+        backoff_base_ms: 50,
+        ..VultrConfig::new(secrecy::SecretString::from(key.to_owned()))
+    })?);
     let mut engine = cfg.engine();
-    engine.poll_interval_ms = 10;
-    engine.retry_base_ms = 10;
-    let worker = Worker::new(store.clone(), provider.clone(), engine, Arc::new(SystemClock));
+    engine.poll_interval_ms = 150;
+    engine.retry_base_ms = 100;
+    engine.observations_max = 40;
+    engine.concurrency = 8;
+    let worker = Worker::new(store.clone(), provider, engine, Arc::new(SystemClock));
+    println!(
+        "oduflow demo: {clients} clients, SQLite at {}, simulator at {} (seed {seed}, faults {})",
+        db.display(),
+        sim.base_url,
+        if faults { "on" } else { "off" }
+    );
     let started = Instant::now();
 
     let spec = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf")?;
@@ -38,43 +80,98 @@ pub async fn run(cfg: &Config, clients: usize) -> Result<()> {
         store.client_create(&name, &spec, SystemClock.now_ms(), cfg.attempts_max).await?;
     }
     drive(&store, &worker, "provisioning").await?;
-    for i in 0..clients {
-        store.client_delete(&format!("demo-{i:04}"), SystemClock.now_ms(), cfg.attempts_max).await?;
+    let provisioned = store.client_status_counts().await?;
+    let blocked_after_provisioning = blocked_lines(&store).await?;
+    for c in store.client_list().await? {
+        store.client_delete(&c.name, SystemClock.now_ms(), cfg.attempts_max).await?;
     }
     drive(&store, &worker, "deleting").await?;
 
-    let counts = store.client_status_counts().await?;
-    let (creates, max_per_label, live) = provider.with(|s| {
-        (
-            s.creates_per_label.values().sum::<u32>(),
-            s.creates_per_label.values().copied().max().unwrap_or(0),
-            s.instances.len() + s.blocks.len(),
-        )
-    });
-    println!("\nsummary after {:.1} s:", started.elapsed().as_secs_f64());
-    for (status, n) in &counts {
-        println!("  {status:<10} {n}");
-    }
-    for c in store.client_list().await? {
-        if let Some(r) = c.infra.blocked_reason {
-            println!("  blocked {}: {r}", c.name);
+    // What the simulator's ledger says, per operation key.
+    let ledger = sim.ledger();
+    let receipts = store.receipts_all().await?;
+    let mut per_key: BTreeMap<String, u64> = BTreeMap::new();
+    for r in &receipts {
+        if r.resource_kind != ResourceKind::Attach {
+            per_key.insert(r.operation_key.to_string(), ledger.creates_per_label.get(r.label.as_str()).copied().unwrap_or(0));
         }
     }
-    println!("  create requests applied: {creates}; most per label: {max_per_label} (must be 1)");
-    println!("  provider resources still present: {live}");
-    anyhow::ensure!(max_per_label <= 1, "a label was created more than once");
+    let untracked: Vec<_> = ledger
+        .creates_per_label
+        .keys()
+        .filter(|l| !receipts.iter().any(|r| r.label.as_str() == l.as_str()))
+        .collect();
+    let live = ledger.resources.iter().filter(|r| r.deleted_at.is_none()).count();
+    println!("\nsummary after {:.1} s:", started.elapsed().as_secs_f64());
+    println!("  after provisioning: {}", fmt_counts(&provisioned));
+    for l in &blocked_after_provisioning {
+        println!("    {l}");
+    }
+    println!("  after deletion:     {}", fmt_counts(&store.client_status_counts().await?));
+    let blocked = blocked_lines(&store).await?;
+    for l in &blocked {
+        println!("    {l}");
+    }
+    if !blocked.is_empty() || !blocked_after_provisioning.is_empty() {
+        println!(
+            "  (blocked is the safe answer where a create's outcome stayed unknown: oduflow never guesses.\n   \
+             Inspect with `oduflow client show NAME`; resolve with `oduflow reconcile`, `adopt` or `abandon`.)"
+        );
+    }
+    let requests: u64 = ledger.requests.values().sum();
+    println!(
+        "  simulator: {requests} requests, {} faults injected, {} resources created, {live} still live",
+        ledger.faults.len(),
+        ledger.resources.len()
+    );
+    let dup = per_key.values().filter(|n| **n > 1).count();
+    let creates_dist: BTreeMap<u64, usize> = per_key.values().fold(BTreeMap::new(), |mut m, n| {
+        *m.entry(*n).or_default() += 1;
+        m
+    });
+    println!(
+        "  creates applied per operation key: {} (count -> keys; must never exceed 1)",
+        creates_dist.iter().map(|(n, k)| format!("{n} -> {k}")).collect::<Vec<_>>().join(", ")
+    );
+    println!("  resources created without a receipt: {}", untracked.len());
+    sim.shutdown().await;
+    anyhow::ensure!(dup == 0, "{dup} operation keys were created more than once");
+    anyhow::ensure!(untracked.is_empty(), "resources created without a receipt: {untracked:?}");
     Ok(())
 }
 
-async fn drive(store: &Store, worker: &Worker<MemoryProvider>, phase: &str) -> Result<()> {
+async fn blocked_lines(store: &Store) -> Result<Vec<String>> {
+    Ok(store
+        .client_list()
+        .await?
+        .into_iter()
+        .filter_map(|c| {
+            c.infra.blocked_reason.map(|r| format!("blocked {}: {r} — {}", c.name, c.infra.blocked_detail.unwrap_or_default()))
+        })
+        .collect())
+}
+
+fn fmt_counts(c: &[(ClientStatus, i64)]) -> String {
+    c.iter().map(|(s, n)| format!("{s} {n}")).collect::<Vec<_>>().join(", ")
+}
+
+async fn drive<P: oduflow_model::provider::Provider>(store: &Store, worker: &Worker<P>, phase: &str) -> Result<()> {
     let (tx, rx) = tokio::sync::watch::channel(false);
     let w = worker.clone();
     let task = tokio::spawn(async move { w.run(true, rx).await });
+    let tty = std::io::stdout().is_terminal();
+    let mut last = String::new();
+    let mut last_print = Instant::now();
     loop {
-        let counts = store.client_status_counts().await?;
-        let line: Vec<String> = counts.iter().map(|(s, n)| format!("{s} {n}")).collect();
-        print!("\r{phase}: {}        ", line.join(", "));
-        std::io::stdout().flush()?;
+        let line = format!("{phase}: {}", fmt_counts(&store.client_status_counts().await?));
+        if tty {
+            print!("\r{line}        ");
+            std::io::stdout().flush()?;
+        } else if line != last && last_print.elapsed() > Duration::from_secs(2) || task.is_finished() {
+            println!("{line}");
+            last_print = Instant::now();
+        }
+        last = line;
         if task.is_finished() {
             break;
         }
@@ -82,10 +179,8 @@ async fn drive(store: &Store, worker: &Worker<MemoryProvider>, phase: &str) -> R
     }
     drop(tx);
     task.await??;
-    println!();
+    if tty {
+        println!();
+    }
     Ok(())
-}
-
-fn uuid_like() -> String {
-    format!("{}-{}", std::process::id(), SystemClock.now_ms())
 }

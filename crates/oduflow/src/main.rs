@@ -5,6 +5,7 @@
 mod config;
 mod demo;
 mod lineage;
+mod sim;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -89,11 +90,19 @@ enum Cmd {
     /// Database restore safety.
     #[command(subcommand)]
     Restore(RestoreCmd),
-    /// The embedded default end to end: a SQLite file and an in-process provider.
+    /// Serve the Vultr API simulator (API under /v2, controls under /sim).
+    Sim(sim::SimArgs),
+    /// The embedded default end to end: a SQLite file, the in-process simulator with faults.
     Demo {
         /// How many clients to provision and then delete.
         #[arg(long, default_value_t = 20)]
         clients: usize,
+        /// Seed of the simulator's fault draws.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Run without injected faults.
+        #[arg(long)]
+        no_faults: bool,
     },
 }
 
@@ -249,7 +258,8 @@ async fn run(cli: Cli) -> Result<()> {
             run_worker(worker, until_settled).await?;
             lineage::check(&store, now_ms()).await?;
         }
-        Cmd::Demo { clients } => demo::run(&cfg, clients).await?,
+        Cmd::Demo { clients, seed, no_faults } => demo::run(&cfg, clients, seed, !no_faults).await?,
+        Cmd::Sim(args) => sim::run(&cfg, args).await?,
         Cmd::Reconcile { name, all, new_dispatch, by, json } => {
             if all {
                 let store = open(&cfg).await?;
@@ -312,10 +322,17 @@ async fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
-/// The provider the worker drives.
-fn provider(cfg: &Config) -> Result<Arc<oduflow_engine::memory::MemoryProvider>> {
-    let key = cfg.api_key()?;
-    Ok(Arc::new(oduflow_engine::memory::MemoryProvider::new(KeyFingerprint::of_key(key))))
+/// The provider the worker drives: Vultr (or `oduflow sim`) at
+/// `ODUFLOW_VULTR_URL`, with one rate limiter for the whole process.
+fn provider(cfg: &Config) -> Result<Arc<oduflow_vultr::VultrClient>> {
+    let key = cfg.api_key()?.clone();
+    let vc = oduflow_vultr::VultrConfig {
+        base_url: cfg.vultr_url.clone(),
+        rate_per_sec: cfg.rate_per_sec,
+        request_timeout_ms: cfg.request_timeout_ms,
+        ..oduflow_vultr::VultrConfig::new(key)
+    };
+    Ok(Arc::new(oduflow_vultr::VultrClient::new(vc).map_err(|e| BadInput(e.to_string()))?))
 }
 
 pub(crate) async fn run_worker<P: Provider>(worker: Worker<P>, until_settled: bool) -> Result<()> {

@@ -14,19 +14,37 @@ const BIN: &str = env!("CARGO_BIN_EXE_oduflow");
 struct Env {
     dir: tempfile::TempDir,
     url: String,
+    /// The Vultr simulator every worker of this test talks to: one shared
+    /// cloud, whatever happens to the worker processes.
+    sim: oduflow_sim::SimHandle,
+}
+
+const KEY: &str = "test-key-0123";
+
+async fn start_sim() -> oduflow_sim::SimHandle {
+    let cfg = oduflow_sim::SimConfig {
+        pending_ms: 100,
+        installing_ms: 100,
+        get_404_window_ms: 100,
+        list_lag_ms: 100,
+        rate_per_sec: 1000,
+        ..oduflow_sim::SimConfig::default()
+    }
+    .with_key(KEY);
+    oduflow_sim::Sim::start(cfg, "127.0.0.1:0".parse().unwrap()).await.unwrap()
 }
 
 impl Env {
     async fn sqlite() -> Env {
         let dir = tempfile::tempdir().unwrap();
         let url = oduflow_store::testing::sqlite_url(dir.path());
-        Env { dir, url }
+        Env { dir, url, sim: start_sim().await }
     }
 
     async fn postgres() -> Env {
         let dir = tempfile::tempdir().unwrap();
         let url = oduflow_store::testing::fresh_pg_url().await;
-        Env { dir, url }
+        Env { dir, url, sim: start_sim().await }
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
@@ -34,7 +52,11 @@ impl Env {
         c.args(args)
             .current_dir(self.dir.path())
             .env("ODUFLOW_DATABASE_URL", &self.url)
-            .env("VULTR_API_KEY", "test-key-0123")
+            .env("VULTR_API_KEY", KEY)
+            .env("ODUFLOW_VULTR_URL", &self.sim.base_url)
+            .env("ODUFLOW_RATE_PER_SEC", "1000")
+            .env("ODUFLOW_REQUEST_TIMEOUT_MS", "2000")
+            .env("ODUFLOW_STATE_DIR", self.dir.path().join("state"))
             .env("ODUFLOW_POLL_INTERVAL_MS", "20")
             .env("ODUFLOW_LEASE_MS", "1500")
             .env_remove("FAILPOINTS");
@@ -71,7 +93,12 @@ macro_rules! on_both_stores {
     };
 }
 
-on_both_stores!(init_twice_is_harmless, bad_input_exits_2_and_changes_nothing, sigkill_mid_job_reruns_cleanly);
+on_both_stores!(
+    init_twice_is_harmless,
+    bad_input_exits_2_and_changes_nothing,
+    sigkill_mid_job_reruns_cleanly,
+    sigkill_after_create_keeps_receipt,
+);
 
 const TABLES: [&str; 6] = ["clients", "infra", "jobs", "dispatch_receipts", "events", "settings"];
 
@@ -165,11 +192,11 @@ async fn bad_input_exits_2_and_changes_nothing(env: Env) {
 
 /// Waits until a worker process sits inside its main write transaction (it is
 /// paused at the `main-tx-commit` fail point).
-async fn wait_in_main_tx(url: &str, timeout: Duration) {
+async fn wait_in_main_tx(url: &str, marker: &str, timeout: Duration) {
     let start = Instant::now();
     let store = Store::connect(url, false).await.unwrap();
     // The run has begun once its independently committed marker is there.
-    while store.events_by_kind("noop_started").await.unwrap().is_empty() {
+    while store.events_by_kind(marker).await.unwrap().is_empty() {
         assert!(start.elapsed() < timeout, "the worker never started the job");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -252,7 +279,7 @@ async fn sigkill_mid_job_reruns_cleanly(env: Env) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_in_main_tx(&env.url, Duration::from_secs(30)).await;
+    wait_in_main_tx(&env.url, "noop_started", Duration::from_secs(30)).await;
     // SIGKILL: no destructor, no rollback from the process itself.
     child.kill().unwrap();
     child.wait().unwrap();
@@ -373,4 +400,64 @@ async fn restored_database_stops_queue_until_inventory() {
     assert!(inv["orphans"].is_array());
     assert!(run(&["queue", "resume"]).status.success());
     assert!(run(&["worker", "--until-settled"]).status.success());
+}
+
+/// A worker is killed (SIGKILL) after its VM create was answered and the id
+/// committed on the receipt, with the job's own writes applied but not
+/// committed. The receipt and its id survive; the job's writes do not; the
+/// next worker finds the VM by its id and never creates it again.
+async fn sigkill_after_create_keeps_receipt(env: Env) {
+    failpoints_required();
+    env.ok(&["init"]);
+    env.ok(&["client", "create", "acme", "--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"]);
+    let store = env.store().await;
+    let mut child = env
+        .cmd(&["worker", "--concurrency", "1"])
+        .env("FAILPOINTS", "main-tx-commit=pause")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_in_main_tx(&env.url, "resource_id_recorded", Duration::from_secs(30)).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let c = store.client_get("acme").await.unwrap().unwrap();
+    let receipts = store.receipts_for_client(&c.id).await.unwrap();
+    assert_eq!(receipts.len(), 1);
+    let vm_id = receipts[0].resource_id.clone().expect("the id survived SIGKILL");
+    assert_eq!(c.infra.vm_id, None, "the killed run's main transaction left a write");
+    assert_eq!(c.infra.status, ClientStatus::Pending);
+    assert!(store.events_by_kind("dispatch_accepted").await.unwrap().is_empty());
+    assert_eq!(store.jobs_for_client(&c.id).await.unwrap()[0].state, JobState::Queued);
+
+    env.ok(&["worker", "--until-settled"]);
+    let c = store.client_get("acme").await.unwrap().unwrap();
+    assert_eq!(c.infra.status, ClientStatus::Ready, "{c:?}");
+    assert_eq!(c.infra.vm_id.as_ref().map(|v| v.0.clone()), Some(vm_id));
+    let ledger = env.sim.ledger();
+    assert_eq!(ledger.resources.iter().filter(|r| r.kind == oduflow_sim::ResourceKind::Instance).count(), 1);
+    assert!(ledger.creates_per_label.values().all(|n| *n == 1), "{:?}", ledger.creates_per_label);
+}
+
+/// The README's first command, small: provisions and deletes through the
+/// in-process simulator with faults on, and checks its own ledger.
+#[test]
+fn demo_runs_with_faults_and_never_creates_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(BIN)
+        .args(["demo", "--clients", "6", "--seed", "7"])
+        .current_dir(dir.path())
+        .env_remove("ODUFLOW_DATABASE_URL")
+        .env_remove("FAILPOINTS")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
+    // The demo fails itself if any operation key was created twice or any
+    // resource was created without a receipt; check it said so.
+    let line = out.lines().find(|l| l.contains("creates applied per operation key")).expect(&out);
+    assert!(!line.split(": ").nth(1).unwrap().split(", ").any(|kv| !kv.starts_with("0 ") && !kv.starts_with("1 ")), "{line}");
+    assert!(out.contains("resources created without a receipt: 0"), "{out}");
+    println!("{out}");
 }
