@@ -11,7 +11,7 @@ use oduflow_model::decide::{self, Action, DeleteProgress, Facts, Inputs, Receipt
 use oduflow_model::provider::{BlockRequest, DeleteOutcome, InstanceRequest, Outcome, Provider};
 use oduflow_model::*;
 use oduflow_store::{Finish, IdSource, InfraRow, JobNext, NewEvent, NewReceipt, ReceiptRow};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 /// Decisions per run. Each kind needs at most a read, an adoption and a
@@ -19,48 +19,9 @@ use sha2::{Digest, Sha256};
 /// twelve is ample; reaching it just re-queues the job.
 const STEPS_MAX: usize = 12;
 
-/// Deletion bookkeeping per kind, for the current dispatch generation only.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-struct Progress {
-    #[serde(default)]
-    vm: KindProgress,
-    #[serde(default)]
-    volume: KindProgress,
-}
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-struct KindProgress {
-    /// The dispatch generation these flags belong to.
-    dg: i64,
-    #[serde(flatten)]
-    p: DeleteProgress,
-}
-
-impl Progress {
-    fn get(&self, kind: ResourceKind, dg: i64) -> DeleteProgress {
-        let k = match kind {
-            ResourceKind::Vm => &self.vm,
-            _ => &self.volume,
-        };
-        if k.dg == dg { k.p.clone() } else { DeleteProgress::default() }
-    }
-
-    fn update(&mut self, kind: ResourceKind, dg: i64, f: impl FnOnce(&mut DeleteProgress)) {
-        let k = match kind {
-            ResourceKind::Vm => &mut self.vm,
-            _ => &mut self.volume,
-        };
-        if k.dg != dg {
-            *k = KindProgress { dg, p: DeleteProgress::default() };
-        }
-        f(&mut k.p);
-    }
-}
-
 struct Run<'a, P> {
     w: &'a Worker<P>,
     infra: InfraRow,
-    progress: Progress,
     events: Vec<NewEvent>,
 }
 
@@ -69,7 +30,6 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
     let mut run = Run {
         w,
         infra: infra0.clone(),
-        progress: serde_json::from_value(infra0.progress.clone()).unwrap_or_default(),
         events: vec![],
     };
     let current_key = w.provider.key_fingerprint();
@@ -94,9 +54,10 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
     if target == Target::Present {
         // A resource whose deletion was confirmed is gone for good: a present
         // target again needs new dispatches (new operation keys and labels).
+        let receipts = w.store.receipts_for_client(&run.infra.client_id).await?;
         for kind in [ResourceKind::Vm, ResourceKind::Volume] {
             let dg = run.infra.dispatch_generation(kind);
-            if run.progress.get(kind, dg).deleted {
+            if receipts.iter().any(|r| r.resource_kind == kind && r.dispatch_generation == dg && r.deleted_ms.is_some()) {
                 run.next_dispatch_generation(kind);
                 run.next_dispatch_generation(ResourceKind::Attach);
             }
@@ -117,8 +78,7 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
         // Receipts are the source of truth for ids; the infra row keeps a
         // copy (a rolled-back run may have recorded an id only there).
         for r in [&vm_r, &vol_r].into_iter().flatten() {
-            let dg = run.infra.dispatch_generation(r.resource_kind);
-            if r.resource_id.is_some() && !run.progress.get(r.resource_kind, dg).deleted {
+            if r.resource_id.is_some() && r.deleted_ms.is_none() {
                 run.set_id(r.resource_kind, r.resource_id.clone());
             }
         }
@@ -129,12 +89,12 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
             vm: Resource {
                 receipt: receipt_facts(vm_r.as_ref()),
                 seen: seen[0].clone(),
-                progress: run.progress.get(ResourceKind::Vm, run.infra.vm_dispatch_generation),
+                progress: progress_of(vm_r.as_ref()),
             },
             volume: Resource {
                 receipt: receipt_facts(vol_r.as_ref()),
                 seen: seen[1].clone(),
-                progress: run.progress.get(ResourceKind::Volume, run.infra.volume_dispatch_generation),
+                progress: progress_of(vol_r.as_ref()),
             },
             attach: receipt_facts(att_r.as_ref()),
             observations_max: w.cfg.observations_max,
@@ -150,6 +110,10 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
             Action::Observe(kind) => {
                 let r = receipt_of(kind).ok_or_else(|| EngineError::Invariant("observe without receipt".into()))?;
                 match run.observe(kind, &r).await {
+                    Ok(s @ Seen::Present(_)) if r.seen_ms.is_none() => {
+                        w.receipts.mark_seen(&r.operation_key, w.now_ms()).await?;
+                        seen[slot(kind)] = s;
+                    }
                     Ok(s) => seen[slot(kind)] = s,
                     Err(e) => return Ok(run.provider_unavailable(&e, now).await?),
                 }
@@ -173,8 +137,7 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
                 if let Seen::ByLabel(found) = &seen[slot(kind)] {
                     if let Some(f) = found.iter().find(|f| f.id == id) {
                         seen[slot(kind)] = Seen::Present(f.clone());
-                        let dg = run.infra.dispatch_generation(kind);
-                        run.progress.update(kind, dg, |p| p.seen = true);
+                        w.receipts.mark_seen(&r.operation_key, w.now_ms()).await?;
                     }
                 }
             }
@@ -192,20 +155,21 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
                 if side_effects > 0 {
                     return Ok(run.wait(now));
                 }
-                run.delete(kind, &id).await?;
+                let r = receipt_of(kind).ok_or_else(|| EngineError::Invariant("delete without receipt".into()))?;
+                run.delete(kind, &id, &r.operation_key).await?;
                 return Ok(run.wait(now + w.cfg.poll_interval_ms));
             }
             Action::ConfirmDeleted(kind) => {
-                let dg = run.infra.dispatch_generation(kind);
-                run.progress.update(kind, dg, |p| p.deleted = true);
+                let r = receipt_of(kind).ok_or_else(|| EngineError::Invariant("confirm without receipt".into()))?;
+                w.receipts.mark_deleted(&r.operation_key, w.now_ms()).await?;
                 fail_step!("get-404-recorded");
-                let id = receipt_of(kind).and_then(|r| r.resource_id);
+                let id = r.resource_id;
                 run.event("resource_deleted", serde_json::json!({ "kind": kind, "id": id }));
                 run.set_id(kind, None);
             }
             Action::MarkSeen(kind) => {
-                let dg = run.infra.dispatch_generation(kind);
-                run.progress.update(kind, dg, |p| p.seen = true);
+                let r = receipt_of(kind).ok_or_else(|| EngineError::Invariant("mark without receipt".into()))?;
+                w.receipts.mark_seen(&r.operation_key, w.now_ms()).await?;
             }
             Action::Wait => return Ok(run.wait(now + w.cfg.poll_interval_ms)),
             Action::Block(reason, detail) => {
@@ -233,6 +197,15 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
         }
     }
     Ok(run.wait(now))
+}
+
+fn progress_of(r: Option<&ReceiptRow>) -> DeleteProgress {
+    r.map(|r| DeleteProgress {
+        seen: r.seen_ms.is_some(),
+        delete_sent: r.delete_sent_ms.is_some(),
+        deleted: r.deleted_ms.is_some(),
+    })
+    .unwrap_or_default()
 }
 
 fn receipt_facts(r: Option<&ReceiptRow>) -> ReceiptFacts {
@@ -266,8 +239,7 @@ impl<P: Provider> Run<'_, P> {
         self.events.push(NewEvent { kind: kind.into(), detail });
     }
 
-    fn finish(mut self, next: JobNext) -> Finish {
-        self.infra.progress = serde_json::to_value(&self.progress).unwrap_or_default();
+    fn finish(self, next: JobNext) -> Finish {
         Finish { next, infra: Some(self.infra), events: self.events, enqueue: vec![] }
     }
 
@@ -350,10 +322,6 @@ impl<P: Provider> Run<'_, P> {
                     .collect(),
             ),
         };
-        if matches!(seen, Seen::Present(_)) {
-            let dg = self.infra.dispatch_generation(kind);
-            self.progress.update(kind, dg, |p| p.seen = true);
-        }
         Ok(seen)
     }
 
@@ -423,6 +391,7 @@ impl<P: Provider> Run<'_, P> {
                 map_outcome(o, |()| vm_id)
             }
         };
+        fail_step!("request-sent");
         fail_step!("response-received");
         let now = w.now_ms();
         match outcome {
@@ -447,7 +416,7 @@ impl<P: Provider> Run<'_, P> {
         }
     }
 
-    async fn delete(&mut self, kind: ResourceKind, id: &str) -> Result<(), EngineError> {
+    async fn delete(&mut self, kind: ResourceKind, id: &str, op: &OperationKey) -> Result<(), EngineError> {
         let w = self.w;
         let client = self.infra.client_id.clone();
         let answer = match kind {
@@ -458,8 +427,7 @@ impl<P: Provider> Run<'_, P> {
         let now = w.now_ms();
         let sent = matches!(answer, Ok(DeleteOutcome::Sent | DeleteOutcome::NotFound));
         if sent {
-            let dg = self.infra.dispatch_generation(kind);
-            self.progress.update(kind, dg, |p| p.delete_sent = true);
+            w.receipts.mark_delete_sent(op, now).await?;
         }
         let answer = match &answer {
             Ok(o) => serde_json::to_value(o).unwrap_or_default(),

@@ -107,7 +107,37 @@ pub fn fail_scenario() -> fail::FailScenario<'static> {
 /// `=panic`, or `=pause` (blocks, so a test can SIGKILL the worker there).
 macro_rules! fail_step {
     ($name:literal) => {
+        #[cfg(feature = "failpoints")]
+        $crate::crash_if_asked($name);
         fail::fail_point!($name, |_| Err($crate::EngineError::FailPoint($name)))
     };
+}
+
+/// Every protocol step with a fail point, in protocol order. Crash tests walk
+/// this list.
+pub const FAIL_POINTS: &[&str] = &[
+    "job-claimed",
+    "receipt-committed",
+    "request-about-to-be-sent",
+    "request-sent",
+    "response-received",
+    "id-recorded",
+    "attach-sent",
+    "attach-confirmed",
+    "delete-sent",
+    "get-404-recorded",
+    "main-tx-commit",
+];
+
+/// With `ODUFLOW_CRASH_AT=<fail point>` (test builds only), the process kills
+/// itself with SIGKILL when it reaches that point: no destructor, no rollback
+/// from inside, exactly like a worker killed from outside at that instant.
+#[cfg(feature = "failpoints")]
+pub fn crash_if_asked(name: &str) {
+    if std::env::var("ODUFLOW_CRASH_AT").as_deref() == Ok(name) {
+        let pid = std::process::id().to_string();
+        let _ = std::process::Command::new("kill").args(["-9", &pid]).status();
+        std::process::abort();
+    }
 }
 pub(crate) use fail_step;

@@ -333,8 +333,7 @@ pub async fn inventory<P: Provider>(store: &Store, provider: &P, now_ms: i64) ->
         if r.resource_kind == ResourceKind::Attach || r.dispatch_generation < c.infra.dispatch_generation(r.resource_kind) {
             continue;
         }
-        let gone = c.infra.status == ClientStatus::Deleted
-            || c.infra.progress.pointer(&format!("/{}/deleted", r.resource_kind.as_str())) == Some(&serde_json::json!(true));
+        let gone = c.infra.status == ClientStatus::Deleted || r.deleted_ms.is_some();
         if !gone && !seen_ids.contains(id) {
             inv.missing.push(InventoryItem {
                 kind: r.resource_kind,

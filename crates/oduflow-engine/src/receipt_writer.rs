@@ -36,6 +36,18 @@ impl ReceiptWriter {
         self.ledger.receipt_observe(key, summary).await
     }
 
+    pub(crate) async fn mark_seen(&self, key: &OperationKey, now_ms: i64) -> oduflow_store::Result<()> {
+        self.ledger.receipt_mark_seen(key, now_ms).await
+    }
+
+    pub(crate) async fn mark_delete_sent(&self, key: &OperationKey, now_ms: i64) -> oduflow_store::Result<()> {
+        self.ledger.receipt_mark_delete_sent(key, now_ms).await
+    }
+
+    pub(crate) async fn mark_deleted(&self, key: &OperationKey, now_ms: i64) -> oduflow_store::Result<()> {
+        self.ledger.receipt_mark_deleted(key, now_ms).await
+    }
+
     pub(crate) async fn observations_restart(&self, key: &OperationKey) -> oduflow_store::Result<()> {
         self.ledger.receipt_observations_restart(key).await
     }

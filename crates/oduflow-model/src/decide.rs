@@ -266,6 +266,11 @@ fn absent_step(kind: ResourceKind, r: &Resource, max: i64) -> Option<Action> {
         (ReceiptFacts::Known { id, observations }, Seen::Missing) => {
             if r.progress.seen && r.progress.delete_sent {
                 Some(Action::ConfirmDeleted(kind))
+            } else if r.progress.seen {
+                // Seen, now 404, but no DELETE on record (a worker may have
+                // died right after sending it): DELETE again, which is
+                // harmless, so the 404 that confirms follows a DELETE.
+                Some(Action::Delete(kind, id.clone()))
             } else if *observations + 1 >= max {
                 Some(Action::Block(
                     BlockedReason::UncertainDelete,

@@ -170,6 +170,43 @@ impl ReceiptLedger {
         }))
     }
 
+    /// Records that a GET showed the resource (first time only).
+    pub async fn receipt_mark_seen(&self, key: &OperationKey, now_ms: i64) -> Result<()> {
+        ledger_write!(&self.store, tx => {
+            sqlx::query("UPDATE dispatch_receipts SET seen_ms = $2 WHERE operation_key = $1 AND seen_ms IS NULL")
+                .bind(key.as_str()).bind(now_ms).execute(&mut *tx).await?;
+        });
+        Ok(())
+    }
+
+    /// Records that a DELETE was sent (the provider took it, or did not know
+    /// the id). Only meaningful once the resource was seen.
+    pub async fn receipt_mark_delete_sent(&self, key: &OperationKey, now_ms: i64) -> Result<()> {
+        ledger_write!(&self.store, tx => {
+            sqlx::query("UPDATE dispatch_receipts SET delete_sent_ms = $2 WHERE operation_key = $1 AND seen_ms IS NOT NULL")
+                .bind(key.as_str()).bind(now_ms).execute(&mut *tx).await?;
+        });
+        Ok(())
+    }
+
+    /// Records that a GET answered 404 after a DELETE: the resource is gone.
+    pub async fn receipt_mark_deleted(&self, key: &OperationKey, now_ms: i64) -> Result<()> {
+        ledger_write!(&self.store, tx => {
+            let n = sqlx::query(
+                "UPDATE dispatch_receipts SET deleted_ms = $2 WHERE operation_key = $1 AND deleted_ms IS NULL \
+                 AND seen_ms IS NOT NULL AND delete_sent_ms IS NOT NULL")
+                .bind(key.as_str()).bind(now_ms).execute(&mut *tx).await?.rows_affected();
+            if n == 0 {
+                let done: Option<Option<i64>> = sqlx::query_scalar("SELECT deleted_ms FROM dispatch_receipts WHERE operation_key = $1")
+                    .bind(key.as_str()).fetch_optional(&mut *tx).await?;
+                if !matches!(done, Some(Some(_))) {
+                    return Err(StoreError::Corrupt(format!("{key}: deletion confirmed before seen and DELETE sent")));
+                }
+            }
+        });
+        Ok(())
+    }
+
     /// Gives a receipt a fresh polling budget (explicit reconciliation). The
     /// observations made so far stay counted.
     pub async fn receipt_observations_restart(&self, key: &OperationKey) -> Result<()> {

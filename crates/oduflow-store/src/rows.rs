@@ -214,11 +214,14 @@ pub struct ReceiptRow {
     pub last_observation: Option<String>,
     pub abandoned_by: Option<String>,
     pub abandoned_reason: Option<String>,
+    pub seen_ms: Option<i64>,
+    pub delete_sent_ms: Option<i64>,
+    pub deleted_ms: Option<i64>,
 }
 
 pub(crate) const RECEIPT_COLUMNS: &str = "operation_key, client_ref, resource_kind, dispatch_generation, \
     label, region, spec_digest, key_fingerprint, claimed_ms, sent_ms, resource_id, resource_id_source, \
-    rejection_status, rejection_message, observation_count, observation_base, last_observation, abandoned_by, abandoned_reason";
+    rejection_status, rejection_message, observation_count, observation_base, last_observation, abandoned_by, abandoned_reason, seen_ms, delete_sent_ms, deleted_ms";
 
 pub(crate) fn receipt_from_row(r: &impl RowExt) -> Result<ReceiptRow> {
     Ok(ReceiptRow {
@@ -244,6 +247,9 @@ pub(crate) fn receipt_from_row(r: &impl RowExt) -> Result<ReceiptRow> {
         last_observation: r.text_opt("last_observation")?,
         abandoned_by: r.text_opt("abandoned_by")?,
         abandoned_reason: r.text_opt("abandoned_reason")?,
+        seen_ms: r.int_opt("seen_ms")?,
+        delete_sent_ms: r.int_opt("delete_sent_ms")?,
+        deleted_ms: r.int_opt("deleted_ms")?,
     })
 }
 

@@ -81,7 +81,14 @@ CREATE TABLE dispatch_receipts (
     observation_base     BIGINT NOT NULL DEFAULT 0,
     last_observation     TEXT,
     abandoned_by         TEXT,
-    abandoned_reason     TEXT
+    abandoned_reason     TEXT,
+    -- Deletion bookkeeping, committed like the rest of the receipt on its own
+    -- connection, so a killed worker cannot lose it: when a GET first showed
+    -- the resource (before that, a 404 may be Vultr's post-create lag), when a
+    -- DELETE was last sent after that, and when a GET 404 confirmed it gone.
+    seen_ms              BIGINT,
+    delete_sent_ms       BIGINT,
+    deleted_ms           BIGINT
 );
 CREATE INDEX dispatch_receipts_client ON dispatch_receipts (client_ref);
 
@@ -101,6 +108,10 @@ BEGIN
     END IF;
     IF OLD.rejection_status IS NOT NULL AND NEW.rejection_status IS DISTINCT FROM OLD.rejection_status THEN
         RAISE EXCEPTION 'a recorded rejection never changes';
+    END IF;
+    IF (OLD.seen_ms IS NOT NULL AND NEW.seen_ms IS NULL) OR (OLD.delete_sent_ms IS NOT NULL AND NEW.delete_sent_ms IS NULL)
+       OR (OLD.deleted_ms IS NOT NULL AND NEW.deleted_ms IS DISTINCT FROM OLD.deleted_ms) THEN
+        RAISE EXCEPTION 'recorded deletion progress never goes back';
     END IF;
     IF OLD.abandoned_by IS NOT NULL AND (NEW.abandoned_by IS DISTINCT FROM OLD.abandoned_by
        OR NEW.abandoned_reason IS DISTINCT FROM OLD.abandoned_reason) THEN

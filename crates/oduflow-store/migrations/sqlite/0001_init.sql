@@ -73,7 +73,14 @@ CREATE TABLE dispatch_receipts (
     observation_base     INTEGER NOT NULL DEFAULT 0,
     last_observation     TEXT,
     abandoned_by         TEXT,
-    abandoned_reason     TEXT
+    abandoned_reason     TEXT,
+    -- Deletion bookkeeping, committed like the rest of the receipt on its own
+    -- connection, so a killed worker cannot lose it: when a GET first showed
+    -- the resource (before that, a 404 may be Vultr's post-create lag), when a
+    -- DELETE was last sent after that, and when a GET 404 confirmed it gone.
+    seen_ms              INTEGER,
+    delete_sent_ms       INTEGER,
+    deleted_ms           INTEGER
 );
 CREATE INDEX dispatch_receipts_client ON dispatch_receipts (client_ref);
 
@@ -103,6 +110,13 @@ CREATE TRIGGER dispatch_receipts_no_abandon_rewrite BEFORE UPDATE ON dispatch_re
       OR NEW.abandoned_reason IS NULL OR NEW.abandoned_reason <> OLD.abandoned_reason)
 BEGIN
     SELECT RAISE(ABORT, 'a recorded abandonment never changes');
+END;
+
+CREATE TRIGGER dispatch_receipts_no_progress_rewind BEFORE UPDATE ON dispatch_receipts
+    WHEN (OLD.seen_ms IS NOT NULL AND NEW.seen_ms IS NULL) OR (OLD.delete_sent_ms IS NOT NULL AND NEW.delete_sent_ms IS NULL)
+      OR (OLD.deleted_ms IS NOT NULL AND (NEW.deleted_ms IS NULL OR NEW.deleted_ms <> OLD.deleted_ms))
+BEGIN
+    SELECT RAISE(ABORT, 'recorded deletion progress never goes back');
 END;
 
 CREATE TABLE events (

@@ -58,6 +58,7 @@ impl Env {
             .env("ODUFLOW_REQUEST_TIMEOUT_MS", "2000")
             .env("ODUFLOW_STATE_DIR", self.dir.path().join("state"))
             .env("ODUFLOW_POLL_INTERVAL_MS", "20")
+            .env("ODUFLOW_OBSERVATIONS_MAX", "15")
             .env("ODUFLOW_LEASE_MS", "1500")
             .env_remove("FAILPOINTS");
         c
@@ -460,4 +461,118 @@ fn demo_runs_with_faults_and_never_creates_twice() {
     assert!(!line.split(": ").nth(1).unwrap().split(", ").any(|kv| !kv.starts_with("0 ") && !kv.starts_with("1 ")), "{line}");
     assert!(out.contains("resources created without a receipt: 0"), "{out}");
     println!("{out}");
+}
+
+/// A worker SIGKILLed at each protocol step, during provisioning and again
+/// during deletion: after restarts the client is ready, then deleted, and the
+/// simulator's ledger shows one create per label, one attach per volume, every
+/// resource carrying a receipt's label, and nothing left live.
+async fn crash_at_every_fail_point(env: Env) {
+    failpoints_required();
+    env.ok(&["init"]);
+    let store = env.store().await;
+    for (i, point) in oduflow_engine::FAIL_POINTS.iter().enumerate() {
+        let name = format!("c{i}");
+        let create = ["client", "create", &name, "--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"];
+        env.ok(&create);
+        let crash = |phase: &str| {
+            let o = env.cmd(&["worker", "--until-settled", "--concurrency", "1"]).env("ODUFLOW_CRASH_AT", point).output().unwrap();
+            let killed = !o.status.success();
+            println!("{point} ({phase}): {}", if killed { "worker killed" } else { "not reached" });
+        };
+        crash("provisioning");
+        env.ok(&["worker", "--until-settled"]);
+        let mut c = store.client_get(&name).await.unwrap().unwrap();
+        if ["receipt-committed", "request-about-to-be-sent"].contains(point) {
+            // Killed between the receipt and the send: indistinguishable from
+            // a lost response, so never re-sent. The designed outcome is
+            // uncertain_create, which an operator resolves with an attestation.
+            assert_eq!(c.infra.blocked_reason, Some(BlockedReason::UncertainCreate), "after a crash at {point}: {c:?}");
+            env.ok(&["abandon", &name, "--kind", "vm", "--by", "test", "--reason", "worker killed before the send"]);
+            env.ok(&["worker", "--until-settled"]);
+            c = store.client_get(&name).await.unwrap().unwrap();
+        }
+        assert_eq!(c.infra.status, ClientStatus::Ready, "after a crash at {point}: {c:?}");
+        env.ok(&["client", "delete", &name]);
+        crash("deleting");
+        env.ok(&["worker", "--until-settled"]);
+        let c = store.client_get(&name).await.unwrap().unwrap();
+        assert_eq!(c.infra.status, ClientStatus::Deleted, "after a crash at {point}: {c:?}");
+    }
+    let ledger = env.sim.ledger();
+    let receipts = store.receipts_all().await.unwrap();
+    assert!(ledger.creates_per_label.values().all(|n| *n == 1), "{:?}", ledger.creates_per_label);
+    assert!(ledger.attaches_per_block.values().all(|n| *n == 1), "{:?}", ledger.attaches_per_block);
+    for r in &ledger.resources {
+        assert!(receipts.iter().any(|rc| rc.label.as_str() == r.label), "{} has no receipt", r.label);
+        assert!(r.deleted_at.is_some(), "{} {} left live", r.label, r.id);
+    }
+    // Each client has one VM and one volume: nothing was created twice, and
+    // the dispatches abandoned before their send never reached the provider.
+    assert_eq!(ledger.resources.len(), 2 * oduflow_engine::FAIL_POINTS.len());
+    assert_eq!(receipts.iter().filter(|r| r.abandoned_by.is_some()).count(), 2);
+}
+
+on_both_stores!(crash_at_every_fail_point, config_file_and_environment);
+
+/// Configuration comes from a TOML file plus the environment, the
+/// environment winning; a key in the file is refused.
+async fn config_file_and_environment(env: Env) {
+    let file = env.dir.path().join("oduflow.toml");
+    std::fs::write(&file, format!("database_url = {:?}\nobservations_max = 7\n", env.url)).unwrap();
+    let mut init = env.cmd(&["init"]);
+    init.env_remove("ODUFLOW_DATABASE_URL");
+    assert!(init.output().unwrap().status.success());
+    let mut list = env.cmd(&["client", "list", "--json"]);
+    list.env_remove("ODUFLOW_DATABASE_URL");
+    assert!(list.output().unwrap().status.success(), "the file's database_url was not used");
+    // The environment wins over the file.
+    let o = env.cmd(&["client", "list"]).env("ODUFLOW_DATABASE_URL", "mysql://x").output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    std::fs::write(&file, "api_key = \"abc\"\n").unwrap();
+    let o = env.run(&["client", "list"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("VULTR_API_KEY"));
+    std::fs::write(&file, "no_such_setting = 1\n").unwrap();
+    assert_eq!(env.run(&["client", "list"]).status.code(), Some(2));
+    let o = env.cmd(&["--config", "/nonexistent/oduflow.toml", "client", "list"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}
+
+/// `oduflow sim` serves the API and its controls.
+#[test]
+fn sim_command_serves_api_and_ledger() {
+    use std::io::{Read, Write};
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .args(["sim", "--listen", &format!("127.0.0.1:{port}"), "--seed", "3"])
+        .current_dir(dir.path())
+        .env("VULTR_API_KEY", KEY)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let get = |path: &str, key: Option<&str>| -> Option<String> {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        let auth = key.map(|k| format!("Authorization: Bearer {k}\r\n")).unwrap_or_default();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n").ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        Some(out)
+    };
+    let start = Instant::now();
+    let ledger = loop {
+        if let Some(r) = get("/sim/ledger", None) {
+            break r;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "oduflow sim never answered");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(ledger.starts_with("HTTP/1.1 200"), "{ledger}");
+    assert!(ledger.contains("creates_per_label"));
+    assert!(get("/v2/account", Some(KEY)).unwrap().starts_with("HTTP/1.1 200"));
+    assert!(get("/v2/account", Some("wrong")).unwrap().starts_with("HTTP/1.1 401"));
+    child.kill().unwrap();
+    child.wait().unwrap();
 }
