@@ -1,6 +1,8 @@
 //! End-to-end tests of the `oduflow` binary: the CLI contract, several worker
 //! processes on one PostgreSQL, and workers killed with SIGKILL mid-job.
 
+mod protocol;
+
 use oduflow_model::*;
 use oduflow_store::*;
 use std::path::Path;
