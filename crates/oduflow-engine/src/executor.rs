@@ -109,6 +109,13 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
         match action {
             Action::Observe(kind) => {
                 let r = receipt_of(kind).ok_or_else(|| EngineError::Invariant("observe without receipt".into()))?;
+                #[cfg(feature = "failpoints")]
+                if crate::planted_bug("resend_after_lost") && r.resource_id.is_none() && r.rejection_status.is_none() && kind != ResourceKind::Attach {
+                    // A planted bug, for proving the fault campaign can fail:
+                    // re-send the create after a lost response, as a naive
+                    // client library would.
+                    run.resend_planted_bug(kind, &r).await;
+                }
                 match run.observe(kind, &r).await {
                     Ok(s @ Seen::Present(_)) if r.seen_ms.is_none() => {
                         w.receipts.mark_seen(&r.operation_key, w.now_ms()).await?;
@@ -134,12 +141,10 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
                 w.receipts.record_id(&r.operation_key, &id, IdSource::AdoptedByLabel, w.now_ms()).await?;
                 run.set_id(kind, Some(id.clone()));
                 run.event("resource_adopted_by_label", serde_json::json!({ "kind": kind, "id": id, "label": r.label }));
-                if let Seen::ByLabel(found) = &seen[slot(kind)] {
-                    if let Some(f) = found.iter().find(|f| f.id == id) {
-                        seen[slot(kind)] = Seen::Present(f.clone());
-                        w.receipts.mark_seen(&r.operation_key, w.now_ms()).await?;
-                    }
-                }
+                // Read it by id next: a listing may show a new resource while
+                // GET by id (and DELETE) still answer 404, so only a GET by id
+                // establishes that it has been seen (campaign seed 7020).
+                seen[slot(kind)] = Seen::NotRead;
             }
             Action::Dispatch(kind) => {
                 if side_effects > 0 {
@@ -345,6 +350,11 @@ impl<P: Provider> Run<'_, P> {
             ResourceKind::Volume => spec_digest(&(&spec.region, spec.volume_gb, spec.volume_type)),
             ResourceKind::Attach => spec_digest(&(vm.and_then(|r| r.resource_id.clone()), volume.and_then(|r| r.resource_id.clone()))),
         };
+        #[cfg(feature = "failpoints")]
+        let forget = crate::planted_bug("forget_receipt") && kind != ResourceKind::Attach;
+        #[cfg(not(feature = "failpoints"))]
+        let forget = false;
+        if !forget {
         w.receipts
             .claim(&NewReceipt {
                 operation_key: op.clone(),
@@ -358,8 +368,11 @@ impl<P: Provider> Run<'_, P> {
                 claimed_ms: w.now_ms(),
             })
             .await?;
+        }
         fail_step!("receipt-committed");
-        w.receipts.mark_sent(&op, &client, w.now_ms()).await?;
+        if !forget {
+            w.receipts.mark_sent(&op, &client, w.now_ms()).await?;
+        }
         fail_step!("request-about-to-be-sent");
         let outcome: Outcome<String> = match kind {
             ResourceKind::Vm => {
@@ -394,6 +407,10 @@ impl<P: Provider> Run<'_, P> {
         fail_step!("request-sent");
         fail_step!("response-received");
         let now = w.now_ms();
+        if forget {
+            // The planted bug sent a create without a receipt: nothing records it.
+            return Ok(false);
+        }
         match outcome {
             Outcome::Accepted(id) => {
                 // The id is committed on the receipt before anything else.
@@ -412,6 +429,32 @@ impl<P: Provider> Run<'_, P> {
                     .audit(&client, "dispatch_outcome_unknown", serde_json::json!({ "operation_key": op, "reason": reason }), now)
                     .await?;
                 Ok(false)
+            }
+        }
+    }
+
+    #[cfg(feature = "failpoints")]
+    async fn resend_planted_bug(&self, kind: ResourceKind, r: &ReceiptRow) {
+        let spec = &self.infra.spec;
+        match kind {
+            ResourceKind::Vm => {
+                let req = InstanceRequest {
+                    region: spec.region.clone(),
+                    plan: spec.plan.clone(),
+                    os_id: spec.os_id,
+                    label: r.label.clone(),
+                    hostname: r.label.to_string(),
+                };
+                let _ = self.w.provider.instance_create(&req).await;
+            }
+            _ => {
+                let req = BlockRequest {
+                    region: spec.region.clone(),
+                    size_gb: spec.volume_gb,
+                    block_type: spec.volume_type,
+                    label: r.label.clone(),
+                };
+                let _ = self.w.provider.block_create(&req).await;
             }
         }
     }

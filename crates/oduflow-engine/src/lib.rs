@@ -129,6 +129,15 @@ pub const FAIL_POINTS: &[&str] = &[
     "main-tx-commit",
 ];
 
+/// Test builds only: `ODUFLOW_PLANTED_BUG=<name>` switches on a deliberate
+/// protocol violation (`resend_after_lost`: re-send a create whose answer was
+/// lost; `forget_receipt`: send creates without a receipt), so the fault
+/// campaign can show that it catches such bugs.
+#[cfg(feature = "failpoints")]
+pub fn planted_bug(name: &str) -> bool {
+    std::env::var("ODUFLOW_PLANTED_BUG").as_deref() == Ok(name)
+}
+
 /// With `ODUFLOW_CRASH_AT=<fail point>` (test builds only), the process kills
 /// itself with SIGKILL when it reaches that point: no destructor, no rollback
 /// from inside, exactly like a worker killed from outside at that instant.

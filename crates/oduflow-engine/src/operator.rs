@@ -288,8 +288,10 @@ pub struct InventoryItem {
 
 /// `oduflow reconcile --all`: compares the provider's inventory under our
 /// label prefix with the receipts, from list pages (two listings, not one GET
-/// per resource). Clears a pending restore when it completes.
+/// per resource). Clears a pending restore when it completes; after a
+/// restore, every record not yet deleted is reconciled (observes again).
 pub async fn inventory<P: Provider>(store: &Store, provider: &P, now_ms: i64) -> Result<Inventory> {
+    let after_restore = store.restore_pending().await?.is_some();
     let instances = provider.instance_list().await?;
     let blocks = provider.block_list().await?;
     let receipts = store.receipts_all().await?;
@@ -342,6 +344,14 @@ pub async fn inventory<P: Provider>(store: &Store, provider: &P, now_ms: i64) ->
                 client: Some(c.name.clone()),
                 note: "recorded but not listed by the provider".into(),
             });
+        }
+    }
+    if after_restore {
+        // A restored copy may say `ready` about a VM deleted since the
+        // backup, or `deleted` about nothing: every record not yet deleted
+        // observes again before it is trusted.
+        for c in clients.values().filter(|c| c.infra.status != ClientStatus::Deleted) {
+            store.client_reconcile(&c.name, &[], "inventory after restore", now_ms, 20).await?;
         }
     }
     store

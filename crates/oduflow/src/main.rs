@@ -2,6 +2,7 @@
 //! adapter and the simulator. It parses, validates, calls, prints; nothing
 //! else lives here.
 
+mod campaign;
 mod config;
 mod demo;
 mod lineage;
@@ -90,6 +91,8 @@ enum Cmd {
     /// Database restore safety.
     #[command(subcommand)]
     Restore(RestoreCmd),
+    /// Randomized crash and lost-response schedules, checked against the invariants.
+    Campaign(campaign::CampaignArgs),
     /// Serve the Vultr API simulator (API under /v2, controls under /sim).
     Sim(sim::SimArgs),
     /// The embedded default end to end: a SQLite file, the in-process simulator with faults.
@@ -255,11 +258,27 @@ async fn run(cli: Cli) -> Result<()> {
                 anyhow::bail!("restore pending ({why}): run `oduflow reconcile --all` before starting workers");
             }
             let worker = Worker::new(store.clone(), provider, engine, Arc::new(SystemClock));
-            run_worker(worker, until_settled).await?;
+            // Keep this host's high-water mark fresh, and stop if the database
+            // turns out to be a restored copy while running.
+            let watch_store = store.clone();
+            let watch = tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                    match lineage::check(&watch_store, now_ms()).await {
+                        Ok(Some(why)) => return why,
+                        _ => continue,
+                    }
+                }
+            });
+            tokio::select! {
+                r = run_worker(worker, until_settled) => r?,
+                why = watch => anyhow::bail!("restore pending ({}): run `oduflow reconcile --all`", why.unwrap_or_default()),
+            }
             lineage::check(&store, now_ms()).await?;
         }
         Cmd::Demo { clients, seed, no_faults } => demo::run(&cfg, clients, seed, !no_faults).await?,
         Cmd::Sim(args) => sim::run(&cfg, args).await?,
+        Cmd::Campaign(args) => campaign::run(args).await?,
         Cmd::Reconcile { name, all, new_dispatch, by, json } => {
             if all {
                 let store = open(&cfg).await?;

@@ -1,0 +1,663 @@
+//! `oduflow campaign`: randomized crash and lost-response schedules across
+//! several worker processes, reproducible from a seed, in the tradition of
+//! Jepsen and TigerBeetle's VOPR.
+//!
+//! Each seed draws its own fault rates and shape (workers, clients, target
+//! flips, a credential change, a restore of an older database copy), runs a
+//! safety phase with faults and crashes (real `oduflow worker` processes that
+//! SIGKILL themselves at protocol fail points), then a liveness phase without
+//! faults in which every client must settle, and checks the invariants of
+//! DESIGN.md §8 against the database and the simulator's ledger. A failure
+//! prints every drawn parameter, the broken invariant and a one-line rerun
+//! command, and is appended to the checked-in failures file, whose seeds run
+//! first next time.
+
+use crate::config::BadInput;
+use anyhow::{bail, Context, Result};
+use oduflow_engine::{operator, Clock, SystemClock, FAIL_POINTS};
+use oduflow_model::*;
+use oduflow_sim::{Faults, Ledger, Sim, SimConfig};
+use oduflow_store::Store;
+use oduflow_vultr::{VultrClient, VultrConfig};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+const KEY: &str = "campaign-key-1";
+const KEY2: &str = "campaign-key-2";
+/// The polling limit in campaign runs: small so uncertain outcomes resolve
+/// (or block) within a seed's time.
+const OBSERVATIONS_MAX: i64 = 8;
+const POLL_MS: i64 = 15;
+/// Per worker process: a process still running after this is killed (the
+/// campaign treats it as one more crash, not as a failure).
+const WORKER_TIMEOUT: Duration = Duration::from_secs(20);
+/// The liveness bound: with faults off, every client settles within this.
+const LIVENESS_BOUND: Duration = Duration::from_secs(45);
+/// Provider requests per created resource above which a seed fails.
+const REQUESTS_PER_RESOURCE_MAX: u64 = 150;
+
+#[derive(clap::Args)]
+pub struct CampaignArgs {
+    /// How many seeds to run.
+    #[arg(long, default_value_t = 200)]
+    seeds: u64,
+    /// The first seed (default: random, printed first).
+    #[arg(long)]
+    base_seed: Option<u64>,
+    /// Run exactly this seed (and no failures file), as the rerun command does.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Database server for the per-seed databases (default: ODUFLOW_TEST_PG or
+    /// the local `test` database); `sqlite` for SQLite files.
+    #[arg(long)]
+    store: Option<String>,
+    /// File of failing seeds, run first and appended to.
+    #[arg(long, default_value = "campaign-failures.txt")]
+    failures_file: PathBuf,
+    /// Stop at the first failing seed.
+    #[arg(long)]
+    stop_on_failure: bool,
+}
+
+/// Everything a seed draws, printed on failure.
+#[derive(Clone, Debug, Serialize)]
+struct Params {
+    seed: u64,
+    workers: usize,
+    clients: usize,
+    rounds: usize,
+    /// Each safety round's worker processes are SIGKILLed after this long
+    /// if they have not settled: one more kind of crash, at a random instant.
+    round_ms: u64,
+    lost_drop: f64,
+    lost_5xx: f64,
+    lost_stall: f64,
+    error_5xx: f64,
+    burst_429: f64,
+    crash_prob: f64,
+    get_404_window_ms: u64,
+    list_lag_ms: u64,
+    duplicate_jobs: bool,
+    flips: usize,
+    key_change: bool,
+    restore: bool,
+}
+
+/// SplitMix64: small, seedable, good enough for drawing parameters.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn f(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+    fn chance(&mut self, p: f64) -> bool {
+        self.f() < p
+    }
+}
+
+impl Params {
+    fn draw(seed: u64) -> Params {
+        let mut r = Rng(seed ^ 0x6F64_7566_6C6F_7721);
+        let faulty = r.chance(0.85);
+        let p = |r: &mut Rng, max: f64| if faulty { r.f() * max } else { 0.0 };
+        let lost_drop = p(&mut r, 0.12);
+        let lost_5xx = p(&mut r, 0.12);
+        let lost_stall = p(&mut r, 0.05);
+        let error_5xx = p(&mut r, 0.12);
+        let burst_429 = p(&mut r, 0.03);
+        // Several worker processes in most seeds: the way users scale out.
+        let workers = if r.chance(0.2) { 1 } else { r.range(2, 4) as usize };
+        // Some windows longer than the polling limit (OBSERVATIONS_MAX x POLL_MS).
+        let long = r.chance(0.25);
+        Params {
+            seed,
+            workers,
+            clients: r.range(1, 8) as usize,
+            rounds: r.range(1, 3) as usize,
+            round_ms: r.range(200, 900),
+            lost_drop,
+            lost_5xx,
+            lost_stall,
+            error_5xx,
+            burst_429,
+            crash_prob: r.f() * 0.6,
+            get_404_window_ms: if long { r.range(200, 600) } else { r.range(0, 60) },
+            list_lag_ms: if long { r.range(200, 600) } else { r.range(0, 60) },
+            duplicate_jobs: r.chance(0.4),
+            flips: r.range(0, 3) as usize,
+            key_change: r.chance(0.15),
+            restore: r.chance(0.15),
+        }
+        .fix()
+    }
+
+    /// A restore needs a later round to restore into.
+    fn fix(mut self) -> Params {
+        if self.restore && self.rounds < 2 {
+            self.rounds = 2;
+        }
+        self
+    }
+}
+
+/// Totals over all seeds.
+#[derive(Default)]
+struct Totals {
+    seeds: u64,
+    faults: u64,
+    crashes: u64,
+    adopted_by_label: u64,
+    blocked: BTreeMap<String, u64>,
+    ready: u64,
+    deleted: u64,
+    requests: u64,
+    resources: u64,
+    restores: u64,
+    orphans_reported: u64,
+}
+
+pub async fn run(args: CampaignArgs) -> Result<()> {
+    if !cfg!(feature = "failpoints") {
+        bail!(BadInput(
+            "the campaign needs fail points: build with `--features failpoints` (the test command does)".into()
+        ));
+    }
+    let exe = std::env::current_exe()?;
+    let bug = std::env::var("ODUFLOW_PLANTED_BUG").ok();
+    let mut seeds: Vec<u64> = vec![];
+    if let Some(s) = args.seed {
+        seeds.push(s);
+    } else {
+        let base = args.base_seed.unwrap_or_else(|| {
+            let t = SystemClock.now_ms() as u64;
+            Rng(t ^ u64::from(std::process::id())).next() % 1_000_000_000
+        });
+        println!("campaign base seed {base}: {} seeds", args.seeds);
+        if let Ok(text) = std::fs::read_to_string(&args.failures_file) {
+            let earlier: Vec<u64> = text.lines().filter_map(|l| l.split_whitespace().next()?.parse().ok()).collect();
+            if !earlier.is_empty() {
+                println!("running {} earlier failing seed(s) from {} first", earlier.len(), args.failures_file.display());
+            }
+            seeds.extend(earlier);
+        }
+        seeds.extend((0..args.seeds).map(|i| base + i));
+    }
+    let started = Instant::now();
+    let mut totals = Totals::default();
+    let mut failures = vec![];
+    for seed in seeds {
+        let params = Params::draw(seed);
+        match run_seed(&exe, &params, args.store.as_deref(), &mut totals).await {
+            Ok(()) => {}
+            Err(e) => {
+                let rerun = format!(
+                    "{}cargo run --release --features failpoints -- campaign --seed {seed}{}",
+                    bug.as_ref().map(|b| format!("ODUFLOW_PLANTED_BUG={b} ")).unwrap_or_default(),
+                    args.store.as_ref().map(|s| format!(" --store {s}")).unwrap_or_default()
+                );
+                println!("\nSEED {seed} FAILED: {e:#}");
+                println!("parameters: {}", serde_json::to_string(&params)?);
+                println!("rerun: {rerun}");
+                failures.push(seed);
+                if args.seed.is_none() && bug.is_none() {
+                    use std::io::Write;
+                    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&args.failures_file)?;
+                    writeln!(f, "{seed} {}", e.to_string().replace('\n', " "))?;
+                }
+                if args.stop_on_failure {
+                    break;
+                }
+            }
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "campaign: {} seeds in {secs:.0} s; {} failed; faults injected {}, worker crashes {}, uncertain outcomes resolved by label {}, restores {} (orphans reported {})",
+        totals.seeds,
+        failures.len(),
+        totals.faults,
+        totals.crashes,
+        totals.adopted_by_label,
+        totals.restores,
+        totals.orphans_reported
+    );
+    println!(
+        "clients: ready {}, deleted {}, blocked {} {:?}; provider requests {} for {} resources",
+        totals.ready,
+        totals.deleted,
+        totals.blocked.values().sum::<u64>(),
+        totals.blocked,
+        totals.requests,
+        totals.resources
+    );
+    if !failures.is_empty() {
+        bail!("{} seed(s) failed: {failures:?}", failures.len());
+    }
+    Ok(())
+}
+
+struct Seed<'a> {
+    exe: &'a PathBuf,
+    url: String,
+    sim: oduflow_sim::SimHandle,
+    state_dir: tempfile::TempDir,
+    rng: Rng,
+    crashes: u64,
+}
+
+impl Seed<'_> {
+    /// Runs `n` worker processes until they exit (settled, crashed, or killed
+    /// at the timeout).
+    async fn workers(&mut self, n: usize, key: &str, crash_prob: f64, faults: bool, deadline: Duration) -> Result<Vec<String>> {
+        let mut children = vec![];
+        for _ in 0..n {
+            let mut c = tokio::process::Command::new(self.exe);
+            c.args(["worker", "--until-settled", "--concurrency", "2"])
+                .env("ODUFLOW_DATABASE_URL", &self.url)
+                .env("VULTR_API_KEY", key)
+                .env("ODUFLOW_VULTR_URL", &self.sim.base_url)
+                .env("ODUFLOW_POLL_INTERVAL_MS", POLL_MS.to_string())
+                .env("ODUFLOW_OBSERVATIONS_MAX", OBSERVATIONS_MAX.to_string())
+                .env("ODUFLOW_LEASE_MS", "400")
+                .env("ODUFLOW_RATE_PER_SEC", "1000")
+                .env("ODUFLOW_REQUEST_TIMEOUT_MS", "400")
+                .env("ODUFLOW_ATTEMPTS_MAX", "20")
+                .env("ODUFLOW_STATE_DIR", self.state_dir.path())
+                .env_remove("FAILPOINTS")
+                .env_remove("ODUFLOW_CRASH_AT")
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true);
+            if !faults {
+                c.env_remove("ODUFLOW_PLANTED_BUG");
+            }
+            if faults && self.rng.chance(crash_prob) {
+                let point = FAIL_POINTS[(self.rng.next() % FAIL_POINTS.len() as u64) as usize];
+                c.env("ODUFLOW_CRASH_AT", point);
+            }
+            children.push(c.spawn().context("spawning a worker")?);
+        }
+        let mut errors = vec![];
+        let started = Instant::now();
+        for child in children {
+            let left = deadline.saturating_sub(started.elapsed());
+            match tokio::time::timeout(left, child.wait_with_output()).await {
+                Ok(Ok(o)) if o.status.success() => {}
+                Ok(Ok(o)) => {
+                    use std::os::unix::process::ExitStatusExt;
+                    if o.status.signal() == Some(9) || o.status.signal() == Some(6) {
+                        self.crashes += 1;
+                    } else {
+                        errors.push(String::from_utf8_lossy(&o.stderr).trim().to_owned());
+                    }
+                }
+                Ok(Err(e)) => return Err(e.into()),
+                Err(_) => self.crashes += 1, // timed out: killed on drop
+            }
+        }
+        Ok(errors)
+    }
+}
+
+async fn fresh_db(store: Option<&str>, dir: &std::path::Path) -> Result<String> {
+    Ok(match store {
+        Some("sqlite") => oduflow_store::testing::sqlite_url(dir),
+        Some(url) => {
+            // SAFETY of the env var: only this process reads it, before any
+            // worker is spawned.
+            unsafe { std::env::set_var("ODUFLOW_TEST_PG", url) };
+            oduflow_store::testing::fresh_pg_url().await
+        }
+        None => oduflow_store::testing::fresh_pg_url().await,
+    })
+}
+
+async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &mut Totals) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let url = fresh_db(store_kind, dir.path()).await?;
+    let store = Store::connect(&url, true).await?;
+    store.migrate().await?;
+    store.lineage().await?;
+    let faults = Faults {
+        lost_drop: p.lost_drop,
+        lost_5xx: p.lost_5xx,
+        lost_stall: p.lost_stall,
+        error_5xx: p.error_5xx,
+        burst_429: p.burst_429,
+        burst_429_len: 3,
+        stall_ms: 600,
+        ..Faults::default()
+    };
+    let sim = Sim::start(
+        SimConfig {
+            seed: p.seed,
+            rate_per_sec: 1000,
+            pending_ms: 40,
+            installing_ms: 40,
+            block_pending_ms: 30,
+            attach_lock_ms: 30,
+            get_404_window_ms: p.get_404_window_ms,
+            list_lag_ms: p.list_lag_ms,
+            faults: faults.clone(),
+            ..SimConfig::default()
+        }
+        .with_key(KEY)
+        .with_key(KEY2),
+        "127.0.0.1:0".parse()?,
+    )
+    .await?;
+    let mut s = Seed {
+        exe,
+        url: url.clone(),
+        sim,
+        state_dir: tempfile::tempdir()?,
+        rng: Rng(p.seed.wrapping_mul(31).wrapping_add(7)),
+        crashes: 0,
+    };
+    let spec = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf")?;
+    let names: Vec<String> = (0..p.clients).map(|i| format!("c{i}")).collect();
+    for n in &names {
+        store.client_create(&ClientName::parse(n)?, &spec, SystemClock.now_ms(), 20).await?;
+    }
+    let mut orphans_reported: Vec<String> = vec![];
+    let mut snapshot: Option<String> = None;
+    let mut restored = false;
+
+    // Safety phase: faults, crashes, flips, duplicate jobs, a key change, a restore.
+    for round in 0..p.rounds {
+        if p.duplicate_jobs {
+            for c in store.client_list().await? {
+                let kind = match c.infra.target {
+                    Target::Present => JobKind::Provision,
+                    Target::Absent => JobKind::Deprovision,
+                };
+                let mut j = oduflow_store::NewJob::for_client(&c.id, kind, c.infra.generation, SystemClock.now_ms(), 20);
+                j.identity_key = None; // a second delivery of the same job
+                store.job_enqueue(&j).await?;
+            }
+        }
+        let key = if p.key_change && round == 1 { KEY2 } else { KEY };
+        let t = Instant::now();
+        let errors = s.workers(p.workers, key, p.crash_prob, true, Duration::from_millis(p.round_ms)).await?;
+        verbose(|| format!("seed {} round {round}: workers {:.2} s", p.seed, t.elapsed().as_secs_f64()));
+        let restore_refusals = errors.iter().filter(|e| e.contains("restore pending")).count();
+        if errors.len() > restore_refusals {
+            bail!("a worker failed: {}", errors.join(" | "));
+        }
+        if p.key_change && round == 1 {
+            // Back to the first key: records bound to the second are
+            // rebound only after proving ownership.
+            let p1 = provider(&s.sim, KEY)?;
+            let _ = operator::credentials_rotate(&store, p1.as_ref(), "campaign", SystemClock.now_ms()).await?;
+            for c in store.client_list().await? {
+                if c.infra.blocked_reason == Some(BlockedReason::CredentialChanged) {
+                    operator::reconcile(&store, p1.as_ref(), &c.name, false, "campaign", SystemClock.now_ms(), 20).await?;
+                }
+            }
+        }
+        // Target flips: present -> absent -> present, in flight.
+        for _ in 0..p.flips {
+            let n = &names[(s.rng.next() % names.len() as u64) as usize];
+            let c = store.client_get(n).await?.context("client")?;
+            match c.infra.target {
+                Target::Present => drop(store.client_delete(n, SystemClock.now_ms(), 20).await?),
+                Target::Absent => drop(store.client_create(&ClientName::parse(n)?, &spec, SystemClock.now_ms(), 20).await?),
+            }
+        }
+        if p.restore && round == 0 {
+            snapshot = Some(db_snapshot(&store, &url, dir.path()).await?);
+        }
+        if p.restore && round == p.rounds - 1 {
+            if let Some(snap) = snapshot.take() {
+                db_restore(&store, &url, &snap).await?;
+                restored = true;
+            }
+        }
+    }
+    let store = Store::connect(&url, false).await?;
+    if restored {
+        // The operator who restored a backup declares it (detection from the
+        // hosts' high-water marks is only a safety net: a worker killed right
+        // after creating something may not have recorded its mark). The
+        // restored copy lags the cloud: a worker must refuse until an
+        // inventory pass has run; the pass reports what no receipt covers.
+        store.restore_declare("campaign restored an older copy", SystemClock.now_ms()).await?;
+        let errors = s.workers(1, KEY, 0.0, false, WORKER_TIMEOUT).await?;
+        if !errors.iter().any(|e| e.contains("restore pending")) {
+            bail!("a worker ran on a restored database without an inventory pass ({errors:?})");
+        }
+        let inv = operator::inventory(&store, provider(&s.sim, KEY)?.as_ref(), SystemClock.now_ms()).await?;
+        orphans_reported = inv.orphans.iter().map(|o| o.label.clone()).collect();
+        totals.restores += 1;
+        totals.orphans_reported += orphans_reported.len() as u64;
+    }
+
+    // Liveness phase: faults off; every client must settle within the bound.
+    s.sim.set_faults(Faults::default())?;
+    let start = Instant::now();
+    loop {
+        let errors = s.workers(p.workers, KEY, 0.0, false, WORKER_TIMEOUT).await?;
+        if !errors.is_empty() {
+            bail!("a worker failed in the liveness phase: {}", errors.join(" | "));
+        }
+        if store.queue_status(SystemClock.now_ms()).await?.is_settled() {
+            break;
+        }
+        if start.elapsed() > LIVENESS_BOUND {
+            bail!("liveness: clients not settled within {LIVENESS_BOUND:?}");
+        }
+    }
+
+    verbose(|| format!("seed {}: liveness {:.2} s", p.seed, start.elapsed().as_secs_f64()));
+    if restored {
+        // Listings lag: a resource created just before the restore's
+        // inventory pass may have been missing from it. Operators run the
+        // pass again; so does the campaign, once the lag has passed.
+        tokio::time::sleep(Duration::from_millis(p.list_lag_ms + 50)).await;
+        let inv = operator::inventory(&store, provider(&s.sim, KEY)?.as_ref(), SystemClock.now_ms()).await?;
+        orphans_reported.extend(inv.orphans.iter().map(|o| o.label.clone()));
+    }
+    let ledger = s.sim.ledger();
+    if std::env::var("ODUFLOW_CAMPAIGN_VERBOSE").is_ok() {
+        let failed = store.events_by_kind("job_failed").await?;
+        for e in failed.iter().take(5) {
+            println!("  job_failed: {}", e.detail);
+        }
+        println!("  job_failed total {}, faults {:?}", failed.len(), ledger.faults.len());
+    }
+    check(&store, &ledger, &orphans_reported, restored, totals).await?;
+    totals.seeds += 1;
+    totals.faults += ledger.faults.len() as u64;
+    totals.crashes += s.crashes;
+    totals.requests += ledger.requests.values().sum::<u64>();
+    totals.resources += ledger.resources.len() as u64;
+    s.sim.shutdown().await;
+    drop_db(&store).await;
+    Ok(())
+}
+
+/// A passing seed's PostgreSQL database is dropped (a failing one is kept
+/// for inspection).
+async fn drop_db(store: &Store) {
+    let Store::Pg(p) = store else { return };
+    let Ok(name) = sqlx::query_scalar::<_, String>("SELECT current_database()").fetch_one(p).await else { return };
+    p.close().await;
+    if let Ok(admin) = sqlx::PgPool::connect(&oduflow_store::testing::pg_admin_url()).await {
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))).execute(&admin).await;
+        admin.close().await;
+    }
+}
+
+fn verbose(f: impl FnOnce() -> String) {
+    if std::env::var("ODUFLOW_CAMPAIGN_VERBOSE").is_ok() {
+        println!("  {}", f());
+    }
+}
+
+fn provider(sim: &oduflow_sim::SimHandle, key: &str) -> Result<std::sync::Arc<VultrClient>> {
+    Ok(std::sync::Arc::new(VultrClient::new(VultrConfig {
+        base_url: sim.base_url.clone(),
+        rate_per_sec: 1000,
+        request_timeout_ms: 1_000,
+        backoff_base_ms: 10,
+        ..VultrConfig::new(secrecy::SecretString::from(key.to_owned()))
+    })?))
+}
+
+/// Copies the database (an "older backup").
+async fn db_snapshot(store: &Store, url: &str, dir: &std::path::Path) -> Result<String> {
+    match store {
+        Store::Sqlite(p) => {
+            let path = dir.join("snapshot.db");
+            sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM INTO '{}'", path.display()))).execute(p).await?;
+            Ok(path.display().to_string())
+        }
+        Store::Pg(p) => {
+            let name: String = sqlx::query_scalar("SELECT current_database()").fetch_one(p).await?;
+            let snap = format!("{name}_snap");
+            let _ = url;
+            let admin = sqlx::PgPool::connect(&oduflow_store::testing::pg_admin_url()).await?;
+            // CREATE DATABASE ... TEMPLATE needs no other session on the source.
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+            )))
+            .execute(&admin)
+            .await?;
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {snap} TEMPLATE {name}"))).execute(&admin).await?;
+            Ok(snap)
+        }
+    }
+}
+
+/// Puts the older copy back in place of the live database.
+async fn db_restore(store: &Store, url: &str, snap: &str) -> Result<()> {
+    match store {
+        Store::Sqlite(p) => {
+            p.close().await;
+            let path = url.trim_start_matches("sqlite://");
+            for ext in ["-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{path}{ext}"));
+            }
+            std::fs::copy(snap, path)?;
+        }
+        Store::Pg(p) => {
+            let name: String = sqlx::query_scalar("SELECT current_database()").fetch_one(p).await?;
+            p.close().await;
+            let admin = sqlx::PgPool::connect(&oduflow_store::testing::pg_admin_url()).await?;
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+            )))
+            .execute(&admin)
+            .await?;
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {name}"))).execute(&admin).await?;
+            sqlx::query(sqlx::AssertSqlSafe(format!("ALTER DATABASE {snap} RENAME TO {name}"))).execute(&admin).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The invariants of DESIGN.md §8, against the database and the ledger.
+async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: bool, totals: &mut Totals) -> Result<()> {
+    let receipts = store.receipts_all().await?;
+    let by_label: HashMap<&str, &oduflow_store::ReceiptRow> = receipts.iter().map(|r| (r.label.as_str(), r)).collect();
+    // 1. At most one create per operation key (label) ever applied.
+    for (label, n) in &ledger.creates_per_label {
+        if *n > 1 {
+            bail!("invariant 1: {n} creates applied for label {label}");
+        }
+    }
+    for (block, n) in &ledger.attaches_per_block {
+        if *n > 1 {
+            bail!("invariant 1: {n} attaches applied to block {block}");
+        }
+    }
+    // 2 and 3. Every resource maps to a receipt carrying its id, or is reported.
+    for res in ledger.resources.iter().filter(|r| r.kind != oduflow_sim::ResourceKind::DnsRecord) {
+        match by_label.get(res.label.as_str()) {
+            Some(r) => {
+                if let Some(id) = &r.resource_id {
+                    if *id != res.id {
+                        bail!("invariant 2: receipt {} records {id} but {} carries its label", r.operation_key, res.id);
+                    }
+                }
+                // 6. Created with the key its receipt was claimed with.
+                if r.key_fingerprint.as_str() != res.key_fingerprint {
+                    bail!("invariant 6: {} created with another key than its receipt's", res.id);
+                }
+            }
+            None if restored && orphans.contains(&res.label) => {}
+            // A resource created and deleted in the timeline a restore threw
+            // away is nothing to account for.
+            None if restored && res.deleted_at.is_some() => {}
+            None => bail!("invariant 3: {} ({}) has no receipt and is not in an orphan report", res.id, res.label),
+        }
+    }
+    // 7. Every create that reached the provider has its request in the audit trail.
+    let sent: std::collections::HashSet<String> = store
+        .events_by_kind("request_sent")
+        .await?
+        .iter()
+        .filter_map(|e| e.detail["operation_key"].as_str().map(str::to_owned))
+        .collect();
+    for label in ledger.creates_per_label.keys() {
+        if let Some(r) = by_label.get(label.as_str()) {
+            if !sent.contains(r.operation_key.as_str()) {
+                bail!("invariant 7: no request_sent event for {}", r.operation_key);
+            }
+        }
+    }
+    // 4 and 5. Every client settled, consistently with its target.
+    for c in store.client_list().await? {
+        let i = &c.infra;
+        match (i.status, i.target) {
+            (ClientStatus::Ready, Target::Present) => {
+                let vm = i.vm_id.as_ref().context("ready without vm id")?;
+                let live = |id: &str| ledger.resources.iter().any(|r| r.id == id && r.deleted_at.is_none());
+                if !live(vm.as_str()) || !live(i.volume_id.as_ref().context("ready without volume")?.as_str()) {
+                    bail!("{} is ready but its VM or volume is not live at the provider", c.name);
+                }
+                totals.ready += 1;
+            }
+            (ClientStatus::Deleted, Target::Absent) => {
+                for r in receipts.iter().filter(|r| r.client_ref == c.id && r.resource_kind != ResourceKind::Attach) {
+                    let Some(id) = &r.resource_id else { continue };
+                    if ledger.resources.iter().any(|x| x.id == *id && x.deleted_at.is_none()) {
+                        bail!("invariant 5: {} is deleted but {id} is live", c.name);
+                    }
+                    match (r.delete_sent_ms, r.deleted_ms) {
+                        (Some(s), Some(d)) if d >= s => {}
+                        _ if r.dispatch_generation < i.dispatch_generation(r.resource_kind) => {}
+                        _ => bail!("invariant 5: {} deleted without a GET 404 after a DELETE for {id}", c.name),
+                    }
+                }
+                totals.deleted += 1;
+            }
+            (ClientStatus::Blocked, _) => {
+                let reason = i.blocked_reason.context("blocked without reason")?;
+                *totals.blocked.entry(reason.as_str().to_owned()).or_default() += 1;
+            }
+            (s, t) => bail!("invariant 4: {} ended {s} with target {t}", c.name),
+        }
+    }
+    totals.adopted_by_label +=
+        receipts.iter().filter(|r| r.resource_id_source == Some(oduflow_store::IdSource::AdoptedByLabel)).count() as u64;
+    let requests: u64 = ledger.requests.values().sum();
+    let resources = ledger.resources.len().max(1) as u64;
+    if requests / resources > REQUESTS_PER_RESOURCE_MAX {
+        bail!("provider calls unbounded: {requests} requests for {resources} resources");
+    }
+    Ok(())
+}
