@@ -578,3 +578,58 @@ fn sim_command_serves_api_and_ledger() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+fn campaign(args: &[&str], bug: Option<&str>) -> (bool, String) {
+    let failures = concat!(env!("CARGO_MANIFEST_DIR"), "/campaign-failures.txt");
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Command::new(BIN);
+    c.arg("campaign").args(args).args(["--failures-file", failures]).current_dir(dir.path()).env_remove("ODUFLOW_PLANTED_BUG");
+    if let Some(b) = bug {
+        c.env("ODUFLOW_PLANTED_BUG", b);
+    }
+    let o = c.output().unwrap();
+    let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    (o.status.success(), out)
+}
+
+/// The bounded fault campaign of the test command: 200 seeds on PostgreSQL.
+#[test]
+fn campaign_200_seeds_on_postgres() {
+    failpoints_required();
+    let base = std::env::var("ODUFLOW_CAMPAIGN_SEED").ok();
+    let mut args = vec!["--seeds", "200"];
+    if let Some(b) = &base {
+        args.extend(["--base-seed", b.as_str()]);
+    }
+    let (ok, out) = campaign(&args, None);
+    println!("{out}");
+    assert!(ok, "the campaign found a broken invariant:\n{out}");
+    assert!(out.contains("campaign: 20") || out.contains("seeds in"), "{out}");
+}
+
+/// The campaign can fail: a planted bug that re-sends a create after a lost
+/// response is caught within the CI budget.
+#[test]
+fn campaign_catches_a_resend_after_lost_response() {
+    failpoints_required();
+    let (ok, out) = campaign(&["--seeds", "200", "--base-seed", "1", "--stop-on-failure"], Some("resend_after_lost"));
+    println!("{out}");
+    assert!(!ok, "the planted bug went unnoticed:\n{out}");
+    assert!(out.contains("invariant 1"), "{out}");
+    assert!(out.contains("rerun: ODUFLOW_PLANTED_BUG=resend_after_lost cargo run --release --features failpoints -- campaign --seed"), "{out}");
+}
+
+/// The campaign can fail: a planted bug that sends creates without receipts is
+/// caught, and the printed rerun command reproduces the failure.
+#[test]
+fn campaign_catches_a_forgotten_receipt_and_reruns_it() {
+    failpoints_required();
+    let (ok, out) = campaign(&["--seeds", "200", "--base-seed", "1", "--stop-on-failure"], Some("forget_receipt"));
+    assert!(!ok, "the planted bug went unnoticed:\n{out}");
+    let rerun = out.lines().find_map(|l| l.strip_prefix("rerun: ")).expect(&out);
+    let seed = rerun.split("--seed ").nth(1).unwrap().split_whitespace().next().unwrap();
+    println!("caught; rerun: {rerun}");
+    let (ok, again) = campaign(&["--seed", seed], Some("forget_receipt"));
+    assert!(!ok, "the rerun did not reproduce the failure:\n{again}");
+    assert!(again.contains("invariant 3"), "{again}");
+}
