@@ -10,6 +10,7 @@
 //! - the job's main transaction is committed once, at the end of the run;
 //! - nothing waits on the provider inside a job: it re-runs later instead.
 
+pub mod command_adapter;
 mod executor;
 pub mod memory;
 pub mod operator;

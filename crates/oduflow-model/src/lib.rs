@@ -6,6 +6,7 @@
 //! depends on time takes `now_ms` as a parameter.
 
 pub mod decide;
+pub mod identity;
 pub mod ids;
 pub mod provider;
 pub mod spec;

@@ -191,17 +191,24 @@ impl Store {
         // `migrate!` macro, which would pull in sqlx's proc-macro crate.
         use sqlx::migrate::{Migration, MigrationType, Migrator};
         use sqlx::{AssertSqlSafe, SqlSafeStr};
-        let sql = match self {
-            Store::Pg(_) => include_str!("../migrations/postgres/0001_init.sql"),
-            Store::Sqlite(_) => include_str!("../migrations/sqlite/0001_init.sql"),
+        let files: &[(i64, &str, &'static str)] = match self {
+            Store::Pg(_) => &[
+                (1, "init", include_str!("../migrations/postgres/0001_init.sql")),
+                (3, "adapter state", include_str!("../migrations/postgres/0003_adapter_state.sql")),
+            ],
+            Store::Sqlite(_) => &[
+                (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
+                (3, "adapter state", include_str!("../migrations/sqlite/0003_adapter_state.sql")),
+            ],
         };
-        let migrator = Migrator::with_migrations(vec![Migration::new(
-            1,
-            "init".into(),
-            MigrationType::Simple,
-            AssertSqlSafe(sql).into_sql_str(),
-            false,
-        )]);
+        let migrator = Migrator::with_migrations(
+            files
+                .iter()
+                .map(|(v, d, sql)| {
+                    Migration::new(*v, (*d).into(), MigrationType::Simple, AssertSqlSafe(*sql).into_sql_str(), false)
+                })
+                .collect(),
+        );
         match self {
             Store::Pg(p) => migrator.run(p).await?,
             Store::Sqlite(p) => migrator.run(p).await?,

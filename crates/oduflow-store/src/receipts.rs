@@ -234,6 +234,39 @@ impl ReceiptLedger {
         Ok(())
     }
 
+    /// Records where an adapter's identity stands (independent commit).
+    pub async fn adapter_set(&self, client: &ClientId, adapter: &str, state: &str, detail: &str, now_ms: i64) -> Result<()> {
+        ledger_write!(&self.store, tx => {
+            sqlx::query(
+                "INSERT INTO adapter_state (client_id, adapter, state, detail, failures, updated_ms) \
+                 VALUES ($1, $2, $3, $4, 0, $5) ON CONFLICT (client_id, adapter) \
+                 DO UPDATE SET state = excluded.state, detail = excluded.detail, failures = 0, updated_ms = excluded.updated_ms")
+                .bind(client.as_str()).bind(adapter).bind(state).bind(detail).bind(now_ms)
+                .execute(&mut *tx).await?;
+            (&mut *tx).event_insert(Some(client), "adapter_state", &serde_json::json!({
+                "adapter": adapter, "state": state, "detail": detail,
+            }), now_ms).await?;
+        });
+        Ok(())
+    }
+
+    /// Counts a failed adapter step; returns the failures so far.
+    pub async fn adapter_fail(&self, client: &ClientId, adapter: &str, state: &str, detail: &str, now_ms: i64) -> Result<i64> {
+        Ok(ledger_write!(&self.store, tx => {
+            let n: i64 = sqlx::query_scalar(
+                "INSERT INTO adapter_state (client_id, adapter, state, detail, failures, updated_ms) \
+                 VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT (client_id, adapter) \
+                 DO UPDATE SET detail = excluded.detail, failures = adapter_state.failures + 1, updated_ms = excluded.updated_ms \
+                 RETURNING failures")
+                .bind(client.as_str()).bind(adapter).bind(state).bind(detail).bind(now_ms)
+                .fetch_one(&mut *tx).await?;
+            (&mut *tx).event_insert(Some(client), "adapter_failed", &serde_json::json!({
+                "adapter": adapter, "error": detail, "failures": n,
+            }), now_ms).await?;
+            n
+        }))
+    }
+
     /// An audit event that must survive a rollback of the job (a provider
     /// request and its answer, for example).
     pub async fn event_append(&self, client: Option<&ClientId>, kind: &str, detail: &serde_json::Value, now_ms: i64) -> Result<()> {
@@ -244,7 +277,28 @@ impl ReceiptLedger {
     }
 }
 
+/// Where one adapter's identity stands for one client.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct AdapterStateRow {
+    pub adapter: String,
+    pub state: String,
+    pub detail: String,
+    pub failures: i64,
+    pub updated_ms: i64,
+}
+
 impl Store {
+    pub async fn adapter_states(&self, client: &ClientId) -> Result<Vec<AdapterStateRow>> {
+        both!(self, p => {
+            let rows: Vec<(String, String, String, i64, i64)> = sqlx::query_as(
+                "SELECT adapter, state, detail, failures, updated_ms FROM adapter_state WHERE client_id = $1 ORDER BY adapter")
+                .bind(client.as_str()).fetch_all(p).await?;
+            Ok(rows.into_iter().map(|(adapter, state, detail, failures, updated_ms)| AdapterStateRow {
+                adapter, state, detail, failures, updated_ms,
+            }).collect())
+        })
+    }
+
     pub async fn receipts_for_client(&self, client: &ClientId) -> Result<Vec<ReceiptRow>> {
         let sql = sqlx::AssertSqlSafe(format!(
             "SELECT {RECEIPT_COLUMNS} FROM dispatch_receipts WHERE client_ref = $1 ORDER BY claimed_ms, operation_key"

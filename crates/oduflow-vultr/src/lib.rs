@@ -23,6 +23,7 @@
 mod account;
 mod config;
 pub mod dns;
+pub mod dns_adapter;
 mod error;
 mod http;
 mod provider;

@@ -1,0 +1,114 @@
+//! An identity adapter that runs configured commands, for systems oduflow does
+//! not ship (a WireGuard peer, a Salt minion key). Each command gets the
+//! client in its environment (`ODUFLOW_CLIENT`, `ODUFLOW_CLIENT_ID`,
+//! `ODUFLOW_MAIN_IP`) and prints one JSON object on stdout:
+//! `{"ok": true, "detail": "..."}` for ensure and remove, `{"present": bool,
+//! "detail": "..."}` for check. A non-zero exit, unreadable output or running
+//! past the timeout is a failure.
+
+use oduflow_model::identity::*;
+use serde::Deserialize;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandAdapterConfig {
+    pub name: String,
+    /// Program and arguments.
+    pub ensure: Vec<String>,
+    pub check: Vec<String>,
+    pub remove: Vec<String>,
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+/// Long enough for a remote key revocation, short enough that a hung command
+/// does not hold a job for long.
+fn default_timeout_ms() -> u64 {
+    30_000
+}
+
+pub struct CommandAdapter {
+    cfg: CommandAdapterConfig,
+}
+
+#[derive(Deserialize)]
+struct Answer {
+    ok: Option<bool>,
+    present: Option<bool>,
+    #[serde(default)]
+    detail: String,
+}
+
+impl CommandAdapter {
+    pub fn new(cfg: CommandAdapterConfig) -> Result<Self, String> {
+        for (what, argv) in [("ensure", &cfg.ensure), ("check", &cfg.check), ("remove", &cfg.remove)] {
+            if argv.is_empty() {
+                return Err(format!("adapter {}: {what} command is empty", cfg.name));
+            }
+        }
+        if cfg.name.is_empty() || !cfg.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+            return Err(format!("adapter name {:?}: use lowercase letters, digits and hyphens", cfg.name));
+        }
+        Ok(Self { cfg })
+    }
+
+    async fn run(&self, argv: &[String], t: &IdentityTarget) -> Result<Answer, String> {
+        let mut cmd = tokio::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .env("ODUFLOW_CLIENT", &t.client)
+            .env("ODUFLOW_CLIENT_ID", &t.client_id)
+            .env("ODUFLOW_MAIN_IP", t.main_ip.as_deref().unwrap_or(""))
+            .env_remove("VULTR_API_KEY")
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let what = argv.join(" ");
+        let out = tokio::time::timeout(Duration::from_millis(self.cfg.timeout_ms), cmd.output())
+            .await
+            .map_err(|_| format!("`{what}` timed out after {} ms", self.cfg.timeout_ms))?
+            .map_err(|e| format!("`{what}` could not run: {e}"))?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            return Err(format!("`{what}` failed ({}): {}", out.status, err.trim().chars().take(300).collect::<String>()));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(text.trim()).map_err(|e| format!("`{what}` printed no JSON answer ({e}): {:?}", text.chars().take(200).collect::<String>()))
+    }
+}
+
+impl IdentityAdapter for CommandAdapter {
+    fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    fn ensure<'a>(&'a self, t: &'a IdentityTarget) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            let a = self.run(&self.cfg.ensure, t).await?;
+            match a.ok {
+                Some(true) => Ok(a.detail),
+                _ => Err(format!("ensure refused: {}", a.detail)),
+            }
+        })
+    }
+
+    fn check<'a>(&'a self, t: &'a IdentityTarget) -> BoxFuture<'a, Result<Presence, String>> {
+        Box::pin(async move {
+            let a = self.run(&self.cfg.check, t).await?;
+            match a.present {
+                Some(true) => Ok(Presence::Present(a.detail)),
+                Some(false) => Ok(Presence::Absent),
+                None => Err("check printed no \"present\" field".into()),
+            }
+        })
+    }
+
+    fn remove<'a>(&'a self, t: &'a IdentityTarget) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            let a = self.run(&self.cfg.remove, t).await?;
+            match a.ok {
+                Some(true) => Ok(a.detail),
+                _ => Err(format!("remove refused: {}", a.detail)),
+            }
+        })
+    }
+}
