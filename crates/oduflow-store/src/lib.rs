@@ -25,11 +25,15 @@ mod queue;
 pub mod testing;
 mod receipts;
 mod rows;
+mod stats;
+mod tokens;
 
 pub use operator::*;
 pub use queue::*;
 pub use receipts::*;
 pub use rows::*;
+pub use stats::*;
+pub use tokens::*;
 
 use oduflow_model::{ClientName, ClientSpec, ClientStatus, JobKind, Target};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -67,6 +71,10 @@ pub enum StoreError {
     ReceiptNotFound(String),
     #[error("the lease on client {0} was lost before the job's writes were applied")]
     LeaseLost(String),
+    #[error("an API token named {0} already exists")]
+    TokenExists(String),
+    #[error("no live API token named {0}")]
+    TokenNotFound(String),
     #[error("corrupt row: {0}")]
     Corrupt(String),
     #[error("database error")]
@@ -191,17 +199,29 @@ impl Store {
         // `migrate!` macro, which would pull in sqlx's proc-macro crate.
         use sqlx::migrate::{Migration, MigrationType, Migrator};
         use sqlx::{AssertSqlSafe, SqlSafeStr};
-        let sql = match self {
-            Store::Pg(_) => include_str!("../migrations/postgres/0001_init.sql"),
-            Store::Sqlite(_) => include_str!("../migrations/sqlite/0001_init.sql"),
+        let sqls: [(i64, &'static str, &'static str); 2] = match self {
+            Store::Pg(_) => [
+                (1, "init", include_str!("../migrations/postgres/0001_init.sql")),
+                (2, "tokens", include_str!("../migrations/postgres/0002_tokens.sql")),
+            ],
+            Store::Sqlite(_) => [
+                (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
+                (2, "tokens", include_str!("../migrations/sqlite/0002_tokens.sql")),
+            ],
         };
-        let migrator = Migrator::with_migrations(vec![Migration::new(
-            1,
-            "init".into(),
-            MigrationType::Simple,
-            AssertSqlSafe(sql).into_sql_str(),
-            false,
-        )]);
+        let migrator = Migrator::with_migrations(
+            sqls.into_iter()
+                .map(|(version, name, sql)| {
+                    Migration::new(
+                        version,
+                        name.into(),
+                        MigrationType::Simple,
+                        AssertSqlSafe(sql).into_sql_str(),
+                        false,
+                    )
+                })
+                .collect(),
+        );
         match self {
             Store::Pg(p) => migrator.run(p).await?,
             Store::Sqlite(p) => migrator.run(p).await?,
@@ -413,6 +433,17 @@ impl Store {
             let rows = sqlx::query("SELECT id, client_ref, kind, detail, at_ms FROM events \
                                     WHERE client_ref = $1 ORDER BY id")
                 .bind(id.as_str()).fetch_all(p).await?;
+            rows.iter().map(rows::event_from_row).collect()
+        })
+    }
+
+    /// The latest `limit` events, newest first (the dashboard's and the
+    /// API's recent activity).
+    pub async fn events_recent(&self, limit: i64) -> Result<Vec<EventRow>> {
+        both!(self, p => {
+            let rows = sqlx::query("SELECT id, client_ref, kind, detail, at_ms FROM events \
+                                    ORDER BY id DESC LIMIT $1")
+                .bind(limit).fetch_all(p).await?;
             rows.iter().map(rows::event_from_row).collect()
         })
     }

@@ -26,6 +26,7 @@ pub mod dns;
 mod error;
 mod http;
 mod provider;
+pub mod stats;
 mod wire;
 
 pub use account::{Account, Plan, Region};
