@@ -331,7 +331,7 @@ pub async fn clients_create(State(s): State<AppState>, ApiJson(req): ApiJson<Cli
 
 /// Status, evidence, receipts, jobs and resolutions of one client.
 #[utoipa::path(get, path = "/api/v1/clients/{name}", tag = "clients",
-    params(("name" = String, Path, description = "client name")),
+    params(("name" = String, Path, description = "client name", example = "acme")),
     responses((status = 200, body = ClientDetail), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 422, body = ErrorBody)))]
 pub async fn clients_show(State(s): State<AppState>, ClientPath(name): ClientPath) -> ApiResult<Json<ClientDetail>> {
@@ -345,7 +345,7 @@ pub async fn clients_show(State(s): State<AppState>, ClientPath(name): ClientPat
 /// Sets the target to `absent` and enqueues deletion. Answered only after
 /// the intent and its job are committed. Deleting again changes nothing.
 #[utoipa::path(delete, path = "/api/v1/clients/{name}", tag = "clients",
-    params(("name" = String, Path, description = "client name")),
+    params(("name" = String, Path, description = "client name", example = "acme")),
     responses((status = 202, body = Accepted), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 422, body = ErrorBody)))]
 pub async fn clients_delete(State(s): State<AppState>, ClientPath(name): ClientPath) -> ApiResult<(StatusCode, Json<Accepted>)> {
@@ -356,7 +356,7 @@ pub async fn clients_delete(State(s): State<AppState>, ClientPath(name): ClientP
 
 /// The client's receipts (read-only; receipts are never changed here).
 #[utoipa::path(get, path = "/api/v1/clients/{name}/receipts", tag = "evidence",
-    params(("name" = String, Path, description = "client name")),
+    params(("name" = String, Path, description = "client name", example = "acme")),
     responses((status = 200, body = Vec<Object>), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 422, body = ErrorBody)))]
 pub async fn clients_receipts(State(s): State<AppState>, ClientPath(name): ClientPath) -> ApiResult<Json<Vec<ReceiptRow>>> {
@@ -366,7 +366,7 @@ pub async fn clients_receipts(State(s): State<AppState>, ClientPath(name): Clien
 
 /// The client's audit events, oldest first.
 #[utoipa::path(get, path = "/api/v1/clients/{name}/events", tag = "evidence",
-    params(("name" = String, Path, description = "client name")),
+    params(("name" = String, Path, description = "client name", example = "acme")),
     responses((status = 200, body = Vec<Object>), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 422, body = ErrorBody)))]
 pub async fn clients_events(State(s): State<AppState>, ClientPath(name): ClientPath) -> ApiResult<Json<Vec<EventRow>>> {
@@ -377,7 +377,7 @@ pub async fn clients_events(State(s): State<AppState>, ClientPath(name): ClientP
 /// Observe again (a fresh polling budget), or with `new_dispatch` start the
 /// next dispatch generation after a definitive rejection.
 #[utoipa::path(post, path = "/api/v1/clients/{name}/reconcile", tag = "actions", request_body = ReconcileRequest,
-    params(("name" = String, Path, description = "client name")),
+    params(("name" = String, Path, description = "client name", example = "acme")),
     responses((status = 200, body = ClientView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, description = "refused by the protocol", body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn clients_reconcile(
@@ -402,7 +402,7 @@ pub async fn clients_reconcile(
 /// Records a named resource for a dispatch whose outcome is unknown, after
 /// verifying its region, configuration and that nothing else records it.
 #[utoipa::path(post, path = "/api/v1/clients/{name}/adopt", tag = "actions", request_body = AdoptRequest,
-    params(("name" = String, Path, description = "client name")),
+    params(("name" = String, Path, description = "client name", example = "acme")),
     responses((status = 200, body = ClientView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, description = "refused by the protocol", body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn clients_adopt(
@@ -438,7 +438,7 @@ pub async fn clients_adopt(
 /// Gives up an uncertain dispatch on a recorded attestation (who and why);
 /// its label stays on the inventory watch list.
 #[utoipa::path(post, path = "/api/v1/clients/{name}/abandon", tag = "actions", request_body = AbandonRequest,
-    params(("name" = String, Path, description = "client name")),
+    params(("name" = String, Path, description = "client name", example = "acme")),
     responses((status = 200, body = ClientView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, description = "refused by the protocol", body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn clients_abandon(

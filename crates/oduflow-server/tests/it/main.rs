@@ -842,7 +842,7 @@ async fn dashboard_in_headless_chromium_shows_states_interventions_commands_and_
     // One screenshot kept as a test artifact.
     let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).parent().unwrap().join("dashboard.png");
     let _ = std::fs::remove_file(&shot);
-    run_chromium(&[&format!("--screenshot={}", shot.display()), "--window-size=1280,1400", &url]).await;
+    run_chromium(&[&format!("--screenshot={}", shot.display()), "--window-size=1280,2000", &url]).await;
     let png = std::fs::read(&shot).expect("the screenshot was written");
     assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "a real picture: {} bytes", png.len());
 }
