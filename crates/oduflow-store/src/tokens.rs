@@ -105,3 +105,54 @@ impl Store {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn create_list_revoke(store: Store) {
+        store.migrate().await.unwrap();
+        // Migrating again is harmless (the tokens migration included).
+        store.migrate().await.unwrap();
+        let a = store.api_token_create("ci", &"a".repeat(64), 10).await.unwrap();
+        assert!(matches!(store.api_token_create("ci", &"b".repeat(64), 11).await, Err(StoreError::TokenExists(_))));
+        // The same digest twice is refused by the schema as well.
+        assert!(matches!(store.api_token_create("other", &"a".repeat(64), 11).await, Err(StoreError::TokenExists(_))));
+        store.api_token_create("ops", &"c".repeat(64), 12).await.unwrap();
+        let live: Vec<String> = store.api_token_digests_live().await.unwrap().into_iter().map(|d| d.name).collect();
+        assert_eq!(live.len(), 2);
+        let revoked = store.api_token_revoke("ci", 20).await.unwrap();
+        assert_eq!((revoked.id.clone(), revoked.revoked_ms), (a.id.clone(), Some(20)));
+        assert!(matches!(store.api_token_revoke("ci", 21).await, Err(StoreError::TokenNotFound(_))));
+        let live = store.api_token_digests_live().await.unwrap();
+        assert_eq!(live.len(), 1);
+        assert_eq!(live[0].name, "ops");
+        assert!(!format!("{live:?}").contains("cccc"), "digests stay out of Debug output");
+        // A revoked name can be reused; the revoked row stays.
+        store.api_token_create("ci", &"d".repeat(64), 30).await.unwrap();
+        let all = store.api_token_list().await.unwrap();
+        assert_eq!(all.iter().map(|r| (r.name.as_str(), r.revoked_ms.is_some())).collect::<Vec<_>>(),
+            [("ci", true), ("ops", false), ("ci", false)]);
+        let json = serde_json::to_string(&all).unwrap();
+        assert!(!json.contains("aaaa") && !json.contains("token_sha256"), "{json}");
+        let kinds: Vec<String> =
+            store.events_recent(10).await.unwrap().into_iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, ["api_token_created", "api_token_revoked", "api_token_created", "api_token_created"]);
+        // The metrics aggregates are valid SQL on this backend too.
+        let stats = store.stats(100).await.unwrap();
+        assert!(stats.jobs_by_state.is_empty() && stats.dispatches_by_outcome.is_empty());
+        assert_eq!(stats.oldest_runnable_ms, None);
+    }
+
+    #[tokio::test]
+    async fn tokens_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        create_list_revoke(Store::connect(&crate::testing::sqlite_url(dir.path()), true).await.unwrap()).await;
+    }
+
+    #[tokio::test]
+    async fn tokens_postgres() {
+        let url = crate::testing::fresh_pg_url().await;
+        create_list_revoke(Store::connect(&url, true).await.unwrap()).await;
+    }
+}
