@@ -23,6 +23,8 @@ const KEY: &str = "vultr-key-SECRET-7f3a9c";
 
 struct H {
     base: String,
+    /// The database URL, for a second, independent connection.
+    db_url: String,
     token: String,
     store: Store,
     sim: oduflow_sim::SimHandle,
@@ -48,7 +50,16 @@ fn vultr(sim: &oduflow_sim::SimHandle) -> Arc<VultrClient> {
 impl H {
     async fn start() -> H {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::connect(&oduflow_store::testing::sqlite_url(dir.path()), true).await.unwrap();
+        let url = oduflow_store::testing::sqlite_url(dir.path());
+        H::start_on(dir, url).await
+    }
+
+    async fn start_pg() -> H {
+        H::start_on(tempfile::tempdir().unwrap(), oduflow_store::testing::fresh_pg_url().await).await
+    }
+
+    async fn start_on(dir: tempfile::TempDir, db_url: String) -> H {
+        let store = Store::connect(&db_url, true).await.unwrap();
         store.migrate().await.unwrap();
         let sim_cfg = oduflow_sim::SimConfig { rate_per_sec: 1000, ..oduflow_sim::SimConfig::default() }
             .with_key(KEY)
@@ -65,7 +76,7 @@ impl H {
             let _ = stopped.await;
         }));
         let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-        H { base, token, store, sim, provider, http, _dir: dir, _stop: stop }
+        H { base, db_url, token, store, sim, provider, http, _dir: dir, _stop: stop }
     }
 
     /// Clients in several states, produced by the engine against the
@@ -222,6 +233,28 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/metrics"),
 ];
 
+/// Tests that touch the SQL the server relies on run on both stores.
+macro_rules! on_both_stores {
+    ($($name:ident),+ $(,)?) => {
+        $(mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                super::$name(super::H::start().await).await;
+            }
+            #[tokio::test]
+            async fn postgres() {
+                super::$name(super::H::start_pg().await).await;
+            }
+        })+
+    };
+}
+
+on_both_stores!(
+    clients_create_show_list_delete,
+    metrics_show_jobs_dispatches_blocked_reasons_provider_calls_and_lag,
+    bad_input_is_a_4xx_json_error_that_stores_nothing_and_calls_no_provider,
+);
+
 // ---- authentication --------------------------------------------------------
 
 #[tokio::test]
@@ -323,9 +356,7 @@ async fn openapi_document_describes_every_route_and_the_bearer_scheme() {
 
 // ---- clients -----------------------------------------------------------------
 
-#[tokio::test]
-async fn clients_create_show_list_delete() {
-    let h = H::start().await;
+async fn clients_create_show_list_delete(h: H) {
     let (s, v) = h.post("/api/v1/clients", create_body("acme")).await;
     assert_eq!(s, 201, "{v}");
     assert_eq!(v["client"]["name"], "acme");
@@ -333,7 +364,7 @@ async fn clients_create_show_list_delete() {
     assert_eq!(v["client"]["target"], "present");
     // Acknowledged only after the intent and its job were committed: a
     // fresh connection sees both.
-    let fresh = Store::connect(&oduflow_store::testing::sqlite_url(h._dir.path()), false).await.unwrap();
+    let fresh = Store::connect(&h.db_url, false).await.unwrap();
     let c = fresh.client_get("acme").await.unwrap().expect("committed");
     let jobs = fresh.jobs_for_client(&c.id).await.unwrap();
     assert_eq!(jobs.len(), 1);
@@ -564,9 +595,7 @@ async fn queue_status_pause_and_resume_guarded_by_restore() {
 
 // ---- metrics -----------------------------------------------------------------
 
-#[tokio::test]
-async fn metrics_show_jobs_dispatches_blocked_reasons_provider_calls_and_lag() {
-    let h = H::start().await;
+async fn metrics_show_jobs_dispatches_blocked_reasons_provider_calls_and_lag(h: H) {
     h.fixture().await;
     // One operator action that asks the provider (an unknown id: a 404 read).
     h.post("/api/v1/clients/lost-create/adopt", json!({ "kind": "vm", "id": "0b9f7b1e-8c52-4d0e-9a54-3f5c1c7d2e11" }))
@@ -605,9 +634,7 @@ async fn metrics_show_jobs_dispatches_blocked_reasons_provider_calls_and_lag() {
 
 // ---- bad input -----------------------------------------------------------------
 
-#[tokio::test]
-async fn bad_input_is_a_4xx_json_error_that_stores_nothing_and_calls_no_provider() {
-    let h = H::start().await;
+async fn bad_input_is_a_4xx_json_error_that_stores_nothing_and_calls_no_provider(h: H) {
     let before = h.footprint().await;
     let raw = |method: &str, path: &str, ctype: Option<&str>, body: Vec<u8>| {
         let mut r = h.http.request(Method::from_bytes(method.as_bytes()).unwrap(), h.url(path)).bearer_auth(&h.token).body(body);
