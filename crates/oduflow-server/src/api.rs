@@ -247,7 +247,7 @@ pub struct ClientFilter {
 #[into_params(parameter_in = Query)]
 pub struct EventFilter {
     /// Only events of this kind (e.g. client_created, reconcile_requested).
-    #[param(max_length = 64)]
+    #[param(pattern = "^[a-z0-9_]{1,64}$")]
     pub kind: Option<String>,
     /// At most this many, newest first (default 100).
     #[param(minimum = 1, maximum = 1000)]
@@ -502,8 +502,14 @@ pub async fn events(State(s): State<AppState>, ApiQuery(f): ApiQuery<EventFilter
     }
     let rows = match f.kind {
         Some(kind) => {
-            if kind.len() > EVENT_KIND_LEN_MAX {
-                return Err(ApiError::InvalidInput(format!("kind is longer than {EVENT_KIND_LEN_MAX} bytes")));
+            // Event kinds are snake_case words; anything else cannot match,
+            // and refusing it keeps odd bytes (NUL, which PostgreSQL text
+            // cannot hold) away from the database.
+            let snake = kind.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            if kind.is_empty() || kind.len() > EVENT_KIND_LEN_MAX || !snake {
+                return Err(ApiError::InvalidInput(format!(
+                    "kind must be 1 to {EVENT_KIND_LEN_MAX} lowercase letters, digits or '_'"
+                )));
             }
             let mut rows = s.store().events_by_kind(&kind).await?;
             rows.reverse();

@@ -569,6 +569,9 @@ async fn receipts_and_events_are_readable() {
     assert_error(&h.get("/api/v1/events?limit=0").await, 422, "invalid_input");
     assert_error(&h.get("/api/v1/events?limit=1001").await, 422, "invalid_input");
     assert_error(&h.get("/api/v1/events?limit=ten").await, 422, "invalid_input");
+    for kind in ["%00", "Client_Created", "a%20b", "", "x'--"] {
+        assert_error(&h.get(&format!("/api/v1/events?kind={kind}")).await, 422, "invalid_input");
+    }
     // Read-only: no write method on receipts or events.
     assert_error(&h.call(Method::DELETE, "/api/v1/receipts", None).await, 405, "method_not_allowed");
     assert_error(&h.post("/api/v1/events", json!({})).await, 405, "method_not_allowed");
