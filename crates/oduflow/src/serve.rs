@@ -68,7 +68,7 @@ pub async fn token(cfg: &Config, cmd: TokenCmd) -> Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
-                println!("{:<32} {:<14} {}", "NAME", "CREATED_MS", "REVOKED_MS");
+                println!("{:<32} {:<14} REVOKED_MS", "NAME", "CREATED_MS");
                 for r in rows {
                     let revoked = r.revoked_ms.map_or_else(|| "-".to_owned(), |v| v.to_string());
                     println!("{:<32} {:<14} {}", r.name, r.created_ms, revoked);

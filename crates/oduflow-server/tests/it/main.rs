@@ -585,7 +585,7 @@ async fn queue_status_pause_and_resume_guarded_by_restore() {
     assert_eq!((s, v["paused"].as_bool(), v["queued"].as_i64()), (200, Some(false), Some(1)));
     let (s, v) = h.post("/api/v1/queue/pause", json!(null)).await;
     assert_eq!((s, v["paused"].as_bool()), (200, Some(true)));
-    assert_eq!(h.store.queue_status(now_ms()).await.unwrap().paused, true);
+    assert!(h.store.queue_status(now_ms()).await.unwrap().paused);
     let (s, v) = h.post("/api/v1/queue/resume", json!(null)).await;
     assert_eq!((s, v["paused"].as_bool()), (200, Some(false)));
     h.store.restore_declare("test restore", now_ms()).await.unwrap();
@@ -593,7 +593,7 @@ async fn queue_status_pause_and_resume_guarded_by_restore() {
     assert_eq!(v["restore_pending"], "test restore");
     h.post("/api/v1/queue/pause", json!(null)).await;
     assert_error(&h.post("/api/v1/queue/resume", json!(null)).await, 409, "refused");
-    assert_eq!(h.store.queue_status(now_ms()).await.unwrap().paused, true);
+    assert!(h.store.queue_status(now_ms()).await.unwrap().paused);
 }
 
 // ---- metrics -----------------------------------------------------------------
