@@ -65,7 +65,7 @@ h1{margin:0 0 .2em}h2{margin-top:1.6em;border-bottom:1px solid #ccc}\
 table{border-collapse:collapse;width:100%;background:#fff}td,th{border:1px solid #ddd;padding:.3em .5em;text-align:left;vertical-align:top;font-size:.92em}\
 .case{background:#fff;border:1px solid #e0b4b4;border-left:5px solid #b00;border-radius:4px;padding:.6em 1em;margin:.8em 0}\
 code{background:#f1f1f1;padding:.1em .3em;border-radius:3px}.cmd code{font-size:1.05em;background:#222;color:#fff;padding:.2em .5em}\
-.muted{color:#777}.status-ready{color:#070}.status-blocked{color:#b00;font-weight:bold}";
+#clients td:first-child,#events td:first-child,#events td:nth-child(2){white-space:nowrap}.muted{color:#777}.status-ready{color:#070}.status-blocked{color:#b00;font-weight:bold}";
 
 fn page(title: &str, body: &str, refresh: bool) -> String {
     let refresh = if refresh { format!("<meta http-equiv=\"refresh\" content=\"{REFRESH_SECS}\">") } else { String::new() };
