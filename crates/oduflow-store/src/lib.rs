@@ -25,11 +25,15 @@ mod queue;
 pub mod testing;
 mod receipts;
 mod rows;
+mod stats;
+mod tokens;
 
 pub use operator::*;
 pub use queue::*;
 pub use receipts::*;
 pub use rows::*;
+pub use stats::*;
+pub use tokens::*;
 
 use oduflow_model::{ClientName, ClientSpec, ClientStatus, JobKind, Target};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -67,6 +71,10 @@ pub enum StoreError {
     ReceiptNotFound(String),
     #[error("the lease on client {0} was lost before the job's writes were applied")]
     LeaseLost(String),
+    #[error("an API token named {0} already exists")]
+    TokenExists(String),
+    #[error("no live API token named {0}")]
+    TokenNotFound(String),
     #[error("corrupt row: {0}")]
     Corrupt(String),
     #[error("database error")]
@@ -194,10 +202,12 @@ impl Store {
         let files: &[(i64, &str, &'static str)] = match self {
             Store::Pg(_) => &[
                 (1, "init", include_str!("../migrations/postgres/0001_init.sql")),
+                (2, "tokens", include_str!("../migrations/postgres/0002_tokens.sql")),
                 (3, "adapter state", include_str!("../migrations/postgres/0003_adapter_state.sql")),
             ],
             Store::Sqlite(_) => &[
                 (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
+                (2, "tokens", include_str!("../migrations/sqlite/0002_tokens.sql")),
                 (3, "adapter state", include_str!("../migrations/sqlite/0003_adapter_state.sql")),
             ],
         };
@@ -420,6 +430,17 @@ impl Store {
             let rows = sqlx::query("SELECT id, client_ref, kind, detail, at_ms FROM events \
                                     WHERE client_ref = $1 ORDER BY id")
                 .bind(id.as_str()).fetch_all(p).await?;
+            rows.iter().map(rows::event_from_row).collect()
+        })
+    }
+
+    /// The latest `limit` events, newest first (the dashboard's and the
+    /// API's recent activity).
+    pub async fn events_recent(&self, limit: i64) -> Result<Vec<EventRow>> {
+        both!(self, p => {
+            let rows = sqlx::query("SELECT id, client_ref, kind, detail, at_ms FROM events \
+                                    ORDER BY id DESC LIMIT $1")
+                .bind(limit).fetch_all(p).await?;
             rows.iter().map(rows::event_from_row).collect()
         })
     }

@@ -46,6 +46,8 @@ pub(crate) struct Inner {
     /// Never reuses a connection; for create and attach, sent once.
     once: reqwest::Client,
     limiter: DefaultDirectRateLimiter,
+    /// Request and rate-limiter counters for `/metrics`.
+    stats: Arc<crate::stats::Stats>,
 }
 
 impl fmt::Debug for VultrClient {
@@ -196,6 +198,7 @@ impl VultrClient {
                 reads,
                 once,
                 limiter,
+                stats: Arc::default(),
             }),
         })
     }
@@ -206,6 +209,11 @@ impl VultrClient {
 
     pub fn fingerprint(&self) -> &KeyFingerprint {
         &self.inner.fingerprint
+    }
+
+    /// This process's request counters (shared by every clone).
+    pub fn stats(&self) -> &crate::stats::Stats {
+        &self.inner.stats
     }
 
     /// `base` + path segments, each escaped, so an id can never change the
@@ -229,7 +237,9 @@ impl VultrClient {
         body: Option<&serde_json::Value>,
     ) -> Reply {
         let inner = &self.inner;
+        let waiting = Instant::now();
         inner.limiter.until_ready().await;
+        inner.stats.record_limiter_wait(waiting.elapsed());
         let url = self.url(segments);
         let route = url.path().to_owned();
         let mut auth =
@@ -270,6 +280,15 @@ impl VultrClient {
             }
         };
         let ms = started.elapsed().as_millis() as u64;
+        let status = match &reply {
+            Reply::Answer(a) => Some(a.status),
+            Reply::Transport(_) => None,
+        };
+        inner.stats.record_request(
+            method.as_str(),
+            crate::stats::route_template(inner.base.path(), segments),
+            status,
+        );
         match &reply {
             Reply::Answer(a) => {
                 tracing::debug!(%method, %route, status = a.status, ms, "vultr request")

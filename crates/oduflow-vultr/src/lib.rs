@@ -27,6 +27,7 @@ pub mod dns_adapter;
 mod error;
 mod http;
 mod provider;
+pub mod stats;
 mod wire;
 
 pub use account::{Account, Plan, Region};

@@ -6,6 +6,7 @@ mod campaign;
 mod config;
 mod demo;
 mod lineage;
+mod serve;
 mod sim;
 
 use anyhow::{Context, Result};
@@ -95,6 +96,11 @@ enum Cmd {
     Campaign(campaign::CampaignArgs),
     /// Serve the Vultr API simulator (API under /v2, controls under /sim).
     Sim(sim::SimArgs),
+    /// Serve the HTTP API, the dashboard and Prometheus metrics.
+    Serve(serve::ServeArgs),
+    /// Bearer tokens for `oduflow serve`.
+    #[command(subcommand)]
+    Token(serve::TokenCmd),
     /// The embedded default end to end: a SQLite file, the in-process simulator with faults.
     Demo {
         /// How many clients to provision and then delete.
@@ -207,7 +213,13 @@ fn main() -> ExitCode {
                 || e.downcast_ref::<SpecError>().is_some()
                 || matches!(
                     e.downcast_ref::<StoreError>(),
-                    Some(StoreError::InvalidUrl { .. } | StoreError::ClientExists(_) | StoreError::ClientNotFound(_))
+                    Some(
+                        StoreError::InvalidUrl { .. }
+                            | StoreError::ClientExists(_)
+                            | StoreError::ClientNotFound(_)
+                            | StoreError::TokenExists(_)
+                            | StoreError::TokenNotFound(_)
+                    )
                 );
             eprintln!("oduflow: {}", chain(&e));
             ExitCode::from(if bad_input { 2 } else { 1 })
@@ -279,6 +291,8 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Demo { clients, seed, no_faults } => demo::run(&cfg, clients, seed, !no_faults).await?,
         Cmd::Sim(args) => sim::run(&cfg, args).await?,
         Cmd::Campaign(args) => campaign::run(args).await?,
+        Cmd::Serve(args) => serve::serve(&cfg, args).await?,
+        Cmd::Token(cmd) => serve::token(&cfg, cmd).await?,
         Cmd::Reconcile { name, all, new_dispatch, by, json } => {
             if all {
                 let store = open(&cfg).await?;

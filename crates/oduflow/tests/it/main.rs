@@ -632,4 +632,54 @@ fn campaign_catches_a_forgotten_receipt_and_reruns_it() {
     let (ok, again) = campaign(&["--seed", seed], Some("forget_receipt"));
     assert!(!ok, "the rerun did not reproduce the failure:\n{again}");
     assert!(again.contains("invariant 3"), "{again}");
+
+/// `oduflow token create/list/revoke` and `oduflow serve`, through the real
+/// binary: a created token opens the API, a revoked one stops at once, and
+/// neither the token nor the API key shows in `token list` or the server's
+/// debug log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_commands_and_serve() {
+    use std::io::{Read, Write};
+    let env = Env::sqlite().await;
+    env.ok(&["init"]);
+    let token = env.ok(&["token", "create", "alice"]).trim().to_owned();
+    assert!(token.starts_with("odf_") && token.len() == 68, "{token}");
+    assert_eq!(env.run(&["token", "create", "alice"]).status.code(), Some(2), "a live name is unique");
+    assert_eq!(env.run(&["token", "create", "bad name"]).status.code(), Some(2));
+    assert_eq!(env.run(&["token", "revoke", "nobody"]).status.code(), Some(2));
+    let list = env.ok(&["token", "list", "--json"]);
+    assert!(list.contains("\"alice\"") && !list.contains(&token), "{list}");
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let log = env.dir.path().join("serve.log");
+    let mut child = env
+        .cmd(&["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env("ODUFLOW_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let get = |path: &str, token: Option<&str>| -> Option<String> {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        let auth = token.map(|k| format!("Authorization: Bearer {k}\r\n")).unwrap_or_default();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n").ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        Some(out)
+    };
+    let start = Instant::now();
+    while get("/health", None).is_none() {
+        assert!(start.elapsed() < Duration::from_secs(20), "oduflow serve never answered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(get("/api/v1/queue", Some(&token)).unwrap().starts_with("HTTP/1.1 200"));
+    assert!(get("/api/v1/queue", None).unwrap().starts_with("HTTP/1.1 401"));
+    assert!(get(&format!("/?token={token}"), None).unwrap().starts_with("HTTP/1.1 200"));
+    env.ok(&["token", "revoke", "alice"]);
+    assert!(get("/api/v1/queue", Some(&token)).unwrap().starts_with("HTTP/1.1 401"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("http request"), "debug log captured: {log}");
+    assert!(!log.contains(&token) && !log.contains(KEY), "a secret in the server's log");
 }

@@ -1,0 +1,566 @@
+//! The JSON API under `/api/v1`: thin handlers that validate with the model's
+//! own parsers (the CLI's rules, exactly), call the store or the engine's
+//! operator actions, and shape the answer. Every handler's OpenAPI
+//! description sits on it, so the document is generated from this code.
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::extract::{ApiJson, ApiQuery, ClientPath};
+use crate::resolve::{resolutions, Resolution};
+use crate::AppState;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use oduflow_engine::operator;
+use oduflow_model::{BlockedReason, ClientSpec, ClientStatus, ResourceKind, Target};
+use oduflow_store::{ClientRow, EventRow, JobRow, ReceiptRow};
+use serde::{Deserialize, Serialize};
+use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
+use utoipa::{IntoParams, ToSchema};
+
+/// Events returned when no `limit` is given: a screenful.
+const EVENTS_LIMIT_DEFAULT: i64 = 100;
+/// Most events one request may ask for: bounds the answer's size.
+const EVENTS_LIMIT_MAX: i64 = 1000;
+/// Longest attestation fields: a name and a sentence or two, not a document.
+const BY_LEN_MAX: usize = 100;
+const REASON_LEN_MAX: usize = 1000;
+/// Longest event kind filter (kinds are short snake_case words).
+const EVENT_KIND_LEN_MAX: usize = 64;
+
+fn string_enum(values: impl IntoIterator<Item = &'static str>) -> Object {
+    ObjectBuilder::new().schema_type(Type::String).enum_values(Some(values)).build()
+}
+fn status_schema() -> Object {
+    string_enum(ClientStatus::ALL.iter().map(|s| s.as_str()))
+}
+fn reason_schema() -> Object {
+    string_enum(BlockedReason::ALL.iter().map(|s| s.as_str()))
+}
+fn target_schema() -> Object {
+    string_enum(Target::ALL.iter().map(|s| s.as_str()))
+}
+
+// ---- views ---------------------------------------------------------------
+
+/// A client with its infra record, as shown to operators. The key appears
+/// only as the first 12 hex digits of its SHA-256 fingerprint.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClientView {
+    pub id: String,
+    pub name: String,
+    #[schema(schema_with = status_schema)]
+    pub status: ClientStatus,
+    #[schema(schema_with = reason_schema, nullable)]
+    pub blocked_reason: Option<BlockedReason>,
+    /// The engine's evidence for the block.
+    pub blocked_detail: Option<String>,
+    #[schema(schema_with = target_schema)]
+    pub target: Target,
+    pub generation: i64,
+    pub region: String,
+    pub plan: String,
+    pub os_id: i64,
+    pub volume_gb: i64,
+    pub volume_type: String,
+    pub vm_id: Option<String>,
+    pub volume_id: Option<String>,
+    pub key_fingerprint: Option<String>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+impl From<&ClientRow> for ClientView {
+    fn from(r: &ClientRow) -> Self {
+        let i = &r.infra;
+        ClientView {
+            id: r.id.to_string(),
+            name: r.name.clone(),
+            status: i.status,
+            blocked_reason: i.blocked_reason,
+            blocked_detail: i.blocked_detail.clone(),
+            target: i.target,
+            generation: i.generation,
+            region: i.spec.region.clone(),
+            plan: i.spec.plan.clone(),
+            os_id: i.spec.os_id,
+            volume_gb: i.spec.volume_gb,
+            volume_type: i.spec.volume_type.as_str().to_owned(),
+            vm_id: i.vm_id.as_ref().map(|v| v.to_string()),
+            volume_id: i.volume_id.as_ref().map(|v| v.to_string()),
+            key_fingerprint: i.key_fingerprint.as_ref().map(|k| k.short().to_owned()),
+            created_ms: r.created_ms,
+            updated_ms: i.updated_ms,
+        }
+    }
+}
+
+/// One client with its evidence: receipts (the durable record of every
+/// dispatch), jobs, and for a blocked client the commands that resolve it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClientDetail {
+    pub client: ClientView,
+    #[schema(value_type = Vec<Object>)]
+    pub receipts: Vec<ReceiptRow>,
+    #[schema(value_type = Vec<Object>)]
+    pub jobs: Vec<JobRow>,
+    pub resolutions: Vec<Resolution>,
+}
+
+/// The answer to a create or delete: the intent and its job are committed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Accepted {
+    pub client: ClientView,
+    /// The queued job that carries the change out.
+    pub job_id: Option<i64>,
+}
+
+/// A blocked client awaiting an operator.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Intervention {
+    pub client: ClientView,
+    #[schema(schema_with = reason_schema)]
+    pub reason: BlockedReason,
+    /// The engine's evidence text.
+    pub evidence: Option<String>,
+    /// The client's receipts: what was sent, what came back, observations.
+    #[schema(value_type = Vec<Object>)]
+    pub receipts: Vec<ReceiptRow>,
+    pub resolutions: Vec<Resolution>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct QueueView {
+    pub paused: bool,
+    pub queued: i64,
+    pub runnable: i64,
+    pub done: i64,
+    pub stale: i64,
+    pub failed: i64,
+    pub next_run_after_ms: Option<i64>,
+    pub unsettled_clients: i64,
+    /// Set after a restore until `oduflow reconcile --all` has run; the queue
+    /// claims nothing meanwhile.
+    pub restore_pending: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    pub status: String,
+}
+
+// ---- requests ------------------------------------------------------------
+
+/// Intent for a new client. The same rules as `oduflow client create`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClientCreate {
+    /// Lowercase letters, digits and hyphens; starts with a letter, does not
+    /// end with a hyphen; at most 63 characters.
+    #[schema(pattern = "^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$", min_length = 1, max_length = 63)]
+    pub name: String,
+    /// Vultr region id, e.g. ewr.
+    #[schema(pattern = "^[a-z]{3,4}$")]
+    pub region: String,
+    /// Vultr plan id, e.g. vc2-1c-1gb.
+    #[schema(pattern = "^[a-z][a-z0-9-]{0,63}$")]
+    pub plan: String,
+    #[schema(minimum = 1)]
+    pub os_id: i64,
+    /// 10..=10000 for high_perf, 40..=40000 for storage_opt.
+    #[schema(minimum = 10, maximum = 40000)]
+    pub volume_gb: i64,
+    /// high_perf (default) or storage_opt.
+    #[serde(default)]
+    pub volume_type: Option<VolumeTypeParam>,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum VolumeTypeParam {
+    HighPerf,
+    StorageOpt,
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReconcileRequest {
+    /// Allocate the next dispatch generation; allowed only after a
+    /// definitive rejection (400/401/403/422) of the current create.
+    #[serde(default)]
+    pub new_dispatch: bool,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AdoptKind {
+    Vm,
+    Volume,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AbandonKind {
+    Vm,
+    Volume,
+    Attach,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AdoptRequest {
+    pub kind: AdoptKind,
+    /// The Vultr id (a UUID) of the resource to record.
+    #[schema(pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")]
+    pub id: String,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AbandonRequest {
+    pub kind: AbandonKind,
+    /// Who attests that the dispatch is to be given up.
+    #[schema(min_length = 1, max_length = 100)]
+    pub by: String,
+    /// Why (what was checked).
+    #[schema(min_length = 1, max_length = 1000)]
+    pub reason: String,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ClientFilter {
+    /// Only clients in this status.
+    #[param(schema_with = status_schema)]
+    pub status: Option<ClientStatus>,
+    /// Only clients blocked for this reason.
+    #[param(schema_with = reason_schema)]
+    pub blocked_reason: Option<BlockedReason>,
+    /// Only clients with this target.
+    #[param(schema_with = target_schema)]
+    pub target: Option<Target>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct EventFilter {
+    /// Only events of this kind (e.g. client_created, reconcile_requested).
+    #[param(pattern = "^[a-z0-9_]{1,64}$")]
+    pub kind: Option<String>,
+    /// At most this many, newest first (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<i64>,
+}
+
+// ---- helpers -------------------------------------------------------------
+
+async fn client_or_404(s: &AppState, name: &str) -> ApiResult<ClientRow> {
+    s.store().client_get(name).await?.ok_or_else(|| ApiError::NotFound(format!("no client named {name}")))
+}
+
+async fn latest_queued_job(s: &AppState, c: &ClientRow) -> ApiResult<Option<i64>> {
+    Ok(s.store()
+        .jobs_for_client(&c.id)
+        .await?
+        .iter()
+        .rev()
+        .find(|j| j.state == oduflow_model::JobState::Queued)
+        .map(|j| j.id.0))
+}
+
+/// Free text recorded in the audit trail: trimmed, bounded, no control
+/// characters (which would garble terminals and logs reading it back).
+fn attestation(field: &str, v: &str, max: usize) -> ApiResult<String> {
+    let t = v.trim();
+    if t.is_empty() {
+        return Err(ApiError::InvalidInput(format!("{field} must not be empty")));
+    }
+    if t.chars().count() > max {
+        return Err(ApiError::InvalidInput(format!("{field} is longer than {max} characters")));
+    }
+    if t.chars().any(char::is_control) {
+        return Err(ApiError::InvalidInput(format!("{field} must not contain control characters")));
+    }
+    Ok(t.to_owned())
+}
+
+// ---- handlers ------------------------------------------------------------
+
+/// Liveness; the only route open without a token. Says nothing about the
+/// data.
+#[utoipa::path(get, path = "/health", tag = "system", security(()),
+    responses((status = 200, body = Health)))]
+pub async fn health() -> Json<Health> {
+    Json(Health { status: "ok".into() })
+}
+
+/// Every client, optionally filtered.
+#[utoipa::path(get, path = "/api/v1/clients", tag = "clients", params(ClientFilter),
+    responses((status = 200, body = Vec<ClientView>), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn clients_list(State(s): State<AppState>, ApiQuery(f): ApiQuery<ClientFilter>) -> ApiResult<Json<Vec<ClientView>>> {
+    let rows = s.store().client_list().await?;
+    Ok(Json(
+        rows.iter()
+            .filter(|c| f.status.is_none_or(|v| c.infra.status == v))
+            .filter(|c| f.blocked_reason.is_none_or(|v| c.infra.blocked_reason == Some(v)))
+            .filter(|c| f.target.is_none_or(|v| c.infra.target == v))
+            .map(ClientView::from)
+            .collect(),
+    ))
+}
+
+/// Records intent for a new client (`present`) and enqueues provisioning.
+/// Answered only after the intent and its job are committed.
+#[utoipa::path(post, path = "/api/v1/clients", tag = "clients", request_body = ClientCreate,
+    responses((status = 201, body = Accepted), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn clients_create(State(s): State<AppState>, ApiJson(req): ApiJson<ClientCreate>) -> ApiResult<(StatusCode, Json<Accepted>)> {
+    let name = oduflow_model::ClientName::parse(&req.name)?;
+    let volume_type = match req.volume_type.unwrap_or(VolumeTypeParam::HighPerf) {
+        VolumeTypeParam::HighPerf => "high_perf",
+        VolumeTypeParam::StorageOpt => "storage_opt",
+    };
+    let spec = ClientSpec::parse(&req.region, &req.plan, req.os_id, req.volume_gb, volume_type)?;
+    let row = s.store().client_create(&name, &spec, s.now_ms(), s.attempts_max()).await?;
+    let job_id = latest_queued_job(&s, &row).await?;
+    Ok((StatusCode::CREATED, Json(Accepted { client: (&row).into(), job_id })))
+}
+
+/// Status, evidence, receipts, jobs and resolutions of one client.
+#[utoipa::path(get, path = "/api/v1/clients/{name}", tag = "clients",
+    params(("name" = String, Path, description = "client name", example = "acme")),
+    responses((status = 200, body = ClientDetail), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn clients_show(State(s): State<AppState>, ClientPath(name): ClientPath) -> ApiResult<Json<ClientDetail>> {
+    let c = client_or_404(&s, name.as_str()).await?;
+    let receipts = s.store().receipts_for_client(&c.id).await?;
+    let jobs = s.store().jobs_for_client(&c.id).await?;
+    let resolutions = resolutions(&c, &receipts);
+    Ok(Json(ClientDetail { client: (&c).into(), receipts, jobs, resolutions }))
+}
+
+/// Sets the target to `absent` and enqueues deletion. Answered only after
+/// the intent and its job are committed. Deleting again changes nothing.
+#[utoipa::path(delete, path = "/api/v1/clients/{name}", tag = "clients",
+    params(("name" = String, Path, description = "client name", example = "acme")),
+    responses((status = 202, body = Accepted), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn clients_delete(State(s): State<AppState>, ClientPath(name): ClientPath) -> ApiResult<(StatusCode, Json<Accepted>)> {
+    let row = s.store().client_delete(name.as_str(), s.now_ms(), s.attempts_max()).await?;
+    let job_id = latest_queued_job(&s, &row).await?;
+    Ok((StatusCode::ACCEPTED, Json(Accepted { client: (&row).into(), job_id })))
+}
+
+/// The client's receipts (read-only; receipts are never changed here).
+#[utoipa::path(get, path = "/api/v1/clients/{name}/receipts", tag = "evidence",
+    params(("name" = String, Path, description = "client name", example = "acme")),
+    responses((status = 200, body = Vec<Object>), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn clients_receipts(State(s): State<AppState>, ClientPath(name): ClientPath) -> ApiResult<Json<Vec<ReceiptRow>>> {
+    let c = client_or_404(&s, name.as_str()).await?;
+    Ok(Json(s.store().receipts_for_client(&c.id).await?))
+}
+
+/// The client's audit events, oldest first.
+#[utoipa::path(get, path = "/api/v1/clients/{name}/events", tag = "evidence",
+    params(("name" = String, Path, description = "client name", example = "acme")),
+    responses((status = 200, body = Vec<Object>), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn clients_events(State(s): State<AppState>, ClientPath(name): ClientPath) -> ApiResult<Json<Vec<EventRow>>> {
+    let c = client_or_404(&s, name.as_str()).await?;
+    Ok(Json(s.store().events_for_client(&c.id).await?))
+}
+
+/// Observe again (a fresh polling budget), or with `new_dispatch` start the
+/// next dispatch generation after a definitive rejection.
+#[utoipa::path(post, path = "/api/v1/clients/{name}/reconcile", tag = "actions", request_body = ReconcileRequest,
+    params(("name" = String, Path, description = "client name", example = "acme")),
+    responses((status = 200, body = ClientView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "refused by the protocol", body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn clients_reconcile(
+    State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ClientPath(name): ClientPath,
+    ApiJson(req): ApiJson<ReconcileRequest>,
+) -> ApiResult<Json<ClientView>> {
+    let row = operator::reconcile(
+        s.store(),
+        s.provider().as_ref(),
+        name.as_str(),
+        req.new_dispatch,
+        &caller.actor(),
+        s.now_ms(),
+        s.attempts_max(),
+    )
+    .await?;
+    Ok(Json((&row).into()))
+}
+
+/// Records a named resource for a dispatch whose outcome is unknown, after
+/// verifying its region, configuration and that nothing else records it.
+#[utoipa::path(post, path = "/api/v1/clients/{name}/adopt", tag = "actions", request_body = AdoptRequest,
+    params(("name" = String, Path, description = "client name", example = "acme")),
+    responses((status = 200, body = ClientView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "refused by the protocol", body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn clients_adopt(
+    State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ClientPath(name): ClientPath,
+    ApiJson(req): ApiJson<AdoptRequest>,
+) -> ApiResult<Json<ClientView>> {
+    // Vultr ids are hyphenated UUIDs; anything else is refused before the
+    // provider is asked.
+    if req.id.len() != 36 || uuid::Uuid::try_parse(&req.id).is_err() {
+        return Err(ApiError::InvalidInput(format!("id {:?} is not a Vultr resource id (a UUID)", req.id)));
+    }
+    let kind = match req.kind {
+        AdoptKind::Vm => ResourceKind::Vm,
+        AdoptKind::Volume => ResourceKind::Volume,
+    };
+    client_or_404(&s, name.as_str()).await?;
+    let row = operator::adopt(
+        s.store(),
+        s.provider().as_ref(),
+        name.as_str(),
+        kind,
+        &req.id,
+        &caller.actor(),
+        s.now_ms(),
+        s.attempts_max(),
+    )
+    .await?;
+    Ok(Json((&row).into()))
+}
+
+/// Gives up an uncertain dispatch on a recorded attestation (who and why);
+/// its label stays on the inventory watch list.
+#[utoipa::path(post, path = "/api/v1/clients/{name}/abandon", tag = "actions", request_body = AbandonRequest,
+    params(("name" = String, Path, description = "client name", example = "acme")),
+    responses((status = 200, body = ClientView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "refused by the protocol", body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn clients_abandon(
+    State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ClientPath(name): ClientPath,
+    ApiJson(req): ApiJson<AbandonRequest>,
+) -> ApiResult<Json<ClientView>> {
+    let by = attestation("by", &req.by, BY_LEN_MAX)?;
+    let reason = attestation("reason", &req.reason, REASON_LEN_MAX)?;
+    let kind = match req.kind {
+        AbandonKind::Vm => ResourceKind::Vm,
+        AbandonKind::Volume => ResourceKind::Volume,
+        AbandonKind::Attach => ResourceKind::Attach,
+    };
+    // The attestation names a person; the token that sent it is kept too.
+    let by = format!("{by} (via {})", caller.actor());
+    let row = operator::abandon(s.store(), name.as_str(), kind, &by, &reason, s.now_ms(), s.attempts_max()).await?;
+    Ok(Json((&row).into()))
+}
+
+/// Blocked clients with their reason, evidence and resolving commands.
+#[utoipa::path(get, path = "/api/v1/interventions", tag = "actions",
+    responses((status = 200, body = Vec<Intervention>), (status = 401, body = ErrorBody)))]
+pub async fn interventions(State(s): State<AppState>) -> ApiResult<Json<Vec<Intervention>>> {
+    Ok(Json(interventions_list(&s).await?))
+}
+
+pub(crate) async fn interventions_list(s: &AppState) -> ApiResult<Vec<Intervention>> {
+    let mut out = vec![];
+    for c in s.store().client_list().await? {
+        let Some(reason) = c.infra.blocked_reason.filter(|_| c.infra.status == ClientStatus::Blocked) else {
+            continue;
+        };
+        let receipts = s.store().receipts_for_client(&c.id).await?;
+        out.push(Intervention {
+            client: (&c).into(),
+            reason,
+            evidence: c.infra.blocked_detail.clone(),
+            resolutions: resolutions(&c, &receipts),
+            receipts,
+        });
+    }
+    Ok(out)
+}
+
+/// Every receipt (read-only).
+#[utoipa::path(get, path = "/api/v1/receipts", tag = "evidence",
+    responses((status = 200, body = Vec<Object>), (status = 401, body = ErrorBody)))]
+pub async fn receipts(State(s): State<AppState>) -> ApiResult<Json<Vec<ReceiptRow>>> {
+    Ok(Json(s.store().receipts_all().await?))
+}
+
+/// Recent audit events, newest first.
+#[utoipa::path(get, path = "/api/v1/events", tag = "evidence", params(EventFilter),
+    responses((status = 200, body = Vec<Object>), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn events(State(s): State<AppState>, ApiQuery(f): ApiQuery<EventFilter>) -> ApiResult<Json<Vec<EventRow>>> {
+    let limit = f.limit.unwrap_or(EVENTS_LIMIT_DEFAULT);
+    if !(1..=EVENTS_LIMIT_MAX).contains(&limit) {
+        return Err(ApiError::InvalidInput(format!("limit must be within 1..={EVENTS_LIMIT_MAX}")));
+    }
+    let rows = match f.kind {
+        Some(kind) => {
+            // Event kinds are snake_case words; anything else cannot match,
+            // and refusing it keeps odd bytes (NUL, which PostgreSQL text
+            // cannot hold) away from the database.
+            let snake = kind.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            if kind.is_empty() || kind.len() > EVENT_KIND_LEN_MAX || !snake {
+                return Err(ApiError::InvalidInput(format!(
+                    "kind must be 1 to {EVENT_KIND_LEN_MAX} lowercase letters, digits or '_'"
+                )));
+            }
+            let mut rows = s.store().events_by_kind(&kind).await?;
+            rows.reverse();
+            rows.truncate(limit as usize);
+            rows
+        }
+        None => s.store().events_recent(limit).await?,
+    };
+    Ok(Json(rows))
+}
+
+async fn queue_view(s: &AppState) -> ApiResult<QueueView> {
+    let q = s.store().queue_status(s.now_ms()).await?;
+    Ok(QueueView {
+        paused: q.paused,
+        queued: q.queued,
+        runnable: q.runnable,
+        done: q.done,
+        stale: q.stale,
+        failed: q.failed,
+        next_run_after_ms: q.next_run_after_ms,
+        unsettled_clients: q.unsettled_clients,
+        restore_pending: s.store().restore_pending().await?,
+    })
+}
+
+/// Queue counts, paused flag and restore guard.
+#[utoipa::path(get, path = "/api/v1/queue", tag = "queue",
+    responses((status = 200, body = QueueView), (status = 401, body = ErrorBody)))]
+pub async fn queue(State(s): State<AppState>) -> ApiResult<Json<QueueView>> {
+    Ok(Json(queue_view(&s).await?))
+}
+
+/// Stops workers claiming jobs (running jobs finish).
+#[utoipa::path(post, path = "/api/v1/queue/pause", tag = "queue",
+    responses((status = 200, body = QueueView), (status = 401, body = ErrorBody)))]
+pub async fn queue_pause(State(s): State<AppState>) -> ApiResult<Json<QueueView>> {
+    s.store().queue_set_paused(true, s.now_ms()).await?;
+    Ok(Json(queue_view(&s).await?))
+}
+
+/// Lets workers claim jobs again; refused while a restore is pending.
+#[utoipa::path(post, path = "/api/v1/queue/resume", tag = "queue",
+    responses((status = 200, body = QueueView), (status = 401, body = ErrorBody),
+        (status = 409, description = "a restore is pending", body = ErrorBody)))]
+pub async fn queue_resume(State(s): State<AppState>) -> ApiResult<Json<QueueView>> {
+    if let Some(why) = s.store().restore_pending().await? {
+        return Err(ApiError::Refused(format!(
+            "the database was restored ({why}); run `oduflow reconcile --all` before resuming the queue"
+        )));
+    }
+    s.store().queue_set_paused(false, s.now_ms()).await?;
+    Ok(Json(queue_view(&s).await?))
+}

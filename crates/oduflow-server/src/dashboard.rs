@@ -1,0 +1,271 @@
+//! The dashboard at `/`: one server-rendered page (no scripts, no build
+//! step) with clients by status, the intervention queue (each blocked client
+//! with its reason, evidence, receipts and the exact commands that resolve
+//! it), every client, and recent events. Read-only: it shows commands, it
+//! does not run them, so a stolen cookie can only read.
+//!
+//! Every value from the database is HTML-escaped through [`esc`]; the page
+//! is built only from escaped values and fixed markup. The Content Security
+//! Policy forbids scripts altogether, as a second line.
+
+use crate::auth::{authenticate, Caller, COOKIE_NAME};
+use crate::error::{ApiError, ApiResult};
+use crate::AppState;
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Form};
+use oduflow_model::ClientStatus;
+use std::collections::HashMap;
+use std::fmt::Write;
+
+/// Events shown: enough to see what just happened, short enough to scan.
+const RECENT_EVENTS_SHOWN: i64 = 30;
+
+/// Reloads the page this often, so a dashboard left open stays current.
+const REFRESH_SECS: u32 = 30;
+
+/// Escapes text for HTML element content and double-quoted attributes.
+pub(crate) fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// `2026-11-29 19:55:08 UTC` from epoch milliseconds (UTC, proleptic
+/// Gregorian; Howard Hinnant's days-to-civil).
+fn utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;background:#fafafa}\
+h1{margin:0 0 .2em}h2{margin-top:1.6em;border-bottom:1px solid #ccc}\
+.counts{display:flex;gap:.8em;flex-wrap:wrap}.count{background:#fff;border:1px solid #ddd;border-radius:6px;padding:.5em 1em;min-width:7em}\
+.count b{display:block;font-size:1.6em}.blocked b{color:#b00}\
+table{border-collapse:collapse;width:100%;background:#fff}td,th{border:1px solid #ddd;padding:.3em .5em;text-align:left;vertical-align:top;font-size:.92em}\
+.case{background:#fff;border:1px solid #e0b4b4;border-left:5px solid #b00;border-radius:4px;padding:.6em 1em;margin:.8em 0}\
+code{background:#f1f1f1;padding:.1em .3em;border-radius:3px}.cmd code{font-size:1.05em;background:#222;color:#fff;padding:.2em .5em}\
+#clients td:first-child,#events td:first-child,#events td:nth-child(2){white-space:nowrap}.muted{color:#777}.status-ready{color:#070}.status-blocked{color:#b00;font-weight:bold}";
+
+fn page(title: &str, body: &str, refresh: bool) -> String {
+    let refresh = if refresh { format!("<meta http-equiv=\"refresh\" content=\"{REFRESH_SECS}\">") } else { String::new() };
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">{refresh}<title>{}</title><style>{STYLE}</style></head><body>{body}</body></html>",
+        esc(title)
+    )
+}
+
+fn html(status: StatusCode, body: String) -> Response {
+    let mut r = (status, body).into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'"),
+    );
+    // A `?token=` in the address must not travel to other sites.
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    r
+}
+
+/// The login form, shown (with 401) to a browser without a valid token.
+pub(crate) fn login_page(error: Option<&str>) -> Response {
+    let err = error.map(|e| format!("<p class=\"status-blocked\">{}</p>", esc(e))).unwrap_or_default();
+    let body = format!(
+        "<h1>oduflow</h1><p>Sign in with an API token (create one with <code>oduflow token create NAME</code>).</p>{err}\
+         <form method=\"post\" action=\"/login\"><input type=\"password\" name=\"token\" size=\"70\" autocomplete=\"off\" \
+         placeholder=\"odf_...\"> <button type=\"submit\">Sign in</button></form>"
+    );
+    html(StatusCode::UNAUTHORIZED, page("oduflow: sign in", &body, false))
+}
+
+#[derive(serde::Deserialize)]
+pub(crate) struct LoginForm {
+    token: String,
+}
+
+/// Checks the token; on success sets an HttpOnly, SameSite=Strict cookie
+/// holding it and sends the browser to the dashboard.
+pub(crate) async fn login(State(s): State<AppState>, form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>) -> Response {
+    let Ok(Form(f)) = form else {
+        return login_page(Some("the form could not be read"));
+    };
+    match authenticate(&s, f.token.trim()).await {
+        Ok(Some(_)) => {
+            let cookie = format!("{COOKIE_NAME}={}; HttpOnly; SameSite=Strict; Path=/", f.token.trim());
+            let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
+            if let Ok(v) = HeaderValue::from_str(&cookie) {
+                r.headers_mut().insert(header::SET_COOKIE, v);
+            }
+            r
+        }
+        Ok(None) => login_page(Some("that token is not valid")),
+        Err(e) => e.into_response(),
+    }
+}
+
+fn outcome(r: &oduflow_store::ReceiptRow) -> String {
+    match (&r.resource_id, r.rejection_status) {
+        (Some(id), _) => format!("id {id} ({})", r.resource_id_source.map(|s| s.as_str()).unwrap_or("?")),
+        (None, Some(st)) => format!("rejected {st}: {}", r.rejection_message.as_deref().unwrap_or("")),
+        (None, None) if r.abandoned_by.is_some() => {
+            format!("abandoned by {}: {}", r.abandoned_by.as_deref().unwrap_or(""), r.abandoned_reason.as_deref().unwrap_or(""))
+        }
+        (None, None) => "outcome unknown".into(),
+    }
+}
+
+pub(crate) async fn dashboard(State(s): State<AppState>, Extension(caller): Extension<Caller>) -> ApiResult<Response> {
+    let store = s.store();
+    let clients = store.client_list().await?;
+    let names: HashMap<&str, &str> = clients.iter().map(|c| (c.id.as_str(), c.name.as_str())).collect();
+    let queue = store.queue_status(s.now_ms()).await?;
+    let restore = store.restore_pending().await?;
+    let cases = crate::api::interventions_list(&s).await?;
+    let events = store.events_recent(RECENT_EVENTS_SHOWN).await?;
+
+    let mut b = String::new();
+    let _ = write!(
+        b,
+        "<h1>oduflow</h1><p class=\"muted\">{} &middot; signed in as token <b>{}</b> &middot; refreshes every {REFRESH_SECS} s</p>",
+        esc(&utc(s.now_ms())),
+        esc(&caller.token_name)
+    );
+
+    b.push_str("<h2>Clients by status</h2><div class=\"counts\" id=\"counts\">");
+    for st in ClientStatus::ALL {
+        let n = clients.iter().filter(|c| c.infra.status == *st).count();
+        let class = if *st == ClientStatus::Blocked && n > 0 { "count blocked" } else { "count" };
+        let _ = write!(b, "<div class=\"{class}\" data-status=\"{0}\"><b>{n}</b>{0}</div>", esc(st.as_str()));
+    }
+    b.push_str("</div>");
+    let _ = write!(
+        b,
+        "<p id=\"queue\">Queue: {} &middot; {} queued ({} runnable) &middot; {} done &middot; {} failed{}</p>",
+        if queue.paused { "<b>paused</b>" } else { "running" },
+        queue.queued,
+        queue.runnable,
+        queue.done,
+        queue.failed,
+        restore
+            .map(|w| format!(" &middot; <b class=\"status-blocked\">restore pending: {}</b> (run <code>oduflow reconcile --all</code>)", esc(&w)))
+            .unwrap_or_default()
+    );
+
+    let _ = write!(b, "<h2>Intervention queue ({})</h2><div id=\"interventions\">", cases.len());
+    if cases.is_empty() {
+        b.push_str("<p class=\"muted\">Nothing is blocked.</p>");
+    }
+    for case in &cases {
+        let c = &case.client;
+        let _ = write!(
+            b,
+            "<div class=\"case\" data-client=\"{0}\"><h3>{0} &mdash; <span class=\"reason\">{1}</span></h3><p>Evidence: {2}</p>",
+            esc(&c.name),
+            esc(case.reason.as_str()),
+            esc(case.evidence.as_deref().unwrap_or("(none recorded)"))
+        );
+        if !case.receipts.is_empty() {
+            b.push_str("<table><tr><th>dispatch</th><th>label</th><th>outcome</th><th>observations</th><th>last observation</th></tr>");
+            for r in &case.receipts {
+                let _ = write!(
+                    b,
+                    "<tr><td>{} #{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    esc(r.resource_kind.as_str()),
+                    r.dispatch_generation,
+                    esc(r.label.as_str()),
+                    esc(&outcome(r)),
+                    r.observation_count,
+                    esc(r.last_observation.as_deref().unwrap_or("-"))
+                );
+            }
+            b.push_str("</table>");
+        }
+        b.push_str("<p>Resolve with:</p><ul>");
+        for res in &case.resolutions {
+            let _ = write!(b, "<li class=\"cmd\"><code>{}</code> &mdash; {}</li>", esc(&res.command), esc(&res.when));
+        }
+        b.push_str("</ul></div>");
+    }
+    b.push_str("</div>");
+
+    b.push_str("<h2>Clients</h2><table id=\"clients\"><tr><th>name</th><th>status</th><th>blocked reason</th><th>target</th><th>region / plan</th><th>vm</th><th>volume</th><th>updated</th></tr>");
+    for c in &clients {
+        let i = &c.infra;
+        let _ = write!(
+            b,
+            "<tr data-client=\"{0}\"><td>{0}</td><td class=\"status-{1}\">{1}</td><td>{2}</td><td>{3}</td><td>{4} / {5}</td><td>{6}</td><td>{7}</td><td>{8}</td></tr>",
+            esc(&c.name),
+            esc(i.status.as_str()),
+            esc(i.blocked_reason.map(|r| r.as_str()).unwrap_or("-")),
+            esc(i.target.as_str()),
+            esc(&i.spec.region),
+            esc(&i.spec.plan),
+            esc(i.vm_id.as_ref().map(|v| v.as_str()).unwrap_or("-")),
+            esc(i.volume_id.as_ref().map(|v| v.as_str()).unwrap_or("-")),
+            esc(&utc(i.updated_ms)),
+        );
+    }
+    b.push_str("</table>");
+
+    b.push_str("<h2>Recent events</h2><table id=\"events\"><tr><th>time</th><th>client</th><th>event</th><th>detail</th></tr>");
+    for e in &events {
+        let client = e.client_ref.as_deref().map(|r| names.get(r).copied().unwrap_or(r)).unwrap_or("-");
+        let _ = write!(
+            b,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+            esc(&utc(e.at_ms)),
+            esc(client),
+            esc(&e.kind),
+            esc(&e.detail.to_string())
+        );
+    }
+    b.push_str("</table>");
+    Ok(html(StatusCode::OK, page("oduflow dashboard", &b, true)))
+}
+
+/// Keeps the error type in one place for the dashboard's failures too.
+impl From<std::fmt::Error> for ApiError {
+    fn from(_: std::fmt::Error) -> Self {
+        ApiError::BadRequest("page could not be rendered".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup() {
+        assert_eq!(esc("<script>alert('x')</script>&\""), "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;");
+    }
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(1_796_068_508_000), "2026-11-30 19:55:08 UTC");
+    }
+}

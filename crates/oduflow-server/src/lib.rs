@@ -1,0 +1,162 @@
+//! oduflow's operator surfaces over HTTP (`oduflow serve`): the JSON API
+//! under `/api/v1`, its OpenAPI document at `/openapi.json`, Prometheus
+//! metrics at `/metrics` and a server-rendered dashboard at `/`.
+//!
+//! Invariants kept here:
+//! - this is the only crate that knows HTTP status codes: library errors
+//!   become [`ApiError`] and a status once, in `error.rs`;
+//! - every route but `/health` needs a bearer token (`auth.rs`); the
+//!   dashboard also takes it from a login cookie or `?token=`;
+//! - every error answer is `{"error": {"code", "message"}}` with a stable
+//!   code; bad input is a 4xx that stores nothing and calls no provider;
+//! - neither the Vultr API key nor a bearer token appears in an answer, a log
+//!   line or a metric: tokens are kept as SHA-256 digests, the key only as its
+//!   fingerprint, and request logs name the path without its query.
+//!
+//! Handlers are thin: they validate with the model's parsers (the CLI's
+//! rules), then call the store or `oduflow_engine::operator`.
+
+pub mod api;
+pub mod auth;
+mod dashboard;
+pub mod error;
+mod extract;
+mod metrics;
+mod openapi;
+pub mod resolve;
+
+pub use error::{ApiError, ErrorBody};
+pub use openapi::openapi_json;
+
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use oduflow_engine::{SharedClock, SystemClock};
+use oduflow_store::Store;
+use oduflow_vultr::VultrClient;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Largest request body accepted. The biggest legitimate body (an abandon
+/// attestation) is about 1 KiB; 64 KiB leaves room and keeps a flood of
+/// large bodies cheap to refuse.
+pub const BODY_BYTES_MAX: usize = 64 * 1024;
+
+/// What every handler shares. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    /// For operator actions that must ask the provider (reconcile, adopt).
+    /// Its request counters feed `/metrics`.
+    provider: Arc<VultrClient>,
+    clock: SharedClock,
+    /// Attempts given to the jobs this server enqueues.
+    attempts_max: i32,
+}
+
+impl AppState {
+    pub fn new(store: Store, provider: Arc<VultrClient>, attempts_max: i32) -> Self {
+        Self::with_clock(store, provider, attempts_max, Arc::new(SystemClock))
+    }
+
+    pub fn with_clock(store: Store, provider: Arc<VultrClient>, attempts_max: i32, clock: SharedClock) -> Self {
+        Self { inner: Arc::new(Inner { store, provider, clock, attempts_max }) }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    pub fn provider(&self) -> &Arc<VultrClient> {
+        &self.inner.provider
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.inner.clock.now_ms()
+    }
+
+    pub fn attempts_max(&self) -> i32 {
+        self.inner.attempts_max
+    }
+}
+
+/// Logs each request's method, path (never the query, which may carry a
+/// dashboard token), status and duration.
+async fn log_request(req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let started = std::time::Instant::now();
+    let resp = next.run(req).await;
+    tracing::debug!(%method, %path, status = resp.status().as_u16(), ms = started.elapsed().as_millis() as u64, "http request");
+    resp
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound("no such route".into())
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}
+
+/// The whole application, for `serve` and for tests on port 0.
+pub fn router(state: AppState) -> Router {
+    let api = Router::new()
+        .route("/api/v1/clients", get(api::clients_list).post(api::clients_create))
+        .route("/api/v1/clients/{name}", get(api::clients_show).delete(api::clients_delete))
+        .route("/api/v1/clients/{name}/receipts", get(api::clients_receipts))
+        .route("/api/v1/clients/{name}/events", get(api::clients_events))
+        .route("/api/v1/clients/{name}/reconcile", post(api::clients_reconcile))
+        .route("/api/v1/clients/{name}/adopt", post(api::clients_adopt))
+        .route("/api/v1/clients/{name}/abandon", post(api::clients_abandon))
+        .route("/api/v1/interventions", get(api::interventions))
+        .route("/api/v1/receipts", get(api::receipts))
+        .route("/api/v1/events", get(api::events))
+        .route("/api/v1/queue", get(api::queue))
+        .route("/api/v1/queue/pause", post(api::queue_pause))
+        .route("/api/v1/queue/resume", post(api::queue_resume))
+        .route("/openapi.json", get(openapi::serve_openapi))
+        .route("/metrics", get(metrics::metrics))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_bearer));
+    let dashboard = Router::new()
+        .route("/", get(dashboard::dashboard))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_browser));
+    Router::new()
+        .route("/health", get(api::health))
+        .route("/login", post(dashboard::login))
+        .merge(api)
+        .merge(dashboard)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .layer(middleware::from_fn(log_request))
+        .with_state(state)
+}
+
+/// Serves until `shutdown` completes, then finishes in-flight requests.
+pub async fn serve(
+    state: AppState,
+    listen: SocketAddr,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    serve_on(state, listener, shutdown).await
+}
+
+/// As [`serve`], on a listener the caller bound (tests bind port 0 and read
+/// the address first).
+pub async fn serve_on(
+    state: AppState,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    tracing::info!(addr = %listener.local_addr()?, "oduflow serve listening");
+    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+}

@@ -1,0 +1,130 @@
+//! `/metrics` in the Prometheus text format, rendered at scrape time.
+//!
+//! Two sources, said in each metric's help text:
+//! - the database (clients, jobs, dispatches, queue lag): the same for every
+//!   `oduflow serve` process, whichever worker did the work;
+//! - this process's own Vultr client (requests by route and status, rate
+//!   limiter waits): `oduflow serve` talks to Vultr only for operator actions
+//!   (reconcile, adopt), so these count those, not the workers' requests.
+//!
+//! No global recorder and no metrics crate: every figure is a query or an
+//! atomic read, so there is nothing to keep in sync.
+
+use crate::error::ApiResult;
+use crate::AppState;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use oduflow_model::{BlockedReason, ClientStatus, JobState};
+use std::fmt::Write;
+
+const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// A label value, escaped as the text format requires.
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+struct Out(String);
+
+impl Out {
+    fn head(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}");
+        let _ = writeln!(self.0, "# TYPE {name} {kind}");
+    }
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        self.0.push_str(name);
+        if !labels.is_empty() {
+            let l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", esc(v))).collect();
+            let _ = write!(self.0, "{{{}}}", l.join(","));
+        }
+        let _ = writeln!(self.0, " {value}");
+    }
+}
+
+pub(crate) async fn metrics(State(s): State<AppState>) -> ApiResult<impl IntoResponse> {
+    let now_ms = s.now_ms();
+    let store = s.store();
+    let counts = store.client_status_counts().await?;
+    let stats = store.stats(now_ms).await?;
+    let queue = store.queue_status(now_ms).await?;
+    let restore_pending = store.restore_pending().await?.is_some();
+    let provider = s.provider().stats().snapshot();
+
+    let mut o = Out(String::new());
+    o.head("oduflow_clients", "gauge", "Clients by status (database).");
+    for st in ClientStatus::ALL {
+        let n = counts.iter().find(|(s, _)| s == st).map_or(0, |(_, n)| *n);
+        o.sample("oduflow_clients", &[("status", st.as_str())], n);
+    }
+    o.head("oduflow_clients_blocked", "gauge", "Blocked clients by reason (database).");
+    for r in BlockedReason::ALL {
+        let n = stats.blocked_by_reason.iter().find(|(s, _)| s == r.as_str()).map_or(0, |(_, n)| *n);
+        o.sample("oduflow_clients_blocked", &[("reason", r.as_str())], n);
+    }
+    o.head("oduflow_jobs", "gauge", "Jobs by state (database).");
+    for st in JobState::ALL {
+        let n = stats.jobs_by_state.iter().find(|(s, _)| s == st.as_str()).map_or(0, |(_, n)| *n);
+        o.sample("oduflow_jobs", &[("state", st.as_str())], n);
+    }
+    o.head("oduflow_jobs_runnable", "gauge", "Queued jobs whose scheduled time has come (database).");
+    o.sample("oduflow_jobs_runnable", &[], queue.runnable);
+    o.head(
+        "oduflow_queue_lag_seconds",
+        "gauge",
+        "How long the oldest runnable job has waited for a worker; 0 when none waits (database).",
+    );
+    let lag_ms = stats.oldest_runnable_ms.map_or(0, |t| (now_ms - t).max(0));
+    o.sample("oduflow_queue_lag_seconds", &[], lag_ms as f64 / 1000.0);
+    o.head("oduflow_queue_paused", "gauge", "1 while the queue is paused (database).");
+    o.sample("oduflow_queue_paused", &[], u8::from(queue.paused));
+    o.head("oduflow_restore_pending", "gauge", "1 while a restored database awaits `oduflow reconcile --all` (database).");
+    o.sample("oduflow_restore_pending", &[], u8::from(restore_pending));
+    o.head(
+        "oduflow_dispatches",
+        "gauge",
+        "Dispatches (receipts) by resource kind and outcome: accepted, adopted_by_label, adopted_by_operator, \
+         rejected, abandoned, unknown (database).",
+    );
+    for (kind, outcome, n) in &stats.dispatches_by_outcome {
+        o.sample("oduflow_dispatches", &[("kind", kind), ("outcome", outcome)], n);
+    }
+    o.head(
+        "oduflow_provider_requests_total",
+        "counter",
+        "Vultr API requests sent by this oduflow serve process (operator actions only; workers count their own), \
+         by method, route template and status (transport_error when no answer was read).",
+    );
+    for (series, n) in &provider.requests {
+        o.sample(
+            "oduflow_provider_requests_total",
+            &[("method", &series.method), ("route", &series.route), ("status", &series.status)],
+            n,
+        );
+    }
+    o.head(
+        "oduflow_provider_rate_limiter_waits_total",
+        "counter",
+        "Vultr requests of this process that waited for the client-side rate limiter.",
+    );
+    o.sample("oduflow_provider_rate_limiter_waits_total", &[], provider.limiter_waits);
+    o.head(
+        "oduflow_provider_rate_limiter_wait_seconds_total",
+        "counter",
+        "Time this process's Vultr requests spent waiting for the client-side rate limiter.",
+    );
+    o.sample("oduflow_provider_rate_limiter_wait_seconds_total", &[], provider.limiter_wait.as_secs_f64());
+    Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], o.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        let mut o = Out(String::new());
+        o.sample("m", &[("l", "a\"b\\c\nd")], 1);
+        assert_eq!(o.0, "m{l=\"a\\\"b\\\\c\\nd\"} 1\n");
+    }
+}

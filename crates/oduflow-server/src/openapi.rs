@@ -1,0 +1,46 @@
+//! The OpenAPI 3.1 document, derived by utoipa from the handlers' and DTOs'
+//! annotations in `api.rs`, plus the bearer security scheme. Served at
+//! `/openapi.json` (behind the token, like everything but `/health`).
+
+use crate::api;
+use crate::error::{ErrorBody, ErrorDetail};
+use crate::resolve::Resolution;
+use axum::http::header;
+use axum::response::IntoResponse;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "oduflow", description = "Operator API of oduflow: clients, interventions, actions, receipts, events, queue."),
+    paths(
+        api::health,
+        api::clients_list, api::clients_create, api::clients_show, api::clients_delete,
+        api::clients_receipts, api::clients_events,
+        api::clients_reconcile, api::clients_adopt, api::clients_abandon,
+        api::interventions, api::receipts, api::events,
+        api::queue, api::queue_pause, api::queue_resume,
+    ),
+    components(schemas(ErrorBody, ErrorDetail, Resolution)),
+    modifiers(&Bearer),
+    security(("bearer" = [])),
+)]
+struct ApiDoc;
+
+struct Bearer;
+
+impl Modify for Bearer {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme("bearer", SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()));
+    }
+}
+
+/// The document as JSON text.
+pub fn openapi_json() -> String {
+    ApiDoc::openapi().to_pretty_json().expect("the OpenAPI document serializes")
+}
+
+pub(crate) async fn serve_openapi() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], openapi_json())
+}

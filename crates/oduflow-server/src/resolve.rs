@@ -1,0 +1,120 @@
+//! For a blocked client, the exact `oduflow` commands that resolve it, with
+//! when each applies. The dashboard and `GET /api/v1/interventions` show the
+//! same list, so an operator never has to work out the command from the
+//! reason code.
+
+use oduflow_model::{BlockedReason, ResourceKind};
+use oduflow_store::{ClientRow, ReceiptRow};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct Resolution {
+    /// The command to run, with placeholders in capitals (WHO, WHY).
+    pub command: String,
+    /// When this command is the right one.
+    pub when: String,
+}
+
+/// The kind the block is about: named first in the engine's evidence text
+/// ("vm create outcome unknown ..."), else the current dispatch whose
+/// outcome is unknown.
+fn blocked_kind(c: &ClientRow, receipts: &[ReceiptRow]) -> ResourceKind {
+    let named = c.infra.blocked_detail.as_deref().and_then(|d| d.split_whitespace().next()).and_then(ResourceKind::parse);
+    named.unwrap_or_else(|| {
+        receipts
+            .iter()
+            .find(|r| {
+                r.dispatch_generation == c.infra.dispatch_generation(r.resource_kind)
+                    && r.resource_id.is_none()
+                    && r.rejection_status.is_none()
+                    && r.abandoned_by.is_none()
+            })
+            .map_or(ResourceKind::Vm, |r| r.resource_kind)
+    })
+}
+
+/// The resource ids listed in a `duplicate_matches` evidence text.
+fn listed_ids(detail: &str) -> Vec<String> {
+    detail
+        .rsplit_once(": ")
+        .map(|(_, ids)| ids.split(", ").map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
+    let Some(reason) = c.infra.blocked_reason else { return vec![] };
+    let n = &c.name;
+    let kind = blocked_kind(c, receipts).as_str();
+    let r = |command: String, when: &str| Resolution { command, when: when.to_owned() };
+    let reconcile = |when: &str| r(format!("oduflow reconcile {n}"), when);
+    match reason {
+        BlockedReason::CreateRejected | BlockedReason::AttachRejected => vec![r(
+            format!("oduflow reconcile {n} --new-dispatch"),
+            "after fixing the cause the provider gave (see the evidence): starts a new dispatch with a new label",
+        )],
+        BlockedReason::UncertainCreate => vec![
+            reconcile("to observe again with a fresh polling budget (the resource may still appear under its label)"),
+            r(
+                format!("oduflow adopt {n} --kind {kind} --id ID"),
+                "if you found the resource in the Vultr console: records it after verifying region and configuration",
+            ),
+            r(
+                format!("oduflow abandon {n} --kind {kind} --by WHO --reason WHY"),
+                "only if you have checked that it was never created: the label stays on the orphan watch list",
+            ),
+        ],
+        BlockedReason::UncertainAttach => vec![
+            reconcile("to read the attachment state again"),
+            r(
+                format!("oduflow abandon {n} --kind attach --by WHO --reason WHY"),
+                "if you have checked that the attach was never applied",
+            ),
+        ],
+        BlockedReason::DuplicateMatches => {
+            let ids = c.infra.blocked_detail.as_deref().map(listed_ids).unwrap_or_default();
+            let mut out: Vec<Resolution> = ids
+                .iter()
+                .map(|id| {
+                    r(
+                        format!("oduflow adopt {n} --kind {kind} --id {id}"),
+                        "to keep this one; the others are then reported as orphans by `oduflow reconcile --all`",
+                    )
+                })
+                .collect();
+            if out.is_empty() {
+                out.push(r(format!("oduflow adopt {n} --kind {kind} --id ID"), "to keep one of the matching resources"));
+            }
+            out
+        }
+        BlockedReason::ConfigMismatch => vec![
+            reconcile("after correcting the resource in the Vultr console so it matches the spec"),
+            r(format!("oduflow client delete {n}"), "to remove the client and its resources instead"),
+        ],
+        BlockedReason::KnownResourceMissing => {
+            vec![reconcile("to look for the recorded resource again (a 404 may be Vultr's lag)")]
+        }
+        BlockedReason::ForeignAttachment => {
+            vec![reconcile("after detaching the volume from the other instance in the Vultr console")]
+        }
+        BlockedReason::UncertainDelete => vec![reconcile("to observe again until a GET answers 404")],
+        BlockedReason::CredentialChanged => vec![r(
+            "oduflow credentials rotate".to_owned(),
+            "with the new key in VULTR_API_KEY: proves it owns every recorded resource, then rebinds",
+        )],
+        BlockedReason::AttemptsExhausted | BlockedReason::AdapterFailed => {
+            vec![reconcile("after fixing the cause in the last error (see the events): runs the job again")]
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_from_duplicate_evidence() {
+        assert_eq!(listed_ids("2 resources carry this dispatch's label: a-1, b-2"), vec!["a-1", "b-2"]);
+        assert!(listed_ids("nothing").is_empty());
+    }
+}

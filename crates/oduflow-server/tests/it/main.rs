@@ -1,0 +1,878 @@
+//! Tests of `oduflow serve` over real HTTP on port 0: every endpoint and
+//! action, bad input (each answered 4xx JSON, nothing stored, no provider
+//! call), authentication, metrics, the dashboard in headless Chromium, and
+//! that neither the API key nor a bearer token leaks anywhere.
+//!
+//! Clients in several states are produced by the real engine against the
+//! Vultr simulator (a create rejected by the simulator, a create whose
+//! answer is a 500 so its outcome stays unknown), not written by hand.
+
+use oduflow_engine::{EngineConfig, SystemClock, Worker};
+use oduflow_model::provider::{InstanceRequest, Outcome, Provider};
+use oduflow_model::*;
+use oduflow_server::{auth, AppState};
+use oduflow_store::Store;
+use oduflow_vultr::{VultrClient, VultrConfig};
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Recognisable, so a leak is easy to spot in any text.
+const KEY: &str = "vultr-key-SECRET-7f3a9c";
+
+struct H {
+    base: String,
+    /// The database URL, for a second, independent connection.
+    db_url: String,
+    token: String,
+    store: Store,
+    sim: oduflow_sim::SimHandle,
+    /// The server's own provider client (operator actions only).
+    provider: Arc<VultrClient>,
+    http: reqwest::Client,
+    _dir: tempfile::TempDir,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+fn vultr(sim: &oduflow_sim::SimHandle) -> Arc<VultrClient> {
+    let cfg = VultrConfig {
+        base_url: sim.base_url.clone(),
+        rate_per_sec: 1000,
+        request_timeout_ms: 2000,
+        backoff_base_ms: 5,
+        backoff_max_ms: 20,
+        ..VultrConfig::new(secrecy::SecretString::from(KEY.to_owned()))
+    };
+    Arc::new(VultrClient::new(cfg).unwrap())
+}
+
+impl H {
+    async fn start() -> H {
+        let dir = tempfile::tempdir().unwrap();
+        let url = oduflow_store::testing::sqlite_url(dir.path());
+        H::start_on(dir, url).await
+    }
+
+    async fn start_pg() -> H {
+        H::start_on(tempfile::tempdir().unwrap(), oduflow_store::testing::fresh_pg_url().await).await
+    }
+
+    async fn start_on(dir: tempfile::TempDir, db_url: String) -> H {
+        let store = Store::connect(&db_url, true).await.unwrap();
+        store.migrate().await.unwrap();
+        let sim_cfg = oduflow_sim::SimConfig { rate_per_sec: 1000, ..oduflow_sim::SimConfig::default() }
+            .with_key(KEY)
+            .instant();
+        let sim = oduflow_sim::Sim::start(sim_cfg, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let provider = vultr(&sim);
+        let token = auth::token_generate();
+        store.api_token_create("tester", &auth::token_sha256(&token), 1).await.unwrap();
+        let state = AppState::new(store.clone(), provider.clone(), 5);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(oduflow_server::serve_on(state, listener, async {
+            let _ = stopped.await;
+        }));
+        let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        H { base, db_url, token, store, sim, provider, http, _dir: dir, _stop: stop }
+    }
+
+    /// Clients in several states, produced by the engine against the
+    /// simulator: `acme-ready` (ready), `bad-plan` (blocked create_rejected:
+    /// the simulator answers 400 "Invalid plan chosen."), `lost-create` and
+    /// `lost-again` (blocked uncertain_create: every instance create is
+    /// answered 500 without being applied), `pending-one` (pending) and
+    /// `going-away` (deleting).
+    async fn fixture(&self) {
+        let spec = |plan: &str| ClientSpec::parse("ewr", plan, 2284, 40, "high_perf").unwrap();
+        let create = |name: &str, plan: &str| {
+            let (store, name, spec) = (self.store.clone(), ClientName::parse(name).unwrap(), spec(plan));
+            async move { store.client_create(&name, &spec, now_ms(), 5).await.unwrap() }
+        };
+        create("acme-ready", "vc2-1c-1gb").await;
+        create("bad-plan", "vc2-99c-9gb").await;
+        self.drain().await;
+        self.sim
+            .set_faults(oduflow_sim::Faults {
+                error_5xx: 1.0,
+                ops: vec![oduflow_sim::Op::InstanceCreate],
+                ..Default::default()
+            })
+            .unwrap();
+        create("lost-create", "vc2-1c-1gb").await;
+        create("lost-again", "vc2-1c-1gb").await;
+        self.drain().await;
+        self.sim.set_faults(oduflow_sim::Faults::default()).unwrap();
+        create("pending-one", "vc2-1c-1gb").await;
+        create("going-away", "vc2-1c-1gb").await;
+        self.store.client_delete("going-away", now_ms(), 5).await.unwrap();
+        let status = |n: &'static str| {
+            let store = self.store.clone();
+            async move { store.client_get(n).await.unwrap().unwrap().infra }
+        };
+        assert_eq!(status("acme-ready").await.status, ClientStatus::Ready);
+        assert_eq!(status("bad-plan").await.blocked_reason, Some(BlockedReason::CreateRejected));
+        assert_eq!(status("lost-create").await.blocked_reason, Some(BlockedReason::UncertainCreate));
+        assert_eq!(status("pending-one").await.status, ClientStatus::Pending);
+        assert_eq!(status("going-away").await.status, ClientStatus::Deleting);
+    }
+
+    /// Runs a worker (with its own provider client, so the server's metrics
+    /// count only the server's requests) until every client is settled.
+    async fn drain(&self) {
+        let engine = EngineConfig {
+            worker_id: "test-worker".into(),
+            poll_interval_ms: 5,
+            observations_max: 3,
+            retry_base_ms: 5,
+            idle_ms: 5,
+            concurrency: 2,
+            ..EngineConfig::default()
+        };
+        let worker = Worker::new(self.store.clone(), vultr(&self.sim), engine, Arc::new(SystemClock));
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        tokio::time::timeout(Duration::from_secs(30), worker.run(true, rx))
+            .await
+            .expect("the fixture settles within 30 s")
+            .unwrap();
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// An authenticated JSON call: (status, body).
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut req = self.http.request(method, self.url(path)).bearer_auth(&self.token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        json_of(req.send().await.unwrap()).await
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        self.call(Method::GET, path, None).await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.call(Method::POST, path, Some(body)).await
+    }
+
+    async fn text(&self, path: &str) -> (u16, String) {
+        let r = self.http.get(self.url(path)).bearer_auth(&self.token).send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    /// Rows in every table the API could write, and the provider's view:
+    /// what "changes nothing" is checked against.
+    async fn footprint(&self) -> (Vec<i64>, usize, u64) {
+        let mut counts = vec![];
+        for t in ["clients", "infra", "jobs", "dispatch_receipts", "events", "settings", "api_tokens"] {
+            let sql = sqlx_count(t);
+            counts.push(match &self.store {
+                Store::Sqlite(p) => sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql)).fetch_one(p).await.unwrap(),
+                Store::Pg(p) => sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql)).fetch_one(p).await.unwrap(),
+            });
+        }
+        let provider_calls = self.provider.stats().snapshot().requests.len();
+        let sim_requests = self.sim.ledger().requests.values().sum();
+        (counts, provider_calls, sim_requests)
+    }
+}
+
+fn sqlx_count(table: &str) -> String {
+    format!("SELECT count(*) FROM {table}")
+}
+
+fn now_ms() -> i64 {
+    use oduflow_engine::Clock;
+    SystemClock.now_ms()
+}
+
+async fn json_of(r: reqwest::Response) -> (u16, Value) {
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    let v = serde_json::from_str(&text).unwrap_or_else(|e| panic!("answer {status} is not JSON ({e}): {text:?}"));
+    (status, v)
+}
+
+/// An error answer: the expected status and a `{"error": {code, message}}`
+/// body with this code.
+#[track_caller]
+fn assert_error(got: &(u16, Value), status: u16, code: &str) {
+    assert_eq!(got.0, status, "{}", got.1);
+    assert_eq!(got.1["error"]["code"], code, "{}", got.1);
+    assert!(got.1["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{}", got.1);
+    assert_eq!(got.1.as_object().unwrap().len(), 1, "only the error object: {}", got.1);
+}
+
+fn create_body(name: &str) -> Value {
+    json!({ "name": name, "region": "ewr", "plan": "vc2-1c-1gb", "os_id": 2284, "volume_gb": 40 })
+}
+
+/// Every route, with a method that reaches its handler.
+const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/api/v1/clients"),
+    ("POST", "/api/v1/clients"),
+    ("GET", "/api/v1/clients/acme"),
+    ("DELETE", "/api/v1/clients/acme"),
+    ("GET", "/api/v1/clients/acme/receipts"),
+    ("GET", "/api/v1/clients/acme/events"),
+    ("POST", "/api/v1/clients/acme/reconcile"),
+    ("POST", "/api/v1/clients/acme/adopt"),
+    ("POST", "/api/v1/clients/acme/abandon"),
+    ("GET", "/api/v1/interventions"),
+    ("GET", "/api/v1/receipts"),
+    ("GET", "/api/v1/events"),
+    ("GET", "/api/v1/queue"),
+    ("POST", "/api/v1/queue/pause"),
+    ("POST", "/api/v1/queue/resume"),
+    ("GET", "/openapi.json"),
+    ("GET", "/metrics"),
+];
+
+/// Tests that touch the SQL the server relies on run on both stores.
+macro_rules! on_both_stores {
+    ($($name:ident),+ $(,)?) => {
+        $(mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                super::$name(super::H::start().await).await;
+            }
+            #[tokio::test]
+            async fn postgres() {
+                super::$name(super::H::start_pg().await).await;
+            }
+        })+
+    };
+}
+
+on_both_stores!(
+    clients_create_show_list_delete,
+    metrics_show_jobs_dispatches_blocked_reasons_provider_calls_and_lag,
+    bad_input_is_a_4xx_json_error_that_stores_nothing_and_calls_no_provider,
+);
+
+// ---- authentication --------------------------------------------------------
+
+#[tokio::test]
+async fn health_is_open_and_every_other_route_needs_a_valid_token() {
+    let h = H::start().await;
+    let (s, v) = json_of(h.http.get(h.url("/health")).send().await.unwrap()).await;
+    assert_eq!((s, v["status"].as_str()), (200, Some("ok")));
+    let revoked = auth::token_generate();
+    h.store.api_token_create("old", &auth::token_sha256(&revoked), 1).await.unwrap();
+    h.store.api_token_revoke("old", 2).await.unwrap();
+    let before = h.footprint().await;
+    for (method, path) in ROUTES {
+        let method = Method::from_bytes(method.as_bytes()).unwrap();
+        for auth in [None, Some("Bearer odf_wrong".to_owned()), Some(format!("Bearer {revoked}")), Some(format!("Basic {}", h.token)), Some(h.token.clone())] {
+            let mut req = h.http.request(method.clone(), h.url(path)).json(&create_body("acme"));
+            if let Some(a) = &auth {
+                req = req.header("authorization", a);
+            }
+            let r = req.send().await.unwrap();
+            assert_eq!(r.headers().get("www-authenticate").map(|v| v.to_str().unwrap()), Some("Bearer"), "{method} {path}");
+            let got = json_of(r).await;
+            assert_error(&got, 401, "unauthorized");
+        }
+    }
+    // Nothing was stored and Vultr was not asked.
+    let after = h.footprint().await;
+    assert_eq!(after.0, before.0);
+    assert_eq!((after.1, after.2), (0, 0));
+    // The dashboard without a token: the login form, not data.
+    let r = h.http.get(h.url("/")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let page = r.text().await.unwrap();
+    assert!(page.contains("<form method=\"post\" action=\"/login\"") && !page.contains("Intervention queue"));
+}
+
+#[tokio::test]
+async fn a_revoked_token_stops_working_at_once() {
+    let h = H::start().await;
+    assert_eq!(h.get("/api/v1/queue").await.0, 200);
+    h.store.api_token_revoke("tester", now_ms()).await.unwrap();
+    assert_error(&h.get("/api/v1/queue").await, 401, "unauthorized");
+    let rows = h.store.api_token_list().await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert!(rows[0].revoked_ms.is_some());
+    assert!(matches!(
+        h.store.api_token_revoke("tester", now_ms()).await,
+        Err(oduflow_store::StoreError::TokenNotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn dashboard_login_sets_an_httponly_cookie_that_only_the_dashboard_accepts() {
+    let h = H::start().await;
+    let form = |t: &str| h.http.post(h.url("/login")).form(&[("token", t)]);
+    let r = form("odf_nope").send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    assert!(r.headers().get("set-cookie").is_none());
+    let r = form(&h.token).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 303);
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    let pair = cookie.split(';').next().unwrap().to_owned();
+    let page = h.http.get(h.url("/")).header("cookie", &pair).send().await.unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    assert_eq!(page.headers()["content-type"], "text/html; charset=utf-8");
+    assert!(page.text().await.unwrap().contains("Intervention queue"));
+    // The same cookie opens no API route (no CSRF surface).
+    let api = h.http.post(h.url("/api/v1/queue/pause")).header("cookie", &pair).send().await.unwrap();
+    assert_error(&json_of(api).await, 401, "unauthorized");
+    // ?token= works for the dashboard (headless browsers, scripts).
+    let q = h.http.get(h.url(&format!("/?token={}", h.token))).send().await.unwrap();
+    assert_eq!(q.status().as_u16(), 200);
+    assert_eq!(q.headers()["referrer-policy"], "no-referrer");
+}
+
+// ---- the document ------------------------------------------------------------
+
+#[tokio::test]
+async fn openapi_document_describes_every_route_and_the_bearer_scheme() {
+    let h = H::start().await;
+    let (s, doc) = h.get("/openapi.json").await;
+    assert_eq!(s, 200);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
+    assert_eq!(doc["paths"]["/health"]["get"]["security"], json!([{}]), "health is documented as open");
+    for (method, path) in ROUTES {
+        if matches!(*path, "/openapi.json" | "/metrics") {
+            continue;
+        }
+        let p = path.replace("/acme", "/{name}");
+        assert!(doc["paths"][&p][method.to_lowercase()].is_object(), "{method} {p} missing from the document");
+    }
+    let create = &doc["components"]["schemas"]["ClientCreate"];
+    assert_eq!(create["additionalProperties"], json!(false), "unknown fields are refused: {create}");
+    let required: Vec<&str> = create["required"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(required, ["name", "region", "plan", "os_id", "volume_gb"]);
+    assert_eq!(doc, serde_json::from_str::<Value>(&oduflow_server::openapi_json()).unwrap());
+}
+
+// ---- clients -----------------------------------------------------------------
+
+async fn clients_create_show_list_delete(h: H) {
+    let (s, v) = h.post("/api/v1/clients", create_body("acme")).await;
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["client"]["name"], "acme");
+    assert_eq!(v["client"]["status"], "pending");
+    assert_eq!(v["client"]["target"], "present");
+    // Acknowledged only after the intent and its job were committed: a
+    // fresh connection sees both.
+    let fresh = Store::connect(&h.db_url, false).await.unwrap();
+    let c = fresh.client_get("acme").await.unwrap().expect("committed");
+    let jobs = fresh.jobs_for_client(&c.id).await.unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(v["job_id"], jobs[0].id.0);
+    assert_eq!(jobs[0].kind, JobKind::Provision);
+
+    assert_error(&h.post("/api/v1/clients", create_body("acme")).await, 409, "conflict");
+    let mut other = create_body("beta");
+    other["volume_type"] = json!("storage_opt");
+    other["volume_gb"] = json!(40);
+    assert_eq!(h.post("/api/v1/clients", other).await.0, 201);
+
+    let (s, v) = h.get("/api/v1/clients/acme").await;
+    assert_eq!(s, 200);
+    assert_eq!(v["client"]["region"], "ewr");
+    assert_eq!(v["jobs"].as_array().unwrap().len(), 1);
+    assert_eq!(v["receipts"], json!([]));
+    assert_eq!(v["resolutions"], json!([]));
+    assert_error(&h.get("/api/v1/clients/nobody").await, 404, "not_found");
+
+    let (s, v) = h.get("/api/v1/clients").await;
+    assert_eq!(s, 200);
+    let names: Vec<&str> = v.as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["acme", "beta"]);
+
+    let (s, v) = h.call(Method::DELETE, "/api/v1/clients/acme", None).await;
+    assert_eq!(s, 202, "{v}");
+    assert_eq!((v["client"]["target"].as_str(), v["client"]["status"].as_str()), (Some("absent"), Some("deleting")));
+    let jobs = fresh.jobs_for_client(&c.id).await.unwrap();
+    assert_eq!(jobs.last().unwrap().kind, JobKind::Deprovision);
+    assert_eq!(v["job_id"], jobs.last().unwrap().id.0);
+    // Deleting again changes nothing.
+    let generation = v["client"]["generation"].clone();
+    let (s, v) = h.call(Method::DELETE, "/api/v1/clients/acme", None).await;
+    assert_eq!((s, &v["client"]["generation"]), (202, &generation));
+    assert_eq!(fresh.jobs_for_client(&c.id).await.unwrap().len(), 2);
+    assert_error(&h.call(Method::DELETE, "/api/v1/clients/nobody", None).await, 404, "not_found");
+    // Creating it again with the same spec flips the target back.
+    assert_eq!(h.post("/api/v1/clients", create_body("acme")).await.0, 201);
+    // None of this asked Vultr anything.
+    assert_eq!(h.sim.ledger().requests.values().sum::<u64>(), 0);
+}
+
+#[tokio::test]
+async fn list_filters_by_status_reason_and_target() {
+    let h = H::start().await;
+    h.fixture().await;
+    let names = |v: &Value| -> Vec<String> {
+        v.as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap().to_owned()).collect()
+    };
+    let (_, v) = h.get("/api/v1/clients?status=blocked").await;
+    assert_eq!(names(&v), ["bad-plan", "lost-again", "lost-create"]);
+    let (_, v) = h.get("/api/v1/clients?status=blocked&blocked_reason=create_rejected").await;
+    assert_eq!(names(&v), ["bad-plan"]);
+    let (_, v) = h.get("/api/v1/clients?target=absent").await;
+    assert_eq!(names(&v), ["going-away"]);
+    let (_, v) = h.get("/api/v1/clients?status=ready").await;
+    assert_eq!(names(&v), ["acme-ready"]);
+    assert_eq!(h.get("/api/v1/clients").await.1.as_array().unwrap().len(), 6);
+    assert_error(&h.get("/api/v1/clients?status=happy").await, 422, "invalid_input");
+    assert_error(&h.get("/api/v1/clients?colour=blue").await, 422, "invalid_input");
+}
+
+// ---- interventions and actions ---------------------------------------------------
+
+#[tokio::test]
+async fn interventions_show_reason_evidence_receipts_and_commands() {
+    let h = H::start().await;
+    h.fixture().await;
+    let (s, v) = h.get("/api/v1/interventions").await;
+    assert_eq!(s, 200);
+    let cases = v.as_array().unwrap();
+    assert_eq!(cases.len(), 3, "{v}");
+    let case = |n: &str| cases.iter().find(|c| c["client"]["name"] == n).unwrap().clone();
+    let bad = case("bad-plan");
+    assert_eq!(bad["reason"], "create_rejected");
+    assert!(bad["evidence"].as_str().unwrap().contains("Invalid plan chosen"), "{bad}");
+    let r = &bad["receipts"].as_array().unwrap()[0];
+    assert_eq!((r["resource_kind"].as_str(), r["rejection_status"].as_i64()), (Some("vm"), Some(400)));
+    assert_eq!(bad["resolutions"][0]["command"], "oduflow reconcile bad-plan --new-dispatch");
+    let lost = case("lost-create");
+    assert_eq!(lost["reason"], "uncertain_create");
+    let vm = lost["receipts"].as_array().unwrap().iter().find(|r| r["resource_kind"] == "vm").unwrap();
+    assert!(vm["resource_id"].is_null() && vm["observation_count"].as_i64().unwrap() >= 2, "{vm}");
+    let cmds: Vec<&str> = lost["resolutions"].as_array().unwrap().iter().map(|r| r["command"].as_str().unwrap()).collect();
+    assert_eq!(
+        cmds,
+        [
+            "oduflow reconcile lost-create",
+            "oduflow adopt lost-create --kind vm --id ID",
+            "oduflow abandon lost-create --kind vm --by WHO --reason WHY"
+        ]
+    );
+    // The same evidence on the client's own page.
+    let (_, show) = h.get("/api/v1/clients/lost-create").await;
+    assert_eq!(show["resolutions"], lost["resolutions"]);
+}
+
+#[tokio::test]
+async fn reconcile_observes_again_and_new_dispatch_only_after_a_rejection() {
+    let h = H::start().await;
+    h.fixture().await;
+    // Unknown outcome: --new-dispatch is refused, plain reconcile allowed.
+    assert_error(&h.post("/api/v1/clients/lost-create/reconcile", json!({ "new_dispatch": true })).await, 409, "refused");
+    let (s, v) = h.post("/api/v1/clients/lost-create/reconcile", json!({})).await;
+    assert_eq!((s, v["status"].as_str()), (200, Some("provisioning")), "{v}");
+    let ev = h.store.events_by_kind("reconcile_requested").await.unwrap();
+    assert_eq!(ev.last().unwrap().detail["by"], "api-token:tester");
+    // A definitive rejection: a new dispatch generation.
+    let before = h.store.client_get("bad-plan").await.unwrap().unwrap().infra.vm_dispatch_generation;
+    let (s, v) = h.post("/api/v1/clients/bad-plan/reconcile", json!({ "new_dispatch": true })).await;
+    assert_eq!(s, 200, "{v}");
+    let after = h.store.client_get("bad-plan").await.unwrap().unwrap().infra.vm_dispatch_generation;
+    assert_eq!(after, before + 1);
+    assert_error(&h.post("/api/v1/clients/nobody/reconcile", json!({})).await, 404, "not_found");
+    // The server's provider counted nothing it did not send: reconcile reads nothing here.
+    assert_error(&h.post("/api/v1/clients/bad-plan/reconcile", json!({ "new_dispatch": "yes" })).await, 422, "invalid_input");
+}
+
+#[tokio::test]
+async fn adopt_verifies_the_resource_before_recording_it() {
+    let h = H::start().await;
+    h.fixture().await;
+    // An id nobody has: refused after asking the provider.
+    let ghost = "0b9f7b1e-8c52-4d0e-9a54-3f5c1c7d2e11";
+    assert_error(&h.post("/api/v1/clients/lost-create/adopt", json!({ "kind": "vm", "id": ghost })).await, 409, "refused");
+    assert_error(&h.post("/api/v1/clients/lost-create/adopt", json!({ "kind": "vm", "id": "not-an-id" })).await, 422, "invalid_input");
+    assert_error(&h.post("/api/v1/clients/lost-create/adopt", json!({ "kind": "attach", "id": ghost })).await, 422, "invalid_input");
+    // A VM the operator found in the console (made here straight through the provider).
+    let made = h
+        .provider
+        .instance_create(&InstanceRequest {
+            region: "ewr".into(),
+            plan: "vc2-1c-1gb".into(),
+            os_id: 2284,
+            label: Label::new_dispatch(),
+            hostname: "lost-create".into(),
+        })
+        .await;
+    let Outcome::Accepted(id) = made else { panic!("{made:?}") };
+    let (s, v) = h.post("/api/v1/clients/lost-create/adopt", json!({ "kind": "vm", "id": id.as_str() })).await;
+    assert_eq!(s, 200, "{v}");
+    let c = h.store.client_get("lost-create").await.unwrap().unwrap();
+    let receipts = h.store.receipts_for_client(&c.id).await.unwrap();
+    let vm = receipts.iter().find(|r| r.resource_kind == ResourceKind::Vm).unwrap();
+    assert_eq!(vm.resource_id.as_deref(), Some(id.as_str()));
+    assert_eq!(vm.resource_id_source, Some(oduflow_store::IdSource::AdoptedByOperator));
+    // The same id again, for another client: refused.
+    assert_error(&h.post("/api/v1/clients/lost-again/adopt", json!({ "kind": "vm", "id": id.as_str() })).await, 409, "refused");
+}
+
+#[tokio::test]
+async fn abandon_needs_an_attestation_and_an_uncertain_dispatch() {
+    let h = H::start().await;
+    h.fixture().await;
+    let path = "/api/v1/clients/lost-again/abandon";
+    assert_error(&h.post(path, json!({ "kind": "vm", "reason": "checked" })).await, 422, "invalid_input");
+    assert_error(&h.post(path, json!({ "kind": "vm", "by": "  ", "reason": "checked" })).await, 422, "invalid_input");
+    assert_error(&h.post(path, json!({ "kind": "vm", "by": "alice", "reason": "a\u{7}b" })).await, 422, "invalid_input");
+    assert_error(&h.post(path, json!({ "kind": "vm", "by": "a".repeat(101), "reason": "x" })).await, 422, "invalid_input");
+    // A ready client's VM has a known outcome.
+    assert_error(
+        &h.post("/api/v1/clients/acme-ready/abandon", json!({ "kind": "vm", "by": "alice", "reason": "x" })).await,
+        409,
+        "refused",
+    );
+    let (s, v) = h.post(path, json!({ "kind": "vm", "by": "alice", "reason": "checked the console: nothing" })).await;
+    assert_eq!(s, 200, "{v}");
+    let c = h.store.client_get("lost-again").await.unwrap().unwrap();
+    let receipts = h.store.receipts_for_client(&c.id).await.unwrap();
+    let vm = receipts.iter().find(|r| r.resource_kind == ResourceKind::Vm && r.dispatch_generation == 1).unwrap();
+    assert_eq!(vm.abandoned_by.as_deref(), Some("alice (via api-token:tester)"));
+    assert_eq!(vm.abandoned_reason.as_deref(), Some("checked the console: nothing"));
+    assert_eq!(c.infra.vm_dispatch_generation, 2);
+}
+
+// ---- evidence and queue ------------------------------------------------------
+
+#[tokio::test]
+async fn receipts_and_events_are_readable() {
+    let h = H::start().await;
+    h.fixture().await;
+    let (s, v) = h.get("/api/v1/receipts").await;
+    assert_eq!(s, 200);
+    let all = v.as_array().unwrap();
+    assert!(all.len() >= 4, "{v}");
+    assert!(all.iter().all(|r| r["label"].as_str().unwrap().starts_with("oduflow-")));
+    let (s, v) = h.get("/api/v1/clients/acme-ready/receipts").await;
+    assert_eq!(s, 200);
+    let kinds: Vec<&str> = v.as_array().unwrap().iter().map(|r| r["resource_kind"].as_str().unwrap()).collect();
+    assert!(kinds.contains(&"vm") && kinds.contains(&"volume") && kinds.contains(&"attach"), "{kinds:?}");
+    let (s, v) = h.get("/api/v1/clients/acme-ready/events").await;
+    assert_eq!(s, 200);
+    assert_eq!(v[0]["kind"], "client_created");
+    let (s, v) = h.get("/api/v1/events?limit=2").await;
+    assert_eq!(s, 200);
+    let ev = v.as_array().unwrap();
+    assert_eq!(ev.len(), 2);
+    assert!(ev[0]["id"].as_i64() > ev[1]["id"].as_i64(), "newest first");
+    let (_, v) = h.get("/api/v1/events?kind=client_created").await;
+    assert_eq!(v.as_array().unwrap().len(), 6);
+    assert_error(&h.get("/api/v1/events?limit=0").await, 422, "invalid_input");
+    assert_error(&h.get("/api/v1/events?limit=1001").await, 422, "invalid_input");
+    assert_error(&h.get("/api/v1/events?limit=ten").await, 422, "invalid_input");
+    for kind in ["%00", "Client_Created", "a%20b", "", "x'--"] {
+        assert_error(&h.get(&format!("/api/v1/events?kind={kind}")).await, 422, "invalid_input");
+    }
+    // Read-only: no write method on receipts or events.
+    assert_error(&h.call(Method::DELETE, "/api/v1/receipts", None).await, 405, "method_not_allowed");
+    assert_error(&h.post("/api/v1/events", json!({})).await, 405, "method_not_allowed");
+}
+
+#[tokio::test]
+async fn queue_status_pause_and_resume_guarded_by_restore() {
+    let h = H::start().await;
+    h.post("/api/v1/clients", create_body("acme")).await;
+    let (s, v) = h.get("/api/v1/queue").await;
+    assert_eq!((s, v["paused"].as_bool(), v["queued"].as_i64()), (200, Some(false), Some(1)));
+    let (s, v) = h.post("/api/v1/queue/pause", json!(null)).await;
+    assert_eq!((s, v["paused"].as_bool()), (200, Some(true)));
+    assert!(h.store.queue_status(now_ms()).await.unwrap().paused);
+    let (s, v) = h.post("/api/v1/queue/resume", json!(null)).await;
+    assert_eq!((s, v["paused"].as_bool()), (200, Some(false)));
+    h.store.restore_declare("test restore", now_ms()).await.unwrap();
+    let (_, v) = h.get("/api/v1/queue").await;
+    assert_eq!(v["restore_pending"], "test restore");
+    h.post("/api/v1/queue/pause", json!(null)).await;
+    assert_error(&h.post("/api/v1/queue/resume", json!(null)).await, 409, "refused");
+    assert!(h.store.queue_status(now_ms()).await.unwrap().paused);
+}
+
+// ---- metrics -----------------------------------------------------------------
+
+async fn metrics_show_jobs_dispatches_blocked_reasons_provider_calls_and_lag(h: H) {
+    h.fixture().await;
+    // One operator action that asks the provider (an unknown id: a 404 read).
+    h.post("/api/v1/clients/lost-create/adopt", json!({ "kind": "vm", "id": "0b9f7b1e-8c52-4d0e-9a54-3f5c1c7d2e11" }))
+        .await;
+    let (s, text) = h.text("/metrics").await;
+    assert_eq!(s, 200);
+    let value = |series: &str| -> f64 {
+        let line = text.lines().find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '));
+        line.unwrap_or_else(|| panic!("no {series} in\n{text}")).rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(value("oduflow_clients{status=\"blocked\"}"), 3.0);
+    assert_eq!(value("oduflow_clients{status=\"ready\"}"), 1.0);
+    assert_eq!(value("oduflow_clients{status=\"deleting\"}"), 1.0);
+    assert_eq!(value("oduflow_clients_blocked{reason=\"create_rejected\"}"), 1.0);
+    assert_eq!(value("oduflow_clients_blocked{reason=\"uncertain_create\"}"), 2.0);
+    assert_eq!(value("oduflow_clients_blocked{reason=\"config_mismatch\"}"), 0.0);
+    // pending-one's provision job; going-away's provision job (stale once
+    // run, queued until then) and its deprovision job.
+    assert_eq!(value("oduflow_jobs{state=\"queued\"}"), 3.0);
+    assert!(value("oduflow_jobs{state=\"done\"}") >= 4.0);
+    assert_eq!(value("oduflow_dispatches{kind=\"vm\",outcome=\"rejected\"}"), 1.0);
+    assert_eq!(value("oduflow_dispatches{kind=\"vm\",outcome=\"unknown\"}"), 2.0);
+    assert_eq!(value("oduflow_dispatches{kind=\"vm\",outcome=\"accepted\"}"), 1.0);
+    assert!(value("oduflow_queue_lag_seconds") >= 0.0);
+    assert_eq!(value("oduflow_jobs_runnable"), 3.0);
+    assert_eq!(
+        value("oduflow_provider_requests_total{method=\"GET\",route=\"/v2/instances/{id}\",status=\"404\"}"),
+        1.0,
+        "the adopt's read, counted by route template, never by id"
+    );
+    assert!(text.contains("# TYPE oduflow_provider_rate_limiter_wait_seconds_total counter"));
+    value("oduflow_provider_rate_limiter_waits_total");
+    assert!(text.contains("# HELP oduflow_provider_requests_total Vultr API requests sent by this oduflow serve process"));
+    assert!(!text.contains("0b9f7b1e"), "no ids in metric labels");
+}
+
+// ---- bad input -----------------------------------------------------------------
+
+async fn bad_input_is_a_4xx_json_error_that_stores_nothing_and_calls_no_provider(h: H) {
+    let before = h.footprint().await;
+    let raw = |method: &str, path: &str, ctype: Option<&str>, body: Vec<u8>| {
+        let mut r = h.http.request(Method::from_bytes(method.as_bytes()).unwrap(), h.url(path)).bearer_auth(&h.token).body(body);
+        if let Some(c) = ctype {
+            r = r.header("content-type", c);
+        }
+        r
+    };
+    let json_ct = Some("application/json");
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut b = create_body("acme");
+        f(&mut b);
+        serde_json::to_vec(&b).unwrap()
+    };
+    let oversized = serde_json::to_vec(&json!({ "name": "acme", "padding": "x".repeat(100 * 1024) })).unwrap();
+    let cases: Vec<(&str, reqwest::RequestBuilder, u16, &str)> = vec![
+        ("malformed JSON", raw("POST", "/api/v1/clients", json_ct, b"{\"name\": \"acme\",".to_vec()), 400, "bad_request"),
+        ("not JSON at all", raw("POST", "/api/v1/clients", json_ct, b"name=acme".to_vec()), 400, "bad_request"),
+        ("empty body", raw("POST", "/api/v1/clients", json_ct, vec![]), 400, "bad_request"),
+        ("oversized body", raw("POST", "/api/v1/clients", json_ct, oversized), 413, "payload_too_large"),
+        ("no content type", raw("POST", "/api/v1/clients", None, with(&|_| {})), 415, "unsupported_media_type"),
+        ("text/plain", raw("POST", "/api/v1/clients", Some("text/plain"), with(&|_| {})), 415, "unsupported_media_type"),
+        ("os_id as a string", raw("POST", "/api/v1/clients", json_ct, with(&|b| b["os_id"] = json!("2284"))), 422, "invalid_input"),
+        ("volume_gb as a float", raw("POST", "/api/v1/clients", json_ct, with(&|b| b["volume_gb"] = json!(40.5))), 422, "invalid_input"),
+        ("name as a number", raw("POST", "/api/v1/clients", json_ct, with(&|b| b["name"] = json!(5))), 422, "invalid_input"),
+        ("os_id overflow", raw("POST", "/api/v1/clients", json_ct, br#"{"name":"acme","region":"ewr","plan":"vc2-1c-1gb","os_id":99999999999999999999,"volume_gb":40}"#.to_vec()), 422, "invalid_input"),
+        ("null name", raw("POST", "/api/v1/clients", json_ct, with(&|b| b["name"] = Value::Null)), 422, "invalid_input"),
+        ("an array body", raw("POST", "/api/v1/clients", json_ct, b"[]".to_vec()), 422, "invalid_input"),
+        ("unknown field", raw("POST", "/api/v1/clients", json_ct, with(&|b| b["admin"] = json!(true))), 422, "invalid_input"),
+        ("missing field", raw("POST", "/api/v1/clients", json_ct, with(&|b| { b.as_object_mut().unwrap().remove("plan"); })), 422, "invalid_input"),
+        ("unknown volume type", raw("POST", "/api/v1/clients", json_ct, with(&|b| b["volume_type"] = json!("ssd"))), 422, "invalid_input"),
+        ("volume too small", raw("POST", "/api/v1/clients", json_ct, with(&|b| b["volume_gb"] = json!(9))), 422, "invalid_input"),
+        ("negative os id", raw("POST", "/api/v1/clients", json_ct, with(&|b| b["os_id"] = json!(-1))), 422, "invalid_input"),
+        ("bad region", raw("POST", "/api/v1/clients", json_ct, with(&|b| b["region"] = json!("EWR'--"))), 422, "invalid_input"),
+        ("unknown field in an action", raw("POST", "/api/v1/clients/acme/reconcile", json_ct, br#"{"new_dispatch":false,"force":true}"#.to_vec()), 422, "invalid_input"),
+        ("unknown route", raw("GET", "/api/v1/nothing", None, vec![]), 404, "not_found"),
+        ("wrong method", raw("PUT", "/api/v1/clients", json_ct, with(&|_| {})), 405, "method_not_allowed"),
+        ("bad percent-encoding in the path", raw("GET", "/api/v1/clients/%FF%FE", None, vec![]), 400, "bad_request"),
+    ];
+    let names = [
+        "acme'; DROP TABLE clients;--",
+        "acme\" OR \"1\"=\"1",
+        "<script>alert(1)</script>",
+        "../../etc/passwd",
+        "acme\u{0}",
+        "acme\nx",
+        "Acme",
+        "acmé",
+        "аcme", // Cyrillic а
+        "acme-🚀",
+        "\u{202e}emca",
+        "ａｃｍｅ", // full-width
+        "",
+        "-acme",
+        "acme-",
+        &"a".repeat(64),
+    ];
+    let mut all = cases;
+    for n in names {
+        all.push(("a bad name in a body", raw("POST", "/api/v1/clients", json_ct, with(&|b| b["name"] = json!(n))), 422, "invalid_input"));
+    }
+    let mut checked = 0;
+    for (what, req, status, code) in all {
+        let got = json_of(req.send().await.unwrap()).await;
+        assert_eq!(got.0, status, "{what}: {}", got.1);
+        assert_error(&got, status, code);
+        checked += 1;
+    }
+    // Names in the path, percent-encoded, on every client route.
+    for n in names.iter().filter(|n| !n.is_empty()) {
+        let enc: String = n.bytes().map(|b| format!("%{b:02X}")).collect();
+        for (method, suffix) in [("GET", ""), ("DELETE", ""), ("GET", "/receipts"), ("GET", "/events")] {
+            let got = json_of(raw(method, &format!("/api/v1/clients/{enc}{suffix}"), None, vec![]).send().await.unwrap()).await;
+            assert_error(&got, 422, "invalid_input");
+            checked += 1;
+        }
+        for action in ["reconcile", "adopt", "abandon"] {
+            let body = br#"{"kind":"vm","id":"0b9f7b1e-8c52-4d0e-9a54-3f5c1c7d2e11","by":"a","reason":"b"}"#;
+            let body = if action == "reconcile" { b"{}".to_vec() } else { body.to_vec() };
+            let got = json_of(raw("POST", &format!("/api/v1/clients/{enc}/{action}"), json_ct, body).send().await.unwrap()).await;
+            assert_error(&got, 422, "invalid_input");
+            checked += 1;
+        }
+    }
+    assert!(checked > 100, "{checked}");
+    let after = h.footprint().await;
+    assert_eq!(after.0, before.0, "no row stored");
+    assert_eq!((after.1, after.2), (0, 0), "no provider call");
+    assert!(h.store.client_list().await.unwrap().is_empty());
+}
+
+// ---- secrets -------------------------------------------------------------------
+
+/// A tracing writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_key_and_tokens_appear_in_no_answer_log_or_metric() {
+    let logs = Captured::default();
+    let sink = logs.clone();
+    tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || sink.clone())
+        .init();
+    let h = H::start().await;
+    h.fixture().await;
+    let mut answers = String::new();
+    let mut record = |s: String| answers.push_str(&s);
+    let bad_token = "odf_0000wrong0000";
+    // Every route, with the right token, a wrong one, and none.
+    for (method, path) in ROUTES.iter().chain(&[("GET", "/"), ("GET", "/health"), ("GET", "/api/v1/clients/lost-create")]) {
+        let method = Method::from_bytes(method.as_bytes()).unwrap();
+        let path = path.replace("/acme", "/lost-create");
+        for tok in [Some(h.token.as_str()), Some(bad_token), None] {
+            let mut req = h.http.request(method.clone(), h.url(&path)).json(&json!({ "kind": "vm", "by": "x", "reason": "y", "id": "0b9f7b1e-8c52-4d0e-9a54-3f5c1c7d2e11" }));
+            if let Some(t) = tok {
+                req = req.bearer_auth(t);
+            }
+            let r = req.send().await.unwrap();
+            record(format!("{:?}", r.headers()));
+            record(r.text().await.unwrap());
+        }
+    }
+    // The dashboard through ?token= and the login form, and /metrics after all that.
+    for url in [format!("/?token={}", h.token), format!("/?token={bad_token}")] {
+        let r = h.http.get(h.url(&url)).send().await.unwrap();
+        record(r.text().await.unwrap());
+    }
+    let r = h.http.post(h.url("/login")).form(&[("token", bad_token)]).send().await.unwrap();
+    record(r.text().await.unwrap());
+    record(h.text("/metrics").await.1);
+    record(h.text("/openapi.json").await.1);
+    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(logs.contains("http request"), "debug logging was on: {logs:.2000}");
+    assert!(logs.contains("vultr request"), "the provider's debug lines were captured");
+    for (what, text) in [("answers", &answers), ("logs", &logs)] {
+        for secret in [KEY, h.token.as_str(), bad_token, &auth::token_sha256(&h.token)] {
+            assert!(!text.contains(secret), "{what} contain a secret");
+        }
+        assert!(!text.contains(&h.token[4..20]), "{what} contain part of the token");
+    }
+    // The database holds the token's digest only.
+    let dump = format!("{:?}", h.store.api_token_list().await.unwrap());
+    assert!(!dump.contains(&h.token));
+}
+
+// ---- dashboard in a real browser ------------------------------------------------
+
+/// Debian's chromium, installed by scripts/test when missing. Never skipped:
+/// without it this test fails and says why.
+fn chromium() -> String {
+    let path = std::env::var("ODUFLOW_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(
+        std::path::Path::new(&path).exists(),
+        "headless Chromium is required for the dashboard test but {path} does not exist: \
+         run scripts/test (it installs Debian's chromium) or `apt-get install -y chromium`, or set ODUFLOW_CHROMIUM"
+    );
+    path
+}
+
+async fn run_chromium(args: &[&str]) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let mut cmd = tokio::process::Command::new(chromium());
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--hide-scrollbars",
+    ])
+    .arg(format!("--user-data-dir={}", profile.path().display()))
+    .args(args)
+    .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(90), cmd.output())
+        .await
+        .expect("chromium finished within 90 s")
+        .expect("chromium started");
+    assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_in_headless_chromium_shows_states_interventions_commands_and_events() {
+    let h = H::start().await;
+    h.fixture().await;
+    // A hostile string in the evidence trail must render as text.
+    h.store.event_global("note", json!({ "x": "<script>document.title='pwned'</script><img src=x>" }), now_ms()).await.unwrap();
+    let url = h.url(&format!("/?token={}", h.token));
+    let dom = run_chromium(&["--dump-dom", &url]).await;
+    assert!(dom.contains("<title>oduflow dashboard</title>"), "{dom:.3000}");
+    // Counts by status.
+    for (status, n) in [("ready", 1), ("blocked", 3), ("pending", 1), ("deleting", 1), ("provisioning", 0), ("deleted", 0)] {
+        assert!(dom.contains(&format!("data-status=\"{status}\"><b>{n}</b>")), "{status} {n}");
+    }
+    // The intervention queue: each blocked client, reason, evidence, receipts, commands.
+    assert!(dom.contains("Intervention queue (3)"));
+    for name in ["bad-plan", "lost-create", "lost-again"] {
+        assert!(dom.contains(&format!("<div class=\"case\" data-client=\"{name}\">")), "{name}");
+    }
+    assert!(dom.contains("Invalid plan chosen."));
+    assert!(dom.contains("rejected 400"));
+    assert!(dom.contains("<code>oduflow reconcile bad-plan --new-dispatch</code>"));
+    assert!(dom.contains("<code>oduflow abandon lost-create --kind vm --by WHO --reason WHY</code>"));
+    assert!(dom.contains("<code>oduflow adopt lost-again --kind vm --id ID</code>"));
+    assert!(dom.contains("outcome unknown"));
+    // Every client, with its state.
+    for (name, status) in [("acme-ready", "ready"), ("pending-one", "pending"), ("going-away", "deleting")] {
+        assert!(dom.contains(&format!("<tr data-client=\"{name}\"><td>{name}</td><td class=\"status-{status}\">{status}</td>")), "{name}");
+    }
+    // Recent events, with the hostile one escaped: no element was created from it.
+    assert!(dom.contains("client_delete_requested"));
+    assert!(dom.contains("&lt;script&gt;document.title="));
+    assert!(!dom.contains("<img src=\"x\">") && !dom.contains("pwned</title>"));
+    assert!(!dom.contains(KEY));
+    // One screenshot kept as a test artifact.
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).parent().unwrap().join("dashboard.png");
+    let _ = std::fs::remove_file(&shot);
+    run_chromium(&[&format!("--screenshot={}", shot.display()), "--window-size=1280,2000", &url]).await;
+    let png = std::fs::read(&shot).expect("the screenshot was written");
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "a real picture: {} bytes", png.len());
+}

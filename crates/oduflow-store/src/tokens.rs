@@ -1,0 +1,158 @@
+//! Bearer tokens for the HTTP API (`oduflow serve`). The store keeps only the
+//! SHA-256 of each token, in lowercase hex: whoever reads the database (or a
+//! backup of it) learns nothing that opens the API. Generating a token,
+//! hashing it and comparing digests in constant time belong to the server;
+//! this module only stores, lists and revokes.
+//!
+//! Tokens are revoked, never deleted, so an audit event naming a token always
+//! has a row to point at.
+
+use crate::queue::event_insert;
+use crate::{both, Result, Store, StoreError};
+use serde::Serialize;
+
+/// A token's row id (a UUID v4), independent of its name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct ApiTokenId(pub String);
+
+/// What can be shown about a token: never its hash, never the token.
+#[derive(Clone, Debug, Serialize)]
+pub struct ApiTokenRow {
+    pub id: ApiTokenId,
+    pub name: String,
+    pub created_ms: i64,
+    pub revoked_ms: Option<i64>,
+}
+
+/// A live token's name and digest, for the server's constant-time check.
+/// Deliberately not `Serialize`: it never leaves the process.
+#[derive(Clone)]
+pub struct ApiTokenDigest {
+    pub name: String,
+    pub token_sha256: String,
+}
+
+impl std::fmt::Debug for ApiTokenDigest {
+    /// The digest stays out of logs too; it is as good as a password hash.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiTokenDigest").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Stores a new token's digest under `name`. A live token with the same
+    /// name is refused (`TokenExists`), so revocation by name is unambiguous.
+    pub async fn api_token_create(&self, name: &str, token_sha256: &str, now_ms: i64) -> Result<ApiTokenRow> {
+        let id = uuid::Uuid::new_v4().to_string();
+        both!(self, p => {
+            let mut tx = p.begin().await?;
+            let live: i64 = sqlx::query_scalar("SELECT count(*) FROM api_tokens WHERE name = $1 AND revoked_ms IS NULL")
+                .bind(name).fetch_one(&mut *tx).await?;
+            if live > 0 {
+                return Err(StoreError::TokenExists(name.to_owned()));
+            }
+            sqlx::query("INSERT INTO api_tokens (id, name, token_sha256, created_ms) VALUES ($1, $2, $3, $4)")
+                .bind(&id).bind(name).bind(token_sha256).bind(now_ms)
+                .execute(&mut *tx).await
+                .map_err(|e| crate::unique_to(e, || StoreError::TokenExists(name.to_owned())))?;
+            event_insert(&mut *tx, None, "api_token_created", &serde_json::json!({ "name": name, "id": id }), now_ms).await?;
+            tx.commit().await?;
+        });
+        Ok(ApiTokenRow { id: ApiTokenId(id), name: name.to_owned(), created_ms: now_ms, revoked_ms: None })
+    }
+
+    /// Every token ever created, revoked ones included, oldest first.
+    pub async fn api_token_list(&self) -> Result<Vec<ApiTokenRow>> {
+        both!(self, p => {
+            let rows: Vec<(String, String, i64, Option<i64>)> = sqlx::query_as(
+                "SELECT id, name, created_ms, revoked_ms FROM api_tokens ORDER BY created_ms, id")
+                .fetch_all(p).await?;
+            Ok(rows.into_iter()
+                .map(|(id, name, created_ms, revoked_ms)| ApiTokenRow { id: ApiTokenId(id), name, created_ms, revoked_ms })
+                .collect())
+        })
+    }
+
+    /// Revokes the live token named `name`; it stops working at once (the
+    /// server reads live digests on every request).
+    pub async fn api_token_revoke(&self, name: &str, now_ms: i64) -> Result<ApiTokenRow> {
+        both!(self, p => {
+            let mut tx = p.begin().await?;
+            let row: Option<(String, i64)> = sqlx::query_as(
+                "SELECT id, created_ms FROM api_tokens WHERE name = $1 AND revoked_ms IS NULL")
+                .bind(name).fetch_optional(&mut *tx).await?;
+            let Some((id, created_ms)) = row else {
+                return Err(StoreError::TokenNotFound(name.to_owned()));
+            };
+            sqlx::query("UPDATE api_tokens SET revoked_ms = $2 WHERE id = $1")
+                .bind(&id).bind(now_ms).execute(&mut *tx).await?;
+            event_insert(&mut *tx, None, "api_token_revoked", &serde_json::json!({ "name": name, "id": id }), now_ms).await?;
+            tx.commit().await?;
+            Ok(ApiTokenRow { id: ApiTokenId(id), name: name.to_owned(), created_ms, revoked_ms: Some(now_ms) })
+        })
+    }
+
+    /// The digests of every live token. The table holds a handful of rows;
+    /// the server compares the presented token's digest with each of them in
+    /// constant time instead of looking it up by value.
+    pub async fn api_token_digests_live(&self) -> Result<Vec<ApiTokenDigest>> {
+        both!(self, p => {
+            let rows: Vec<(String, String)> = sqlx::query_as(
+                "SELECT name, token_sha256 FROM api_tokens WHERE revoked_ms IS NULL ORDER BY id")
+                .fetch_all(p).await?;
+            Ok(rows.into_iter().map(|(name, token_sha256)| ApiTokenDigest { name, token_sha256 }).collect())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn create_list_revoke(store: Store) {
+        store.migrate().await.unwrap();
+        // Migrating again is harmless (the tokens migration included).
+        store.migrate().await.unwrap();
+        let a = store.api_token_create("ci", &"a".repeat(64), 10).await.unwrap();
+        assert!(matches!(store.api_token_create("ci", &"b".repeat(64), 11).await, Err(StoreError::TokenExists(_))));
+        // The same digest twice is refused by the schema as well.
+        assert!(matches!(store.api_token_create("other", &"a".repeat(64), 11).await, Err(StoreError::TokenExists(_))));
+        store.api_token_create("ops", &"c".repeat(64), 12).await.unwrap();
+        let live: Vec<String> = store.api_token_digests_live().await.unwrap().into_iter().map(|d| d.name).collect();
+        assert_eq!(live.len(), 2);
+        let revoked = store.api_token_revoke("ci", 20).await.unwrap();
+        assert_eq!((revoked.id.clone(), revoked.revoked_ms), (a.id.clone(), Some(20)));
+        assert!(matches!(store.api_token_revoke("ci", 21).await, Err(StoreError::TokenNotFound(_))));
+        let live = store.api_token_digests_live().await.unwrap();
+        assert_eq!(live.len(), 1);
+        assert_eq!(live[0].name, "ops");
+        assert!(!format!("{live:?}").contains("cccc"), "digests stay out of Debug output");
+        // A revoked name can be reused; the revoked row stays.
+        store.api_token_create("ci", &"d".repeat(64), 30).await.unwrap();
+        let all = store.api_token_list().await.unwrap();
+        assert_eq!(all.iter().map(|r| (r.name.as_str(), r.revoked_ms.is_some())).collect::<Vec<_>>(),
+            [("ci", true), ("ops", false), ("ci", false)]);
+        let json = serde_json::to_string(&all).unwrap();
+        assert!(!json.contains("aaaa") && !json.contains("token_sha256"), "{json}");
+        let kinds: Vec<String> =
+            store.events_recent(10).await.unwrap().into_iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, ["api_token_created", "api_token_revoked", "api_token_created", "api_token_created"]);
+        // The metrics aggregates are valid SQL on this backend too.
+        let stats = store.stats(100).await.unwrap();
+        assert!(stats.jobs_by_state.is_empty() && stats.dispatches_by_outcome.is_empty());
+        assert_eq!(stats.oldest_runnable_ms, None);
+    }
+
+    #[tokio::test]
+    async fn tokens_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        create_list_revoke(Store::connect(&crate::testing::sqlite_url(dir.path()), true).await.unwrap()).await;
+    }
+
+    #[tokio::test]
+    async fn tokens_postgres() {
+        let url = crate::testing::fresh_pg_url().await;
+        create_list_revoke(Store::connect(&url, true).await.unwrap()).await;
+    }
+}
