@@ -9,6 +9,7 @@
 use crate::{fail_step, EngineError, Worker};
 use oduflow_model::decide::{self, Action, DeleteProgress, Facts, Inputs, ReceiptFacts, Resource, Seen};
 use oduflow_model::provider::{BlockRequest, DeleteOutcome, InstanceRequest, Outcome, Provider};
+use oduflow_model::identity::{IdentityTarget, Presence};
 use oduflow_model::*;
 use oduflow_store::{Finish, IdSource, InfraRow, JobNext, NewEvent, NewReceipt, ReceiptRow};
 use serde::Serialize;
@@ -18,6 +19,11 @@ use sha2::{Digest, Sha256};
 /// bookkeeping step before the run ends with a side effect or a wait, so
 /// twelve is ample; reaching it just re-queues the job.
 const STEPS_MAX: usize = 12;
+
+/// Failed steps of one identity adapter before its client is blocked
+/// `adapter_failed`: enough to ride out a flaky command or API, few enough
+/// that an operator hears of a broken one within minutes.
+const ADAPTER_FAILURES_MAX: i64 = 5;
 
 struct Run<'a, P> {
     w: &'a Worker<P>,
@@ -186,6 +192,9 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
             }
             Action::Ready => {
                 fail_step!("attach-confirmed");
+                if let Some(f) = run.adapters_present().await? {
+                    return Ok(f);
+                }
                 run.infra.status = ClientStatus::Ready;
                 run.infra.blocked_reason = None;
                 run.infra.blocked_detail = None;
@@ -193,6 +202,10 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
                 return Ok(run.done());
             }
             Action::Deleted => {
+                // The VM's absence proves nothing about the other identities.
+                if let Some(f) = run.adapters_absent().await? {
+                    return Ok(f);
+                }
                 run.infra.status = ClientStatus::Deleted;
                 run.infra.blocked_reason = None;
                 run.infra.blocked_detail = None;
@@ -457,6 +470,104 @@ impl<P: Provider> Run<'_, P> {
                 let _ = self.w.provider.block_create(&req).await;
             }
         }
+    }
+
+    async fn identity_target(&self, with_ip: bool) -> Result<IdentityTarget, EngineError> {
+        let name = self
+            .w
+            .store
+            .client_get_by_id(&self.infra.client_id)
+            .await?
+            .map(|c| c.name)
+            .ok_or_else(|| EngineError::Invariant("client vanished".into()))?;
+        let main_ip = match (&self.infra.vm_id, with_ip) {
+            (Some(vm), true) => self.w.provider.instance_get(vm).await.ok().flatten().map(|i| i.main_ip),
+            _ => None,
+        };
+        Ok(IdentityTarget { client: name, client_id: self.infra.client_id.to_string(), main_ip })
+    }
+
+    /// Counts an adapter failure; past the limit, blocks naming the adapter.
+    async fn adapter_failed(mut self, adapter: &str, state: &str, error: String, now: i64) -> Result<Finish, EngineError> {
+        let n = self.w.receipts.adapter_fail(&self.infra.client_id, adapter, state, &error, now).await?;
+        if n >= ADAPTER_FAILURES_MAX {
+            let detail = format!("adapter {adapter}: {error} ({n} attempts)");
+            self.infra.status = ClientStatus::Blocked;
+            self.infra.blocked_reason = Some(BlockedReason::AdapterFailed);
+            self.infra.blocked_detail = Some(detail.clone());
+            self.event("blocked", serde_json::json!({ "reason": BlockedReason::AdapterFailed, "detail": detail }));
+            return Ok(self.done());
+        }
+        let at = now + self.w.cfg.poll_interval_ms * n;
+        Ok(self.wait(at))
+    }
+
+    /// Ensures the next adapter whose identity is not yet confirmed present.
+    /// `None` once every adapter is ensured.
+    async fn adapters_present(&mut self) -> Result<Option<Finish>, EngineError> {
+        let w = self.w;
+        if w.adapters.is_empty() {
+            return Ok(None);
+        }
+        let states = w.store.adapter_states(&self.infra.client_id).await?;
+        for a in w.adapters.iter() {
+            if states.iter().any(|s| s.adapter == a.name() && s.state == "ensured") {
+                continue;
+            }
+            let t = self.identity_target(true).await?;
+            let now = w.now_ms();
+            let run = std::mem::replace(self, self.clone_shallow());
+            let ensured = match a.ensure(&t).await {
+                Err(e) => return Ok(Some(run.adapter_failed(a.name(), "ensuring", e, now).await?)),
+                Ok(d) => d,
+            };
+            return Ok(Some(match a.check(&t).await {
+                Ok(Presence::Present(d)) => {
+                    w.receipts.adapter_set(&run.infra.client_id, a.name(), "ensured", &d, now).await?;
+                    run.wait(now)
+                }
+                Ok(Presence::Absent) => {
+                    run.adapter_failed(a.name(), "ensuring", format!("absent after ensure ({ensured})"), now).await?
+                }
+                Err(e) => run.adapter_failed(a.name(), "ensuring", e, now).await?,
+            }));
+        }
+        Ok(None)
+    }
+
+    /// Removes the next adapter whose identity is not yet confirmed absent.
+    /// `None` once every adapter's check has reported absence.
+    async fn adapters_absent(&mut self) -> Result<Option<Finish>, EngineError> {
+        let w = self.w;
+        if w.adapters.is_empty() {
+            return Ok(None);
+        }
+        let states = w.store.adapter_states(&self.infra.client_id).await?;
+        for a in w.adapters.iter() {
+            if states.iter().any(|s| s.adapter == a.name() && s.state == "removed") {
+                continue;
+            }
+            let t = self.identity_target(false).await?;
+            let now = w.now_ms();
+            let run = std::mem::replace(self, self.clone_shallow());
+            if let Err(e) = a.remove(&t).await {
+                return Ok(Some(run.adapter_failed(a.name(), "removing", e, now).await?));
+            }
+            fail_step!("adapter-removed");
+            return Ok(Some(match a.check(&t).await {
+                Ok(Presence::Absent) => {
+                    w.receipts.adapter_set(&run.infra.client_id, a.name(), "removed", "check reports absence", now).await?;
+                    run.wait(now)
+                }
+                Ok(Presence::Present(d)) => run.adapter_failed(a.name(), "removing", format!("still present after remove: {d}"), now).await?,
+                Err(e) => run.adapter_failed(a.name(), "removing", e, now).await?,
+            }));
+        }
+        Ok(None)
+    }
+
+    fn clone_shallow(&self) -> Self {
+        Run { w: self.w, infra: self.infra.clone(), events: vec![] }
     }
 
     async fn delete(&mut self, kind: ResourceKind, id: &str, op: &OperationKey) -> Result<(), EngineError> {

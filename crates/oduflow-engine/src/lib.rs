@@ -127,6 +127,7 @@ pub const FAIL_POINTS: &[&str] = &[
     "attach-confirmed",
     "delete-sent",
     "get-404-recorded",
+    "adapter-removed",
     "main-tx-commit",
 ];
 

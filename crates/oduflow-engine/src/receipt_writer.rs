@@ -48,6 +48,14 @@ impl ReceiptWriter {
         self.ledger.receipt_mark_deleted(key, now_ms).await
     }
 
+    pub(crate) async fn adapter_set(&self, client: &ClientId, adapter: &str, state: &str, detail: &str, now_ms: i64) -> oduflow_store::Result<()> {
+        self.ledger.adapter_set(client, adapter, state, detail, now_ms).await
+    }
+
+    pub(crate) async fn adapter_fail(&self, client: &ClientId, adapter: &str, state: &str, detail: &str, now_ms: i64) -> oduflow_store::Result<i64> {
+        self.ledger.adapter_fail(client, adapter, state, detail, now_ms).await
+    }
+
     pub(crate) async fn observations_restart(&self, key: &OperationKey) -> oduflow_store::Result<()> {
         self.ledger.receipt_observations_restart(key).await
     }

@@ -26,6 +26,10 @@ pub struct Worker<P> {
     pub cfg: EngineConfig,
     pub clock: SharedClock,
     pub(crate) receipts: ReceiptWriter,
+    /// External identities (DNS, VPN, Salt, ...) ensured with the
+    /// infrastructure and removed, each with its own confirmation, before a
+    /// client counts as deleted.
+    pub adapters: Arc<Vec<Arc<dyn oduflow_model::identity::IdentityAdapter>>>,
 }
 
 impl<P> Clone for Worker<P> {
@@ -36,6 +40,7 @@ impl<P> Clone for Worker<P> {
             cfg: self.cfg.clone(),
             clock: self.clock.clone(),
             receipts: self.receipts.clone(),
+            adapters: self.adapters.clone(),
         }
     }
 }
@@ -43,7 +48,12 @@ impl<P> Clone for Worker<P> {
 impl<P: Provider> Worker<P> {
     pub fn new(store: Store, provider: Arc<P>, cfg: EngineConfig, clock: SharedClock) -> Self {
         let receipts = ReceiptWriter::new(store.clone());
-        Self { store, provider, cfg, clock, receipts }
+        Self { store, provider, cfg, clock, receipts, adapters: Arc::new(vec![]) }
+    }
+
+    pub fn with_adapters(mut self, adapters: Vec<Arc<dyn oduflow_model::identity::IdentityAdapter>>) -> Self {
+        self.adapters = Arc::new(adapters);
+        self
     }
 
     pub fn now_ms(&self) -> i64 {

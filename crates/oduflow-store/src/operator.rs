@@ -51,6 +51,8 @@ impl Store {
                 .bind(&id).bind(generation).bind(status)
                 .bind(i64::from(vm)).bind(i64::from(volume)).bind(i64::from(attach)).bind(now_ms)
                 .execute(&mut *tx).await?;
+            // A fresh start for adapters that had failed.
+            sqlx::query("UPDATE adapter_state SET failures = 0 WHERE client_id = $1").bind(&id).execute(&mut *tx).await?;
             let id = ClientId(id);
             let kind = match target { Target::Present => JobKind::Provision, Target::Absent => JobKind::Deprovision };
             job_insert(&mut *tx, &NewJob::for_client(&id, kind, generation, now_ms, attempts_max)).await?;

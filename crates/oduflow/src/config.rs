@@ -24,6 +24,23 @@ struct FileConfig {
     attempts_max: Option<i32>,
     /// Refused with a clear message if present.
     api_key: Option<toml::Value>,
+    /// The DNS identity: an A record `<client>.<domain>` for each client.
+    dns: Option<DnsConfig>,
+    /// Command adapters (`[[adapter]]`) for identities oduflow does not ship.
+    #[serde(default)]
+    adapter: Vec<oduflow_engine::command_adapter::CommandAdapterConfig>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DnsConfig {
+    pub domain: String,
+    #[serde(default = "default_ttl")]
+    pub ttl: i64,
+}
+
+fn default_ttl() -> i64 {
+    300
 }
 
 #[derive(Debug)]
@@ -38,6 +55,8 @@ pub struct Config {
     pub concurrency: usize,
     pub lease_ms: i64,
     pub attempts_max: i32,
+    pub dns: Option<DnsConfig>,
+    pub adapters: Vec<oduflow_engine::command_adapter::CommandAdapterConfig>,
 }
 
 /// A configuration problem is bad input: exit code 2, nothing written.
@@ -92,7 +111,15 @@ impl Config {
             concurrency: env_num("ODUFLOW_CONCURRENCY")?.or(fc.concurrency).unwrap_or(4),
             lease_ms: env_num("ODUFLOW_LEASE_MS")?.or(fc.lease_ms).unwrap_or(120_000),
             attempts_max: env_num("ODUFLOW_ATTEMPTS_MAX")?.or(fc.attempts_max).unwrap_or(10),
+            dns: match env("ODUFLOW_DNS_DOMAIN") {
+                Some(domain) => Some(DnsConfig { domain, ttl: default_ttl() }),
+                None => fc.dns,
+            },
+            adapters: fc.adapter,
         };
+        for a in &cfg.adapters {
+            oduflow_engine::command_adapter::CommandAdapter::new(a.clone()).map_err(BadInput)?;
+        }
         if cfg.poll_interval_ms < 0 || cfg.observations_max < 1 || cfg.rate_per_sec == 0 || cfg.concurrency == 0
             || cfg.lease_ms < 1 || cfg.attempts_max < 1
         {

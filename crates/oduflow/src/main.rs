@@ -269,7 +269,8 @@ async fn run(cli: Cli) -> Result<()> {
             if let Some(why) = lineage::check(&store, now_ms()).await? {
                 anyhow::bail!("restore pending ({why}): run `oduflow reconcile --all` before starting workers");
             }
-            let worker = Worker::new(store.clone(), provider, engine, Arc::new(SystemClock));
+            let adapters = identity_adapters(&cfg, provider.as_ref())?;
+            let worker = Worker::new(store.clone(), provider, engine, Arc::new(SystemClock)).with_adapters(adapters);
             // Keep this host's high-water mark fresh, and stop if the database
             // turns out to be a restored copy while running.
             let watch_store = store.clone();
@@ -368,6 +369,21 @@ fn provider(cfg: &Config) -> Result<Arc<oduflow_vultr::VultrClient>> {
     Ok(Arc::new(oduflow_vultr::VultrClient::new(vc).map_err(|e| BadInput(e.to_string()))?))
 }
 
+/// The configured identity adapters, DNS first.
+fn identity_adapters(
+    cfg: &Config,
+    vultr: &oduflow_vultr::VultrClient,
+) -> Result<Vec<Arc<dyn oduflow_model::identity::IdentityAdapter>>> {
+    let mut out: Vec<Arc<dyn oduflow_model::identity::IdentityAdapter>> = vec![];
+    if let Some(d) = &cfg.dns {
+        out.push(Arc::new(oduflow_vultr::dns_adapter::DnsAdapter::new(vultr.clone(), d.domain.clone(), d.ttl)));
+    }
+    for a in &cfg.adapters {
+        out.push(Arc::new(oduflow_engine::command_adapter::CommandAdapter::new(a.clone()).map_err(BadInput)?));
+    }
+    Ok(out)
+}
+
 pub(crate) async fn run_worker<P: Provider>(worker: Worker<P>, until_settled: bool) -> Result<()> {
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -445,11 +461,13 @@ fn client_json(r: &ClientRow) -> serde_json::Value {
 
 async fn print_client(store: &Store, r: &ClientRow, json: bool, evidence: bool) -> Result<()> {
     let receipts = if evidence { store.receipts_for_client(&r.id).await? } else { vec![] };
+    let adapters = if evidence { store.adapter_states(&r.id).await? } else { vec![] };
     let events = if evidence { store.events_for_client(&r.id).await? } else { vec![] };
     if json {
         let mut v = client_json(r);
         if evidence {
             v["receipts"] = serde_json::to_value(&receipts)?;
+            v["adapters"] = serde_json::to_value(&adapters)?;
             v["events"] = serde_json::to_value(&events)?;
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -489,6 +507,13 @@ async fn print_client(store: &Store, r: &ClientRow, json: bool, evidence: bool) 
                 rc.observation_count,
                 rc.last_observation.as_deref().map(|o| format!(" (last: {o})")).unwrap_or_default()
             );
+        }
+        if !adapters.is_empty() {
+            println!("identities:");
+            for a in &adapters {
+                println!("  {:<10} {:<9} {}{}", a.adapter, a.state, a.detail,
+                    if a.failures > 0 { format!(" (failures: {})", a.failures) } else { String::new() });
+            }
         }
         println!("events (latest last):");
         for e in events.iter().rev().take(15).rev() {

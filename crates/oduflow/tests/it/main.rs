@@ -632,6 +632,7 @@ fn campaign_catches_a_forgotten_receipt_and_reruns_it() {
     let (ok, again) = campaign(&["--seed", seed], Some("forget_receipt"));
     assert!(!ok, "the rerun did not reproduce the failure:\n{again}");
     assert!(again.contains("invariant 3"), "{again}");
+}
 
 /// `oduflow token create/list/revoke` and `oduflow serve`, through the real
 /// binary: a created token opens the API, a revoked one stops at once, and
@@ -683,3 +684,6 @@ async fn token_commands_and_serve() {
     assert!(log.contains("http request"), "debug log captured: {log}");
     assert!(!log.contains(&token) && !log.contains(KEY), "a secret in the server's log");
 }
+
+// After the macros and helpers above, which it uses.
+mod identities;
