@@ -123,6 +123,28 @@ macro_rules! const_format_client_select {
     };
 }
 
+/// Opens a transaction that will write. On SQLite it takes the write lock up
+/// front (`BEGIN IMMEDIATE`): a deferred transaction that reads and then
+/// writes can fail with SQLITE_BUSY on the upgrade without ever waiting.
+pub(crate) trait BeginWrite {
+    type Db: sqlx::Database;
+    async fn begin_write(&self) -> std::result::Result<sqlx::Transaction<'static, Self::Db>, sqlx::Error>;
+}
+
+impl BeginWrite for PgPool {
+    type Db = sqlx::Postgres;
+    async fn begin_write(&self) -> std::result::Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+        self.begin().await
+    }
+}
+
+impl BeginWrite for SqlitePool {
+    type Db = sqlx::Sqlite;
+    async fn begin_write(&self) -> std::result::Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
+        self.begin_with("BEGIN IMMEDIATE").await
+    }
+}
+
 /// The default database: a SQLite file in the working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://oduflow.db";
 
@@ -146,11 +168,19 @@ impl Store {
     /// (only `oduflow init` and the demo do that); without it, a missing or
     /// uninitialized database is an error that changes nothing.
     pub async fn connect(url: &str, create: bool) -> Result<Store> {
+        Self::connect_sized(url, create, POOL_CONNECTIONS_MAX).await
+    }
+
+    /// Like `connect`, with a pool of `max_connections`. A worker running N
+    /// jobs at once needs 2N: on PostgreSQL each job holds its main
+    /// transaction's connection and needs one more for receipts and reads,
+    /// so a smaller pool can starve every job at once.
+    pub async fn connect_sized(url: &str, create: bool, max_connections: u32) -> Result<Store> {
         let store = match Self::check_url(url)? {
             Backend::Postgres => {
                 let opts = PgConnectOptions::from_str(url).expect("checked");
                 let pool = PgPoolOptions::new()
-                    .max_connections(POOL_CONNECTIONS_MAX)
+                    .max_connections(max_connections)
                     .acquire_timeout(Duration::from_secs(30))
                     .connect_with(opts)
                     .await?;
@@ -167,7 +197,7 @@ impl Store {
                     .busy_timeout(SQLITE_BUSY_TIMEOUT)
                     .foreign_keys(true);
                 let pool = SqlitePoolOptions::new()
-                    .max_connections(POOL_CONNECTIONS_MAX)
+                    .max_connections(max_connections)
                     .acquire_timeout(SQLITE_BUSY_TIMEOUT)
                     .connect_with(opts)
                     .await
@@ -264,7 +294,7 @@ impl Store {
     ) -> Result<ClientRow> {
         let id = oduflow_model::ClientId::new_v7();
         both!(self, p => {
-            let mut tx = p.begin().await?;
+            let mut tx = crate::BeginWrite::begin_write(p).await?;
             let exists: Option<(String, String, i64)> = sqlx::query_as(
                 "SELECT c.id, i.target, i.generation FROM clients c JOIN infra i ON i.client_id = c.id \
                  WHERE c.name = $1")
@@ -336,7 +366,7 @@ impl Store {
     /// target is already `absent` changes nothing.
     pub async fn client_delete(&self, name: &str, now_ms: i64, attempts_max: i32) -> Result<ClientRow> {
         both!(self, p => {
-            let mut tx = p.begin().await?;
+            let mut tx = crate::BeginWrite::begin_write(p).await?;
             let row: Option<(String, String, i64)> = sqlx::query_as(
                 "SELECT i.client_id, i.target, i.generation FROM infra i JOIN clients c ON c.id = i.client_id \
                  WHERE c.name = $1",

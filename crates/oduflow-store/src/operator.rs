@@ -28,7 +28,7 @@ impl Store {
         attempts_max: i32,
     ) -> Result<ClientRow> {
         both!(self, p => {
-            let mut tx = p.begin().await?;
+            let mut tx = crate::BeginWrite::begin_write(p).await?;
             let row: Option<(String, String, i64)> = sqlx::query_as(
                 "SELECT i.client_id, i.target, i.generation FROM infra i JOIN clients c ON c.id = i.client_id \
                  WHERE c.name = $1")
@@ -74,7 +74,7 @@ impl Store {
         now_ms: i64,
     ) -> Result<u64> {
         both!(self, p => {
-            let mut tx = p.begin().await?;
+            let mut tx = crate::BeginWrite::begin_write(p).await?;
             let mut n = 0;
             for (id, old) in clients {
                 n += sqlx::query("UPDATE infra SET key_fingerprint = $2, updated_ms = $4 \

@@ -385,7 +385,7 @@ impl QueueStatus {
 impl Store {
     pub async fn job_enqueue(&self, job: &NewJob) -> Result<Enqueued> {
         both!(self, p => {
-            let mut tx = p.begin().await?;
+            let mut tx = crate::BeginWrite::begin_write(p).await?;
             let r = job_insert(&mut *tx, job).await?;
             tx.commit().await?;
             Ok(r)
@@ -397,7 +397,7 @@ impl Store {
     pub async fn job_claim_next(&self, worker: &str, now_ms: i64, lease_ms: i64) -> Result<Option<Claim>> {
         match self {
             Store::Pg(p) => {
-                let mut tx = p.begin().await?;
+                let mut tx = crate::BeginWrite::begin_write(p).await?;
                 // Locking the job and the client's infra row together, both
                 // with SKIP LOCKED, means a job whose client is busy is simply
                 // passed over instead of waited on.
@@ -446,7 +446,7 @@ impl Store {
     pub async fn job_record_failure(&self, c: &ClaimRef, error: &str, now_ms: i64, retry_base_ms: i64) -> Result<JobState> {
         let error: String = error.chars().take(2000).collect();
         both!(self, p => {
-            let mut tx = p.begin().await?;
+            let mut tx = crate::BeginWrite::begin_write(p).await?;
             let row: Option<(i64, i64, String)> =
                 sqlx::query_as("SELECT attempts, attempts_max, state FROM jobs WHERE id = $1")
                     .bind(c.job_id.0)

@@ -46,7 +46,7 @@ impl Store {
     pub async fn api_token_create(&self, name: &str, token_sha256: &str, now_ms: i64) -> Result<ApiTokenRow> {
         let id = uuid::Uuid::new_v4().to_string();
         both!(self, p => {
-            let mut tx = p.begin().await?;
+            let mut tx = crate::BeginWrite::begin_write(p).await?;
             let live: i64 = sqlx::query_scalar("SELECT count(*) FROM api_tokens WHERE name = $1 AND revoked_ms IS NULL")
                 .bind(name).fetch_one(&mut *tx).await?;
             if live > 0 {
@@ -78,7 +78,7 @@ impl Store {
     /// server reads live digests on every request).
     pub async fn api_token_revoke(&self, name: &str, now_ms: i64) -> Result<ApiTokenRow> {
         both!(self, p => {
-            let mut tx = p.begin().await?;
+            let mut tx = crate::BeginWrite::begin_write(p).await?;
             let row: Option<(String, i64)> = sqlx::query_as(
                 "SELECT id, created_ms FROM api_tokens WHERE name = $1 AND revoked_ms IS NULL")
                 .bind(name).fetch_optional(&mut *tx).await?;

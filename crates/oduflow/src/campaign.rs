@@ -579,9 +579,17 @@ async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: boo
             bail!("invariant 1: {n} creates applied for label {label}");
         }
     }
+    // An attach is a dispatch too: at most one applied per attach receipt.
+    // A volume is attached again only to a new VM (a new dispatch generation
+    // after a confirmed deletion), under a new attach receipt.
     for (block, n) in &ledger.attaches_per_block {
-        if *n > 1 {
-            bail!("invariant 1: {n} attaches applied to block {block}");
+        let owner = receipts.iter().find(|r| r.resource_id.as_deref() == Some(block.as_str())).map(|r| r.client_ref.clone());
+        let dispatched = receipts
+            .iter()
+            .filter(|r| r.resource_kind == ResourceKind::Attach && Some(&r.client_ref) == owner.as_ref() && r.sent_ms.is_some())
+            .count() as u64;
+        if *n > dispatched {
+            bail!("invariant 1: {n} attaches applied to block {block}, {dispatched} attach dispatches sent");
         }
     }
     // 2 and 3. Every resource maps to a receipt carrying its id, or is reported.

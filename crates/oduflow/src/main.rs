@@ -2,6 +2,7 @@
 //! adapter and the simulator. It parses, validates, calls, prints; nothing
 //! else lives here.
 
+mod bench;
 mod campaign;
 mod config;
 mod demo;
@@ -92,6 +93,8 @@ enum Cmd {
     /// Database restore safety.
     #[command(subcommand)]
     Restore(RestoreCmd),
+    /// Benchmarks: convergence at the rate limit, queue throughput, inventory at scale.
+    Bench(bench::BenchArgs),
     /// Randomized crash and lost-response schedules, checked against the invariants.
     Campaign(campaign::CampaignArgs),
     /// Serve the Vultr API simulator (API under /v2, controls under /sim).
@@ -257,7 +260,6 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Client(c) => client(&cfg, c).await?,
         Cmd::Queue(q) => queue(&cfg, q).await?,
         Cmd::Worker { until_settled, concurrency } => {
-            let store = open(&cfg).await?;
             let mut engine = cfg.engine();
             if let Some(n) = concurrency {
                 if n == 0 {
@@ -265,6 +267,7 @@ async fn run(cli: Cli) -> Result<()> {
                 }
                 engine.concurrency = n;
             }
+            let store = Store::connect_sized(&cfg.database_url, false, 2 * engine.concurrency as u32 + 4).await?;
             let provider = provider(&cfg)?;
             if let Some(why) = lineage::check(&store, now_ms()).await? {
                 anyhow::bail!("restore pending ({why}): run `oduflow reconcile --all` before starting workers");
@@ -292,6 +295,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Demo { clients, seed, no_faults } => demo::run(&cfg, clients, seed, !no_faults).await?,
         Cmd::Sim(args) => sim::run(&cfg, args).await?,
         Cmd::Campaign(args) => campaign::run(args).await?,
+        Cmd::Bench(args) => bench::run(args).await?,
         Cmd::Serve(args) => serve::serve(&cfg, args).await?,
         Cmd::Token(cmd) => serve::token(&cfg, cmd).await?,
         Cmd::Reconcile { name, all, new_dispatch, by, json } => {
