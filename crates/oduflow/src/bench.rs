@@ -141,7 +141,7 @@ async fn convergence(n: usize) -> Result<()> {
 
 /// No-op jobs per second on PostgreSQL with 1, 4 and 16 workers.
 async fn queue(jobs: usize) -> Result<()> {
-    println!("queue: {jobs} no-op jobs on PostgreSQL, one client per job (no per-client serialization in the way)");
+    println!("queue: {jobs} no-op jobs on PostgreSQL, spread over 64 clients (one job per client at a time)");
     for workers in [1usize, 4, 16] {
         let url = oduflow_store::testing::fresh_pg_url().await;
         let store = Store::connect_sized(&url, true, 2 * workers as u32 + 4).await?;
@@ -168,7 +168,7 @@ async fn queue(jobs: usize) -> Result<()> {
         settle(&w).await?;
         let s = t.elapsed().as_secs_f64();
         let done = store.queue_status(SystemClock.now_ms()).await?.done;
-        println!("  workers {workers:>2}: {:.0} jobs/s ({done} jobs done in {s:.2} s; {clients} clients)", jobs as f64 / s);
+        println!("  workers {workers:>2}: {:.0} jobs/s ({jobs} jobs in {s:.2} s; {done} done including setup)", jobs as f64 / s);
         store.close().await;
     }
     println!("  reproduce: cargo run --release -- bench queue  (peer and pgbench ceiling: bench/apalis-peer/run.sh, bench/pgbench-ceiling.sh)");

@@ -690,3 +690,14 @@ async fn token_commands_and_serve() {
 
 // After the macros and helpers above, which it uses.
 mod identities;
+
+/// A small run of every benchmark: figures printed, not asserted (the full
+/// sizes and targets are in BENCHMARKS.md).
+#[test]
+fn bench_smoke_prints_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(BIN).args(["bench", "--smoke"]).current_dir(dir.path()).env("ODUFLOW_LOG", "error").output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    println!("{out}");
+    assert!(o.status.success(), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
+}
