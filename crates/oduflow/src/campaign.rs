@@ -582,7 +582,9 @@ async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: boo
     // An attach is a dispatch too: at most one applied per attach receipt.
     // A volume is attached again only to a new VM (a new dispatch generation
     // after a confirmed deletion), under a new attach receipt.
-    for (block, n) in &ledger.attaches_per_block {
+    // (Not after a restore: the receipts of the discarded timeline are gone,
+    // and exactly-once is not promised after journal loss.)
+    for (block, n) in ledger.attaches_per_block.iter().filter(|_| !restored) {
         let owner = receipts.iter().find(|r| r.resource_id.as_deref() == Some(block.as_str())).map(|r| r.client_ref.clone());
         let dispatched = receipts
             .iter()
