@@ -184,6 +184,15 @@ fn create_step(kind: ResourceKind, r: &Resource, max: i64) -> Have {
 
 fn decide_present(i: &Inputs) -> Action {
     let max = i.observations_max;
+    // The volume does not depend on the VM until attachment: once the VM's
+    // create is out (and not refused), the volume's goes out too, without
+    // first spending a read on a VM that is surely still pending. (What a
+    // read has already shown about the VM is decided on first.)
+    let vm_out = matches!(i.vm.receipt, ReceiptFacts::Unknown { .. } | ReceiptFacts::Known { .. })
+        && !(i.vm.progress.delete_sent && !i.vm.progress.deleted);
+    if vm_out && i.vm.seen == Seen::NotRead && i.volume.receipt == ReceiptFacts::None {
+        return Action::Dispatch(ResourceKind::Volume);
+    }
     let vm = match create_step(ResourceKind::Vm, &i.vm, max) {
         Have::Act(a) => return a,
         Have::Verified(f) => f,

@@ -70,7 +70,8 @@ fn key_change_blocks_before_anything() {
 
 #[test]
 fn unknown_outcome_is_observed_never_redispatched() {
-    check(present(unknown(0, Seen::NotRead), none(), ReceiptFacts::None), Action::Observe(K::Vm));
+    let v = || known("v-1", 0, Seen::NotRead);
+    check(present(unknown(0, Seen::NotRead), v(), ReceiptFacts::None), Action::Observe(K::Vm));
     check(present(unknown(0, Seen::ByLabel(vec![])), none(), ReceiptFacts::None), Action::CountObservation(K::Vm));
     check(present(unknown(3, Seen::ByLabel(vec![])), none(), ReceiptFacts::None), Action::CountObservation(K::Vm));
     check_block(present(unknown(4, Seen::ByLabel(vec![])), none(), ReceiptFacts::None), B::UncertainCreate);
@@ -99,7 +100,7 @@ fn rejection_blocks_and_is_not_retried() {
 
 #[test]
 fn known_id_404_keeps_the_id_then_blocks() {
-    check(present(known("i-1", 0, Seen::NotRead), none(), ReceiptFacts::None), Action::Observe(K::Vm));
+    check(present(known("i-1", 0, Seen::NotRead), known("v-1", 0, Seen::NotRead), ReceiptFacts::None), Action::Observe(K::Vm));
     check(present(known("i-1", 0, Seen::Missing), none(), ReceiptFacts::None), Action::CountObservation(K::Vm));
     check_block(present(known("i-1", 4, Seen::Missing), none(), ReceiptFacts::None), B::KnownResourceMissing);
 }
@@ -108,6 +109,15 @@ fn known_id_404_keeps_the_id_then_blocks() {
 fn config_mismatch_on_known_id_blocks() {
     let f = Facts { mismatch: Some("plan x != y".into()), ..ok("i-1") };
     check_block(present(known("i-1", 0, Seen::Present(f)), none(), ReceiptFacts::None), B::ConfigMismatch);
+}
+
+#[test]
+fn volume_is_dispatched_once_the_vm_create_is_out() {
+    check(present(known("i-1", 0, Seen::NotRead), none(), ReceiptFacts::None), Action::Dispatch(K::Volume));
+    check(present(unknown(0, Seen::NotRead), none(), ReceiptFacts::None), Action::Dispatch(K::Volume));
+    // Not after a refused VM create: that blocks first.
+    let r = res(ReceiptFacts::Rejected { status: 400, message: "m".into() }, Seen::NotRead);
+    check_block(present(r, none(), ReceiptFacts::None), B::CreateRejected);
 }
 
 #[test]
