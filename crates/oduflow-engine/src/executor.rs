@@ -107,14 +107,19 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
         };
         let action = decide::decide(&inputs);
         tracing::debug!(client = %run.infra.client_id, ?action, "decided");
-        let receipt_of = |k: ResourceKind| match k {
-            ResourceKind::Vm => vm_r.clone(),
-            ResourceKind::Volume => vol_r.clone(),
-            ResourceKind::Attach => att_r.clone(),
+        // Every action on a resource follows from its receipt; the decision
+        // never names one without it.
+        let receipt_of = |k: ResourceKind, action: &str| {
+            match k {
+                ResourceKind::Vm => vm_r.clone(),
+                ResourceKind::Volume => vol_r.clone(),
+                ResourceKind::Attach => att_r.clone(),
+            }
+            .ok_or_else(|| EngineError::Invariant(format!("{action} without receipt")))
         };
         match action {
             Action::Observe(kind) => {
-                let r = receipt_of(kind).ok_or_else(|| EngineError::Invariant("observe without receipt".into()))?;
+                let r = receipt_of(kind, "observe")?;
                 #[cfg(feature = "failpoints")]
                 if crate::planted_bug("resend_after_lost") && r.resource_id.is_none() && r.rejection_status.is_none() && kind != ResourceKind::Attach {
                     // A planted bug, for proving the fault campaign can fail:
@@ -132,7 +137,7 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
                 }
             }
             Action::CountObservation(kind) => {
-                let r = receipt_of(kind).ok_or_else(|| EngineError::Invariant("count without receipt".into()))?;
+                let r = receipt_of(kind, "count")?;
                 let summary = match &seen[slot(kind)] {
                     Seen::Missing => "GET by id answered 404".to_owned(),
                     Seen::ByLabel(f) if f.is_empty() => "no resource carries the label".to_owned(),
@@ -143,7 +148,7 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
                 return Ok(run.wait(now + poll_delay(w.cfg.poll_interval_ms, n)));
             }
             Action::Adopt(kind, id) => {
-                let r = receipt_of(kind).ok_or_else(|| EngineError::Invariant("adopt without receipt".into()))?;
+                let r = receipt_of(kind, "adopt")?;
                 w.receipts.record_id(&r.operation_key, &id, IdSource::AdoptedByLabel, w.now_ms()).await?;
                 run.set_id(kind, Some(id.clone()));
                 run.event("resource_adopted_by_label", serde_json::json!({ "kind": kind, "id": id, "label": r.label }));
@@ -166,12 +171,12 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
                 if side_effects > 0 {
                     return Ok(run.wait(now));
                 }
-                let r = receipt_of(kind).ok_or_else(|| EngineError::Invariant("delete without receipt".into()))?;
+                let r = receipt_of(kind, "delete")?;
                 run.delete(kind, &id, &r.operation_key).await?;
                 return Ok(run.wait(now + w.cfg.poll_interval_ms));
             }
             Action::ConfirmDeleted(kind) => {
-                let r = receipt_of(kind).ok_or_else(|| EngineError::Invariant("confirm without receipt".into()))?;
+                let r = receipt_of(kind, "confirm")?;
                 w.receipts.mark_deleted(&r.operation_key, w.now_ms()).await?;
                 fail_step!("get-404-recorded");
                 let id = r.resource_id;
@@ -179,7 +184,7 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
                 run.set_id(kind, None);
             }
             Action::MarkSeen(kind) => {
-                let r = receipt_of(kind).ok_or_else(|| EngineError::Invariant("mark without receipt".into()))?;
+                let r = receipt_of(kind, "mark")?;
                 w.receipts.mark_seen(&r.operation_key, w.now_ms()).await?;
             }
             Action::Wait => return Ok(run.wait(now + w.cfg.poll_interval_ms)),
