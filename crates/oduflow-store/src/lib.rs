@@ -94,7 +94,8 @@ pub enum Backend {
 /// The database, on one of two backends.
 #[derive(Clone, Debug)]
 pub enum Store {
-    Pg(PgPool),
+    /// The pool, and the connections that claim jobs (see [`queue::ClaimConns`]).
+    Pg(PgPool, queue::ClaimConns),
     Sqlite(SqlitePool),
 }
 
@@ -103,7 +104,7 @@ pub enum Store {
 macro_rules! both {
     ($store:expr, $pool:ident => $body:expr) => {
         match $store {
-            $crate::Store::Pg($pool) => $body,
+            $crate::Store::Pg($pool, _) => $body,
             $crate::Store::Sqlite($pool) => $body,
         }
     };
@@ -182,9 +183,14 @@ impl Store {
                 let pool = PgPoolOptions::new()
                     .max_connections(max_connections)
                     .acquire_timeout(Duration::from_secs(30))
+                    // No ping before every acquire (a round trip per job): a
+                    // connection that died is found by its first statement,
+                    // whose error the caller handles, and is then discarded.
+                    .test_before_acquire(false)
                     .connect_with(opts)
                     .await?;
-                Store::Pg(pool)
+                let claims = queue::ClaimConns::new(max_connections as usize);
+                Store::Pg(pool, claims)
             }
             Backend::Sqlite => {
                 let opts = SqliteConnectOptions::from_str(url)
@@ -218,7 +224,7 @@ impl Store {
 
     pub fn backend(&self) -> Backend {
         match self {
-            Store::Pg(_) => Backend::Postgres,
+            Store::Pg(..) => Backend::Postgres,
             Store::Sqlite(_) => Backend::Sqlite,
         }
     }
@@ -230,7 +236,7 @@ impl Store {
         use sqlx::migrate::{Migration, MigrationType, Migrator};
         use sqlx::{AssertSqlSafe, SqlSafeStr};
         let files: &[(i64, &str, &'static str)] = match self {
-            Store::Pg(_) => &[
+            Store::Pg(..) => &[
                 (1, "init", include_str!("../migrations/postgres/0001_init.sql")),
                 (2, "tokens", include_str!("../migrations/postgres/0002_tokens.sql")),
                 (3, "adapter state", include_str!("../migrations/postgres/0003_adapter_state.sql")),
@@ -250,7 +256,7 @@ impl Store {
                 .collect(),
         );
         match self {
-            Store::Pg(p) => migrator.run(p).await?,
+            Store::Pg(p, _) => migrator.run(p).await?,
             Store::Sqlite(p) => migrator.run(p).await?,
         }
         Ok(())
@@ -258,7 +264,7 @@ impl Store {
 
     async fn is_initialized(&self) -> Result<bool> {
         let n: i64 = match self {
-            Store::Pg(p) => {
+            Store::Pg(p, _) => {
                 sqlx::query_scalar(
                     "SELECT count(*) FROM information_schema.tables \
                      WHERE table_schema = current_schema() AND table_name = 'dispatch_receipts'",

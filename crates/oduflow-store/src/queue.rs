@@ -2,11 +2,11 @@
 //! per-client serialization, finish in one write, record failures with
 //! backoff, pause and resume.
 
-use crate::rows::{self, JOB_COLUMNS, JobRow, InfraRow};
+use crate::rows::{self, INFRA_COLUMNS_PREFIXED, JOB_COLUMNS, JobRow, InfraRow};
 use crate::{both, Result, Store, StoreError, SETTING_QUEUE_PAUSED};
 use oduflow_model::*;
 use serde::Serialize;
-use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection, SqlitePool, Transaction};
+use sqlx::{PgConnection, Sqlite, SqliteConnection, SqlitePool, Transaction};
 
 /// Failure backoff doubles per attempt up to this cap, so a job that keeps
 /// failing is retried at least every five minutes until its attempts run out.
@@ -113,8 +113,93 @@ pub struct Claim {
 }
 
 enum ClaimInner {
-    Pg(Transaction<'static, Postgres>),
+    Pg(PgClaim),
     Sqlite { pool: SqlitePool, lease_token: String },
+}
+
+/// A claim's main transaction on PostgreSQL, driven by hand on a connection
+/// of [`ClaimConns`]. Dropping it (an error, a panic, a cancelled task) drops
+/// the connection, which closes it: PostgreSQL then rolls the transaction back
+/// and releases the locks, exactly as when a worker dies.
+struct PgClaim {
+    conn: Box<PgConnection>,
+    conns: ClaimConns,
+}
+
+/// The PostgreSQL connections that claim jobs, kept apart from the pool.
+///
+/// Each round trip of a claim is time its locks are held and work for both
+/// processes, so the main transaction is driven by hand: `BEGIN` travels with
+/// the claim and the job's state with `COMMIT` (statements prepared once per
+/// connection, values inlined are integers and fixed words only). A job that
+/// writes nothing else costs two round trips. A connection comes back here
+/// only after its `COMMIT` or `ROLLBACK` succeeded, so none is ever reused
+/// inside a transaction.
+#[derive(Clone)]
+pub struct ClaimConns {
+    idle: std::sync::Arc<std::sync::Mutex<Vec<Box<PgConnection>>>>,
+    max_idle: usize,
+}
+
+impl std::fmt::Debug for ClaimConns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClaimConns").field("max_idle", &self.max_idle).finish_non_exhaustive()
+    }
+}
+
+impl ClaimConns {
+    pub(crate) fn new(max_idle: usize) -> Self {
+        Self { idle: Default::default(), max_idle }
+    }
+
+    async fn take(&self, pool: &sqlx::PgPool) -> Result<Box<PgConnection>> {
+        let idle = self.idle.lock().expect("claim connections").pop();
+        if let Some(conn) = idle {
+            return Ok(conn);
+        }
+        use sqlx::Connection;
+        let mut conn = Box::new(PgConnection::connect_with(&pool.connect_options()).await?);
+        // A generic plan: the claim's shape never changes, and planning it
+        // afresh for every job was a large share of the server's time.
+        // `OF i, j`: rows are locked in this order, so a job whose client is
+        // busy is skipped before its own row is locked. (`OF j, i` left the
+        // skipped jobs locked until the claim ended, hiding them from every
+        // other worker and writing a lock record for each.)
+        let sql = format!(
+            "SET plan_cache_mode = force_generic_plan; PREPARE oduflow_claim(bigint) AS SELECT {JOB_COLUMNS}, {INFRA_COLUMNS_PREFIXED} \
+             FROM jobs j JOIN infra i ON i.client_id = j.client_id \
+             WHERE j.state = 'queued' AND j.run_after_ms <= $1 \
+             AND NOT EXISTS (SELECT 1 FROM settings WHERE (key = 'queue_paused' AND value = 'true') OR key = 'restore_pending') \
+             ORDER BY j.run_after_ms, j.id LIMIT 1 FOR UPDATE OF i, j SKIP LOCKED; \
+             PREPARE oduflow_finish(bigint, text, bigint, bigint) AS UPDATE jobs SET state = $2, \
+             run_after_ms = COALESCE($3, run_after_ms), finished_ms = $4 WHERE id = $1"
+        );
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut *conn).await?;
+        Ok(conn)
+    }
+
+    fn put(&self, conn: Box<PgConnection>) {
+        let mut idle = self.idle.lock().expect("claim connections");
+        if idle.len() < self.max_idle {
+            idle.push(conn);
+        }
+    }
+}
+
+/// `EXECUTE oduflow_finish(...)` for a job's next state: integers and fixed
+/// words only, so inlining them is safe.
+fn finish_sql(job: JobId, next: &JobNext, now_ms: i64) -> String {
+    let (state, run_after, finished) = job_next_columns(next, now_ms);
+    let opt = |v: Option<i64>| v.map_or("NULL".to_owned(), |v| v.to_string());
+    format!("EXECUTE oduflow_finish({}, '{state}', {}, {})", job.0, opt(run_after), opt(finished))
+}
+
+fn job_next_columns(next: &JobNext, now_ms: i64) -> (&'static str, Option<i64>, Option<i64>) {
+    match next {
+        JobNext::Done => ("done", None, Some(now_ms)),
+        JobNext::Stale => ("stale", None, Some(now_ms)),
+        JobNext::RunAgainAt(t) => ("queued", Some(*t), None),
+    }
 }
 
 /// A claim whose writes are applied but not yet committed.
@@ -123,7 +208,9 @@ pub struct Applied {
 }
 
 enum AppliedTx {
-    Pg(Transaction<'static, Postgres>),
+    /// With the job's own state still to write, when nothing written after
+    /// it depends on it (it then travels with `COMMIT`).
+    Pg(PgClaim, Option<String>),
     Sqlite(Transaction<'static, Sqlite>),
 }
 
@@ -131,7 +218,14 @@ impl Applied {
     /// The one commit of the job's main transaction.
     pub async fn commit(self) -> Result<()> {
         match self.inner {
-            AppliedTx::Pg(tx) => tx.commit().await?,
+            AppliedTx::Pg(mut c, finish) => {
+                let sql = match finish {
+                    Some(finish) => format!("{finish}; COMMIT"),
+                    None => "COMMIT".to_owned(),
+                };
+                sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut *c.conn).await?;
+                c.conns.put(c.conn);
+            }
             AppliedTx::Sqlite(tx) => tx.commit().await?,
         }
         Ok(())
@@ -158,13 +252,20 @@ impl Claim {
     pub async fn apply(self, finish: &Finish, now_ms: i64) -> Result<Applied> {
         let job = self.job;
         match self.inner {
-            ClaimInner::Pg(mut tx) => {
-                apply_in(&mut *tx, &job, finish, None, now_ms).await?;
-                Ok(Applied { inner: AppliedTx::Pg(tx) })
+            ClaimInner::Pg(mut c) => {
+                // The infra row has been locked since the claim: its generation
+                // is the one read then.
+                let held = Held::RowLock { generation: self.infra.generation };
+                // A job enqueued in this run may share this job's identity
+                // key, so this job must leave `queued` before it is inserted.
+                let defer = finish.enqueue.is_empty();
+                let next = apply_in(&mut *c.conn, &job, finish, held, !defer, now_ms).await?;
+                let finish_sql = defer.then(|| finish_sql(job.id, &next, now_ms));
+                Ok(Applied { inner: AppliedTx::Pg(c, finish_sql) })
             }
             ClaimInner::Sqlite { pool, lease_token } => {
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                apply_in(&mut *tx, &job, finish, Some(&lease_token), now_ms).await?;
+                apply_in(&mut *tx, &job, finish, Held::Lease(&lease_token), true, now_ms).await?;
                 Ok(Applied { inner: AppliedTx::Sqlite(tx) })
             }
         }
@@ -174,7 +275,10 @@ impl Claim {
     /// SQLite).
     pub async fn release(self) -> Result<()> {
         match self.inner {
-            ClaimInner::Pg(tx) => tx.rollback().await?,
+            ClaimInner::Pg(mut c) => {
+                sqlx::raw_sql("ROLLBACK").execute(&mut *c.conn).await?;
+                c.conns.put(c.conn);
+            }
             ClaimInner::Sqlite { pool, lease_token } => {
                 sqlx::query("UPDATE infra SET lease_owner = NULL, lease_until_ms = NULL \
                              WHERE client_id = $1 AND lease_owner = $2")
@@ -275,11 +379,7 @@ macro_rules! impl_conn {
             }
 
             async fn job_set_next(&mut self, job: JobId, next: &JobNext, now_ms: i64) -> Result<()> {
-                let (state, run_after, finished): (&str, Option<i64>, Option<i64>) = match next {
-                    JobNext::Done => ("done", None, Some(now_ms)),
-                    JobNext::Stale => ("stale", None, Some(now_ms)),
-                    JobNext::RunAgainAt(t) => ("queued", Some(*t), None),
-                };
+                let (state, run_after, finished) = job_next_columns(next, now_ms);
                 sqlx::query(
                     "UPDATE jobs SET state = $2, run_after_ms = COALESCE($3, run_after_ms), finished_ms = $4 \
                      WHERE id = $1",
@@ -322,19 +422,34 @@ pub(crate) async fn event_insert(
     c.event_insert(client, kind, detail, at_ms).await
 }
 
+/// How a claim holds its client.
+enum Held<'a> {
+    /// PostgreSQL: the infra row is locked in this transaction.
+    RowLock { generation: i64 },
+    /// SQLite: a lease with this token, to be checked and released.
+    Lease(&'a str),
+}
+
+/// Applies a run's writes; returns the job's next state, written here too
+/// with `set_next`.
 async fn apply_in(
     c: &mut impl Conn,
     job: &JobRow,
     finish: &Finish,
-    lease_token: Option<&str>,
+    held: Held<'_>,
+    set_next: bool,
     now_ms: i64,
-) -> Result<()> {
-    let (generation, lease_owner) = c.infra_lock_state(&job.client_id).await?;
-    if let Some(token) = lease_token {
-        if lease_owner.as_deref() != Some(token) {
-            return Err(StoreError::LeaseLost(job.client_id.to_string()));
+) -> Result<JobNext> {
+    let (generation, lease_token) = match held {
+        Held::RowLock { generation } => (generation, None),
+        Held::Lease(token) => {
+            let (generation, lease_owner) = c.infra_lock_state(&job.client_id).await?;
+            if lease_owner.as_deref() != Some(token) {
+                return Err(StoreError::LeaseLost(job.client_id.to_string()));
+            }
+            (generation, Some(token))
         }
-    }
+    };
     let mut next = finish.next.clone();
     match &finish.infra {
         Some(infra) if infra.generation == generation => {
@@ -349,14 +464,16 @@ async fn apply_in(
     if let Some(token) = lease_token {
         c.lease_release(&job.client_id, token).await?;
     }
-    c.job_set_next(job.id, &next, now_ms).await?;
+    if set_next {
+        c.job_set_next(job.id, &next, now_ms).await?;
+    }
     for e in &finish.events {
         c.event_insert(Some(&job.client_id), &e.kind, &e.detail, now_ms).await?;
     }
     for j in &finish.enqueue {
         c.job_insert(j).await?;
     }
-    Ok(())
+    Ok(next)
 }
 
 /// Counts of the queue, for `oduflow queue status`.
@@ -396,43 +513,44 @@ impl Store {
     /// `None`. Returns nothing while the queue is paused.
     pub async fn job_claim_next(&self, worker: &str, now_ms: i64, lease_ms: i64) -> Result<Option<Claim>> {
         match self {
-            Store::Pg(p) => {
-                let mut tx = crate::BeginWrite::begin_write(p).await?;
+            Store::Pg(p, conns) => {
                 // Locking the job and the client's infra row together, both
                 // with SKIP LOCKED, means a job whose client is busy is simply
-                // passed over instead of waited on.
-                let sql = "SELECT j.id FROM jobs j JOIN infra i ON i.client_id = j.client_id \
-                     WHERE j.state = 'queued' AND j.run_after_ms <= $1 \
-                     AND NOT EXISTS (SELECT 1 FROM settings WHERE (key = 'queue_paused' AND value = 'true') OR key = 'restore_pending') \
-                     ORDER BY j.run_after_ms, j.id LIMIT 1 FOR UPDATE OF j, i SKIP LOCKED";
-                let id: Option<i64> = sqlx::query_scalar(sql).bind(now_ms).fetch_optional(&mut *tx).await?;
-                let Some(id) = id else {
-                    tx.rollback().await?;
+                // passed over instead of waited on. One round trip begins the
+                // main transaction, claims and reads both rows.
+                let mut conn = conns.take(p).await?;
+                let sql = format!("BEGIN; EXECUTE oduflow_claim({now_ms})");
+                let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch_all(&mut *conn).await?;
+                let Some(row) = rows.first() else {
+                    sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await?;
+                    conns.put(conn);
                     return Ok(None);
                 };
-                let (job, infra) = read_job_and_infra(&mut *tx, id).await?;
-                Ok(Some(Claim { job, infra, inner: ClaimInner::Pg(tx) }))
+                let (job, infra) = job_and_infra(row)?;
+                Ok(Some(Claim { job, infra, inner: ClaimInner::Pg(PgClaim { conn, conns: conns.clone() }) }))
             }
             Store::Sqlite(p) => {
                 let token = format!("{worker}/{}", uuid::Uuid::new_v4());
                 let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;
-                let sql = "SELECT j.id, j.client_id FROM jobs j JOIN infra i ON i.client_id = j.client_id \
+                let sql = sqlx::AssertSqlSafe(format!(
+                    "SELECT {JOB_COLUMNS}, {INFRA_COLUMNS_PREFIXED} FROM jobs j JOIN infra i ON i.client_id = j.client_id \
                      WHERE j.state = 'queued' AND j.run_after_ms <= $1 \
                      AND (i.lease_owner IS NULL OR i.lease_until_ms < $1) \
                      AND NOT EXISTS (SELECT 1 FROM settings WHERE (key = 'queue_paused' AND value = 'true') OR key = 'restore_pending') \
-                     ORDER BY j.run_after_ms, j.id LIMIT 1";
-                let row: Option<(i64, String)> = sqlx::query_as(sql).bind(now_ms).fetch_optional(&mut *tx).await?;
-                let Some((id, client)) = row else {
+                     ORDER BY j.run_after_ms, j.id LIMIT 1"
+                ));
+                let row = sqlx::query(sql).bind(now_ms).fetch_optional(&mut *tx).await?;
+                let Some(row) = row else {
                     tx.rollback().await?;
                     return Ok(None);
                 };
+                let (job, infra) = job_and_infra(&row)?;
                 sqlx::query("UPDATE infra SET lease_owner = $2, lease_until_ms = $3 WHERE client_id = $1")
-                    .bind(&client)
+                    .bind(job.client_id.as_str())
                     .bind(&token)
                     .bind(now_ms + lease_ms)
                     .execute(&mut *tx)
                     .await?;
-                let (job, infra) = read_job_and_infra(&mut *tx, id).await?;
                 tx.commit().await?;
                 Ok(Some(Claim { job, infra, inner: ClaimInner::Sqlite { pool: p.clone(), lease_token: token } }))
             }
@@ -552,38 +670,6 @@ impl Store {
     }
 }
 
-async fn read_job_and_infra<C>(c: &mut C, id: i64) -> Result<(JobRow, InfraRow)>
-where
-    C: ReadJob,
-{
-    c.read_job_and_infra(id).await
+fn job_and_infra(row: &impl rows::RowExt) -> Result<(JobRow, InfraRow)> {
+    Ok((rows::job_from_row(row)?, rows::infra_from_row(&rows::Prefixed(row, "i_"), "client_id")?))
 }
-
-pub(crate) trait ReadJob {
-    async fn read_job_and_infra(&mut self, id: i64) -> Result<(JobRow, InfraRow)>;
-}
-
-macro_rules! impl_read_job {
-    ($conn:ty) => {
-        impl ReadJob for $conn {
-            async fn read_job_and_infra(&mut self, id: i64) -> Result<(JobRow, InfraRow)> {
-                let sql = sqlx::AssertSqlSafe(format!("SELECT {JOB_COLUMNS} FROM jobs j WHERE j.id = $1"));
-                let row = sqlx::query(sql).bind(id).fetch_one(&mut *self).await?;
-                let job = rows::job_from_row(&row)?;
-                let row = sqlx::query(
-                    "SELECT client_id, region, plan, os_id, volume_gb, volume_type, target, generation, status, \
-                     blocked_reason, blocked_detail, key_fingerprint, vm_id, volume_id, vm_dispatch_generation, \
-                     volume_dispatch_generation, attach_dispatch_generation, progress, updated_ms \
-                     FROM infra WHERE client_id = $1",
-                )
-                .bind(job.client_id.as_str())
-                .fetch_one(&mut *self)
-                .await?;
-                let infra = rows::infra_from_row(&row, "client_id")?;
-                Ok((job, infra))
-            }
-        }
-    };
-}
-impl_read_job!(PgConnection);
-impl_read_job!(SqliteConnection);

@@ -46,7 +46,7 @@ macro_rules! write_tx {
 macro_rules! ledger_write {
     ($store:expr, $tx:ident => $body:expr) => {
         match $store {
-            Store::Pg(p) => {
+            Store::Pg(p, _) => {
                 let mut $tx = write_tx!(Pg, p);
                 let r = $body;
                 $tx.commit().await?;

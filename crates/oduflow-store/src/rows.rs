@@ -34,6 +34,36 @@ macro_rules! row_ext {
 row_ext!(sqlx::postgres::PgRow);
 row_ext!(sqlx::sqlite::SqliteRow);
 
+/// A row whose columns of one table carry a prefix (`i_status`), so that one
+/// query can return a job and its infra record together.
+pub(crate) struct Prefixed<'a, R>(pub &'a R, pub &'static str);
+
+impl<R: RowExt> RowExt for Prefixed<'_, R> {
+    fn text(&self, col: &str) -> Result<String> {
+        self.0.text(&format!("{}{col}", self.1))
+    }
+    fn text_opt(&self, col: &str) -> Result<Option<String>> {
+        self.0.text_opt(&format!("{}{col}", self.1))
+    }
+    fn int(&self, col: &str) -> Result<i64> {
+        self.0.int(&format!("{}{col}", self.1))
+    }
+    fn int_opt(&self, col: &str) -> Result<Option<i64>> {
+        self.0.int_opt(&format!("{}{col}", self.1))
+    }
+}
+
+/// The infra record's columns as `i_<name>`, for [`Prefixed`] with `"i_"`.
+pub(crate) const INFRA_COLUMNS_PREFIXED: &str = "i.client_id AS i_client_id, i.region AS i_region, \
+    i.plan AS i_plan, i.os_id AS i_os_id, i.volume_gb AS i_volume_gb, i.volume_type AS i_volume_type, \
+    i.target AS i_target, i.generation AS i_generation, i.status AS i_status, \
+    i.blocked_reason AS i_blocked_reason, i.blocked_detail AS i_blocked_detail, \
+    i.key_fingerprint AS i_key_fingerprint, i.vm_id AS i_vm_id, i.volume_id AS i_volume_id, \
+    i.vm_dispatch_generation AS i_vm_dispatch_generation, \
+    i.volume_dispatch_generation AS i_volume_dispatch_generation, \
+    i.attach_dispatch_generation AS i_attach_dispatch_generation, i.progress AS i_progress, \
+    i.updated_ms AS i_updated_ms";
+
 fn parse<T>(what: &str, s: &str, f: impl Fn(&str) -> Option<T>) -> Result<T> {
     f(s).ok_or_else(|| StoreError::Corrupt(format!("{what} {s:?}")))
 }

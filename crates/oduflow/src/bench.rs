@@ -27,6 +27,12 @@ pub struct BenchArgs {
     /// PostgreSQL for the queue benchmark (default: ODUFLOW_TEST_PG or the local `test` database).
     #[arg(long)]
     pg: Option<String>,
+    /// Worker counts for the queue benchmark.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+    workers: Vec<usize>,
+    /// Jobs per queue run (default 20,000; 500 with --smoke).
+    #[arg(long)]
+    jobs: Option<usize>,
 }
 
 pub async fn run(a: BenchArgs) -> Result<()> {
@@ -43,7 +49,7 @@ pub async fn run(a: BenchArgs) -> Result<()> {
         convergence(if a.smoke { 20 } else { 500 }).await?;
     }
     if all || a.which == "queue" {
-        queue(if a.smoke { 500 } else { 20_000 }).await?;
+        queue(a.jobs.unwrap_or(if a.smoke { 500 } else { 20_000 }), &a.workers).await?;
     }
     if all || a.which == "inventory" {
         inventory(if a.smoke { 200 } else { 10_000 }).await?;
@@ -140,9 +146,9 @@ async fn convergence(n: usize) -> Result<()> {
 }
 
 /// No-op jobs per second on PostgreSQL with 1, 4 and 16 workers.
-async fn queue(jobs: usize) -> Result<()> {
+async fn queue(jobs: usize, worker_counts: &[usize]) -> Result<()> {
     println!("queue: {jobs} no-op jobs on PostgreSQL, spread over 64 clients (one job per client at a time)");
-    for workers in [1usize, 4, 16] {
+    for &workers in worker_counts {
         let url = oduflow_store::testing::fresh_pg_url().await;
         let store = Store::connect_sized(&url, true, 2 * workers as u32 + 4).await?;
         store.migrate().await?;
@@ -159,10 +165,21 @@ async fn queue(jobs: usize) -> Result<()> {
         let cfg = EngineConfig { concurrency: workers, idle_ms: 5, ..EngineConfig::default() };
         let w = Worker::new(store.clone(), p, cfg, Arc::new(SystemClock));
         settle(&w).await?;
-        for i in 0..jobs {
-            let mut j = NewJob::for_client(&ids[i % clients], JobKind::Noop, 2, 0, 3);
-            j.identity_key = None;
-            store.job_enqueue(&j).await?;
+        // Enqueued before the clock starts, 8 at a time (setup, not measured).
+        let mut tasks = tokio::task::JoinSet::new();
+        for part in 0..8 {
+            let (store, ids) = (store.clone(), ids.clone());
+            tasks.spawn(async move {
+                for i in (part..jobs).step_by(8) {
+                    let mut j = NewJob::for_client(&ids[i % clients], JobKind::Noop, 2, 0, 3);
+                    j.identity_key = None;
+                    store.job_enqueue(&j).await?;
+                }
+                anyhow::Ok(())
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r??;
         }
         let t = Instant::now();
         settle(&w).await?;

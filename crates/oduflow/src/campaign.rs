@@ -492,7 +492,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
 /// A passing seed's PostgreSQL database is dropped (a failing one is kept
 /// for inspection).
 async fn drop_db(store: &Store) {
-    let Store::Pg(p) = store else { return };
+    let Store::Pg(p, _) = store else { return };
     let Ok(name) = sqlx::query_scalar::<_, String>("SELECT current_database()").fetch_one(p).await else { return };
     p.close().await;
     if let Ok(admin) = sqlx::PgPool::connect(&oduflow_store::testing::pg_admin_url()).await {
@@ -525,7 +525,7 @@ async fn db_snapshot(store: &Store, url: &str, dir: &std::path::Path) -> Result<
             sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM INTO '{}'", path.display()))).execute(p).await?;
             Ok(path.display().to_string())
         }
-        Store::Pg(p) => {
+        Store::Pg(p, _) => {
             let name: String = sqlx::query_scalar("SELECT current_database()").fetch_one(p).await?;
             let snap = format!("{name}_snap");
             let _ = url;
@@ -553,7 +553,7 @@ async fn db_restore(store: &Store, url: &str, snap: &str) -> Result<()> {
             }
             std::fs::copy(snap, path)?;
         }
-        Store::Pg(p) => {
+        Store::Pg(p, _) => {
             let name: String = sqlx::query_scalar("SELECT current_database()").fetch_one(p).await?;
             p.close().await;
             let admin = sqlx::PgPool::connect(&oduflow_store::testing::pg_admin_url()).await?;

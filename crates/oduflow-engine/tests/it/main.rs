@@ -302,12 +302,12 @@ async fn receipts_cannot_be_deleted_or_rewritten(store: Store) -> Result<()> {
     let clear = "UPDATE dispatch_receipts SET resource_id = NULL";
     for sql in [del, rewrite, clear] {
         let r = match &store {
-            Store::Pg(p) => sqlx::query(sql).execute(p).await.map(|_| ()),
+            Store::Pg(p, _) => sqlx::query(sql).execute(p).await.map(|_| ()),
             Store::Sqlite(p) => sqlx::query(sql).execute(p).await.map(|_| ()),
         };
         assert!(r.is_err(), "{sql} was allowed");
     }
-    if let Store::Pg(p) = &store {
+    if let Store::Pg(p, _) = &store {
         assert!(sqlx::query("TRUNCATE dispatch_receipts").execute(p).await.is_err());
     }
     let after = store.receipts_all().await?;

@@ -173,7 +173,7 @@ impl H {
             let sql = sqlx_count(t);
             counts.push(match &self.store {
                 Store::Sqlite(p) => sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql)).fetch_one(p).await.unwrap(),
-                Store::Pg(p) => sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql)).fetch_one(p).await.unwrap(),
+                Store::Pg(p, _) => sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql)).fetch_one(p).await.unwrap(),
             });
         }
         let provider_calls = self.provider.stats().snapshot().requests.len();

@@ -110,7 +110,7 @@ async fn table_counts(store: &Store) -> Vec<i64> {
     for t in TABLES {
         let sql = sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {t}"));
         let n: i64 = match store {
-            Store::Pg(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
+            Store::Pg(p, _) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
             Store::Sqlite(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
         };
         out.push(n);
@@ -206,7 +206,7 @@ async fn wait_in_main_tx(url: &str, marker: &str, timeout: Duration) {
     loop {
         assert!(start.elapsed() < timeout, "the worker never reached its main-transaction commit");
         let inside = match Store::connect(url, false).await.unwrap() {
-            Store::Pg(p) => {
+            Store::Pg(p, _) => {
                 let n: i64 = sqlx::query_scalar(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
                      AND state = 'idle in transaction' AND pid <> pg_backend_pid() \
