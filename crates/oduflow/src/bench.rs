@@ -5,12 +5,13 @@
 
 use crate::config::BadInput;
 use anyhow::{Context, Result};
-use oduflow_engine::{operator, Clock, EngineConfig, SystemClock, Worker};
+use oduflow_engine::{Clock, EngineConfig, SystemClock, Worker};
 use oduflow_model::provider::{BlockRequest, InstanceRequest, Outcome, Provider};
 use oduflow_model::*;
 use oduflow_sim::{Sim, SimConfig};
 use oduflow_store::{IdSource, NewJob, NewReceipt, ReceiptLedger, Store};
 use oduflow_vultr::{VultrClient, VultrConfig};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,7 +25,8 @@ pub struct BenchArgs {
     /// Small sizes, for the test command's smoke run.
     #[arg(long)]
     smoke: bool,
-    /// PostgreSQL for the queue benchmark (default: ODUFLOW_TEST_PG or the local `test` database).
+    /// PostgreSQL server for the queue and inventory benchmarks (each run
+    /// gets a fresh database on it; default: ODUFLOW_TEST_PG or the local `test` database).
     #[arg(long)]
     pg: Option<String>,
     /// Worker counts for the queue benchmark.
@@ -33,6 +35,37 @@ pub struct BenchArgs {
     /// Jobs per queue run (default 20,000; 500 with --smoke).
     #[arg(long)]
     jobs: Option<usize>,
+    /// Clients the queue's jobs are spread over (default: one per job, so
+    /// every job is independent, as the peer's are).
+    #[arg(long)]
+    clients: Option<usize>,
+    /// Runs per queue figure, the median reported (default 3; 1 with --smoke).
+    #[arg(long)]
+    repeat: Option<usize>,
+    /// Leave out the apalis-postgres peer (it is built with cargo on first use).
+    #[arg(long)]
+    no_peer: bool,
+    /// Where the peer's Cargo project is.
+    #[arg(long, default_value = "bench/apalis-peer")]
+    peer_dir: PathBuf,
+    /// Clients for the inventory benchmark (default 10,000; 200 with --smoke).
+    #[arg(long)]
+    inventory_clients: Option<usize>,
+    /// Write the figures into this Markdown file (between its
+    /// `<!-- bench:begin -->` and `<!-- bench:end -->` markers, or the whole file).
+    #[arg(long)]
+    write: Option<PathBuf>,
+}
+
+/// The Markdown a benchmark contributes to BENCHMARKS.md.
+#[derive(Default)]
+struct Section(String);
+
+impl Section {
+    fn line(&mut self, l: &str) {
+        self.0.push_str(l);
+        self.0.push('\n');
+    }
 }
 
 pub async fn run(a: BenchArgs) -> Result<()> {
@@ -44,17 +77,86 @@ pub async fn run(a: BenchArgs) -> Result<()> {
     if !all && !["convergence", "queue", "inventory"].contains(&a.which.as_str()) {
         return Err(BadInput(format!("unknown benchmark {:?}: convergence, queue, inventory or all", a.which)).into());
     }
-    println!("machine: {} cores, {}", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), load());
+    if a.workers.is_empty() || a.workers.contains(&0) {
+        return Err(BadInput("--workers takes counts >= 1, e.g. 1,4,16".into()).into());
+    }
+    let machine = machine().await;
+    println!("machine: {}", machine.join("; "));
+    let started = Instant::now();
+    let mut doc = Section::default();
     if all || a.which == "convergence" {
-        convergence(if a.smoke { 20 } else { 500 }).await?;
+        doc.line("## 1. Convergence at Vultr's rate limit\n");
+        doc.line("    cargo run --release -- bench convergence\n");
+        convergence(if a.smoke { 20 } else { 500 }, &mut doc).await?;
     }
     if all || a.which == "queue" {
-        queue(a.jobs.unwrap_or(if a.smoke { 500 } else { 20_000 }), &a.workers).await?;
+        doc.line("\n## 2. Queue throughput (no-op jobs, PostgreSQL)\n");
+        doc.line("    cargo run --release -- bench queue\n");
+        queue(&a, &mut doc).await?;
     }
     if all || a.which == "inventory" {
-        inventory(if a.smoke { 200 } else { 10_000 }).await?;
+        doc.line("\n## 3. Inventory at scale\n");
+        doc.line("    cargo run --release -- bench inventory\n");
+        inventory(a.inventory_clients.unwrap_or(if a.smoke { 200 } else { 10_000 }), &mut doc).await?;
+    }
+    println!("benchmarks took {:.0} s", started.elapsed().as_secs_f64());
+    if let Some(path) = &a.write {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let mut out = Section::default();
+        out.line(&format!("Measured by `oduflow {}` ({:.0} s).\n", args.join(" "), started.elapsed().as_secs_f64()));
+        out.line("Machine:\n");
+        for m in &machine {
+            out.line(&format!("- {m}"));
+        }
+        out.line("");
+        out.0.push_str(&doc.0);
+        write_between_markers(path, &out.0)?;
+        println!("wrote {}", path.display());
     }
     Ok(())
+}
+
+fn write_between_markers(path: &Path, body: &str) -> Result<()> {
+    const BEGIN: &str = "<!-- bench:begin -->";
+    const END: &str = "<!-- bench:end -->";
+    let old = std::fs::read_to_string(path).unwrap_or_default();
+    let new = match (old.find(BEGIN), old.find(END)) {
+        (Some(b), Some(e)) if b < e => format!("{}{BEGIN}\n{body}{}", &old[..b], &old[e..]),
+        _ => format!("{BEGIN}\n{body}{END}\n"),
+    };
+    std::fs::write(path, new).with_context(|| format!("writing {}", path.display()))
+}
+
+/// What the figures were measured on.
+async fn machine() -> Vec<String> {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|m| m.trim().to_owned()))
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let mem_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("MemTotal:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()))
+        .map_or("?".into(), |kib| format!("{:.1}", kib / 1024.0 / 1024.0));
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let date = std::process::Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]).output().ok();
+    let date = date.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned()).unwrap_or_default();
+    let commit = std::process::Command::new("git").args(["rev-parse", "--short", "HEAD"]).output().ok();
+    let commit = commit.filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    let pg = pg_version().await.unwrap_or_else(|e| format!("PostgreSQL not reachable ({e})"));
+    vec![
+        format!("{cores} cores ({cpu}), {mem_gib} GiB memory, Linux {}", kernel.trim()),
+        pg,
+        format!("{} at start, {date}{}", load(), commit.map(|c| format!(", commit {c}")).unwrap_or_default()),
+        "oduflow release build (`cargo run --release`), PostgreSQL on the same host over TCP 127.0.0.1, default settings (fsync and synchronous_commit on)".into(),
+    ]
+}
+
+async fn pg_version() -> Result<String> {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(&oduflow_store::testing::pg_admin_url()).await?;
+    let v: String = sqlx::query_scalar("SELECT version()").fetch_one(&mut c).await?;
+    Ok(v.split(" on ").next().unwrap_or(&v).to_owned())
 }
 
 fn load() -> String {
@@ -85,7 +187,7 @@ async fn settle<P: Provider>(w: &Worker<P>) -> Result<()> {
 }
 
 /// Provisions then deletes `n` clients at Vultr's 30 requests/s.
-async fn convergence(n: usize) -> Result<()> {
+async fn convergence(n: usize, out: &mut Section) -> Result<()> {
     let sim = Sim::start(
         SimConfig {
             rate_per_sec: 30,
@@ -139,60 +241,267 @@ async fn convergence(n: usize) -> Result<()> {
     );
     let mut routes: Vec<_> = l2.requests.iter().collect();
     routes.sort_by(|a, b| b.1.cmp(a.1));
-    println!("  calls by route: {}", routes.iter().map(|(r, c)| format!("{r} {c}")).collect::<Vec<_>>().join(", "));
+    let routes = routes.iter().map(|(r, c)| format!("{r} {c}")).collect::<Vec<_>>().join(", ");
+    println!("  calls by route: {routes}");
     println!("  reproduce: cargo run --release -- bench convergence");
+    let wall = provision_s + delete_s;
+    let r429 = l2.responses_429_rate_limit + l2.responses_429_fault;
+    out.line(&format!(
+        "{n} clients provisioned, then deleted, against the simulator at 30 requests/s (the adapter's limiter at 30/s; \
+         the simulator answers 429 above 30/s). Lifecycle: 2 s pending, 2 s installing, 1 s block pending, 0.5 s \
+         post-create 404 window and listing lag, 0.5 s attach lock; poll interval 2 s, 32 jobs in flight, SQLite.\n"
+    ));
+    out.line("| figure | target | measured |");
+    out.line("|---|---|---|");
+    out.line(&format!(
+        "| provider calls per provisioned client (minimum about 6) | ≤ 7.8 (1.3×) | **{per_client:.2}** ({}) |",
+        if per_client <= 7.8 { "met" } else { "not met" }
+    ));
+    out.line(&format!("| provider calls per deleted client | — | {:.2} |", (calls_total - calls_provision) as f64 / n as f64));
+    out.line(&format!(
+        "| wall time vs rate-limit bound (all calls / 30 per s) | ≤ 1.15× | **{wall:.1} s vs {bound_s:.1} s = {:.2}×** ({}) |",
+        wall / bound_s,
+        if wall / bound_s <= 1.15 { "met" } else { "not met" }
+    ));
+    out.line(&format!("| 429 responses | 0 | **{r429}** |"));
+    out.line(&format!("| final states | all deleted | {counts:?} |"));
+    out.line("");
+    out.line(&format!("Calls by route: {routes}."));
     sim.shutdown().await;
     Ok(())
 }
 
-/// No-op jobs per second on PostgreSQL with 1, 4 and 16 workers.
-async fn queue(jobs: usize, worker_counts: &[usize]) -> Result<()> {
-    println!("queue: {jobs} no-op jobs on PostgreSQL, spread over 64 clients (one job per client at a time)");
-    for &workers in worker_counts {
-        let url = oduflow_store::testing::fresh_pg_url().await;
-        let store = Store::connect_sized(&url, true, 2 * workers as u32 + 4).await?;
-        store.migrate().await?;
-        let spec = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf")?;
-        // Clients whose own jobs are settled (created, deleted before any run).
-        let clients = 64.min(jobs);
-        let mut ids = vec![];
-        for i in 0..clients {
-            let c = store.client_create(&ClientName::parse(&format!("q{i}"))?, &spec, 0, 3).await?;
-            store.client_delete(&format!("q{i}"), 0, 3).await?;
-            ids.push(c.id);
-        }
-        let p = Arc::new(oduflow_engine::memory::MemoryProvider::new(KeyFingerprint::of_key(&secrecy::SecretString::from(KEY.to_owned()))));
-        let cfg = EngineConfig { concurrency: workers, idle_ms: 5, ..EngineConfig::default() };
-        let w = Worker::new(store.clone(), p, cfg, Arc::new(SystemClock));
-        settle(&w).await?;
-        // Enqueued before the clock starts, 8 at a time (setup, not measured).
-        let mut tasks = tokio::task::JoinSet::new();
-        for part in 0..8 {
-            let (store, ids) = (store.clone(), ids.clone());
-            tasks.spawn(async move {
-                for i in (part..jobs).step_by(8) {
-                    let mut j = NewJob::for_client(&ids[i % clients], JobKind::Noop, 2, 0, 3);
-                    j.identity_key = None;
-                    store.job_enqueue(&j).await?;
-                }
-                anyhow::Ok(())
-            });
-        }
-        while let Some(r) = tasks.join_next().await {
-            r??;
-        }
-        let t = Instant::now();
-        settle(&w).await?;
-        let s = t.elapsed().as_secs_f64();
-        let done = store.queue_status(SystemClock.now_ms()).await?.done;
-        println!("  workers {workers:>2}: {:.0} jobs/s ({jobs} jobs in {s:.2} s; {done} done including setup)", jobs as f64 / s);
-        store.close().await;
+/// One queue run: `jobs` no-op jobs over `clients` clients, drained by one
+/// worker process running `workers` jobs at once. Returns jobs per second.
+async fn queue_once(jobs: usize, clients: usize, workers: usize) -> Result<f64> {
+    let url = oduflow_store::testing::fresh_pg_url().await;
+    let store = Store::connect_sized(&url, true, 2 * workers as u32 + 4).await?;
+    store.migrate().await?;
+    let spec = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf")?;
+    let clients = clients.clamp(1, jobs.max(1));
+    // Setup, not measured, 8 at a time: clients whose own jobs are settled
+    // (created and deleted before any run), then the jobs.
+    let ids = Arc::new(tokio::sync::Mutex::new(vec![None; clients]));
+    let mut tasks = tokio::task::JoinSet::new();
+    for part in 0..8 {
+        let (store, ids, spec) = (store.clone(), ids.clone(), spec.clone());
+        tasks.spawn(async move {
+            for i in (part..clients).step_by(8) {
+                let c = store.client_create(&ClientName::parse(&format!("q{i}"))?, &spec, 0, 3).await?;
+                store.client_delete(&format!("q{i}"), 0, 3).await?;
+                ids.lock().await[i] = Some(c.id);
+            }
+            anyhow::Ok(())
+        });
     }
-    println!("  reproduce: cargo run --release -- bench queue  (peer and pgbench ceiling: bench/apalis-peer/run.sh, bench/pgbench-ceiling.sh)");
+    while let Some(r) = tasks.join_next().await {
+        r??;
+    }
+    let ids: Arc<Vec<ClientId>> = Arc::new(ids.lock().await.iter().map(|c| c.clone().expect("created")).collect());
+    let p = Arc::new(oduflow_engine::memory::MemoryProvider::new(KeyFingerprint::of_key(&secrecy::SecretString::from(KEY.to_owned()))));
+    let cfg = EngineConfig { concurrency: workers, idle_ms: 5, ..EngineConfig::default() };
+    let w = Worker::new(store.clone(), p, cfg, Arc::new(SystemClock));
+    settle(&w).await?;
+    for part in 0..8 {
+        let (store, ids) = (store.clone(), ids.clone());
+        tasks.spawn(async move {
+            for i in (part..jobs).step_by(8) {
+                let mut j = NewJob::for_client(&ids[i % clients], JobKind::Noop, 2, 0, 3);
+                j.identity_key = None;
+                store.job_enqueue(&j).await?;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r??;
+    }
+    let t = Instant::now();
+    settle(&w).await?;
+    let s = t.elapsed().as_secs_f64();
+    let q = store.queue_status(SystemClock.now_ms()).await?;
+    // Setup left one stale provision job and one done deprovision job per client.
+    anyhow::ensure!(q.queued == 0 && q.failed == 0 && q.done as usize == jobs + clients, "queue run ended with {q:?}");
+    store.close().await;
+    drop_db(&url).await;
+    Ok(jobs as f64 / s)
+}
+
+async fn drop_db(url: &str) {
+    use sqlx::Connection;
+    let Some((_, name)) = url.rsplit_once('/') else { return };
+    if let Ok(mut c) = sqlx::PgConnection::connect(&oduflow_store::testing::pg_admin_url()).await {
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))).execute(&mut c).await;
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// The apalis-postgres peer, a separate Cargo project (bench/apalis-peer):
+/// built here, run as a child process on a fresh database of the same server.
+struct Peer {
+    bin: PathBuf,
+}
+
+impl Peer {
+    async fn build(dir: &Path) -> Result<Peer> {
+        let manifest = dir.join("Cargo.toml");
+        anyhow::ensure!(manifest.exists(), "{} not found (run from the repository's root, or pass --peer-dir)", manifest.display());
+        let target = dir.join("target");
+        println!("  building the peer ({}) ...", dir.display());
+        let st = tokio::process::Command::new("cargo")
+            .args(["build", "--release", "--quiet", "--manifest-path"])
+            .arg(&manifest)
+            .env("CARGO_TARGET_DIR", &target)
+            .status()
+            .await?;
+        anyhow::ensure!(st.success(), "building the peer failed ({st})");
+        Ok(Peer { bin: target.join("release/apalis-peer") })
+    }
+
+    async fn run(&self, jobs: usize, workers: usize) -> Result<f64> {
+        let url = oduflow_store::testing::fresh_pg_url().await;
+        let out = tokio::process::Command::new(&self.bin)
+            .args(["--database-url", &url, "--jobs", &jobs.to_string(), "--workers", &workers.to_string()])
+            .args(["--mode", "workers", "--poll-ms", "5"])
+            .output()
+            .await?;
+        drop_db(&url).await;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        anyhow::ensure!(out.status.success(), "apalis-peer failed: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        let rate = stdout.split_whitespace().find_map(|w| w.strip_prefix("jobs_per_s="));
+        Ok(rate.context("apalis-peer printed no jobs_per_s")?.parse()?)
+    }
+}
+
+/// pgbench's single-row INSERT rate with `clients` clients: the ceiling.
+async fn pgbench(bin: &Path, clients: usize, secs: u64) -> Result<f64> {
+    let url = oduflow_store::testing::fresh_pg_url().await;
+    {
+        use sqlx::Connection;
+        let mut c = sqlx::PgConnection::connect(&url).await?;
+        // Shaped like a queue row: id, kind, a ~200-byte JSON payload, a time.
+        sqlx::query(
+            "CREATE TABLE ceiling (id bigserial PRIMARY KEY, kind text NOT NULL, payload jsonb NOT NULL, \
+             created_at timestamptz NOT NULL DEFAULT now())",
+        )
+        .execute(&mut c)
+        .await?;
+    }
+    let dir = tempfile::tempdir()?;
+    let script = dir.path().join("insert.sql");
+    let pad = "x".repeat(150);
+    std::fs::write(&script, format!("INSERT INTO ceiling (kind, payload) VALUES ('noop', '{{\"id\":12345,\"tenant\":\"tenant-0001\",\"pad\":\"{pad}\"}}');\n"))?;
+    let out = tokio::process::Command::new(bin)
+        .args(["-n", "-f"])
+        .arg(&script)
+        .args(["-c", &clients.to_string(), "-j", &clients.min(2).to_string(), "-T", &secs.to_string(), &url])
+        .output()
+        .await?;
+    drop_db(&url).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    anyhow::ensure!(out.status.success(), "pgbench failed: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let tps = stdout.lines().find_map(|l| l.strip_prefix("tps = ")).and_then(|l| l.split_whitespace().next());
+    Ok(tps.context("pgbench printed no tps")?.parse()?)
+}
+
+fn find_pgbench() -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("pgbench")).find(|p| p.exists()))
+        .flatten();
+    on_path.or_else(|| {
+        let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()?
+            .filter_map(|e| Some(e.ok()?.path().join("bin/pgbench")))
+            .filter(|p| p.exists())
+            .collect();
+        found.sort();
+        found.pop()
+    })
+}
+
+/// No-op jobs per second on PostgreSQL with 1, 4 and 16 workers; in the same
+/// run the apalis-postgres peer on the same server and pgbench's ceiling.
+async fn queue(a: &BenchArgs, out: &mut Section) -> Result<()> {
+    let jobs = a.jobs.unwrap_or(if a.smoke { 500 } else { 20_000 });
+    let clients = a.clients.unwrap_or(jobs);
+    let repeat = a.repeat.unwrap_or(if a.smoke { 1 } else { 3 }).max(1);
+    let secs = if a.smoke { 2 } else { 10 };
+    println!("queue: {jobs} no-op jobs on PostgreSQL over {clients} clients, median of {repeat} runs per figure");
+    let peer = if a.no_peer {
+        println!("  PEER SKIPPED (--no-peer): no apalis-postgres figures in this run");
+        None
+    } else {
+        match Peer::build(&a.peer_dir).await {
+            Ok(p) => Some(p),
+            Err(e) => {
+                println!("  PEER SKIPPED: {e:#}");
+                None
+            }
+        }
+    };
+    let pgb = find_pgbench();
+    if pgb.is_none() {
+        println!("  PGBENCH SKIPPED: pgbench not found on PATH or under /usr/lib/postgresql/*/bin");
+    }
+    let fig = |v: Option<f64>| v.map_or("skipped".to_owned(), |v| format!("{v:.0}"));
+    out.line("| workers | oduflow jobs/s | apalis-postgres jobs/s | pgbench INSERT tps (ceiling) | oduflow ÷ peer (target ≥ 1) | oduflow ÷ ceiling (target ≥ 0.40) |");
+    out.line("|---|---|---|---|---|---|");
+    let mut met = (true, true);
+    for &w in &a.workers {
+        let mut ours = vec![];
+        let mut theirs = vec![];
+        for _ in 0..repeat {
+            ours.push(queue_once(jobs, clients, w).await?);
+            if let Some(p) = &peer {
+                theirs.push(p.run(jobs, w).await?);
+            }
+        }
+        let ours_all = ours.iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(", ");
+        let theirs_all = theirs.iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(", ");
+        let (ours, theirs) = (median(ours), (!theirs.is_empty()).then(|| median(theirs)));
+        let ceiling = match &pgb {
+            Some(b) => Some(pgbench(b, w, secs).await?),
+            None => None,
+        };
+        let vs_peer = theirs.map(|t| ours / t);
+        let vs_ceiling = ceiling.map(|c| ours / c);
+        met.0 &= vs_peer.is_none_or(|r| r >= 1.0);
+        met.1 &= vs_ceiling.is_none_or(|r| r >= 0.40);
+        let ratio = |r: Option<f64>| r.map_or("—".to_owned(), |r| format!("{r:.2}"));
+        println!(
+            "  workers {w:>2}: oduflow {ours:.0} jobs/s [{ours_all}]; apalis-postgres {} [{theirs_all}]; pgbench ceiling {} tps; ratios {} / {}",
+            fig(theirs),
+            fig(ceiling),
+            ratio(vs_peer),
+            ratio(vs_ceiling)
+        );
+        out.line(&format!("| {w} | **{ours:.0}** ({ours_all}) | {} ({theirs_all}) | {} | {} | {} |", fig(theirs), fig(ceiling), ratio(vs_peer), ratio(vs_ceiling)));
+    }
+    out.line("");
+    out.line(&format!(
+        "Targets: at or above the peer at every concurrency — **{}**; at least 40% of the pgbench ceiling — **{}**.",
+        if peer.is_none() { "not measured" } else if met.0 { "met" } else { "not met" },
+        if pgb.is_none() { "not measured" } else if met.1 { "met" } else { "not met" },
+    ));
+    // The same jobs on few clients: per-client serialization at work (a
+    // busy client's jobs are skipped, not waited on).
+    if clients > 64 && !a.smoke {
+        let w = a.workers.iter().copied().max().unwrap_or(16);
+        let few = queue_once(jobs, 64, w).await?;
+        println!("  contention: {jobs} jobs over 64 clients, {w} workers: {few:.0} jobs/s");
+        out.line(&format!(
+            "With the same {jobs} jobs on only 64 clients (each client runs one job at a time, so a quarter of them are busy at 16 workers and their jobs are skipped): {few:.0} jobs/s at {w} workers."
+        ));
+    }
+    println!("  reproduce: cargo run --release -- bench queue");
     Ok(())
 }
 
-fn peak_rss_kib() -> u64 {
+pub fn peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
@@ -201,7 +510,7 @@ fn peak_rss_kib() -> u64 {
 
 /// reconcile --all over `n` clients (2n resources), the simulator in another
 /// process so the figure is the inventory's own memory.
-async fn inventory(n: usize) -> Result<()> {
+async fn inventory(n: usize, out: &mut Section) -> Result<()> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let exe = std::env::current_exe()?;
     let mut sim = tokio::process::Command::new(exe)
@@ -273,31 +582,64 @@ async fn inventory(n: usize) -> Result<()> {
     }
     let setup_s = t.elapsed().as_secs_f64();
     drop(tasks);
-    // Measure the pass alone: reset the peak RSS (Linux: clear_refs 5).
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-    let rss_before = peak_rss_kib();
-    let inv_client = vultr(&base, 30)?;
+    drop(ledger);
+    store.close().await;
+    // The pass itself: `oduflow reconcile --all` in a child process, so its
+    // peak RSS is the command's own (it reports it on exit).
     let before = counted_requests(&base).await?;
     let t = Instant::now();
-    let inv = operator::inventory(&store, inv_client.as_ref(), SystemClock.now_ms()).await?;
+    let child = tokio::process::Command::new(std::env::current_exe()?)
+        .args(["reconcile", "--all", "--json"])
+        .env("ODUFLOW_DATABASE_URL", &url)
+        .env("ODUFLOW_VULTR_URL", &base)
+        .env("VULTR_API_KEY", KEY)
+        .env("ODUFLOW_RATE_PER_SEC", "30")
+        .env("ODUFLOW_PRINT_PEAK_RSS", "1")
+        .env("ODUFLOW_LOG", "error")
+        .output()
+        .await?;
     let secs = t.elapsed().as_secs_f64();
     let calls = counted_requests(&base).await? - before;
-    let rss = peak_rss_kib();
-    println!("inventory: reconcile --all over {n} clients ({} resources listed; setup {setup_s:.0} s)", inv.instances_listed + inv.blocks_listed);
+    let stderr = String::from_utf8_lossy(&child.stderr);
+    anyhow::ensure!(child.status.success(), "reconcile --all failed: {stderr}");
+    let inv: serde_json::Value = serde_json::from_slice(&child.stdout).context("reconcile --all --json output")?;
+    let rss_kib: f64 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("oduflow: peak RSS ")?.strip_suffix(" KiB")?.parse().ok())
+        .context("reconcile --all reported no peak RSS")?;
+    let rss = rss_kib / 1024.0;
+    let listed = inv["instances_listed"].as_u64().unwrap_or(0) + inv["blocks_listed"].as_u64().unwrap_or(0);
+    let count = |k: &str| inv[k].as_array().map_or(0, |a| a.len());
+    println!("inventory: reconcile --all over {n} clients ({listed} resources listed; setup {setup_s:.0} s)");
+    println!("  provider calls {calls} (list pages of 500 at 30 requests/s; one GET per resource would be {}), {secs:.2} s", 2 * n);
     println!(
-        "  provider calls {calls} (list pages of 500 at 30 requests/s; one GET per resource would be {}), {secs:.2} s",
-        2 * n
-    );
-    println!(
-        "  peak RSS during the pass {:.1} MiB (before it {:.1} MiB; target <= 150 MiB at 10,000 clients); orphans {}, missing {}",
-        rss as f64 / 1024.0,
-        rss_before as f64 / 1024.0,
-        inv.orphans.len(),
-        inv.missing.len()
+        "  peak RSS of the reconcile --all process {rss:.1} MiB (target <= 150 MiB at 10,000 clients); orphans {}, missing {}, unrecorded {}",
+        count("orphans"),
+        count("missing"),
+        count("unrecorded")
     );
     println!("  reproduce: cargo run --release -- bench inventory");
+    out.line(&format!(
+        "`oduflow reconcile --all` over {n} clients ({} resources: a VM and a volume each, created through the simulator's API \
+         and recorded on receipts), PostgreSQL, the simulator in another process at 30 requests/s, pages of 500. The pass runs as \
+         its own process; its peak RSS is its own VmHWM.\n",
+        2 * n
+    ));
+    out.line("| figure | target | measured |");
+    out.line("|---|---|---|");
+    out.line(&format!("| provider calls | list pages only (one GET per resource would be {}) | **{calls}** ({listed} resources listed) |", 2 * n));
+    out.line(&format!("| wall time of the pass | — | {secs:.2} s |"));
+    out.line(&format!(
+        "| peak RSS of the process | ≤ 150 MiB at 10,000 clients | **{rss:.1} MiB** at {n} clients |"
+    ));
+    out.line(&format!(
+        "| findings | none | {} orphans, {} missing, {} unrecorded |",
+        count("orphans"),
+        count("missing"),
+        count("unrecorded")
+    ));
     sim.kill().await.ok();
-    store.close().await;
+    drop_db(&url).await;
     Ok(())
 }
 

@@ -18,6 +18,7 @@ struct FileConfig {
     poll_interval_ms: Option<i64>,
     observations_max: Option<i64>,
     rate_per_sec: Option<u32>,
+    per_page: Option<u32>,
     request_timeout_ms: Option<u64>,
     concurrency: Option<usize>,
     lease_ms: Option<i64>,
@@ -51,6 +52,9 @@ pub struct Config {
     pub poll_interval_ms: i64,
     pub observations_max: i64,
     pub rate_per_sec: u32,
+    /// Listing page size: Vultr's maximum, so an inventory pass or a label
+    /// search over blocks (which Vultr cannot filter) reads fewer pages.
+    pub per_page: u32,
     pub request_timeout_ms: u64,
     pub concurrency: usize,
     pub lease_ms: i64,
@@ -107,6 +111,7 @@ impl Config {
             poll_interval_ms: env_num("ODUFLOW_POLL_INTERVAL_MS")?.or(fc.poll_interval_ms).unwrap_or(5_000),
             observations_max: env_num("ODUFLOW_OBSERVATIONS_MAX")?.or(fc.observations_max).unwrap_or(60),
             rate_per_sec: env_num("ODUFLOW_RATE_PER_SEC")?.or(fc.rate_per_sec).unwrap_or(30),
+            per_page: env_num("ODUFLOW_PER_PAGE")?.or(fc.per_page).unwrap_or(500),
             request_timeout_ms: env_num("ODUFLOW_REQUEST_TIMEOUT_MS")?.or(fc.request_timeout_ms).unwrap_or(30_000),
             concurrency: env_num("ODUFLOW_CONCURRENCY")?.or(fc.concurrency).unwrap_or(4),
             lease_ms: env_num("ODUFLOW_LEASE_MS")?.or(fc.lease_ms).unwrap_or(120_000),
@@ -121,10 +126,10 @@ impl Config {
             oduflow_engine::command_adapter::CommandAdapter::new(a.clone()).map_err(BadInput)?;
         }
         if cfg.poll_interval_ms < 0 || cfg.observations_max < 1 || cfg.rate_per_sec == 0 || cfg.concurrency == 0
-            || cfg.lease_ms < 1 || cfg.attempts_max < 1
+            || cfg.lease_ms < 1 || cfg.attempts_max < 1 || !(1..=500).contains(&cfg.per_page)
         {
             bail!(BadInput(
-                "poll_interval_ms must be >= 0; observations_max, rate_per_sec, concurrency, lease_ms and attempts_max >= 1"
+                "poll_interval_ms must be >= 0; observations_max, rate_per_sec, concurrency, lease_ms and attempts_max >= 1; per_page 1..=500"
                     .into()
             ));
         }

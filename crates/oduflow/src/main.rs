@@ -209,7 +209,12 @@ fn main() -> ExitCode {
     init_tracing();
     let _failpoints = oduflow_engine::fail_scenario();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
-    match rt.block_on(run(cli)) {
+    let result = rt.block_on(run(cli));
+    if std::env::var_os("ODUFLOW_PRINT_PEAK_RSS").is_some() {
+        // For `oduflow bench inventory`, which runs a pass in a child process.
+        eprintln!("oduflow: peak RSS {} KiB", bench::peak_rss_kib());
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let bad_input = e.downcast_ref::<BadInput>().is_some()
@@ -367,6 +372,7 @@ fn provider(cfg: &Config) -> Result<Arc<oduflow_vultr::VultrClient>> {
     let vc = oduflow_vultr::VultrConfig {
         base_url: cfg.vultr_url.clone(),
         rate_per_sec: cfg.rate_per_sec,
+        per_page: cfg.per_page,
         request_timeout_ms: cfg.request_timeout_ms,
         ..oduflow_vultr::VultrConfig::new(key)
     };

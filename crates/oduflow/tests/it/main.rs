@@ -696,8 +696,22 @@ mod identities;
 #[test]
 fn bench_smoke_prints_figures() {
     let dir = tempfile::tempdir().unwrap();
-    let o = Command::new(BIN).args(["bench", "--smoke"]).current_dir(dir.path()).env("ODUFLOW_LOG", "error").output().unwrap();
+    let peer = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/apalis-peer");
+    let report = dir.path().join("BENCHMARKS.md");
+    let o = Command::new(BIN)
+        .args(["bench", "--smoke", "--peer-dir", peer, "--write"])
+        .arg(&report)
+        .current_dir(dir.path())
+        .env("ODUFLOW_LOG", "error")
+        .output()
+        .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
     println!("{out}");
     assert!(o.status.success(), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
+    // Each benchmark ran and wrote its section; the peer was not skipped.
+    assert!(!out.contains("SKIPPED"), "a smoke benchmark was skipped:\n{out}");
+    let md = std::fs::read_to_string(&report).unwrap();
+    for section in ["## 1. Convergence", "## 2. Queue throughput", "## 3. Inventory at scale", "apalis-postgres"] {
+        assert!(md.contains(section), "{section} missing from the report:\n{md}");
+    }
 }
