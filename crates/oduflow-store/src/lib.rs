@@ -183,10 +183,6 @@ impl Store {
                 let pool = PgPoolOptions::new()
                     .max_connections(max_connections)
                     .acquire_timeout(Duration::from_secs(30))
-                    // No ping before every acquire (a round trip per job): a
-                    // connection that died is found by its first statement,
-                    // whose error the caller handles, and is then discarded.
-                    .test_before_acquire(false)
                     .connect_with(opts)
                     .await?;
                 let claims = queue::ClaimConns::new(max_connections as usize);

@@ -152,11 +152,16 @@ impl ClaimConns {
         Self { idle: Default::default(), max_idle }
     }
 
-    async fn take(&self, pool: &sqlx::PgPool) -> Result<Box<PgConnection>> {
+    /// A kept connection (`true`) or a new one.
+    async fn take(&self, pool: &sqlx::PgPool) -> Result<(Box<PgConnection>, bool)> {
         let idle = self.idle.lock().expect("claim connections").pop();
-        if let Some(conn) = idle {
-            return Ok(conn);
+        match idle {
+            Some(conn) => Ok((conn, true)),
+            None => self.connect(pool).await,
         }
+    }
+
+    async fn connect(&self, pool: &sqlx::PgPool) -> Result<(Box<PgConnection>, bool)> {
         use sqlx::Connection;
         let mut conn = Box::new(PgConnection::connect_with(&pool.connect_options()).await?);
         // A generic plan: the claim's shape never changes, and planning it
@@ -175,7 +180,7 @@ impl ClaimConns {
              run_after_ms = COALESCE($3, run_after_ms), finished_ms = $4 WHERE id = $1"
         );
         sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut *conn).await?;
-        Ok(conn)
+        Ok((conn, false))
     }
 
     fn put(&self, conn: Box<PgConnection>) {
@@ -518,9 +523,22 @@ impl Store {
                 // with SKIP LOCKED, means a job whose client is busy is simply
                 // passed over instead of waited on. One round trip begins the
                 // main transaction, claims and reads both rows.
-                let mut conn = conns.take(p).await?;
                 let sql = format!("BEGIN; EXECUTE oduflow_claim({now_ms})");
-                let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch_all(&mut *conn).await?;
+                let (mut conn, reused) = conns.take(p).await?;
+                let (mut conn, rows) = match sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone())).fetch_all(&mut *conn).await {
+                    Ok(rows) => (conn, rows),
+                    // A kept connection may have died while idle (a server
+                    // restart, a terminated backend): drop it and claim once
+                    // on a new one. Dropping it rolls back whatever it began.
+                    Err(e) if reused => {
+                        tracing::debug!(error = %e, "a kept claim connection failed; reconnecting");
+                        drop(conn);
+                        let (mut conn, _) = conns.connect(p).await?;
+                        let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch_all(&mut *conn).await?;
+                        (conn, rows)
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 let Some(row) = rows.first() else {
                     sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await?;
                     conns.put(conn);

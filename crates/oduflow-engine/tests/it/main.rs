@@ -558,3 +558,58 @@ mod operator_actions {
         Ok(())
     }
 }
+
+/// PostgreSQL keeps the connections that claim jobs apart from the pool and
+/// reuses them: one that died while idle (a restart, a terminated backend)
+/// must cost nothing but a reconnect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_survive_terminated_claim_connections_postgres() {
+    use sqlx::Connection;
+    let url = oduflow_store::testing::fresh_pg_url().await;
+    let store = open(&url).await;
+    let c = create(&store, "acme").await;
+    let w = worker(&store, Arc::new(MemoryProvider::new(key("k1"))));
+    assert!(!drain(&w, 50).await.is_empty());
+    let db = url.rsplit_once('/').unwrap().1.to_owned();
+    let mut admin = sqlx::PgConnection::connect(&oduflow_store::testing::pg_admin_url()).await.unwrap();
+    let killed: Vec<bool> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{db}'"
+    )))
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert!(!killed.is_empty(), "no connection to terminate");
+    store.job_enqueue(&NewJob::for_client(&c.id, JobKind::Noop, 1, now(), 3)).await.unwrap();
+    assert!(matches!(w.run_next().await.unwrap(), RunOutcome::Ran { kind: JobKind::Noop, .. }));
+}
+
+/// A claim dropped without commit or rollback (a cancelled or panicking run)
+/// closes its connection: PostgreSQL rolls back and the job is claimable
+/// again, untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_claim_gives_its_job_back_postgres() {
+    let store = open(&oduflow_store::testing::fresh_pg_url().await).await;
+    let c = create(&store, "acme").await;
+    let w = worker(&store, Arc::new(MemoryProvider::new(key("k1"))));
+    drain(&w, 50).await;
+    let job = store.job_enqueue(&NewJob::for_client(&c.id, JobKind::Noop, 1, now(), 3)).await.unwrap().id();
+    let claim = store.job_claim_next("a", now(), 60_000).await.unwrap().expect("a claim");
+    assert_eq!(claim.job.id, job);
+    // While it is held, the client is busy: nothing else to claim.
+    assert!(store.job_claim_next("b", now(), 60_000).await.unwrap().is_none());
+    drop(claim);
+    let start = std::time::Instant::now();
+    let again = loop {
+        // The server notices the closed connection asynchronously.
+        if let Some(c) = store.job_claim_next("b", now(), 60_000).await.unwrap() {
+            break c;
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(10), "the dropped claim's locks were never released");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(again.job.id, job);
+    assert_eq!(again.job.state, JobState::Queued);
+    assert_eq!(again.job.attempts, 0);
+    again.release().await.unwrap();
+    assert_eq!(store.job_get(job).await.unwrap().unwrap().state, JobState::Queued);
+}
