@@ -439,7 +439,22 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         if !errors.iter().any(|e| e.contains("restore pending")) {
             bail!("a worker ran on a restored database without an inventory pass ({errors:?})");
         }
-        let inv = operator::inventory(&store, provider(&s.sim, KEY)?.as_ref(), SystemClock.now_ms()).await?;
+        // Faults are still on: a 429 burst can outlast the listing's retries,
+        // and the pass then fails with the provider's error and changes
+        // nothing. An operator runs it again; so does the campaign.
+        let p1 = provider(&s.sim, KEY)?;
+        let mut tries = 0;
+        let inv = loop {
+            match operator::inventory(&store, p1.as_ref(), SystemClock.now_ms()).await {
+                Ok(inv) => break inv,
+                Err(e) if tries < 5 && e.to_string().starts_with("provider") => {
+                    tries += 1;
+                    verbose(|| format!("seed {}: inventory pass failed ({e}); again", p.seed));
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
         orphans_reported = inv.orphans.iter().map(|o| o.label.clone()).collect();
         totals.restores += 1;
         totals.orphans_reported += orphans_reported.len() as u64;
