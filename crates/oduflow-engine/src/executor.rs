@@ -11,9 +11,8 @@ use oduflow_model::decide::{self, Action, DeleteProgress, Facts, Inputs, Receipt
 use oduflow_model::provider::{BlockRequest, DeleteOutcome, InstanceRequest, Outcome, Provider};
 use oduflow_model::identity::{IdentityTarget, Presence};
 use oduflow_model::*;
-use oduflow_store::{Finish, IdSource, InfraRow, JobNext, NewEvent, NewReceipt, ReceiptRow};
-use serde::Serialize;
-use sha2::{Digest, Sha256};
+use oduflow_store::{Fence, Finish, Footing, IdSource, InfraRow, JobNext, NewEvent, NewReceipt, ReceiptRow};
+use crate::current::{self, spec_digest};
 
 /// Decisions per run. Each kind needs at most a read, an adoption and a
 /// bookkeeping step before the run ends with a side effect or a wait, so
@@ -29,14 +28,16 @@ struct Run<'a, P> {
     w: &'a Worker<P>,
     infra: InfraRow,
     events: Vec<NewEvent>,
+    fence: Fence,
 }
 
-pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> Result<Finish, EngineError> {
+pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow, fence: Fence) -> Result<Finish, EngineError> {
     let now = w.now_ms();
     let mut run = Run {
         w,
         infra: infra0.clone(),
         events: vec![],
+        fence,
     };
     let current_key = w.provider.key_fingerprint();
     if run.infra.key_fingerprint.is_none() {
@@ -57,50 +58,48 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
         Target::Present => ClientStatus::Provisioning,
         Target::Absent => ClientStatus::Deleting,
     };
-    if target == Target::Present {
-        // A resource whose deletion was confirmed is gone for good: a present
-        // target again needs new dispatches (new operation keys and labels).
-        let receipts = w.store.receipts_for_client(&run.infra.client_id).await?;
-        for kind in [ResourceKind::Vm, ResourceKind::Volume] {
-            let dg = run.infra.dispatch_generation(kind);
-            if receipts.iter().any(|r| r.resource_kind == kind && r.dispatch_generation == dg && r.deleted_ms.is_some()) {
-                run.next_dispatch_generation(kind);
-                run.next_dispatch_generation(ResourceKind::Attach);
-            }
-        }
-    }
-    let mut seen = [Seen::NotRead, Seen::NotRead];
+    // The latest read of each kind, for the receipt it was made for, and
+    // when it was made.
+    let mut seen: [(Option<OperationKey>, Seen); 2] = [(None, Seen::NotRead), (None, Seen::NotRead)];
+    let mut read_at = [0_i64; 2];
     let slot = |k: ResourceKind| if k == ResourceKind::Vm { 0 } else { 1 };
     let mut side_effects = 0;
     for _ in 0..STEPS_MAX {
         let receipts = w.store.receipts_for_client(&run.infra.client_id).await?;
-        let current = |kind: ResourceKind| {
-            receipts
-                .iter()
-                .find(|r| r.resource_kind == kind && r.dispatch_generation == run.infra.dispatch_generation(kind))
-                .cloned()
-        };
-        let (vm_r, vol_r, att_r) = (current(ResourceKind::Vm), current(ResourceKind::Volume), current(ResourceKind::Attach));
-        // Receipts are the source of truth for ids; the infra row keeps a
-        // copy (a rolled-back run may have recorded an id only there).
-        for r in [&vm_r, &vol_r].into_iter().flatten() {
-            if r.resource_id.is_some() && r.deleted_ms.is_none() {
-                run.set_id(r.resource_kind, r.resource_id.clone());
+        let cur = current::current(&run.infra, target, &receipts);
+        for kind in [ResourceKind::Vm, ResourceKind::Volume, ResourceKind::Attach] {
+            run.set_dispatch_generation(kind, cur.generation(kind));
+        }
+        let (vm_r, vol_r, att_r) = (cur.vm.clone(), cur.volume.clone(), cur.attach.clone());
+        for (i, r) in [&vm_r, &vol_r].into_iter().enumerate() {
+            let key = r.as_ref().map(|r| r.operation_key.clone());
+            if seen[i].0 != key {
+                seen[i] = (key, Seen::NotRead);
             }
         }
+        // Receipts are the source of truth for ids; the infra row keeps a
+        // copy (a rolled-back run may have recorded an id only there).
+        for kind in [ResourceKind::Vm, ResourceKind::Volume] {
+            let id = cur.receipt(kind).filter(|r| r.deleted_ms.is_none()).and_then(|r| r.resource_id.clone());
+            run.set_id(kind, id);
+        }
         let key_changed = run.infra.key_fingerprint.as_ref() != Some(&current_key);
+        let ready_wait = w.cfg.ready_wait();
+        let overdue = |r: Option<&ReceiptRow>| r.is_some_and(|r| w.now_ms() - r.sent_ms.unwrap_or(r.claimed_ms) > ready_wait);
         let inputs = Inputs {
             target,
             key_changed,
             vm: Resource {
                 receipt: receipt_facts(vm_r.as_ref()),
-                seen: seen[0].clone(),
+                seen: seen[0].1.clone(),
                 progress: progress_of(vm_r.as_ref()),
+                overdue: overdue(vm_r.as_ref()),
             },
             volume: Resource {
                 receipt: receipt_facts(vol_r.as_ref()),
-                seen: seen[1].clone(),
+                seen: seen[1].1.clone(),
                 progress: progress_of(vol_r.as_ref()),
+                overdue: overdue(vol_r.as_ref()),
             },
             attach: receipt_facts(att_r.as_ref()),
             observations_max: w.cfg.observations_max,
@@ -127,18 +126,21 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
                     // client library would.
                     run.resend_planted_bug(kind, &r).await;
                 }
+                run.check_fence().await?;
+                let at = w.now_ms();
                 match run.observe(kind, &r).await {
                     Ok(s @ Seen::Present(_)) if r.seen_ms.is_none() => {
                         w.receipts.mark_seen(&r.operation_key, w.now_ms()).await?;
-                        seen[slot(kind)] = s;
+                        seen[slot(kind)].1 = s;
                     }
-                    Ok(s) => seen[slot(kind)] = s,
-                    Err(e) => return Ok(run.provider_unavailable(&e, now).await?),
+                    Ok(s) => seen[slot(kind)].1 = s,
+                    Err(e) => return run.read_failed(kind, &r, &e, now).await,
                 }
+                read_at[slot(kind)] = at;
             }
             Action::CountObservation(kind) => {
                 let r = receipt_of(kind, "count")?;
-                let summary = match &seen[slot(kind)] {
+                let summary = match &seen[slot(kind)].1 {
                     Seen::Missing => "GET by id answered 404".to_owned(),
                     Seen::ByLabel(f) if f.is_empty() => "no resource carries the label".to_owned(),
                     _ if kind == ResourceKind::Attach => "volume not yet attached".to_owned(),
@@ -155,14 +157,16 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
                 // Read it by id next: a listing may show a new resource while
                 // GET by id (and DELETE) still answer 404, so only a GET by id
                 // establishes that it has been seen (campaign seed 7020).
-                seen[slot(kind)] = Seen::NotRead;
+                seen[slot(kind)].1 = Seen::NotRead;
             }
             Action::Dispatch(kind) => {
                 if side_effects > 0 {
                     return Ok(run.wait(now));
                 }
                 side_effects += 1;
-                let rejected = run.dispatch(kind, vm_r.as_ref(), vol_r.as_ref()).await?;
+                run.check_fence().await?;
+                let unsent = cur.receipt(kind).filter(|r| r.not_sent_ms.is_some()).cloned();
+                let rejected = run.dispatch(kind, unsent, vm_r.as_ref(), vol_r.as_ref()).await?;
                 if !rejected {
                     return Ok(run.wait(now + w.cfg.poll_interval_ms));
                 }
@@ -172,11 +176,16 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
                     return Ok(run.wait(now));
                 }
                 let r = receipt_of(kind, "delete")?;
-                run.delete(kind, &id, &r.operation_key).await?;
-                return Ok(run.wait(now + w.cfg.poll_interval_ms));
+                run.check_fence().await?;
+                return run.delete(kind, &id, &r, now).await;
             }
             Action::ConfirmDeleted(kind) => {
                 let r = receipt_of(kind, "confirm")?;
+                // The 404 must come from a GET sent after the DELETE.
+                if r.delete_sent_ms.is_none_or(|d| read_at[slot(kind)] <= d) {
+                    seen[slot(kind)].1 = Seen::NotRead;
+                    continue;
+                }
                 w.receipts.mark_deleted(&r.operation_key, w.now_ms()).await?;
                 fail_step!("get-404-recorded");
                 let id = r.resource_id;
@@ -189,6 +198,18 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow) -> R
             }
             Action::Wait => return Ok(run.wait(now + w.cfg.poll_interval_ms)),
             Action::Block(reason, detail) => {
+                // A limit reached by observations: the last one counts too,
+                // so the receipt's count agrees with the evidence.
+                let counted = match reason {
+                    BlockedReason::UncertainCreate | BlockedReason::KnownResourceMissing | BlockedReason::UncertainDelete => {
+                        cur.receipt(if detail.starts_with("volume") { ResourceKind::Volume } else { ResourceKind::Vm })
+                    }
+                    BlockedReason::UncertainAttach => cur.receipt(ResourceKind::Attach),
+                    _ => None,
+                };
+                if let Some(r) = counted {
+                    w.receipts.observe(&r.operation_key, &detail).await?;
+                }
                 run.infra.status = ClientStatus::Blocked;
                 run.infra.blocked_reason = Some(reason);
                 run.infra.blocked_detail = Some(detail.clone());
@@ -240,6 +261,10 @@ fn receipt_facts(r: Option<&ReceiptRow>) -> ReceiptFacts {
                 status: status as u16,
                 message: r.rejection_message.clone().unwrap_or_default(),
             },
+            (None, None) if r.not_sent_ms.is_some() => ReceiptFacts::NotSent {
+                count: r.not_sent_count,
+                reason: r.not_sent_reason.clone().unwrap_or_default(),
+            },
             (None, None) => ReceiptFacts::Unknown { observations: r.observations() },
         },
     }
@@ -251,11 +276,6 @@ fn poll_delay(base_ms: i64, n: i64) -> i64 {
     base_ms * (1 + n / 10).min(6)
 }
 
-/// A digest of what a dispatch asked for, kept on its receipt as evidence.
-fn spec_digest(v: &impl Serialize) -> String {
-    let json = serde_json::to_vec(v).unwrap_or_default();
-    Sha256::digest(&json).iter().map(|b| format!("{b:02x}")).collect()
-}
 
 impl<P: Provider> Run<'_, P> {
     fn event(&mut self, kind: &str, detail: serde_json::Value) {
@@ -274,17 +294,19 @@ impl<P: Provider> Run<'_, P> {
         self.finish(JobNext::Done)
     }
 
-    fn next_dispatch_generation(&mut self, kind: ResourceKind) {
+    /// Moves a kind to the dispatch generation its receipts put it at (see
+    /// [`current`]), with an event when that is a new one.
+    fn set_dispatch_generation(&mut self, kind: ResourceKind, dg: i64) {
         let g = match kind {
             ResourceKind::Vm => &mut self.infra.vm_dispatch_generation,
             ResourceKind::Volume => &mut self.infra.volume_dispatch_generation,
             ResourceKind::Attach => &mut self.infra.attach_dispatch_generation,
         };
-        *g += 1;
-        let g = *g;
-        self.event("dispatch_generation_advanced", serde_json::json!({
-            "kind": kind, "dispatch_generation": g, "why": "previous resource confirmed deleted",
-        }));
+        if *g == dg {
+            return;
+        }
+        *g = dg;
+        self.event("dispatch_generation_advanced", serde_json::json!({ "kind": kind, "dispatch_generation": dg }));
     }
 
     fn set_id(&mut self, kind: ResourceKind, id: Option<String>) {
@@ -295,13 +317,45 @@ impl<P: Provider> Run<'_, P> {
         }
     }
 
-    async fn provider_unavailable(self, e: &provider::ProviderError, now: i64) -> Result<Finish, EngineError> {
-        self.w
-            .receipts
-            .audit(&self.infra.client_id, "provider_read_failed", serde_json::json!({ "error": e.to_string() }), now)
+    /// Stops before the next provider call unless the claim still holds
+    /// this client at this generation.
+    async fn check_fence(&self) -> Result<(), EngineError> {
+        match self.fence.check().await {
+            Ok(Footing::Held) => Ok(()),
+            Ok(Footing::Superseded) => Err(EngineError::Superseded),
+            Err(e) => Err(EngineError::ClaimLost(e.to_string())),
+        }
+    }
+
+    /// A read that failed after its bounded retries counts as an
+    /// observation of that receipt; past the polling limit the client
+    /// blocks `provider_unavailable` with the error as evidence.
+    async fn read_failed(
+        self,
+        kind: ResourceKind,
+        r: &ReceiptRow,
+        e: &provider::ProviderError,
+        now: i64,
+    ) -> Result<Finish, EngineError> {
+        let w = self.w;
+        w.receipts
+            .audit(&self.infra.client_id, "provider_read_failed", serde_json::json!({ "kind": kind, "error": e.to_string() }), now)
             .await?;
-        let at = now + self.w.cfg.poll_interval_ms;
-        Ok(self.wait(at))
+        w.receipts.observe(&r.operation_key, &format!("read failed: {e}")).await?;
+        let n = r.observations() + 1;
+        if n >= w.cfg.observations_max {
+            let detail = format!("{} reads failed {n} times (the polling limit); last: {e}", kind.as_str());
+            return Ok(self.block(BlockedReason::ProviderUnavailable, detail));
+        }
+        Ok(self.wait(now + poll_delay(w.cfg.poll_interval_ms, n)))
+    }
+
+    fn block(mut self, reason: BlockedReason, detail: String) -> Finish {
+        self.infra.status = ClientStatus::Blocked;
+        self.infra.blocked_reason = Some(reason);
+        self.infra.blocked_detail = Some(detail.clone());
+        self.event("blocked", serde_json::json!({ "reason": reason, "detail": detail }));
+        self.done()
     }
 
     /// One read of a resource: by id when known, else by label.
@@ -317,6 +371,7 @@ impl<P: Provider> Run<'_, P> {
                     mismatch: decide::instance_mismatch(spec, label, &i),
                     ready: i.is_ready(),
                     attached_to: None,
+                    state: format!("{}/{}", i.status, i.server_status),
                 }),
             },
             (ResourceKind::Vm, None) => Seen::ByLabel(
@@ -327,6 +382,7 @@ impl<P: Provider> Run<'_, P> {
                     .map(|i| Facts {
                         mismatch: decide::instance_mismatch(spec, label, &i),
                         ready: i.is_ready(),
+                        state: format!("{}/{}", i.status, i.server_status),
                         id: i.id.0,
                         attached_to: None,
                     })
@@ -354,6 +410,7 @@ impl<P: Provider> Run<'_, P> {
     async fn dispatch(
         &mut self,
         kind: ResourceKind,
+        unsent: Option<ReceiptRow>,
         vm: Option<&ReceiptRow>,
         volume: Option<&ReceiptRow>,
     ) -> Result<bool, EngineError> {
@@ -362,17 +419,23 @@ impl<P: Provider> Run<'_, P> {
         let spec = self.infra.spec.clone();
         let dg = self.infra.dispatch_generation(kind);
         let op = OperationKey::new(&client, kind, dg);
-        let label = Label::new_dispatch();
+        // A receipt whose last send provably never left is sent again as it
+        // is: same operation key, same label.
+        let resend = unsent.is_some();
+        let label = unsent.map_or_else(Label::new_dispatch, |r| r.label);
         let digest = match kind {
             ResourceKind::Vm => spec_digest(&(&spec.region, &spec.plan, spec.os_id)),
             ResourceKind::Volume => spec_digest(&(&spec.region, spec.volume_gb, spec.volume_type)),
-            ResourceKind::Attach => spec_digest(&(vm.and_then(|r| r.resource_id.clone()), volume.and_then(|r| r.resource_id.clone()))),
+            ResourceKind::Attach => current::attach_digest(
+                vm.and_then(|r| r.resource_id.as_deref()),
+                volume.and_then(|r| r.resource_id.as_deref()),
+            ),
         };
         #[cfg(feature = "failpoints")]
         let forget = crate::planted_bug("forget_receipt") && kind != ResourceKind::Attach;
         #[cfg(not(feature = "failpoints"))]
         let forget = false;
-        if !forget {
+        if !forget && !resend {
         w.receipts
             .claim(&NewReceipt {
                 operation_key: op.clone(),
@@ -448,6 +511,10 @@ impl<P: Provider> Run<'_, P> {
                     .await?;
                 Ok(false)
             }
+            Outcome::NotSent { reason } => {
+                w.receipts.mark_not_sent(&op, &reason, now).await?;
+                Ok(false)
+            }
         }
     }
 
@@ -519,6 +586,7 @@ impl<P: Provider> Run<'_, P> {
             if states.iter().any(|s| s.adapter == a.name() && s.state == "ensured") {
                 continue;
             }
+            self.check_fence().await?;
             let t = self.identity_target(true).await?;
             let now = w.now_ms();
             let run = std::mem::replace(self, self.clone_shallow());
@@ -552,6 +620,7 @@ impl<P: Provider> Run<'_, P> {
             if states.iter().any(|s| s.adapter == a.name() && s.state == "removed") {
                 continue;
             }
+            self.check_fence().await?;
             let t = self.identity_target(false).await?;
             let now = w.now_ms();
             let run = std::mem::replace(self, self.clone_shallow());
@@ -572,30 +641,52 @@ impl<P: Provider> Run<'_, P> {
     }
 
     fn clone_shallow(&self) -> Self {
-        Run { w: self.w, infra: self.infra.clone(), events: vec![] }
+        Run { w: self.w, infra: self.infra.clone(), events: vec![], fence: self.fence.clone() }
     }
 
-    async fn delete(&mut self, kind: ResourceKind, id: &str, op: &OperationKey) -> Result<(), EngineError> {
+    /// Sends one DELETE and ends the run. A refusal (500 "locked", a 4xx, a
+    /// read error) counts as an observation of the receipt; past the polling
+    /// limit the client blocks `delete_refused` with the answer as evidence.
+    async fn delete(self, kind: ResourceKind, id: &str, r: &ReceiptRow, now: i64) -> Result<Finish, EngineError> {
         let w = self.w;
         let client = self.infra.client_id.clone();
+        let op = &r.operation_key;
+        // Audited before it leaves, so a killed worker's DELETE is on record.
+        w.receipts
+            .audit(&client, "delete_sending", serde_json::json!({ "kind": kind, "id": id }), w.now_ms())
+            .await?;
         let answer = match kind {
             ResourceKind::Vm => w.provider.instance_delete(&VultrInstanceId(id.to_owned())).await,
             _ => w.provider.block_delete(&VultrBlockId(id.to_owned())).await,
         };
         fail_step!("delete-sent");
-        let now = w.now_ms();
+        let at = w.now_ms();
         let sent = matches!(answer, Ok(DeleteOutcome::Sent | DeleteOutcome::NotFound));
         if sent {
-            w.receipts.mark_delete_sent(op, now).await?;
+            w.receipts.mark_delete_sent(op, at).await?;
         }
-        let answer = match &answer {
+        let refusal = match &answer {
+            Ok(DeleteOutcome::Refused { status, message }) => Some(format!("DELETE refused with {status}: {message}")),
+            Err(e) => Some(format!("DELETE failed: {e}")),
+            Ok(_) => None,
+        };
+        let answer_json = match &answer {
             Ok(o) => serde_json::to_value(o).unwrap_or_default(),
             Err(e) => serde_json::json!({ "error": e.to_string() }),
         };
         w.receipts
-            .audit(&client, "delete_sent", serde_json::json!({ "kind": kind, "id": id, "answer": answer }), now)
+            .audit(&client, "delete_sent", serde_json::json!({ "kind": kind, "id": id, "answer": answer_json }), at)
             .await?;
-        Ok(())
+        if let Some(why) = refusal {
+            w.receipts.observe(op, &why).await?;
+            let n = r.observations() + 1;
+            if n >= w.cfg.observations_max {
+                let detail = format!("{} {id}: {why} ({n} attempts, the polling limit)", kind.as_str());
+                return Ok(self.block(BlockedReason::DeleteRefused, detail));
+            }
+            return Ok(self.wait(now + poll_delay(w.cfg.poll_interval_ms, n)));
+        }
+        Ok(self.wait(now + w.cfg.poll_interval_ms))
     }
 }
 
@@ -603,6 +694,7 @@ fn block_facts(spec: &ClientSpec, label: &str, b: provider::Block) -> Facts {
     Facts {
         mismatch: decide::block_mismatch(spec, label, &b),
         ready: b.status == "active",
+        state: b.status.clone(),
         attached_to: b.attached_to_instance.map(|i| i.0),
         id: b.id.0,
     }
@@ -613,5 +705,6 @@ fn map_outcome<T>(o: Outcome<T>, f: impl FnOnce(T) -> String) -> Outcome<String>
         Outcome::Accepted(t) => Outcome::Accepted(f(t)),
         Outcome::Rejected { status, message } => Outcome::Rejected { status, message },
         Outcome::Unknown { reason } => Outcome::Unknown { reason },
+        Outcome::NotSent { reason } => Outcome::NotSent { reason },
     }
 }

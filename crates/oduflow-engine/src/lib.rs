@@ -11,6 +11,7 @@
 //! - nothing waits on the provider inside a job: it re-runs later instead.
 
 pub mod command_adapter;
+pub mod current;
 mod executor;
 pub mod memory;
 pub mod operator;
@@ -45,6 +46,24 @@ pub struct EngineConfig {
     pub idle_ms: u64,
     /// Jobs run concurrently by one worker process.
     pub concurrency: usize,
+    /// How long after its create a VM may stay short of active/ok (or a
+    /// volume short of active) before the client blocks `not_ready`. Zero:
+    /// derived from the polling limit (see [`EngineConfig::ready_wait`]).
+    pub ready_wait_ms: i64,
+}
+
+impl EngineConfig {
+    /// The readiness wait in force: `ready_wait_ms`, or else as long as the
+    /// polling limit lasts at its slowest interval (observations_max x
+    /// poll_interval x 6; 30 minutes by default, seconds against a fast
+    /// simulator).
+    pub fn ready_wait(&self) -> i64 {
+        if self.ready_wait_ms > 0 {
+            self.ready_wait_ms
+        } else {
+            self.observations_max.saturating_mul(self.poll_interval_ms).saturating_mul(6)
+        }
+    }
 }
 
 impl Default for EngineConfig {
@@ -61,6 +80,7 @@ impl Default for EngineConfig {
             attempts_max: 10,
             idle_ms: 200,
             concurrency: 4,
+            ready_wait_ms: 0,
         }
     }
 }
@@ -94,6 +114,14 @@ pub enum EngineError {
     Panicked(String),
     #[error("invariant violated: {0}")]
     Invariant(String),
+    /// The record moved on while the run was in flight (SQLite: a target
+    /// change landed): the run sends nothing more and ends stale.
+    #[error("the record moved on to a newer generation during the run")]
+    Superseded,
+    /// The claim no longer holds the client (the claim connection died):
+    /// the run sends nothing more.
+    #[error("the run's claim on its client was lost: {0}")]
+    ClaimLost(String),
 }
 
 /// Activates the fail points named in `FAILPOINTS` for the life of the

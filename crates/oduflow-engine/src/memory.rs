@@ -20,6 +20,9 @@ pub struct MemoryState {
     pub lose_create_responses: u32,
     /// The next create is answered with this rejection (and not applied).
     pub reject_next_create: Option<(u16, String)>,
+    /// The next VM create, once applied, waits for this before it answers:
+    /// lets a test act while a run is between its create and its commit.
+    pub hold_next_create: Option<std::sync::Arc<tokio::sync::Notify>>,
     next_id: u64,
 }
 
@@ -62,7 +65,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn instance_create(&self, req: &InstanceRequest) -> Outcome<VultrInstanceId> {
-        self.create("POST /instances", req.label.as_str(), |s, id| {
+        let outcome = self.create("POST /instances", req.label.as_str(), |s, id| {
             s.instances.insert(id.clone(), Instance {
                 id: VultrInstanceId(id.clone()),
                 label: req.label.to_string(),
@@ -74,7 +77,11 @@ impl Provider for MemoryProvider {
                 main_ip: "192.0.2.1".into(),
             });
             VultrInstanceId(id)
-        })
+        });
+        if let Some(hold) = self.with(|s| s.hold_next_create.take()) {
+            hold.notified().await;
+        }
+        outcome
     }
 
     async fn instance_get(&self, id: &VultrInstanceId) -> Result<Option<Instance>, ProviderError> {

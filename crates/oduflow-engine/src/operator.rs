@@ -34,14 +34,12 @@ async fn client(store: &Store, name: &str) -> Result<ClientRow> {
         .ok_or_else(|| OperatorError::Store(oduflow_store::StoreError::ClientNotFound(name.to_owned())))
 }
 
-/// The receipt of the current dispatch generation of `kind`.
-async fn current_receipt(store: &Store, c: &ClientRow, kind: ResourceKind) -> Result<Option<ReceiptRow>> {
-    let dg = c.infra.dispatch_generation(kind);
-    Ok(store
-        .receipts_for_client(&c.id)
-        .await?
-        .into_iter()
-        .find(|r| r.resource_kind == kind && r.dispatch_generation == dg))
+/// The receipt a run would work on for `kind` now (see [`crate::current`]),
+/// and the dispatch generation in force.
+async fn current_receipt(store: &Store, c: &ClientRow, kind: ResourceKind) -> Result<(Option<ReceiptRow>, i64)> {
+    let receipts = store.receipts_for_client(&c.id).await?;
+    let cur = crate::current::current(&c.infra, c.infra.target, &receipts);
+    Ok((cur.receipt(kind).cloned(), cur.generation(kind)))
 }
 
 fn check_key<P: Provider>(c: &ClientRow, provider: &P) -> Result<()> {
@@ -71,10 +69,10 @@ pub async fn reconcile<P: Provider>(
     let writer = ReceiptWriter::new(store.clone());
     let mut advance = vec![];
     for kind in [ResourceKind::Vm, ResourceKind::Volume, ResourceKind::Attach] {
-        let Some(r) = current_receipt(store, &c, kind).await? else { continue };
+        let (Some(r), dg) = current_receipt(store, &c, kind).await? else { continue };
         if r.rejection_status.is_some() {
             if new_dispatch {
-                advance.push(kind);
+                advance.push((kind, dg + 1));
             }
         } else {
             // Observe again: a fresh polling budget, the spent one kept.
@@ -127,7 +125,8 @@ pub async fn adopt<P: Provider>(
         return refused(format!("{} {id} does not match {name}'s spec: {why}", kind.as_str()));
     }
     let writer = ReceiptWriter::new(store.clone());
-    let op = match current_receipt(store, &c, kind).await? {
+    let (receipt, dg) = current_receipt(store, &c, kind).await?;
+    let op = match receipt {
         Some(r) if r.resource_id.is_some() => {
             return refused(format!("{} of {name} already has id {}", kind.as_str(), r.resource_id.unwrap_or_default()))
         }
@@ -140,7 +139,6 @@ pub async fn adopt<P: Provider>(
         }
         Some(r) => r.operation_key,
         None => {
-            let dg = c.infra.dispatch_generation(kind);
             let op = OperationKey::new(&c.id, kind, dg);
             writer
                 .claim(&NewReceipt {
@@ -181,7 +179,7 @@ pub async fn abandon(
         return refused("abandoning a dispatch needs an attestation: --by WHO and --reason WHY");
     }
     let c = client(store, name).await?;
-    let Some(r) = current_receipt(store, &c, kind).await? else {
+    let (Some(r), dg) = current_receipt(store, &c, kind).await? else {
         return refused(format!("{name} has no current {} dispatch", kind.as_str()));
     };
     if r.resource_id.is_some() || r.rejection_status.is_some() {
@@ -192,7 +190,7 @@ pub async fn abandon(
     }
     let writer = ReceiptWriter::new(store.clone());
     writer.abandon(&r.operation_key, by, reason, now_ms).await?;
-    Ok(store.client_reconcile(name, &[kind], by, now_ms, attempts_max).await?)
+    Ok(store.client_reconcile(name, &[(kind, dg + 1)], by, now_ms, attempts_max).await?)
 }
 
 /// One record the new key could not prove ownership of.
@@ -222,12 +220,9 @@ pub async fn credentials_rotate<P: Provider>(
             continue;
         }
         for r in store.receipts_for_client(&c.id).await? {
-            if r.resource_kind == ResourceKind::Attach || r.rejection_status.is_some() || r.abandoned_by.is_some() {
+            // Only receipts that may still own a resource need proof.
+            if r.resource_kind == ResourceKind::Attach || !crate::current::is_open(&r) {
                 continue;
-            }
-            let dg = c.infra.dispatch_generation(r.resource_kind);
-            if r.dispatch_generation < dg {
-                continue; // an earlier dispatch, confirmed deleted
             }
             let label = r.label.as_str();
             let fail = |why: String| Unproven {
@@ -323,6 +318,11 @@ pub async fn inventory<P: Provider>(store: &Store, provider: &P, now_ms: i64) ->
                 client_name(r),
                 &format!("label of a dispatch abandoned by {}", r.abandoned_by.as_deref().unwrap_or("?")),
             )),
+            // A deleted client owns nothing: whatever still carries one of
+            // its labels was leaked, whatever its dispatch generation.
+            Some(r) if clients.get(&r.client_ref).is_some_and(|c| c.infra.status == ClientStatus::Deleted) => inv
+                .orphans
+                .push(item(client_name(r), "live resource of a deleted client (its receipt was never confirmed deleted)")),
             Some(r) => match &r.resource_id {
                 Some(rid) if rid == id => {}
                 Some(rid) => inv.orphans.push(item(client_name(r), &format!("duplicate: the receipt records {rid}"))),
@@ -332,11 +332,10 @@ pub async fn inventory<P: Provider>(store: &Store, provider: &P, now_ms: i64) ->
     }
     for r in &receipts {
         let (Some(id), Some(c)) = (&r.resource_id, clients.get(&r.client_ref)) else { continue };
-        if r.resource_kind == ResourceKind::Attach || r.dispatch_generation < c.infra.dispatch_generation(r.resource_kind) {
+        if r.resource_kind == ResourceKind::Attach || !crate::current::is_open(r) {
             continue;
         }
-        let gone = c.infra.status == ClientStatus::Deleted || r.deleted_ms.is_some();
-        if !gone && !seen_ids.contains(id) {
+        if !seen_ids.contains(id) {
             inv.missing.push(InventoryItem {
                 kind: r.resource_kind,
                 id: id.clone(),

@@ -28,6 +28,10 @@ impl ReceiptWriter {
         self.ledger.receipt_record_id(key, id, source, now_ms).await
     }
 
+    pub(crate) async fn mark_not_sent(&self, key: &OperationKey, reason: &str, now_ms: i64) -> oduflow_store::Result<i64> {
+        self.ledger.receipt_mark_not_sent(key, reason, now_ms).await
+    }
+
     pub(crate) async fn record_rejection(&self, key: &OperationKey, status: u16, message: &str, now_ms: i64) -> oduflow_store::Result<()> {
         self.ledger.receipt_record_rejection(key, status, message, now_ms).await
     }

@@ -94,7 +94,6 @@ impl<P: Provider> Worker<P> {
     }
 
     async fn run_claimed(&self, claim: Claim) -> Result<JobNext, EngineError> {
-        fail_step!("job-claimed");
         let job = &claim.job;
         let infra = &claim.infra;
         let purpose_matches = match job.kind {
@@ -102,12 +101,14 @@ impl<P: Provider> Worker<P> {
             JobKind::Deprovision => infra.target == Target::Absent,
             JobKind::Noop => true,
         };
-        let finish = if job.generation < infra.generation || !purpose_matches {
-            Finish::stale()
-        } else {
-            match job.kind {
-                JobKind::Noop => self.noop(&claim).await,
-                JobKind::Provision | JobKind::Deprovision => executor::converge(self, infra).await?,
+        let finish = match self.decide_run(&claim, purpose_matches).await {
+            Ok(f) => f,
+            Err(e) => {
+                // Give the claim back at once (PostgreSQL: ROLLBACK now,
+                // rather than when the server notices a closed connection),
+                // so the failure can be recorded on the job's row.
+                let _ = claim.release().await;
+                return Err(e);
             }
         };
         let next = finish.next.clone();
@@ -115,6 +116,55 @@ impl<P: Provider> Worker<P> {
         fail_step!("main-tx-commit");
         applied.commit().await?;
         Ok(next)
+    }
+
+    async fn decide_run(&self, claim: &Claim, purpose_matches: bool) -> Result<Finish, EngineError> {
+        fail_step!("job-claimed");
+        let job = &claim.job;
+        let infra = &claim.infra;
+        Ok(if job.generation < infra.generation || !purpose_matches {
+            Finish::stale()
+        } else if claim.unfinished_runs > 0 && i64::from(job.attempts) + claim.unfinished_runs >= i64::from(job.attempts_max) {
+            // Its earlier runs died before finishing (a worker killed each
+            // time, perhaps by this very job): stop here, before it can
+            // happen again.
+            self.runs_died(&claim)
+        } else {
+            match job.kind {
+                JobKind::Noop => self.noop(&claim).await,
+                JobKind::Provision | JobKind::Deprovision => match executor::converge(self, infra, claim.fence()).await {
+                    Ok(f) => f,
+                    // The record moved on while the run was in flight: it
+                    // sent nothing more and ends stale.
+                    Err(EngineError::Superseded) => Finish::stale(),
+                    Err(e) => return Err(e),
+                },
+            }
+        })
+    }
+
+    /// Ends a job whose runs kept dying before they finished: the job
+    /// fails and its client blocks `attempts_exhausted`, naming the count.
+    fn runs_died(&self, claim: &Claim) -> Finish {
+        let job = &claim.job;
+        let detail = format!(
+            "job {} started {} run(s) that never finished (the worker died during each) after {} failed attempt(s); \
+             see the events of its last runs",
+            job.id, claim.unfinished_runs, job.attempts
+        );
+        let mut infra = claim.infra.clone();
+        infra.status = ClientStatus::Blocked;
+        infra.blocked_reason = Some(BlockedReason::AttemptsExhausted);
+        infra.blocked_detail = Some(detail.clone());
+        Finish {
+            next: JobNext::Exhausted,
+            infra: Some(infra),
+            events: vec![NewEvent {
+                kind: "blocked".into(),
+                detail: serde_json::json!({ "reason": BlockedReason::AttemptsExhausted, "detail": detail }),
+            }],
+            enqueue: vec![],
+        }
     }
 
     /// A job that does nothing but, if asked, sleep and record when it ran:

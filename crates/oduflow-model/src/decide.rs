@@ -20,6 +20,10 @@ pub enum ReceiptFacts {
     Unknown { observations: i64 },
     /// A definitive 400/401/403/422 answered to the create call itself.
     Rejected { status: u16, message: String },
+    /// Claimed, and its last send provably never left the process (the
+    /// connection was never established): it may be sent again on this
+    /// same receipt, up to the polling limit.
+    NotSent { count: i64, reason: String },
     /// The provider's id is recorded.
     Known { id: String, observations: i64 },
 }
@@ -47,6 +51,9 @@ pub struct Facts {
     pub ready: bool,
     /// Volume only: the instance it is attached to.
     pub attached_to: Option<String>,
+    /// The provider's words for its state (`pending/none`, ...): evidence
+    /// when it never becomes ready.
+    pub state: String,
 }
 
 /// Deletion progress of the current dispatch of one kind.
@@ -66,6 +73,9 @@ pub struct Resource {
     pub receipt: ReceiptFacts,
     pub seen: Seen,
     pub progress: DeleteProgress,
+    /// Sent longer ago than the readiness wait: if it is still not ready,
+    /// it is not going to be by itself.
+    pub overdue: bool,
 }
 
 /// The attach dispatch: receipt only; its confirmation is the volume's
@@ -137,6 +147,12 @@ fn create_step(kind: ResourceKind, r: &Resource, max: i64) -> Have {
         // executor then starts a new dispatch generation.
         (_, _) if r.progress.delete_sent && !r.progress.deleted => Have::Act(absent_step(kind, r, max).unwrap_or(Action::Wait)),
         (ReceiptFacts::None, _) => Have::Act(Action::Dispatch(kind)),
+        (ReceiptFacts::NotSent { count, reason }, _) if *count >= max => Have::Act(Action::Block(
+            BlockedReason::ProviderUnavailable,
+            format!("{} create could not connect to the provider {count} times; last: {reason}", kind.as_str()),
+        )),
+        // Provably never sent: send again, on the same receipt.
+        (ReceiptFacts::NotSent { .. }, _) => Have::Act(Action::Dispatch(kind)),
         (ReceiptFacts::Rejected { status, message }, _) => Have::Act(Action::Block(
             BlockedReason::CreateRejected,
             format!("{} create rejected with {status}: {message}", kind.as_str()),
@@ -214,7 +230,21 @@ fn decide_present(i: &Inputs) -> Action {
     match &i.attach {
         // Vultr refuses attachment while the instance installs.
         ReceiptFacts::None if vm.ready && volume.ready => Action::Dispatch(ResourceKind::Attach),
+        ReceiptFacts::None if !vm.ready && i.vm.overdue => Action::Block(
+            BlockedReason::NotReady,
+            format!("vm {} is still {} past the readiness wait", vm.id, vm.state),
+        ),
+        ReceiptFacts::None if !volume.ready && i.volume.overdue => Action::Block(
+            BlockedReason::NotReady,
+            format!("volume {} is still {} past the readiness wait", volume.id, volume.state),
+        ),
         ReceiptFacts::None => Action::Wait,
+        ReceiptFacts::NotSent { count, reason } if *count >= max => Action::Block(
+            BlockedReason::ProviderUnavailable,
+            format!("attach could not connect to the provider {count} times; last: {reason}"),
+        ),
+        ReceiptFacts::NotSent { .. } if vm.ready && volume.ready => Action::Dispatch(ResourceKind::Attach),
+        ReceiptFacts::NotSent { .. } => Action::Wait,
         ReceiptFacts::Rejected { status, message } => Action::Block(
             BlockedReason::AttachRejected,
             format!("attach rejected with {status}: {message}"),
@@ -239,8 +269,9 @@ fn absent_step(kind: ResourceKind, r: &Resource, max: i64) -> Option<Action> {
         return None;
     }
     match (&r.receipt, &r.seen) {
-        // Nothing was ever sent, or it was refused: nothing to delete.
-        (ReceiptFacts::None | ReceiptFacts::Rejected { .. }, _) => None,
+        // Nothing was ever sent (or provably not), or it was refused:
+        // nothing to delete.
+        (ReceiptFacts::None | ReceiptFacts::Rejected { .. } | ReceiptFacts::NotSent { .. }, _) => None,
         (ReceiptFacts::Unknown { .. }, Seen::NotRead | Seen::Present(_) | Seen::Missing) => Some(Action::Observe(kind)),
         (ReceiptFacts::Unknown { observations }, Seen::ByLabel(found)) => match found.as_slice() {
             // Absence from a listing does not prove the create never landed.

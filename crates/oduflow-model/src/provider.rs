@@ -3,8 +3,10 @@
 //!
 //! Classification happens at the edge: an implementation answers a create or
 //! attach with exactly one of `Accepted`, `Rejected` (only for 400/401/403/422
-//! answered to that very call) or `Unknown` (everything else), and nothing
-//! downstream looks at HTTP status codes again.
+//! answered to that very call), `NotSent` (the connection was never
+//! established, so not one byte of the request left the process) or `Unknown`
+//! (everything else, redirects included), and nothing downstream looks at HTTP
+//! status codes again.
 
 use crate::{KeyFingerprint, Label, VolumeType, VultrBlockId, VultrInstanceId};
 use serde::{Deserialize, Serialize};
@@ -37,8 +39,15 @@ pub enum Outcome<T> {
     Accepted(T),
     /// A definitive refusal of this very call: 400, 401, 403 or 422.
     Rejected { status: u16, message: String },
-    /// Anything else: transport error, timeout, 5xx, 429, or a 2xx whose body
-    /// had no readable id. The request may or may not have been applied.
+    /// The request provably never left this process: the connection was never
+    /// established (DNS failure, connection refused, TLS handshake failed,
+    /// connect timeout); it may be sent again on the same receipt. Only a
+    /// failure before any byte of the request could have been written is
+    /// classified so; anything ambiguous is `Unknown`.
+    NotSent { reason: String },
+    /// Anything else: a transport error once connected, a timeout, 5xx, 429,
+    /// a 3xx (redirects are never followed), or a 2xx whose body had no
+    /// readable id. The request may or may not have been applied.
     Unknown { reason: String },
 }
 

@@ -62,7 +62,12 @@ impl ClientStatus {
 
 str_enum!(
     /// The closed set of reasons a record is blocked for. Each needs an
-    /// operator; none is left automatically.
+    /// operator; none is left automatically. `delete_refused`: DELETE
+    /// refused past the polling limit; `provider_unavailable`: reads or
+    /// connections failing past it (a revoked key, a wrong URL);
+    /// `not_ready`: a resource short of ready past the readiness wait;
+    /// `adapter_unconfigured`: an identity recorded as ensured whose adapter
+    /// is no longer configured.
     BlockedReason {
         CreateRejected => "create_rejected",
         ConfigMismatch => "config_mismatch",
@@ -76,6 +81,10 @@ str_enum!(
         CredentialChanged => "credential_changed",
         AttemptsExhausted => "attempts_exhausted",
         AdapterFailed => "adapter_failed",
+        DeleteRefused => "delete_refused",
+        ProviderUnavailable => "provider_unavailable",
+        NotReady => "not_ready",
+        AdapterUnconfigured => "adapter_unconfigured",
     }
 );
 

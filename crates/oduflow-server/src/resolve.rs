@@ -98,9 +98,28 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
             vec![reconcile("after detaching the volume from the other instance in the Vultr console")]
         }
         BlockedReason::UncertainDelete => vec![reconcile("to observe again until a GET answers 404")],
-        BlockedReason::CredentialChanged => vec![r(
-            "oduflow credentials rotate".to_owned(),
-            "with the new key in VULTR_API_KEY: proves it owns every recorded resource, then rebinds",
+        BlockedReason::CredentialChanged => vec![
+            reconcile("if VULTR_API_KEY is again the key this record is bound to (see the evidence): observes again"),
+            r(
+                "oduflow credentials rotate".to_owned(),
+                "with the new key in VULTR_API_KEY: proves it owns every recorded resource, rebinds, then run \
+                 `oduflow reconcile NAME` for each blocked client",
+            ),
+        ],
+        BlockedReason::DeleteRefused => vec![reconcile(
+            "after fixing why Vultr refuses the DELETE (see the evidence: a locked VM, a key without delete rights): \
+             sends it again with a fresh polling budget",
+        )],
+        BlockedReason::ProviderUnavailable => vec![reconcile(
+            "after fixing the key or the base URL (see the evidence; `oduflow check` tells): observes again",
+        )],
+        BlockedReason::NotReady => vec![
+            reconcile("once the resource is active in the Vultr console (a suspended account, a stuck install)"),
+            r(format!("oduflow client delete {n}"), "to remove the client and its resources instead"),
+        ],
+        BlockedReason::AdapterUnconfigured => vec![reconcile(
+            "after putting the adapter named in the evidence back into the configuration: it then removes the \
+             identity it ensured",
         )],
         BlockedReason::AttemptsExhausted | BlockedReason::AdapterFailed => {
             vec![reconcile("after fixing the cause in the last error (see the events): runs the job again")]

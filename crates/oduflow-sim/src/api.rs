@@ -116,6 +116,35 @@ pub(crate) fn render(r: Reply) -> Response {
     resp
 }
 
+/// A redirect fault's answer: `status`, a `Location` naming the very URL the
+/// request was sent to (same server, same path and query), and Vultr's error
+/// body shape so a client that reads it as an error still gets a message.
+fn render_redirect(status: u16, location: &str) -> Response {
+    let mut resp = render(Reply::error(status, "Moved."));
+    if let Ok(v) = HeaderValue::from_str(location) {
+        resp.headers_mut().insert(header::LOCATION, v);
+    }
+    resp
+}
+
+/// The request's own absolute URL: `http://<Host><path?query>`, or just the
+/// path and query when the request had no Host header.
+fn own_url(req: &Request) -> String {
+    let pq = req
+        .uri()
+        .path_and_query()
+        .map(|pq| pq.as_str().to_owned())
+        .unwrap_or_else(|| req.uri().path().to_owned());
+    match req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+    {
+        Some(host) => format!("http://{host}{pq}"),
+        None => pq,
+    }
+}
+
 /// The fingerprint of the bearer key, if any. The key itself goes no further.
 fn bearer_fingerprint(req: &Request) -> Option<String> {
     let v = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
@@ -141,10 +170,19 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
         Gate::Refuse(429) => render(Reply::too_many()),
         Gate::Refuse(401) => render(Reply::error(401, "Invalid API token.")),
         Gate::Refuse(status) => render(Reply::error(status, "Internal server error.")),
-        Gate::Pass { latency_ms, lost } => {
+        Gate::Redirect(status) => {
+            tracing::debug!(%label, status, "fault: not applied, redirecting to itself");
+            render_redirect(status, &own_url(&req))
+        }
+        Gate::Pass {
+            latency_ms,
+            lost,
+            redirect,
+        } => {
             if latency_ms > 0 {
                 tokio::time::sleep(Duration::from_millis(latency_ms)).await;
             }
+            let location = own_url(&req);
             let kill = req.extensions().get::<ConnKill>().cloned();
             req.extensions_mut()
                 .insert(Caller(key_fp.unwrap_or_default()));
@@ -166,6 +204,11 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
                     tracing::debug!(%label, stall_ms, "fault: applied, stalling the answer");
                     tokio::time::sleep(Duration::from_millis(stall_ms)).await;
                     resp
+                }
+                Some(FaultKind::LostRedirect) => {
+                    let status = redirect.expect("set for every redirect fault");
+                    tracing::debug!(%label, status, "fault: applied, redirecting to itself");
+                    render_redirect(status, &location)
                 }
                 _ => resp,
             }

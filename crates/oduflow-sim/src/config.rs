@@ -13,6 +13,12 @@ pub const DEFAULT_STALL_MS: u64 = 5_000;
 /// Consecutive 429s in one burst when no length is given.
 pub const DEFAULT_BURST_429_LEN: u32 = 5;
 
+/// The redirect statuses a `redirect` or `lost_redirect` fault answers with,
+/// one drawn per fault unless `redirect_status` fixes it. 307 and 308 keep the
+/// method and body (a client that follows them sends the POST again); 301,
+/// 302 and 303 turn a POST into a GET in every common client.
+pub const REDIRECT_STATUSES: [u16; 5] = [301, 302, 303, 307, 308];
+
 /// What the simulator is and how it behaves. Lifecycle delays are real Vultr
 /// timings scaled down (Vultr takes minutes; tests want milliseconds).
 #[derive(Debug, Clone)]
@@ -111,8 +117,9 @@ pub enum Op {
 
 /// The fault plan: the body of `POST /sim/faults`. Each request draws once;
 /// the probabilities are tried in the order of the fields (lost_drop,
-/// lost_5xx, lost_stall, error_5xx, burst_429) and must add up to at most 1,
-/// so a request gets at most one fault. Latency is drawn separately.
+/// lost_5xx, lost_stall, error_5xx, burst_429, redirect, lost_redirect) and
+/// must add up to at most 1, so a request gets at most one fault. Latency is
+/// drawn separately.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Faults {
@@ -128,6 +135,18 @@ pub struct Faults {
     /// `burst_429_len - 1` requests.
     pub burst_429: f64,
     pub burst_429_len: u32,
+    /// Not applied; answered with a 3xx (see [`REDIRECT_STATUSES`]) whose
+    /// `Location` is the same path and query on this same server. A client
+    /// that follows it sends the request again; one that does not must not
+    /// read the 3xx as a success, a refusal or a 404.
+    pub redirect: f64,
+    /// Applied, then answered with such a redirect instead of the real
+    /// answer (a proxy that forwards, then redirects). A client that follows
+    /// a 307/308 here creates a duplicate, which the ledger shows.
+    pub lost_redirect: f64,
+    /// The status every redirect fault answers with; `None`: drawn from
+    /// [`REDIRECT_STATUSES`] by the same seeded draw that picked the fault.
+    pub redirect_status: Option<u16>,
     pub stall_ms: u64,
     /// Added to every faultable request, uniform in [min, max].
     pub latency_min_ms: u64,
@@ -148,6 +167,9 @@ impl Default for Faults {
             error_5xx: 0.0,
             burst_429: 0.0,
             burst_429_len: DEFAULT_BURST_429_LEN,
+            redirect: 0.0,
+            lost_redirect: 0.0,
+            redirect_status: None,
             stall_ms: DEFAULT_STALL_MS,
             latency_min_ms: 0,
             latency_max_ms: 0,
@@ -166,12 +188,21 @@ impl Faults {
             self.lost_stall,
             self.error_5xx,
             self.burst_429,
+            self.redirect,
+            self.lost_redirect,
         ];
         if ps.iter().any(|p| !(0.0..=1.0).contains(p)) {
             return Err("every probability must be within 0..=1".into());
         }
         if ps.iter().sum::<f64>() > 1.0 + 1e-9 {
             return Err("the fault probabilities add up to more than 1".into());
+        }
+        if let Some(s) = self.redirect_status
+            && !REDIRECT_STATUSES.contains(&s)
+        {
+            return Err(format!(
+                "redirect_status {s} is not one of {REDIRECT_STATUSES:?}"
+            ));
         }
         if self.latency_min_ms > self.latency_max_ms {
             return Err("latency_min_ms is above latency_max_ms".into());

@@ -26,6 +26,6 @@ mod server;
 mod time;
 mod world;
 
-pub use config::{Faults, Op, SimConfig};
+pub use config::{Faults, Op, REDIRECT_STATUSES, SimConfig};
 pub use server::{Sim, SimControl, SimError, SimHandle, serve};
 pub use world::{FaultEvent, FaultKind, Ledger, LedgerResource, ResourceKind};

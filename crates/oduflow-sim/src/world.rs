@@ -3,7 +3,7 @@
 //! synchronous and runs under one mutex, so the order in which requests take
 //! the lock *is* the arrival order that fault draws follow.
 
-use crate::config::{Faults, Op, SimConfig};
+use crate::config::{Faults, Op, REDIRECT_STATUSES, SimConfig};
 use crate::rng::SplitMix64;
 use crate::time::now_rfc3339;
 use oduflow_model::KeyFingerprint;
@@ -197,6 +197,10 @@ pub enum FaultKind {
     LostStall,
     Error5xx,
     Burst429,
+    /// Not applied; answered with a 3xx to the same URL.
+    Redirect,
+    /// Applied, then answered with a 3xx to the same URL.
+    LostRedirect,
 }
 
 /// One request that got a fault or added latency, in arrival order.
@@ -207,6 +211,9 @@ pub struct FaultEvent {
     pub op: Op,
     pub fault: Option<FaultKind>,
     pub latency_ms: u64,
+    /// The status a `Redirect` or `LostRedirect` fault answered with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect_status: Option<u16>,
 }
 
 /// Everything the simulator has seen: `GET /sim/ledger`.
@@ -279,11 +286,15 @@ struct SimRecord {
 pub(crate) enum Gate {
     /// Answer this right away, without applying.
     Refuse(u16),
+    /// Answer this redirect (to the request's own URL) right away, without
+    /// applying.
+    Redirect(u16),
     /// Apply (after `latency_ms`), then lose the answer in the given way, or
-    /// deliver it.
+    /// deliver it. `redirect` is the status a `LostRedirect` answers with.
     Pass {
         latency_ms: u64,
         lost: Option<FaultKind>,
+        redirect: Option<u16>,
     },
 }
 
@@ -390,6 +401,7 @@ impl World {
             return Gate::Pass {
                 latency_ms: 0,
                 lost: None,
+                redirect: None,
             };
         }
         let latency_ms = if f.latency_max_ms > 0 {
@@ -399,6 +411,10 @@ impl World {
             0
         };
         let budget_left = f.faults_max.is_none_or(|m| self.faults_injected < m);
+        // Where the draw fell within the picked fault's share, in [0, 1): picks
+        // a redirect's status without a third draw, so adding redirect faults
+        // shifts no other seed's sequence.
+        let mut within = 0.0;
         let fault = if self.burst_left > 0 {
             self.burst_left -= 1;
             Some(FaultKind::Burst429)
@@ -411,10 +427,14 @@ impl World {
                 (f.lost_stall, FaultKind::LostStall),
                 (f.error_5xx, FaultKind::Error5xx),
                 (f.burst_429, FaultKind::Burst429),
+                (f.redirect, FaultKind::Redirect),
+                (f.lost_redirect, FaultKind::LostRedirect),
             ] {
+                let start = acc;
                 acc += p;
                 if u_fault < acc {
                     pick = Some(k);
+                    within = (u_fault - start) / p;
                     break;
                 }
             }
@@ -428,6 +448,15 @@ impl World {
         } else {
             None
         };
+        let redirect_status = match fault {
+            Some(FaultKind::Redirect | FaultKind::LostRedirect) => {
+                Some(f.redirect_status.unwrap_or_else(|| {
+                    let n = REDIRECT_STATUSES.len();
+                    REDIRECT_STATUSES[((within * n as f64) as usize).min(n - 1)]
+                }))
+            }
+            _ => None,
+        };
         if fault.is_some() || latency_ms > 0 {
             if self.ledger.faults.len() >= FAULT_LOG_MAX {
                 self.ledger.faults.remove(0);
@@ -437,6 +466,7 @@ impl World {
                 op,
                 fault,
                 latency_ms,
+                redirect_status,
             });
         }
         match fault {
@@ -445,7 +475,14 @@ impl World {
                 Gate::Refuse(429)
             }
             Some(FaultKind::Error5xx) => Gate::Refuse(500),
-            lost => Gate::Pass { latency_ms, lost },
+            Some(FaultKind::Redirect) => {
+                Gate::Redirect(redirect_status.expect("set for every redirect fault"))
+            }
+            lost => Gate::Pass {
+                latency_ms,
+                lost,
+                redirect: redirect_status,
+            },
         }
     }
 

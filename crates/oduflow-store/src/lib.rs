@@ -71,6 +71,8 @@ pub enum StoreError {
     ReceiptNotFound(String),
     #[error("the lease on client {0} was lost before the job's writes were applied")]
     LeaseLost(String),
+    #[error("client lock file: {0}")]
+    Lock(String),
     #[error("an API token named {0} already exists")]
     TokenExists(String),
     #[error("no live API token named {0}")]
@@ -197,6 +199,9 @@ impl Store {
                     // the process: sync every commit.
                     .synchronous(SqliteSynchronous::Full)
                     .busy_timeout(SQLITE_BUSY_TIMEOUT)
+                    // Without it, INSERT OR REPLACE deletes a row without
+                    // firing its DELETE triggers: a receipt could vanish.
+                    .pragma("recursive_triggers", "ON")
                     .foreign_keys(true);
                 let pool = SqlitePoolOptions::new()
                     .max_connections(max_connections)
@@ -236,11 +241,13 @@ impl Store {
                 (1, "init", include_str!("../migrations/postgres/0001_init.sql")),
                 (2, "tokens", include_str!("../migrations/postgres/0002_tokens.sql")),
                 (3, "adapter state", include_str!("../migrations/postgres/0003_adapter_state.sql")),
+                (4, "fencing", include_str!("../migrations/postgres/0004_fencing.sql")),
             ],
             Store::Sqlite(_) => &[
                 (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
                 (2, "tokens", include_str!("../migrations/sqlite/0002_tokens.sql")),
                 (3, "adapter state", include_str!("../migrations/sqlite/0003_adapter_state.sql")),
+                (4, "fencing", include_str!("../migrations/sqlite/0004_fencing.sql")),
             ],
         };
         let migrator = Migrator::with_migrations(

@@ -16,13 +16,14 @@ pub const SETTING_LINEAGE: &str = "lineage";
 impl Store {
     /// Observe again: clears a blocked state, bumps the generation (queued
     /// jobs become stale) and enqueues a fresh job for the current target.
-    /// `advance` lists kinds whose dispatch generation moves on (a new
-    /// operation key and label); the caller has established that this is
-    /// allowed (a definitive rejection, or an operator's abandonment).
+    /// `advance` lists kinds whose dispatch generation moves on to at least
+    /// the given one (a new operation key and label); the caller has
+    /// established that this is allowed (a definitive rejection, or an
+    /// operator's abandonment).
     pub async fn client_reconcile(
         &self,
         name: &str,
-        advance: &[ResourceKind],
+        advance: &[(ResourceKind, i64)],
         actor: &str,
         now_ms: i64,
         attempts_max: i32,
@@ -38,18 +39,18 @@ impl Store {
             };
             let target = Target::parse(&target).ok_or_else(|| StoreError::Corrupt(target.clone()))?;
             let generation = generation + 1;
-            let vm = advance.contains(&ResourceKind::Vm);
-            let volume = advance.contains(&ResourceKind::Volume);
-            let attach = vm || volume || advance.contains(&ResourceKind::Attach);
+            let to = |k: ResourceKind| advance.iter().find(|(a, _)| *a == k).map_or(0, |(_, g)| *g);
+            let (vm, volume, attach) = (to(ResourceKind::Vm), to(ResourceKind::Volume), to(ResourceKind::Attach));
             let status = match target { Target::Present => "provisioning", Target::Absent => "deleting" };
             sqlx::query(
                 "UPDATE infra SET generation = $2, status = $3, blocked_reason = NULL, blocked_detail = NULL, \
-                 vm_dispatch_generation = vm_dispatch_generation + $4, \
-                 volume_dispatch_generation = volume_dispatch_generation + $5, \
-                 attach_dispatch_generation = attach_dispatch_generation + $6, updated_ms = $7 \
+                 vm_dispatch_generation = CASE WHEN vm_dispatch_generation < $4 THEN $4 ELSE vm_dispatch_generation END, \
+                 volume_dispatch_generation = CASE WHEN volume_dispatch_generation < $5 THEN $5 ELSE volume_dispatch_generation END, \
+                 attach_dispatch_generation = CASE WHEN attach_dispatch_generation < $6 THEN $6 ELSE attach_dispatch_generation END, \
+                 updated_ms = $7 \
                  WHERE client_id = $1")
                 .bind(&id).bind(generation).bind(status)
-                .bind(i64::from(vm)).bind(i64::from(volume)).bind(i64::from(attach)).bind(now_ms)
+                .bind(vm).bind(volume).bind(attach).bind(now_ms)
                 .execute(&mut *tx).await?;
             // A fresh start for adapters that had failed.
             sqlx::query("UPDATE adapter_state SET failures = 0 WHERE client_id = $1").bind(&id).execute(&mut *tx).await?;
@@ -57,7 +58,8 @@ impl Store {
             let kind = match target { Target::Present => JobKind::Provision, Target::Absent => JobKind::Deprovision };
             job_insert(&mut *tx, &NewJob::for_client(&id, kind, generation, now_ms, attempts_max)).await?;
             event_insert(&mut *tx, Some(&id), "reconcile_requested", &serde_json::json!({
-                "by": actor, "generation": generation, "new_dispatch": advance,
+                "by": actor, "generation": generation,
+                "new_dispatch": advance.iter().map(|(k, g)| serde_json::json!({ "kind": k, "dispatch_generation": g })).collect::<Vec<_>>(),
             }), now_ms).await?;
             tx.commit().await?;
         });

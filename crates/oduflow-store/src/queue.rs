@@ -74,6 +74,9 @@ pub enum JobNext {
     /// Progress made; run it again no earlier than this time. Not a failure:
     /// attempts are not counted.
     RunAgainAt(i64),
+    /// Its runs died before finishing too often (a worker killed each time):
+    /// the job fails, and the run's infra write blocks the client.
+    Exhausted,
 }
 
 /// Everything a job run writes in its main transaction, applied at once.
@@ -101,6 +104,9 @@ pub struct ClaimRef {
     pub client_id: ClientId,
     pub generation: i64,
     pub lease_token: Option<String>,
+    /// SQLite: the client's lock file, kept until the failure is recorded so
+    /// no other run of the client starts in between.
+    pub hold: Option<std::sync::Arc<std::fs::File>>,
 }
 
 /// A claimed job. On PostgreSQL it holds the main transaction (and with it the
@@ -109,12 +115,85 @@ pub struct Claim {
     pub job: JobRow,
     /// The infra record as read at claim time.
     pub infra: InfraRow,
+    /// Earlier runs of this job that started and never finished (their
+    /// worker died): counted durably when each run starts.
+    pub unfinished_runs: i64,
     inner: ClaimInner,
 }
 
 enum ClaimInner {
     Pg(PgClaim),
+    Sqlite { pool: SqlitePool, lease_token: String, hold: std::sync::Arc<std::fs::File> },
+}
+
+/// What a run checks just before each provider call: that its claim still
+/// holds the client (see [`Claim::fence`]). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Fence {
+    client: ClientId,
+    generation: i64,
+    inner: FenceInner,
+}
+
+#[derive(Clone, Debug)]
+enum FenceInner {
+    /// The claim connection's backend, identified by pid and start time: as
+    /// long as it lives, its transaction (and the row locks) stand, since a
+    /// run never commits before its end.
+    Pg { pool: sqlx::PgPool, pid: i32, started: String },
+    /// The lock file is held by this process for as long as the claim lives;
+    /// the row must still name this lease and this generation.
     Sqlite { pool: SqlitePool, lease_token: String },
+}
+
+/// Where a run stands, as its fence sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Footing {
+    /// The claim holds and the record is at the run's generation.
+    Held,
+    /// The claim holds but the record moved on (SQLite: a `client delete`
+    /// or a reconcile landed while the run was in flight): the run is stale
+    /// and must send nothing more.
+    Superseded,
+}
+
+impl Fence {
+    /// Checks the claim. `Err` when it is lost (the claim connection died,
+    /// the lease names someone else): the run must stop before its next
+    /// provider call.
+    pub async fn check(&self) -> Result<Footing> {
+        match &self.inner {
+            FenceInner::Pg { pool, pid, started } => {
+                let alive: Option<i32> = sqlx::query_scalar(
+                    "SELECT pid FROM pg_stat_activity WHERE pid = $1 AND backend_start::text = $2",
+                )
+                .bind(pid)
+                .bind(started)
+                .fetch_optional(pool)
+                .await?;
+                if alive.is_none() {
+                    return Err(StoreError::LeaseLost(self.client.to_string()));
+                }
+                // The row is locked by that backend: its generation cannot move.
+                Ok(Footing::Held)
+            }
+            FenceInner::Sqlite { pool, lease_token } => {
+                let row: Option<(i64, Option<String>)> =
+                    sqlx::query_as("SELECT generation, lease_owner FROM infra WHERE client_id = $1")
+                        .bind(self.client.as_str())
+                        .fetch_optional(pool)
+                        .await?;
+                match row {
+                    Some((_, owner)) if owner.as_deref() != Some(lease_token.as_str()) => {
+                        Err(StoreError::LeaseLost(self.client.to_string()))
+                    }
+                    Some((g, _)) if g == self.generation => Ok(Footing::Held),
+                    Some(_) => Ok(Footing::Superseded),
+                    None => Err(StoreError::LeaseLost(self.client.to_string())),
+                }
+            }
+        }
+    }
 }
 
 /// A claim's main transaction on PostgreSQL, driven by hand on a connection
@@ -122,8 +201,30 @@ enum ClaimInner {
 /// the connection, which closes it: PostgreSQL then rolls the transaction back
 /// and releases the locks, exactly as when a worker dies.
 struct PgClaim {
-    conn: Box<PgConnection>,
+    conn: Box<ClaimConn>,
     conns: ClaimConns,
+    /// For the fence's check, made on a connection of the pool.
+    pool: sqlx::PgPool,
+}
+
+/// A claim connection and the identity of its backend (for the fence).
+struct ClaimConn {
+    conn: PgConnection,
+    pid: i32,
+    started: String,
+}
+
+impl std::ops::Deref for ClaimConn {
+    type Target = PgConnection;
+    fn deref(&self) -> &PgConnection {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for ClaimConn {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        &mut self.conn
+    }
 }
 
 /// The PostgreSQL connections that claim jobs, kept apart from the pool.
@@ -137,7 +238,7 @@ struct PgClaim {
 /// inside a transaction.
 #[derive(Clone)]
 pub struct ClaimConns {
-    idle: std::sync::Arc<std::sync::Mutex<Vec<Box<PgConnection>>>>,
+    idle: std::sync::Arc<std::sync::Mutex<Vec<Box<ClaimConn>>>>,
     max_idle: usize,
 }
 
@@ -153,7 +254,7 @@ impl ClaimConns {
     }
 
     /// A kept connection (`true`) or a new one.
-    async fn take(&self, pool: &sqlx::PgPool) -> Result<(Box<PgConnection>, bool)> {
+    async fn take(&self, pool: &sqlx::PgPool) -> Result<(Box<ClaimConn>, bool)> {
         let idle = self.idle.lock().expect("claim connections").pop();
         match idle {
             Some(conn) => Ok((conn, true)),
@@ -161,9 +262,15 @@ impl ClaimConns {
         }
     }
 
-    async fn connect(&self, pool: &sqlx::PgPool) -> Result<(Box<PgConnection>, bool)> {
+    async fn connect(&self, pool: &sqlx::PgPool) -> Result<(Box<ClaimConn>, bool)> {
         use sqlx::Connection;
-        let mut conn = Box::new(PgConnection::connect_with(&pool.connect_options()).await?);
+        let mut conn = PgConnection::connect_with(&pool.connect_options()).await?;
+        let (pid, started): (i32, String) = sqlx::query_as(
+            "SELECT pid, backend_start::text FROM pg_stat_activity WHERE pid = pg_backend_pid()",
+        )
+        .fetch_one(&mut conn)
+        .await?;
+        let mut conn = Box::new(ClaimConn { conn, pid, started });
         // A generic plan: the claim's shape never changes, and planning it
         // afresh for every job was a large share of the server's time.
         // `OF i, j`: rows are locked in this order, so a job whose client is
@@ -179,11 +286,11 @@ impl ClaimConns {
              PREPARE oduflow_finish(bigint, text, bigint, bigint) AS UPDATE jobs SET state = $2, \
              run_after_ms = COALESCE($3, run_after_ms), finished_ms = $4 WHERE id = $1"
         );
-        sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut *conn).await?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut **conn).await?;
         Ok((conn, false))
     }
 
-    fn put(&self, conn: Box<PgConnection>) {
+    fn put(&self, conn: Box<ClaimConn>) {
         let mut idle = self.idle.lock().expect("claim connections");
         if idle.len() < self.max_idle {
             idle.push(conn);
@@ -196,7 +303,13 @@ impl ClaimConns {
 fn finish_sql(job: JobId, next: &JobNext, now_ms: i64) -> String {
     let (state, run_after, finished) = job_next_columns(next, now_ms);
     let opt = |v: Option<i64>| v.map_or("NULL".to_owned(), |v| v.to_string());
-    format!("EXECUTE oduflow_finish({}, '{state}', {}, {})", job.0, opt(run_after), opt(finished))
+    format!(
+        "EXECUTE oduflow_finish({}, '{state}', {}, {}); DELETE FROM job_starts WHERE job_id = {}",
+        job.0,
+        opt(run_after),
+        opt(finished),
+        job.0
+    )
 }
 
 fn job_next_columns(next: &JobNext, now_ms: i64) -> (&'static str, Option<i64>, Option<i64>) {
@@ -204,6 +317,7 @@ fn job_next_columns(next: &JobNext, now_ms: i64) -> (&'static str, Option<i64>, 
         JobNext::Done => ("done", None, Some(now_ms)),
         JobNext::Stale => ("stale", None, Some(now_ms)),
         JobNext::RunAgainAt(t) => ("queued", Some(*t), None),
+        JobNext::Exhausted => ("failed", None, Some(now_ms)),
     }
 }
 
@@ -216,7 +330,8 @@ enum AppliedTx {
     /// With the job's own state still to write, when nothing written after
     /// it depends on it (it then travels with `COMMIT`).
     Pg(PgClaim, Option<String>),
-    Sqlite(Transaction<'static, Sqlite>),
+    /// The lock file is released only after the commit.
+    Sqlite(Transaction<'static, Sqlite>, std::sync::Arc<std::fs::File>),
 }
 
 impl Applied {
@@ -228,10 +343,13 @@ impl Applied {
                     Some(finish) => format!("{finish}; COMMIT"),
                     None => "COMMIT".to_owned(),
                 };
-                sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut *c.conn).await?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut **c.conn).await?;
                 c.conns.put(c.conn);
             }
-            AppliedTx::Sqlite(tx) => tx.commit().await?,
+            AppliedTx::Sqlite(tx, hold) => {
+                tx.commit().await?;
+                drop(hold);
+            }
         }
         Ok(())
     }
@@ -247,7 +365,26 @@ impl Claim {
                 ClaimInner::Pg(_) => None,
                 ClaimInner::Sqlite { lease_token, .. } => Some(lease_token.clone()),
             },
+            hold: match &self.inner {
+                ClaimInner::Pg(_) => None,
+                ClaimInner::Sqlite { hold, .. } => Some(hold.clone()),
+            },
         }
+    }
+
+    /// The check a run makes before each provider call.
+    pub fn fence(&self) -> Fence {
+        let inner = match &self.inner {
+            ClaimInner::Pg(c) => FenceInner::Pg {
+                pool: c.pool.clone(),
+                pid: c.conn.pid,
+                started: c.conn.started.clone(),
+            },
+            ClaimInner::Sqlite { pool, lease_token, .. } => {
+                FenceInner::Sqlite { pool: pool.clone(), lease_token: lease_token.clone() }
+            }
+        };
+        Fence { client: self.job.client_id.clone(), generation: self.infra.generation, inner }
     }
 
     /// Applies the run's writes inside the main transaction without committing.
@@ -264,14 +401,15 @@ impl Claim {
                 // A job enqueued in this run may share this job's identity
                 // key, so this job must leave `queued` before it is inserted.
                 let defer = finish.enqueue.is_empty();
-                let next = apply_in(&mut *c.conn, &job, finish, held, !defer, now_ms).await?;
+                let next = apply_in(&mut **c.conn, &job, finish, held, !defer, now_ms).await?;
                 let finish_sql = defer.then(|| finish_sql(job.id, &next, now_ms));
                 Ok(Applied { inner: AppliedTx::Pg(c, finish_sql) })
             }
-            ClaimInner::Sqlite { pool, lease_token } => {
+            ClaimInner::Sqlite { pool, lease_token, hold } => {
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
                 apply_in(&mut *tx, &job, finish, Held::Lease(&lease_token), true, now_ms).await?;
-                Ok(Applied { inner: AppliedTx::Sqlite(tx) })
+                sqlx::query("DELETE FROM job_starts WHERE job_id = $1").bind(job.id.0).execute(&mut *tx).await?;
+                Ok(Applied { inner: AppliedTx::Sqlite(tx, hold) })
             }
         }
     }
@@ -281,10 +419,11 @@ impl Claim {
     pub async fn release(self) -> Result<()> {
         match self.inner {
             ClaimInner::Pg(mut c) => {
-                sqlx::raw_sql("ROLLBACK").execute(&mut *c.conn).await?;
+                sqlx::raw_sql("ROLLBACK").execute(&mut **c.conn).await?;
                 c.conns.put(c.conn);
             }
-            ClaimInner::Sqlite { pool, lease_token } => {
+            ClaimInner::Sqlite { pool, lease_token, hold: _hold } => {
+                sqlx::query("DELETE FROM job_starts WHERE job_id = $1").bind(self.job.id.0).execute(&pool).await?;
                 sqlx::query("UPDATE infra SET lease_owner = NULL, lease_until_ms = NULL \
                              WHERE client_id = $1 AND lease_owner = $2")
                     .bind(self.job.client_id.as_str())
@@ -516,6 +655,10 @@ impl Store {
 
     /// Claims the next runnable job whose client is not being worked on, or
     /// `None`. Returns nothing while the queue is paused.
+    ///
+    /// Each claimed run is counted in `job_starts` on a commit of its own
+    /// before it does anything, and uncounted when it finishes: a run killed
+    /// outright stays counted (see [`Claim::unfinished_runs`]).
     pub async fn job_claim_next(&self, worker: &str, now_ms: i64, lease_ms: i64) -> Result<Option<Claim>> {
         match self {
             Store::Pg(p, conns) => {
@@ -525,7 +668,7 @@ impl Store {
                 // main transaction, claims and reads both rows.
                 let sql = format!("BEGIN; EXECUTE oduflow_claim({now_ms})");
                 let (mut conn, reused) = conns.take(p).await?;
-                let (mut conn, rows) = match sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone())).fetch_all(&mut *conn).await {
+                let (mut conn, rows) = match sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone())).fetch_all(&mut **conn).await {
                     Ok(rows) => (conn, rows),
                     // A kept connection may have died while idle (a server
                     // restart, a terminated backend): drop it and claim once
@@ -534,43 +677,55 @@ impl Store {
                         tracing::debug!(error = %e, "a kept claim connection failed; reconnecting");
                         drop(conn);
                         let (mut conn, _) = conns.connect(p).await?;
-                        let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch_all(&mut *conn).await?;
+                        let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch_all(&mut **conn).await?;
                         (conn, rows)
                     }
                     Err(e) => return Err(e.into()),
                 };
                 let Some(row) = rows.first() else {
-                    sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await?;
+                    sqlx::raw_sql("ROLLBACK").execute(&mut **conn).await?;
                     conns.put(conn);
                     return Ok(None);
                 };
                 let (job, infra) = job_and_infra(row)?;
-                Ok(Some(Claim { job, infra, inner: ClaimInner::Pg(PgClaim { conn, conns: conns.clone() }) }))
+                // On the pool, committed at once: the job row is locked by the
+                // claim, this table is not.
+                let unfinished = count_start_pg(p, job.id).await?;
+                let inner = ClaimInner::Pg(PgClaim { conn, conns: conns.clone(), pool: p.clone() });
+                Ok(Some(Claim { job, infra, unfinished_runs: unfinished, inner }))
             }
             Store::Sqlite(p) => {
                 let token = format!("{worker}/{}", uuid::Uuid::new_v4());
+                let locks = sqlite_lock_dir(p)?;
                 let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;
+                // Clients nobody holds first; the lock file decides.
                 let sql = sqlx::AssertSqlSafe(format!(
                     "SELECT {JOB_COLUMNS}, {INFRA_COLUMNS_PREFIXED} FROM jobs j JOIN infra i ON i.client_id = j.client_id \
                      WHERE j.state = 'queued' AND j.run_after_ms <= $1 \
-                     AND (i.lease_owner IS NULL OR i.lease_until_ms < $1) \
                      AND NOT EXISTS (SELECT 1 FROM settings WHERE (key = 'queue_paused' AND value = 'true') OR key = 'restore_pending') \
-                     ORDER BY j.run_after_ms, j.id LIMIT 1"
+                     ORDER BY (i.lease_owner IS NOT NULL), j.run_after_ms, j.id LIMIT {SQLITE_CLAIM_CANDIDATES}"
                 ));
-                let row = sqlx::query(sql).bind(now_ms).fetch_optional(&mut *tx).await?;
-                let Some(row) = row else {
-                    tx.rollback().await?;
-                    return Ok(None);
-                };
-                let (job, infra) = job_and_infra(&row)?;
-                sqlx::query("UPDATE infra SET lease_owner = $2, lease_until_ms = $3 WHERE client_id = $1")
-                    .bind(job.client_id.as_str())
-                    .bind(&token)
-                    .bind(now_ms + lease_ms)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(Some(Claim { job, infra, inner: ClaimInner::Sqlite { pool: p.clone(), lease_token: token } }))
+                let rows = sqlx::query(sql).bind(now_ms).fetch_all(&mut *tx).await?;
+                let mut tried = std::collections::HashSet::new();
+                for row in &rows {
+                    let (job, infra) = job_and_infra(row)?;
+                    if !tried.insert(job.client_id.clone()) {
+                        continue;
+                    }
+                    let Some(hold) = try_lock_client(&locks, &job.client_id)? else { continue };
+                    sqlx::query("UPDATE infra SET lease_owner = $2, lease_until_ms = $3 WHERE client_id = $1")
+                        .bind(job.client_id.as_str())
+                        .bind(&token)
+                        .bind(now_ms + lease_ms)
+                        .execute(&mut *tx)
+                        .await?;
+                    let unfinished = count_start_sqlite(&mut tx, job.id).await?;
+                    tx.commit().await?;
+                    let inner = ClaimInner::Sqlite { pool: p.clone(), lease_token: token, hold: std::sync::Arc::new(hold) };
+                    return Ok(Some(Claim { job, infra, unfinished_runs: unfinished, inner }));
+                }
+                tx.rollback().await?;
+                Ok(None)
             }
         }
     }
@@ -581,16 +736,40 @@ impl Store {
     /// forever (invariant 4).
     pub async fn job_record_failure(&self, c: &ClaimRef, error: &str, now_ms: i64, retry_base_ms: i64) -> Result<JobState> {
         let error: String = error.chars().take(2000).collect();
+        // PostgreSQL: another worker may have claimed the job since this run
+        // rolled back; its claim holds the row, and whatever it does
+        // supersedes this record (SKIP LOCKED: nothing is waited on, nothing
+        // revived). SQLite: this worker still holds the client's lock file
+        // (`ClaimRef::hold`), so no other run of it is in flight.
+        // The failed run's own rollback may still be on its way (a dropped
+        // connection): wait for it a little, never for another run.
+        let (prelude, select) = match self {
+            Store::Pg(..) => (
+                Some("SET LOCAL lock_timeout = '3s'"),
+                "SELECT attempts, attempts_max, state FROM jobs WHERE id = $1 FOR UPDATE",
+            ),
+            Store::Sqlite(_) => (None, "SELECT attempts, attempts_max, state FROM jobs WHERE id = $1"),
+        };
         both!(self, p => {
             let mut tx = crate::BeginWrite::begin_write(p).await?;
-            let row: Option<(i64, i64, String)> =
-                sqlx::query_as("SELECT attempts, attempts_max, state FROM jobs WHERE id = $1")
+            if let Some(sql) = prelude {
+                sqlx::query(sql).execute(&mut *tx).await?;
+            }
+            let row: std::result::Result<Option<(i64, i64, String)>, sqlx::Error> =
+                sqlx::query_as(select)
                     .bind(c.job_id.0)
                     .fetch_optional(&mut *tx)
-                    .await?;
-            let Some((attempts, attempts_max, state)) = row else {
-                return Err(StoreError::Corrupt(format!("job {} vanished", c.job_id)));
+                    .await;
+            let row = match row {
+                // lock_not_available: another run holds the job now.
+                Err(sqlx::Error::Database(d)) if d.code().as_deref() == Some("55P03") => None,
+                r => r?,
             };
+            let Some((attempts, attempts_max, state)) = row else {
+                tx.rollback().await?;
+                return Ok(JobState::Queued);
+            };
+            sqlx::query("DELETE FROM job_starts WHERE job_id = $1").bind(c.job_id.0).execute(&mut *tx).await?;
             if state != "queued" {
                 // Someone else ran it to completion in the meantime.
                 tx.commit().await?;
@@ -690,4 +869,56 @@ impl Store {
 
 fn job_and_infra(row: &impl rows::RowExt) -> Result<(JobRow, InfraRow)> {
     Ok((rows::job_from_row(row)?, rows::infra_from_row(&rows::Prefixed(row, "i_"), "client_id")?))
+}
+
+/// Candidate jobs a SQLite claim looks at: enough that every worker loop of
+/// every process on the host can hold one client and a runnable job is still
+/// found.
+const SQLITE_CLAIM_CANDIDATES: usize = 256;
+
+const COUNT_START_SQL: &str = "INSERT INTO job_starts (job_id, unfinished) VALUES ($1, 1) \
+     ON CONFLICT (job_id) DO UPDATE SET unfinished = job_starts.unfinished + 1 RETURNING unfinished";
+
+/// Counts a run's start on PostgreSQL (autocommit on the pool); returns the
+/// runs of this job that started before and never finished.
+async fn count_start_pg(p: &sqlx::PgPool, job: JobId) -> Result<i64> {
+    let n: i64 = sqlx::query_scalar(COUNT_START_SQL).bind(job.0).fetch_one(p).await?;
+    Ok(n - 1)
+}
+
+/// The same inside the SQLite claim transaction (which commits at once).
+async fn count_start_sqlite(c: &mut SqliteConnection, job: JobId) -> Result<i64> {
+    let n: i64 = sqlx::query_scalar(COUNT_START_SQL).bind(job.0).fetch_one(c).await?;
+    Ok(n - 1)
+}
+
+/// The directory beside a SQLite database that holds one lock file per
+/// client. A claim holds its client's file locked (`flock`) for the whole
+/// run: the kernel releases it when the process dies, never while it lives
+/// (paused, stopped, slow), so two runs of one client never overlap, however
+/// long a run takes. SQLite is a single-host store, so a host-local lock is
+/// exactly its scope.
+fn sqlite_lock_dir(p: &SqlitePool) -> Result<std::path::PathBuf> {
+    let db = p.connect_options().get_filename().to_owned();
+    let mut name = db.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".locks");
+    let dir = db.with_file_name(name);
+    std::fs::create_dir_all(&dir).map_err(|e| StoreError::Lock(format!("{}: {e}", dir.display())))?;
+    Ok(dir)
+}
+
+/// Takes the client's lock file, or `None` when another run holds it.
+fn try_lock_client(dir: &std::path::Path, client: &ClientId) -> Result<Option<std::fs::File>> {
+    let path = dir.join(client.as_str());
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| StoreError::Lock(format!("{}: {e}", path.display())))?;
+    match f.try_lock() {
+        Ok(()) => Ok(Some(f)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(StoreError::Lock(format!("{}: {e}", path.display()))),
+    }
 }

@@ -97,10 +97,13 @@ impl ReceiptLedger {
         Ok(())
     }
 
-    /// Records that the request is about to leave (audit, invariant 7).
+    /// Records that the request is about to leave (audit, invariant 7). A
+    /// "not sent" mark from an earlier attempt is cleared first: from here
+    /// on the request may have been applied.
     pub async fn receipt_mark_sent(&self, key: &OperationKey, client: &ClientId, now_ms: i64) -> Result<()> {
         ledger_write!(&self.store, tx => {
-            sqlx::query("UPDATE dispatch_receipts SET sent_ms = COALESCE(sent_ms, $2) WHERE operation_key = $1")
+            sqlx::query("UPDATE dispatch_receipts SET sent_ms = COALESCE(sent_ms, $2), not_sent_ms = NULL \
+                         WHERE operation_key = $1")
                 .bind(key.as_str()).bind(now_ms).execute(&mut *tx).await?;
             (&mut *tx).event_insert(Some(client), "request_sent", &serde_json::json!({
                 "operation_key": key,
@@ -139,6 +142,25 @@ impl ReceiptLedger {
             }
         });
         Ok(())
+    }
+
+    /// Records that a send on this receipt provably never left the process:
+    /// the connection could not be established. The receipt may be sent
+    /// again. Returns how many sends on it could not connect.
+    pub async fn receipt_mark_not_sent(&self, key: &OperationKey, reason: &str, now_ms: i64) -> Result<i64> {
+        Ok(ledger_write!(&self.store, tx => {
+            let (client, n): (String, i64) = sqlx::query_as(
+                "UPDATE dispatch_receipts SET not_sent_ms = $2, not_sent_reason = $3, not_sent_count = not_sent_count + 1 \
+                 WHERE operation_key = $1 AND resource_id IS NULL AND rejection_status IS NULL \
+                 RETURNING client_ref, not_sent_count")
+                .bind(key.as_str()).bind(now_ms).bind(reason)
+                .fetch_optional(&mut *tx).await?
+                .ok_or_else(|| StoreError::ReceiptNotFound(key.to_string()))?;
+            (&mut *tx).event_insert(Some(&ClientId(client)), "request_not_sent", &serde_json::json!({
+                "operation_key": key, "reason": reason, "count": n,
+            }), now_ms).await?;
+            n
+        }))
     }
 
     /// Records a definitive rejection (400/401/403/422 answered to the
@@ -180,10 +202,12 @@ impl ReceiptLedger {
     }
 
     /// Records that a DELETE was sent (the provider took it, or did not know
-    /// the id). Only meaningful once the resource was seen.
+    /// the id). Only meaningful once the resource was seen; kept once.
     pub async fn receipt_mark_delete_sent(&self, key: &OperationKey, now_ms: i64) -> Result<()> {
         ledger_write!(&self.store, tx => {
-            sqlx::query("UPDATE dispatch_receipts SET delete_sent_ms = $2 WHERE operation_key = $1 AND seen_ms IS NOT NULL")
+            // Written once: the first DELETE after the resource was seen.
+            sqlx::query("UPDATE dispatch_receipts SET delete_sent_ms = $2 WHERE operation_key = $1 AND seen_ms IS NOT NULL \
+                         AND delete_sent_ms IS NULL")
                 .bind(key.as_str()).bind(now_ms).execute(&mut *tx).await?;
         });
         Ok(())
@@ -211,7 +235,8 @@ impl ReceiptLedger {
     /// observations made so far stay counted.
     pub async fn receipt_observations_restart(&self, key: &OperationKey) -> Result<()> {
         ledger_write!(&self.store, tx => {
-            sqlx::query("UPDATE dispatch_receipts SET observation_base = observation_count WHERE operation_key = $1")
+            sqlx::query("UPDATE dispatch_receipts SET observation_base = observation_count, not_sent_count = 0 \
+                         WHERE operation_key = $1")
                 .bind(key.as_str()).execute(&mut *tx).await?;
         });
         Ok(())
@@ -250,13 +275,17 @@ impl ReceiptLedger {
         Ok(())
     }
 
-    /// Counts a failed adapter step; returns the failures so far.
+    /// Counts a failed adapter step and records the state it failed in
+    /// (`ensuring`, `removing`): an identity whose removal failed is not
+    /// `removed`, one whose ensure failed is not `ensured`. Returns the
+    /// failures so far.
     pub async fn adapter_fail(&self, client: &ClientId, adapter: &str, state: &str, detail: &str, now_ms: i64) -> Result<i64> {
         Ok(ledger_write!(&self.store, tx => {
             let n: i64 = sqlx::query_scalar(
                 "INSERT INTO adapter_state (client_id, adapter, state, detail, failures, updated_ms) \
                  VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT (client_id, adapter) \
-                 DO UPDATE SET detail = excluded.detail, failures = adapter_state.failures + 1, updated_ms = excluded.updated_ms \
+                 DO UPDATE SET state = excluded.state, detail = excluded.detail, failures = adapter_state.failures + 1, \
+                 updated_ms = excluded.updated_ms \
                  RETURNING failures")
                 .bind(client.as_str()).bind(adapter).bind(state).bind(detail).bind(now_ms)
                 .fetch_one(&mut *tx).await?;

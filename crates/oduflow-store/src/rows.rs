@@ -247,11 +247,18 @@ pub struct ReceiptRow {
     pub seen_ms: Option<i64>,
     pub delete_sent_ms: Option<i64>,
     pub deleted_ms: Option<i64>,
+    /// Set when the last send provably never left the process (no
+    /// connection); cleared before the next send on this receipt.
+    pub not_sent_ms: Option<i64>,
+    pub not_sent_reason: Option<String>,
+    /// How many sends on this receipt could not connect.
+    pub not_sent_count: i64,
 }
 
 pub(crate) const RECEIPT_COLUMNS: &str = "operation_key, client_ref, resource_kind, dispatch_generation, \
     label, region, spec_digest, key_fingerprint, claimed_ms, sent_ms, resource_id, resource_id_source, \
-    rejection_status, rejection_message, observation_count, observation_base, last_observation, abandoned_by, abandoned_reason, seen_ms, delete_sent_ms, deleted_ms";
+    rejection_status, rejection_message, observation_count, observation_base, last_observation, abandoned_by, abandoned_reason, seen_ms, delete_sent_ms, deleted_ms, \
+    not_sent_ms, not_sent_reason, not_sent_count";
 
 pub(crate) fn receipt_from_row(r: &impl RowExt) -> Result<ReceiptRow> {
     Ok(ReceiptRow {
@@ -280,6 +287,9 @@ pub(crate) fn receipt_from_row(r: &impl RowExt) -> Result<ReceiptRow> {
         seen_ms: r.int_opt("seen_ms")?,
         delete_sent_ms: r.int_opt("delete_sent_ms")?,
         deleted_ms: r.int_opt("deleted_ms")?,
+        not_sent_ms: r.int_opt("not_sent_ms")?,
+        not_sent_reason: r.text_opt("not_sent_reason")?,
+        not_sent_count: r.int("not_sent_count")?,
     })
 }
 

@@ -59,6 +59,8 @@ impl IdentityAdapter for DnsAdapter {
                 // cheap and found by name, so a repeat does no harm).
                 Outcome::Unknown { reason } => Ok(format!("create outcome unknown ({reason}); check decides")),
                 Outcome::Rejected { status, message } => Err(format!("DNS record rejected with {status}: {message}")),
+                // Nothing reached Vultr: this ensure failed and created nothing.
+                Outcome::NotSent { reason } => Err(format!("DNS record create not sent: {reason}")),
             }
         })
     }

@@ -3,19 +3,39 @@
 //!
 //! Why two clients: reads and DELETE go through a pooled client. Create and
 //! attach go through a client whose pool keeps no idle connection, so every
-//! POST opens a fresh connection. hyper re-sends a request that was cancelled
-//! because a *reused* pooled connection closed under it; with no reuse that
-//! path cannot fire, and with reqwest's retry policy set to `never` and HTTP/1
-//! only (no HTTP/2 GOAWAY/REFUSED_STREAM replay) nothing below us can send a
-//! create twice. The cost, one extra TCP+TLS set-up per create, is nothing next
-//! to a VM's provisioning time.
+//! POST opens a fresh connection.
+//!
+//! Nothing below us can send a create twice, because every layer that could
+//! re-send one is switched off on both clients:
+//! - No redirects (`redirect::Policy::none()`). reqwest's default follows up
+//!   to ten: a 307/308 would re-send the POST with the same body, a
+//!   301/302/303 would turn it into a GET whose 4xx could read as a
+//!   rejection, and a redirected GET or DELETE could end on a 404 that reads
+//!   as "deleted". A 3xx is handed to us as it came: an `Unknown` outcome for
+//!   a create or attach, an error for a read or DELETE, never followed.
+//! - No retries in reqwest (its retry policy is `never`); the only retry loop
+//!   is ours, and it serves reads and DELETE only.
+//! - No connection reuse for create and attach. hyper re-sends a request that
+//!   was cancelled because a *reused* pooled connection closed under it; with
+//!   no reuse that path cannot fire.
+//! - HTTP/1 only: no HTTP/2 GOAWAY/REFUSED_STREAM replay.
+//!
+//! The cost, one extra TCP+TLS set-up per create, is nothing next to a VM's
+//! provisioning time.
+//!
+//! A create that fails while its connection is being established (reqwest's
+//! `is_connect()`: DNS, TCP connect refused or timed out after
+//! `connect_timeout`, TLS handshake) provably never left this process: hyper
+//! writes the request only on an established connection. That is
+//! `Outcome::NotSent`. Any failure after that, the request's own timeout
+//! included even if it fires while connecting, stays `Unknown`.
 
 use crate::config::VultrConfig;
 use crate::error::VultrError;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use oduflow_model::KeyFingerprint;
 use oduflow_model::provider::Outcome;
-use reqwest::header::{AUTHORIZATION, HeaderValue, RETRY_AFTER};
+use reqwest::header::{AUTHORIZATION, HeaderValue, LOCATION, RETRY_AFTER};
 use reqwest::{Method, Url};
 use secrecy::ExposeSecret;
 use serde::de::DeserializeOwned;
@@ -66,7 +86,12 @@ impl fmt::Debug for VultrClient {
 pub(crate) enum Reply {
     /// An answer was read in full.
     Answer(Answer),
-    /// No (complete) answer: connect, send, timeout or body read failed.
+    /// The connection was never established (reqwest's `is_connect()`: DNS,
+    /// TCP connect, connect timeout, TLS handshake), so no byte of the
+    /// request was written.
+    NotSent(String),
+    /// No (complete) answer once a connection may have carried the request:
+    /// send, timeout or body read failed.
     Transport(String),
 }
 
@@ -75,11 +100,38 @@ pub(crate) struct Answer {
     pub status: u16,
     pub body: Vec<u8>,
     retry_after: Option<Duration>,
+    /// The `Location` header, kept to name a redirect we did not follow.
+    location: Option<String>,
 }
 
 impl Answer {
     pub fn is_success(&self) -> bool {
         (200..300).contains(&self.status)
+    }
+
+    /// A 3xx: some hop asked us to go elsewhere. We never do.
+    pub fn is_redirect(&self) -> bool {
+        (300..400).contains(&self.status)
+    }
+
+    /// `307 (Location: https://...)`, or `307 (no Location header)`.
+    fn redirect_description(&self) -> String {
+        match &self.location {
+            Some(l) => format!("{} (Location: {l})", self.status),
+            None => format!("{} (no Location header)", self.status),
+        }
+    }
+
+    /// What a read or DELETE answered with a 3xx becomes: an error, never a
+    /// 404 and never retried.
+    pub fn redirect_error(&self) -> VultrError {
+        VultrError::Status {
+            status: self.status,
+            message: format!(
+                "the provider redirected with {}; redirects are never followed",
+                self.redirect_description()
+            ),
+        }
     }
 
     /// Vultr's `{"error": "...", "status": N}` text, or an excerpt of the body.
@@ -176,6 +228,8 @@ impl VultrClient {
         let builder = || {
             reqwest::Client::builder()
                 .http1_only()
+                // See the module comment: nothing below us may send twice.
+                .redirect(reqwest::redirect::Policy::none())
                 .retry(reqwest::retry::never())
                 .timeout(Duration::from_millis(cfg.request_timeout_ms))
                 .connect_timeout(Duration::from_millis(cfg.connect_timeout_ms))
@@ -258,6 +312,10 @@ impl VultrClient {
         }
         let started = Instant::now();
         let reply = match req.send().await {
+            // hyper_util reports a connector failure (DNS, TCP, TLS, and
+            // reqwest's connect timeout, which wraps the connector) as a
+            // connect error; the request is written only once connected.
+            Err(e) if e.is_connect() => Reply::NotSent(describe(&e)),
             Err(e) => Reply::Transport(describe(&e)),
             Ok(resp) => {
                 let status = resp.status().as_u16();
@@ -267,11 +325,17 @@ impl VultrClient {
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.trim().parse::<u64>().ok())
                     .map(Duration::from_secs);
+                let location = resp.headers().get(LOCATION).map(|v| {
+                    v.to_str()
+                        .map(|l| l.chars().take(BODY_EXCERPT_CHARS_MAX).collect())
+                        .unwrap_or_else(|_| "(not readable as text)".to_owned())
+                });
                 match resp.bytes().await {
                     Ok(b) => Reply::Answer(Answer {
                         status,
                         body: b.to_vec(),
                         retry_after,
+                        location,
                     }),
                     Err(e) => {
                         Reply::Transport(format!("answer {status} cut short: {}", describe(&e)))
@@ -282,7 +346,7 @@ impl VultrClient {
         let ms = started.elapsed().as_millis() as u64;
         let status = match &reply {
             Reply::Answer(a) => Some(a.status),
-            Reply::Transport(_) => None,
+            Reply::NotSent(_) | Reply::Transport(_) => None,
         };
         inner.stats.record_request(
             method.as_str(),
@@ -292,6 +356,9 @@ impl VultrClient {
         match &reply {
             Reply::Answer(a) => {
                 tracing::debug!(%method, %route, status = a.status, ms, "vultr request")
+            }
+            Reply::NotSent(e) => {
+                tracing::debug!(%method, %route, error = %e, ms, "vultr request not sent")
             }
             Reply::Transport(e) => {
                 tracing::debug!(%method, %route, error = %e, ms, "vultr request failed")
@@ -309,8 +376,21 @@ impl VultrClient {
     /// Classifies a create answer; `id` reads the new resource out of a 2xx.
     pub(crate) fn classify<T>(reply: Reply, id: impl FnOnce(&Answer) -> Option<T>) -> Outcome<T> {
         match reply {
+            Reply::NotSent(e) => Outcome::NotSent {
+                reason: format!("connection never established, request not sent: {e}"),
+            },
             Reply::Transport(e) => Outcome::Unknown {
                 reason: format!("transport error: {e}"),
+            },
+            // Whoever answered may have applied the create before
+            // redirecting (a proxy or a load balancer in front of the API):
+            // neither Accepted nor Rejected, and never followed.
+            Reply::Answer(a) if a.is_redirect() => Outcome::Unknown {
+                reason: format!(
+                    "the provider redirected with {}; redirects are never followed, so the \
+                     request was not sent again",
+                    a.redirect_description()
+                ),
             },
             Reply::Answer(a) if a.is_success() => match id(&a) {
                 Some(v) => Outcome::Accepted(v),
@@ -329,8 +409,9 @@ impl VultrClient {
     }
 
     /// A read or DELETE, repeated within bounds on 429, 5xx and transport
-    /// errors. Returns the last answer (any status) or, if the last attempt
-    /// got no answer, the transport error.
+    /// errors. Returns the last answer (any status but 3xx) or, if the last
+    /// attempt got no answer, the transport error. A 3xx is an error at once:
+    /// never followed, never retried, so never read as a 404.
     pub(crate) async fn request_retrying(
         &self,
         method: Method,
@@ -345,9 +426,10 @@ impl VultrClient {
                 .exchange(false, method.clone(), segments, query, body)
                 .await;
             let retry_after = match &reply {
+                Reply::Answer(a) if a.is_redirect() => return Err(a.redirect_error()),
                 Reply::Answer(a) if !is_retryable(a.status) => return finish(reply),
                 Reply::Answer(a) => a.retry_after,
-                Reply::Transport(_) => None,
+                Reply::NotSent(_) | Reply::Transport(_) => None,
             };
             if attempt >= cfg.read_attempts_max {
                 return finish(reply);
@@ -374,13 +456,15 @@ impl VultrClient {
 
         fn finish(reply: Reply) -> Result<Answer, VultrError> {
             match reply {
+                Reply::Answer(a) if a.is_redirect() => Err(a.redirect_error()),
                 Reply::Answer(a) => Ok(a),
-                Reply::Transport(e) => Err(VultrError::Transport(e)),
+                Reply::NotSent(e) | Reply::Transport(e) => Err(VultrError::Transport(e)),
             }
         }
     }
 
-    /// GET whose 2xx body is `T`; `Ok(None)` on 404.
+    /// GET whose 2xx body is `T`; `Ok(None)` on 404 (answered to this very
+    /// URL: a 3xx is an error from `request_retrying`, never followed).
     pub(crate) async fn get_one<T: DeserializeOwned>(
         &self,
         segments: &[&str],

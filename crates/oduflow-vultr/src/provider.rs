@@ -11,7 +11,9 @@ use std::collections::HashMap;
 
 impl VultrClient {
     /// DELETE (or detach) with bounded retries: 2xx is `Sent`, 404 `NotFound`,
-    /// any other answer (after the retries, for 429 and 5xx) `Refused`.
+    /// any other answer (after the retries, for 429 and 5xx) `Refused`. A 3xx
+    /// never gets here: `request_retrying` makes it an error, so a redirect
+    /// to some page that answers 404 can never confirm a deletion.
     pub(crate) async fn delete_like(
         &self,
         method: Method,

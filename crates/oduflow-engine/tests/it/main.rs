@@ -375,6 +375,8 @@ async fn flip_present_absent_present_converges(store: Store) -> Result<()> {
     Ok(())
 }
 
+mod holes;
+
 mod operator_actions {
     use super::*;
     use oduflow_engine::operator;

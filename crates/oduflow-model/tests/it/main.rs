@@ -7,7 +7,7 @@ use oduflow_model::{BlockedReason as B, ResourceKind as K, Target};
 const MAX: i64 = 5;
 
 fn res(receipt: ReceiptFacts, seen: Seen) -> Resource {
-    Resource { receipt, seen, progress: DeleteProgress::default() }
+    Resource { receipt, seen, progress: DeleteProgress::default(), overdue: false }
 }
 
 fn none() -> Resource {
@@ -23,7 +23,7 @@ fn known(id: &str, n: i64, seen: Seen) -> Resource {
 }
 
 fn ok(id: &str) -> Facts {
-    Facts { id: id.into(), mismatch: None, ready: true, attached_to: None }
+    Facts { id: id.into(), mismatch: None, ready: true, attached_to: None, state: "active/ok".into() }
 }
 
 fn vol(id: &str, attached: Option<&str>) -> Facts {

@@ -248,3 +248,193 @@ async fn the_same_seed_gives_the_same_fault_sequence() {
     assert_eq!(a, b);
     assert_ne!(a, c, "another seed, another sequence");
 }
+
+/// A client that never follows redirects, to look at the 3xx itself.
+fn no_follow() -> Client {
+    Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn redirect_answers_a_3xx_to_the_same_url_without_applying() {
+    for status in oduflow_sim::REDIRECT_STATUSES {
+        let sim = start(SimConfig::default().instant()).await;
+        sim.set_faults(only(
+            Op::InstanceCreate,
+            Faults {
+                redirect: 1.0,
+                redirect_status: Some(status),
+                ..Faults::default()
+            },
+        ))
+        .unwrap();
+        let mut api = Api::new(&sim);
+        api.http = no_follow();
+        let r = post_create(&api).await.unwrap();
+        assert_eq!(r.status().as_u16(), status);
+        assert_eq!(
+            r.headers()["location"].to_str().unwrap(),
+            format!("{}/instances", sim.base_url),
+            "the same path on the same server"
+        );
+        let l = sim.ledger();
+        assert!(l.resources.is_empty(), "{status}: not applied");
+        assert_eq!(l.creates_per_label.get("lost-1"), None);
+        assert_eq!(l.faults[0].fault, Some(FaultKind::Redirect));
+        assert_eq!(l.faults[0].redirect_status, Some(status));
+        assert_eq!(l.responses_by_status[&status], 1);
+        // faults_max = 1: the next create goes through.
+        assert_eq!(post_create(&api).await.unwrap().status(), 202);
+    }
+}
+
+#[tokio::test]
+async fn redirect_keeps_the_query_in_the_location() {
+    let sim = start(SimConfig::default().instant()).await;
+    sim.set_faults(Faults {
+        redirect: 1.0,
+        redirect_status: Some(302),
+        ..Faults::default()
+    })
+    .unwrap();
+    let r = no_follow()
+        .get(format!("{}/instances?label=a&per_page=5", sim.base_url))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 302);
+    assert_eq!(
+        r.headers()["location"].to_str().unwrap(),
+        format!("{}/instances?label=a&per_page=5", sim.base_url)
+    );
+}
+
+/// What the fault is for: a client that follows a 307/308 sends the POST
+/// twice. With `redirect` (not applied) the ledger shows two POSTs for one
+/// create; with `lost_redirect` (applied, then redirected) it shows the
+/// duplicate itself. A 303 turns the POST into a GET of the same path.
+#[tokio::test]
+async fn a_client_that_follows_the_redirect_is_caught_by_the_ledger() {
+    for (status, lost) in [(307, false), (308, false), (307, true), (308, true)] {
+        let sim = start(SimConfig::default().instant()).await;
+        let f = Faults {
+            redirect_status: Some(status),
+            ..Faults::default()
+        };
+        let f = if lost {
+            Faults {
+                lost_redirect: 1.0,
+                ..f
+            }
+        } else {
+            Faults { redirect: 1.0, ..f }
+        };
+        sim.set_faults(only(Op::InstanceCreate, f)).unwrap();
+        // reqwest's default policy follows redirects, body and method kept
+        // for 307/308.
+        let api = Api::new(&sim);
+        assert_eq!(post_create(&api).await.unwrap().status(), 202);
+        let l = sim.ledger();
+        assert_eq!(l.requests["POST /v2/instances"], 2, "{status} lost={lost}");
+        assert_eq!(
+            l.creates_per_label["lost-1"],
+            if lost { 2 } else { 1 },
+            "{status} lost={lost}"
+        );
+    }
+    let sim = start(SimConfig::default().instant()).await;
+    sim.set_faults(only(
+        Op::InstanceCreate,
+        Faults {
+            redirect: 1.0,
+            redirect_status: Some(303),
+            ..Faults::default()
+        },
+    ))
+    .unwrap();
+    assert_eq!(post_create(&Api::new(&sim)).await.unwrap().status(), 200);
+    let l = sim.ledger();
+    assert_eq!(l.requests["GET /v2/instances"], 1, "303: followed as a GET");
+    assert!(l.resources.is_empty());
+}
+
+#[tokio::test]
+async fn redirect_statuses_are_drawn_from_the_seed() {
+    async fn statuses(seed: u64) -> Vec<Option<u16>> {
+        let sim = start(SimConfig {
+            seed,
+            rate_per_sec: 1000,
+            faults: Faults {
+                redirect: 0.5,
+                lost_redirect: 0.5,
+                ops: vec![Op::AccountGet],
+                ..Faults::default()
+            },
+            ..SimConfig::default().instant()
+        })
+        .await;
+        let c = no_follow();
+        for _ in 0..60 {
+            let r = c
+                .get(format!("{}/account", sim.base_url))
+                .bearer_auth(KEY)
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_redirection(), "{}", r.status());
+        }
+        sim.ledger()
+            .faults
+            .iter()
+            .map(|e| e.redirect_status)
+            .collect()
+    }
+    let a = statuses(7).await;
+    assert_eq!(a, statuses(7).await);
+    assert_ne!(a, statuses(8).await);
+    for s in oduflow_sim::REDIRECT_STATUSES {
+        assert!(a.contains(&Some(s)), "{s} never drawn in {a:?}");
+    }
+}
+
+#[tokio::test]
+async fn redirect_faults_are_set_through_the_admin_endpoint_and_validated() {
+    let sim = start(SimConfig::default().instant()).await;
+    let admin = format!("http://{}/sim/faults", sim.addr);
+    let r = http()
+        .post(&admin)
+        .json(&json!({"redirect": 1.0, "redirect_status": 308, "ops": ["block_create"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(sim.faults().redirect, 1.0);
+    assert_eq!(sim.faults().redirect_status, Some(308));
+    for bad in [
+        json!({"redirect": 0.6, "lost_redirect": 0.6}),
+        json!({"redirect": 1.0, "error_5xx": 0.1}),
+        json!({"redirect": 1.0, "redirect_status": 200}),
+        json!({"redirect": 1.0, "redirect_status": 304}),
+    ] {
+        let r = http().post(&admin).json(&bad).send().await.unwrap();
+        assert_eq!(r.status(), 400, "{bad}");
+    }
+    assert_eq!(
+        sim.faults().redirect_status,
+        Some(308),
+        "refused plans change nothing"
+    );
+    let (_, defaults) = body(http().post(&admin).json(&json!({})).send().await.unwrap()).await;
+    assert_eq!(
+        (
+            &defaults["redirect"],
+            &defaults["lost_redirect"],
+            &defaults["redirect_status"]
+        ),
+        (&json!(0.0), &json!(0.0), &json!(null))
+    );
+}

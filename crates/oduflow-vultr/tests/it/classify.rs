@@ -101,6 +101,7 @@ impl<T> MapId for Outcome<T> {
         match self {
             Outcome::Accepted(_) => Outcome::Accepted(()),
             Outcome::Rejected { status, message } => Outcome::Rejected { status, message },
+            Outcome::NotSent { reason } => Outcome::NotSent { reason },
             Outcome::Unknown { reason } => Outcome::Unknown { reason },
         }
     }
@@ -198,14 +199,185 @@ async fn a_create_whose_connection_is_reset_is_unknown_and_never_sent_again() {
     );
 }
 
+/// The three create-like calls, their id types erased.
+async fn all_three(c: &oduflow_vultr::VultrClient) -> [Outcome<()>; 3] {
+    [
+        c.instance_create(&instance_req("l")).await.map_id(),
+        c.block_create(&block_req("l")).await.map_id(),
+        c.block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i"))
+            .await
+            .map_id(),
+    ]
+}
+
+/// Nothing listens: the connection is refused, so not one byte of the
+/// request left the process, and the engine may send it again.
 #[tokio::test]
-async fn a_create_to_a_closed_port_is_unknown() {
+async fn a_create_to_a_closed_port_is_not_sent() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);
     let c = client(&format!("http://{addr}/v2"));
-    let Outcome::Unknown { reason } = c.instance_create(&instance_req("l")).await else {
-        panic!()
+    for outcome in all_three(&c).await {
+        let Outcome::NotSent { reason } = &outcome else {
+            panic!("{outcome:?}")
+        };
+        assert!(reason.contains("never established"), "{reason}");
+    }
+}
+
+/// A name that cannot resolve (`.invalid` is reserved, RFC 2606): a connect
+/// error too, so not sent.
+#[tokio::test]
+async fn a_create_to_an_unresolvable_host_is_not_sent() {
+    // A connect timeout well inside the request timeout, in case the
+    // resolver here hangs rather than failing fast.
+    let c = oduflow_vultr::VultrClient::new(oduflow_vultr::VultrConfig {
+        connect_timeout_ms: 300,
+        request_timeout_ms: 5_000,
+        ..fast_config("http://oduflow-no-such-host.invalid/v2", KEY)
+    })
+    .unwrap();
+    let outcome = c.instance_create(&instance_req("l")).await;
+    assert!(matches!(outcome, Outcome::NotSent { .. }), "{outcome:?}");
+}
+
+/// A listener whose accept queue is full (backlog 1, one connection already
+/// waiting, never accepted): the kernel drops our SYN, so connect hangs until
+/// the connect timeout. reqwest wraps its connector in that timeout, so it is
+/// a connect error (`is_connect()`): not sent. If the *request* timeout fires
+/// first, while still connecting, we cannot tell it from a timeout after the
+/// request was written, so that stays Unknown.
+#[tokio::test]
+async fn a_connect_timeout_is_not_sent_but_a_request_timeout_while_connecting_is_unknown() {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = socket.local_addr().unwrap();
+    let listener = socket.listen(1).unwrap();
+    // Fill the accept queue (backlog + 1 on Linux), never accepting.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        if let Ok(Ok(s)) = tokio::time::timeout(
+            Duration::from_millis(100),
+            tokio::net::TcpStream::connect(addr),
+        )
+        .await
+        {
+            held.push(s);
+        }
+    }
+    let base = format!("http://{addr}/v2");
+    let connect_first = oduflow_vultr::VultrClient::new(oduflow_vultr::VultrConfig {
+        connect_timeout_ms: 200,
+        request_timeout_ms: 5_000,
+        ..fast_config(&base, KEY)
+    })
+    .unwrap();
+    let started = std::time::Instant::now();
+    let outcome = connect_first.instance_create(&instance_req("l")).await;
+    let Outcome::NotSent { reason } = &outcome else {
+        panic!("{outcome:?}")
     };
-    assert!(reason.starts_with("transport error"), "{reason}");
+    assert!(reason.contains("timeout"), "{reason}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+
+    let request_first = oduflow_vultr::VultrClient::new(oduflow_vultr::VultrConfig {
+        connect_timeout_ms: 5_000,
+        request_timeout_ms: 200,
+        ..fast_config(&base, KEY)
+    })
+    .unwrap();
+    let outcome = request_first.instance_create(&instance_req("l")).await;
+    let Outcome::Unknown { reason } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(reason.contains("timeout"), "{reason}");
+    drop((listener, held));
+}
+
+/// A server that accepts each connection, optionally reads until the end of
+/// the request headers, then closes it gracefully (FIN, no reset) without a
+/// byte of answer. Counts the connections it accepted.
+async fn closing_server(read_first: bool) -> (String, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let mut seen = Vec::new();
+                while read_first && !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                drop(stream);
+            });
+        }
+    });
+    (format!("http://{addr}/v2"), accepted)
+}
+
+/// Once the connection is established the request may have gone out: a close
+/// without an answer, whether before or after the server read the request,
+/// is Unknown, never NotSent, and is not sent again.
+#[tokio::test]
+async fn a_create_whose_connection_closes_unanswered_is_unknown_not_not_sent() {
+    for read_first in [true, false] {
+        let (base, accepted) = closing_server(read_first).await;
+        let c = client(&base);
+        for outcome in all_three(&c).await {
+            let Outcome::Unknown { reason } = &outcome else {
+                panic!("read_first={read_first}: {outcome:?}")
+            };
+            assert!(reason.starts_with("transport error"), "{reason}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            3,
+            "read_first={read_first}: one connection per call, none re-sent"
+        );
+    }
+}
+
+/// A server that accepts, reads the request and never answers: the request
+/// timeout fires after the connection was made, so Unknown.
+#[tokio::test]
+async fn a_create_accepted_but_never_answered_is_unknown_not_not_sent() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                // Read whatever comes, answer nothing, keep the socket open.
+                while let Ok(n) = stream.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                }
+                std::future::pending::<()>().await;
+            });
+        }
+    });
+    let c = client(&format!("http://{addr}/v2"));
+    for outcome in all_three(&c).await {
+        let Outcome::Unknown { reason } = &outcome else {
+            panic!("{outcome:?}")
+        };
+        assert!(reason.contains("timeout"), "{reason}");
+    }
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        3,
+        "one connection per call"
+    );
 }

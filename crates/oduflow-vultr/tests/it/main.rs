@@ -6,6 +6,7 @@ mod classify;
 mod conformance;
 mod openapi;
 mod reads;
+mod redirects;
 mod secrets;
 mod sim_e2e;
 

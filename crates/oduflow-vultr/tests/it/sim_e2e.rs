@@ -3,9 +3,9 @@
 //! figure.
 
 use crate::*;
-use oduflow_model::provider::{DeleteOutcome, Outcome, Provider};
-use oduflow_model::{Label, VultrInstanceId};
-use oduflow_sim::{Faults, Op, Sim, SimConfig, SimHandle};
+use oduflow_model::provider::{DeleteOutcome, Outcome, Provider, ProviderError};
+use oduflow_model::{Label, VultrBlockId, VultrInstanceId};
+use oduflow_sim::{FaultKind, Faults, Op, Sim, SimConfig, SimHandle};
 use oduflow_vultr::DnsRecordRequest;
 use std::time::Instant;
 
@@ -440,4 +440,129 @@ async fn a_burst_of_200_requests_stays_within_30_per_second_with_no_429() {
     );
     assert_eq!(served, REQUESTS as u64, "no retries were needed");
     assert_eq!(l.responses_429_rate_limit, 0);
+}
+
+/// The simulator's redirect fault answers a 3xx whose Location is the very
+/// URL that was asked, without applying the request. A client that followed
+/// a 307/308 would send the create again; ours sends it once, the simulator
+/// applies it zero times, and the adapter says Unknown (not Rejected, not
+/// Accepted). Reads under the same fault are errors, not retried, not `None`.
+#[tokio::test]
+async fn a_redirected_create_is_sent_once_applied_zero_times_and_unknown() {
+    let statuses = [None, Some(301), Some(302), Some(303), Some(307), Some(308)];
+    for status in statuses {
+        let sim = sim(SimConfig::default().instant()).await;
+        sim.set_faults(Faults {
+            redirect: 1.0,
+            redirect_status: status,
+            ..Faults::default()
+        })
+        .unwrap();
+        let c = client(&sim.base_url);
+        let label = "oduflow-redirected";
+        let outcome = c.instance_create(&instance_req(label)).await;
+        let Outcome::Unknown { reason } = &outcome else {
+            panic!("{status:?}: {outcome:?}")
+        };
+        assert!(
+            reason.contains("redirect") && reason.contains("/v2/instances"),
+            "{status:?}: {reason}"
+        );
+        let outcome = c.block_create(&block_req(&format!("{label}-vol"))).await;
+        assert!(
+            matches!(outcome, Outcome::Unknown { .. }),
+            "{status:?}: {outcome:?}"
+        );
+        let outcome = c
+            .block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i"))
+            .await;
+        assert!(
+            matches!(outcome, Outcome::Unknown { .. }),
+            "{status:?}: {outcome:?}"
+        );
+
+        let err = c
+            .instance_get(&VultrInstanceId::from("i"))
+            .await
+            .expect_err("a redirect is not a 404");
+        assert!(
+            matches!(&err, ProviderError::Status { status: s, .. } if (300..400).contains(s)),
+            "{status:?}: {err:?}"
+        );
+        let err = c
+            .instance_delete(&VultrInstanceId::from("i"))
+            .await
+            .expect_err("a redirect does not confirm a deletion");
+        assert!(matches!(err, ProviderError::Status { .. }), "{err:?}");
+        assert!(c.instance_list().await.is_err());
+
+        let l = sim.ledger();
+        assert_eq!(
+            l.creates_per_label.get(label),
+            None,
+            "{status:?}: applied 0 times"
+        );
+        assert!(l.resources.is_empty(), "{status:?}: nothing applied");
+        assert!(l.attaches_per_block.is_empty(), "{status:?}");
+        for route in [
+            "POST /v2/instances",
+            "POST /v2/blocks",
+            "POST /v2/blocks/{id}/attach",
+            "GET /v2/instances/{id}",
+            "DELETE /v2/instances/{id}",
+            "GET /v2/instances",
+        ] {
+            assert_eq!(
+                l.requests[route], 1,
+                "{status:?}: {route} sent once, never followed or retried"
+            );
+        }
+        assert_eq!(l.faults.len(), 6, "{status:?}: every request got the fault");
+        for e in &l.faults {
+            assert_eq!(e.fault, Some(FaultKind::Redirect), "{e:?}");
+            let s = e.redirect_status.expect("the status is logged");
+            assert!(status.is_none_or(|want| want == s), "{status:?}: {e:?}");
+            assert!(
+                l.responses_by_status.get(&s).is_some_and(|n| *n > 0),
+                "{l:?}"
+            );
+        }
+    }
+}
+
+/// `lost_redirect`: applied, then answered with a 3xx to itself. Still
+/// Unknown, still one POST, so applied exactly once (a client that followed
+/// a 307/308 here would show 2 in `creates_per_label`).
+#[tokio::test]
+async fn a_create_applied_then_redirected_is_unknown_and_applied_exactly_once() {
+    for status in [301, 302, 303, 307, 308] {
+        let sim = sim(SimConfig::default().instant()).await;
+        sim.set_faults(Faults {
+            lost_redirect: 1.0,
+            redirect_status: Some(status),
+            ops: vec![Op::InstanceCreate],
+            ..Faults::default()
+        })
+        .unwrap();
+        let c = client(&sim.base_url);
+        let label = format!("oduflow-lost-redirect-{status}");
+        let outcome = c.instance_create(&instance_req(&label)).await;
+        let Outcome::Unknown { reason } = &outcome else {
+            panic!("{status}: {outcome:?}")
+        };
+        assert!(reason.contains(&status.to_string()), "{reason}");
+        let l = sim.ledger();
+        assert_eq!(l.requests["POST /v2/instances"], 1, "{status}");
+        assert_eq!(
+            l.creates_per_label[&label], 1,
+            "{status}: applied exactly once"
+        );
+        assert_eq!(l.faults[0].fault, Some(FaultKind::LostRedirect));
+        // The engine adopts it by label, as after any lost answer.
+        let found = c
+            .instance_list_by_label(&Label::from(label.as_str()))
+            .await
+            .unwrap();
+        assert_eq!(found.len(), 1, "{status}");
+    }
 }

@@ -1,0 +1,117 @@
+//! Which receipt a run works on, for each kind.
+//!
+//! The receipts are the truth, not the infra row: a run that rolled back (or
+//! whose writes were dropped as stale) may have claimed a receipt at a
+//! dispatch generation the infra row never recorded. So the dispatch
+//! generation of a kind is the highest of the infra row's and its receipts',
+//! moved on by one past a receipt whose resource is confirmed deleted or
+//! whose dispatch an operator abandoned. A run that sends a create at a new
+//! generation has thereby made that generation durable: its receipt.
+//!
+//! Deletion works on every receipt that still may own a resource: one not
+//! confirmed deleted, not rejected and not abandoned, whatever its
+//! generation. A client is deleted only when no such receipt is left.
+
+use oduflow_model::{ResourceKind, Target};
+use oduflow_store::{InfraRow, ReceiptRow};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+/// The receipts one run step works on, and the dispatch generations in
+/// force.
+#[derive(Clone, Debug, Default)]
+pub struct Current {
+    pub vm: Option<ReceiptRow>,
+    pub volume: Option<ReceiptRow>,
+    pub attach: Option<ReceiptRow>,
+    pub vm_generation: i64,
+    pub volume_generation: i64,
+    pub attach_generation: i64,
+}
+
+impl Current {
+    pub fn receipt(&self, kind: ResourceKind) -> Option<&ReceiptRow> {
+        match kind {
+            ResourceKind::Vm => self.vm.as_ref(),
+            ResourceKind::Volume => self.volume.as_ref(),
+            ResourceKind::Attach => self.attach.as_ref(),
+        }
+    }
+
+    pub fn generation(&self, kind: ResourceKind) -> i64 {
+        match kind {
+            ResourceKind::Vm => self.vm_generation,
+            ResourceKind::Volume => self.volume_generation,
+            ResourceKind::Attach => self.attach_generation,
+        }
+    }
+}
+
+/// A digest of what a dispatch asked for, kept on its receipt as evidence.
+pub fn spec_digest(v: &impl Serialize) -> String {
+    let json = serde_json::to_vec(v).unwrap_or_default();
+    Sha256::digest(&json).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The spec digest of the attach of this volume to this VM.
+pub fn attach_digest(vm_id: Option<&str>, volume_id: Option<&str>) -> String {
+    spec_digest(&(vm_id, volume_id))
+}
+
+/// Whether a receipt may still own a live resource.
+pub fn is_open(r: &ReceiptRow) -> bool {
+    r.deleted_ms.is_none() && r.rejection_status.is_none() && r.abandoned_by.is_none()
+}
+
+fn at(receipts: &[ReceiptRow], kind: ResourceKind, dg: i64) -> Option<&ReceiptRow> {
+    receipts.iter().find(|r| r.resource_kind == kind && r.dispatch_generation == dg)
+}
+
+fn generation(infra: &InfraRow, receipts: &[ReceiptRow], kind: ResourceKind) -> i64 {
+    let latest = receipts
+        .iter()
+        .filter(|r| r.resource_kind == kind)
+        .map(|r| r.dispatch_generation)
+        .chain([infra.dispatch_generation(kind)])
+        .max()
+        .unwrap_or(1);
+    match at(receipts, kind, latest) {
+        // Gone for good, or given up on an attestation: a present target
+        // needs a new dispatch (a new operation key and label).
+        Some(r) if r.deleted_ms.is_some() || r.abandoned_by.is_some() => latest + 1,
+        _ => latest,
+    }
+}
+
+/// The receipts a run step works on for this record's target.
+pub fn current(infra: &InfraRow, target: Target, receipts: &[ReceiptRow]) -> Current {
+    let vm_generation = generation(infra, receipts, ResourceKind::Vm);
+    let volume_generation = generation(infra, receipts, ResourceKind::Volume);
+    let pick = |kind: ResourceKind, dg: i64| -> Option<ReceiptRow> {
+        if target == Target::Absent {
+            // Every receipt that may still own a resource, oldest first.
+            let mut open: Vec<&ReceiptRow> = receipts.iter().filter(|r| r.resource_kind == kind && is_open(r)).collect();
+            open.sort_by_key(|r| r.dispatch_generation);
+            if let Some(r) = open.first() {
+                return Some((*r).clone());
+            }
+        }
+        at(receipts, kind, dg).cloned()
+    };
+    let vm = pick(ResourceKind::Vm, vm_generation);
+    let volume = pick(ResourceKind::Volume, volume_generation);
+    // An attach belongs to one VM and one volume: once either has moved on
+    // to a new resource, the recorded attach is for an earlier pair.
+    let mut attach_generation = generation(infra, receipts, ResourceKind::Attach);
+    if let (Some(a), Some(vm_id), Some(vol_id)) = (
+        at(receipts, ResourceKind::Attach, attach_generation),
+        vm.as_ref().and_then(|r| r.resource_id.as_deref()),
+        volume.as_ref().and_then(|r| r.resource_id.as_deref()),
+    ) {
+        if a.spec_digest != attach_digest(Some(vm_id), Some(vol_id)) {
+            attach_generation += 1;
+        }
+    }
+    let attach = at(receipts, ResourceKind::Attach, attach_generation).cloned();
+    Current { vm, volume, attach, vm_generation, volume_generation, attach_generation }
+}
