@@ -363,12 +363,16 @@ impl<P: Provider> Run<'_, P> {
         let spec = &self.infra.spec;
         let p = &self.w.provider;
         let label = r.label.as_str();
+        // An operator adopted this id knowing its label (`oduflow adopt`
+        // verifies everything else): the label is not held against it.
+        let by_operator = r.resource_id_source == Some(IdSource::AdoptedByOperator);
+        let expect = |found: &str| if by_operator { found.to_owned() } else { label.to_owned() };
         let seen = match (kind, &r.resource_id) {
             (ResourceKind::Vm, Some(id)) => match p.instance_get(&VultrInstanceId(id.clone())).await? {
                 None => Seen::Missing,
                 Some(i) => Seen::Present(Facts {
                     id: i.id.0.clone(),
-                    mismatch: decide::instance_mismatch(spec, label, &i),
+                    mismatch: decide::instance_mismatch(spec, &expect(&i.label), &i),
                     ready: i.is_ready(),
                     attached_to: None,
                     state: format!("{}/{}", i.status, i.server_status),
@@ -390,7 +394,10 @@ impl<P: Provider> Run<'_, P> {
             ),
             (_, Some(id)) => match p.block_get(&VultrBlockId(id.clone())).await? {
                 None => Seen::Missing,
-                Some(b) => Seen::Present(block_facts(spec, label, b)),
+                Some(b) => {
+                    let expected = expect(&b.label);
+                    Seen::Present(block_facts(spec, &expected, b))
+                }
             },
             (_, None) => Seen::ByLabel(
                 p.block_list()
@@ -612,10 +619,26 @@ impl<P: Provider> Run<'_, P> {
     /// `None` once every adapter's check has reported absence.
     async fn adapters_absent(&mut self) -> Result<Option<Finish>, EngineError> {
         let w = self.w;
+        let states = w.store.adapter_states(&self.infra.client_id).await?;
+        // An identity this client may still have whose adapter is no longer
+        // configured: nothing here can remove it, so the client is not
+        // deleted; the evidence names it.
+        let orphaned: Vec<&oduflow_store::AdapterStateRow> = states
+            .iter()
+            .filter(|s| s.state != "removed" && !w.adapters.iter().any(|a| a.name() == s.adapter))
+            .collect();
+        if !orphaned.is_empty() {
+            let names: Vec<String> = orphaned.iter().map(|s| format!("{} ({}: {})", s.adapter, s.state, s.detail)).collect();
+            let detail = format!(
+                "identities recorded for this client whose adapter is no longer configured: {}",
+                names.join("; ")
+            );
+            let run = std::mem::replace(self, self.clone_shallow());
+            return Ok(Some(run.block(BlockedReason::AdapterUnconfigured, detail)));
+        }
         if w.adapters.is_empty() {
             return Ok(None);
         }
-        let states = w.store.adapter_states(&self.infra.client_id).await?;
         for a in w.adapters.iter() {
             if states.iter().any(|s| s.adapter == a.name() && s.state == "removed") {
                 continue;

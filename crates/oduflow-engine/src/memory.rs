@@ -23,6 +23,16 @@ pub struct MemoryState {
     /// The next VM create, once applied, waits for this before it answers:
     /// lets a test act while a run is between its create and its commit.
     pub hold_next_create: Option<std::sync::Arc<tokio::sync::Notify>>,
+    /// Every DELETE is refused with this status and message.
+    pub refuse_deletes: Option<(u16, String)>,
+    /// Every read fails with this error (a revoked key, a wrong URL).
+    pub fail_reads: Option<ProviderError>,
+    /// New VMs stay `pending` for ever (a stuck install).
+    pub vms_stay_pending: bool,
+    /// The next this-many creates cannot connect: not applied, `NotSent`.
+    pub unreachable_creates: u32,
+    /// The next `GET /instances/{id}` waits for this before it answers.
+    pub hold_next_get: Option<std::sync::Arc<tokio::sync::Notify>>,
     next_id: u64,
 }
 
@@ -40,9 +50,28 @@ impl MemoryProvider {
         f(&mut self.state.lock().expect("memory provider poisoned"))
     }
 
+    fn read_fault(&self) -> Result<(), ProviderError> {
+        match self.with(|s| s.fail_reads.clone()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn delete_refusal(&self) -> Option<DeleteOutcome> {
+        self.with(|s| {
+            let (status, message) = s.refuse_deletes.clone()?;
+            s.calls.push("DELETE refused".into());
+            Some(DeleteOutcome::Refused { status, message })
+        })
+    }
+
     fn create<T>(&self, call: &str, label: &str, apply: impl FnOnce(&mut MemoryState, String) -> T) -> Outcome<T> {
         self.with(|s| {
             s.calls.push(call.to_owned());
+            if s.unreachable_creates > 0 {
+                s.unreachable_creates -= 1;
+                return Outcome::NotSent { reason: "connection refused (memory provider)".into() };
+            }
             if let Some((status, message)) = s.reject_next_create.take() {
                 return Outcome::Rejected { status, message };
             }
@@ -72,8 +101,8 @@ impl Provider for MemoryProvider {
                 region: req.region.clone(),
                 plan: req.plan.clone(),
                 os_id: req.os_id,
-                status: "active".into(),
-                server_status: "ok".into(),
+                status: if s.vms_stay_pending { "pending" } else { "active" }.into(),
+                server_status: if s.vms_stay_pending { "none" } else { "ok" }.into(),
                 main_ip: "192.0.2.1".into(),
             });
             VultrInstanceId(id)
@@ -85,6 +114,10 @@ impl Provider for MemoryProvider {
     }
 
     async fn instance_get(&self, id: &VultrInstanceId) -> Result<Option<Instance>, ProviderError> {
+        if let Some(hold) = self.with(|s| s.hold_next_get.take()) {
+            hold.notified().await;
+        }
+        self.read_fault()?;
         Ok(self.with(|s| {
             s.calls.push("GET /instances/{id}".into());
             s.instances.get(id.as_str()).cloned()
@@ -92,6 +125,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn instance_list_by_label(&self, label: &Label) -> Result<Vec<Instance>, ProviderError> {
+        self.read_fault()?;
         Ok(self.with(|s| {
             s.calls.push("GET /instances?label".into());
             s.instances.values().filter(|i| i.label == label.as_str()).cloned().collect()
@@ -99,6 +133,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn instance_list(&self) -> Result<Vec<Instance>, ProviderError> {
+        self.read_fault()?;
         Ok(self.with(|s| {
             s.calls.push("GET /instances".into());
             s.instances.values().cloned().collect()
@@ -106,6 +141,9 @@ impl Provider for MemoryProvider {
     }
 
     async fn instance_delete(&self, id: &VultrInstanceId) -> Result<DeleteOutcome, ProviderError> {
+        if let Some(r) = self.delete_refusal() {
+            return Ok(r);
+        }
         Ok(self.with(|s| {
             s.calls.push("DELETE /instances/{id}".into());
             match s.instances.remove(id.as_str()) {
@@ -138,6 +176,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn block_get(&self, id: &VultrBlockId) -> Result<Option<Block>, ProviderError> {
+        self.read_fault()?;
         Ok(self.with(|s| {
             s.calls.push("GET /blocks/{id}".into());
             s.blocks.get(id.as_str()).cloned()
@@ -145,6 +184,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn block_list(&self) -> Result<Vec<Block>, ProviderError> {
+        self.read_fault()?;
         Ok(self.with(|s| {
             s.calls.push("GET /blocks".into());
             s.blocks.values().cloned().collect()
@@ -181,6 +221,9 @@ impl Provider for MemoryProvider {
     }
 
     async fn block_delete(&self, id: &VultrBlockId) -> Result<DeleteOutcome, ProviderError> {
+        if let Some(r) = self.delete_refusal() {
+            return Ok(r);
+        }
         Ok(self.with(|s| {
             s.calls.push("DELETE /blocks/{id}".into());
             match s.blocks.remove(id.as_str()) {

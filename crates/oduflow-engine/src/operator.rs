@@ -107,7 +107,8 @@ pub async fn adopt<P: Provider>(
     if kind == ResourceKind::Attach {
         return refused("only a vm or a volume can be adopted");
     }
-    if let Some(other) = store.receipts_all().await?.iter().find(|r| r.resource_id.as_deref() == Some(id)) {
+    let all = store.receipts_all().await?;
+    if let Some(other) = all.iter().find(|r| r.resource_id.as_deref() == Some(id)) {
         return refused(format!("{id} is already recorded on receipt {}", other.operation_key));
     }
     let spec = &c.infra.spec;
@@ -126,6 +127,18 @@ pub async fn adopt<P: Provider>(
     }
     let writer = ReceiptWriter::new(store.clone());
     let (receipt, dg) = current_receipt(store, &c, kind).await?;
+    // A resource carrying the label of another dispatch belongs to that
+    // dispatch: its own run adopts it by label. Two receipts owning one
+    // resource would let deleting one client delete the other's.
+    if let Some(other) = all
+        .iter()
+        .find(|r| r.label.as_str() == label && receipt.as_ref().is_none_or(|mine| mine.operation_key != r.operation_key))
+    {
+        return refused(format!(
+            "{id} carries the label of dispatch {} (client {}); it is not {name}'s to adopt",
+            other.operation_key, other.client_ref
+        ));
+    }
     let op = match receipt {
         Some(r) if r.resource_id.is_some() => {
             return refused(format!("{} of {name} already has id {}", kind.as_str(), r.resource_id.unwrap_or_default()))
@@ -210,16 +223,19 @@ pub async fn credentials_rotate<P: Provider>(
     provider: &P,
     actor: &str,
     now_ms: i64,
+    attempts_max: i32,
 ) -> Result<std::result::Result<Vec<String>, Vec<Unproven>>> {
     let new = provider.key_fingerprint();
     let mut unproven = vec![];
     let mut rebind = vec![];
+    let mut names = vec![];
     for c in store.client_list().await? {
         let Some(old) = c.infra.key_fingerprint.clone() else { continue };
         if old == new {
             continue;
         }
-        for r in store.receipts_for_client(&c.id).await? {
+        let receipts_before = store.receipts_for_client(&c.id).await?;
+        for r in receipts_before.iter().cloned() {
             // Only receipts that may still own a resource need proof.
             if r.resource_kind == ResourceKind::Attach || !crate::current::is_open(&r) {
                 continue;
@@ -247,14 +263,38 @@ pub async fn credentials_rotate<P: Provider>(
                 )),
             }
         }
-        rebind.push((c.id.clone(), old, c.name.clone()));
+        rebind.push(oduflow_store::Rebind { client: c.id.clone(), old, proven: snapshot(&receipts_before) });
+        names.push(c.name.clone());
     }
     if !unproven.is_empty() {
         return Ok(Err(unproven));
     }
-    let pairs: Vec<_> = rebind.iter().map(|(id, old, _)| (id.clone(), old.clone())).collect();
-    store.clients_rebind_key(&pairs, &new, actor, now_ms).await?;
-    Ok(Ok(rebind.into_iter().map(|(_, _, n)| n).collect()))
+    // The rebind is refused for a record whose receipts changed since they
+    // were proven (a run recorded a resource in between): nothing is
+    // rebound without proof.
+    let changed = store.clients_rebind_key(&rebind, &new, actor, now_ms, attempts_max).await?;
+    if !changed.is_empty() {
+        let unproven = rebind
+            .iter()
+            .zip(&names)
+            .filter(|(r, _)| changed.contains(&r.client))
+            .map(|(_, n)| Unproven {
+                client: n.clone(),
+                kind: ResourceKind::Vm,
+                resource: "-".into(),
+                why: "its receipts changed while ownership was being proven; run the rotation again".into(),
+            })
+            .collect();
+        return Ok(Err(unproven));
+    }
+    Ok(Ok(names))
+}
+
+/// What a record's receipts said when their ownership was proven.
+fn snapshot(receipts: &[ReceiptRow]) -> Vec<(String, Option<String>)> {
+    let mut v: Vec<_> = receipts.iter().map(|r| (r.operation_key.to_string(), r.resource_id.clone())).collect();
+    v.sort();
+    v
 }
 
 /// What an inventory pass found.

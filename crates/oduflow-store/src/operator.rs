@@ -7,6 +7,15 @@ use crate::queue::{job_insert, event_insert, NewJob};
 use crate::{both, Result, Store, StoreError, ClientRow};
 use oduflow_model::*;
 
+/// One record to rebind to a new key, with the receipts (operation key and
+/// resource id, sorted) its ownership was proven for.
+#[derive(Clone, Debug)]
+pub struct Rebind {
+    pub client: ClientId,
+    pub old: KeyFingerprint,
+    pub proven: Vec<(String, Option<String>)>,
+}
+
 /// Set while a restored database has not been reconciled with the provider.
 pub const SETTING_RESTORE_PENDING: &str = "restore_pending";
 /// A random id written at `init`; with the local high-water mark it tells a
@@ -67,28 +76,49 @@ impl Store {
     }
 
     /// Binds records to a new key after its ownership of every recorded
-    /// resource was proven. Returns how many records were rebound.
+    /// resource was proven. A record whose receipts no longer match what was
+    /// proven is left alone; their ids are returned. Each rebound record
+    /// moves to a new generation (a run in flight becomes stale and cannot
+    /// write the old binding back), leaves `credential_changed`, and gets a
+    /// job for its target.
     pub async fn clients_rebind_key(
         &self,
-        clients: &[(ClientId, KeyFingerprint)],
+        clients: &[Rebind],
         new: &KeyFingerprint,
         actor: &str,
         now_ms: i64,
-    ) -> Result<u64> {
+        attempts_max: i32,
+    ) -> Result<Vec<ClientId>> {
         both!(self, p => {
             let mut tx = crate::BeginWrite::begin_write(p).await?;
-            let mut n = 0;
-            for (id, old) in clients {
-                n += sqlx::query("UPDATE infra SET key_fingerprint = $2, updated_ms = $4 \
-                                  WHERE client_id = $1 AND key_fingerprint = $3")
-                    .bind(id.as_str()).bind(new.as_str()).bind(old.as_str()).bind(now_ms)
-                    .execute(&mut *tx).await?.rows_affected();
-                event_insert(&mut *tx, Some(id), "key_rebound", &serde_json::json!({
-                    "by": actor, "from": old.short(), "to": new.short(),
+            let mut changed = vec![];
+            for c in clients {
+                let mut now: Vec<(String, Option<String>)> =
+                    sqlx::query_as("SELECT operation_key, resource_id FROM dispatch_receipts WHERE client_ref = $1")
+                        .bind(c.client.as_str()).fetch_all(&mut *tx).await?;
+                now.sort();
+                if now != c.proven {
+                    changed.push(c.client.clone());
+                    continue;
+                }
+                let row: Option<(String, i64)> = sqlx::query_as(
+                    "UPDATE infra SET key_fingerprint = $2, generation = generation + 1, updated_ms = $4, \
+                     status = CASE WHEN blocked_reason = 'credential_changed' \
+                       THEN (CASE WHEN target = 'present' THEN 'provisioning' ELSE 'deleting' END) ELSE status END, \
+                     blocked_detail = CASE WHEN blocked_reason = 'credential_changed' THEN NULL ELSE blocked_detail END, \
+                     blocked_reason = CASE WHEN blocked_reason = 'credential_changed' THEN NULL ELSE blocked_reason END \
+                     WHERE client_id = $1 AND key_fingerprint = $3 RETURNING target, generation")
+                    .bind(c.client.as_str()).bind(new.as_str()).bind(c.old.as_str()).bind(now_ms)
+                    .fetch_optional(&mut *tx).await?;
+                let Some((target, generation)) = row else { continue };
+                let kind = if target == Target::Present.as_str() { JobKind::Provision } else { JobKind::Deprovision };
+                job_insert(&mut *tx, &NewJob::for_client(&c.client, kind, generation, now_ms, attempts_max)).await?;
+                event_insert(&mut *tx, Some(&c.client), "key_rebound", &serde_json::json!({
+                    "by": actor, "from": c.old.short(), "to": new.short(), "generation": generation,
                 }), now_ms).await?;
             }
             tx.commit().await?;
-            Ok(n)
+            Ok(changed)
         })
     }
 

@@ -178,6 +178,10 @@ impl Fence {
                 Ok(Footing::Held)
             }
             FenceInner::Sqlite { pool, lease_token } => {
+                #[cfg(feature = "failpoints")]
+                if planted_bug("lease_overlap") {
+                    return Ok(Footing::Held);
+                }
                 let row: Option<(i64, Option<String>)> =
                     sqlx::query_as("SELECT generation, lease_owner FROM infra WHERE client_id = $1")
                         .bind(self.client.as_str())
@@ -712,6 +716,25 @@ impl Store {
                     if !tried.insert(job.client_id.clone()) {
                         continue;
                     }
+                    #[cfg(feature = "failpoints")]
+                    if planted_bug("lease_overlap") {
+                        // A planted bug (issue 12, hole 3): the old timed
+                        // lease, taken once and never checked again.
+                        let lease: (Option<String>, Option<i64>) =
+                            sqlx::query_as("SELECT lease_owner, lease_until_ms FROM infra WHERE client_id = $1")
+                                .bind(job.client_id.as_str()).fetch_one(&mut *tx).await?;
+                        if lease.0.is_some() && lease.1.is_some_and(|u| u >= now_ms) {
+                            continue;
+                        }
+                        sqlx::query("UPDATE infra SET lease_owner = $2, lease_until_ms = $3 WHERE client_id = $1")
+                            .bind(job.client_id.as_str()).bind(&token).bind(now_ms + lease_ms)
+                            .execute(&mut *tx).await?;
+                        let unfinished = count_start_sqlite(&mut tx, job.id).await?;
+                        tx.commit().await?;
+                        let hold = std::sync::Arc::new(std::fs::File::open("/dev/null").map_err(|e| StoreError::Lock(e.to_string()))?);
+                        let inner = ClaimInner::Sqlite { pool: p.clone(), lease_token: token, hold };
+                        return Ok(Some(Claim { job, infra, unfinished_runs: unfinished, inner }));
+                    }
                     let Some(hold) = try_lock_client(&locks, &job.client_id)? else { continue };
                     sqlx::query("UPDATE infra SET lease_owner = $2, lease_until_ms = $3 WHERE client_id = $1")
                         .bind(job.client_id.as_str())
@@ -921,4 +944,11 @@ fn try_lock_client(dir: &std::path::Path, client: &ClientId) -> Result<Option<st
         Err(std::fs::TryLockError::WouldBlock) => Ok(None),
         Err(std::fs::TryLockError::Error(e)) => Err(StoreError::Lock(format!("{}: {e}", path.display()))),
     }
+}
+
+/// Test builds only: `ODUFLOW_PLANTED_BUG=<name>` switches on a deliberate
+/// protocol violation, so tests can prove the campaign catches it.
+#[cfg(feature = "failpoints")]
+fn planted_bug(name: &str) -> bool {
+    std::env::var("ODUFLOW_PLANTED_BUG").as_deref() == Ok(name)
 }

@@ -401,7 +401,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
             // Back to the first key: records bound to the second are
             // rebound only after proving ownership.
             let p1 = provider(&s.sim, KEY)?;
-            let _ = operator::credentials_rotate(&store, p1.as_ref(), "campaign", SystemClock.now_ms()).await?;
+            let _ = operator::credentials_rotate(&store, p1.as_ref(), "campaign", SystemClock.now_ms(), 20).await?;
             for c in store.client_list().await? {
                 if c.infra.blocked_reason == Some(BlockedReason::CredentialChanged) {
                     operator::reconcile(&store, p1.as_ref(), &c.name, false, "campaign", SystemClock.now_ms(), 20).await?;

@@ -338,7 +338,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Credentials(CredentialsCmd::Rotate { by, json }) => {
             let store = open(&cfg).await?;
             let provider = provider(&cfg)?;
-            match operator::credentials_rotate(&store, provider.as_ref(), &by, now_ms()).await? {
+            match operator::credentials_rotate(&store, provider.as_ref(), &by, now_ms(), cfg.attempts_max).await? {
                 Ok(names) => {
                     if json {
                         println!("{}", serde_json::json!({ "rebound": names }));

@@ -2,11 +2,82 @@
 //! schedule under which a promise used to break, on both stores.
 
 use super::*;
+use oduflow_engine::operator;
+use oduflow_model::identity;
 
 on_both_stores_inner!(
     deleted_client_keeps_no_vm_after_flip_and_rollback,
     deleted_client_keeps_no_vm_when_delete_lands_mid_run,
+    inventory_reports_a_deleted_clients_live_vm,
+    a_run_longer_than_its_lease_is_never_overlapped,
+    a_job_that_kills_its_worker_every_time_blocks,
+    failed_ensure_leaves_the_adapter_not_removed,
+    unconfigured_adapter_blocks_deletion,
+    delete_refused_for_ever_blocks_then_reconcile_deletes,
+    reads_failing_for_ever_block_then_reconcile_recovers,
+    vm_never_ready_blocks_then_delete_removes_it,
+    a_create_that_never_connected_is_sent_again_on_its_receipt,
+    adopted_renamed_vm_is_verified_without_its_label,
+    adopt_refuses_another_dispatchs_labelled_resource,
+    rotation_bumps_generation_and_resolves_credential_changed,
 );
+
+fn worker_with(store: &Store, provider: Arc<MemoryProvider>, f: impl FnOnce(&mut EngineConfig)) -> Worker<MemoryProvider> {
+    let mut cfg = EngineConfig {
+        worker_id: "test".into(),
+        poll_interval_ms: 0,
+        retry_base_ms: 0,
+        observations_max: 5,
+        attempts_max: 3,
+        lease_ms: 60_000,
+        ..EngineConfig::default()
+    };
+    f(&mut cfg);
+    Worker::new(store.clone(), provider, cfg, Arc::new(SystemClock))
+}
+
+async fn ready(store: &Store, w: &Worker<MemoryProvider>, name: &str) -> ClientRow {
+    create(store, name).await;
+    drain(w, 50).await;
+    let c = status(store, name).await;
+    assert_eq!(c.infra.status, ClientStatus::Ready, "{c:?}");
+    c
+}
+
+/// An identity adapter whose check can be told to fail.
+#[derive(Default)]
+struct TestAdapter {
+    present: std::sync::Mutex<bool>,
+    fail_check: std::sync::atomic::AtomicBool,
+    removes: std::sync::atomic::AtomicUsize,
+}
+
+impl oduflow_model::identity::IdentityAdapter for TestAdapter {
+    fn name(&self) -> &str {
+        "vpn"
+    }
+    fn ensure<'a>(&'a self, _t: &'a identity::IdentityTarget) -> identity::BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            *self.present.lock().unwrap() = true;
+            Ok("peer added".into())
+        })
+    }
+    fn check<'a>(&'a self, _t: &'a identity::IdentityTarget) -> identity::BoxFuture<'a, Result<identity::Presence, String>> {
+        Box::pin(async move {
+            if self.fail_check.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err("check failed".into());
+            }
+            Ok(if *self.present.lock().unwrap() { identity::Presence::Present("peer".into()) } else { identity::Presence::Absent })
+        })
+    }
+    fn remove<'a>(&'a self, _t: &'a identity::IdentityTarget) -> identity::BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            self.removes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            *self.present.lock().unwrap() = false;
+            Ok("peer removed".into())
+        })
+    }
+}
 
 /// ready -> deleted -> present again: the re-provisioning run sends the VM
 /// create at a new dispatch generation and then rolls back; the client is
@@ -69,5 +140,299 @@ async fn deleted_client_keeps_no_vm_when_delete_lands_mid_run(store: Store) -> R
     let c = status(&store, "acme").await;
     assert_eq!(c.infra.status, ClientStatus::Deleted, "{c:?}");
     p.with(|s| assert!(s.instances.is_empty() && s.blocks.is_empty(), "live after deletion: {:?}", s.instances));
+    Ok(())
+}
+
+/// The same hole as seen by the inventory: with the fix planted out, the
+/// deleted client's VM stays live, and `reconcile --all` must report it.
+async fn inventory_reports_a_deleted_clients_live_vm(store: Store) -> Result<()> {
+    failpoints_required();
+    // SAFETY: each test runs in its own process (nextest); set before any thread reads it.
+    unsafe { std::env::set_var("ODUFLOW_PLANTED_BUG", "skip_open_receipts") };
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    ready(&store, &w, "acme").await;
+    store.client_delete("acme", now(), 3).await?;
+    drain(&w, 50).await;
+    store.client_create(&ClientName::parse("acme")?, &spec(), now(), 3).await?;
+    let scenario = fail::FailScenario::setup();
+    fail::cfg("main-tx-commit", "return").unwrap();
+    w.run_next().await?;
+    fail::cfg("main-tx-commit", "off").unwrap();
+    store.client_delete("acme", now(), 3).await?;
+    drain(&w, 50).await;
+    assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
+    let live = p.with(|s| s.instances.keys().cloned().collect::<Vec<_>>());
+    assert_eq!(live.len(), 1, "the planted bug leaves the VM live");
+    unsafe { std::env::remove_var("ODUFLOW_PLANTED_BUG") };
+    let inv = operator::inventory(&store, p.as_ref(), now()).await?;
+    assert!(inv.orphans.iter().any(|o| o.id == live[0] && o.client.as_deref() == Some("acme")), "{inv:?}");
+    scenario.teardown();
+    Ok(())
+}
+
+/// A run outlives its lease (read retries, Retry-After waits, a paused
+/// process): no other worker may run the same client meanwhile.
+async fn a_run_longer_than_its_lease_is_never_overlapped(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let short = |c: &mut EngineConfig| c.lease_ms = 50;
+    let a = worker_with(&store, p.clone(), short);
+    let b = worker_with(&store, p.clone(), short);
+    let c = create(&store, "acme").await;
+    let hold = Arc::new(tokio::sync::Notify::new());
+    p.with(|s| s.hold_next_create = Some(hold.clone()));
+    let a2 = a.clone();
+    let run = tokio::spawn(async move { a2.run_next().await });
+    let t = std::time::Instant::now();
+    while p.with(|s| s.instances.is_empty()) {
+        assert!(t.elapsed() < std::time::Duration::from_secs(10));
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    // Far past the lease: another delivery of the same work must not start.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let mut dup = NewJob::for_client(&c.id, JobKind::Provision, 1, now(), 3);
+    dup.identity_key = None;
+    store.job_enqueue(&dup).await?;
+    let out = b.run_next().await?;
+    assert_eq!(out, RunOutcome::Idle, "a second run started while the first was in flight");
+    hold.notify_one();
+    run.await??;
+    drain(&a, 50).await;
+    assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Ready);
+    p.with(|s| assert_eq!(s.calls.iter().filter(|c| *c == "POST /instances").count(), 1));
+    Ok(())
+}
+
+/// Runs killed outright (no error, no panic to count) still count: the
+/// job's claim is taken and dropped without finishing, as a SIGKILL would.
+async fn a_job_that_kills_its_worker_every_time_blocks(store: Store) -> Result<()> {
+    let c = create(&store, "acme").await;
+    for i in 0..3 {
+        let t = std::time::Instant::now();
+        let claim = loop {
+            if let Some(claim) = store.job_claim_next("dying", now(), 50).await? {
+                break claim;
+            }
+            assert!(t.elapsed() < std::time::Duration::from_secs(10), "the job never came back");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+        assert_eq!(claim.unfinished_runs, i);
+        std::mem::forget(claim.fence()); // nothing: the worker just dies
+        drop(claim);
+    }
+    let w = worker(&store, Arc::new(MemoryProvider::new(key("k1"))));
+    let t = std::time::Instant::now();
+    loop {
+        if !matches!(w.run_next().await?, RunOutcome::Idle) {
+            break;
+        }
+        assert!(t.elapsed() < std::time::Duration::from_secs(10));
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let after = status(&store, "acme").await;
+    assert_eq!(after.infra.blocked_reason, Some(BlockedReason::AttemptsExhausted), "{after:?}");
+    assert!(after.infra.blocked_detail.unwrap().contains("never finished"));
+    assert_eq!(store.jobs_for_client(&c.id).await?[0].state, JobState::Failed);
+    assert!(store.queue_status(now()).await?.is_settled());
+    Ok(())
+}
+
+/// ready -> deleted -> present with an adapter whose check fails: its state
+/// must not stay `removed`, so a later deletion removes the identity again.
+async fn failed_ensure_leaves_the_adapter_not_removed(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let a = Arc::new(TestAdapter::default());
+    let w = worker(&store, p.clone()).with_adapters(vec![a.clone()]);
+    let c = ready(&store, &w, "acme").await;
+    store.client_delete("acme", now(), 3).await?;
+    drain(&w, 50).await;
+    assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
+    a.fail_check.store(true, std::sync::atomic::Ordering::SeqCst);
+    store.client_create(&ClientName::parse("acme")?, &spec(), now(), 3).await?;
+    drain(&w, 50).await;
+    assert_eq!(status(&store, "acme").await.infra.blocked_reason, Some(BlockedReason::AdapterFailed));
+    let st = store.adapter_states(&c.id).await?;
+    assert_eq!(st[0].state, "ensuring", "{st:?}");
+    // The identity was ensured (the check only failed): deleting must remove it.
+    a.fail_check.store(false, std::sync::atomic::Ordering::SeqCst);
+    let removes = a.removes.load(std::sync::atomic::Ordering::SeqCst);
+    store.client_delete("acme", now(), 3).await?;
+    drain(&w, 50).await;
+    assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
+    assert!(a.removes.load(std::sync::atomic::Ordering::SeqCst) > removes, "deletion skipped the adapter");
+    assert!(!*a.present.lock().unwrap());
+    Ok(())
+}
+
+/// An identity recorded as ensured whose adapter was dropped from the
+/// configuration blocks the deletion, naming it; putting the adapter back
+/// and reconciling (the suggestion) deletes it.
+async fn unconfigured_adapter_blocks_deletion(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let a = Arc::new(TestAdapter::default());
+    let with = worker(&store, p.clone()).with_adapters(vec![a.clone()]);
+    ready(&store, &with, "acme").await;
+    let without = worker(&store, p.clone());
+    store.client_delete("acme", now(), 3).await?;
+    drain(&without, 50).await;
+    let c = status(&store, "acme").await;
+    assert_eq!(c.infra.blocked_reason, Some(BlockedReason::AdapterUnconfigured), "{c:?}");
+    assert!(c.infra.blocked_detail.as_deref().unwrap().contains("vpn"));
+    assert!(*a.present.lock().unwrap());
+    operator::reconcile(&store, p.as_ref(), "acme", false, "ops", now(), 3).await?;
+    drain(&with, 50).await;
+    assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
+    assert!(!*a.present.lock().unwrap());
+    Ok(())
+}
+
+async fn delete_refused_for_ever_blocks_then_reconcile_deletes(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    let c = ready(&store, &w, "acme").await;
+    p.with(|s| s.refuse_deletes = Some((500, "server is locked".into())));
+    store.client_delete("acme", now(), 3).await?;
+    drain(&w, 100).await;
+    let after = status(&store, "acme").await;
+    assert_eq!(after.infra.blocked_reason, Some(BlockedReason::DeleteRefused), "{after:?}");
+    assert!(after.infra.blocked_detail.as_deref().unwrap().contains("locked"));
+    let vm = store.receipts_for_client(&c.id).await?.into_iter().find(|r| r.resource_kind == ResourceKind::Vm).unwrap();
+    assert_eq!(vm.observations(), 5, "the receipt's count agrees with the evidence");
+    assert!(store.queue_status(now()).await?.is_settled());
+    p.with(|s| s.refuse_deletes = None);
+    operator::reconcile(&store, p.as_ref(), "acme", false, "ops", now(), 3).await?;
+    drain(&w, 100).await;
+    assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
+    p.with(|s| assert!(s.instances.is_empty() && s.blocks.is_empty()));
+    Ok(())
+}
+
+async fn reads_failing_for_ever_block_then_reconcile_recovers(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    create(&store, "acme").await;
+    p.with(|s| s.fail_reads = Some(provider::ProviderError::Status { status: 401, message: "Invalid API token.".into() }));
+    drain(&w, 100).await;
+    let after = status(&store, "acme").await;
+    assert_eq!(after.infra.blocked_reason, Some(BlockedReason::ProviderUnavailable), "{after:?}");
+    assert!(after.infra.blocked_detail.as_deref().unwrap().contains("401"));
+    assert!(store.queue_status(now()).await?.is_settled());
+    p.with(|s| s.fail_reads = None);
+    operator::reconcile(&store, p.as_ref(), "acme", false, "ops", now(), 3).await?;
+    drain(&w, 100).await;
+    assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Ready);
+    p.with(|s| assert_eq!(s.calls.iter().filter(|c| *c == "POST /instances").count(), 1));
+    Ok(())
+}
+
+async fn vm_never_ready_blocks_then_delete_removes_it(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    p.with(|s| s.vms_stay_pending = true);
+    let w = worker_with(&store, p.clone(), |c| c.ready_wait_ms = 200);
+    create(&store, "acme").await;
+    let t = std::time::Instant::now();
+    while !store.queue_status(now()).await?.is_settled() {
+        assert!(t.elapsed() < std::time::Duration::from_secs(20), "never settled");
+        drain(&w, 50).await;
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let after = status(&store, "acme").await;
+    assert_eq!(after.infra.blocked_reason, Some(BlockedReason::NotReady), "{after:?}");
+    assert!(after.infra.blocked_detail.as_deref().unwrap().contains("pending"));
+    // The suggested `client delete` removes it.
+    store.client_delete("acme", now(), 3).await?;
+    drain(&w, 100).await;
+    assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
+    p.with(|s| assert!(s.instances.is_empty() && s.blocks.is_empty()));
+    Ok(())
+}
+
+async fn a_create_that_never_connected_is_sent_again_on_its_receipt(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    p.with(|s| s.unreachable_creates = 2);
+    let w = worker(&store, p.clone());
+    let c = create(&store, "acme").await;
+    drain(&w, 50).await;
+    assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Ready);
+    let receipts = store.receipts_for_client(&c.id).await?;
+    let vm = receipts.iter().find(|r| r.resource_kind == ResourceKind::Vm).unwrap();
+    assert_eq!(vm.dispatch_generation, 1, "sent again on the same receipt");
+    assert!(vm.not_sent_count >= 1 && vm.not_sent_ms.is_none(), "{vm:?}");
+    assert_eq!(receipts.iter().filter(|r| r.resource_kind == ResourceKind::Vm).count(), 1);
+    p.with(|s| {
+        assert_eq!(s.calls.iter().filter(|c| *c == "POST /instances").count(), 3);
+        assert!(s.creates_per_label.values().all(|n| *n == 1));
+        assert_eq!(s.instances.len(), 1);
+    });
+    // Connections that never succeed end blocked, not in a loop.
+    p.with(|s| s.unreachable_creates = 1000);
+    create(&store, "beta").await;
+    drain(&w, 100).await;
+    let b = status(&store, "beta").await;
+    assert_eq!(b.infra.blocked_reason, Some(BlockedReason::ProviderUnavailable), "{b:?}");
+    Ok(())
+}
+
+/// The documented adopt case: a VM found in the console under another label.
+/// The run must accept what adopt verified, not block config_mismatch.
+async fn adopted_renamed_vm_is_verified_without_its_label(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    let c = create(&store, "acme").await;
+    p.with(|s| s.lose_create_responses = 1);
+    w.run_next().await?;
+    let label = store.receipts_for_client(&c.id).await?[0].label.clone();
+    let id = p.with(|s| {
+        let i = s.instances.values_mut().find(|i| i.label == label.as_str()).unwrap();
+        i.label = "renamed-by-hand".into();
+        i.id.0.clone()
+    });
+    operator::adopt(&store, p.as_ref(), "acme", ResourceKind::Vm, &id, "ops", now(), 3).await?;
+    drain(&w, 50).await;
+    let after = status(&store, "acme").await;
+    assert_eq!(after.infra.status, ClientStatus::Ready, "{after:?}");
+    assert_eq!(after.infra.vm_id.as_ref().map(|v| v.0.clone()), Some(id));
+    Ok(())
+}
+
+/// A resource carrying another dispatch's label is that dispatch's: adopting
+/// it into another client would give it two owners.
+async fn adopt_refuses_another_dispatchs_labelled_resource(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    let a = create(&store, "acme").await;
+    p.with(|s| s.lose_create_responses = 1);
+    w.run_next().await?; // acme's VM applied, answer lost: receipt without id
+    let label = store.receipts_for_client(&a.id).await?[0].label.clone();
+    let id = p.with(|s| s.instances.values().find(|i| i.label == label.as_str()).unwrap().id.0.clone());
+    create(&store, "beta").await;
+    let r = operator::adopt(&store, p.as_ref(), "beta", ResourceKind::Vm, &id, "ops", now(), 3).await;
+    assert!(matches!(r, Err(operator::OperatorError::Refused(ref m)) if m.contains("label")), "{r:?}");
+    Ok(())
+}
+
+/// Rotation rebinds by moving the record to a new generation, so a run in
+/// flight cannot write the old binding back, and it resolves
+/// credential_changed as its suggestion says.
+async fn rotation_bumps_generation_and_resolves_credential_changed(store: Store) -> Result<()> {
+    let p1 = Arc::new(MemoryProvider::new(key("old")));
+    let w1 = worker(&store, p1.clone());
+    let before = ready(&store, &w1, "acme").await;
+    let p2 = Arc::new(MemoryProvider::new(key("new")));
+    p1.with(|s1| p2.with(|s2| {
+        s2.instances = s1.instances.clone();
+        s2.blocks = s1.blocks.clone();
+    }));
+    let w2 = worker(&store, p2.clone());
+    store.client_delete("acme", now(), 3).await?;
+    drain(&w2, 20).await;
+    assert_eq!(status(&store, "acme").await.infra.blocked_reason, Some(BlockedReason::CredentialChanged));
+    let names = operator::credentials_rotate(&store, p2.as_ref(), "ops", now(), 3).await?.unwrap();
+    assert_eq!(names, vec!["acme".to_owned()]);
+    let after = status(&store, "acme").await;
+    assert!(after.infra.generation > before.infra.generation + 1, "{after:?}");
+    assert_eq!(after.infra.blocked_reason, None);
+    drain(&w2, 50).await;
+    assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
     Ok(())
 }

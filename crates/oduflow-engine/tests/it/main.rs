@@ -515,7 +515,7 @@ mod operator_actions {
         drain(&w, 20).await;
         // A new key on another account sees nothing: refused, nothing changed.
         let stranger = MemoryProvider::new(key("new"));
-        let refused = operator::credentials_rotate(&store, &stranger, "ops", now()).await?.unwrap_err();
+        let refused = operator::credentials_rotate(&store, &stranger, "ops", now(), 3).await?.unwrap_err();
         assert_eq!(refused.len(), 2, "{refused:?}");
         assert_eq!(status(&store, "acme").await.infra.key_fingerprint, Some(key("old")));
         // A new key on the same account (same resources visible): rebound.
@@ -524,7 +524,7 @@ mod operator_actions {
             s2.instances = s1.instances.clone();
             s2.blocks = s1.blocks.clone();
         }));
-        let names = operator::credentials_rotate(&store, p2.as_ref(), "ops", now()).await?.unwrap();
+        let names = operator::credentials_rotate(&store, p2.as_ref(), "ops", now(), 3).await?.unwrap();
         assert_eq!(names, vec!["acme".to_owned()]);
         assert_eq!(status(&store, "acme").await.infra.key_fingerprint, Some(key("new")));
         store.client_delete("acme", now(), 3).await?;
