@@ -176,7 +176,6 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow, fenc
                     return Ok(run.wait(now));
                 }
                 let r = receipt_of(kind, "delete")?;
-                run.check_fence().await?;
                 return run.delete(kind, &id, &r, now).await;
             }
             Action::ConfirmDeleted(kind) => {
@@ -462,6 +461,10 @@ impl<P: Provider> Run<'_, P> {
             w.receipts.mark_sent(&op, &client, w.now_ms()).await?;
         }
         fail_step!("request-about-to-be-sent");
+        // Checked again right before it leaves (the receipt writes took
+        // their time): a lost claim sends nothing; the receipt stays, its
+        // outcome unknown to whoever holds the client now.
+        self.check_fence().await?;
         let outcome: Outcome<String> = match kind {
             ResourceKind::Vm => {
                 let req = InstanceRequest {
@@ -678,6 +681,9 @@ impl<P: Provider> Run<'_, P> {
         w.receipts
             .audit(&client, "delete_sending", serde_json::json!({ "kind": kind, "id": id }), w.now_ms())
             .await?;
+        // Right before it leaves: nothing but this process's own scheduling
+        // lies between the check and the request.
+        self.check_fence().await?;
         let answer = match kind {
             ResourceKind::Vm => w.provider.instance_delete(&VultrInstanceId(id.to_owned())).await,
             _ => w.provider.block_delete(&VultrBlockId(id.to_owned())).await,

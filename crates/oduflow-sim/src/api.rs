@@ -162,6 +162,36 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
         return next.run(req).await;
     };
     let key_fp = bearer_fingerprint(&req);
+    // A create's label is in its body: read it here, so a create that a
+    // fault refuses still counts as sent.
+    let create = req.method() == axum::http::Method::POST && (route == "/v2/instances" || route == "/v2/blocks");
+    let mut label_sent = None;
+    if create {
+        let (parts, body) = req.into_parts();
+        let bytes = axum::body::to_bytes(body, 1 << 20).await.unwrap_or_default();
+        label_sent = serde_json::from_slice::<Value>(&bytes)
+            .ok()
+            .and_then(|v| v.get("label").and_then(|l| l.as_str()).map(str::to_owned));
+        req = Request::from_parts(parts, axum::body::Body::from(bytes));
+    }
+    let segs: Vec<&str> = req.uri().path().split('/').collect();
+    let resource_id = segs
+        .iter()
+        .position(|s| *s == "instances" || *s == "blocks")
+        .and_then(|i| segs.get(i + 1))
+        .filter(|s| !s.is_empty())
+        .map(|s| (*s).to_owned());
+    s.world().log_request(crate::world::RequestRecord {
+        at_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0),
+        method: req.method().to_string(),
+        route: route.clone(),
+        resource_id,
+        label: label_sent,
+        key_fingerprint: key_fp.clone().unwrap_or_default(),
+    });
     // Regions and plans are `security: []` in the document: no key needed.
     let needs_auth = !matches!(op, Op::RegionList | Op::PlanList);
     let label = format!("{} {route}", req.method());

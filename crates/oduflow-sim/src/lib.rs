@@ -28,4 +28,4 @@ mod world;
 
 pub use config::{Faults, Op, REDIRECT_STATUSES, SimConfig};
 pub use server::{Sim, SimControl, SimError, SimHandle, serve};
-pub use world::{FaultEvent, FaultKind, Ledger, LedgerResource, ResourceKind};
+pub use world::{FaultEvent, FaultKind, Ledger, LedgerResource, RequestRecord, ResourceKind};

@@ -235,6 +235,31 @@ pub struct Ledger {
     /// 429s served by a `burst_429` fault.
     pub responses_429_fault: u64,
     pub faults: Vec<FaultEvent>,
+    /// Create requests (instances and blocks) that *reached* the simulator
+    /// per label, applied or not (refused by a fault, redirected, 429). A
+    /// value above 1 means a create was sent twice.
+    #[serde(default)]
+    pub create_requests_per_label: BTreeMap<String, u64>,
+    /// Every /v2 request in arrival order, for the campaign's invariants on
+    /// who asked what when.
+    #[serde(default)]
+    pub request_log: Vec<RequestRecord>,
+}
+
+/// One /v2 request as it arrived.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// Milliseconds since the Unix epoch, on arrival.
+    pub at_ms: i64,
+    pub method: String,
+    /// The route template (`/v2/instances/{instance-id}`).
+    pub route: String,
+    /// The instance or block id in the path, if any.
+    pub resource_id: Option<String>,
+    /// A create's label, from its body.
+    pub label: Option<String>,
+    /// SHA-256 hex of the bearer key ("" without one).
+    pub key_fingerprint: String,
 }
 
 #[derive(Debug)]
@@ -365,6 +390,14 @@ impl World {
         self.faults = f;
         self.faults_injected = 0;
         self.burst_left = 0;
+    }
+
+    /// Records a request on arrival (see [`Ledger::request_log`]).
+    pub fn log_request(&mut self, rec: RequestRecord) {
+        if let Some(label) = &rec.label {
+            *self.ledger.create_requests_per_label.entry(label.clone()).or_default() += 1;
+        }
+        self.ledger.request_log.push(rec);
     }
 
     pub fn count_response(&mut self, status: u16) {

@@ -81,7 +81,16 @@ struct Params {
     get_404_window_ms: u64,
     list_lag_ms: u64,
     duplicate_jobs: bool,
+    /// Target flips during the rounds, while workers run.
     flips: usize,
+    /// Operator reconciles of blocked clients during the rounds.
+    reconciles: usize,
+    /// Worker processes stopped (SIGSTOP) past their lease, then resumed.
+    pauses: usize,
+    /// PostgreSQL: claim connections terminated mid-run.
+    terminations: usize,
+    redirect: f64,
+    lost_redirect: f64,
     key_change: bool,
     restore: bool,
 }
@@ -137,7 +146,12 @@ impl Params {
             get_404_window_ms: if long { r.range(200, 600) } else { r.range(0, 60) },
             list_lag_ms: if long { r.range(200, 600) } else { r.range(0, 60) },
             duplicate_jobs: r.chance(0.4),
-            flips: r.range(0, 3) as usize,
+            flips: r.range(0, 4) as usize,
+            reconciles: r.range(0, 2) as usize,
+            pauses: if r.chance(0.4) { r.range(1, 2) as usize } else { 0 },
+            terminations: if r.chance(0.3) { r.range(1, 2) as usize } else { 0 },
+            redirect: p(&mut r, 0.04),
+            lost_redirect: p(&mut r, 0.04),
             key_change: r.chance(0.15),
             restore: r.chance(0.15),
         }
@@ -167,6 +181,10 @@ struct Totals {
     resources: u64,
     restores: u64,
     orphans_reported: u64,
+    pauses: u64,
+    terminations: u64,
+    flips_during_runs: u64,
+    reconciles_during_runs: u64,
 }
 
 pub async fn run(args: CampaignArgs) -> Result<()> {
@@ -235,6 +253,10 @@ pub async fn run(args: CampaignArgs) -> Result<()> {
         totals.orphans_reported
     );
     println!(
+        "during runs: target flips {}, reconciles {}, workers paused past their lease {}, claim connections terminated {}",
+        totals.flips_during_runs, totals.reconciles_during_runs, totals.pauses, totals.terminations
+    );
+    println!(
         "clients: ready {}, deleted {}, blocked {} {:?}; provider requests {} for {} resources",
         totals.ready,
         totals.deleted,
@@ -256,12 +278,39 @@ struct Seed<'a> {
     state_dir: tempfile::TempDir,
     rng: Rng,
     crashes: u64,
+    pauses: u64,
+    terminations: u64,
+    flips: u64,
+    reconciles: u64,
+}
+
+/// What the campaign does to a round while its workers run.
+#[derive(Clone, Copy, Default)]
+struct Interference {
+    flips: usize,
+    reconciles: usize,
+    pauses: usize,
+    terminations: usize,
 }
 
 impl Seed<'_> {
     /// Runs `n` worker processes until they exit (settled, crashed, or killed
     /// at the timeout).
     async fn workers(&mut self, n: usize, key: &str, crash_prob: f64, faults: bool, deadline: Duration) -> Result<Vec<String>> {
+        self.workers_with(n, key, crash_prob, faults, deadline, None).await
+    }
+
+    /// Runs `n` worker processes, doing `interfere` to them and to the
+    /// records while they run.
+    async fn workers_with(
+        &mut self,
+        n: usize,
+        key: &str,
+        crash_prob: f64,
+        faults: bool,
+        deadline: Duration,
+        interfere: Option<(Interference, &Store, &[String], &ClientSpec)>,
+    ) -> Result<Vec<String>> {
         let mut children = vec![];
         for _ in 0..n {
             let mut c = tokio::process::Command::new(self.exe);
@@ -275,6 +324,7 @@ impl Seed<'_> {
                 .env("ODUFLOW_RATE_PER_SEC", "1000")
                 .env("ODUFLOW_REQUEST_TIMEOUT_MS", "400")
                 .env("ODUFLOW_ATTEMPTS_MAX", "20")
+                .env("ODUFLOW_READY_WAIT_MS", "5000")
                 .env("ODUFLOW_STATE_DIR", self.state_dir.path())
                 .env_remove("FAILPOINTS")
                 .env_remove("ODUFLOW_CRASH_AT")
@@ -290,8 +340,12 @@ impl Seed<'_> {
             }
             children.push(c.spawn().context("spawning a worker")?);
         }
-        let mut errors = vec![];
         let started = Instant::now();
+        if let Some((what, store, names, spec)) = interfere {
+            let pids: Vec<u32> = children.iter().filter_map(|c| c.id()).collect();
+            self.interfere(what, store, names, spec, &pids, deadline).await?;
+        }
+        let mut errors = vec![];
         for child in children {
             let left = deadline.saturating_sub(started.elapsed());
             match tokio::time::timeout(left, child.wait_with_output()).await {
@@ -309,6 +363,132 @@ impl Seed<'_> {
             }
         }
         Ok(errors)
+    }
+}
+
+impl Seed<'_> {
+    /// Flips targets, reconciles blocked clients, pauses workers past their
+    /// lease and (PostgreSQL) terminates claim connections, each at a drawn
+    /// instant within the round, while the workers run.
+    async fn interfere(
+        &mut self,
+        what: Interference,
+        store: &Store,
+        names: &[String],
+        spec: &ClientSpec,
+        pids: &[u32],
+        deadline: Duration,
+    ) -> Result<()> {
+        #[derive(Clone, Copy)]
+        enum Act {
+            Flip,
+            Reconcile,
+            Pause,
+            Terminate,
+        }
+        let span = deadline.as_millis().max(1) as u64;
+        let mut plan: Vec<(u64, Act)> = vec![];
+        for (n, act) in [
+            (what.flips, Act::Flip),
+            (what.reconciles, Act::Reconcile),
+            (what.pauses, Act::Pause),
+            (what.terminations, Act::Terminate),
+        ] {
+            for _ in 0..n {
+                plan.push((self.rng.next() % span, act));
+            }
+        }
+        plan.sort_by_key(|(t, _)| *t);
+        let started = Instant::now();
+        let provider = provider(&self.sim, KEY)?;
+        for (at, act) in plan {
+            let wait = Duration::from_millis(at).saturating_sub(started.elapsed());
+            tokio::time::sleep(wait).await;
+            let pick = |r: &mut Rng, n: usize| (r.next() % n.max(1) as u64) as usize;
+            match act {
+                Act::Flip => {
+                    let n = &names[pick(&mut self.rng, names.len())];
+                    let c = store.client_get(n).await?.context("client")?;
+                    match c.infra.target {
+                        Target::Present => drop(store.client_delete(n, SystemClock.now_ms(), 20).await?),
+                        Target::Absent => drop(store.client_create(&ClientName::parse(n)?, spec, SystemClock.now_ms(), 20).await?),
+                    }
+                    self.flips += 1;
+                }
+                Act::Reconcile => {
+                    let blocked: Vec<_> = store
+                        .client_list()
+                        .await?
+                        .into_iter()
+                        .filter(|c| c.infra.status == ClientStatus::Blocked && c.infra.blocked_reason != Some(BlockedReason::CredentialChanged))
+                        .collect();
+                    if let Some(c) = blocked.get(pick(&mut self.rng, blocked.len())) {
+                        // Refusals (a key bound elsewhere) are fine; store errors are not.
+                        match operator::reconcile(store, provider.as_ref(), &c.name, false, "campaign", SystemClock.now_ms(), 20).await {
+                            Ok(_) | Err(operator::OperatorError::Refused(_)) => self.reconciles += 1,
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                }
+                Act::Pause => {
+                    // Preferably a worker in the middle of a run (SQLite names
+                    // the lease holder, `worker-PID/...`), whose client is
+                    // then deleted while it is stopped: the schedule under
+                    // which a run outliving its lease used to act after the
+                    // deletion was reported.
+                    let holders: Vec<(String, String)> = match store {
+                        Store::Sqlite(p) => sqlx::query_as(
+                            "SELECT i.lease_owner, c.name FROM infra i JOIN clients c ON c.id = i.client_id \
+                             WHERE i.lease_owner IS NOT NULL",
+                        )
+                        .fetch_all(p)
+                        .await?,
+                        Store::Pg(..) => vec![],
+                    };
+                    let running = holders.iter().find_map(|(owner, name)| {
+                        let pid: u32 = owner.strip_prefix("worker-")?.split('/').next()?.parse().ok()?;
+                        pids.contains(&pid).then(|| (pid, name.clone()))
+                    });
+                    let (pid, client) = match running {
+                        Some((pid, name)) => (pid, Some(name)),
+                        None => match pids.get(pick(&mut self.rng, pids.len())) {
+                            Some(pid) => (*pid, None),
+                            None => continue,
+                        },
+                    };
+                    // Well past the workers' 400 ms lease.
+                    let ms = 600 + self.rng.next() % 1200;
+                    let pid_s = pid.to_string();
+                    // The deletion first: a stopped SQLite worker may hold the
+                    // write lock, and nothing could write until it resumes.
+                    if let Some(n) = client {
+                        if store.client_get(&n).await?.is_some_and(|c| c.infra.target == Target::Present) {
+                            store.client_delete(&n, SystemClock.now_ms(), 20).await?;
+                            self.flips += 1;
+                        }
+                    }
+                    let stopped = std::process::Command::new("kill").args(["-STOP", &pid_s]).status().is_ok_and(|s| s.success());
+                    if stopped {
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                        let _ = std::process::Command::new("kill").args(["-CONT", &pid_s]).status();
+                        self.pauses += 1;
+                    }
+                }
+                Act::Terminate => {
+                    let Store::Pg(p, _) = store else { continue };
+                    let db: String = sqlx::query_scalar("SELECT current_database()").fetch_one(p).await?;
+                    let n: Vec<bool> = sqlx::query_scalar(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                         WHERE datname = $1 AND state = 'idle in transaction' AND pid <> pg_backend_pid()",
+                    )
+                    .bind(&db)
+                    .fetch_all(p)
+                    .await?;
+                    self.terminations += n.len() as u64;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -337,6 +517,8 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         lost_stall: p.lost_stall,
         error_5xx: p.error_5xx,
         burst_429: p.burst_429,
+        redirect: p.redirect,
+        lost_redirect: p.lost_redirect,
         burst_429_len: 3,
         stall_ms: 600,
         ..Faults::default()
@@ -366,6 +548,10 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         state_dir: tempfile::tempdir()?,
         rng: Rng(p.seed.wrapping_mul(31).wrapping_add(7)),
         crashes: 0,
+        pauses: 0,
+        terminations: 0,
+        flips: 0,
+        reconciles: 0,
     };
     let spec = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf")?;
     let names: Vec<String> = (0..p.clients).map(|i| format!("c{i}")).collect();
@@ -391,7 +577,16 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         }
         let key = if p.key_change && round == 1 { KEY2 } else { KEY };
         let t = Instant::now();
-        let errors = s.workers(p.workers, key, p.crash_prob, true, Duration::from_millis(p.round_ms)).await?;
+        // Flips and operator actions land while the workers run.
+        let what = Interference {
+            flips: p.flips,
+            reconciles: p.reconciles,
+            pauses: p.pauses,
+            terminations: p.terminations,
+        };
+        let errors = s
+            .workers_with(p.workers, key, p.crash_prob, true, Duration::from_millis(p.round_ms), Some((what, &store, &names, &spec)))
+            .await?;
         verbose(|| format!("seed {} round {round}: workers {:.2} s", p.seed, t.elapsed().as_secs_f64()));
         let restore_refusals = errors.iter().filter(|e| e.contains("restore pending")).count();
         if errors.len() > restore_refusals {
@@ -400,21 +595,20 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         if p.key_change && round == 1 {
             // Back to the first key: records bound to the second are
             // rebound only after proving ownership.
+            // Faults are still on: an operator whose command fails on a
+            // provider error runs it again; so does the campaign.
             let p1 = provider(&s.sim, KEY)?;
-            let _ = operator::credentials_rotate(&store, p1.as_ref(), "campaign", SystemClock.now_ms(), 20).await?;
+            for tries in 0.. {
+                match operator::credentials_rotate(&store, p1.as_ref(), "campaign", SystemClock.now_ms(), 20).await {
+                    Ok(_) => break,
+                    Err(operator::OperatorError::Provider(_)) if tries < 5 => tokio::time::sleep(Duration::from_millis(200)).await,
+                    Err(e) => return Err(e.into()),
+                }
+            }
             for c in store.client_list().await? {
                 if c.infra.blocked_reason == Some(BlockedReason::CredentialChanged) {
                     operator::reconcile(&store, p1.as_ref(), &c.name, false, "campaign", SystemClock.now_ms(), 20).await?;
                 }
-            }
-        }
-        // Target flips: present -> absent -> present, in flight.
-        for _ in 0..p.flips {
-            let n = &names[(s.rng.next() % names.len() as u64) as usize];
-            let c = store.client_get(n).await?.context("client")?;
-            match c.infra.target {
-                Target::Present => drop(store.client_delete(n, SystemClock.now_ms(), 20).await?),
-                Target::Absent => drop(store.client_create(&ClientName::parse(n)?, &spec, SystemClock.now_ms(), 20).await?),
             }
         }
         if p.restore && round == 0 {
@@ -494,7 +688,12 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         println!("  job_failed total {}, faults {:?}", failed.len(), ledger.faults.len());
     }
     check(&store, &ledger, &orphans_reported, restored, totals).await?;
+    check_strict(&store, &ledger, &orphans_reported, provider(&s.sim, KEY)?.as_ref()).await?;
     totals.seeds += 1;
+    totals.pauses += s.pauses;
+    totals.terminations += s.terminations;
+    totals.flips_during_runs += s.flips;
+    totals.reconciles_during_runs += s.reconciles;
     totals.faults += ledger.faults.len() as u64;
     totals.crashes += s.crashes;
     totals.requests += ledger.requests.values().sum::<u64>();
@@ -683,6 +882,86 @@ async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: boo
     let resources = ledger.resources.len().max(1) as u64;
     if requests / resources > REQUESTS_PER_RESOURCE_MAX {
         bail!("provider calls unbounded: {requests} requests for {resources} resources");
+    }
+    Ok(())
+}
+
+/// The stricter invariants of issue 12, on requests (not only applied
+/// creates), on what each client owns at the provider, and on timing.
+async fn check_strict(store: &Store, ledger: &Ledger, orphans: &[String], p: &VultrClient) -> Result<()> {
+    use oduflow_model::provider::Provider as _;
+    let receipts = store.receipts_all().await?;
+    let owner: HashMap<&str, &oduflow_store::ReceiptRow> = receipts.iter().map(|r| (r.label.as_str(), r)).collect();
+    // At most one create *request* per operation key (label).
+    for (label, n) in &ledger.create_requests_per_label {
+        if *n > 1 {
+            bail!("invariant 1: {n} create requests reached the provider for label {label}");
+        }
+    }
+    let live: Vec<&oduflow_sim::LedgerResource> = ledger
+        .resources
+        .iter()
+        .filter(|r| r.kind != oduflow_sim::ResourceKind::DnsRecord && r.deleted_at.is_none())
+        .collect();
+    // A receipt marked deleted means the provider deleted it.
+    for r in receipts.iter().filter(|r| r.deleted_ms.is_some()) {
+        if let Some(id) = &r.resource_id {
+            if live.iter().any(|x| x.id == *id) {
+                bail!("invariant 5: receipt {} says {id} was deleted, but it is live", r.operation_key);
+            }
+        }
+    }
+    for c in store.client_list().await? {
+        let mine: Vec<&&oduflow_sim::LedgerResource> = live
+            .iter()
+            .filter(|x| owner.get(x.label.as_str()).is_some_and(|r| r.client_ref == c.id) && !orphans.contains(&x.label))
+            .collect();
+        let vms = mine.iter().filter(|x| x.kind == oduflow_sim::ResourceKind::Instance).count();
+        let vols = mine.iter().filter(|x| x.kind == oduflow_sim::ResourceKind::Block).count();
+        if vms > 1 || vols > 1 {
+            bail!("invariant 1: {} owns {vms} live VMs and {vols} live volumes", c.name);
+        }
+        match c.infra.status {
+            ClientStatus::Ready => {
+                let (vm, vol) = (c.infra.vm_id.clone().context("ready without vm")?, c.infra.volume_id.clone().context("ready without volume")?);
+                let ids: Vec<&str> = mine.iter().map(|x| x.id.as_str()).collect();
+                if ids.len() != 2 || !ids.contains(&vm.as_str()) || !ids.contains(&vol.as_str()) {
+                    bail!("invariant 3: {} is ready with {vm} and {vol} but owns {ids:?} at the provider", c.name);
+                }
+                let b = p.block_get(&vol).await?.context("ready volume not found")?;
+                if b.attached_to_instance.as_ref() != Some(&vm) {
+                    bail!("{} is ready but volume {vol} is attached to {:?}, not {vm}", c.name, b.attached_to_instance);
+                }
+            }
+            ClientStatus::Deleted => {
+                if let Some(x) = mine.first() {
+                    bail!("invariant 9: {} is deleted but {} ({}) carrying one of its labels is live", c.name, x.id, x.label);
+                }
+                // Nothing reaches the provider for a client after it was
+                // reported deleted.
+                let at = store
+                    .events_for_client(&c.id)
+                    .await?
+                    .iter()
+                    .filter(|e| e.kind == "deleted")
+                    .map(|e| e.at_ms)
+                    .max()
+                    .unwrap_or(i64::MAX);
+                let ids: Vec<&str> = receipts.iter().filter(|r| r.client_ref == c.id).filter_map(|r| r.resource_id.as_deref()).collect();
+                let labels: Vec<&str> = receipts.iter().filter(|r| r.client_ref == c.id).map(|r| r.label.as_str()).collect();
+                if let Some(req) = ledger.request_log.iter().find(|q| {
+                    q.at_ms > at
+                        && (q.resource_id.as_deref().is_some_and(|id| ids.contains(&id))
+                            || q.label.as_deref().is_some_and(|l| labels.contains(&l)))
+                }) {
+                    bail!(
+                        "invariant 9: {} was reported deleted at {at} but {} {} ({:?}) reached the provider at {}",
+                        c.name, req.method, req.route, req.resource_id, req.at_ms
+                    );
+                }
+            }
+            _ => {}
+        }
     }
     Ok(())
 }

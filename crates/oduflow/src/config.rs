@@ -23,6 +23,7 @@ struct FileConfig {
     concurrency: Option<usize>,
     lease_ms: Option<i64>,
     attempts_max: Option<i32>,
+    ready_wait_ms: Option<i64>,
     /// Refused with a clear message if present.
     api_key: Option<toml::Value>,
     /// The DNS identity: an A record `<client>.<domain>` for each client.
@@ -58,6 +59,10 @@ pub struct Config {
     pub request_timeout_ms: u64,
     pub concurrency: usize,
     pub lease_ms: i64,
+    /// How long a VM may stay short of active/ok (a volume short of active)
+    /// before its client blocks `not_ready`; 0: derived from the polling
+    /// limit (observations_max x poll_interval_ms x 6).
+    pub ready_wait_ms: i64,
     pub attempts_max: i32,
     pub dns: Option<DnsConfig>,
     pub adapters: Vec<oduflow_engine::command_adapter::CommandAdapterConfig>,
@@ -116,6 +121,7 @@ impl Config {
             concurrency: env_num("ODUFLOW_CONCURRENCY")?.or(fc.concurrency).unwrap_or(4),
             lease_ms: env_num("ODUFLOW_LEASE_MS")?.or(fc.lease_ms).unwrap_or(120_000),
             attempts_max: env_num("ODUFLOW_ATTEMPTS_MAX")?.or(fc.attempts_max).unwrap_or(10),
+            ready_wait_ms: env_num("ODUFLOW_READY_WAIT_MS")?.or(fc.ready_wait_ms).unwrap_or(0),
             dns: match env("ODUFLOW_DNS_DOMAIN") {
                 Some(domain) => Some(DnsConfig { domain, ttl: default_ttl() }),
                 None => fc.dns,
@@ -126,10 +132,10 @@ impl Config {
             oduflow_engine::command_adapter::CommandAdapter::new(a.clone()).map_err(BadInput)?;
         }
         if cfg.poll_interval_ms < 0 || cfg.observations_max < 1 || cfg.rate_per_sec == 0 || cfg.concurrency == 0
-            || cfg.lease_ms < 1 || cfg.attempts_max < 1 || !(1..=500).contains(&cfg.per_page)
+            || cfg.lease_ms < 1 || cfg.attempts_max < 1 || !(1..=500).contains(&cfg.per_page) || cfg.ready_wait_ms < 0
         {
             bail!(BadInput(
-                "poll_interval_ms must be >= 0; observations_max, rate_per_sec, concurrency, lease_ms and attempts_max >= 1; per_page 1..=500"
+                "poll_interval_ms and ready_wait_ms must be >= 0; observations_max, rate_per_sec, concurrency, lease_ms and attempts_max >= 1; per_page 1..=500"
                     .into()
             ));
         }
@@ -144,6 +150,7 @@ impl Config {
             concurrency: self.concurrency,
             lease_ms: self.lease_ms,
             attempts_max: self.attempts_max,
+            ready_wait_ms: self.ready_wait_ms,
             ..Default::default()
         }
     }

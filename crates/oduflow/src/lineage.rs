@@ -26,9 +26,25 @@ fn state_dir() -> PathBuf {
 /// when the database went backwards. Returns the reason if one is pending.
 pub async fn check(store: &Store, now_ms: i64) -> Result<Option<String>> {
     let lineage = store.lineage().await?;
-    let mark = store.high_water_mark().await?;
     let file = state_dir().join(format!("lineage-{lineage}"));
+    // Processes on this host compare and update the mark one at a time, and
+    // each reads the file before the database: a mark in the file was seen
+    // before this read, so the database's can only be higher, unless it was
+    // restored. (Reading the database first let a slower process compare its
+    // older reading with a newer mark another had just written: a false
+    // restore. Writing without the lock could lower the mark: a missed one.)
+    let _ = std::fs::create_dir_all(state_dir());
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(state_dir().join(format!("lineage-{lineage}.lock")));
+    let guard = match &lock {
+        Ok(f) => f.lock().ok().map(|()| f),
+        Err(_) => None,
+    };
     let seen: i64 = std::fs::read_to_string(&file).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+    let mark = store.high_water_mark().await?;
     if mark < seen && store.restore_pending().await?.is_none() {
         let why = format!("database high-water mark {mark} is below {seen}, seen earlier by this host: restored from a backup?");
         store.restore_declare(&why, now_ms).await?;
@@ -36,7 +52,10 @@ pub async fn check(store: &Store, now_ms: i64) -> Result<Option<String>> {
     if mark > seen {
         // Best effort: a host that cannot remember still runs, and an
         // operator can declare a restore by hand.
-        let _ = std::fs::create_dir_all(state_dir()).and_then(|_| std::fs::write(&file, mark.to_string()));
+        let _ = std::fs::write(&file, mark.to_string());
+    }
+    if let Some(f) = guard {
+        let _ = f.unlock();
     }
     Ok(store.restore_pending().await?)
 }
