@@ -588,7 +588,9 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
             .workers_with(p.workers, key, p.crash_prob, true, Duration::from_millis(p.round_ms), Some((what, &store, &names, &spec)))
             .await?;
         verbose(|| format!("seed {} round {round}: workers {:.2} s", p.seed, t.elapsed().as_secs_f64()));
-        let restore_refusals = errors.iter().filter(|e| e.contains("restore pending")).count();
+        // A worker that refuses to start (a restore pending, or its preflight
+        // GET /account hit a fault) sent nothing: not a failure.
+        let restore_refusals = errors.iter().filter(|e| e.contains("restore pending") || e.contains("preflight:")).count();
         if errors.len() > restore_refusals {
             bail!("a worker failed: {}", errors.join(" | "));
         }

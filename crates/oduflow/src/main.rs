@@ -277,6 +277,18 @@ async fn run(cli: Cli) -> Result<()> {
             if let Some(why) = lineage::check(&store, now_ms()).await? {
                 anyhow::bail!("restore pending ({why}): run `oduflow reconcile --all` before starting workers");
             }
+            // Its footing before anything else: the base URL answers as
+            // Vultr and accepts the key (GET /account). A wrong URL or key
+            // would otherwise turn every unbound client's create into a
+            // rejection; here it is one line and nothing is sent.
+            if let Err(e) = provider.account_get().await {
+                return Err(BadInput(format!(
+                    "preflight: GET {}/account failed with the configured key ({}): {e}; nothing was sent",
+                    cfg.vultr_url.trim_end_matches('/'),
+                    provider.fingerprint().short()
+                ))
+                .into());
+            }
             let adapters = identity_adapters(&cfg, provider.as_ref())?;
             let worker = Worker::new(store.clone(), provider, engine, Arc::new(SystemClock)).with_adapters(adapters);
             // Keep this host's high-water mark fresh, and stop if the database
@@ -368,6 +380,10 @@ async fn run(cli: Cli) -> Result<()> {
 /// The provider the worker drives: Vultr (or `oduflow sim`) at
 /// `ODUFLOW_VULTR_URL`, with one rate limiter for the whole process.
 fn provider(cfg: &Config) -> Result<Arc<oduflow_vultr::VultrClient>> {
+    let scheme = cfg.vultr_url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+    if !matches!(scheme.as_deref(), Some("https" | "http")) {
+        return Err(BadInput(format!("ODUFLOW_VULTR_URL {:?}: the scheme must be https (or http for a local simulator)", cfg.vultr_url)).into());
+    }
     let key = cfg.api_key()?.clone();
     let vc = oduflow_vultr::VultrConfig {
         base_url: cfg.vultr_url.clone(),

@@ -300,7 +300,9 @@ async fn receipts_cannot_be_deleted_or_rewritten(store: Store) -> Result<()> {
     let del = "DELETE FROM dispatch_receipts";
     let rewrite = "UPDATE dispatch_receipts SET resource_id = 'other'";
     let clear = "UPDATE dispatch_receipts SET resource_id = NULL";
-    for sql in [del, rewrite, clear] {
+    // Evidence is written once (issue 12).
+    let evidence = "UPDATE dispatch_receipts SET sent_ms = sent_ms + 1 WHERE sent_ms IS NOT NULL";
+    for sql in [del, rewrite, clear, evidence] {
         let r = match &store {
             Store::Pg(p, _) => sqlx::query(sql).execute(p).await.map(|_| ()),
             Store::Sqlite(p) => sqlx::query(sql).execute(p).await.map(|_| ()),
@@ -309,6 +311,15 @@ async fn receipts_cannot_be_deleted_or_rewritten(store: Store) -> Result<()> {
     }
     if let Store::Pg(p, _) = &store {
         assert!(sqlx::query("TRUNCATE dispatch_receipts").execute(p).await.is_err());
+    }
+    if let Store::Sqlite(p) = &store {
+        // REPLACE deletes the conflicting row: with recursive_triggers on,
+        // the no-delete trigger fires and refuses it.
+        let replace = "INSERT OR REPLACE INTO dispatch_receipts (operation_key, client_ref, resource_kind, \
+            dispatch_generation, label, region, spec_digest, key_fingerprint, claimed_ms) \
+            SELECT operation_key, client_ref, resource_kind, dispatch_generation, label, region, spec_digest, \
+            key_fingerprint, claimed_ms FROM dispatch_receipts LIMIT 1";
+        assert!(sqlx::query(replace).execute(p).await.is_err(), "INSERT OR REPLACE replaced a receipt");
     }
     let after = store.receipts_all().await?;
     assert_eq!(after.len(), n);

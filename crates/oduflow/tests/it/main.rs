@@ -98,10 +98,33 @@ macro_rules! on_both_stores {
 
 on_both_stores!(
     init_twice_is_harmless,
+    worker_checks_its_footing_before_any_request,
     bad_input_exits_2_and_changes_nothing,
     sigkill_mid_job_reruns_cleanly,
     sigkill_after_create_keeps_receipt,
 );
+
+/// A worker with a key Vultr refuses, a base URL that is not Vultr, or a
+/// scheme it cannot speak says so in one line, exits 2, and sends nothing
+/// for any client (issue 12: a wrong new key used to turn every unbound
+/// client's create into a rejection).
+async fn worker_checks_its_footing_before_any_request(env: Env) {
+    env.ok(&["init"]);
+    env.ok(&["client", "create", "acme", "--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"]);
+    let dead = format!("http://127.0.0.1:{}/v2", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+    for (var, value) in [("VULTR_API_KEY", "not-the-key"), ("ODUFLOW_VULTR_URL", dead.as_str()), ("ODUFLOW_VULTR_URL", "ftp://example.com/v2")] {
+        let o = env.cmd(&["worker", "--until-settled"]).env(var, value).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{var}={value}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(!err.contains("not-the-key"), "the key was echoed: {err}");
+    }
+    let ledger = env.sim.ledger();
+    assert!(ledger.create_requests_per_label.is_empty(), "{:?}", ledger.request_log);
+    assert!(ledger.request_log.iter().all(|r| r.route == "/v2/account"), "{:?}", ledger.request_log);
+    let show = env.ok(&["client", "show", "acme", "--json"]);
+    assert!(show.contains("\"pending\""), "{show}");
+}
 
 const TABLES: [&str; 6] = ["clients", "infra", "jobs", "dispatch_receipts", "events", "settings"];
 
