@@ -93,6 +93,9 @@ struct Params {
     lost_redirect: f64,
     key_change: bool,
     restore: bool,
+    /// A client taken through ready and deleted, then brought back and
+    /// deleted again while its re-provisioning runs roll back.
+    churn: bool,
 }
 
 /// SplitMix64: small, seedable, good enough for drawing parameters.
@@ -154,6 +157,7 @@ impl Params {
             lost_redirect: p(&mut r, 0.04),
             key_change: r.chance(0.15),
             restore: r.chance(0.15),
+            churn: r.chance(0.5),
         }
         .fix()
     }
@@ -291,6 +295,10 @@ struct Interference {
     reconciles: usize,
     pauses: usize,
     terminations: usize,
+    /// Bring the first client back (it is deleted) and delete it again
+    /// while its re-provisioning run is in flight; every worker's runs roll
+    /// back after their side effect most of the time.
+    churn: bool,
 }
 
 impl Seed<'_> {
@@ -337,6 +345,13 @@ impl Seed<'_> {
             if faults && self.rng.chance(crash_prob) {
                 let point = FAIL_POINTS[(self.rng.next() % FAIL_POINTS.len() as u64) as usize];
                 c.env("ODUFLOW_CRASH_AT", point);
+            }
+            // Runs that fail after their side effect and roll back (retried
+            // after a backoff): a window in which the target can change.
+            if interfere.is_some_and(|i| i.0.churn) {
+                c.env("FAILPOINTS", "main-tx-commit=80%return");
+            } else if faults && self.rng.chance(0.5) {
+                c.env("FAILPOINTS", "main-tx-commit=25%return");
             }
             children.push(c.spawn().context("spawning a worker")?);
         }
@@ -401,6 +416,21 @@ impl Seed<'_> {
         plan.sort_by_key(|(t, _)| *t);
         let started = Instant::now();
         let provider = provider(&self.sim, KEY)?;
+        if what.churn {
+            let n = &names[0];
+            let c = store.client_create(&ClientName::parse(n)?, spec, SystemClock.now_ms(), 20).await?;
+            let before = store.receipts_for_client(&c.id).await?.len();
+            // Delete again as soon as the re-provisioning run has claimed
+            // its new receipt (its create is about to leave, or has), plus
+            // a drawn moment.
+            let t = Instant::now();
+            while store.receipts_for_client(&c.id).await?.len() == before && t.elapsed() < Duration::from_secs(3) {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(self.rng.next() % 40)).await;
+            store.client_delete(n, SystemClock.now_ms(), 20).await?;
+            self.flips += 2;
+        }
         for (at, act) in plan {
             let wait = Duration::from_millis(at).saturating_sub(started.elapsed());
             tokio::time::sleep(wait).await;
@@ -414,6 +444,15 @@ impl Seed<'_> {
                         Target::Absent => drop(store.client_create(&ClientName::parse(n)?, spec, SystemClock.now_ms(), 20).await?),
                     }
                     self.flips += 1;
+                    // A deleted client brought back and deleted again while
+                    // its re-provisioning run is in flight: the schedule under
+                    // which a VM created at a new dispatch generation used to
+                    // outlive its client (issue 12, hole 1).
+                    if c.infra.status == ClientStatus::Deleted && self.rng.chance(0.8) {
+                        tokio::time::sleep(Duration::from_millis(50 + self.rng.next() % 300)).await;
+                        store.client_delete(n, SystemClock.now_ms(), 20).await?;
+                        self.flips += 1;
+                    }
                 }
                 Act::Reconcile => {
                     let blocked: Vec<_> = store
@@ -562,6 +601,51 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
     let mut snapshot: Option<String> = None;
     let mut restored = false;
 
+    if p.churn {
+        // The first client through ready and deleted (faults off), then
+        // brought back and deleted again while runs roll back (faults on).
+        s.sim.set_faults(Faults::default())?;
+        let settle = |store: Store, name: String, want: ClientStatus| async move {
+            Ok::<bool, anyhow::Error>(store.client_get(&name).await?.is_some_and(|c| c.infra.status == want))
+        };
+        for (step, want) in [(0, ClientStatus::Ready), (1, ClientStatus::Deleted)] {
+            if step == 1 {
+                store.client_delete(&names[0], SystemClock.now_ms(), 20).await?;
+            }
+            let t = Instant::now();
+            while !settle(store.clone(), names[0].clone(), want).await? && t.elapsed() < WORKER_TIMEOUT {
+                // (`faults` true: a planted bug stays on, as it would be in
+                // the old code it stands for; the simulator's are off.)
+                s.workers(1, KEY, 0.0, true, Duration::from_secs(5)).await?;
+                if store.queue_status(SystemClock.now_ms()).await?.is_settled() {
+                    break; // settled otherwise (blocked, say): no churn then
+                }
+            }
+        }
+        s.sim.set_faults(faults.clone())?;
+        let deleted = settle(store.clone(), names[0].clone(), ClientStatus::Deleted).await?;
+        verbose(|| format!("seed {}: churn: first client deleted before the churn: {deleted}", p.seed));
+        if deleted {
+            let what = Interference { churn: true, ..Interference::default() };
+            let errors = s
+                .workers_with(p.workers, KEY, 0.0, true, Duration::from_millis(p.round_ms.max(600)), Some((what, &store, &names, &spec)))
+                .await?;
+            if errors.iter().any(|e| !e.contains("preflight:")) {
+                bail!("a worker failed: {}", errors.join(" | "));
+            }
+            if let Some(c) = store.client_get(&names[0]).await? {
+                let rs = store.receipts_for_client(&c.id).await?;
+                verbose(|| format!("seed {}: churn: {} {:?} dg {} receipts {:?}", p.seed, c.infra.status, c.infra.target, c.infra.vm_dispatch_generation,
+                    rs.iter().map(|r| (r.resource_kind, r.dispatch_generation, r.resource_id.is_some(), r.deleted_ms.is_some())).collect::<Vec<_>>()));
+                if std::env::var("ODUFLOW_CAMPAIGN_VERBOSE").is_ok() {
+                    for e in store.events_for_client(&c.id).await?.iter().rev().take(14).rev() {
+                        println!("    {} {}", e.kind, e.detail);
+                    }
+                }
+            }
+        }
+    }
+
     // Safety phase: faults, crashes, flips, duplicate jobs, a key change, a restore.
     for round in 0..p.rounds {
         if p.duplicate_jobs {
@@ -583,6 +667,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
             reconciles: p.reconciles,
             pauses: p.pauses,
             terminations: p.terminations,
+            churn: false,
         };
         let errors = s
             .workers_with(p.workers, key, p.crash_prob, true, Duration::from_millis(p.round_ms), Some((what, &store, &names, &spec)))
