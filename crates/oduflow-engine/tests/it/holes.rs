@@ -22,20 +22,6 @@ on_both_stores_inner!(
     rotation_bumps_generation_and_resolves_credential_changed,
 );
 
-fn worker_with(store: &Store, provider: Arc<MemoryProvider>, f: impl FnOnce(&mut EngineConfig)) -> Worker<MemoryProvider> {
-    let mut cfg = EngineConfig {
-        worker_id: "test".into(),
-        poll_interval_ms: 0,
-        retry_base_ms: 0,
-        observations_max: 5,
-        attempts_max: 3,
-        lease_ms: 60_000,
-        ..EngineConfig::default()
-    };
-    f(&mut cfg);
-    Worker::new(store.clone(), provider, cfg, Arc::new(SystemClock))
-}
-
 async fn ready(store: &Store, w: &Worker<MemoryProvider>, name: &str) -> ClientRow {
     create(store, name).await;
     drain(w, 50).await;

@@ -72,7 +72,12 @@ fn key(s: &str) -> KeyFingerprint {
 }
 
 fn worker(store: &Store, provider: Arc<MemoryProvider>) -> Worker<MemoryProvider> {
-    let cfg = EngineConfig {
+    worker_with(store, provider, |_| {})
+}
+
+/// A test worker with its settings adjusted by `f`.
+fn worker_with(store: &Store, provider: Arc<MemoryProvider>, f: impl FnOnce(&mut EngineConfig)) -> Worker<MemoryProvider> {
+    let mut cfg = EngineConfig {
         worker_id: "test".into(),
         poll_interval_ms: 0,
         retry_base_ms: 0,
@@ -81,6 +86,7 @@ fn worker(store: &Store, provider: Arc<MemoryProvider>) -> Worker<MemoryProvider
         lease_ms: 60_000,
         ..EngineConfig::default()
     };
+    f(&mut cfg);
     Worker::new(store.clone(), provider, cfg, Arc::new(SystemClock))
 }
 
