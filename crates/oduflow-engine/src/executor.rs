@@ -209,6 +209,12 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow, fenc
                 if let Some(r) = counted {
                     w.receipts.observe(&r.operation_key, &detail).await?;
                 }
+                let detail = match reason {
+                    BlockedReason::UncertainCreate | BlockedReason::UncertainAttach | BlockedReason::UncertainDelete => {
+                        format!("{detail}; {}", uncertain_evidence(w, &receipts, counted).await?)
+                    }
+                    _ => detail,
+                };
                 run.infra.status = ClientStatus::Blocked;
                 run.infra.blocked_reason = Some(reason);
                 run.infra.blocked_detail = Some(detail.clone());
@@ -240,6 +246,47 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow, fenc
         }
     }
     Ok(run.wait(now))
+}
+
+/// Why a dispatch's outcome is unknown (the answer its send got, from the
+/// audit trail), and every dispatch of the client whose outcome is unknown,
+/// so one look at the evidence names them all.
+async fn uncertain_evidence<P: Provider>(
+    w: &Worker<P>,
+    receipts: &[ReceiptRow],
+    blocked_on: Option<&ReceiptRow>,
+) -> Result<String, EngineError> {
+    let unknown: Vec<&ReceiptRow> = receipts
+        .iter()
+        .filter(|r| current::is_open(r) && r.resource_id.is_none() && r.resource_kind != ResourceKind::Attach || {
+            r.resource_kind == ResourceKind::Attach && blocked_on.is_some_and(|b| b.operation_key == r.operation_key)
+        })
+        .collect();
+    let client = receipts.first().map(|r| r.client_ref.clone());
+    let answers = match client {
+        Some(c) => w.store.events_for_client(&c).await?,
+        None => vec![],
+    };
+    let why = |r: &ReceiptRow| {
+        answers
+            .iter()
+            .rev()
+            .find(|e| e.kind == "dispatch_outcome_unknown" && e.detail["operation_key"].as_str() == Some(r.operation_key.as_str()))
+            .and_then(|e| e.detail["reason"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| match r.sent_ms {
+                Some(_) => "no answer was recorded (the worker died or rolled back after sending)".to_owned(),
+                None => "the worker died between claiming the receipt and sending".to_owned(),
+            })
+    };
+    let list: Vec<String> = unknown
+        .iter()
+        .map(|r| format!("{} {} (label {}): {}", r.resource_kind.as_str(), r.operation_key, r.label, why(r)))
+        .collect();
+    Ok(if list.is_empty() {
+        "no dispatch of this client has an unknown outcome now".to_owned()
+    } else {
+        format!("dispatches with an unknown outcome: {}", list.join("; "))
+    })
 }
 
 fn progress_of(r: Option<&ReceiptRow>) -> DeleteProgress {

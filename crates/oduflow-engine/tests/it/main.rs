@@ -464,6 +464,9 @@ mod operator_actions {
         drain(&w, 50).await;
         let b = status(&store, "beta").await;
         assert_eq!(b.infra.blocked_reason, Some(BlockedReason::UncertainCreate), "{b:?}");
+        // The evidence says why the outcome is unknown, naming the dispatch.
+        let detail = b.infra.blocked_detail.clone().unwrap();
+        assert!(detail.contains("response lost (memory provider)") && detail.contains(label.as_str()), "{detail}");
         assert_eq!(p.with(|s| s.calls.iter().filter(|c| *c == "POST /instances").count()), 1, "never re-sent");
 
         // Abandon needs an attestation.
