@@ -133,6 +133,10 @@ async fn duplicate_label_matches_block(store: Store) {
         .instance_create(&InstanceRequest { region: "ewr".into(), plan: "vc2-1c-1gb".into(), os_id: 2284, label: r.label.clone(), hostname: "x".into() })
         .await;
     assert!(matches!(dup, Outcome::Accepted(_)), "{dup:?}");
+    // Both past the simulator's listing lag before the label search, so it
+    // sees both (a search inside the lag can see one and adopt it; the
+    // other is then an orphan for `reconcile --all`, not a duplicate block).
+    tokio::time::sleep(Duration::from_millis(400)).await;
     settle(&w).await;
     let after = status(&store, "acme").await;
     assert_eq!(after.infra.blocked_reason, Some(BlockedReason::DuplicateMatches), "{after:?}");
