@@ -328,6 +328,7 @@ async fn run(cli: Cli) -> Result<()> {
                 ClientName::parse(&name)?;
                 let store = open(&cfg).await?;
                 let provider = provider(&cfg)?;
+                refuse_if_restored(&store).await?;
                 let row = operator::reconcile(&store, provider.as_ref(), &name, new_dispatch, &by, now_ms(), cfg.attempts_max).await?;
                 print_client(&store, &row, json, false).await?;
             }
@@ -337,6 +338,7 @@ async fn run(cli: Cli) -> Result<()> {
             let kind = ResourceKind::parse(&kind).expect("clap checked");
             let store = open(&cfg).await?;
             let provider = provider(&cfg)?;
+            refuse_if_restored(&store).await?;
             let row = operator::adopt(&store, provider.as_ref(), &name, kind, &id, &by, now_ms(), cfg.attempts_max).await?;
             print_client(&store, &row, false, false).await?;
         }
@@ -344,12 +346,14 @@ async fn run(cli: Cli) -> Result<()> {
             ClientName::parse(&name)?;
             let kind = ResourceKind::parse(&kind).expect("clap checked");
             let store = open(&cfg).await?;
+            refuse_if_restored(&store).await?;
             let row = operator::abandon(&store, &name, kind, &by, &reason, now_ms(), cfg.attempts_max).await?;
             print_client(&store, &row, false, false).await?;
         }
         Cmd::Credentials(CredentialsCmd::Rotate { by, json }) => {
             let store = open(&cfg).await?;
             let provider = provider(&cfg)?;
+            refuse_if_restored(&store).await?;
             match operator::credentials_rotate(&store, provider.as_ref(), &by, now_ms(), cfg.attempts_max).await? {
                 Ok(names) => {
                     if json {
@@ -379,6 +383,16 @@ async fn run(cli: Cli) -> Result<()> {
 
 /// The provider the worker drives: Vultr (or `oduflow sim`) at
 /// `ODUFLOW_VULTR_URL`, with one rate limiter for the whole process.
+/// Operator actions that act on the provider wait, like the queue, until a
+/// restored copy has been reconciled with the provider's inventory (this
+/// host's high-water mark tells, or a declared restore).
+async fn refuse_if_restored(store: &Store) -> Result<()> {
+    if let Some(why) = lineage::check(store, now_ms()).await? {
+        anyhow::bail!("restore pending ({why}): run `oduflow reconcile --all` first");
+    }
+    Ok(())
+}
+
 fn provider(cfg: &Config) -> Result<Arc<oduflow_vultr::VultrClient>> {
     let scheme = cfg.vultr_url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
     if !matches!(scheme.as_deref(), Some("https" | "http")) {

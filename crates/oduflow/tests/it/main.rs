@@ -420,11 +420,19 @@ async fn restored_database_stops_queue_until_inventory() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("reconcile --all"));
     let o = run(&["queue", "resume"]);
     assert_eq!(o.status.code(), Some(1), "resume must refuse after a restore");
+    // So do operator actions that act on the provider (issue 12): the
+    // restored copy may lag the cloud.
+    for action in [&["reconcile", "acme"][..], &["credentials", "rotate"][..]] {
+        let o = run(action);
+        assert_eq!(o.status.code(), Some(1), "{action:?} ran on a restored copy");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("reconcile --all"), "{action:?}");
+    }
     let o = run(&["reconcile", "--all", "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let inv: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(inv["orphans"].is_array());
     assert!(run(&["queue", "resume"]).status.success());
+    assert!(run(&["reconcile", "acme"]).status.success());
     assert!(run(&["worker", "--until-settled"]).status.success());
 }
 
