@@ -89,10 +89,18 @@ impl Store {
         now_ms: i64,
         attempts_max: i32,
     ) -> Result<Vec<ClientId>> {
+        // PostgreSQL: the record's row lock first, so no run of it can
+        // record a receipt between this comparison and the rebind (SQLite's
+        // write lock already excludes the receipt writer).
+        let lock = match self {
+            Store::Pg(..) => "SELECT client_id FROM infra WHERE client_id = $1 FOR UPDATE",
+            Store::Sqlite(_) => "SELECT client_id FROM infra WHERE client_id = $1",
+        };
         both!(self, p => {
             let mut tx = crate::BeginWrite::begin_write(p).await?;
             let mut changed = vec![];
             for c in clients {
+                sqlx::query(lock).bind(c.client.as_str()).execute(&mut *tx).await?;
                 let mut now: Vec<(String, Option<String>)> =
                     sqlx::query_as("SELECT operation_key, resource_id FROM dispatch_receipts WHERE client_ref = $1")
                         .bind(c.client.as_str()).fetch_all(&mut *tx).await?;

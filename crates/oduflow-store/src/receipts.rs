@@ -102,9 +102,13 @@ impl ReceiptLedger {
     /// on the request may have been applied.
     pub async fn receipt_mark_sent(&self, key: &OperationKey, client: &ClientId, now_ms: i64) -> Result<()> {
         ledger_write!(&self.store, tx => {
-            sqlx::query("UPDATE dispatch_receipts SET sent_ms = COALESCE(sent_ms, $2), not_sent_ms = NULL \
-                         WHERE operation_key = $1")
-                .bind(key.as_str()).bind(now_ms).execute(&mut *tx).await?;
+            // Never on a dispatch an operator abandoned in the meantime.
+            let n = sqlx::query("UPDATE dispatch_receipts SET sent_ms = COALESCE(sent_ms, $2), not_sent_ms = NULL \
+                         WHERE operation_key = $1 AND abandoned_by IS NULL")
+                .bind(key.as_str()).bind(now_ms).execute(&mut *tx).await?.rows_affected();
+            if n == 0 {
+                return Err(StoreError::ReceiptNotFound(format!("{key} (not abandoned)")));
+            }
             (&mut *tx).event_insert(Some(client), "request_sent", &serde_json::json!({
                 "operation_key": key,
             }), now_ms).await?;
@@ -118,7 +122,7 @@ impl ReceiptLedger {
         ledger_write!(&self.store, tx => {
             let n = sqlx::query(
                 "UPDATE dispatch_receipts SET resource_id = $2, resource_id_source = $3 \
-                 WHERE operation_key = $1 AND resource_id IS NULL",
+                 WHERE operation_key = $1 AND resource_id IS NULL AND abandoned_by IS NULL",
             )
             .bind(key.as_str()).bind(id).bind(source.as_str())
             .execute(&mut *tx).await?.rows_affected();
