@@ -12,6 +12,9 @@ use anyhow::Result;
 use oduflow_store::Store;
 use std::path::PathBuf;
 
+/// Tries, 5 ms apart, for the host's lineage lock (2 s in all).
+const LOCK_TRIES_MAX: usize = 400;
+
 fn state_dir() -> PathBuf {
     if let Ok(d) = std::env::var("ODUFLOW_STATE_DIR") {
         return PathBuf::from(d);
@@ -39,10 +42,23 @@ pub async fn check(store: &Store, now_ms: i64) -> Result<Option<String>> {
         .truncate(false)
         .write(true)
         .open(state_dir().join(format!("lineage-{lineage}.lock")));
-    let guard = match &lock {
-        Ok(f) => f.lock().ok().map(|()| f),
-        Err(_) => None,
-    };
+    // Never a blocking lock here: a worker's restore watcher and its final
+    // check run in one process, and a thread blocked on the lock could hold
+    // up the very task that would release it. Polled, within a bound; past
+    // it the check goes on without the lock (best effort, as before).
+    let mut guard = None;
+    if let Ok(f) = &lock {
+        for _ in 0..LOCK_TRIES_MAX {
+            match f.try_lock() {
+                Ok(()) => {
+                    guard = Some(f);
+                    break;
+                }
+                Err(std::fs::TryLockError::WouldBlock) => tokio::time::sleep(std::time::Duration::from_millis(5)).await,
+                Err(std::fs::TryLockError::Error(_)) => break,
+            }
+        }
+    }
     let seen: i64 = std::fs::read_to_string(&file).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
     let mark = store.high_water_mark().await?;
     if mark < seen && store.restore_pending().await?.is_none() {
