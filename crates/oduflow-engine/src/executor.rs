@@ -8,11 +8,14 @@
 
 use crate::{fail_step, EngineError, Worker};
 use oduflow_model::decide::{self, Action, DeleteProgress, Facts, Inputs, ReceiptFacts, Resource, Seen};
-use oduflow_model::provider::{BlockRequest, DeleteOutcome, InstanceRequest, Outcome, Provider};
+use oduflow_model::provider::{BlockRequest, DeleteOutcome, InstanceRequest, Outcome, Provider, SendGuard};
 use oduflow_model::identity::{IdentityTarget, Presence};
 use oduflow_model::*;
 use oduflow_store::{Fence, Finish, Footing, IdSource, InfraRow, JobNext, NewEvent, NewReceipt, ReceiptRow};
 use crate::current::{self, spec_digest};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 
 /// Decisions per run. Each kind needs at most a read, an adoption and a
 /// bookkeeping step before the run ends with a side effect or a wait, so
@@ -28,16 +31,70 @@ struct Run<'a, P> {
     w: &'a Worker<P>,
     infra: InfraRow,
     events: Vec<NewEvent>,
+    guard: Arc<RunGuard>,
+}
+
+/// A run's claim, asked right before every provider request (as the
+/// [`SendGuard`] the provider asks after its rate-limiter wait and before
+/// each retry) and by the run before its other side effects. The first
+/// refusal sticks: a run that lost its claim stays stopped, and whatever a
+/// stopped request returned is thrown away, never recorded.
+struct RunGuard {
     fence: Fence,
+    stop: Mutex<Option<Stop>>,
+}
+
+#[derive(Clone)]
+enum Stop {
+    Superseded,
+    Lost(String),
+}
+
+impl RunGuard {
+    async fn claim_holds(&self) -> Result<(), EngineError> {
+        self.stopped()?;
+        let stop = match self.fence.check().await {
+            Ok(Footing::Held) => return Ok(()),
+            Ok(Footing::Superseded) => Stop::Superseded,
+            Err(e) => Stop::Lost(e.to_string()),
+        };
+        *self.stop.lock().expect("run guard poisoned") = Some(stop);
+        self.stopped()
+    }
+
+    /// `Err` once any check failed, without asking the store again.
+    fn stopped(&self) -> Result<(), EngineError> {
+        match self.stop.lock().expect("run guard poisoned").clone() {
+            None => Ok(()),
+            Some(Stop::Superseded) => Err(EngineError::Superseded),
+            Some(Stop::Lost(e)) => Err(EngineError::ClaimLost(e)),
+        }
+    }
+}
+
+impl SendGuard for RunGuard {
+    fn check(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
+        Box::pin(async move {
+            self.claim_holds().await.map_err(|e| match e {
+                EngineError::Superseded => "the client's record moved on while the run was in flight".to_owned(),
+                e => e.to_string(),
+            })
+        })
+    }
 }
 
 pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow, fence: Fence) -> Result<Finish, EngineError> {
+    let guard = Arc::new(RunGuard { fence, stop: Mutex::new(None) });
+    provider::with_send_guard(guard.clone(), converge_guarded(w, infra0, guard)).await
+}
+
+async fn converge_guarded<P: Provider>(w: &Worker<P>, infra0: &InfraRow, guard: Arc<RunGuard>) -> Result<Finish, EngineError> {
     let now = w.now_ms();
     let mut run = Run {
         w,
         infra: infra0.clone(),
         events: vec![],
-        fence,
+        guard,
     };
     let current_key = w.provider.key_fingerprint();
     if run.infra.key_fingerprint.is_none() {
@@ -126,9 +183,10 @@ pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow, fenc
                     // client library would.
                     run.resend_planted_bug(kind, &r).await;
                 }
-                run.check_fence().await?;
                 let at = w.now_ms();
-                match run.observe(kind, &r).await {
+                let observed = run.observe(kind, &r).await;
+                run.halted()?;
+                match observed {
                     Ok(s @ Seen::Present(_)) if r.seen_ms.is_none() => {
                         w.receipts.mark_seen(&r.operation_key, w.now_ms()).await?;
                         seen[slot(kind)].1 = s;
@@ -363,14 +421,17 @@ impl<P: Provider> Run<'_, P> {
         }
     }
 
-    /// Stops before the next provider call unless the claim still holds
-    /// this client at this generation.
+    /// Stops before the next side effect unless the claim still holds this
+    /// client at this generation. (Provider requests are also guarded one by
+    /// one, see [`RunGuard`].)
     async fn check_fence(&self) -> Result<(), EngineError> {
-        match self.fence.check().await {
-            Ok(Footing::Held) => Ok(()),
-            Ok(Footing::Superseded) => Err(EngineError::Superseded),
-            Err(e) => Err(EngineError::ClaimLost(e.to_string())),
-        }
+        self.guard.claim_holds().await
+    }
+
+    /// After a provider call: `Err` if the guard stopped any of its
+    /// requests, so that nothing the call returned is recorded.
+    fn halted(&self) -> Result<(), EngineError> {
+        self.guard.stopped()
     }
 
     /// A read that failed after its bounded retries counts as an
@@ -508,10 +569,10 @@ impl<P: Provider> Run<'_, P> {
             w.receipts.mark_sent(&op, &client, w.now_ms()).await?;
         }
         fail_step!("request-about-to-be-sent");
-        // Checked again right before it leaves (the receipt writes took
-        // their time): a lost claim sends nothing; the receipt stays, its
-        // outcome unknown to whoever holds the client now.
-        self.check_fence().await?;
+        // The run's guard checks the claim again right before the request
+        // leaves (after the rate limiter's wait): a lost claim sends nothing;
+        // the receipt stays, its outcome unknown to whoever holds the client
+        // now.
         let outcome: Outcome<String> = match kind {
             ResourceKind::Vm => {
                 let req = InstanceRequest {
@@ -544,6 +605,7 @@ impl<P: Provider> Run<'_, P> {
         };
         fail_step!("request-sent");
         fail_step!("response-received");
+        self.halted()?;
         let now = w.now_ms();
         if forget {
             // The planted bug sent a create without a receipt: nothing records it.
@@ -613,6 +675,7 @@ impl<P: Provider> Run<'_, P> {
             (Some(vm), true) => self.w.provider.instance_get(vm).await.ok().flatten().map(|i| i.main_ip),
             _ => None,
         };
+        self.halted()?;
         Ok(IdentityTarget { client: name, client_id: self.infra.client_id.to_string(), main_ip })
     }
 
@@ -647,11 +710,15 @@ impl<P: Provider> Run<'_, P> {
             let t = self.identity_target(true).await?;
             let now = w.now_ms();
             let run = std::mem::replace(self, self.clone_shallow());
-            let ensured = match a.ensure(&t).await {
+            let ensured = a.ensure(&t).await;
+            run.halted()?;
+            let ensured = match ensured {
                 Err(e) => return Ok(Some(run.adapter_failed(a.name(), "ensuring", e, now).await?)),
                 Ok(d) => d,
             };
-            return Ok(Some(match a.check(&t).await {
+            let checked = a.check(&t).await;
+            run.halted()?;
+            return Ok(Some(match checked {
                 Ok(Presence::Present(d)) => {
                     w.receipts.adapter_set(&run.infra.client_id, a.name(), "ensured", &d, now).await?;
                     run.wait(now)
@@ -697,11 +764,15 @@ impl<P: Provider> Run<'_, P> {
             let t = self.identity_target(false).await?;
             let now = w.now_ms();
             let run = std::mem::replace(self, self.clone_shallow());
-            if let Err(e) = a.remove(&t).await {
+            let removed = a.remove(&t).await;
+            run.halted()?;
+            if let Err(e) = removed {
                 return Ok(Some(run.adapter_failed(a.name(), "removing", e, now).await?));
             }
             fail_step!("adapter-removed");
-            return Ok(Some(match a.check(&t).await {
+            let checked = a.check(&t).await;
+            run.halted()?;
+            return Ok(Some(match checked {
                 Ok(Presence::Absent) => {
                     w.receipts.adapter_set(&run.infra.client_id, a.name(), "removed", "check reports absence", now).await?;
                     run.wait(now)
@@ -714,7 +785,7 @@ impl<P: Provider> Run<'_, P> {
     }
 
     fn clone_shallow(&self) -> Self {
-        Run { w: self.w, infra: self.infra.clone(), events: vec![], fence: self.fence.clone() }
+        Run { w: self.w, infra: self.infra.clone(), events: vec![], guard: self.guard.clone() }
     }
 
     /// Sends one DELETE and ends the run. A refusal (500 "locked", a 4xx, a
@@ -728,14 +799,15 @@ impl<P: Provider> Run<'_, P> {
         w.receipts
             .audit(&client, "delete_sending", serde_json::json!({ "kind": kind, "id": id }), w.now_ms())
             .await?;
-        // Right before it leaves: nothing but this process's own scheduling
-        // lies between the check and the request.
-        self.check_fence().await?;
+        // The run's guard checks the claim right before each attempt leaves:
+        // nothing but this process's own scheduling lies between the check
+        // and the request.
         let answer = match kind {
             ResourceKind::Vm => w.provider.instance_delete(&VultrInstanceId(id.to_owned())).await,
             _ => w.provider.block_delete(&VultrBlockId(id.to_owned())).await,
         };
         fail_step!("delete-sent");
+        self.halted()?;
         let at = w.now_ms();
         let sent = matches!(answer, Ok(DeleteOutcome::Sent | DeleteOutcome::NotFound));
         if sent {

@@ -50,6 +50,16 @@ impl MemoryProvider {
         f(&mut self.state.lock().expect("memory provider poisoned"))
     }
 
+    /// The run's send guard, asked like the Vultr client asks it: a refused
+    /// request is neither applied nor logged in `calls`.
+    async fn guard() -> Result<(), String> {
+        send_guard_check().await
+    }
+
+    async fn guard_read() -> Result<(), ProviderError> {
+        Self::guard().await.map_err(|e| ProviderError::Transport(format!("request not sent: {e}")))
+    }
+
     fn read_fault(&self) -> Result<(), ProviderError> {
         match self.with(|s| s.fail_reads.clone()) {
             Some(e) => Err(e),
@@ -94,6 +104,9 @@ impl Provider for MemoryProvider {
     }
 
     async fn instance_create(&self, req: &InstanceRequest) -> Outcome<VultrInstanceId> {
+        if let Err(e) = Self::guard().await {
+            return Outcome::NotSent { reason: format!("request not sent: {e}") };
+        }
         let outcome = self.create("POST /instances", req.label.as_str(), |s, id| {
             s.instances.insert(id.clone(), Instance {
                 id: VultrInstanceId(id.clone()),
@@ -117,6 +130,7 @@ impl Provider for MemoryProvider {
         if let Some(hold) = self.with(|s| s.hold_next_get.take()) {
             hold.notified().await;
         }
+        Self::guard_read().await?;
         self.read_fault()?;
         Ok(self.with(|s| {
             s.calls.push("GET /instances/{id}".into());
@@ -125,6 +139,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn instance_list_by_label(&self, label: &Label) -> Result<Vec<Instance>, ProviderError> {
+        Self::guard_read().await?;
         self.read_fault()?;
         Ok(self.with(|s| {
             s.calls.push("GET /instances?label".into());
@@ -133,6 +148,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn instance_list(&self) -> Result<Vec<Instance>, ProviderError> {
+        Self::guard_read().await?;
         self.read_fault()?;
         Ok(self.with(|s| {
             s.calls.push("GET /instances".into());
@@ -141,6 +157,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn instance_delete(&self, id: &VultrInstanceId) -> Result<DeleteOutcome, ProviderError> {
+        Self::guard_read().await?;
         if let Some(r) = self.delete_refusal() {
             return Ok(r);
         }
@@ -161,6 +178,9 @@ impl Provider for MemoryProvider {
     }
 
     async fn block_create(&self, req: &BlockRequest) -> Outcome<VultrBlockId> {
+        if let Err(e) = Self::guard().await {
+            return Outcome::NotSent { reason: format!("request not sent: {e}") };
+        }
         self.create("POST /blocks", req.label.as_str(), |s, id| {
             s.blocks.insert(id.clone(), Block {
                 id: VultrBlockId(id.clone()),
@@ -176,6 +196,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn block_get(&self, id: &VultrBlockId) -> Result<Option<Block>, ProviderError> {
+        Self::guard_read().await?;
         self.read_fault()?;
         Ok(self.with(|s| {
             s.calls.push("GET /blocks/{id}".into());
@@ -184,6 +205,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn block_list(&self) -> Result<Vec<Block>, ProviderError> {
+        Self::guard_read().await?;
         self.read_fault()?;
         Ok(self.with(|s| {
             s.calls.push("GET /blocks".into());
@@ -192,6 +214,9 @@ impl Provider for MemoryProvider {
     }
 
     async fn block_attach(&self, id: &VultrBlockId, instance: &VultrInstanceId) -> Outcome<()> {
+        if let Err(e) = Self::guard().await {
+            return Outcome::NotSent { reason: format!("request not sent: {e}") };
+        }
         self.with(|s| {
             s.calls.push("POST /blocks/{id}/attach".into());
             if !s.instances.contains_key(instance.as_str()) {
@@ -208,6 +233,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn block_detach(&self, id: &VultrBlockId) -> Result<DeleteOutcome, ProviderError> {
+        Self::guard_read().await?;
         Ok(self.with(|s| {
             s.calls.push("POST /blocks/{id}/detach".into());
             match s.blocks.get_mut(id.as_str()) {
@@ -221,6 +247,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn block_delete(&self, id: &VultrBlockId) -> Result<DeleteOutcome, ProviderError> {
+        Self::guard_read().await?;
         if let Some(r) = self.delete_refusal() {
             return Ok(r);
         }

@@ -11,6 +11,8 @@
 use crate::{KeyFingerprint, Label, VolumeType, VultrBlockId, VultrInstanceId};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 
 /// A VM to create.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -161,4 +163,33 @@ pub trait Provider: Send + Sync + 'static {
         &self,
         id: &VultrBlockId,
     ) -> impl Future<Output = Result<DeleteOutcome, ProviderError>> + Send;
+}
+
+/// Asked right before each request leaves for the provider: after the rate
+/// limiter's wait, before every retry of a read or DELETE and before a create
+/// or attach. A run installs one that checks its claim, so a run whose claim
+/// was lost while it waited (its connection terminated, its record moved on)
+/// sends nothing more, not even the next retry of a read. `Err` names why;
+/// the sender then sends nothing and answers as if the connection had never
+/// been made (`NotSent`, or a read error that is not retried).
+pub trait SendGuard: Send + Sync {
+    fn check(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
+}
+
+tokio::task_local! {
+    static SEND_GUARD: Arc<dyn SendGuard>;
+}
+
+/// Runs `f` with `guard` asked before every request sent from within it (on
+/// this task: a request sent from a spawned task is not guarded).
+pub async fn with_send_guard<F: Future>(guard: Arc<dyn SendGuard>, f: F) -> F::Output {
+    SEND_GUARD.scope(guard, f).await
+}
+
+/// What a sender calls right before each request; `Ok` outside any guard.
+pub async fn send_guard_check() -> Result<(), String> {
+    let Ok(guard) = SEND_GUARD.try_with(Arc::clone) else {
+        return Ok(());
+    };
+    guard.check().await
 }

@@ -93,6 +93,9 @@ pub(crate) enum Reply {
     /// No (complete) answer once a connection may have carried the request:
     /// send, timeout or body read failed.
     Transport(String),
+    /// The run's send guard refused right before sending (its claim is
+    /// lost): nothing was sent, and nothing is retried.
+    Stopped(String),
 }
 
 #[derive(Debug)]
@@ -294,6 +297,12 @@ impl VultrClient {
         let waiting = Instant::now();
         inner.limiter.until_ready().await;
         inner.stats.record_limiter_wait(waiting.elapsed());
+        // After the wait, which can be long: a run whose claim was lost
+        // meanwhile sends nothing (`oduflow_model::provider::SendGuard`).
+        if let Err(why) = oduflow_model::provider::send_guard_check().await {
+            tracing::debug!(%method, why = %why, "vultr request stopped by the run's guard");
+            return Reply::Stopped(why);
+        }
         let url = self.url(segments);
         let route = url.path().to_owned();
         let mut auth =
@@ -346,7 +355,7 @@ impl VultrClient {
         let ms = started.elapsed().as_millis() as u64;
         let status = match &reply {
             Reply::Answer(a) => Some(a.status),
-            Reply::NotSent(_) | Reply::Transport(_) => None,
+            Reply::NotSent(_) | Reply::Transport(_) | Reply::Stopped(_) => None,
         };
         inner.stats.record_request(
             method.as_str(),
@@ -363,6 +372,7 @@ impl VultrClient {
             Reply::Transport(e) => {
                 tracing::debug!(%method, %route, error = %e, ms, "vultr request failed")
             }
+            Reply::Stopped(_) => {}
         }
         reply
     }
@@ -378,6 +388,9 @@ impl VultrClient {
         match reply {
             Reply::NotSent(e) => Outcome::NotSent {
                 reason: format!("connection never established, request not sent: {e}"),
+            },
+            Reply::Stopped(e) => Outcome::NotSent {
+                reason: format!("request not sent: {e}"),
             },
             Reply::Transport(e) => Outcome::Unknown {
                 reason: format!("transport error: {e}"),
@@ -426,6 +439,7 @@ impl VultrClient {
                 .exchange(false, method.clone(), segments, query, body)
                 .await;
             let retry_after = match &reply {
+                Reply::Stopped(e) => return Err(VultrError::Transport(format!("request not sent: {e}"))),
                 Reply::Answer(a) if a.is_redirect() => return Err(a.redirect_error()),
                 Reply::Answer(a) if !is_retryable(a.status) => return finish(reply),
                 Reply::Answer(a) => a.retry_after,
@@ -458,7 +472,9 @@ impl VultrClient {
             match reply {
                 Reply::Answer(a) if a.is_redirect() => Err(a.redirect_error()),
                 Reply::Answer(a) => Ok(a),
-                Reply::NotSent(e) | Reply::Transport(e) => Err(VultrError::Transport(e)),
+                Reply::NotSent(e) | Reply::Transport(e) | Reply::Stopped(e) => {
+                    Err(VultrError::Transport(e))
+                }
             }
         }
     }

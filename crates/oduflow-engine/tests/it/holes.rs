@@ -20,6 +20,7 @@ on_both_stores_inner!(
     adopted_renamed_vm_is_verified_without_its_label,
     adopt_refuses_another_dispatchs_labelled_resource,
     rotation_bumps_generation_and_resolves_credential_changed,
+    a_run_that_loses_its_claim_while_a_read_waits_sends_nothing_more,
 );
 
 async fn ready(store: &Store, w: &Worker<MemoryProvider>, name: &str) -> ClientRow {
@@ -420,5 +421,53 @@ async fn rotation_bumps_generation_and_resolves_credential_changed(store: Store)
     assert_eq!(after.infra.blocked_reason, None);
     drain(&w2, 50).await;
     assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
+    Ok(())
+}
+
+/// A run's read waits (the rate limiter, a retry's backoff, a paused
+/// process) and meanwhile loses its claim: PostgreSQL terminates its claim
+/// connection, or on SQLite the record moves on (`client create` flips it
+/// back). Checked only before the call, the read would still leave after the
+/// wait, and another worker, free to take the client, could have reported it
+/// deleted by then (campaign seed 156635722: a GET and a DELETE reached the
+/// provider after `deleted`). Each request is checked as it leaves.
+async fn a_run_that_loses_its_claim_while_a_read_waits_sends_nothing_more(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    ready(&store, &w, "acme").await;
+    store.client_delete("acme", now(), 3).await?;
+    let hold = Arc::new(tokio::sync::Notify::new());
+    p.with(|s| s.hold_next_get = Some(hold.clone()));
+    let gets = |p: &MemoryProvider| p.with(|s| s.calls.iter().filter(|c| c.starts_with("GET /instances/")).count());
+    let before = gets(&p);
+    let w2 = w.clone();
+    let run = tokio::spawn(async move { w2.run_next().await });
+    // Until the run's GET is waiting (it took the hold).
+    let t = std::time::Instant::now();
+    while p.with(|s| s.hold_next_get.is_some()) {
+        assert!(t.elapsed() < std::time::Duration::from_secs(10), "the run never read its VM");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    match &store {
+        Store::Pg(pool, _) => {
+            let n: Vec<bool> = sqlx::query_scalar(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND state = 'idle in transaction' AND pid <> pg_backend_pid()",
+            )
+            .fetch_all(pool)
+            .await?;
+            assert_eq!(n, vec![true], "exactly the run's claim connection is terminated");
+        }
+        Store::Sqlite(..) => drop(store.client_create(&ClientName::parse("acme")?, &spec(), now(), 3).await?),
+    }
+    hold.notify_one();
+    let out = run.await?;
+    assert_eq!(gets(&p), before, "a read left after the run lost its claim ({out:?})");
+    p.with(|s| assert_eq!(s.calls.iter().filter(|c| c.starts_with("DELETE")).count(), 0, "{:?}", s.calls));
+    // Whoever holds the client next finishes the work.
+    drain(&w, 50).await;
+    let c = status(&store, "acme").await;
+    let want = if matches!(store, Store::Pg(..)) { ClientStatus::Deleted } else { ClientStatus::Ready };
+    assert_eq!(c.infra.status, want, "{c:?}");
     Ok(())
 }

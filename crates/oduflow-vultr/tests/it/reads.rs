@@ -1,7 +1,9 @@
 //! Reads and DELETE: bounded retries, Retry-After, pagination, label scans.
 
 use crate::*;
-use oduflow_model::provider::{DeleteOutcome, Provider, ProviderError};
+use oduflow_model::provider::{with_send_guard, DeleteOutcome, Outcome, Provider, ProviderError, SendGuard};
+use std::future::Future;
+use std::pin::Pin;
 use oduflow_model::{Label, VultrBlockId, VultrInstanceId};
 use serde_json::{Value, json};
 use std::time::Instant;
@@ -346,4 +348,47 @@ async fn a_cursor_that_repeats_is_an_error_not_a_loop() {
     let c = client(&format!("{}/v2", server.uri()));
     assert!(matches!(c.block_list().await, Err(ProviderError::Decode(m)) if m.contains("twice")));
     assert_eq!(gets(&server).await, 2);
+}
+
+/// A guard that lets `passes` requests through, then refuses: a run whose
+/// claim was lost between two attempts of one read.
+struct Guard {
+    passes: AtomicUsize,
+}
+
+impl SendGuard for Guard {
+    fn check(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
+        Box::pin(async move {
+            let left = self.passes.load(Ordering::SeqCst);
+            if left == 0 {
+                return Err("claim lost".into());
+            }
+            self.passes.store(left - 1, Ordering::SeqCst);
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_retry_after_the_run_lost_its_claim_is_never_sent() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(ResponseTemplate::new(503).set_body_json(json!({"error": "unavailable", "status": 503})))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(202).set_body_json(json!({"instance": {"id": "i-1"}})))
+        .mount(&server)
+        .await;
+    let c = client(&format!("{}/v2", server.uri()));
+    let guard = Arc::new(Guard { passes: AtomicUsize::new(1) });
+    let err = with_send_guard(guard.clone(), c.instance_get(&VultrInstanceId::from("i-1")))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("not sent: claim lost"), "{err}");
+    assert_eq!(gets(&server).await, 1, "the retry after the refusal was sent");
+    // A create under a refusing guard is not sent, and says so.
+    let outcome = with_send_guard(guard, c.instance_create(&crate::instance_req("l"))).await;
+    assert!(matches!(&outcome, Outcome::NotSent { reason } if reason.contains("claim lost")), "{outcome:?}");
+    assert_eq!(server.received_requests().await.unwrap().len(), 1, "only the first GET left");
 }
