@@ -536,7 +536,7 @@ impl<P: Provider> Run<'_, P> {
         // A receipt whose last send provably never left is sent again as it
         // is: same operation key, same label.
         let resend = unsent.is_some();
-        let label = unsent.map_or_else(Label::new_dispatch, |r| r.label);
+        let label = unsent.map_or_else(|| Label::new_dispatch(&client, kind), |r| r.label);
         let digest = match kind {
             ResourceKind::Vm => spec_digest(&(&spec.region, &spec.plan, spec.os_id)),
             ResourceKind::Volume => spec_digest(&(&spec.region, spec.volume_gb, spec.volume_type)),

@@ -125,6 +125,16 @@ pub async fn adopt<P: Provider>(
     if let Some(why) = mismatch {
         return refused(format!("{} {id} does not match {name}'s spec: {why}", kind.as_str()));
     }
+    // A label made by oduflow names the client and kind it was made for.
+    if let Some((owner, made_as)) = Label(label.clone()).owner() {
+        if owner != c.id || made_as != kind {
+            return refused(format!(
+                "{id} carries label {label}, made for the {} of client {owner}; it is not {name}'s {} to adopt",
+                made_as.as_str(),
+                kind.as_str()
+            ));
+        }
+    }
     let writer = ReceiptWriter::new(store.clone());
     let (receipt, dg) = current_receipt(store, &c, kind).await?;
     // A resource carrying the label of another dispatch belongs to that
@@ -319,6 +329,9 @@ pub struct InventoryItem {
     pub label: String,
     pub client: Option<String>,
     pub note: String,
+    /// For an orphan: the command that resolves it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolve: Option<String>,
 }
 
 /// `oduflow reconcile --all`: compares the provider's inventory under our
@@ -351,9 +364,21 @@ pub async fn inventory<P: Provider>(store: &Store, provider: &P, now_ms: i64) ->
             label: label.clone(),
             client,
             note: note.into(),
+            resolve: None,
         };
         match by_label.get(label.as_str()) {
-            None => inv.orphans.push(item(None, "no receipt carries this label")),
+            // No receipt carries it (a restored copy lost the receipt, say):
+            // the label itself names the client and the kind.
+            None => match Label(label.clone()).owner() {
+                Some((owner, k)) => inv.orphans.push(item(
+                    clients.get(&owner).map(|c| c.name.clone()),
+                    &match clients.get(&owner) {
+                        Some(c) => format!("no receipt carries this label; it names {}'s {}", c.name, k.as_str()),
+                        None => format!("no receipt carries this label; it names client {owner}, unknown here"),
+                    },
+                )),
+                None => inv.orphans.push(item(None, "no receipt carries this label, and it names no client")),
+            },
             Some(r) if r.abandoned_by.is_some() => inv.orphans.push(item(
                 client_name(r),
                 &format!("label of a dispatch abandoned by {}", r.abandoned_by.as_deref().unwrap_or("?")),
@@ -370,6 +395,30 @@ pub async fn inventory<P: Provider>(store: &Store, provider: &P, now_ms: i64) ->
             },
         }
     }
+    for o in inv.orphans.iter_mut() {
+        let live = o.client.as_deref().and_then(|n| clients.values().find(|c| c.name == n));
+        o.resolve = Some(match live {
+            Some(c) if c.infra.status != ClientStatus::Deleted && c.infra.target == Target::Present => {
+                format!("oduflow orphan adopt {} (into {}), or oduflow orphan delete {} --by WHO --reason WHY", o.id, c.name, o.id)
+            }
+            _ => format!("oduflow orphan delete {} --by WHO --reason WHY", o.id),
+        });
+    }
+    let found: Vec<oduflow_store::FoundOrphan> = inv
+        .orphans
+        .iter()
+        .map(|o| oduflow_store::FoundOrphan {
+            resource_id: o.id.clone(),
+            kind: o.kind,
+            label: o.label.clone(),
+            client_ref: Label(o.label.clone())
+                .owner()
+                .map(|(c, _)| c)
+                .or_else(|| by_label.get(o.label.as_str()).map(|r| r.client_ref.clone())),
+            note: o.note.clone(),
+        })
+        .collect();
+    store.orphans_record(&found, now_ms).await?;
     for r in &receipts {
         let (Some(id), Some(c)) = (&r.resource_id, clients.get(&r.client_ref)) else { continue };
         if r.resource_kind == ResourceKind::Attach || !crate::current::is_open(r) {
@@ -382,6 +431,7 @@ pub async fn inventory<P: Provider>(store: &Store, provider: &P, now_ms: i64) ->
                 label: r.label.to_string(),
                 client: Some(c.name.clone()),
                 note: "recorded but not listed by the provider".into(),
+                resolve: None,
             });
         }
     }
@@ -403,4 +453,152 @@ pub async fn inventory<P: Provider>(store: &Store, provider: &P, now_ms: i64) ->
         )
         .await?;
     Ok(inv)
+}
+
+/// An orphan the last inventory pass recorded and has not seen resolved.
+async fn open_orphan(store: &Store, id: &str) -> Result<oduflow_store::OrphanRow> {
+    match store.orphan_get(id).await? {
+        Some(o) if o.resolved_ms.is_none() => Ok(o),
+        Some(o) => refused(format!(
+            "{id} is no longer an orphan ({}); run `oduflow reconcile --all` to look again",
+            o.resolution.unwrap_or_default()
+        )),
+        None => refused(format!("{id} is not a recorded orphan; run `oduflow reconcile --all` first, which records them")),
+    }
+}
+
+/// `oduflow orphan adopt ID`: records an orphan on the client its label
+/// names, as `adopt` would (verified against that client's spec, refused if
+/// the client already has a resource of that kind recorded, or is deleted).
+pub async fn orphan_adopt<P: Provider>(
+    store: &Store,
+    provider: &P,
+    id: &str,
+    actor: &str,
+    now_ms: i64,
+    attempts_max: i32,
+) -> Result<ClientRow> {
+    let o = open_orphan(store, id).await?;
+    let Some(owner) = o.client_ref.as_deref() else {
+        return refused(format!(
+            "{id} (label {}) names no client: adopt it into a client with `oduflow adopt NAME --kind {} --id {id}`, \
+             or delete it with `oduflow orphan delete {id} --by WHO --reason WHY`",
+            o.label,
+            o.kind.as_str()
+        ));
+    };
+    let Some(c) = store.client_get_by_id(&ClientId::from(owner)).await? else {
+        return refused(format!("{id} names client {owner}, which this database does not know"));
+    };
+    if c.infra.target == Target::Absent || c.infra.status == ClientStatus::Deleted {
+        return refused(format!(
+            "{} is deleted or being deleted: its orphan is deleted, not adopted (`oduflow orphan delete {id} --by WHO --reason WHY`)",
+            c.name
+        ));
+    }
+    let row = adopt(store, provider, &c.name, o.kind, id, actor, now_ms, attempts_max).await?;
+    store.orphan_resolve(id, &format!("adopted into {} by {actor}", c.name), now_ms).await?;
+    Ok(row)
+}
+
+/// What `oduflow orphan delete` did.
+#[derive(Clone, Debug, Serialize)]
+pub struct OrphanDeleted {
+    pub id: String,
+    pub kind: ResourceKind,
+    /// True once a GET after the DELETE answered 404.
+    pub confirmed: bool,
+    pub note: String,
+}
+
+/// `oduflow orphan delete ID --by WHO --reason WHY`: deletes an orphan on an
+/// operator's recorded attestation, after checking again that no receipt of
+/// a live client accounts for it (recorded, or about to be adopted by its
+/// label). A volume still attached is refused: its VM goes first.
+pub async fn orphan_delete<P: Provider>(
+    store: &Store,
+    provider: &P,
+    id: &str,
+    by: &str,
+    reason: &str,
+    now_ms: i64,
+) -> Result<OrphanDeleted> {
+    if by.trim().is_empty() || reason.trim().is_empty() {
+        return refused("deleting an orphan needs an attestation: --by WHO and --reason WHY");
+    }
+    let o = open_orphan(store, id).await?;
+    let clients: HashMap<ClientId, ClientRow> = store.client_list().await?.into_iter().map(|c| (c.id.clone(), c)).collect();
+    let live = |r: &ReceiptRow| clients.get(&r.client_ref).is_some_and(|c| c.infra.status != ClientStatus::Deleted);
+    for r in store.receipts_all().await?.iter().filter(|r| crate::current::is_open(r) && live(r)) {
+        if r.resource_id.as_deref() == Some(id) {
+            return refused(format!("{id} is recorded on receipt {} of a live client: it is not an orphan now", r.operation_key));
+        }
+        if r.resource_id.is_none() && r.label.as_str() == o.label {
+            return refused(format!(
+                "{id} carries the label of receipt {}, whose next run adopts it: it is not an orphan now",
+                r.operation_key
+            ));
+        }
+    }
+    let label = match o.kind {
+        ResourceKind::Vm => provider.instance_get(&VultrInstanceId(id.to_owned())).await?.map(|i| i.label),
+        _ => match provider.block_get(&VultrBlockId(id.to_owned())).await? {
+            Some(b) if b.attached_to_instance.is_some() => {
+                return refused(format!(
+                    "volume {id} is attached to instance {}: delete or detach that first",
+                    b.attached_to_instance.map(|i| i.0).unwrap_or_default()
+                ))
+            }
+            b => b.map(|b| b.label),
+        },
+    };
+    let Some(label) = label else {
+        store.orphan_resolve(id, "gone: the provider answered 404", now_ms).await?;
+        return Ok(OrphanDeleted { id: id.into(), kind: o.kind, confirmed: true, note: "already gone (404)".into() });
+    };
+    if label != o.label {
+        return refused(format!("{id} now carries label {label:?}, not {:?}: run `oduflow reconcile --all` again", o.label));
+    }
+    // A deleted client's receipt that still records it (never confirmed
+    // deleted) follows the deletion protocol with it: seen, DELETE sent,
+    // then 404.
+    let writer = ReceiptWriter::new(store.clone());
+    let recorded: Vec<ReceiptRow> =
+        store.receipts_all().await?.into_iter().filter(|r| crate::current::is_open(r) && r.resource_id.as_deref() == Some(id)).collect();
+    for r in recorded.iter().filter(|r| r.seen_ms.is_none()) {
+        writer.mark_seen(&r.operation_key, now_ms).await?;
+    }
+    let client = o.client_ref.as_deref().map(ClientId::from);
+    let detail = serde_json::json!({ "id": id, "kind": o.kind, "label": o.label, "by": by, "reason": reason });
+    match &client {
+        Some(c) => ReceiptWriter::new(store.clone()).audit(c, "orphan_delete_attested", detail, now_ms).await?,
+        None => store.event_global("orphan_delete_attested", detail, now_ms).await?,
+    }
+    let answer = match o.kind {
+        ResourceKind::Vm => provider.instance_delete(&VultrInstanceId(id.to_owned())).await?,
+        _ => provider.block_delete(&VultrBlockId(id.to_owned())).await?,
+    };
+    if let provider::DeleteOutcome::Refused { status, message } = answer {
+        return refused(format!("the provider refused the DELETE of {id} with {status}: {message}; nothing changed"));
+    }
+    for r in &recorded {
+        writer.mark_delete_sent(&r.operation_key, now_ms).await?;
+    }
+    let gone = match o.kind {
+        ResourceKind::Vm => provider.instance_get(&VultrInstanceId(id.to_owned())).await?.is_none(),
+        _ => provider.block_get(&VultrBlockId(id.to_owned())).await?.is_none(),
+    };
+    if gone {
+        for r in &recorded {
+            writer.mark_deleted(&r.operation_key, now_ms).await?;
+        }
+        store.orphan_resolve(id, &format!("deleted on the attestation of {by}: {reason}"), now_ms).await?;
+        return Ok(OrphanDeleted { id: id.into(), kind: o.kind, confirmed: true, note: "deleted; GET answers 404".into() });
+    }
+    Ok(OrphanDeleted {
+        id: id.into(),
+        kind: o.kind,
+        confirmed: false,
+        note: "DELETE accepted, but the provider still shows it; `oduflow reconcile --all` confirms once it is gone".into(),
+    })
 }

@@ -41,7 +41,8 @@ string_id!(
     OperationKey
 );
 string_id!(
-    /// The label sent with a create; unique per dispatch, `oduflow-<uuid>`.
+    /// The label sent with a create; unique per dispatch,
+    /// `oduflow-<client id>-<kind>-<12 hex>` (see [`Label::new_dispatch`]).
     Label
 );
 string_id!(
@@ -67,10 +68,32 @@ impl ClientId {
     }
 }
 
+/// Hex digits of randomness that make a dispatch's label unique among its
+/// client's dispatches of one kind: 48 bits, with a few dispatches per client.
+const LABEL_TAIL_HEX: usize = 12;
+
 impl Label {
-    /// A fresh label for a new dispatch.
-    pub fn new_dispatch() -> Self {
-        Self(format!("{LABEL_PREFIX}{}", uuid::Uuid::new_v4()))
+    /// A fresh label for a new dispatch of `kind` for `client`:
+    /// `oduflow-<client id>-<kind>-<12 hex>`. The random tail makes it unique
+    /// per dispatch; the client and kind it names let a resource that no
+    /// receipt accounts for (an orphan, after a restore say) be traced to
+    /// its client. A VM's label is also its hostname: 60 characters, within
+    /// a DNS label's 63.
+    pub fn new_dispatch(client: &ClientId, kind: ResourceKind) -> Self {
+        let tail = uuid::Uuid::new_v4().simple().to_string();
+        Self(format!("{LABEL_PREFIX}{client}-{}-{}", kind.as_str(), &tail[..LABEL_TAIL_HEX]))
+    }
+
+    /// The client and kind a label made by [`Label::new_dispatch`] names.
+    /// `None` for any other label, including the `oduflow-<uuid>` labels of
+    /// versions before 0.2, which name no client.
+    pub fn owner(&self) -> Option<(ClientId, ResourceKind)> {
+        let rest = self.0.strip_prefix(LABEL_PREFIX)?;
+        let mut parts = rest.rsplitn(3, '-');
+        let (tail, kind, client) = (parts.next()?, parts.next()?, parts.next()?);
+        let hex = tail.len() == LABEL_TAIL_HEX && tail.bytes().all(|b| b.is_ascii_hexdigit());
+        let kind = ResourceKind::parse(kind)?;
+        (hex && uuid::Uuid::parse_str(client).is_ok()).then(|| (ClientId(client.to_owned()), kind))
     }
 }
 
@@ -146,6 +169,27 @@ mod tests {
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
         assert_eq!(fp.short(), "ba7816bf8f01");
+    }
+
+    #[test]
+    fn a_dispatch_label_names_its_client_and_kind() {
+        let c = ClientId::new_v7();
+        for kind in [ResourceKind::Vm, ResourceKind::Volume, ResourceKind::Attach] {
+            let a = Label::new_dispatch(&c, kind);
+            assert_ne!(a, Label::new_dispatch(&c, kind), "unique per dispatch");
+            assert_eq!(a.owner(), Some((c.clone(), kind)), "{a}");
+        }
+        let vm = Label::new_dispatch(&c, ResourceKind::Vm);
+        assert!(vm.as_str().len() <= 63, "a VM's label is its hostname: {vm}");
+        for other in [
+            "oduflow-0b1e2c3d-0000-4000-8000-000000000000",
+            "oduflow-notaclient-vm-0123456789ab",
+            &format!("oduflow-{c}-disk-0123456789ab"),
+            &format!("oduflow-{c}-vm-0123"),
+            &format!("other-{c}-vm-0123456789ab"),
+        ] {
+            assert_eq!(Label::from(other).owner(), None, "{other}");
+        }
     }
 
     #[test]

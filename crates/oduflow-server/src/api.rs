@@ -12,7 +12,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use oduflow_engine::operator;
-use oduflow_model::{BlockedReason, ClientSpec, ClientStatus, ResourceKind, Target};
+use oduflow_model::{BlockedReason, ClientId, ClientSpec, ClientStatus, ResourceKind, Target};
 use oduflow_store::{ClientRow, EventRow, JobRow, ReceiptRow};
 use serde::{Deserialize, Serialize};
 use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
@@ -490,6 +490,44 @@ pub(crate) async fn interventions_list(s: &AppState) -> ApiResult<Vec<Interventi
     responses((status = 200, body = Vec<Object>), (status = 401, body = ErrorBody)))]
 pub async fn receipts(State(s): State<AppState>) -> ApiResult<Json<Vec<ReceiptRow>>> {
     Ok(Json(s.store().receipts_all().await?))
+}
+
+/// Resources under oduflow's label prefix that no receipt accounts for, as
+/// the last inventory pass (`oduflow reconcile --all`) recorded them: open
+/// ones, each with the command that resolves it. Read-only: the list costs
+/// no provider call.
+#[utoipa::path(get, path = "/api/v1/orphans", tag = "evidence",
+    responses((status = 200, body = Vec<Object>), (status = 401, body = ErrorBody)))]
+pub async fn orphans(State(s): State<AppState>) -> ApiResult<Json<Vec<Orphan>>> {
+    Ok(Json(orphans_list(&s).await?))
+}
+
+/// One open orphan and how to resolve it.
+#[derive(Serialize)]
+pub struct Orphan {
+    #[serde(flatten)]
+    pub row: oduflow_store::OrphanRow,
+    /// The client's name, when its label (or receipt) names a known client.
+    pub client: Option<String>,
+    pub resolve: Vec<String>,
+}
+
+pub(crate) async fn orphans_list(s: &AppState) -> ApiResult<Vec<Orphan>> {
+    let mut out = vec![];
+    for row in s.store().orphans_list(false).await? {
+        let c = match &row.client_ref {
+            Some(id) => s.store().client_get_by_id(&ClientId::from(id.as_str())).await?,
+            None => None,
+        };
+        let id = &row.resource_id;
+        let mut resolve = vec![];
+        if c.as_ref().is_some_and(|c| c.infra.target == Target::Present && c.infra.status != ClientStatus::Deleted) {
+            resolve.push(format!("oduflow orphan adopt {id}"));
+        }
+        resolve.push(format!("oduflow orphan delete {id} --by WHO --reason WHY"));
+        out.push(Orphan { row, client: c.map(|c| c.name), resolve });
+    }
+    Ok(out)
 }
 
 /// Recent audit events, newest first.

@@ -211,6 +211,33 @@ pub(crate) async fn dashboard(State(s): State<AppState>, Extension(caller): Exte
     }
     b.push_str("</div>");
 
+    let orphans = crate::api::orphans_list(&s).await?;
+    let _ = write!(
+        b,
+        "<h2>Orphans ({})</h2><p class=\"muted\">Resources under oduflow's label prefix that no receipt accounts for, as the last <code>oduflow reconcile --all</code> found them.</p><div id=\"orphans\">",
+        orphans.len()
+    );
+    if orphans.is_empty() {
+        b.push_str("<p class=\"muted\">None recorded.</p>");
+    } else {
+        b.push_str("<table><tr><th>kind</th><th>id</th><th>label</th><th>client</th><th>note</th><th>resolve with</th></tr>");
+        for o in &orphans {
+            let cmds: Vec<String> = o.resolve.iter().map(|c| format!("<code>{}</code>", esc(c))).collect();
+            let _ = write!(
+                b,
+                "<tr data-orphan=\"{1}\"><td>{0}</td><td>{1}</td><td><code>{2}</code></td><td>{3}</td><td>{4}</td><td class=\"cmd\">{5}</td></tr>",
+                esc(o.row.kind.as_str()),
+                esc(&o.row.resource_id),
+                esc(&o.row.label),
+                esc(o.client.as_deref().or(o.row.client_ref.as_deref()).unwrap_or("-")),
+                esc(&o.row.note),
+                cmds.join("<br>"),
+            );
+        }
+        b.push_str("</table>");
+    }
+    b.push_str("</div>");
+
     b.push_str("<h2>Clients</h2><table id=\"clients\"><tr><th>name</th><th>status</th><th>blocked reason</th><th>target</th><th>region / plan</th><th>vm</th><th>volume</th><th>updated</th></tr>");
     for c in &clients {
         let i = &c.infra;

@@ -118,6 +118,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/clients/{name}/abandon", post(api::clients_abandon))
         .route("/api/v1/interventions", get(api::interventions))
         .route("/api/v1/receipts", get(api::receipts))
+        .route("/api/v1/orphans", get(api::orphans))
         .route("/api/v1/events", get(api::events))
         .route("/api/v1/queue", get(api::queue))
         .route("/api/v1/queue/pause", post(api::queue_pause))

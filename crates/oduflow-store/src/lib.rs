@@ -21,6 +21,7 @@
 //! refuse to delete a receipt or change a recorded resource id.
 
 mod operator;
+mod orphans;
 mod queue;
 pub mod testing;
 mod receipts;
@@ -29,6 +30,7 @@ mod stats;
 mod tokens;
 
 pub use operator::*;
+pub use orphans::*;
 pub use queue::*;
 pub use receipts::*;
 pub use rows::*;
@@ -242,12 +244,14 @@ impl Store {
                 (2, "tokens", include_str!("../migrations/postgres/0002_tokens.sql")),
                 (3, "adapter state", include_str!("../migrations/postgres/0003_adapter_state.sql")),
                 (4, "fencing", include_str!("../migrations/postgres/0004_fencing.sql")),
+                (5, "orphans", include_str!("../migrations/postgres/0005_orphans.sql")),
             ],
             Store::Sqlite(_) => &[
                 (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
                 (2, "tokens", include_str!("../migrations/sqlite/0002_tokens.sql")),
                 (3, "adapter state", include_str!("../migrations/sqlite/0003_adapter_state.sql")),
                 (4, "fencing", include_str!("../migrations/sqlite/0004_fencing.sql")),
+                (5, "orphans", include_str!("../migrations/sqlite/0005_orphans.sql")),
             ],
         };
         let migrator = Migrator::with_migrations(

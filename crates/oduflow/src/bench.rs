@@ -551,7 +551,7 @@ async fn inventory(n: usize, out: &mut Section) -> Result<()> {
             let _permit = sem.acquire().await?;
             let c = store.client_create(&ClientName::parse(&format!("i{i}"))?, &spec, 0, 3).await?;
             for kind in [ResourceKind::Vm, ResourceKind::Volume] {
-                let label = Label::new_dispatch();
+                let label = Label::new_dispatch(&c.id, kind);
                 let op = OperationKey::new(&c.id, kind, 1);
                 ledger
                     .receipt_claim(&NewReceipt {

@@ -87,6 +87,10 @@ enum Cmd {
         #[arg(long)]
         reason: String,
     },
+    /// Resources under oduflow's label prefix that no receipt accounts for, as
+    /// the last `reconcile --all` recorded them.
+    #[command(subcommand)]
+    Orphan(OrphanCmd),
     /// API key management.
     #[command(subcommand)]
     Credentials(CredentialsCmd),
@@ -115,6 +119,36 @@ enum Cmd {
         /// Run without injected faults.
         #[arg(long)]
         no_faults: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum OrphanCmd {
+    /// The open orphans (with --all, resolved ones too).
+    List {
+        #[arg(long)]
+        all: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Record an orphan on the client its label names, after verifying it
+    /// against that client's spec (as `adopt` does).
+    Adopt {
+        id: String,
+        #[arg(long, env = "USER", default_value = "operator")]
+        by: String,
+    },
+    /// Delete an orphan, on a recorded attestation.
+    Delete {
+        id: String,
+        /// Who attests (required).
+        #[arg(long)]
+        by: String,
+        /// Why (required).
+        #[arg(long)]
+        reason: String,
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -372,6 +406,37 @@ async fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
+        Cmd::Orphan(OrphanCmd::List { all, json }) => {
+            let store = open(&cfg).await?;
+            let list = store.orphans_list(all).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+            } else {
+                println!("orphans: {} (as the last `oduflow reconcile --all` found them)", list.len());
+                for o in &list {
+                    let state = o.resolution.as_deref().map_or_else(|| "open".to_owned(), |r| format!("resolved: {r}"));
+                    println!("  {:<6} {} label {} client {} — {} [{state}]", o.kind.as_str(), o.resource_id, o.label, o.client_ref.as_deref().unwrap_or("-"), o.note);
+                }
+            }
+        }
+        Cmd::Orphan(OrphanCmd::Adopt { id, by }) => {
+            let store = open(&cfg).await?;
+            let provider = provider(&cfg)?;
+            refuse_if_restored(&store).await?;
+            let row = operator::orphan_adopt(&store, provider.as_ref(), &id, &by, now_ms(), cfg.attempts_max).await?;
+            print_client(&store, &row, false, false).await?;
+        }
+        Cmd::Orphan(OrphanCmd::Delete { id, by, reason, json }) => {
+            let store = open(&cfg).await?;
+            let provider = provider(&cfg)?;
+            refuse_if_restored(&store).await?;
+            let d = operator::orphan_delete(&store, provider.as_ref(), &id, &by, &reason, now_ms()).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&d)?);
+            } else {
+                println!("{} {}: {}", d.kind.as_str(), d.id, d.note);
+            }
+        }
         Cmd::Restore(RestoreCmd::Declare { reason }) => {
             let store = open(&cfg).await?;
             store.restore_declare(&reason, now_ms()).await?;
@@ -580,6 +645,9 @@ fn print_inventory(inv: &operator::Inventory, json: bool) -> Result<()> {
                 i.client.as_deref().unwrap_or("-"),
                 i.note
             );
+            if let Some(r) = &i.resolve {
+                println!("         resolve: {r}");
+            }
         }
     }
     Ok(())

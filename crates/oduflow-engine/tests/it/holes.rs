@@ -21,6 +21,8 @@ on_both_stores_inner!(
     adopt_refuses_another_dispatchs_labelled_resource,
     rotation_bumps_generation_and_resolves_credential_changed,
     a_run_that_loses_its_claim_while_a_read_waits_sends_nothing_more,
+    an_orphan_names_its_client_and_is_adopted_into_it,
+    a_deleted_clients_orphan_is_deleted_on_an_attestation,
 );
 
 async fn ready(store: &Store, w: &Worker<MemoryProvider>, name: &str) -> ClientRow {
@@ -450,13 +452,26 @@ async fn a_run_that_loses_its_claim_while_a_read_waits_sends_nothing_more(store:
     }
     match &store {
         Store::Pg(pool, _) => {
-            let n: Vec<bool> = sqlx::query_scalar(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+            let pids: Vec<i32> = sqlx::query_scalar(
+                "SELECT pid FROM pg_stat_activity \
                  WHERE datname = current_database() AND state = 'idle in transaction' AND pid <> pg_backend_pid()",
             )
             .fetch_all(pool)
             .await?;
-            assert_eq!(n, vec![true], "exactly the run's claim connection is terminated");
+            assert_eq!(pids.len(), 1, "exactly the run's claim connection is idle in its transaction");
+            let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)").bind(pids[0]).fetch_one(pool).await?;
+            assert!(killed);
+            // pg_terminate_backend only signals: wait until the backend is gone.
+            let t = std::time::Instant::now();
+            while sqlx::query_scalar::<_, i32>("SELECT pid FROM pg_stat_activity WHERE pid = $1")
+                .bind(pids[0])
+                .fetch_optional(pool)
+                .await?
+                .is_some()
+            {
+                assert!(t.elapsed() < std::time::Duration::from_secs(10), "the claim backend never went");
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
         }
         Store::Sqlite(..) => drop(store.client_create(&ClientName::parse("acme")?, &spec(), now(), 3).await?),
     }
@@ -469,5 +484,100 @@ async fn a_run_that_loses_its_claim_while_a_read_waits_sends_nothing_more(store:
     let c = status(&store, "acme").await;
     let want = if matches!(store, Store::Pg(..)) { ClientStatus::Deleted } else { ClientStatus::Ready };
     assert_eq!(c.infra.status, want, "{c:?}");
+    Ok(())
+}
+
+/// A VM made through the provider as a run would have made it, with a label
+/// naming `client`'s vm, but recorded nowhere (the receipt that knew it was
+/// lost with a restore).
+fn leak_vm(p: &MemoryProvider, client: &ClientId) -> String {
+    let label = Label::new_dispatch(client, ResourceKind::Vm);
+    p.with(|s| {
+        let id = format!("leaked-{}", s.instances.len());
+        s.instances.insert(id.clone(), provider::Instance {
+            id: VultrInstanceId(id.clone()),
+            label: label.to_string(),
+            region: "ewr".into(),
+            plan: "vc2-1c-1gb".into(),
+            os_id: 2284,
+            status: "active".into(),
+            server_status: "ok".into(),
+            main_ip: "192.0.2.9".into(),
+        });
+        id
+    })
+}
+
+/// Hole 8: after a restore, a client pending in the backup had its VM made
+/// already; the receipt is gone. The orphan's label names the client and the
+/// kind, the inventory says so and records it, and `orphan adopt` records it
+/// on that client, whose run then uses it instead of creating another.
+async fn an_orphan_names_its_client_and_is_adopted_into_it(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    let c = create(&store, "acme").await;
+    let vm = leak_vm(&p, &c.id);
+    // An old-style label names no client: listed, but not adoptable by name.
+    p.with(|s| {
+        let mut i = s.instances[&vm].clone();
+        i.id = VultrInstanceId("old-style".into());
+        i.label = format!("{LABEL_PREFIX}0b1e2c3d-0000-4000-8000-000000000000");
+        s.instances.insert("old-style".into(), i);
+    });
+    let inv = operator::inventory(&store, p.as_ref(), now()).await?;
+    let o = inv.orphans.iter().find(|o| o.id == vm).expect("the leaked VM is an orphan");
+    assert_eq!(o.client.as_deref(), Some("acme"), "{o:?}");
+    assert!(o.note.contains("acme's vm"), "{o:?}");
+    assert!(o.resolve.as_deref().is_some_and(|r| r.contains(&format!("oduflow orphan adopt {vm}"))), "{o:?}");
+    let listed = store.orphans_list(false).await?;
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert_eq!(listed.iter().find(|o| o.resource_id == vm).and_then(|o| o.client_ref.clone()), Some(c.id.to_string()));
+    let err = operator::orphan_adopt(&store, p.as_ref(), "old-style", "ops", now(), 3).await.unwrap_err();
+    assert!(err.to_string().contains("names no client"), "{err}");
+    let err = operator::orphan_adopt(&store, p.as_ref(), "nothing-like-it", "ops", now(), 3).await.unwrap_err();
+    assert!(err.to_string().contains("not a recorded orphan"), "{err}");
+    operator::orphan_adopt(&store, p.as_ref(), &vm, "ops", now(), 3).await?;
+    assert_eq!(store.orphans_list(false).await?.len(), 1, "adopted: only the old-style one is open");
+    let again = operator::orphan_adopt(&store, p.as_ref(), &vm, "ops", now(), 3).await.unwrap_err();
+    assert!(again.to_string().contains("no longer an orphan"), "{again}");
+    drain(&w, 50).await;
+    let c = status(&store, "acme").await;
+    assert_eq!(c.infra.status, ClientStatus::Ready, "{c:?}");
+    assert_eq!(c.infra.vm_id.as_ref().map(|v| v.as_str()), Some(vm.as_str()));
+    p.with(|s| assert_eq!(s.calls.iter().filter(|c| *c == "POST /instances").count(), 0, "a second VM was made"));
+    Ok(())
+}
+
+/// Hole 8: a deleted client's VM, recorded nowhere, is an orphan that names
+/// it; adopting it is refused (the client is deleted) and `orphan delete`
+/// deletes it on an attestation, which the audit trail keeps.
+async fn a_deleted_clients_orphan_is_deleted_on_an_attestation(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    let c = ready(&store, &w, "gone").await;
+    store.client_delete("gone", now(), 3).await?;
+    drain(&w, 50).await;
+    assert_eq!(status(&store, "gone").await.infra.status, ClientStatus::Deleted);
+    let vm = leak_vm(&p, &c.id);
+    let inv = operator::inventory(&store, p.as_ref(), now()).await?;
+    let o = inv.orphans.iter().find(|o| o.id == vm).expect("orphan");
+    assert_eq!(o.client.as_deref(), Some("gone"));
+    assert!(!o.resolve.as_deref().unwrap_or("").contains("adopt"), "{o:?}");
+    let err = operator::orphan_adopt(&store, p.as_ref(), &vm, "ops", now(), 3).await.unwrap_err();
+    assert!(err.to_string().contains("is deleted"), "{err}");
+    let err = operator::orphan_delete(&store, p.as_ref(), &vm, "", "checked", now()).await.unwrap_err();
+    assert!(err.to_string().contains("attestation"), "{err}");
+    assert!(p.with(|s| s.instances.contains_key(&vm)), "a refused delete deleted");
+    let d = operator::orphan_delete(&store, p.as_ref(), &vm, "ops", "client left in November", now()).await?;
+    assert!(d.confirmed, "{d:?}");
+    assert!(!p.with(|s| s.instances.contains_key(&vm)));
+    assert!(store.orphans_list(false).await?.is_empty());
+    let all = store.orphans_list(true).await?;
+    assert!(all[0].resolution.as_deref().is_some_and(|r| r.contains("client left in November")), "{all:?}");
+    let ev = store.events_by_kind("orphan_delete_attested").await?;
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].client_ref.as_deref(), Some(c.id.as_str()));
+    // The next pass finds nothing more.
+    assert!(operator::inventory(&store, p.as_ref(), now()).await?.orphans.is_empty());
     Ok(())
 }

@@ -85,6 +85,26 @@ impl H {
     /// `lost-again` (blocked uncertain_create: every instance create is
     /// answered 500 without being applied), `pending-one` (pending) and
     /// `going-away` (deleting).
+    /// A VM made straight through the provider with a label naming
+    /// `client`'s vm, recorded nowhere, then an inventory pass: an orphan.
+    async fn orphan_of(&self, client: &str) -> String {
+        let c = self.store.client_get(client).await.unwrap().unwrap();
+        let made = self
+            .provider
+            .instance_create(&InstanceRequest {
+                region: c.infra.spec.region.clone(),
+                plan: c.infra.spec.plan.clone(),
+                os_id: c.infra.spec.os_id,
+                label: Label::new_dispatch(&c.id, oduflow_model::ResourceKind::Vm),
+                hostname: client.into(),
+            })
+            .await;
+        let Outcome::Accepted(id) = made else { panic!("{made:?}") };
+        let inv = oduflow_engine::operator::inventory(&self.store, self.provider.as_ref(), now_ms()).await.unwrap();
+        assert!(inv.orphans.iter().any(|o| o.id == id.as_str()), "{inv:?}");
+        id.0
+    }
+
     async fn fixture(&self) {
         let spec = |plan: &str| ClientSpec::parse("ewr", plan, 2284, 40, "high_perf").unwrap();
         let create = |name: &str, plan: &str| {
@@ -500,7 +520,7 @@ async fn adopt_verifies_the_resource_before_recording_it() {
             region: "ewr".into(),
             plan: "vc2-1c-1gb".into(),
             os_id: 2284,
-            label: Label::new_dispatch(),
+            label: Label::from("made-in-the-console"),
             hostname: "lost-create".into(),
         })
         .await;
@@ -542,6 +562,29 @@ async fn abandon_needs_an_attestation_and_an_uncertain_dispatch() {
 }
 
 // ---- evidence and queue ------------------------------------------------------
+
+/// Hole 8: orphans are listed with the client their label names and the
+/// commands that resolve them, without a provider call.
+#[tokio::test]
+async fn orphans_are_listed_with_their_client_and_commands() {
+    let h = H::start().await;
+    h.fixture().await;
+    let (s, v) = h.get("/api/v1/orphans").await;
+    assert_eq!((s, v.clone()), (200, json!([])));
+    let id = h.orphan_of("acme-ready").await;
+    let before = h.sim.ledger().request_log.len();
+    let (s, v) = h.get("/api/v1/orphans").await;
+    assert_eq!(s, 200, "{v}");
+    let list = v.as_array().unwrap();
+    assert_eq!(list.len(), 1, "{v}");
+    assert_eq!(list[0]["resource_id"], id.as_str());
+    assert_eq!(list[0]["kind"], "vm");
+    assert_eq!(list[0]["client"], "acme-ready");
+    let resolve: Vec<&str> = list[0]["resolve"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+    assert_eq!(resolve, vec![format!("oduflow orphan adopt {id}"), format!("oduflow orphan delete {id} --by WHO --reason WHY")]);
+    assert_eq!(h.sim.ledger().request_log.len(), before, "listing orphans called the provider");
+    assert_error(&h.post("/api/v1/orphans", json!({})).await, 405, "method_not_allowed");
+}
 
 #[tokio::test]
 async fn receipts_and_events_are_readable() {
@@ -840,6 +883,7 @@ async fn run_chromium(args: &[&str]) -> String {
 async fn dashboard_in_headless_chromium_shows_states_interventions_commands_and_events() {
     let h = H::start().await;
     h.fixture().await;
+    let orphan = h.orphan_of("acme-ready").await;
     // A hostile string in the evidence trail must render as text.
     h.store.event_global("note", json!({ "x": "<script>document.title='pwned'</script><img src=x>" }), now_ms()).await.unwrap();
     let url = h.url(&format!("/?token={}", h.token));
@@ -864,6 +908,10 @@ async fn dashboard_in_headless_chromium_shows_states_interventions_commands_and_
     for (name, status) in [("acme-ready", "ready"), ("pending-one", "pending"), ("going-away", "deleting")] {
         assert!(dom.contains(&format!("<tr data-client=\"{name}\"><td>{name}</td><td class=\"status-{status}\">{status}</td>")), "{name}");
     }
+    // Orphans, with the commands that resolve them (issue 12, hole 8).
+    assert!(dom.contains("Orphans (1)"), "{dom:.3000}");
+    assert!(dom.contains(&format!("<tr data-orphan=\"{orphan}\">")));
+    assert!(dom.contains(&format!("<code>oduflow orphan adopt {orphan}</code>")));
     // Recent events, with the hostile one escaped: no element was created from it.
     assert!(dom.contains("client_delete_requested"));
     assert!(dom.contains("&lt;script&gt;document.title="));

@@ -430,7 +430,32 @@ async fn restored_database_stops_queue_until_inventory() {
     let o = run(&["reconcile", "--all", "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let inv: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(inv["orphans"].is_array());
+    // beta was created after the backup: its VM and volume are orphans
+    // whose labels name it (a client this copy does not know), each with
+    // the command that resolves it (issue 12, hole 8).
+    let orphans = inv["orphans"].as_array().unwrap();
+    assert_eq!(orphans.len(), 2, "{inv}");
+    assert!(orphans.iter().all(|o| o["note"].as_str().unwrap().contains("unknown here")), "{inv}");
+    assert!(orphans.iter().all(|o| o["resolve"].as_str().unwrap().contains("oduflow orphan delete")), "{inv}");
+    let o = run(&["orphan", "list", "--json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
+    let id_of = |kind: &str| orphans.iter().find(|o| o["kind"] == kind).unwrap()["id"].as_str().unwrap().to_owned();
+    let (vm, vol) = (id_of("vm"), id_of("volume"));
+    let o = run(&["orphan", "adopt", &vm]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("does not know"), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&["orphan", "delete", &vol, "--by", "ops", "--reason", "beta came after the backup"]);
+    assert_eq!(o.status.code(), Some(1), "an attached volume goes after its VM");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("attached"), "{}", String::from_utf8_lossy(&o.stderr));
+    for id in [&vm, &vol] {
+        let o = run(&["orphan", "delete", id, "--by", "ops", "--reason", "beta came after the backup"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let o = run(&["orphan", "list", "--json"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "[]");
+    let live: Vec<_> = env.sim.ledger().resources.into_iter().filter(|r| r.deleted_at.is_none()).map(|r| r.id).collect();
+    assert!(!live.contains(&vm) && !live.contains(&vol), "{live:?}");
     assert!(run(&["queue", "resume"]).status.success());
     assert!(run(&["reconcile", "acme"]).status.success());
     assert!(run(&["worker", "--until-settled"]).status.success());

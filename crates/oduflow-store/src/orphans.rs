@@ -1,0 +1,115 @@
+//! Orphans: resources under our label prefix that no receipt accounts for,
+//! as the last inventory pass found them (issue 12, hole 8). The inventory
+//! writes them; the API, the dashboard and `oduflow orphan list` read them;
+//! `oduflow orphan adopt|delete` record how each was resolved.
+
+use crate::{both, Result, Store};
+use crate::rows::RowExt;
+use oduflow_model::*;
+use serde::Serialize;
+
+/// One orphan as an inventory pass found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FoundOrphan {
+    pub resource_id: String,
+    pub kind: ResourceKind,
+    pub label: String,
+    pub client_ref: Option<ClientId>,
+    pub note: String,
+}
+
+/// A recorded orphan, open or resolved.
+#[derive(Clone, Debug, Serialize)]
+pub struct OrphanRow {
+    pub resource_id: String,
+    pub kind: ResourceKind,
+    pub label: String,
+    /// The client its label (or receipt) names, if any.
+    pub client_ref: Option<String>,
+    pub note: String,
+    pub found_ms: i64,
+    pub last_seen_ms: i64,
+    pub resolved_ms: Option<i64>,
+    pub resolution: Option<String>,
+}
+
+const SELECT: &str = "SELECT resource_id, kind, label, client_ref, note, found_ms, last_seen_ms, resolved_ms, resolution \
+                      FROM orphans";
+
+fn from_row(r: &impl RowExt) -> Result<OrphanRow> {
+    let kind = r.text("kind")?;
+    Ok(OrphanRow {
+        resource_id: r.text("resource_id")?,
+        kind: ResourceKind::parse(&kind).ok_or(crate::StoreError::Corrupt(kind))?,
+        label: r.text("label")?,
+        client_ref: r.text_opt("client_ref")?,
+        note: r.text("note")?,
+        found_ms: r.int("found_ms")?,
+        last_seen_ms: r.int("last_seen_ms")?,
+        resolved_ms: r.int_opt("resolved_ms")?,
+        resolution: r.text_opt("resolution")?,
+    })
+}
+
+impl Store {
+    /// Records what a complete inventory pass found: each orphan is opened
+    /// (again) or refreshed; an open one the pass no longer found is resolved
+    /// as "no longer an orphan" (listed no more, or accounted for now).
+    pub async fn orphans_record(&self, found: &[FoundOrphan], now_ms: i64) -> Result<()> {
+        both!(self, p => {
+            let mut tx = crate::BeginWrite::begin_write(p).await?;
+            let open: Vec<String> = sqlx::query_scalar("SELECT resource_id FROM orphans WHERE resolved_ms IS NULL")
+                .fetch_all(&mut *tx).await?;
+            for o in found {
+                sqlx::query(
+                    "INSERT INTO orphans (resource_id, kind, label, client_ref, note, found_ms, last_seen_ms) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $6) \
+                     ON CONFLICT (resource_id) DO UPDATE SET kind = excluded.kind, label = excluded.label, \
+                     client_ref = excluded.client_ref, note = excluded.note, last_seen_ms = excluded.last_seen_ms, \
+                     found_ms = CASE WHEN orphans.resolved_ms IS NULL THEN orphans.found_ms ELSE excluded.found_ms END, \
+                     resolved_ms = NULL, resolution = NULL")
+                    .bind(&o.resource_id).bind(o.kind.as_str()).bind(&o.label)
+                    .bind(o.client_ref.as_ref().map(|c| c.as_str())).bind(&o.note).bind(now_ms)
+                    .execute(&mut *tx).await?;
+            }
+            for id in open.iter().filter(|id| !found.iter().any(|o| &o.resource_id == *id)) {
+                sqlx::query("UPDATE orphans SET resolved_ms = $2, resolution = $3 WHERE resource_id = $1 AND resolved_ms IS NULL")
+                    .bind(id).bind(now_ms).bind("no longer an orphan at the last inventory pass")
+                    .execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
+    /// Open orphans, oldest first; with `all`, resolved ones too.
+    pub async fn orphans_list(&self, all: bool) -> Result<Vec<OrphanRow>> {
+        let sql = if all {
+            format!("{SELECT} ORDER BY found_ms, resource_id")
+        } else {
+            format!("{SELECT} WHERE resolved_ms IS NULL ORDER BY found_ms, resource_id")
+        };
+        both!(self, p => {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(p).await?;
+            rows.iter().map(from_row).collect()
+        })
+    }
+
+    pub async fn orphan_get(&self, resource_id: &str) -> Result<Option<OrphanRow>> {
+        let sql = format!("{SELECT} WHERE resource_id = $1");
+        both!(self, p => {
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(resource_id).fetch_optional(p).await?;
+            row.as_ref().map(from_row).transpose()
+        })
+    }
+
+    /// Marks an orphan resolved, saying how. `false` if it was not open.
+    pub async fn orphan_resolve(&self, resource_id: &str, resolution: &str, now_ms: i64) -> Result<bool> {
+        both!(self, p => {
+            let n = sqlx::query("UPDATE orphans SET resolved_ms = $2, resolution = $3 WHERE resource_id = $1 AND resolved_ms IS NULL")
+                .bind(resource_id).bind(now_ms).bind(resolution)
+                .execute(p).await?.rows_affected();
+            Ok(n == 1)
+        })
+    }
+}
