@@ -816,6 +816,12 @@ impl<P: Provider> Run<'_, P> {
         let refusal = match &answer {
             Ok(DeleteOutcome::Refused { status, message }) => Some(format!("DELETE refused with {status}: {message}")),
             Err(e) => Some(format!("DELETE failed: {e}")),
+            // Accepted again while a GET still shows it: a DELETE the
+            // provider takes and never carries out would otherwise be sent
+            // for ever. Each repeat counts against the polling limit.
+            Ok(DeleteOutcome::Sent) if r.delete_sent_ms.is_some() => {
+                Some("DELETE accepted again, but a GET still shows the resource".to_owned())
+            }
             Ok(_) => None,
         };
         let answer_json = match &answer {
@@ -830,7 +836,12 @@ impl<P: Provider> Run<'_, P> {
             let n = r.observations() + 1;
             if n >= w.cfg.observations_max {
                 let detail = format!("{} {id}: {why} ({n} attempts, the polling limit)", kind.as_str());
-                return Ok(self.block(BlockedReason::DeleteRefused, detail));
+                let reason = match answer {
+                    // The provider took every DELETE: what it did with them is unknown.
+                    Ok(DeleteOutcome::Sent) => BlockedReason::UncertainDelete,
+                    _ => BlockedReason::DeleteRefused,
+                };
+                return Ok(self.block(reason, detail));
             }
             return Ok(self.wait(now + poll_delay(w.cfg.poll_interval_ms, n)));
         }

@@ -33,6 +33,15 @@ pub struct MemoryState {
     pub unreachable_creates: u32,
     /// The next `GET /instances/{id}` waits for this before it answers.
     pub hold_next_get: Option<std::sync::Arc<tokio::sync::Notify>>,
+    /// The next this-many creates are answered `Unknown` and *not* applied
+    /// (a 500 from a proxy in front of the API, say).
+    pub unknown_unapplied_creates: u32,
+    /// The next attach is answered with this rejection (and not applied).
+    pub reject_next_attach: Option<(u16, String)>,
+    /// The next this-many attaches are answered `Unknown` and not applied.
+    pub unknown_unapplied_attaches: u32,
+    /// DELETEs are answered 204 but not applied (the resource stays).
+    pub deletes_not_applied: bool,
     next_id: u64,
 }
 
@@ -84,6 +93,10 @@ impl MemoryProvider {
             }
             if let Some((status, message)) = s.reject_next_create.take() {
                 return Outcome::Rejected { status, message };
+            }
+            if s.unknown_unapplied_creates > 0 {
+                s.unknown_unapplied_creates -= 1;
+                return Outcome::Unknown { reason: "Vultr answered 500 (memory provider, not applied)".into() };
             }
             s.next_id += 1;
             let id = format!("mem-{:08}", s.next_id);
@@ -163,6 +176,9 @@ impl Provider for MemoryProvider {
         }
         Ok(self.with(|s| {
             s.calls.push("DELETE /instances/{id}".into());
+            if s.deletes_not_applied {
+                return if s.instances.contains_key(id.as_str()) { DeleteOutcome::Sent } else { DeleteOutcome::NotFound };
+            }
             match s.instances.remove(id.as_str()) {
                 Some(_) => {
                     for b in s.blocks.values_mut() {
@@ -219,6 +235,13 @@ impl Provider for MemoryProvider {
         }
         self.with(|s| {
             s.calls.push("POST /blocks/{id}/attach".into());
+            if let Some((status, message)) = s.reject_next_attach.take() {
+                return Outcome::Rejected { status, message };
+            }
+            if s.unknown_unapplied_attaches > 0 {
+                s.unknown_unapplied_attaches -= 1;
+                return Outcome::Unknown { reason: "connection reset (memory provider, not applied)".into() };
+            }
             if !s.instances.contains_key(instance.as_str()) {
                 return Outcome::Rejected { status: 400, message: "instance not found".into() };
             }
@@ -253,6 +276,9 @@ impl Provider for MemoryProvider {
         }
         Ok(self.with(|s| {
             s.calls.push("DELETE /blocks/{id}".into());
+            if s.deletes_not_applied {
+                return if s.blocks.contains_key(id.as_str()) { DeleteOutcome::Sent } else { DeleteOutcome::NotFound };
+            }
             match s.blocks.remove(id.as_str()) {
                 Some(_) => DeleteOutcome::Sent,
                 None => DeleteOutcome::NotFound,

@@ -91,9 +91,14 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
             reconcile("after correcting the resource in the Vultr console so it matches the spec"),
             r(format!("oduflow client delete {n}"), "to remove the client and its resources instead"),
         ],
-        BlockedReason::KnownResourceMissing => {
-            vec![reconcile("to look for the recorded resource again (a 404 may be Vultr's lag)")]
-        }
+        BlockedReason::KnownResourceMissing => vec![
+            reconcile("to look for the recorded resource again (a 404 may be Vultr's lag)"),
+            r(
+                format!("oduflow client delete {n}"),
+                "if it was deleted on purpose, or the client was deleted since (a restored copy may not know): \
+                 confirms that nothing is left and ends deleted",
+            ),
+        ],
         BlockedReason::ForeignAttachment => {
             vec![reconcile("after detaching the volume from the other instance in the Vultr console")]
         }
@@ -102,8 +107,8 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
             reconcile("if VULTR_API_KEY is again the key this record is bound to (see the evidence): observes again"),
             r(
                 "oduflow credentials rotate".to_owned(),
-                "with the new key in VULTR_API_KEY: proves it owns every recorded resource, rebinds, then run \
-                 `oduflow reconcile NAME` for each blocked client",
+                "with the new key in VULTR_API_KEY: proves it owns every recorded resource, then rebinds each \
+                 record and queues its work again",
             ),
         ],
         BlockedReason::DeleteRefused => vec![reconcile(
@@ -111,7 +116,7 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
              sends it again with a fresh polling budget",
         )],
         BlockedReason::ProviderUnavailable => vec![reconcile(
-            "after fixing the key or the base URL (see the evidence; `oduflow check` tells): observes again",
+            "after fixing the key or the base URL (see the evidence; a worker checks both when it starts): observes again",
         )],
         BlockedReason::NotReady => vec![
             reconcile("once the resource is active in the Vultr console (a suspended account, a stuck install)"),

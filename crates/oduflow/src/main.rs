@@ -570,6 +570,10 @@ async fn print_client(store: &Store, r: &ClientRow, json: bool, evidence: bool) 
     let events = if evidence { store.events_for_client(&r.id).await? } else { vec![] };
     if json {
         let mut v = client_json(r);
+        if r.infra.status == ClientStatus::Blocked {
+            let receipts = store.receipts_for_client(&r.id).await?;
+            v["resolve"] = serde_json::to_value(oduflow_server::resolve::resolutions(r, &receipts))?;
+        }
         if evidence {
             v["receipts"] = serde_json::to_value(&receipts)?;
             v["adapters"] = serde_json::to_value(&adapters)?;
@@ -586,6 +590,13 @@ async fn print_client(store: &Store, r: &ClientRow, json: bool, evidence: bool) 
     }
     if let Some(d) = &i.blocked_detail {
         println!("evidence:   {d}");
+    }
+    if i.status == ClientStatus::Blocked {
+        // The same commands the API and the dashboard suggest.
+        let receipts = store.receipts_for_client(&r.id).await?;
+        for res in oduflow_server::resolve::resolutions(r, &receipts) {
+            println!("resolve:    {}  ({})", res.command, res.when);
+        }
     }
     println!("target:     {} (generation {})", i.target, i.generation);
     println!(

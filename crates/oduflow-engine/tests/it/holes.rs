@@ -23,6 +23,7 @@ on_both_stores_inner!(
     a_run_that_loses_its_claim_while_a_read_waits_sends_nothing_more,
     an_orphan_names_its_client_and_is_adopted_into_it,
     a_deleted_clients_orphan_is_deleted_on_an_attestation,
+    a_delete_accepted_but_never_carried_out_blocks,
 );
 
 async fn ready(store: &Store, w: &Worker<MemoryProvider>, name: &str) -> ClientRow {
@@ -579,5 +580,29 @@ async fn a_deleted_clients_orphan_is_deleted_on_an_attestation(store: Store) -> 
     assert_eq!(ev[0].client_ref.as_deref(), Some(c.id.as_str()));
     // The next pass finds nothing more.
     assert!(operator::inventory(&store, p.as_ref(), now()).await?.orphans.is_empty());
+    Ok(())
+}
+
+/// Every wait ends: a DELETE the provider answers 204 and never carries out
+/// (the VM stays listed) used to be sent again for ever. Each repeat counts;
+/// at the limit the client blocks `uncertain_delete`, and `reconcile` (once
+/// the provider deletes) ends it deleted.
+async fn a_delete_accepted_but_never_carried_out_blocks(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    ready(&store, &w, "acme").await;
+    p.with(|s| s.deletes_not_applied = true);
+    store.client_delete("acme", now(), 3).await?;
+    drain(&w, 50).await;
+    let c = status(&store, "acme").await;
+    assert_eq!(c.infra.blocked_reason, Some(BlockedReason::UncertainDelete), "{c:?}");
+    assert!(c.infra.blocked_detail.as_deref().is_some_and(|d| d.contains("still shows")), "{c:?}");
+    let deletes = p.with(|s| s.calls.iter().filter(|c| c.starts_with("DELETE")).count());
+    // The first, then one per counted observation (the limit is 5).
+    assert_eq!(deletes, 1 + 5, "{deletes} DELETEs for a limit of 5 observations");
+    p.with(|s| s.deletes_not_applied = false);
+    operator::reconcile(&store, p.as_ref(), "acme", false, "ops", now(), 3).await?;
+    drain(&w, 50).await;
+    assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
     Ok(())
 }

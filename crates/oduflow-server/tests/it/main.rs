@@ -18,6 +18,8 @@ use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod suggestions;
+
 /// Recognisable, so a leak is easy to spot in any text.
 const KEY: &str = "vultr-key-SECRET-7f3a9c";
 
