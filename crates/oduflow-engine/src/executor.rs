@@ -141,6 +141,10 @@ async fn converge_guarded<P: Provider>(w: &Worker<P>, infra0: &InfraRow, guard: 
             run.set_id(kind, id);
         }
         let key_changed = run.infra.key_fingerprint.as_ref() != Some(&current_key);
+        // A planted bug, for proving the campaign catches requests sent with
+        // a key the record is not bound to.
+        #[cfg(feature = "failpoints")]
+        let key_changed = key_changed && !crate::planted_bug("ignore_key_change");
         let ready_wait = w.cfg.ready_wait();
         let overdue = |r: Option<&ReceiptRow>| r.is_some_and(|r| w.now_ms() - r.sent_ms.unwrap_or(r.claimed_ms) > ready_wait);
         let inputs = Inputs {

@@ -998,6 +998,23 @@ async fn check_strict(store: &Store, ledger: &Ledger, orphans: &[String], p: &Vu
             }
         }
     }
+    // No request of any method with a changed key: the second key (the
+    // workers of a key-change round) never reaches a resource, or a create
+    // label, of a receipt claimed with the first. (The rotation back proves
+    // ownership with the first key, so only the second is checked.)
+    let fp = |k: &str| KeyFingerprint::of_key(&secrecy::SecretString::from(k.to_owned()));
+    let (first, second) = (fp(KEY), fp(KEY2));
+    let by_id: HashMap<&str, &oduflow_store::ReceiptRow> =
+        receipts.iter().filter_map(|r| r.resource_id.as_deref().map(|id| (id, r))).collect();
+    for q in ledger.request_log.iter().filter(|q| q.key_fingerprint == second.as_str()) {
+        let r = q.resource_id.as_deref().and_then(|id| by_id.get(id)).or_else(|| q.label.as_deref().and_then(|l| owner.get(l)));
+        if let Some(r) = r.filter(|r| r.key_fingerprint == first) {
+            bail!(
+                "invariant 10: {} {} ({:?}) was sent with a changed key: receipt {} was claimed with the key its record is bound to",
+                q.method, q.route, q.resource_id, r.operation_key
+            );
+        }
+    }
     for c in store.client_list().await? {
         let mine: Vec<&&oduflow_sim::LedgerResource> = live
             .iter()

@@ -723,6 +723,13 @@ fn campaign_catches_an_unfenced_sqlite_lease() {
     planted_bug_is_caught("lease_overlap", Some("sqlite"), &["invariant "]);
 }
 
+/// A run that ignores a changed key sends requests with a key its record is
+/// not bound to (issue 12: no request of any method with a changed key).
+#[test]
+fn campaign_catches_a_run_that_ignores_a_changed_key() {
+    planted_bug_is_caught("ignore_key_change", None, &["invariant "]);
+}
+
 /// The campaign can fail: a planted bug that re-sends a create after a lost
 /// response is caught within the CI budget. A re-sent create shows as a label
 /// created twice (invariant 1) or, when the first send was never recorded as
