@@ -386,6 +386,7 @@ pub async fn clients_reconcile(
     ClientPath(name): ClientPath,
     ApiJson(req): ApiJson<ReconcileRequest>,
 ) -> ApiResult<Json<ClientView>> {
+    refuse_if_restored(&s).await?;
     let row = operator::reconcile(
         s.store(),
         s.provider().as_ref(),
@@ -420,6 +421,7 @@ pub async fn clients_adopt(
         AdoptKind::Vm => ResourceKind::Vm,
         AdoptKind::Volume => ResourceKind::Volume,
     };
+    refuse_if_restored(&s).await?;
     client_or_404(&s, name.as_str()).await?;
     let row = operator::adopt(
         s.store(),
@@ -454,6 +456,7 @@ pub async fn clients_abandon(
         AbandonKind::Volume => ResourceKind::Volume,
         AbandonKind::Attach => ResourceKind::Attach,
     };
+    refuse_if_restored(&s).await?;
     // The attestation names a person; the token that sent it is kept too.
     let by = format!("{by} (via {})", caller.actor());
     let row = operator::abandon(s.store(), name.as_str(), kind, &by, &reason, s.now_ms(), s.attempts_max()).await?;
@@ -587,6 +590,18 @@ pub async fn queue(State(s): State<AppState>) -> ApiResult<Json<QueueView>> {
 pub async fn queue_pause(State(s): State<AppState>) -> ApiResult<Json<QueueView>> {
     s.store().queue_set_paused(true, s.now_ms()).await?;
     Ok(Json(queue_view(&s).await?))
+}
+
+/// Operator actions that act on the provider wait, like the queue, until a
+/// restored copy has been reconciled with the provider (`reconcile --all`):
+/// the copy may lag the cloud (issue 12, hole 9).
+async fn refuse_if_restored(s: &AppState) -> ApiResult<()> {
+    match s.store().restore_pending().await? {
+        Some(why) => Err(ApiError::Refused(format!(
+            "the database was restored ({why}); run `oduflow reconcile --all` first"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Lets workers claim jobs again; refused while a restore is pending.

@@ -33,11 +33,27 @@ pub enum TokenCmd {
     Revoke { name: String },
 }
 
+/// How often `serve` compares the database's high-water mark with this
+/// host's memory of it (a worker does the same).
+const RESTORE_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub async fn serve(cfg: &Config, args: ServeArgs) -> Result<()> {
     let store = crate::open(cfg).await?;
     // Operator actions (reconcile, adopt) ask the provider, so the key is
     // needed here as it is for `oduflow reconcile`.
     let provider = crate::provider(cfg)?;
+    // This host compares the database with its memory of it too, at start
+    // and every few seconds, so a restored copy is caught (and the API's
+    // provider actions refuse) even where no worker runs.
+    let watch_store = store.clone();
+    tokio::spawn(async move {
+        loop {
+            if let Err(e) = crate::lineage::check(&watch_store, SystemClock.now_ms()).await {
+                tracing::warn!(error = %e, "restore check failed");
+            }
+            tokio::time::sleep(RESTORE_CHECK_INTERVAL).await;
+        }
+    });
     let state = oduflow_server::AppState::new(store, provider, cfg.attempts_max);
     eprintln!("oduflow serve: listening on http://{}/ (API under /api/v1, /metrics, /openapi.json)", args.listen);
     oduflow_server::serve(state, args.listen, async {

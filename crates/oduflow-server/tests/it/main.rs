@@ -639,6 +639,21 @@ async fn queue_status_pause_and_resume_guarded_by_restore() {
     h.post("/api/v1/queue/pause", json!(null)).await;
     assert_error(&h.post("/api/v1/queue/resume", json!(null)).await, 409, "refused");
     assert!(h.store.queue_status(now_ms()).await.unwrap().paused);
+    // So do the operator actions that act on the provider (issue 12, hole
+    // 9): nothing is asked of the provider and nothing changes.
+    let before = (h.sim.ledger().request_log.len(), h.store.events_recent(1000).await.unwrap().len());
+    let id = "0b1e2c3d-0000-4000-8000-000000000000";
+    for (path, body) in [
+        ("/api/v1/clients/acme/reconcile", json!({})),
+        ("/api/v1/clients/acme/adopt", json!({ "kind": "vm", "id": id })),
+        ("/api/v1/clients/acme/abandon", json!({ "kind": "vm", "by": "alice", "reason": "checked" })),
+    ] {
+        let got = h.post(path, body).await;
+        assert_error(&got, 409, "refused");
+        assert!(got.1["error"]["message"].as_str().unwrap().contains("reconcile --all"), "{}", got.1);
+    }
+    let after = (h.sim.ledger().request_log.len(), h.store.events_recent(1000).await.unwrap().len());
+    assert_eq!(before, after, "a refused action changed something");
 }
 
 // ---- metrics -----------------------------------------------------------------
