@@ -24,6 +24,7 @@ on_both_stores_inner!(
     an_orphan_names_its_client_and_is_adopted_into_it,
     a_deleted_clients_orphan_is_deleted_on_an_attestation,
     a_delete_accepted_but_never_carried_out_blocks,
+    a_vm_deleted_just_before_a_flip_back_is_not_missing,
 );
 
 async fn ready(store: &Store, w: &Worker<MemoryProvider>, name: &str) -> ClientRow {
@@ -604,5 +605,30 @@ async fn a_delete_accepted_but_never_carried_out_blocks(store: Store) -> Result<
     operator::reconcile(&store, p.as_ref(), "acme", false, "ops", now(), 3).await?;
     drain(&w, 50).await;
     assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
+    Ok(())
+}
+
+/// Hole 9: the client is deleted, its VM's DELETE goes out, and before the
+/// 404 that confirms it is read the target flips back to present. The 404
+/// the present run then reads is the deletion it asked for, not a
+/// `known_resource_missing`: it confirms the deletion and starts a new
+/// dispatch.
+async fn a_vm_deleted_just_before_a_flip_back_is_not_missing(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    let first = ready(&store, &w, "acme").await;
+    store.client_delete("acme", now(), 3).await?;
+    let t = std::time::Instant::now();
+    while p.with(|s| !s.calls.iter().any(|c| c == "DELETE /instances/{id}")) {
+        assert!(t.elapsed() < std::time::Duration::from_secs(10), "no DELETE was sent");
+        w.run_next().await?;
+    }
+    store.client_create(&ClientName::parse("acme")?, &spec(), now(), 3).await?;
+    drain(&w, 50).await;
+    let c = status(&store, "acme").await;
+    assert_eq!(c.infra.status, ClientStatus::Ready, "{c:?}");
+    assert_ne!(c.infra.vm_id, first.infra.vm_id, "a new VM");
+    let r = store.receipts_for_client(&c.id).await?;
+    assert!(r.iter().any(|r| r.resource_kind == ResourceKind::Vm && r.deleted_ms.is_some()), "the deletion was confirmed");
     Ok(())
 }
