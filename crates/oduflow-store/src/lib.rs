@@ -533,4 +533,26 @@ mod tests {
         assert!(Store::check_url("postgres://u@host:notaport/db").is_err());
         assert_eq!(redact_url("postgres://u:secret@h/db"), "postgres://u:***@h/db");
     }
+
+    /// One SQLite file named by two paths (here a symlink) is one set of
+    /// client locks: a second claim of the client through the other path
+    /// finds nothing while the first holds it.
+    #[tokio::test]
+    async fn one_sqlite_file_by_two_paths_locks_each_client_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = testing::sqlite_url(dir.path());
+        let a = Store::connect(&real, true).await.unwrap();
+        a.migrate().await.unwrap();
+        std::os::unix::fs::symlink(dir.path().join("oduflow.db"), dir.path().join("link.db")).unwrap();
+        let b = Store::connect(&format!("sqlite://{}", dir.path().join("link.db").display()), false).await.unwrap();
+        let spec = oduflow_model::ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
+        a.client_create(&oduflow_model::ClientName::parse("acme").unwrap(), &spec, 1, 3).await.unwrap();
+        let first = a.job_claim_next("a", 1, 50).await.unwrap().expect("a claims the job");
+        // A duplicate delivery of the same work, claimable by time alone.
+        let mut dup = NewJob::for_client(&first.job.client_id, oduflow_model::JobKind::Provision, 1, 1, 3);
+        dup.identity_key = None;
+        b.job_enqueue(&dup).await.unwrap();
+        assert!(b.job_claim_next("b", 10_000, 50).await.unwrap().is_none(), "the client was claimed twice");
+        drop(first);
+    }
 }

@@ -921,8 +921,14 @@ async fn count_start_sqlite(c: &mut SqliteConnection, job: JobId) -> Result<i64>
 /// (paused, stopped, slow), so two runs of one client never overlap, however
 /// long a run takes. SQLite is a single-host store, so a host-local lock is
 /// exactly its scope.
+///
+/// The database's path is made canonical first: two processes that name one
+/// file by different paths (a symlink, a relative path) must lock the same
+/// files.
 fn sqlite_lock_dir(p: &SqlitePool) -> Result<std::path::PathBuf> {
-    let db = p.connect_options().get_filename().to_owned();
+    let options = p.connect_options();
+    let named = options.get_filename();
+    let db = std::fs::canonicalize(named).map_err(|e| StoreError::Lock(format!("{}: {e}", named.display())))?;
     let mut name = db.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push(".locks");
     let dir = db.with_file_name(name);
