@@ -257,14 +257,18 @@ pub async fn credentials_rotate<P: Provider>(
                 resource: r.resource_id.clone().unwrap_or_else(|| format!("label {label}")),
                 why,
             };
+            // An id an operator adopted is accepted by runs without its label
+            // (`oduflow adopt` verified it): proven the same way, by the new
+            // key seeing it.
+            let by_operator = r.resource_id_source == Some(IdSource::AdoptedByOperator);
             match (&r.resource_id, r.resource_kind) {
                 (Some(id), ResourceKind::Vm) => match provider.instance_get(&VultrInstanceId(id.clone())).await? {
-                    Some(i) if i.label == label => {}
+                    Some(i) if i.label == label || by_operator => {}
                     Some(i) => unproven.push(fail(format!("label is {:?}, receipt says {label:?}", i.label))),
                     None => unproven.push(fail("not visible with the new key".into())),
                 },
                 (Some(id), _) => match provider.block_get(&VultrBlockId(id.clone())).await? {
-                    Some(b) if b.label == label => {}
+                    Some(b) if b.label == label || by_operator => {}
                     Some(b) => unproven.push(fail(format!("label is {:?}, receipt says {label:?}", b.label))),
                     None => unproven.push(fail("not visible with the new key".into())),
                 },

@@ -382,7 +382,16 @@ async fn adopted_renamed_vm_is_verified_without_its_label(store: Store) -> Resul
     drain(&w, 50).await;
     let after = status(&store, "acme").await;
     assert_eq!(after.infra.status, ClientStatus::Ready, "{after:?}");
-    assert_eq!(after.infra.vm_id.as_ref().map(|v| v.0.clone()), Some(id));
+    assert_eq!(after.infra.vm_id.as_ref().map(|v| v.0.clone()), Some(id.clone()));
+    // A rotation proves ownership of it the way runs accept it: by its id,
+    // not by a label it never carried.
+    let p2 = Arc::new(MemoryProvider::new(key("k2")));
+    p.with(|s1| p2.with(|s2| {
+        s2.instances = s1.instances.clone();
+        s2.blocks = s1.blocks.clone();
+    }));
+    let rebound = operator::credentials_rotate(&store, p2.as_ref(), "ops", now(), 3).await?;
+    assert_eq!(rebound.map_err(|u| format!("{u:?}")), Ok(vec!["acme".to_owned()]));
     Ok(())
 }
 
