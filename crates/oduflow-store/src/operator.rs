@@ -177,6 +177,16 @@ impl Store {
 
     /// The highest event id: grows with every change, so a copy restored from
     /// an older backup has a lower one.
+    /// What the event with this id was (`kind@at_ms`), to tell the history a
+    /// host saw from another one that reached the same id after a restore.
+    pub async fn event_stamp(&self, id: i64) -> Result<Option<String>> {
+        both!(self, p => {
+            let row: Option<(String, i64)> = sqlx::query_as("SELECT kind, at_ms FROM events WHERE id = $1")
+                .bind(id).fetch_optional(p).await?;
+            Ok(row.map(|(kind, at)| format!("{kind}@{at}")))
+        })
+    }
+
     pub async fn high_water_mark(&self) -> Result<i64> {
         both!(self, p => Ok(sqlx::query_scalar::<_, Option<i64>>("SELECT max(id) FROM events")
             .fetch_one(p).await?.unwrap_or(0)))

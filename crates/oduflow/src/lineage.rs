@@ -59,16 +59,32 @@ pub async fn check(store: &Store, now_ms: i64) -> Result<Option<String>> {
             }
         }
     }
-    let seen: i64 = std::fs::read_to_string(&file).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+    // "<mark> <stamp>": the highest event id seen, and what that event was.
+    let remembered = std::fs::read_to_string(&file).unwrap_or_default();
+    let mut words = remembered.split_whitespace();
+    let seen: i64 = words.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let seen_stamp = words.next().map(str::to_owned);
     let mark = store.high_water_mark().await?;
-    if mark < seen && store.restore_pending().await?.is_none() {
-        let why = format!("database high-water mark {mark} is below {seen}, seen earlier by this host: restored from a backup?");
+    // A restored copy that took a few writes before anyone compared can
+    // reach (or pass) the remembered mark again; the event at that id is
+    // then another one: the history diverged.
+    let diverged = match &seen_stamp {
+        Some(stamp) if seen > 0 && mark >= seen => store.event_stamp(seen).await?.as_deref() != Some(stamp.as_str()),
+        _ => false,
+    };
+    if (mark < seen || diverged) && store.restore_pending().await?.is_none() {
+        let why = if diverged {
+            format!("the database's event {seen} is not the one this host saw: restored from a backup, then written to?")
+        } else {
+            format!("database high-water mark {mark} is below {seen}, seen earlier by this host: restored from a backup?")
+        };
         store.restore_declare(&why, now_ms).await?;
     }
-    if mark > seen {
+    if !diverged && (mark > seen || (mark == seen && seen_stamp.is_none())) {
         // Best effort: a host that cannot remember still runs, and an
         // operator can declare a restore by hand.
-        let _ = std::fs::write(&file, mark.to_string());
+        let stamp = store.event_stamp(mark).await?.unwrap_or_default();
+        let _ = std::fs::write(&file, format!("{mark} {stamp}"));
     }
     if let Some(f) = guard {
         let _ = f.unlock();

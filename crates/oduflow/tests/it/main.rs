@@ -461,6 +461,51 @@ async fn restored_database_stops_queue_until_inventory() {
     assert!(run(&["worker", "--until-settled"]).status.success());
 }
 
+/// A restored copy that is written to before any process compares it with
+/// this host's memory (here: more events than the lost ones, so its highest
+/// event id passes the remembered one) is still detected: the event at the
+/// remembered id is not the one this host saw (issue 12, hole 9).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_copy_written_to_before_any_check_is_detected() {
+    let env = Env::sqlite().await;
+    let state = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| env.cmd(args).env("ODUFLOW_STATE_DIR", state.path()).output().unwrap();
+    let create = |n: &str| {
+        let o = run(&["client", "create", n, "--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    assert!(run(&["init"]).status.success());
+    create("acme");
+    assert!(run(&["worker", "--until-settled"]).status.success());
+    let db = env.dir.path().join("oduflow.db");
+    let backup = env.dir.path().join("backup.db");
+    // A consistent copy of a WAL-mode database: the file and its WAL.
+    let copy = |from: &Path, to: &Path| {
+        std::fs::copy(from, to).unwrap();
+        let (fw, tw) = (format!("{}-wal", from.display()), format!("{}-wal", to.display()));
+        let _ = std::fs::remove_file(&tw);
+        if Path::new(&fw).exists() {
+            std::fs::copy(&fw, &tw).unwrap();
+        }
+    };
+    copy(&db, &backup);
+    create("beta");
+    assert!(run(&["worker", "--until-settled"]).status.success());
+    let seen = env.store().await.high_water_mark().await.unwrap();
+    let _ = std::fs::remove_file(format!("{}-shm", db.display()));
+    copy(&backup, &db);
+    // Writes land on the restored copy before anything compares.
+    let store = env.store().await;
+    while store.high_water_mark().await.unwrap() <= seen {
+        store.event_global("note", serde_json::json!({ "after": "restore" }), 1).await.unwrap();
+    }
+    drop(store);
+    let o = run(&["worker", "--until-settled"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("restore pending") && err.contains("not the one this host saw"), "{err}");
+}
+
 /// A worker is killed (SIGKILL) after its VM create was answered and the id
 /// committed on the receipt, with the job's own writes applied but not
 /// committed. The receipt and its id survive; the job's writes do not; the
