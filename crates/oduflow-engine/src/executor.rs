@@ -814,6 +814,11 @@ impl<P: Provider> Run<'_, P> {
         self.halted()?;
         let at = w.now_ms();
         let sent = matches!(answer, Ok(DeleteOutcome::Sent | DeleteOutcome::NotFound));
+        if sent && r.delete_sent_ms.is_none() {
+            // Deletion has a polling budget of its own: what creation spent
+            // (label searches, early 404s) is not held against it.
+            w.receipts.observations_restart(op).await?;
+        }
         if sent {
             w.receipts.mark_delete_sent(op, at).await?;
         }

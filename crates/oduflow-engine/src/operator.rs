@@ -205,7 +205,9 @@ pub async fn abandon(
     let (Some(r), dg) = current_receipt(store, &c, kind).await? else {
         return refused(format!("{name} has no current {} dispatch", kind.as_str()));
     };
-    if r.resource_id.is_some() || r.rejection_status.is_some() {
+    // An id the provider answered with but that no GET ever showed is as
+    // uncertain as no id: Vultr may have dropped it, or it may still come.
+    if (r.resource_id.is_some() && r.seen_ms.is_some()) || r.rejection_status.is_some() {
         return refused(format!(
             "the current {} dispatch of {name} has a known outcome; only an uncertain one can be abandoned",
             kind.as_str()
@@ -440,6 +442,13 @@ pub async fn inventory<P: Provider>(store: &Store, provider: &P, now_ms: i64) ->
         }
     }
     if after_restore {
+        // A restored copy cannot prove a create "not sent" any more: the
+        // attempt after the backup may have gone out. Such receipts are
+        // resolved by their label, never sent again blindly.
+        let writer = ReceiptWriter::new(store.clone());
+        for r in receipts.iter().filter(|r| r.not_sent_ms.is_some()) {
+            writer.doubt_not_sent(&r.operation_key, now_ms).await?;
+        }
         // A restored copy may say `ready` about a VM deleted since the
         // backup, or `deleted` about nothing: every record not yet deleted
         // observes again before it is trusted.
@@ -569,6 +578,12 @@ pub async fn orphan_delete<P: Provider>(
     let writer = ReceiptWriter::new(store.clone());
     let recorded: Vec<ReceiptRow> =
         store.receipts_all().await?.into_iter().filter(|r| crate::current::is_open(r) && r.resource_id.as_deref() == Some(id)).collect();
+    // Read again right before the DELETE: an adoption that landed since the
+    // checks above (another operator) makes it a live client's again.
+    let clients_now: HashMap<ClientId, ClientRow> = store.client_list().await?.into_iter().map(|c| (c.id.clone(), c)).collect();
+    if let Some(r) = recorded.iter().find(|r| clients_now.get(&r.client_ref).is_some_and(|c| c.infra.status != ClientStatus::Deleted)) {
+        return refused(format!("{id} was just recorded on receipt {} of a live client: it is not an orphan now", r.operation_key));
+    }
     for r in recorded.iter().filter(|r| r.seen_ms.is_none()) {
         writer.mark_seen(&r.operation_key, now_ms).await?;
     }

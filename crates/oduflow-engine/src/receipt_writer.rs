@@ -60,6 +60,10 @@ impl ReceiptWriter {
         self.ledger.adapter_fail(client, adapter, state, detail, now_ms).await
     }
 
+    pub(crate) async fn doubt_not_sent(&self, key: &OperationKey, now_ms: i64) -> oduflow_store::Result<bool> {
+        self.ledger.receipt_doubt_not_sent(key, now_ms).await
+    }
+
     pub(crate) async fn observations_restart(&self, key: &OperationKey) -> oduflow_store::Result<()> {
         self.ledger.receipt_observations_restart(key).await
     }

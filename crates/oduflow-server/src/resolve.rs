@@ -48,6 +48,28 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
     let kind = blocked_kind(c, receipts).as_str();
     let r = |command: String, when: &str| Resolution { command, when: when.to_owned() };
     let reconcile = |when: &str| r(format!("oduflow reconcile {n}"), when);
+    // An open dispatch whose resource no GET ever showed (no id, or an id
+    // the provider answered with): only an attestation can end it.
+    let never_seen: Vec<Resolution> = receipts
+        .iter()
+        .filter(|x| {
+            x.resource_kind.as_str() == kind
+                && x.resource_kind != ResourceKind::Attach
+                && oduflow_engine::current::is_open(x)
+                && x.seen_ms.is_none()
+                && x.rejection_status.is_none()
+        })
+        .map(|x| {
+            let what = match x.resource_id.as_deref() {
+                Some(id) => format!("{id} does not exist (the provider answered with it, but no GET ever showed it)"),
+                None => format!("nothing carries label {}", x.label),
+            };
+            r(
+                format!("oduflow abandon {n} --kind {} --by WHO --reason WHY", x.resource_kind.as_str()),
+                &format!("only if you have checked in the Vultr console that {what}: its label stays on the orphan watch list"),
+            )
+        })
+        .collect();
     match reason {
         BlockedReason::CreateRejected | BlockedReason::AttachRejected => vec![r(
             format!("oduflow reconcile {n} --new-dispatch"),
@@ -91,18 +113,27 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
             reconcile("after correcting the resource in the Vultr console so it matches the spec"),
             r(format!("oduflow client delete {n}"), "to remove the client and its resources instead"),
         ],
-        BlockedReason::KnownResourceMissing => vec![
-            reconcile("to look for the recorded resource again (a 404 may be Vultr's lag)"),
-            r(
-                format!("oduflow client delete {n}"),
-                "if it was deleted on purpose, or the client was deleted since (a restored copy may not know): \
-                 confirms that nothing is left and ends deleted",
-            ),
-        ],
+        BlockedReason::KnownResourceMissing => {
+            let mut out = vec![
+                reconcile("to look for the recorded resource again (a 404 may be Vultr's lag)"),
+                r(
+                    format!("oduflow client delete {n}"),
+                    "if it was deleted on purpose, or the client was deleted since (a restored copy may not know): \
+                     confirms that nothing is left and ends deleted (a resource never seen to exist then needs \
+                     the abandon below)",
+                ),
+            ];
+            out.extend(never_seen);
+            out
+        }
         BlockedReason::ForeignAttachment => {
             vec![reconcile("after detaching the volume from the other instance in the Vultr console")]
         }
-        BlockedReason::UncertainDelete => vec![reconcile("to observe again until a GET answers 404")],
+        BlockedReason::UncertainDelete => {
+            let mut out = vec![reconcile("to observe again until a GET answers 404")];
+            out.extend(never_seen);
+            out
+        }
         BlockedReason::CredentialChanged => vec![
             reconcile("if VULTR_API_KEY is again the key this record is bound to (see the evidence): observes again"),
             r(

@@ -237,6 +237,26 @@ impl ReceiptLedger {
 
     /// Gives a receipt a fresh polling budget (explicit reconciliation). The
     /// observations made so far stay counted.
+    /// After a restore: a receipt recorded as "not sent" proves nothing any
+    /// more (a later attempt, made after the backup, may have gone out). It
+    /// becomes an unknown outcome again, resolved by observation (its label),
+    /// never by sending the create once more. Returns whether it was "not sent".
+    pub async fn receipt_doubt_not_sent(&self, key: &OperationKey, now_ms: i64) -> Result<bool> {
+        Ok(ledger_write!(&self.store, tx => {
+            let client: Option<String> = sqlx::query_scalar(
+                "UPDATE dispatch_receipts SET not_sent_ms = NULL, not_sent_reason = NULL \
+                 WHERE operation_key = $1 AND not_sent_ms IS NOT NULL RETURNING client_ref")
+                .bind(key.as_str()).fetch_optional(&mut *tx).await?;
+            if let Some(c) = &client {
+                (&mut *tx).event_insert(Some(&ClientId(c.clone())), "not_sent_doubted", &serde_json::json!({
+                    "operation_key": key,
+                    "why": "restored copy: a later attempt may have been sent after the backup",
+                }), now_ms).await?;
+            }
+            client.is_some()
+        }))
+    }
+
     pub async fn receipt_observations_restart(&self, key: &OperationKey) -> Result<()> {
         ledger_write!(&self.store, tx => {
             sqlx::query("UPDATE dispatch_receipts SET observation_base = observation_count, not_sent_count = 0 \
@@ -252,10 +272,11 @@ impl ReceiptLedger {
         ledger_write!(&self.store, tx => {
             let client: String = sqlx::query_scalar(
                 "UPDATE dispatch_receipts SET abandoned_by = $2, abandoned_reason = $3 \
-                 WHERE operation_key = $1 AND resource_id IS NULL AND abandoned_by IS NULL RETURNING client_ref")
+                 WHERE operation_key = $1 AND (resource_id IS NULL OR seen_ms IS NULL) AND abandoned_by IS NULL \
+                 AND rejection_status IS NULL RETURNING client_ref")
                 .bind(key.as_str()).bind(by).bind(reason)
                 .fetch_optional(&mut *tx).await?
-                .ok_or_else(|| StoreError::ReceiptNotFound(format!("{key} (with an unknown outcome, not abandoned)")))?;
+                .ok_or_else(|| StoreError::ReceiptNotFound(format!("{key} (uncertain: no id, or one never seen; not abandoned)")))?;
             (&mut *tx).event_insert(Some(&ClientId(client)), "dispatch_abandoned", &serde_json::json!({
                 "operation_key": key, "by": by, "reason": reason,
             }), now_ms).await?;

@@ -1004,8 +1004,12 @@ async fn check_strict(store: &Store, ledger: &Ledger, orphans: &[String], p: &Vu
     // ownership with the first key, so only the second is checked.)
     let fp = |k: &str| KeyFingerprint::of_key(&secrecy::SecretString::from(k.to_owned()));
     let (first, second) = (fp(KEY), fp(KEY2));
-    let by_id: HashMap<&str, &oduflow_store::ReceiptRow> =
-        receipts.iter().filter_map(|r| r.resource_id.as_deref().map(|id| (id, r))).collect();
+    // An attach receipt records the VM's id: it owns no resource.
+    let by_id: HashMap<&str, &oduflow_store::ReceiptRow> = receipts
+        .iter()
+        .filter(|r| r.resource_kind != ResourceKind::Attach)
+        .filter_map(|r| r.resource_id.as_deref().map(|id| (id, r)))
+        .collect();
     for q in ledger.request_log.iter().filter(|q| q.key_fingerprint == second.as_str()) {
         let r = q.resource_id.as_deref().and_then(|id| by_id.get(id)).or_else(|| q.label.as_deref().and_then(|l| owner.get(l)));
         if let Some(r) = r.filter(|r| r.key_fingerprint == first) {

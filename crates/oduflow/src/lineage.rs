@@ -59,6 +59,14 @@ pub async fn check(store: &Store, now_ms: i64) -> Result<Option<String>> {
             }
         }
     }
+    // A `reconcile --all` that completed meanwhile moved the database to a
+    // new lineage: this host's memory of the old one says nothing about it.
+    if store.lineage().await? != lineage {
+        if let Some(f) = guard {
+            let _ = f.unlock();
+        }
+        return Ok(store.restore_pending().await?);
+    }
     // "<mark> <stamp>": the highest event id seen, and what that event was.
     let remembered = std::fs::read_to_string(&file).unwrap_or_default();
     let mut words = remembered.split_whitespace();

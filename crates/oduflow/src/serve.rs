@@ -45,8 +45,10 @@ pub async fn serve(cfg: &Config, args: ServeArgs) -> Result<()> {
     // This host compares the database with its memory of it too, at start
     // and every few seconds, so a restored copy is caught (and the API's
     // provider actions refuse) even where no worker runs.
+    crate::lineage::check(&store, SystemClock.now_ms()).await?;
     let watch_store = store.clone();
     tokio::spawn(async move {
+        tokio::time::sleep(RESTORE_CHECK_INTERVAL).await;
         loop {
             if let Err(e) = crate::lineage::check(&watch_store, SystemClock.now_ms()).await {
                 tracing::warn!(error = %e, "restore check failed");

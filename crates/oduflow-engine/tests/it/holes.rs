@@ -25,6 +25,7 @@ on_both_stores_inner!(
     a_deleted_clients_orphan_is_deleted_on_an_attestation,
     a_delete_accepted_but_never_carried_out_blocks,
     a_vm_deleted_just_before_a_flip_back_is_not_missing,
+    a_restored_not_sent_receipt_is_never_sent_again_blindly,
 );
 
 async fn ready(store: &Store, w: &Worker<MemoryProvider>, name: &str) -> ClientRow {
@@ -639,5 +640,41 @@ async fn a_vm_deleted_just_before_a_flip_back_is_not_missing(store: Store) -> Re
     assert_ne!(c.infra.vm_id, first.infra.vm_id, "a new VM");
     let r = store.receipts_for_client(&c.id).await?;
     assert!(r.iter().any(|r| r.resource_kind == ResourceKind::Vm && r.deleted_ms.is_some()), "the deletion was confirmed");
+    Ok(())
+}
+
+/// A backup is taken while a create is recorded "not sent" (Vultr
+/// unreachable); the resend after it went out and made the VM; then the
+/// backup is restored. The restored receipt still says "not sent", which no
+/// longer proves anything: the inventory pass makes it an unknown outcome,
+/// and the run adopts the VM by its label instead of creating a second one.
+async fn a_restored_not_sent_receipt_is_never_sent_again_blindly(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    let c = create(&store, "acme").await;
+    p.with(|s| s.unreachable_creates = 1);
+    w.run_next().await?;
+    let r = store.receipts_for_client(&c.id).await?.into_iter().find(|r| r.resource_kind == ResourceKind::Vm).unwrap();
+    assert!(r.not_sent_ms.is_some(), "{r:?}");
+    // The timeline the restore threw away: the resend made the VM.
+    p.with(|s| {
+        s.instances.insert("made-after-the-backup".into(), provider::Instance {
+            id: VultrInstanceId("made-after-the-backup".into()),
+            label: r.label.to_string(),
+            region: "ewr".into(),
+            plan: "vc2-1c-1gb".into(),
+            os_id: 2284,
+            status: "active".into(),
+            server_status: "ok".into(),
+            main_ip: "192.0.2.5".into(),
+        })
+    });
+    store.restore_declare("test: restored from a backup", now()).await?;
+    operator::inventory(&store, p.as_ref(), now()).await?;
+    drain(&w, 50).await;
+    let after = status(&store, "acme").await;
+    assert_eq!(after.infra.status, ClientStatus::Ready, "{after:?}");
+    assert_eq!(after.infra.vm_id.as_ref().map(|v| v.as_str()), Some("made-after-the-backup"));
+    p.with(|s| assert_eq!(s.creates_per_label.get(r.label.as_str()), None, "the create was sent again: {:?}", s.creates_per_label));
     Ok(())
 }

@@ -401,6 +401,108 @@ async fn known_resource_missing() {
     });
 }
 
+/// A VM the provider answered with an id for, removed before any GET
+/// showed it: `keep` puts it back (the 404 was lag), else it stays gone.
+fn lost_vm(w: &World) -> Instance {
+    w.p.with(|s| s.instances.pop_first().unwrap().1)
+}
+
+fn put_back(w: &World, vm: &Instance) {
+    w.p.with(|s| s.instances.insert(vm.id.0.clone(), vm.clone()));
+}
+
+/// The recorded VM never showed: `client delete` ends at another reason
+/// (`uncertain_delete`, whose own suggestions are tested below) and
+/// `abandon` on an attestation starts a new dispatch.
+#[tokio::test]
+async fn known_resource_missing_never_seen() {
+    let setup = || async {
+        let w = World::new().await;
+        w.create().await;
+        w.step_until("the VM create", |w| w.vm().is_some()).await;
+        let vm = lost_vm(&w);
+        (w, vm)
+    };
+    let count = {
+        let (w, _) = setup().await;
+        w.blocked(BlockedReason::KnownResourceMissing).await.len()
+    };
+    assert_eq!(count, 3, "reconcile, client delete, abandon");
+    for i in 0..count {
+        let (w, vm) = setup().await;
+        let cmd = w.blocked(BlockedReason::KnownResourceMissing).await[i].command.clone();
+        if cmd.contains("reconcile") {
+            put_back(&w, &vm);
+        }
+        w.run(&cmd).await;
+        w.resolved(BlockedReason::KnownResourceMissing, &cmd).await;
+    }
+}
+
+/// Deleting a client whose VM's id was answered but never seen: it may
+/// still come, so only a GET that shows it (then DELETE, then 404) or an
+/// attestation ends it.
+#[tokio::test]
+async fn uncertain_delete_never_seen() {
+    let setup = || async {
+        let w = World::new().await;
+        w.create().await;
+        w.step_until("the VM create", |w| w.vm().is_some()).await;
+        let vm = lost_vm(&w);
+        w.store.client_delete(NAME, now(), 3).await.unwrap();
+        (w, vm)
+    };
+    let count = {
+        let (w, _) = setup().await;
+        w.blocked(BlockedReason::UncertainDelete).await.len()
+    };
+    assert_eq!(count, 2, "reconcile, abandon");
+    for i in 0..count {
+        let (w, vm) = setup().await;
+        let cmd = w.blocked(BlockedReason::UncertainDelete).await[i].command.clone();
+        if cmd.contains("reconcile") {
+            put_back(&w, &vm);
+        }
+        w.run(&cmd).await;
+        w.resolved(BlockedReason::UncertainDelete, &cmd).await;
+        assert_eq!(w.client().await.infra.status, ClientStatus::Deleted);
+    }
+}
+
+/// Deleting a client whose VM create has an unknown outcome and nothing
+/// under its label: absence from a listing proves nothing, so again a
+/// sighting or an attestation.
+#[tokio::test]
+async fn uncertain_delete_of_an_unknown_create() {
+    let setup = || async {
+        let w = World::new().await;
+        w.p.with(|s| s.unknown_unapplied_creates = 1);
+        w.create().await;
+        w.step_until("the VM receipt", |w| w.p.with(|s| s.calls.iter().any(|c| c == "POST /instances"))).await;
+        w.store.client_delete(NAME, now(), 3).await.unwrap();
+        w
+    };
+    every_suggestion!(BlockedReason::UncertainDelete, setup(), |w, cmd| {
+        if cmd.contains("reconcile") {
+            // It was created after all and shows up under its label.
+            let c = w.client().await;
+            let label = w.store.receipts_for_client(&c.id).await.unwrap().into_iter().find(|r| r.resource_kind == ResourceKind::Vm).unwrap().label;
+            w.p.with(|s| {
+                s.instances.insert("late".into(), Instance {
+                    id: VultrInstanceId("late".into()),
+                    label: label.to_string(),
+                    region: "ewr".into(),
+                    plan: "vc2-1c-1gb".into(),
+                    os_id: 2284,
+                    status: "active".into(),
+                    server_status: "ok".into(),
+                    main_ip: "192.0.2.8".into(),
+                })
+            });
+        }
+    });
+}
+
 #[tokio::test]
 async fn foreign_attachment() {
     let setup = || async {
