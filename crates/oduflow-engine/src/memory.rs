@@ -45,6 +45,23 @@ pub struct MemoryState {
     next_id: u64,
 }
 
+impl MemoryState {
+    /// Puts an active VM with this id and label, of the tests' usual spec
+    /// (ewr, vc2-1c-1gb, os 2284), as if made outside the run under test.
+    pub fn put_vm(&mut self, id: &str, label: &str) {
+        self.instances.insert(id.to_owned(), Instance {
+            id: VultrInstanceId(id.to_owned()),
+            label: label.to_owned(),
+            region: "ewr".into(),
+            plan: "vc2-1c-1gb".into(),
+            os_id: 2284,
+            status: "active".into(),
+            server_status: "ok".into(),
+            main_ip: "192.0.2.9".into(),
+        });
+    }
+}
+
 pub struct MemoryProvider {
     key: KeyFingerprint,
     pub state: Mutex<MemoryState>,

@@ -506,16 +506,7 @@ fn leak_vm(p: &MemoryProvider, client: &ClientId) -> String {
     let label = Label::new_dispatch(client, ResourceKind::Vm);
     p.with(|s| {
         let id = format!("leaked-{}", s.instances.len());
-        s.instances.insert(id.clone(), provider::Instance {
-            id: VultrInstanceId(id.clone()),
-            label: label.to_string(),
-            region: "ewr".into(),
-            plan: "vc2-1c-1gb".into(),
-            os_id: 2284,
-            status: "active".into(),
-            server_status: "ok".into(),
-            main_ip: "192.0.2.9".into(),
-        });
+        s.put_vm(&id, label.as_str());
         id
     })
 }
@@ -658,16 +649,7 @@ async fn a_restored_not_sent_receipt_is_never_sent_again_blindly(store: Store) -
     assert!(r.not_sent_ms.is_some(), "{r:?}");
     // The timeline the restore threw away: the resend made the VM.
     p.with(|s| {
-        s.instances.insert("made-after-the-backup".into(), provider::Instance {
-            id: VultrInstanceId("made-after-the-backup".into()),
-            label: r.label.to_string(),
-            region: "ewr".into(),
-            plan: "vc2-1c-1gb".into(),
-            os_id: 2284,
-            status: "active".into(),
-            server_status: "ok".into(),
-            main_ip: "192.0.2.5".into(),
-        })
+        s.put_vm("made-after-the-backup", r.label.as_str())
     });
     store.restore_declare("test: restored from a backup", now()).await?;
     operator::inventory(&store, p.as_ref(), now()).await?;

@@ -476,16 +476,7 @@ mod operator_actions {
         assert_eq!(status(&store, "beta").await.infra.status, ClientStatus::Ready);
         // The abandoned label stays watched: if it appears, it is an orphan.
         p.with(|s| {
-            s.instances.insert("late-1".into(), provider::Instance {
-                id: VultrInstanceId("late-1".into()),
-                label: label.to_string(),
-                region: "ewr".into(),
-                plan: "vc2-1c-1gb".into(),
-                os_id: 2284,
-                status: "active".into(),
-                server_status: "ok".into(),
-                main_ip: "192.0.2.9".into(),
-            });
+            s.put_vm("late-1", label.as_str());
         });
         let inv = operator::inventory(&store, p.as_ref(), now()).await?;
         assert_eq!(inv.orphans.len(), 1, "{inv:?}");

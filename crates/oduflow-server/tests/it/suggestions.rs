@@ -289,16 +289,7 @@ async fn uncertain_create() {
             let label = r.iter().find(|r| r.resource_kind == ResourceKind::Vm).unwrap().label.clone();
             let id = w.p.with(|s| {
                 let id = "found-in-console".to_owned();
-                s.instances.insert(id.clone(), Instance {
-                    id: VultrInstanceId(id.clone()),
-                    label: label.to_string(),
-                    region: "ewr".into(),
-                    plan: "vc2-1c-1gb".into(),
-                    os_id: 2284,
-                    status: "active".into(),
-                    server_status: "ok".into(),
-                    main_ip: "192.0.2.7".into(),
-                });
+                s.put_vm(&id, label.as_str());
                 id
             });
             *w.id.lock().unwrap() = Some(id);
@@ -383,16 +374,7 @@ async fn known_resource_missing() {
             // The 404 was the provider's lag: the VM is there again.
             let id = w.id.lock().unwrap().clone().unwrap();
             w.p.with(|s| {
-                s.instances.insert(id.clone(), Instance {
-                    id: VultrInstanceId(id.clone()),
-                    label: String::new(),
-                    region: "ewr".into(),
-                    plan: "vc2-1c-1gb".into(),
-                    os_id: 2284,
-                    status: "active".into(),
-                    server_status: "ok".into(),
-                    main_ip: "192.0.2.1".into(),
-                })
+                s.put_vm(&id, "")
             });
             let c = w.client().await;
             let label = w.store.receipts_for_client(&c.id).await.unwrap().into_iter().find(|r| r.resource_kind == ResourceKind::Vm).unwrap().label;
@@ -488,16 +470,7 @@ async fn uncertain_delete_of_an_unknown_create() {
             let c = w.client().await;
             let label = w.store.receipts_for_client(&c.id).await.unwrap().into_iter().find(|r| r.resource_kind == ResourceKind::Vm).unwrap().label;
             w.p.with(|s| {
-                s.instances.insert("late".into(), Instance {
-                    id: VultrInstanceId("late".into()),
-                    label: label.to_string(),
-                    region: "ewr".into(),
-                    plan: "vc2-1c-1gb".into(),
-                    os_id: 2284,
-                    status: "active".into(),
-                    server_status: "ok".into(),
-                    main_ip: "192.0.2.8".into(),
-                })
+                s.put_vm("late", label.as_str())
             });
         }
     });

@@ -386,6 +386,16 @@ async fn multi_process_workers_never_overlap_on_a_client() {
 }
 
 
+/// A consistent copy of a WAL-mode SQLite database: the file and its WAL.
+fn wal_copy(from: &Path, to: &Path) {
+    std::fs::copy(from, to).unwrap();
+    let (fw, tw) = (format!("{}-wal", from.display()), format!("{}-wal", to.display()));
+    let _ = std::fs::remove_file(&tw);
+    if Path::new(&fw).exists() {
+        std::fs::copy(&fw, &tw).unwrap();
+    }
+}
+
 /// A database restored from an older copy is detected at worker start; the
 /// queue stays stopped until an inventory pass has run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -399,22 +409,13 @@ async fn restored_database_stops_queue_until_inventory() {
     assert!(run(&["worker", "--until-settled"]).status.success());
     let db = env.dir.path().join("oduflow.db");
     let backup = env.dir.path().join("backup.db");
-    // A consistent copy of a WAL-mode database: the file and its WAL.
-    let copy = |from: &Path, to: &Path| {
-        std::fs::copy(from, to).unwrap();
-        let (fw, tw) = (format!("{}-wal", from.display()), format!("{}-wal", to.display()));
-        let _ = std::fs::remove_file(&tw);
-        if Path::new(&fw).exists() {
-            std::fs::copy(&fw, &tw).unwrap();
-        }
-    };
-    copy(&db, &backup);
+    wal_copy(&db, &backup);
     let create_b: Vec<&str> = create.iter().map(|a| if *a == "acme" { "beta" } else { a }).collect();
     assert!(run(&create_b).status.success());
     assert!(run(&["worker", "--until-settled"]).status.success());
     // Restore the older copy (the WAL of the newer one goes with it).
     let _ = std::fs::remove_file(format!("{}-shm", db.display()));
-    copy(&backup, &db);
+    wal_copy(&backup, &db);
     let o = run(&["worker", "--until-settled"]);
     assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stderr).contains("reconcile --all"));
@@ -479,16 +480,7 @@ async fn a_restored_copy_written_to_before_any_check_is_detected() {
     assert!(run(&["worker", "--until-settled"]).status.success());
     let db = env.dir.path().join("oduflow.db");
     let backup = env.dir.path().join("backup.db");
-    // A consistent copy of a WAL-mode database: the file and its WAL.
-    let copy = |from: &Path, to: &Path| {
-        std::fs::copy(from, to).unwrap();
-        let (fw, tw) = (format!("{}-wal", from.display()), format!("{}-wal", to.display()));
-        let _ = std::fs::remove_file(&tw);
-        if Path::new(&fw).exists() {
-            std::fs::copy(&fw, &tw).unwrap();
-        }
-    };
-    copy(&db, &backup);
+    wal_copy(&db, &backup);
     create("beta");
     assert!(run(&["worker", "--until-settled"]).status.success());
     // What this host remembers (no connection to the database here: a
@@ -502,7 +494,7 @@ async fn a_restored_copy_written_to_before_any_check_is_detected() {
     assert_eq!(remembered.len(), 1, "{remembered:?}");
     let seen: i64 = remembered[0].split_whitespace().next().unwrap().parse().unwrap();
     let _ = std::fs::remove_file(format!("{}-shm", db.display()));
-    copy(&backup, &db);
+    wal_copy(&backup, &db);
     // Writes land on the restored copy before anything compares.
     let store = env.store().await;
     while store.high_water_mark().await.unwrap() <= seen {
