@@ -150,7 +150,7 @@ impl Params {
             list_lag_ms: if long { r.range(200, 600) } else { r.range(0, 60) },
             duplicate_jobs: r.chance(0.4),
             flips: r.range(0, 4) as usize,
-            reconciles: r.range(0, 2) as usize,
+            reconciles: r.range(0, 4) as usize,
             pauses: if r.chance(0.4) { r.range(1, 2) as usize } else { 0 },
             terminations: if r.chance(0.3) { r.range(1, 2) as usize } else { 0 },
             redirect: p(&mut r, 0.04),
@@ -189,6 +189,8 @@ struct Totals {
     terminations: u64,
     flips_during_runs: u64,
     reconciles_during_runs: u64,
+    /// Of those: adoptions, abandonments and rotations.
+    adopts_abandons_rotations: (u64, u64, u64),
 }
 
 pub async fn run(args: CampaignArgs) -> Result<()> {
@@ -257,8 +259,14 @@ pub async fn run(args: CampaignArgs) -> Result<()> {
         totals.orphans_reported
     );
     println!(
-        "during runs: target flips {}, reconciles {}, workers paused past their lease {}, claim connections terminated {}",
-        totals.flips_during_runs, totals.reconciles_during_runs, totals.pauses, totals.terminations
+        "during runs: target flips {}, operator actions {} (adopt {}, abandon {}, rotate {}), workers paused past their lease {}, claim connections terminated {}",
+        totals.flips_during_runs,
+        totals.reconciles_during_runs,
+        totals.adopts_abandons_rotations.0,
+        totals.adopts_abandons_rotations.1,
+        totals.adopts_abandons_rotations.2,
+        totals.pauses,
+        totals.terminations
     );
     println!(
         "clients: ready {}, deleted {}, blocked {} {:?}; provider requests {} for {} resources",
@@ -286,6 +294,20 @@ struct Seed<'a> {
     terminations: u64,
     flips: u64,
     reconciles: u64,
+    /// Of the operator actions: adoptions, abandonments, rotations.
+    acts: (u64, u64, u64),
+    /// Rotations to the round's key during runs.
+    rotations: Vec<Rotation>,
+}
+
+/// A rotation to the round's key while the workers ran: during it, its
+/// ownership proofs (GETs) use that key; after it, the records it rebound
+/// are bound to it.
+#[derive(Clone, Debug)]
+struct Rotation {
+    from: i64,
+    to: i64,
+    rebound: Vec<String>,
 }
 
 /// What the campaign does to a round while its workers run.
@@ -358,7 +380,7 @@ impl Seed<'_> {
         let started = Instant::now();
         if let Some((what, store, names, spec)) = interfere {
             let pids: Vec<u32> = children.iter().filter_map(|c| c.id()).collect();
-            self.interfere(what, store, names, spec, &pids, deadline).await?;
+            self.interfere(what, store, names, spec, &pids, key, deadline).await?;
         }
         let mut errors = vec![];
         for child in children {
@@ -382,6 +404,38 @@ impl Seed<'_> {
 }
 
 impl Seed<'_> {
+    /// An operator resolving `uncertain_create` from the console (here: the
+    /// simulator's ledger): adopts the resource that carries the dispatch's
+    /// label if there is one, else abandons the dispatch on that attestation.
+    async fn adopt_or_abandon(
+        &mut self,
+        store: &Store,
+        provider: &VultrClient,
+        c: &oduflow_store::ClientRow,
+    ) -> std::result::Result<(), operator::OperatorError> {
+        let receipts = store.receipts_for_client(&c.id).await?;
+        let cur = oduflow_engine::current::current(&c.infra, c.infra.target, &receipts);
+        let Some((kind, r)) = [ResourceKind::Vm, ResourceKind::Volume]
+            .into_iter()
+            .find_map(|k| cur.receipt(k).filter(|r| r.resource_id.is_none()).map(|r| (k, r.clone())))
+        else {
+            return Ok(());
+        };
+        let ledger = self.sim.ledger();
+        let found = ledger.resources.iter().find(|x| x.label == r.label.as_str() && x.deleted_at.is_none()).map(|x| x.id.clone());
+        let now = SystemClock.now_ms();
+        match &found {
+            Some(_) => self.acts.0 += 1,
+            None => self.acts.1 += 1,
+        }
+        match found {
+            Some(id) => operator::adopt(store, provider, &c.name, kind, &id, "campaign", now, 20).await.map(drop),
+            None => operator::abandon(store, &c.name, kind, "campaign", "nothing carries its label in the ledger", now, 20)
+                .await
+                .map(drop),
+        }
+    }
+
     /// Flips targets, reconciles blocked clients, pauses workers past their
     /// lease and (PostgreSQL) terminates claim connections, each at a drawn
     /// instant within the round, while the workers run.
@@ -392,6 +446,7 @@ impl Seed<'_> {
         names: &[String],
         spec: &ClientSpec,
         pids: &[u32],
+        key: &str,
         deadline: Duration,
     ) -> Result<()> {
         #[derive(Clone, Copy)]
@@ -455,16 +510,38 @@ impl Seed<'_> {
                     }
                 }
                 Act::Reconcile => {
-                    let blocked: Vec<_> = store
-                        .client_list()
-                        .await?
-                        .into_iter()
-                        .filter(|c| c.infra.status == ClientStatus::Blocked && c.infra.blocked_reason != Some(BlockedReason::CredentialChanged))
-                        .collect();
+                    let blocked: Vec<_> =
+                        store.client_list().await?.into_iter().filter(|c| c.infra.status == ClientStatus::Blocked).collect();
                     if let Some(c) = blocked.get(pick(&mut self.rng, blocked.len())) {
-                        // Refusals (a key bound elsewhere) are fine; store errors are not.
-                        match operator::reconcile(store, provider.as_ref(), &c.name, false, "campaign", SystemClock.now_ms(), 20).await {
-                            Ok(_) | Err(operator::OperatorError::Refused(_)) => self.reconciles += 1,
+                        // The operator action its reason calls for, while the
+                        // workers run. Refusals (a key bound elsewhere, an
+                        // outcome that became known meanwhile) and provider
+                        // errors (faults are on) are fine; store errors are not.
+                        let done = match c.infra.blocked_reason {
+                            Some(BlockedReason::CredentialChanged) => {
+                                // The round's key is the new one: prove and rebind.
+                                let p = crate::campaign::provider(&self.sim, key)?;
+                                self.acts.2 += 1;
+                                let from = SystemClock.now_ms();
+                                let done = operator::credentials_rotate(store, p.as_ref(), "campaign", from, 20).await;
+                                let rebound = match &done {
+                                    Ok(Ok(names)) => names.clone(),
+                                    _ => vec![],
+                                };
+                                self.rotations.push(Rotation { from, to: SystemClock.now_ms(), rebound });
+                                done.map(drop)
+                            }
+                            Some(BlockedReason::UncertainCreate) if self.rng.chance(0.7) => {
+                                self.adopt_or_abandon(store, provider.as_ref(), c).await
+                            }
+                            _ => operator::reconcile(store, provider.as_ref(), &c.name, false, "campaign", SystemClock.now_ms(), 20)
+                                .await
+                                .map(drop),
+                        };
+                        match done {
+                            Ok(()) | Err(operator::OperatorError::Refused(_) | operator::OperatorError::Provider(_)) => {
+                                self.reconciles += 1
+                            }
                             Err(e) => return Err(e.into()),
                         }
                     }
@@ -591,6 +668,8 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         terminations: 0,
         flips: 0,
         reconciles: 0,
+        acts: (0, 0, 0),
+        rotations: vec![],
     };
     let spec = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf")?;
     let names: Vec<String> = (0..p.clients).map(|i| format!("c{i}")).collect();
@@ -775,12 +854,15 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         println!("  job_failed total {}, faults {:?}", failed.len(), ledger.faults.len());
     }
     check(&store, &ledger, &orphans_reported, restored, totals).await?;
-    check_strict(&store, &ledger, &orphans_reported, provider(&s.sim, KEY)?.as_ref()).await?;
+    check_strict(&store, &ledger, &orphans_reported, provider(&s.sim, KEY)?.as_ref(), &s.rotations).await?;
     totals.seeds += 1;
     totals.pauses += s.pauses;
     totals.terminations += s.terminations;
     totals.flips_during_runs += s.flips;
     totals.reconciles_during_runs += s.reconciles;
+    totals.adopts_abandons_rotations.0 += s.acts.0;
+    totals.adopts_abandons_rotations.1 += s.acts.1;
+    totals.adopts_abandons_rotations.2 += s.acts.2;
     totals.faults += ledger.faults.len() as u64;
     totals.crashes += s.crashes;
     totals.requests += ledger.requests.values().sum::<u64>();
@@ -975,7 +1057,13 @@ async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: boo
 
 /// The stricter invariants of issue 12, on requests (not only applied
 /// creates), on what each client owns at the provider, and on timing.
-async fn check_strict(store: &Store, ledger: &Ledger, orphans: &[String], p: &VultrClient) -> Result<()> {
+async fn check_strict(
+    store: &Store,
+    ledger: &Ledger,
+    orphans: &[String],
+    p: &VultrClient,
+    rotations: &[Rotation],
+) -> Result<()> {
     use oduflow_model::provider::Provider as _;
     let receipts = store.receipts_all().await?;
     let owner: HashMap<&str, &oduflow_store::ReceiptRow> = receipts.iter().map(|r| (r.label.as_str(), r)).collect();
@@ -1010,12 +1098,32 @@ async fn check_strict(store: &Store, ledger: &Ledger, orphans: &[String], p: &Vu
         .filter(|r| r.resource_kind != ResourceKind::Attach)
         .filter_map(|r| r.resource_id.as_deref().map(|id| (id, r)))
         .collect();
+    // A rotation to the second key proves ownership with GETs under it,
+    // then binds the records it rebinds to it: the sanctioned uses.
+    let names: HashMap<ClientId, String> = store.client_list().await?.into_iter().map(|c| (c.id, c.name)).collect();
+    let sanctioned = |q: &oduflow_sim::RequestRecord, r: &oduflow_store::ReceiptRow| {
+        rotations.iter().any(|rot| {
+            (q.method == "GET" && (rot.from..=rot.to).contains(&q.at_ms))
+                || (q.at_ms >= rot.from && names.get(&r.client_ref).is_some_and(|n| rot.rebound.contains(n)))
+        })
+    };
     for q in ledger.request_log.iter().filter(|q| q.key_fingerprint == second.as_str()) {
         let r = q.resource_id.as_deref().and_then(|id| by_id.get(id)).or_else(|| q.label.as_deref().and_then(|l| owner.get(l)));
-        if let Some(r) = r.filter(|r| r.key_fingerprint == first) {
+        if let Some(r) = r.filter(|r| r.key_fingerprint == first && !sanctioned(q, r)) {
+            let mine: Vec<String> = receipts
+                .iter()
+                .filter(|x| x.client_ref == r.client_ref)
+                .map(|x| format!("{} key {} claimed {} id {:?}", x.operation_key, x.key_fingerprint.short(), x.claimed_ms, x.resource_id))
+                .collect();
+            let events: Vec<String> = store
+                .events_for_client(&r.client_ref)
+                .await?
+                .iter()
+                .map(|e| format!("{}@{} {}", e.kind, e.at_ms, e.detail))
+                .collect();
             bail!(
-                "invariant 10: {} {} ({:?}) was sent with a changed key: receipt {} was claimed with the key its record is bound to",
-                q.method, q.route, q.resource_id, r.operation_key
+                "invariant 10: {} {} ({:?}) was sent with a changed key at {}: receipt {} was claimed with the key its record is bound to; rotations during runs {rotations:?}; receipts {mine:?}; events {events:?}",
+                q.method, q.route, q.resource_id, q.at_ms, r.operation_key
             );
         }
     }
