@@ -357,6 +357,11 @@ impl Peer {
     async fn build(dir: &Path) -> Result<Peer> {
         let manifest = dir.join("Cargo.toml");
         anyhow::ensure!(manifest.exists(), "{} not found (run from the repository's root, or pass --peer-dir)", manifest.display());
+        // Canonical, so that cargo finds the build `scripts/test` made
+        // (`crates/oduflow/../../bench/apalis-peer` is another path to it,
+        // and cargo then built the whole peer again).
+        let dir = &dir.canonicalize()?;
+        let manifest = dir.join("Cargo.toml");
         let target = dir.join("target");
         println!("  building the peer ({}) ...", dir.display());
         let st = tokio::process::Command::new("cargo")
