@@ -2,7 +2,8 @@
 //!
 //! It serves the subset oduflow uses (instances, blocks, attach/detach,
 //! account, regions, plans, DNS records) over real HTTP, faithful to
-//! `shared/reference/vultr-api.md`: 202 with a pending instance that moves to
+//! Vultr's documented and observed behaviour (its OpenAPI document is in
+//! `crates/oduflow-vultr/tests/data`): 202 with a pending instance that moves to
 //! active/installingbooting and then ok; GET 404 for a while after create;
 //! listings that lag; 500 "locked" for DELETE and attach while an instance is
 //! not ready; 429 with Retry-After above the rate; 401 for an unknown key;

@@ -8,10 +8,8 @@ use serde_json::{Map, Value};
 use std::sync::OnceLock;
 use yaml_rust2::{Yaml, YamlLoader};
 
-pub const DOC_PATH: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/reference/vultr-openapi-2023-12.yaml"
-);
+/// Vultr's own document, kept in the repository (see `tests/data/README.md`).
+pub const DOC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/vultr-openapi-2023-12.yaml");
 
 pub struct OpenApi {
     doc: Value,
