@@ -403,12 +403,7 @@ pub async fn inventory<P: Provider>(store: &Store, provider: &P, now_ms: i64) ->
     }
     for o in inv.orphans.iter_mut() {
         let live = o.client.as_deref().and_then(|n| clients.values().find(|c| c.name == n));
-        o.resolve = Some(match live {
-            Some(c) if c.infra.status != ClientStatus::Deleted && c.infra.target == Target::Present => {
-                format!("oduflow orphan adopt {} (into {}), or oduflow orphan delete {} --by WHO --reason WHY", o.id, c.name, o.id)
-            }
-            _ => format!("oduflow orphan delete {} --by WHO --reason WHY", o.id),
-        });
+        o.resolve = Some(orphan_resolutions(&o.id, live).join(", or "));
     }
     let found: Vec<oduflow_store::FoundOrphan> = inv
         .orphans
@@ -466,6 +461,18 @@ pub async fn inventory<P: Provider>(store: &Store, provider: &P, now_ms: i64) ->
         )
         .await?;
     Ok(inv)
+}
+
+/// The commands that resolve an orphan: adoption into the client its label
+/// names while that client is wanted, else deletion on an attestation. One
+/// list for `reconcile --all`, the API and the dashboard.
+pub fn orphan_resolutions(id: &str, client: Option<&ClientRow>) -> Vec<String> {
+    let mut out = vec![];
+    if client.is_some_and(|c| c.infra.status != ClientStatus::Deleted && c.infra.target == Target::Present) {
+        out.push(format!("oduflow orphan adopt {id}"));
+    }
+    out.push(format!("oduflow orphan delete {id} --by WHO --reason WHY"));
+    out
 }
 
 /// An orphan the last inventory pass recorded and has not seen resolved.

@@ -522,12 +522,7 @@ pub(crate) async fn orphans_list(s: &AppState) -> ApiResult<Vec<Orphan>> {
             Some(id) => s.store().client_get_by_id(&ClientId::from(id.as_str())).await?,
             None => None,
         };
-        let id = &row.resource_id;
-        let mut resolve = vec![];
-        if c.as_ref().is_some_and(|c| c.infra.target == Target::Present && c.infra.status != ClientStatus::Deleted) {
-            resolve.push(format!("oduflow orphan adopt {id}"));
-        }
-        resolve.push(format!("oduflow orphan delete {id} --by WHO --reason WHY"));
+        let resolve = operator::orphan_resolutions(&row.resource_id, c.as_ref());
         out.push(Orphan { row, client: c.map(|c| c.name), resolve });
     }
     Ok(out)
