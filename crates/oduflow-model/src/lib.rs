@@ -9,6 +9,7 @@ pub mod decide;
 pub mod identity;
 pub mod ids;
 pub mod provider;
+pub mod rate;
 pub mod spec;
 pub mod state;
 

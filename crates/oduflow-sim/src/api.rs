@@ -15,6 +15,7 @@ use oduflow_model::KeyFingerprint;
 use secrecy::SecretString;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -41,6 +42,11 @@ impl Shared {
 /// Closes the connection the request came on (set by the accept loop).
 #[derive(Clone)]
 pub(crate) struct ConnKill(pub Arc<Notify>);
+
+/// The address a request's connection came from: Vultr counts its rate limit
+/// per source address, and so does the simulator.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Source(pub IpAddr);
 
 /// Who is calling: the fingerprint of the key that passed the gate.
 #[derive(Clone)]
@@ -162,6 +168,10 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
         return next.run(req).await;
     };
     let key_fp = bearer_fingerprint(&req);
+    let source = req
+        .extensions()
+        .get::<Source>()
+        .map_or(IpAddr::from([0, 0, 0, 0]), |s| s.0);
     // A create's label is in its body: read it here, so a create that a
     // fault refuses still counts as sent.
     let create = req.method() == axum::http::Method::POST && (route == "/v2/instances" || route == "/v2/blocks");
@@ -191,13 +201,14 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
         resource_id,
         label: label_sent,
         key_fingerprint: key_fp.clone().unwrap_or_default(),
+        source: source.to_string(),
     });
     // Regions and plans are `security: []` in the document: no key needed.
     let needs_auth = !matches!(op, Op::RegionList | Op::PlanList);
     let label = format!("{} {route}", req.method());
-    let decision = s.world().gate(&label, op, key_fp.as_deref(), needs_auth);
+    let decision = s.world().gate(&label, op, key_fp.as_deref(), needs_auth, source);
     let resp = match decision {
-        Gate::Refuse(429) => render(Reply::too_many()),
+        Gate::TooMany(secs) => render(Reply::too_many(secs)),
         Gate::Refuse(401) => render(Reply::error(401, "Invalid API token.")),
         Gate::Refuse(status) => render(Reply::error(status, "Internal server error.")),
         Gate::Redirect(status) => {

@@ -26,8 +26,12 @@ pub struct SimConfig {
     /// Seeds fault draws and generated ids: the same seed and the same request
     /// sequence give the same faults and the same ids.
     pub seed: u64,
-    /// Requests per second accepted before answering 429 (token bucket, as
-    /// many tokens as the rate).
+    /// Requests accepted from one source address in any one second; the
+    /// next is answered 429 with `Retry-After`. Vultr counts its limit per
+    /// source address and does not say how it counts its second, so this
+    /// counts the strictest way: a sliding window of the last second (a
+    /// client under it is under any fixed window or token bucket too).
+    /// Refused requests do not count.
     pub rate_per_sec: u32,
     /// An instance stays `pending / none` this long after create.
     pub pending_ms: u64,
@@ -135,6 +139,8 @@ pub struct Faults {
     /// `burst_429_len - 1` requests.
     pub burst_429: f64,
     pub burst_429_len: u32,
+    /// The `Retry-After` (seconds) a `burst_429` fault answers with.
+    pub retry_after_secs: u64,
     /// Not applied; answered with a 3xx (see [`REDIRECT_STATUSES`]) whose
     /// `Location` is the same path and query on this same server. A client
     /// that follows it sends the request again; one that does not must not
@@ -167,6 +173,7 @@ impl Default for Faults {
             error_5xx: 0.0,
             burst_429: 0.0,
             burst_429_len: DEFAULT_BURST_429_LEN,
+            retry_after_secs: 1,
             redirect: 0.0,
             lost_redirect: 0.0,
             redirect_status: None,

@@ -3,7 +3,7 @@
 //! error, exactly like a response lost in the network), and the in-process
 //! handle tests and `oduflow demo` use.
 
-use crate::api::{ConnKill, Shared, router};
+use crate::api::{ConnKill, Shared, Source, router};
 use crate::config::{Faults, SimConfig};
 use crate::world::{Ledger, World};
 use hyper::body::Incoming;
@@ -132,9 +132,9 @@ async fn accept_loop(
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
-        let stream = tokio::select! {
+        let (stream, source) = tokio::select! {
             r = listener.accept() => match r {
-                Ok((stream, _)) => stream,
+                Ok((stream, peer)) => (stream, Source(peer.ip())),
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
                     continue;
@@ -149,6 +149,7 @@ async fn accept_loop(
             let conn_kill = ConnKill(kill.clone());
             let svc = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
                 req.extensions_mut().insert(conn_kill.clone());
+                req.extensions_mut().insert(source);
                 app.clone().oneshot(req)
             });
             let conn = hyper::server::conn::http1::Builder::new()

@@ -9,7 +9,8 @@ use crate::time::now_rfc3339;
 use oduflow_model::KeyFingerprint;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::net::IpAddr;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -156,9 +157,9 @@ impl Reply {
             retry_after: None,
         }
     }
-    pub fn too_many() -> Self {
+    pub fn too_many(retry_after_secs: u64) -> Self {
         Self {
-            retry_after: Some(RETRY_AFTER_SECS),
+            retry_after: Some(retry_after_secs),
             ..Self::error(429, "Rate limit exceeded. Please slow down your requests.")
         }
     }
@@ -232,6 +233,9 @@ pub struct Ledger {
     pub responses_by_status: BTreeMap<u16, u64>,
     /// 429s served because the client went over the rate.
     pub responses_429_rate_limit: u64,
+    /// The most requests accepted from one source address in one second.
+    #[serde(default)]
+    pub busiest_second: u64,
     /// 429s served by a `burst_429` fault.
     pub responses_429_fault: u64,
     pub faults: Vec<FaultEvent>,
@@ -260,6 +264,9 @@ pub struct RequestRecord {
     pub label: Option<String>,
     /// SHA-256 hex of the bearer key ("" without one).
     pub key_fingerprint: String,
+    /// The address the request came from (what Vultr counts its limit by).
+    #[serde(default)]
+    pub source: String,
 }
 
 #[derive(Debug)]
@@ -311,6 +318,8 @@ struct SimRecord {
 pub(crate) enum Gate {
     /// Answer this right away, without applying.
     Refuse(u16),
+    /// Answer 429 with this `Retry-After` (seconds), without applying.
+    TooMany(u64),
     /// Answer this redirect (to the request's own URL) right away, without
     /// applying.
     Redirect(u16),
@@ -332,8 +341,8 @@ pub(crate) struct World {
     seq: u64,
     faults_injected: u64,
     burst_left: u32,
-    tokens: f64,
-    tokens_at: Instant,
+    /// Per source address, the accepted requests of the last second.
+    windows: HashMap<IpAddr, VecDeque<Instant>>,
     next_ip: u32,
     instances: Vec<SimInstance>,
     blocks: Vec<SimBlock>,
@@ -367,8 +376,7 @@ impl World {
             seq: 0,
             faults_injected: 0,
             burst_left: 0,
-            tokens: f64::from(cfg.rate_per_sec),
-            tokens_at: Instant::now(),
+            windows: HashMap::new(),
             next_ip: 1,
             instances: Vec::new(),
             blocks: Vec::new(),
@@ -407,23 +415,36 @@ impl World {
     /// Runs for every /v2 request on arrival: counts it, draws its faults
     /// (always two draws, so the stream position depends only on the number of
     /// requests), then applies the rate limit, authentication and the fault.
-    pub fn gate(&mut self, route: &str, op: Op, key_fp: Option<&str>, needs_auth: bool) -> Gate {
+    pub fn gate(
+        &mut self,
+        route: &str,
+        op: Op,
+        key_fp: Option<&str>,
+        needs_auth: bool,
+        source: IpAddr,
+    ) -> Gate {
         let now = Instant::now();
         self.seq += 1;
         *self.ledger.requests.entry(route.to_owned()).or_default() += 1;
         let u_fault = self.fault_rng.next_f64();
         let u_latency = self.fault_rng.next_f64();
 
-        // Token bucket: as many tokens as the rate, refilled continuously.
-        let rate = f64::from(self.cfg.rate_per_sec.max(1));
-        let elapsed = now.saturating_duration_since(self.tokens_at).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * rate).min(rate);
-        self.tokens_at = now;
-        if self.tokens < 1.0 {
-            self.ledger.responses_429_rate_limit += 1;
-            return Gate::Refuse(429);
+        // Vultr's limit, per source address: at most `rate_per_sec` accepted
+        // in the last second.
+        let window = self.windows.entry(source).or_default();
+        while window
+            .front()
+            .is_some_and(|t| now.saturating_duration_since(*t) >= Duration::from_secs(1))
+        {
+            window.pop_front();
         }
-        self.tokens -= 1.0;
+        if window.len() >= self.cfg.rate_per_sec.max(1) as usize {
+            self.ledger.responses_429_rate_limit += 1;
+            return Gate::TooMany(RETRY_AFTER_SECS);
+        }
+        window.push_back(now);
+        let in_window = window.len() as u64;
+        self.ledger.busiest_second = self.ledger.busiest_second.max(in_window);
 
         if needs_auth && !key_fp.is_some_and(|k| self.keys.contains(k)) {
             return Gate::Refuse(401);
@@ -505,7 +526,7 @@ impl World {
         match fault {
             Some(FaultKind::Burst429) => {
                 self.ledger.responses_429_fault += 1;
-                Gate::Refuse(429)
+                Gate::TooMany(f.retry_after_secs)
             }
             Some(FaultKind::Error5xx) => Gate::Refuse(500),
             Some(FaultKind::Redirect) => {

@@ -20,6 +20,7 @@
 //! their own that commit independently of any job. The schema's triggers
 //! refuse to delete a receipt or change a recorded resource id.
 
+mod budget;
 mod operator;
 mod orphans;
 mod queue;
@@ -29,6 +30,7 @@ mod rows;
 mod stats;
 mod tokens;
 
+pub use budget::*;
 pub use operator::*;
 pub use orphans::*;
 pub use queue::*;
@@ -245,6 +247,7 @@ impl Store {
                 (3, "adapter state", include_str!("../migrations/postgres/0003_adapter_state.sql")),
                 (4, "fencing", include_str!("../migrations/postgres/0004_fencing.sql")),
                 (5, "orphans", include_str!("../migrations/postgres/0005_orphans.sql")),
+                (6, "rate budget", include_str!("../migrations/postgres/0006_rate_budget.sql")),
             ],
             Store::Sqlite(_) => &[
                 (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
@@ -252,6 +255,7 @@ impl Store {
                 (3, "adapter state", include_str!("../migrations/sqlite/0003_adapter_state.sql")),
                 (4, "fencing", include_str!("../migrations/sqlite/0004_fencing.sql")),
                 (5, "orphans", include_str!("../migrations/sqlite/0005_orphans.sql")),
+                (6, "rate budget", include_str!("../migrations/sqlite/0006_rate_budget.sql")),
             ],
         };
         let migrator = Migrator::with_migrations(

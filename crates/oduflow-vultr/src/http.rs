@@ -1,4 +1,4 @@
-//! The HTTP layer: one rate limiter, two reqwest clients, the read retry loop,
+//! The HTTP layer: the rate budget, two reqwest clients, the read retry loop,
 //! pagination and the classification of create/attach answers.
 //!
 //! Why two clients: reads and DELETE go through a pooled client. Create and
@@ -32,16 +32,15 @@
 
 use crate::config::VultrConfig;
 use crate::error::VultrError;
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use oduflow_model::KeyFingerprint;
 use oduflow_model::provider::Outcome;
+use oduflow_model::rate::{LocalBudget, RateBudget};
 use reqwest::header::{AUTHORIZATION, HeaderValue, LOCATION, RETRY_AFTER};
 use reqwest::{Method, Url};
 use secrecy::ExposeSecret;
 use serde::de::DeserializeOwned;
 use std::collections::HashSet;
 use std::fmt;
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -50,8 +49,10 @@ use std::time::{Duration, Instant};
 const BODY_EXCERPT_CHARS_MAX: usize = 200;
 
 /// A Vultr API client. Cheap to clone: every clone shares the same HTTP
-/// connections and the same rate limiter, so a process that clones one client
-/// into all its workers stays under the configured rate as a whole.
+/// connections and the same rate budget. Built with [`VultrClient::new`] the
+/// budget is this process's alone; every oduflow command builds it with
+/// [`VultrClient::with_budget`] and the store's shared budget, so all
+/// processes of one rate group stay under the rate together.
 #[derive(Clone)]
 pub struct VultrClient {
     pub(crate) inner: Arc<Inner>,
@@ -65,8 +66,12 @@ pub(crate) struct Inner {
     reads: reqwest::Client,
     /// Never reuses a connection; for create and attach, sent once.
     once: reqwest::Client,
-    limiter: DefaultDirectRateLimiter,
-    /// Request and rate-limiter counters for `/metrics`.
+    /// The group's send slots, and this process's passes to them.
+    budget: Arc<dyn RateBudget>,
+    turnstile: crate::budget::Turnstile,
+    /// Between two slots: one second over the rate.
+    interval: Duration,
+    /// Request and rate-budget counters for `/metrics`.
     stats: Arc<crate::stats::Stats>,
 }
 
@@ -77,6 +82,7 @@ impl fmt::Debug for VultrClient {
             .field("base_url", &self.inner.base.as_str())
             .field("key_fingerprint", &self.inner.fingerprint.short())
             .field("rate_per_sec", &self.inner.cfg.rate_per_sec)
+            .field("rate_group", &self.inner.budget.group())
             .finish_non_exhaustive()
     }
 }
@@ -207,7 +213,15 @@ fn describe(err: &reqwest::Error) -> String {
 }
 
 impl VultrClient {
+    /// A client with a budget of its own (tests, tools): only this process's
+    /// requests count against its rate.
     pub fn new(cfg: VultrConfig) -> Result<Self, VultrError> {
+        Self::with_budget(cfg, Arc::new(LocalBudget::new("local")))
+    }
+
+    /// A client whose requests take their slots from `budget`, shared with
+    /// every other process of its group.
+    pub fn with_budget(cfg: VultrConfig, budget: Arc<dyn RateBudget>) -> Result<Self, VultrError> {
         let base = Url::parse(cfg.base_url.trim_end_matches('/'))
             .map_err(|e| VultrError::Config(format!("base_url {:?}: {e}", cfg.base_url)))?;
         if base.cannot_be_a_base() {
@@ -216,10 +230,10 @@ impl VultrClient {
                 cfg.base_url
             )));
         }
-        let rate = NonZeroU32::new(cfg.rate_per_sec)
-            .ok_or_else(|| VultrError::Config("rate_per_sec must be at least 1".into()))?;
-        let burst = NonZeroU32::new(cfg.rate_burst)
-            .ok_or_else(|| VultrError::Config("rate_burst must be at least 1".into()))?;
+        if cfg.rate_per_sec == 0 {
+            return Err(VultrError::Config("rate_per_sec must be at least 1".into()));
+        }
+        let interval = Duration::from_secs_f64(1.0 / f64::from(cfg.rate_per_sec));
         if cfg.read_attempts_max == 0 {
             return Err(VultrError::Config(
                 "read_attempts_max must be at least 1".into(),
@@ -246,7 +260,6 @@ impl VultrClient {
             .build()
             .map_err(|e| VultrError::Config(format!("HTTP client: {}", describe(&e))))?;
         let fingerprint = KeyFingerprint::of_key(&cfg.api_key);
-        let limiter = RateLimiter::direct(Quota::per_second(rate).allow_burst(burst));
         Ok(Self {
             inner: Arc::new(Inner {
                 base,
@@ -254,7 +267,9 @@ impl VultrClient {
                 fingerprint,
                 reads,
                 once,
-                limiter,
+                budget,
+                turnstile: crate::budget::Turnstile::new(crate::budget::RESERVATIONS_AHEAD_MAX),
+                interval,
                 stats: Arc::default(),
             }),
         })
@@ -284,7 +299,12 @@ impl VultrClient {
         url
     }
 
-    /// One HTTP exchange after waiting for the rate limiter.
+    /// The rate group this client's requests count against.
+    pub fn rate_group(&self) -> &str {
+        self.inner.budget.group()
+    }
+
+    /// One HTTP exchange after waiting for a slot in the rate budget.
     async fn exchange(
         &self,
         once: bool,
@@ -294,9 +314,17 @@ impl VultrClient {
         body: Option<&serde_json::Value>,
     ) -> Reply {
         let inner = &self.inner;
-        let waiting = Instant::now();
-        inner.limiter.until_ready().await;
-        inner.stats.record_limiter_wait(waiting.elapsed());
+        // Creates, attaches, detaches and deletes go before this process's
+        // waiting reads (crate::budget).
+        let change = once || method != Method::GET;
+        match crate::budget::wait_for_slot(&inner.turnstile, inner.budget.as_ref(), inner.interval, change).await {
+            Ok(waited) => inner.stats.record_limiter_wait(waited),
+            Err(why) => {
+                tracing::warn!(%method, why = %why, "vultr request not sent: no slot in the rate budget");
+                inner.stats.record_budget_refusal();
+                return Reply::Stopped(why);
+            }
+        }
         // After the wait, which can be long: a run whose claim was lost
         // meanwhile sends nothing (`oduflow_model::provider::SendGuard`).
         if let Err(why) = oduflow_model::provider::send_guard_check().await {
@@ -353,6 +381,23 @@ impl VultrClient {
             }
         };
         let ms = started.elapsed().as_millis() as u64;
+        if let Reply::Answer(a) = &reply {
+            if a.status == 429 {
+                // Vultr counts per source address: the whole group pauses,
+                // for as long as it asks (within our bound).
+                let pause = a
+                    .retry_after
+                    .unwrap_or(crate::budget::PAUSE_WITHOUT_RETRY_AFTER)
+                    .min(Duration::from_millis(inner.cfg.retry_after_max_ms));
+                tracing::warn!(
+                    %method, %route, pause_ms = pause.as_millis() as u64, group = inner.budget.group(),
+                    "vultr answered 429: pausing the rate group"
+                );
+                if let Err(e) = inner.budget.pause(pause).await {
+                    tracing::warn!(error = %e, "the rate group could not be paused");
+                }
+            }
+        }
         let status = match &reply {
             Reply::Answer(a) => Some(a.status),
             Reply::NotSent(_) | Reply::Transport(_) | Reply::Stopped(_) => None,

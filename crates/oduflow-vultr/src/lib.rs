@@ -25,6 +25,7 @@
 //!   message or `Debug` output.
 
 mod account;
+pub mod budget;
 mod config;
 pub mod dns;
 pub mod dns_adapter;

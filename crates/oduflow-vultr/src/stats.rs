@@ -26,6 +26,7 @@ pub struct Stats {
     requests: Mutex<BTreeMap<RequestSeries, u64>>,
     limiter_waits: AtomicU64,
     limiter_wait_us: AtomicU64,
+    budget_refusals: AtomicU64,
 }
 
 /// A copy of the counters at one instant.
@@ -36,6 +37,9 @@ pub struct StatsSnapshot {
     pub limiter_waits: u64,
     /// Total time spent waiting for the rate limiter.
     pub limiter_wait: Duration,
+    /// Requests not sent because no slot could be had (the budget's database
+    /// did not answer, or a wait bound was reached).
+    pub budget_refusals: u64,
 }
 
 /// Below this a limiter "wait" is just the cost of asking it, not a wait.
@@ -61,12 +65,17 @@ impl Stats {
         }
     }
 
+    pub(crate) fn record_budget_refusal(&self) {
+        self.budget_refusals.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn snapshot(&self) -> StatsSnapshot {
         let m = self.requests.lock().unwrap_or_else(|p| p.into_inner());
         StatsSnapshot {
             requests: m.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             limiter_waits: self.limiter_waits.load(Ordering::Relaxed),
             limiter_wait: Duration::from_micros(self.limiter_wait_us.load(Ordering::Relaxed)),
+            budget_refusals: self.budget_refusals.load(Ordering::Relaxed),
         }
     }
 }

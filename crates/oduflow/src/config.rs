@@ -18,6 +18,7 @@ struct FileConfig {
     poll_interval_ms: Option<i64>,
     observations_max: Option<i64>,
     rate_per_sec: Option<u32>,
+    rate_group: Option<String>,
     per_page: Option<u32>,
     request_timeout_ms: Option<u64>,
     concurrency: Option<usize>,
@@ -52,7 +53,12 @@ pub struct Config {
     pub api_key: Option<SecretString>,
     pub poll_interval_ms: i64,
     pub observations_max: i64,
+    /// Requests per second for the whole rate group.
     pub rate_per_sec: u32,
+    /// The rate budget this process shares (issue 13): every process using
+    /// one database and naming the same group shares one budget. Hosts with
+    /// their own public addresses name one group each.
+    pub rate_group: String,
     /// Listing page size: Vultr's maximum, so an inventory pass or a label
     /// search over blocks (which Vultr cannot filter) reads fewer pages.
     pub per_page: u32,
@@ -115,7 +121,10 @@ impl Config {
             api_key: env("VULTR_API_KEY").map(SecretString::from),
             poll_interval_ms: env_num("ODUFLOW_POLL_INTERVAL_MS")?.or(fc.poll_interval_ms).unwrap_or(5_000),
             observations_max: env_num("ODUFLOW_OBSERVATIONS_MAX")?.or(fc.observations_max).unwrap_or(60),
-            rate_per_sec: env_num("ODUFLOW_RATE_PER_SEC")?.or(fc.rate_per_sec).unwrap_or(30),
+            rate_per_sec: env_num("ODUFLOW_RATE_PER_SEC")?.or(fc.rate_per_sec).unwrap_or(oduflow_vultr::DEFAULT_RATE_PER_SEC),
+            rate_group: env("ODUFLOW_RATE_GROUP")
+                .or(fc.rate_group)
+                .unwrap_or_else(|| oduflow_model::rate::DEFAULT_RATE_GROUP.into()),
             per_page: env_num("ODUFLOW_PER_PAGE")?.or(fc.per_page).unwrap_or(500),
             request_timeout_ms: env_num("ODUFLOW_REQUEST_TIMEOUT_MS")?.or(fc.request_timeout_ms).unwrap_or(30_000),
             concurrency: env_num("ODUFLOW_CONCURRENCY")?.or(fc.concurrency).unwrap_or(4),
@@ -139,6 +148,7 @@ impl Config {
                     .into()
             ));
         }
+        oduflow_model::rate::check_group(&cfg.rate_group).map_err(BadInput)?;
         oduflow_store::Store::check_url(&cfg.database_url).map_err(|e| BadInput(e.to_string()))?;
         Ok(cfg)
     }

@@ -307,7 +307,7 @@ async fn run(cli: Cli) -> Result<()> {
                 engine.concurrency = n;
             }
             let store = Store::connect_sized(&cfg.database_url, false, 2 * engine.concurrency as u32 + 4).await?;
-            let provider = provider(&cfg)?;
+            let provider = provider(&cfg, &store, "worker")?;
             if let Some(why) = lineage::check(&store, now_ms()).await? {
                 anyhow::bail!("restore pending ({why}): run `oduflow reconcile --all` before starting workers");
             }
@@ -352,7 +352,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Reconcile { name, all, new_dispatch, by, json } => {
             if all {
                 let store = open(&cfg).await?;
-                let provider = provider(&cfg)?;
+                let provider = provider(&cfg, &store, "cli")?;
                 let inv = operator::inventory(&store, provider.as_ref(), now_ms()).await?;
                 print_inventory(&inv, json)?;
             } else {
@@ -361,7 +361,7 @@ async fn run(cli: Cli) -> Result<()> {
                 };
                 ClientName::parse(&name)?;
                 let store = open(&cfg).await?;
-                let provider = provider(&cfg)?;
+                let provider = provider(&cfg, &store, "cli")?;
                 refuse_if_restored(&store).await?;
                 let row = operator::reconcile(&store, provider.as_ref(), &name, new_dispatch, &by, now_ms(), cfg.attempts_max).await?;
                 print_client(&store, &row, json, false).await?;
@@ -371,7 +371,7 @@ async fn run(cli: Cli) -> Result<()> {
             ClientName::parse(&name)?;
             let kind = ResourceKind::parse(&kind).expect("clap checked");
             let store = open(&cfg).await?;
-            let provider = provider(&cfg)?;
+            let provider = provider(&cfg, &store, "cli")?;
             refuse_if_restored(&store).await?;
             let row = operator::adopt(&store, provider.as_ref(), &name, kind, &id, &by, now_ms(), cfg.attempts_max).await?;
             print_client(&store, &row, false, false).await?;
@@ -386,7 +386,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Credentials(CredentialsCmd::Rotate { by, json }) => {
             let store = open(&cfg).await?;
-            let provider = provider(&cfg)?;
+            let provider = provider(&cfg, &store, "cli")?;
             refuse_if_restored(&store).await?;
             match operator::credentials_rotate(&store, provider.as_ref(), &by, now_ms(), cfg.attempts_max).await? {
                 Ok(names) => {
@@ -421,14 +421,14 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Orphan(OrphanCmd::Adopt { id, by }) => {
             let store = open(&cfg).await?;
-            let provider = provider(&cfg)?;
+            let provider = provider(&cfg, &store, "cli")?;
             refuse_if_restored(&store).await?;
             let row = operator::orphan_adopt(&store, provider.as_ref(), &id, &by, now_ms(), cfg.attempts_max).await?;
             print_client(&store, &row, false, false).await?;
         }
         Cmd::Orphan(OrphanCmd::Delete { id, by, reason, json }) => {
             let store = open(&cfg).await?;
-            let provider = provider(&cfg)?;
+            let provider = provider(&cfg, &store, "cli")?;
             refuse_if_restored(&store).await?;
             let d = operator::orphan_delete(&store, provider.as_ref(), &id, &by, &reason, now_ms()).await?;
             if json {
@@ -446,8 +446,6 @@ async fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
-/// The provider the worker drives: Vultr (or `oduflow sim`) at
-/// `ODUFLOW_VULTR_URL`, with one rate limiter for the whole process.
 /// Operator actions that act on the provider wait, like the queue, until a
 /// restored copy has been reconciled with the provider's inventory (this
 /// host's high-water mark tells, or a declared restore).
@@ -458,7 +456,11 @@ async fn refuse_if_restored(store: &Store) -> Result<()> {
     Ok(())
 }
 
-fn provider(cfg: &Config) -> Result<Arc<oduflow_vultr::VultrClient>> {
+/// The provider the worker drives: Vultr (or `oduflow sim`) at
+/// `ODUFLOW_VULTR_URL`, its requests taking their slots from the rate group's
+/// budget in the database, shared with every other process of the group.
+/// `role` names this process in the budget's metrics.
+fn provider(cfg: &Config, store: &Store, role: &str) -> Result<Arc<oduflow_vultr::VultrClient>> {
     let scheme = cfg.vultr_url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
     if !matches!(scheme.as_deref(), Some("https" | "http")) {
         return Err(BadInput(format!("ODUFLOW_VULTR_URL {:?}: the scheme must be https (or http for a local simulator)", cfg.vultr_url)).into());
@@ -471,7 +473,20 @@ fn provider(cfg: &Config) -> Result<Arc<oduflow_vultr::VultrClient>> {
         request_timeout_ms: cfg.request_timeout_ms,
         ..oduflow_vultr::VultrConfig::new(key)
     };
-    Ok(Arc::new(oduflow_vultr::VultrClient::new(vc).map_err(|e| BadInput(e.to_string()))?))
+    let budget = oduflow_store::SharedBudget::new(store.clone(), &cfg.rate_group, &process_name(role)).map_err(BadInput)?;
+    Ok(Arc::new(oduflow_vultr::VultrClient::with_budget(vc, Arc::new(budget)).map_err(|e| BadInput(e.to_string()))?))
+}
+
+/// `<host>/<role>-<pid>`: how this process is named in the rate budget's
+/// metrics.
+pub fn process_name(role: &str) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into());
+    format!("{host}/{role}-{}", std::process::id())
 }
 
 /// The configured identity adapters, DNS first.

@@ -41,7 +41,7 @@ pub async fn serve(cfg: &Config, args: ServeArgs) -> Result<()> {
     let store = crate::open(cfg).await?;
     // Operator actions (reconcile, adopt) ask the provider, so the key is
     // needed here as it is for `oduflow reconcile`.
-    let provider = crate::provider(cfg)?;
+    let provider = crate::provider(cfg, &store, "serve")?;
     // This host compares the database with its memory of it too, at start
     // and every few seconds, so a restored copy is caught (and the API's
     // provider actions refuse) even where no worker runs.

@@ -32,7 +32,6 @@ pub fn fast_config(base_url: &str, key: &str) -> VultrConfig {
         backoff_base_ms: 5,
         backoff_max_ms: 20,
         rate_per_sec: 10_000,
-        rate_burst: 10_000,
         ..VultrConfig::new(SecretString::from(key.to_owned()))
     }
 }

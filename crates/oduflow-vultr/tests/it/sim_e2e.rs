@@ -399,9 +399,9 @@ async fn account_regions_plans_and_dns_through_the_adapter() {
     ));
 }
 
-/// The figure the issue asks for: 200 requests from many workers sharing one
-/// client stay within 30 requests/s, and the simulator (limit 30/s) never
-/// has to answer 429.
+/// 200 requests from many workers sharing one client stay within Vultr's 30
+/// requests/s as the simulator counts it (a sliding second per source
+/// address), so it never has to answer 429.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_200_requests_stays_within_30_per_second_with_no_429() {
     let sim = sim(SimConfig {
@@ -414,7 +414,7 @@ async fn a_burst_of_200_requests_stays_within_30_per_second_with_no_429() {
         ..VultrConfig::new(secrecy::SecretString::from(KEY.to_owned()))
     })
     .unwrap();
-    assert_eq!(c.config().rate_per_sec, 30, "the default");
+    assert_eq!(c.config().rate_per_sec, 25, "the default");
     const REQUESTS: usize = 200;
     const WORKERS: usize = 10;
     let started = Instant::now();
@@ -434,10 +434,12 @@ async fn a_burst_of_200_requests_stays_within_30_per_second_with_no_429() {
     let l = sim.ledger();
     let served = l.requests["GET /v2/account"];
     println!(
-        "rate: {served} requests in {secs:.1} s = {:.1} req/s, 429s: {}",
+        "rate: {served} requests in {secs:.1} s = {:.1} req/s, busiest second {}, 429s: {}",
         served as f64 / secs,
+        l.busiest_second,
         l.responses_429_rate_limit
     );
+    assert!(l.busiest_second <= 30, "{} in one second", l.busiest_second);
     assert_eq!(served, REQUESTS as u64, "no retries were needed");
     assert_eq!(l.responses_429_rate_limit, 0);
 }
