@@ -2,6 +2,7 @@
 //! processes on one PostgreSQL, and workers killed with SIGKILL mid-job.
 
 mod protocol;
+mod rate;
 
 use oduflow_model::*;
 use oduflow_store::*;
