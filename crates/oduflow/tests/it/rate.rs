@@ -124,3 +124,148 @@ mod fleet_shares_one_budget {
         super::fleet_shares_one_budget(super::Env::sqlite().await, 2, 16).await;
     }
 }
+
+/// Two "processes" of one group: separate pools on one database and separate
+/// clients, sharing nothing but the budget's row, as two processes do.
+async fn two_processes(sim: &oduflow_sim::SimHandle, rate: u32) -> (tempfile::TempDir, Store, [oduflow_vultr::VultrClient; 2]) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = oduflow_store::testing::sqlite_url(dir.path());
+    let store = Store::connect(&url, true).await.unwrap();
+    store.migrate().await.unwrap();
+    let client = |process: &str| {
+        let pool = connect_blocking(Store::connect(&url, false));
+        let budget = oduflow_store::SharedBudget::new(pool, "g", process).unwrap();
+        oduflow_vultr::VultrClient::with_budget(
+            oduflow_vultr::VultrConfig {
+                base_url: sim.base_url.clone(),
+                rate_per_sec: rate,
+                ..oduflow_vultr::VultrConfig::new(secrecy::SecretString::from(KEY.to_owned()))
+            },
+            std::sync::Arc::new(budget),
+        )
+        .unwrap()
+    };
+    let a = client("a");
+    let b = client("b");
+    (dir, store, [a, b])
+}
+
+/// `Store::connect` from a sync closure inside the test's runtime.
+fn connect_blocking(f: impl std::future::Future<Output = oduflow_store::Result<Store>>) -> Store {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f)).unwrap()
+}
+
+fn epoch_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+fn block_request() -> oduflow_model::provider::BlockRequest {
+    oduflow_model::provider::BlockRequest {
+        region: "ewr".into(),
+        size_gb: 40,
+        block_type: VolumeType::HighPerf,
+        label: Label::new_dispatch(&ClientId::new_v7(), ResourceKind::Volume),
+    }
+}
+
+/// A 429 with `Retry-After: 2` answered to one process pauses the whole
+/// group: the other process, reading in a loop, sends nothing in those two
+/// seconds, and a create it is asked for meanwhile leaves only after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_answered_to_one_process_pauses_the_others() {
+    use oduflow_model::provider::Provider;
+    let env = Env::sqlite().await;
+    let (_dir, _store, [a, b]) = two_processes(&env.sim, 50).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (b, stop) = (b.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                b.account_get().await.unwrap();
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    env.sim
+        .set_faults(oduflow_sim::Faults {
+            burst_429: 1.0,
+            burst_429_len: 1,
+            retry_after_secs: 2,
+            ops: vec![oduflow_sim::Op::InstanceList],
+            faults_max: Some(1),
+            ..oduflow_sim::Faults::default()
+        })
+        .unwrap();
+    // Process a's read is answered 429, Retry-After 2; it waits and retries.
+    let scan = {
+        let a = a.clone();
+        tokio::spawn(async move { a.instance_list().await })
+    };
+    while env.sim.ledger().responses_429_fault == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let create_asked = epoch_ms();
+    let created = b.block_create(&block_request()).await;
+    assert!(matches!(created, oduflow_model::provider::Outcome::Accepted(_)), "{created:?}");
+    scan.await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    reader.await.unwrap();
+
+    let log = env.sim.ledger().request_log;
+    let refused_at = log.iter().find(|r| r.route == "/v2/instances").unwrap().at_ms;
+    let reads_b = |from: i64, to: i64| log.iter().filter(|r| r.route == "/v2/account" && r.at_ms >= from && r.at_ms < to).count();
+    let create_at = log.iter().find(|r| r.route == "/v2/blocks" && r.method == "POST").unwrap().at_ms;
+    let (before, during, after) =
+        (reads_b(refused_at - 500, refused_at), reads_b(refused_at + 50, refused_at + 1_950), reads_b(refused_at + 2_000, refused_at + 2_500));
+    println!(
+        "process b's reads: {before} in the 500 ms before the 429, {during} in the pause, {after} in the 500 ms after; \
+         its create asked {} ms and sent {} ms after the 429",
+        create_asked - refused_at,
+        create_at - refused_at
+    );
+    assert!(before > 5 && after > 5, "process b was not reading throughout");
+    assert_eq!(during, 0, "process b sent reads into the paused group");
+    assert!(create_asked < refused_at + 1_000, "the create was asked too late to test anything");
+    assert!(create_at >= refused_at + 1_950, "a create was sent into the paused group");
+}
+
+/// Fairness: one process's burst of reads (30 tasks scanning at once) holds
+/// at most two slots ahead, so another process's create waits behind at most
+/// a few of its reads, however long the burst.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_reads_from_one_process_does_not_starve_another_processs_create() {
+    use oduflow_model::provider::Provider;
+    let env = Env::sqlite().await;
+    let (_dir, _store, [a, b]) = two_processes(&env.sim, 25).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let burst: Vec<_> = (0..30)
+        .map(|_| {
+            let (a, stop) = (a.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    a.account_get().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let mut ahead = Vec::new();
+    for _ in 0..5 {
+        let asked = epoch_ms();
+        let created = b.block_create(&block_request()).await;
+        assert!(matches!(created, oduflow_model::provider::Outcome::Accepted(_)), "{created:?}");
+        let log = env.sim.ledger().request_log;
+        let sent = log.iter().rev().find(|r| r.route == "/v2/blocks").unwrap().at_ms;
+        ahead.push(log.iter().filter(|r| r.route == "/v2/account" && r.at_ms >= asked && r.at_ms < sent).count());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in burst {
+        t.await.unwrap();
+    }
+    println!("process a's reads sent while process b's create waited, 5 creates: {ahead:?}");
+    // Two reserved ahead, plus one already past its slot and on its way.
+    assert!(ahead.iter().all(|n| *n <= 3), "a create waited behind a burst of another process's reads: {ahead:?}");
+}
