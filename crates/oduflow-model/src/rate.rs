@@ -65,6 +65,13 @@ pub trait RateBudget: Send + Sync + fmt::Debug {
 
     /// Counts one wait for a slot, for metrics per process and group.
     fn record_wait(&self, _waited: Duration) {}
+
+    /// Writes the waits counted so far where the group's metrics are read
+    /// (a shared budget does so every few seconds on its own; this is for a
+    /// process about to exit).
+    fn flush(&self) -> BudgetFuture<'_, ()> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// A budget for one process, in memory: the same slots and pauses as the

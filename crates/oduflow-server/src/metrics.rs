@@ -4,8 +4,11 @@
 //! - the database (clients, jobs, dispatches, queue lag): the same for every
 //!   `oduflow serve` process, whichever worker did the work;
 //! - this process's own Vultr client (requests by route and status, rate
-//!   limiter waits): `oduflow serve` talks to Vultr only for operator actions
+//!   budget waits): `oduflow serve` talks to Vultr only for operator actions
 //!   (reconcile, adopt), so these count those, not the workers' requests.
+//! - the rate budget (issue 13): every group's reservations and pauses, and
+//!   each process's slot waits as it last flushed them (every few seconds),
+//!   from the database, so one scrape shows the whole fleet.
 //!
 //! No global recorder and no metrics crate: every figure is a query or an
 //! atomic read, so there is nothing to keep in sync.
@@ -50,6 +53,8 @@ pub(crate) async fn metrics(State(s): State<AppState>) -> ApiResult<impl IntoRes
     let queue = store.queue_status(now_ms).await?;
     let restore_pending = store.restore_pending().await?.is_some();
     let provider = s.provider().stats().snapshot();
+    let groups = store.budget_groups().await?;
+    let usage = store.budget_usage().await?;
 
     let mut o = Out(String::new());
     o.head("oduflow_clients", "gauge", "Clients by status (database).");
@@ -105,15 +110,68 @@ pub(crate) async fn metrics(State(s): State<AppState>) -> ApiResult<impl IntoRes
     o.head(
         "oduflow_provider_rate_limiter_waits_total",
         "counter",
-        "Vultr requests of this process that waited for the client-side rate limiter.",
+        "Vultr requests of this serve process that waited for a slot in the rate budget.",
     );
     o.sample("oduflow_provider_rate_limiter_waits_total", &[], provider.limiter_waits);
     o.head(
         "oduflow_provider_rate_limiter_wait_seconds_total",
         "counter",
-        "Time this process's Vultr requests spent waiting for the client-side rate limiter.",
+        "Time this serve process's Vultr requests spent waiting for a slot in the rate budget.",
     );
     o.sample("oduflow_provider_rate_limiter_wait_seconds_total", &[], provider.limiter_wait.as_secs_f64());
+    o.head(
+        "oduflow_provider_budget_refusals_total",
+        "counter",
+        "Vultr requests of this serve process not sent because no slot could be had (budget unreachable, or a wait bound).",
+    );
+    o.sample("oduflow_provider_budget_refusals_total", &[], provider.budget_refusals);
+    o.head(
+        "oduflow_rate_budget_waits_total",
+        "counter",
+        "Requests that waited for a slot, per rate group and process (database; each process flushes every 5 s).",
+    );
+    for u in &usage {
+        o.sample("oduflow_rate_budget_waits_total", &[("group", &u.group), ("process", &u.process)], u.waits);
+    }
+    o.head(
+        "oduflow_rate_budget_wait_seconds_total",
+        "counter",
+        "Time spent waiting for slots, per rate group and process (database; each process flushes every 5 s).",
+    );
+    for u in &usage {
+        o.sample(
+            "oduflow_rate_budget_wait_seconds_total",
+            &[("group", &u.group), ("process", &u.process)],
+            u.wait_us as f64 / 1e6,
+        );
+    }
+    // Per group: its processes' waits summed, and the group row's own figures.
+    let per_group: Vec<(&str, [f64; 5])> = groups
+        .iter()
+        .map(|g| {
+            let (waits, wait_us) =
+                usage.iter().filter(|u| u.group == g.group).fold((0, 0), |(n, t), u| (n + u.waits, t + u.wait_us));
+            (
+                g.group.as_str(),
+                [waits as f64, wait_us as f64 / 1e6, g.reservations as f64, g.pauses as f64, g.paused_for_us as f64 / 1e6],
+            )
+        })
+        .collect();
+    for (i, (name, kind, help)) in [
+        ("oduflow_rate_group_waits_total", "counter", "Requests that waited for a slot, per rate group (database)."),
+        ("oduflow_rate_group_wait_seconds_total", "counter", "Time spent waiting for slots, per rate group (database)."),
+        ("oduflow_rate_group_reservations_total", "counter", "Send slots handed out, per rate group (database)."),
+        ("oduflow_rate_group_pauses_total", "counter", "429 answers that paused the rate group (database)."),
+        ("oduflow_rate_group_paused_seconds", "gauge", "How much longer the rate group is paused; 0 when not (database)."),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        o.head(name, kind, help);
+        for (group, v) in &per_group {
+            o.sample(name, &[("group", group)], v[i]);
+        }
+    }
     Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], o.0))
 }
 

@@ -260,6 +260,10 @@ impl RateBudget for SharedBudget {
         self.waits.fetch_add(1, Ordering::Relaxed);
         self.wait_us.fetch_add(micros(waited) as u64, Ordering::Relaxed);
     }
+
+    fn flush(&self) -> BudgetFuture<'_, ()> {
+        Box::pin(async move { SharedBudget::flush(self).await.map_err(|e| e.to_string()) })
+    }
 }
 
 impl Store {

@@ -46,6 +46,10 @@ pub const BUDGET_ASKS_MAX: u32 = 3;
 /// per second.
 pub const PAUSE_WITHOUT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// Below this a wait is only the cost of asking the budget, not a wait: it
+/// is not counted in the metrics.
+pub const WAIT_COUNTED_MIN: Duration = Duration::from_millis(2);
+
 /// Below this a slot is "now": the reservation itself already looked at the
 /// pause, so there is no need to look again.
 const SLOT_NOW: Duration = Duration::from_millis(1);
@@ -224,7 +228,9 @@ pub async fn wait_for_slot(
         tokio::time::sleep(paused).await;
     }
     let waited = started.elapsed();
-    budget.record_wait(waited);
+    if waited >= WAIT_COUNTED_MIN {
+        budget.record_wait(waited);
+    }
     Ok(waited)
 }
 

@@ -304,6 +304,14 @@ impl VultrClient {
         self.inner.budget.group()
     }
 
+    /// Writes this process's slot waits to the group's metrics now (before
+    /// exiting; otherwise they are written every few seconds).
+    pub async fn flush_budget(&self) {
+        if let Err(e) = self.inner.budget.flush().await {
+            tracing::debug!(error = %e, "rate budget usage not flushed");
+        }
+    }
+
     /// One HTTP exchange after waiting for a slot in the rate budget.
     async fn exchange(
         &self,

@@ -42,8 +42,6 @@ pub struct StatsSnapshot {
     pub budget_refusals: u64,
 }
 
-/// Below this a limiter "wait" is just the cost of asking it, not a wait.
-const LIMITER_WAIT_MIN: Duration = Duration::from_micros(100);
 
 impl Stats {
     pub(crate) fn record_request(&self, method: &str, route: String, status: Option<u16>) {
@@ -59,7 +57,7 @@ impl Stats {
     }
 
     pub(crate) fn record_limiter_wait(&self, waited: Duration) {
-        if waited >= LIMITER_WAIT_MIN {
+        if waited >= crate::budget::WAIT_COUNTED_MIN {
             self.limiter_waits.fetch_add(1, Ordering::Relaxed);
             self.limiter_wait_us.fetch_add(waited.as_micros() as u64, Ordering::Relaxed);
         }

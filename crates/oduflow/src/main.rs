@@ -324,7 +324,7 @@ async fn run(cli: Cli) -> Result<()> {
                 .into());
             }
             let adapters = identity_adapters(&cfg, provider.as_ref())?;
-            let worker = Worker::new(store.clone(), provider, engine, Arc::new(SystemClock)).with_adapters(adapters);
+            let worker = Worker::new(store.clone(), provider.clone(), engine, Arc::new(SystemClock)).with_adapters(adapters);
             // Keep this host's high-water mark fresh, and stop if the database
             // turns out to be a restored copy while running.
             let watch_store = store.clone();
@@ -341,6 +341,7 @@ async fn run(cli: Cli) -> Result<()> {
                 r = run_worker(worker, until_settled) => r?,
                 why = watch => anyhow::bail!("restore pending ({}): run `oduflow reconcile --all`", why.unwrap_or_default()),
             }
+            provider.flush_budget().await;
             lineage::check(&store, now_ms()).await?;
         }
         Cmd::Demo { clients, seed, no_faults } => demo::run(&cfg, clients, seed, !no_faults).await?,
@@ -354,6 +355,7 @@ async fn run(cli: Cli) -> Result<()> {
                 let store = open(&cfg).await?;
                 let provider = provider(&cfg, &store, "cli")?;
                 let inv = operator::inventory(&store, provider.as_ref(), now_ms()).await?;
+                provider.flush_budget().await;
                 print_inventory(&inv, json)?;
             } else {
                 let Some(name) = name else {

@@ -660,6 +660,21 @@ async fn queue_status_pause_and_resume_guarded_by_restore() {
 
 async fn metrics_show_jobs_dispatches_blocked_reasons_provider_calls_and_lag(h: H) {
     h.fixture().await;
+    // Two processes of one rate group, as their budgets flush them, and a
+    // pause one of them saw (issue 13).
+    {
+        use oduflow_model::rate::RateBudget;
+        for (process, waits) in [("host-a/worker-1", &[30u64, 20][..]), ("host-b/worker-2", &[5][..])] {
+            let b = oduflow_store::SharedBudget::new(h.store.clone(), "nat-1", process).unwrap();
+            b.reserve(std::time::Duration::from_millis(40)).await.unwrap();
+            for ms in waits {
+                b.record_wait(std::time::Duration::from_millis(*ms));
+            }
+            b.flush().await.unwrap();
+        }
+        let b = oduflow_store::SharedBudget::new(h.store.clone(), "nat-1", "host-a/worker-1").unwrap();
+        b.pause(std::time::Duration::from_secs(30)).await.unwrap();
+    }
     // One operator action that asks the provider (an unknown id: a 404 read).
     h.post("/api/v1/clients/lost-create/adopt", json!({ "kind": "vm", "id": "0b9f7b1e-8c52-4d0e-9a54-3f5c1c7d2e11" }))
         .await;
@@ -691,6 +706,26 @@ async fn metrics_show_jobs_dispatches_blocked_reasons_provider_calls_and_lag(h: 
     );
     assert!(text.contains("# TYPE oduflow_provider_rate_limiter_wait_seconds_total counter"));
     value("oduflow_provider_rate_limiter_waits_total");
+    assert_eq!(value("oduflow_rate_budget_waits_total{group=\"nat-1\",process=\"host-a/worker-1\"}"), 2.0);
+    assert_eq!(value("oduflow_rate_budget_wait_seconds_total{group=\"nat-1\",process=\"host-a/worker-1\"}"), 0.05);
+    assert_eq!(value("oduflow_rate_budget_waits_total{group=\"nat-1\",process=\"host-b/worker-2\"}"), 1.0);
+    assert_eq!(value("oduflow_rate_group_waits_total{group=\"nat-1\"}"), 3.0);
+    assert_eq!(value("oduflow_rate_group_wait_seconds_total{group=\"nat-1\"}"), 0.055);
+    assert_eq!(value("oduflow_rate_group_reservations_total{group=\"nat-1\"}"), 2.0);
+    assert_eq!(value("oduflow_rate_group_pauses_total{group=\"nat-1\"}"), 1.0);
+    assert!(value("oduflow_rate_group_paused_seconds{group=\"nat-1\"}") > 25.0);
+    // Each family's samples follow its own HELP and TYPE, as the text format requires.
+    let mut seen = std::collections::HashSet::new();
+    let mut current = String::new();
+    for l in text.lines() {
+        if let Some(rest) = l.strip_prefix("# TYPE ") {
+            current = rest.split(' ').next().unwrap().to_owned();
+            assert!(seen.insert(current.clone()), "{current} declared twice");
+        } else if !l.starts_with('#') && !l.is_empty() {
+            let name = l.split(['{', ' ']).next().unwrap();
+            assert_eq!(name, current, "a sample outside its family: {l}");
+        }
+    }
     assert!(text.contains("# HELP oduflow_provider_requests_total Vultr API requests sent by this oduflow serve process"));
     assert!(!text.contains("0b9f7b1e"), "no ids in metric labels");
 }
