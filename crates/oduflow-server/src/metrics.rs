@@ -128,7 +128,7 @@ pub(crate) async fn metrics(State(s): State<AppState>) -> ApiResult<impl IntoRes
     o.head(
         "oduflow_rate_budget_waits_total",
         "counter",
-        "Requests that waited for a slot, per rate group and process (database; each process flushes every 5 s).",
+        "Requests that waited for a slot, per rate group and process (database; a process adds its waits at most every 5 s while it sends, and when a worker exits).",
     );
     for u in &usage {
         o.sample("oduflow_rate_budget_waits_total", &[("group", &u.group), ("process", &u.process)], u.waits);
@@ -136,7 +136,7 @@ pub(crate) async fn metrics(State(s): State<AppState>) -> ApiResult<impl IntoRes
     o.head(
         "oduflow_rate_budget_wait_seconds_total",
         "counter",
-        "Time spent waiting for slots, per rate group and process (database; each process flushes every 5 s).",
+        "Time spent waiting for slots, per rate group and process (database; a process adds its waits at most every 5 s while it sends, and when a worker exits).",
     );
     for u in &usage {
         o.sample(
@@ -145,15 +145,14 @@ pub(crate) async fn metrics(State(s): State<AppState>) -> ApiResult<impl IntoRes
             u.wait_us as f64 / 1e6,
         );
     }
-    // Per group: its processes' waits summed, and the group row's own figures.
+    // Per group, from the group's own row (its processes' usage rows are
+    // pruned after a week; the group's totals never shrink).
     let per_group: Vec<(&str, [f64; 5])> = groups
         .iter()
         .map(|g| {
-            let (waits, wait_us) =
-                usage.iter().filter(|u| u.group == g.group).fold((0, 0), |(n, t), u| (n + u.waits, t + u.wait_us));
             (
                 g.group.as_str(),
-                [waits as f64, wait_us as f64 / 1e6, g.reservations as f64, g.pauses as f64, g.paused_for_us as f64 / 1e6],
+                [g.waits as f64, g.wait_us as f64 / 1e6, g.reservations as f64, g.pauses as f64, g.paused_for_us as f64 / 1e6],
             )
         })
         .collect();

@@ -26,12 +26,12 @@ pub struct SimConfig {
     /// Seeds fault draws and generated ids: the same seed and the same request
     /// sequence give the same faults and the same ids.
     pub seed: u64,
-    /// Requests accepted from one source address in any one second; the
-    /// next is answered 429 with `Retry-After`. Vultr counts its limit per
-    /// source address and does not say how it counts its second, so this
-    /// counts the strictest way: a sliding window of the last second (a
-    /// client under it is under any fixed window or token bucket too).
-    /// Refused requests do not count.
+    /// Requests from one source address in any one second; more are
+    /// answered 429 with `Retry-After`. Vultr counts its limit per source
+    /// address and does not say how it counts its second, so this counts the
+    /// strictest way: a sliding window of the last second, refused requests
+    /// included (a client under it is under any fixed window or token bucket
+    /// too).
     pub rate_per_sec: u32,
     /// An instance stays `pending / none` this long after create.
     pub pending_ms: u64,

@@ -8,10 +8,13 @@
 //! budget"): one reservation costs a fraction of a millisecond on either
 //! store, against tens to hundreds of milliseconds for a Vultr call.
 //!
-//! Clocks: on PostgreSQL the server's clock reserves (`statement_timestamp()`),
-//! so processes on several hosts agree on one timeline without trusting their
-//! own clocks; on SQLite every process is on the host that holds the file and
-//! uses that host's clock.
+//! Clocks: the database's clock reserves, read as the statement runs, after
+//! any lock it waited for (PostgreSQL's `clock_timestamp()`, SQLite's
+//! `julianday('now')`, millisecond resolution): processes on several hosts
+//! agree on one timeline without trusting their own clocks, and a reservation
+//! that queued behind a lock is not handed a slot in the past. Slots and
+//! pauses are never more than [`AHEAD_MAX`] ahead of that clock, so a clock
+//! stepped back cannot stall the group.
 
 use crate::{Result, Store};
 use oduflow_model::rate::{BudgetFuture, RateBudget};
@@ -26,12 +29,31 @@ pub const USAGE_FLUSH_EVERY: Duration = Duration::from_secs(5);
 /// renamed): a week, so yesterday's fleet still shows on `/metrics`.
 pub const USAGE_KEPT_MS: i64 = 7 * 24 * 3_600_000;
 
-/// PostgreSQL's clock in microseconds since the epoch, for `concat!`.
+/// The database's clock in microseconds since the epoch, for `concat!`,
+/// read when the statement runs (after any lock it waited for, so a
+/// reservation that queued is not handed a slot in the past).
 macro_rules! pg_now_us {
+    () => {
+        "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+    };
+}
+/// The same at the start of the statement, the same value at every use: for
+/// a group's first row, which waited for no lock.
+macro_rules! pg_start_us {
     () => {
         "(extract(epoch FROM statement_timestamp()) * 1000000)::bigint"
     };
 }
+macro_rules! sqlite_now_us {
+    () => {
+        "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)"
+    };
+}
+
+/// Furthest ahead a slot or a pause may be, whatever the row says: a clock
+/// stepped back (NTP) or a bogus pause cannot stall the group for longer.
+/// The longest pause we honour (`retry_after_max_ms`) is 60 s.
+pub const AHEAD_MAX: Duration = Duration::from_secs(60);
 
 /// One group's budget in the database.
 #[derive(Debug)]
@@ -50,6 +72,9 @@ pub struct BudgetGroupRow {
     pub group: String,
     pub reservations: i64,
     pub pauses: i64,
+    /// Slot waits of all the group's processes, as flushed.
+    pub waits: i64,
+    pub wait_us: i64,
     /// Microseconds of pause left when read (0: not paused).
     pub paused_for_us: i64,
 }
@@ -97,35 +122,44 @@ impl SharedBudget {
         })
     }
 
-    /// Reserves a slot: (the slot, the wait until it), in microseconds.
+    /// Reserves a slot: (the slot, the wait until it), in microseconds on
+    /// the database's clock.
     async fn reserve_us(&self, interval_us: i64) -> std::result::Result<(i64, i64), sqlx::Error> {
+        let ahead = micros(AHEAD_MAX);
         let slot: (i64, i64) = match &self.store {
             Store::Pg(p, _) => {
                 sqlx::query_as(concat!(
-                    "INSERT INTO rate_budget (grp, next_us, paused_until_us, last_us, reservations, pauses) \
-                     VALUES ($1, ", pg_now_us!(), " + $2, 0, ", pg_now_us!(), ", 1, 0) \
+                    "INSERT INTO rate_budget (grp, next_us, paused_until_us, last_slot_us, last_us, interval_us, reservations, pauses, waits, wait_us) \
+                     VALUES ($1, ", pg_start_us!(), " + $2, 0, ", pg_start_us!(), ", ", pg_start_us!(), ", $2, 1, 0, 0, 0) \
                      ON CONFLICT (grp) DO UPDATE SET \
-                       next_us = GREATEST(rate_budget.next_us, EXCLUDED.last_us, rate_budget.paused_until_us) + $2, \
-                       last_us = EXCLUDED.last_us, reservations = rate_budget.reservations + 1 \
-                     RETURNING next_us - $2, next_us - $2 - last_us"
+                       last_slot_us = GREATEST(LEAST(rate_budget.next_us, ", pg_now_us!(), " + $3), ", pg_now_us!(), ", \
+                         LEAST(rate_budget.paused_until_us, ", pg_now_us!(), " + $3)), \
+                       next_us = GREATEST(LEAST(rate_budget.next_us, ", pg_now_us!(), " + $3), ", pg_now_us!(), ", \
+                         LEAST(rate_budget.paused_until_us, ", pg_now_us!(), " + $3)) + GREATEST($2, rate_budget.interval_us), \
+                       last_us = ", pg_now_us!(), ", interval_us = $2, reservations = rate_budget.reservations + 1 \
+                     RETURNING last_slot_us, last_slot_us - last_us"
                 ))
                 .bind(&self.group)
                 .bind(interval_us)
+                .bind(ahead)
                 .fetch_one(p)
                 .await?
             }
             Store::Sqlite(p) => {
-                sqlx::query_as(
-                    "INSERT INTO rate_budget (grp, next_us, paused_until_us, last_us, reservations, pauses) \
-                     VALUES ($1, $3 + $2, 0, $3, 1, 0) \
+                sqlx::query_as(concat!(
+                    "INSERT INTO rate_budget (grp, next_us, paused_until_us, last_slot_us, last_us, interval_us, reservations, pauses, waits, wait_us) \
+                     VALUES ($1, ", sqlite_now_us!(), " + $2, 0, ", sqlite_now_us!(), ", ", sqlite_now_us!(), ", $2, 1, 0, 0, 0) \
                      ON CONFLICT (grp) DO UPDATE SET \
-                       next_us = max(rate_budget.next_us, excluded.last_us, rate_budget.paused_until_us) + $2, \
-                       last_us = excluded.last_us, reservations = rate_budget.reservations + 1 \
-                     RETURNING next_us - $2, next_us - $2 - last_us",
-                )
+                       last_slot_us = max(min(rate_budget.next_us, ", sqlite_now_us!(), " + $3), ", sqlite_now_us!(), ", \
+                         min(rate_budget.paused_until_us, ", sqlite_now_us!(), " + $3)), \
+                       next_us = max(min(rate_budget.next_us, ", sqlite_now_us!(), " + $3), ", sqlite_now_us!(), ", \
+                         min(rate_budget.paused_until_us, ", sqlite_now_us!(), " + $3)) + max($2, rate_budget.interval_us), \
+                       last_us = ", sqlite_now_us!(), ", interval_us = $2, reservations = rate_budget.reservations + 1 \
+                     RETURNING last_slot_us, last_slot_us - last_us"
+                ))
                 .bind(&self.group)
                 .bind(interval_us)
-                .bind(host_now_us())
+                .bind(ahead)
                 .fetch_one(p)
                 .await?
             }
@@ -134,34 +168,39 @@ impl SharedBudget {
     }
 
     async fn paused_us(&self) -> std::result::Result<i64, sqlx::Error> {
+        let ahead = micros(AHEAD_MAX);
         let left: Option<i64> = match &self.store {
             Store::Pg(p, _) => {
                 sqlx::query_scalar(concat!(
-                    "SELECT GREATEST(paused_until_us - ", pg_now_us!(), ", 0) FROM rate_budget WHERE grp = $1"
+                    "SELECT LEAST(GREATEST(paused_until_us - ", pg_now_us!(), ", 0), $2) FROM rate_budget WHERE grp = $1"
                 ))
                 .bind(&self.group)
+                .bind(ahead)
                 .fetch_optional(p)
                 .await?
             }
             Store::Sqlite(p) => {
-                sqlx::query_scalar("SELECT max(paused_until_us - $2, 0) FROM rate_budget WHERE grp = $1")
-                    .bind(&self.group)
-                    .bind(host_now_us())
-                    .fetch_optional(p)
-                    .await?
+                sqlx::query_scalar(concat!(
+                    "SELECT min(max(paused_until_us - ", sqlite_now_us!(), ", 0), $2) FROM rate_budget WHERE grp = $1"
+                ))
+                .bind(&self.group)
+                .bind(ahead)
+                .fetch_optional(p)
+                .await?
             }
         };
         Ok(left.unwrap_or(0))
     }
 
     async fn pause_us(&self, d_us: i64) -> std::result::Result<(), sqlx::Error> {
+        let d_us = d_us.min(micros(AHEAD_MAX));
         match &self.store {
             Store::Pg(p, _) => {
                 sqlx::query(concat!(
-                    "INSERT INTO rate_budget (grp, next_us, paused_until_us, last_us, reservations, pauses) \
-                     VALUES ($1, ", pg_now_us!(), ", ", pg_now_us!(), " + $2, ", pg_now_us!(), ", 0, 1) \
+                    "INSERT INTO rate_budget (grp, next_us, paused_until_us, last_slot_us, last_us, interval_us, reservations, pauses, waits, wait_us) \
+                     VALUES ($1, ", pg_start_us!(), ", ", pg_start_us!(), " + $2, 0, ", pg_start_us!(), ", 0, 0, 1, 0, 0) \
                      ON CONFLICT (grp) DO UPDATE SET \
-                       paused_until_us = GREATEST(rate_budget.paused_until_us, EXCLUDED.paused_until_us), \
+                       paused_until_us = GREATEST(rate_budget.paused_until_us, ", pg_now_us!(), " + $2), \
                        pauses = rate_budget.pauses + 1"
                 ))
                 .bind(&self.group)
@@ -170,16 +209,15 @@ impl SharedBudget {
                 .await?;
             }
             Store::Sqlite(p) => {
-                sqlx::query(
-                    "INSERT INTO rate_budget (grp, next_us, paused_until_us, last_us, reservations, pauses) \
-                     VALUES ($1, $3, $3 + $2, $3, 0, 1) \
+                sqlx::query(concat!(
+                    "INSERT INTO rate_budget (grp, next_us, paused_until_us, last_slot_us, last_us, interval_us, reservations, pauses, waits, wait_us) \
+                     VALUES ($1, ", sqlite_now_us!(), ", ", sqlite_now_us!(), " + $2, 0, ", sqlite_now_us!(), ", 0, 0, 1, 0, 0) \
                      ON CONFLICT (grp) DO UPDATE SET \
-                       paused_until_us = max(rate_budget.paused_until_us, excluded.paused_until_us), \
-                       pauses = rate_budget.pauses + 1",
-                )
+                       paused_until_us = max(rate_budget.paused_until_us, ", sqlite_now_us!(), " + $2), \
+                       pauses = rate_budget.pauses + 1"
+                ))
                 .bind(&self.group)
                 .bind(d_us)
-                .bind(host_now_us())
                 .execute(p)
                 .await?;
             }
@@ -188,13 +226,15 @@ impl SharedBudget {
     }
 
     /// Adds this process's slot waits since the last flush to
-    /// `rate_budget_usage` (and drops rows silent for a week).
+    /// `rate_budget_usage` and to the group's own totals, in one transaction
+    /// (then drops usage rows silent for a week).
     pub async fn flush(&self) -> Result<()> {
         let waits = self.waits.swap(0, Ordering::Relaxed);
         let wait_us = self.wait_us.swap(0, Ordering::Relaxed);
         *self.flushed.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
         let now_ms = host_now_us() / 1000;
-        let r = crate::both!(&self.store, p => {
+        let r: std::result::Result<(), sqlx::Error> = crate::both!(&self.store, p => async {
+            let mut tx = crate::BeginWrite::begin_write(p).await?;
             sqlx::query(
                 "INSERT INTO rate_budget_usage (grp, process, waits, wait_us, updated_ms) VALUES ($1, $2, $3, $4, $5) \
                  ON CONFLICT (grp, process) DO UPDATE SET waits = rate_budget_usage.waits + EXCLUDED.waits, \
@@ -205,22 +245,31 @@ impl SharedBudget {
             .bind(waits as i64)
             .bind(wait_us as i64)
             .bind(now_ms)
-            .execute(p)
-            .await
-            .map(|_| ())
-            .and(
-                sqlx::query("DELETE FROM rate_budget_usage WHERE updated_ms < $1")
-                    .bind(now_ms - USAGE_KEPT_MS)
-                    .execute(p)
-                    .await
-                    .map(|_| ()),
-            )
-        });
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("UPDATE rate_budget SET waits = waits + $2, wait_us = wait_us + $3 WHERE grp = $1")
+                .bind(&self.group)
+                .bind(waits as i64)
+                .bind(wait_us as i64)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await
+        }.await);
         if let Err(e) = r {
             // Not lost: counted again at the next flush.
             self.waits.fetch_add(waits, Ordering::Relaxed);
             self.wait_us.fetch_add(wait_us, Ordering::Relaxed);
             return Err(e.into());
+        }
+        let pruned = crate::both!(&self.store, p => {
+            sqlx::query("DELETE FROM rate_budget_usage WHERE updated_ms < $1")
+                .bind(now_ms - USAGE_KEPT_MS)
+                .execute(p)
+                .await
+                .map(|_| ())
+        });
+        if let Err(e) = pruned {
+            tracing::debug!(error = %e, "old rate budget usage rows not pruned");
         }
         Ok(())
     }
@@ -238,12 +287,13 @@ impl RateBudget for SharedBudget {
 
     fn reserve(&self, interval: Duration) -> BudgetFuture<'_, Duration> {
         Box::pin(async move {
-            let (_, wait) = self.reserve_us(micros(interval)).await.map_err(why)?;
+            // Before reserving, not between the reservation and the send.
             if self.flush_due() {
                 if let Err(e) = self.flush().await {
                     tracing::debug!(error = %e, "rate budget usage not flushed; kept for the next flush");
                 }
             }
+            let (_, wait) = self.reserve_us(micros(interval)).await.map_err(why)?;
             Ok(wait_of(wait))
         })
     }
@@ -269,30 +319,32 @@ impl RateBudget for SharedBudget {
 impl Store {
     /// Every group's totals, for `/metrics`.
     pub async fn budget_groups(&self) -> Result<Vec<BudgetGroupRow>> {
-        let rows: Vec<(String, i64, i64, i64)> = match self {
+        let rows: Vec<(String, i64, i64, i64, i64, i64)> = match self {
             Store::Pg(p, _) => {
                 sqlx::query_as(concat!(
-                    "SELECT grp, reservations, pauses, GREATEST(paused_until_us - ", pg_now_us!(), ", 0) \
+                    "SELECT grp, reservations, pauses, waits, wait_us, GREATEST(paused_until_us - ", pg_now_us!(), ", 0) \
                      FROM rate_budget ORDER BY grp"
                 ))
                 .fetch_all(p)
                 .await?
             }
             Store::Sqlite(p) => {
-                sqlx::query_as(
-                    "SELECT grp, reservations, pauses, max(paused_until_us - $1, 0) FROM rate_budget ORDER BY grp",
-                )
-                .bind(host_now_us())
+                sqlx::query_as(concat!(
+                    "SELECT grp, reservations, pauses, waits, wait_us, max(paused_until_us - ", sqlite_now_us!(), ", 0) \
+                     FROM rate_budget ORDER BY grp"
+                ))
                 .fetch_all(p)
                 .await?
             }
         };
         Ok(rows
             .into_iter()
-            .map(|(group, reservations, pauses, paused_for_us)| BudgetGroupRow {
+            .map(|(group, reservations, pauses, waits, wait_us, paused_for_us)| BudgetGroupRow {
                 group,
                 reservations,
                 pauses,
+                waits,
+                wait_us,
                 paused_for_us,
             })
             .collect())
@@ -392,8 +444,49 @@ mod tests {
             let groups = a.budget_groups().await.unwrap();
             let g1 = groups.iter().find(|g| g.group == "g1").unwrap();
             assert_eq!((g1.reservations, g1.pauses), (41, 1), "{name}: {groups:?}");
+            assert_eq!((g1.waits, g1.wait_us), (4, 56_000), "{name}: the group's totals: {groups:?}");
             assert!(g1.paused_for_us > 0, "{name}");
         }
+    }
+
+    /// A process set to a higher rate cannot speed up a group whose other
+    /// processes ask for less: each slot is spaced by the larger of its own
+    /// interval and the one before. And no slot or pause is ever more than
+    /// `AHEAD_MAX` ahead of the clock (a clock stepped back, a bogus pause).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_slower_rate_wins_and_nothing_is_far_ahead() {
+        for (name, a, _b, _dir) in stores().await {
+            let slow = SharedBudget::new(a.clone(), "g", "slow").unwrap();
+            let fast = SharedBudget::new(a.clone(), "g", "fast").unwrap();
+            let (s0, _) = slow.reserve_us(100_000).await.unwrap();
+            let (f1, _) = fast.reserve_us(1_000).await.unwrap();
+            let (f2, _) = fast.reserve_us(1_000).await.unwrap();
+            assert!(f1 - s0 >= 100_000, "{name}: the fast process ignored the slow one's spacing: {}", f1 - s0);
+            // Spaced by the larger of its own and the previous asker's.
+            assert!(f2 - f1 >= 100_000, "{name}: {}", f2 - f1);
+            let (f3, _) = fast.reserve_us(1_000).await.unwrap();
+            assert!(f3 - f2 >= 1_000 && f3 - f2 < 50_000, "{name}: {}", f3 - f2);
+            // The row says a slot an hour ahead (a clock stepped back).
+            crate::both!(&a, p => sqlx::query("UPDATE rate_budget SET next_us = next_us + 3600000000, paused_until_us = next_us + 3600000000").execute(p).await.map(|_| ()).unwrap());
+            let (_, wait) = slow.reserve_us(1_000).await.unwrap();
+            assert!(wait <= micros(AHEAD_MAX) + 1_000, "{name}: a slot {wait} µs ahead");
+            assert!(slow.paused_us().await.unwrap() <= micros(AHEAD_MAX), "{name}");
+        }
+    }
+
+    /// A database one migration behind is refused at connect, with what to
+    /// run, instead of failing request by request.
+    #[tokio::test]
+    async fn a_database_behind_the_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = crate::testing::sqlite_url(dir.path());
+        let s = Store::connect(&url, true).await.unwrap();
+        s.migrate().await.unwrap();
+        assert_eq!(s.schema_version().await.unwrap(), crate::SCHEMA_VERSION);
+        crate::both!(&s, p => sqlx::query("DELETE FROM _sqlx_migrations WHERE version = 6").execute(p).await.map(|_| ()).unwrap());
+        let e = Store::connect(&url, false).await.unwrap_err();
+        assert!(e.to_string().contains("oduflow init"), "{e}");
+        s.migrate().await.unwrap_err(); // the table exists: migrate refuses to re-run it blindly
     }
 
     #[tokio::test]

@@ -63,6 +63,8 @@ pub enum StoreError {
     InvalidUrl { url: String, why: String },
     #[error("the database at {0} has not been initialized; run `oduflow init`")]
     NotInitialized(String),
+    #[error("the database at {url} has schema version {have}; this oduflow needs {want}: run `oduflow init` to migrate it")]
+    MigrationsPending { url: String, have: i64, want: i64 },
     #[error("a client named {0} already exists")]
     ClientExists(String),
     #[error("no client named {0}")]
@@ -152,6 +154,9 @@ impl BeginWrite for SqlitePool {
     }
 }
 
+/// The migration this build needs (the last in [`Store::migrate`]).
+pub const SCHEMA_VERSION: i64 = 6;
+
 /// The default database: a SQLite file in the working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://oduflow.db";
 
@@ -224,6 +229,14 @@ impl Store {
         if !create && !store.is_initialized().await? {
             return Err(StoreError::NotInitialized(redact_url(url)));
         }
+        if !create {
+            // An older schema would fail later, request by request (every
+            // Vultr request reserves its slot in `rate_budget`, added in 6).
+            let have = store.schema_version().await?;
+            if have < SCHEMA_VERSION {
+                return Err(StoreError::MigrationsPending { url: redact_url(url), have, want: SCHEMA_VERSION });
+            }
+        }
         Ok(store)
     }
 
@@ -271,6 +284,16 @@ impl Store {
             Store::Sqlite(p) => migrator.run(p).await?,
         }
         Ok(())
+    }
+
+    /// The newest migration applied.
+    pub async fn schema_version(&self) -> Result<i64> {
+        let v: i64 = both!(self, p => {
+            sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success")
+                .fetch_one(p)
+                .await?
+        });
+        Ok(v)
     }
 
     async fn is_initialized(&self) -> Result<bool> {

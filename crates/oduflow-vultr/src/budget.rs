@@ -6,9 +6,11 @@
 //! back. Fairness, chosen this way:
 //! - Across processes, slots are handed out first come first served, and a
 //!   process holds at most [`RESERVATIONS_AHEAD_MAX`] reserved slots at a
-//!   time. A request another process's burst is queued behind therefore waits
-//!   at most `RESERVATIONS_AHEAD_MAX` slots per other process (4 processes:
-//!   6 slots, 0.24 s at 25/s), however long the burst.
+//!   time. A create therefore waits for one of its own process's passes (its
+//!   holders' slots at most 2 per process of the group ahead) and then behind
+//!   at most 2 slots per process: about 4 slots per process of the group in
+//!   the worst case (4 processes: 16 slots, 0.64 s at 25/s), however long
+//!   another process's burst.
 //! - Inside a process, requests that change something at Vultr (create,
 //!   attach, detach, delete) take the next pass before any waiting read, so a
 //!   label scan or `reconcile --all` never starves this process's own creates.
@@ -42,9 +44,13 @@ pub const BUDGET_WAIT_MAX: Duration = Duration::from_secs(180);
 /// that holds it does not answer.
 pub const BUDGET_ASKS_MAX: u32 = 3;
 
-/// Pause when a 429 comes without a usable `Retry-After`: Vultr's limit is
-/// per second.
-pub const PAUSE_WITHOUT_RETRY_AFTER: Duration = Duration::from_secs(1);
+/// Longest one ask of the budget may take (a half-open connection to the
+/// database would otherwise hang it for the kernel's retransmission time).
+pub const BUDGET_ASK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The shortest pause a 429 causes, whatever its `Retry-After` says (none,
+/// or 0): Vultr's limit is per second.
+pub const PAUSE_MIN: Duration = Duration::from_secs(1);
 
 /// Below this a wait is only the cost of asking the budget, not a wait: it
 /// is not counted in the metrics.
@@ -59,6 +65,9 @@ const SLOT_NOW: Duration = Duration::from_millis(1);
 #[derive(Debug)]
 pub struct Turnstile {
     state: Mutex<TurnstileState>,
+    /// A pause this process saw itself, honoured at once, before (and
+    /// whether or not) the database has recorded it for the group.
+    paused_until: Mutex<Option<Instant>>,
 }
 
 #[derive(Debug)]
@@ -104,7 +113,21 @@ impl Turnstile {
                 changes: VecDeque::new(),
                 reads: VecDeque::new(),
             }),
+            paused_until: Mutex::new(None),
         }
+    }
+
+    /// Pauses this process's requests for `d` from now (a 429 it was
+    /// answered), unless already paused longer.
+    pub fn pause_locally(&self, d: Duration) {
+        let until = Instant::now() + d;
+        let mut p = self.paused_until.lock().unwrap_or_else(|p| p.into_inner());
+        *p = Some(p.map_or(until, |u| u.max(until)));
+    }
+
+    fn paused_locally_for(&self) -> Duration {
+        let p = self.paused_until.lock().unwrap_or_else(|p| p.into_inner());
+        p.map_or(Duration::ZERO, |u| u.saturating_duration_since(Instant::now()))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, TurnstileState> {
@@ -161,8 +184,24 @@ impl Turnstile {
     }
 }
 
+/// One ask of the budget, bounded by [`BUDGET_ASK_TIMEOUT`].
+async fn ask<T>(f: oduflow_model::rate::BudgetFuture<'_, T>) -> Result<T, String> {
+    match tokio::time::timeout(BUDGET_ASK_TIMEOUT, f).await {
+        Ok(r) => r,
+        Err(_) => Err(format!(
+            "rate budget unavailable: no answer within {} s",
+            BUDGET_ASK_TIMEOUT.as_secs()
+        )),
+    }
+}
+
 /// Waits for this request's slot. `Err` says why the request must not be
 /// sent (the budget cannot be asked, or a bound was reached).
+///
+/// A slot is used only on time: if this request wakes up more than one
+/// interval after its slot (a stalled or starved process, a slow pause
+/// check), the slot has passed and is left unused, and a new one is
+/// reserved, so late requests never arrive bunched with punctual ones.
 pub async fn wait_for_slot(
     turnstile: &Turnstile,
     budget: &dyn RateBudget,
@@ -170,22 +209,36 @@ pub async fn wait_for_slot(
     change: bool,
 ) -> Result<Duration, String> {
     let started = Instant::now();
-    let _pass = turnstile.enter(change).await;
+    let over = |what: &str| {
+        format!(
+            "rate group {}: {what}; waiting would pass the {} s bound, so the request was not sent",
+            budget.group(),
+            BUDGET_WAIT_MAX.as_secs()
+        )
+    };
+    let Ok(_pass) = tokio::time::timeout(BUDGET_WAIT_MAX, turnstile.enter(change)).await else {
+        return Err(over("this process's turn never came"));
+    };
+    let late_max = interval.max(Duration::from_millis(5));
     let mut failed_asks = 0;
+    let mut failed = |e: String| {
+        failed_asks += 1;
+        if failed_asks >= BUDGET_ASKS_MAX {
+            Err(format!("{e} ({failed_asks} tries); the request was not sent"))
+        } else {
+            Ok(())
+        }
+    };
     loop {
-        let wait = match budget.reserve(interval).await {
+        let wait = match ask(budget.reserve(interval)).await {
             Ok(w) => w,
             Err(e) => {
-                failed_asks += 1;
-                if failed_asks >= BUDGET_ASKS_MAX {
-                    return Err(format!(
-                        "{e} ({failed_asks} tries); the request was not sent"
-                    ));
-                }
-                tokio::time::sleep(Duration::from_millis(100 * u64::from(failed_asks))).await;
+                failed(e)?;
+                tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
         };
+        let deadline = Instant::now() + wait;
         if wait > SLOT_WAIT_MAX {
             return Err(format!(
                 "rate group {}: the next send slot is {:.1} s away, beyond the {} s bound \
@@ -195,37 +248,41 @@ pub async fn wait_for_slot(
                 SLOT_WAIT_MAX.as_secs()
             ));
         }
+        if started.elapsed() + wait > BUDGET_WAIT_MAX {
+            return Err(over(&format!("the next send slot is {:.1} s away", wait.as_secs_f64())));
+        }
         tokio::time::sleep(wait).await;
-        if wait < SLOT_NOW {
-            break;
-        }
         // A pause may have begun while this request slept: nothing is sent
-        // into it.
-        let paused = match budget.paused_for().await {
-            Ok(p) => p,
-            Err(e) => {
-                failed_asks += 1;
-                if failed_asks >= BUDGET_ASKS_MAX {
-                    return Err(format!(
-                        "{e} ({failed_asks} tries); the request was not sent"
-                    ));
+        // into it. The reservation itself looked at the group's pause, so a
+        // slot that was "now" needs no second look at the database.
+        let mut paused = turnstile.paused_locally_for();
+        if wait >= SLOT_NOW {
+            match ask(budget.paused_for()).await {
+                Ok(p) => paused = paused.max(p),
+                Err(e) => {
+                    failed(e)?;
+                    continue;
                 }
-                continue;
             }
-        };
-        if paused.is_zero() {
-            break;
         }
-        if started.elapsed() + paused > BUDGET_WAIT_MAX {
-            return Err(format!(
-                "rate group {} is paused for {:.1} s more (a Retry-After); waiting would pass the {} s bound, \
-                 so the request was not sent",
-                budget.group(),
-                paused.as_secs_f64(),
-                BUDGET_WAIT_MAX.as_secs()
-            ));
+        if !paused.is_zero() {
+            if started.elapsed() + paused > BUDGET_WAIT_MAX {
+                return Err(over(&format!(
+                    "the group is paused for {:.1} s more (a Retry-After)",
+                    paused.as_secs_f64()
+                )));
+            }
+            tokio::time::sleep(paused).await;
+            continue;
         }
-        tokio::time::sleep(paused).await;
+        if Instant::now() > deadline + late_max {
+            tracing::debug!(
+                late_ms = (Instant::now() - deadline).as_millis() as u64,
+                "rate budget slot passed before the request could use it; reserving another"
+            );
+            continue;
+        }
+        break;
     }
     let waited = started.elapsed();
     if waited >= WAIT_COUNTED_MIN {
@@ -273,5 +330,56 @@ mod tests {
         // Every pass came back, the cancelled waiter's turn included.
         assert_eq!(t.lock().free, 1);
         assert!(t.lock().changes.is_empty() && t.lock().reads.is_empty());
+    }
+
+    /// A budget whose pause check is slow the first time: the request wakes
+    /// up long after its slot.
+    #[derive(Debug, Default)]
+    struct SlowCheck {
+        reservations: std::sync::atomic::AtomicUsize,
+        checks: std::sync::atomic::AtomicUsize,
+    }
+
+    impl RateBudget for SlowCheck {
+        fn group(&self) -> &str {
+            "slow"
+        }
+        fn reserve(&self, _: Duration) -> oduflow_model::rate::BudgetFuture<'_, Duration> {
+            self.reservations.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Box::pin(async { Ok(Duration::from_millis(20)) })
+        }
+        fn paused_for(&self) -> oduflow_model::rate::BudgetFuture<'_, Duration> {
+            let first = self.checks.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0;
+            Box::pin(async move {
+                if first {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Ok(Duration::ZERO)
+            })
+        }
+        fn pause(&self, _: Duration) -> oduflow_model::rate::BudgetFuture<'_, ()> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    /// A slot that passed while the request was held up is not used: a new
+    /// one is reserved, so a late request never arrives next to a punctual one.
+    #[tokio::test]
+    async fn a_slot_that_passed_is_not_used() {
+        let t = Turnstile::new(1);
+        let b = SlowCheck::default();
+        wait_for_slot(&t, &b, Duration::from_millis(40), true).await.unwrap();
+        assert_eq!(b.reservations.load(std::sync::atomic::Ordering::Relaxed), 2, "the late slot was used");
+    }
+
+    /// A pause this process was answered holds its own requests at once.
+    #[tokio::test]
+    async fn a_local_pause_holds_the_next_request() {
+        let t = Turnstile::new(1);
+        let b = oduflow_model::rate::LocalBudget::new("l");
+        t.pause_locally(Duration::from_millis(300));
+        let started = Instant::now();
+        wait_for_slot(&t, &b, Duration::from_millis(1), false).await.unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(290), "{:?}", started.elapsed());
     }
 }

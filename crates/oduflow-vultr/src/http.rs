@@ -233,7 +233,9 @@ impl VultrClient {
         if cfg.rate_per_sec == 0 {
             return Err(VultrError::Config("rate_per_sec must be at least 1".into()));
         }
-        let interval = Duration::from_secs_f64(1.0 / f64::from(cfg.rate_per_sec));
+        // Rounded up to the microsecond: 30/s must never space slots by
+        // 33,333 µs, which fits 31 in one second.
+        let interval = Duration::from_micros(1_000_000u64.div_ceil(u64::from(cfg.rate_per_sec)));
         if cfg.read_attempts_max == 0 {
             return Err(VultrError::Config(
                 "read_attempts_max must be at least 1".into(),
@@ -395,13 +397,19 @@ impl VultrClient {
                 // for as long as it asks (within our bound).
                 let pause = a
                     .retry_after
-                    .unwrap_or(crate::budget::PAUSE_WITHOUT_RETRY_AFTER)
+                    .unwrap_or(crate::budget::PAUSE_MIN)
+                    .max(crate::budget::PAUSE_MIN)
                     .min(Duration::from_millis(inner.cfg.retry_after_max_ms));
+                // This process at once; the group through the database.
+                inner.turnstile.pause_locally(pause);
                 tracing::warn!(
                     %method, %route, pause_ms = pause.as_millis() as u64, group = inner.budget.group(),
                     "vultr answered 429: pausing the rate group"
                 );
-                if let Err(e) = inner.budget.pause(pause).await {
+                let recorded = tokio::time::timeout(crate::budget::BUDGET_ASK_TIMEOUT, inner.budget.pause(pause))
+                    .await
+                    .unwrap_or_else(|_| Err("no answer in time".into()));
+                if let Err(e) = recorded {
                     tracing::warn!(error = %e, "the rate group could not be paused");
                 }
             }

@@ -87,7 +87,7 @@ pub async fn run(a: BenchArgs) -> Result<()> {
     if all || a.which == "convergence" {
         doc.line("## 1. Convergence at Vultr's rate limit\n");
         doc.line("    cargo run --release -- bench convergence\n");
-        convergence(if a.smoke { 20 } else { 500 }, &mut doc).await?;
+        convergence(if a.smoke { 20 } else { 500 }, if a.smoke { 8 } else { 32 }, &mut doc).await?;
     }
     if all || a.which == "budget" {
         doc.line("\n## 1b. The rate budget's own cost\n");
@@ -200,11 +200,14 @@ struct Converged {
 /// Provisions then deletes `n` clients with 1 and with 4 worker processes
 /// sharing one rate budget (one PostgreSQL database), against a simulator
 /// counting Vultr's limit (30 in any second per source address).
-async fn convergence(n: usize, out: &mut Section) -> Result<()> {
+/// `in_flight` jobs at once in all, split over the processes (each worker
+/// process's pool holds 2 connections per job, so the smoke run keeps this
+/// small beside the other tests' databases).
+async fn convergence(n: usize, in_flight: usize, out: &mut Section) -> Result<()> {
     let rate = oduflow_vultr::DEFAULT_RATE_PER_SEC;
     let mut runs = Vec::new();
     for processes in [1, 4] {
-        let r = converge_with(n, processes).await?;
+        let r = converge_with(n, processes, in_flight).await?;
         let bound_s = r.calls_total as f64 / f64::from(rate);
         let wall = r.provision_s + r.delete_s;
         println!("convergence: {n} clients provisioned then deleted by {processes} worker process(es) sharing one budget at {rate}/s");
@@ -233,8 +236,7 @@ async fn convergence(n: usize, out: &mut Section) -> Result<()> {
         "{n} clients provisioned, then deleted, by `oduflow worker` processes on one PostgreSQL database sharing one rate \
          budget at the default {rate} requests/s, against the simulator counting Vultr's limit (429 above 30 requests in \
          any one second from one address). Lifecycle: 2 s pending, 2 s installing, 1 s block pending, 0.5 s post-create \
-         404 window and listing lag, 0.5 s attach lock; poll interval 2 s; 32 jobs in flight in all (1 process × 32, \
-         4 processes × 8). The rate-limit bound is all calls / {rate} per s.\n"
+         404 window and listing lag, 0.5 s attach lock; poll interval 2 s; {in_flight} jobs in flight in all, split evenly over the processes. The rate-limit bound is all calls / {rate} per s.\n"
     ));
     out.line("| processes | calls per provisioned client | calls per deleted client | wall time vs rate-limit bound (target ≤ 1.10×) | 429s (target 0) | busiest second (limit 30) | final states |");
     out.line("|---|---|---|---|---|---|---|");
@@ -260,7 +262,7 @@ async fn convergence(n: usize, out: &mut Section) -> Result<()> {
     Ok(())
 }
 
-async fn converge_with(n: usize, processes: usize) -> Result<Converged> {
+async fn converge_with(n: usize, processes: usize, in_flight: usize) -> Result<Converged> {
     let sim = Sim::start(
         SimConfig {
             rate_per_sec: oduflow_sim::DEFAULT_RATE_PER_SEC,
@@ -290,7 +292,7 @@ async fn converge_with(n: usize, processes: usize) -> Result<Converged> {
         (0..processes)
             .map(|_| {
                 Ok(tokio::process::Command::new(std::env::current_exe()?)
-                    .args(["worker", "--until-settled", "--concurrency", &(32 / processes).to_string()])
+                    .args(["worker", "--until-settled", "--concurrency", &(in_flight / processes).max(1).to_string()])
                     .env("ODUFLOW_DATABASE_URL", &url)
                     .env("ODUFLOW_VULTR_URL", &sim.base_url)
                     .env("VULTR_API_KEY", KEY)

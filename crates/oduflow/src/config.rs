@@ -74,6 +74,9 @@ pub struct Config {
     pub adapters: Vec<oduflow_engine::command_adapter::CommandAdapterConfig>,
 }
 
+/// Vultr's documented limit, per source address.
+const VULTR_RATE_LIMIT: u32 = 30;
+
 /// A configuration problem is bad input: exit code 2, nothing written.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -149,6 +152,14 @@ impl Config {
             ));
         }
         oduflow_model::rate::check_group(&cfg.rate_group).map_err(BadInput)?;
+        // Vultr answers 429 above 30 requests in a second per source address,
+        // and a 429 to a create leaves its outcome unknown.
+        if cfg.rate_per_sec > VULTR_RATE_LIMIT && cfg.vultr_url.trim_end_matches('/') == "https://api.vultr.com/v2" {
+            bail!(BadInput(format!(
+                "rate_per_sec {} is above Vultr's limit of {VULTR_RATE_LIMIT} requests per second (per source address, for the whole rate group)",
+                cfg.rate_per_sec
+            )));
+        }
         oduflow_store::Store::check_url(&cfg.database_url).map_err(|e| BadInput(e.to_string()))?;
         Ok(cfg)
     }

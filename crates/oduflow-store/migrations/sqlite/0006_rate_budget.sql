@@ -8,10 +8,20 @@ CREATE TABLE rate_budget (
     grp              TEXT PRIMARY KEY,
     next_us          BIGINT NOT NULL,
     paused_until_us  BIGINT NOT NULL,
-    -- The clock at the last reservation, so the statement can return the wait.
+    -- The last slot handed out and the clock when it was, so the statement
+    -- can return both the slot and the wait.
+    last_slot_us     BIGINT NOT NULL,
     last_us          BIGINT NOT NULL,
+    -- The spacing the last reservation asked for: the next one is spaced by
+    -- the larger of its own and this, so a process set to a higher rate
+    -- cannot speed up a group whose other processes ask for less.
+    interval_us      BIGINT NOT NULL,
     reservations     BIGINT NOT NULL,
-    pauses           BIGINT NOT NULL
+    pauses           BIGINT NOT NULL,
+    -- Slot waits of every process of the group, as flushed (never pruned, so
+    -- the group's counters only grow).
+    waits            BIGINT NOT NULL,
+    wait_us          BIGINT NOT NULL
 );
 -- Waits for a slot, per process and group, flushed every few seconds, for
 -- /metrics.

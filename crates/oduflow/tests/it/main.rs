@@ -209,6 +209,18 @@ async fn bad_input_exits_2_and_changes_nothing(env: Env) {
     assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
     let o = env.cmd(&["client", "list"]).env("ODUFLOW_POLL_INTERVAL_MS", "soon").output().unwrap();
     assert_eq!(o.status.code(), Some(2));
+    // A rate group name outside its rules, and a rate above Vultr's limit
+    // for Vultr itself (issue 13), are refused before anything is sent.
+    let o = env.cmd(&["worker"]).env("ODUFLOW_RATE_GROUP", "host a").output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = env
+        .cmd(&["worker"])
+        .env("ODUFLOW_RATE_PER_SEC", "31")
+        .env("ODUFLOW_VULTR_URL", "https://api.vultr.com/v2")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("above Vultr's limit"));
     // A command on a SQLite file that does not exist creates nothing.
     let missing = env.dir.path().join("missing.db");
     let o = env.cmd(&["client", "list"]).env("ODUFLOW_DATABASE_URL", format!("sqlite://{}", missing.display())).output().unwrap();

@@ -218,7 +218,7 @@ async fn a_retry_after_answered_to_one_process_pauses_the_others() {
     let reads_b = |from: i64, to: i64| log.iter().filter(|r| r.route == "/v2/account" && r.at_ms >= from && r.at_ms < to).count();
     let create_at = log.iter().find(|r| r.route == "/v2/blocks" && r.method == "POST").unwrap().at_ms;
     let (before, during, after) =
-        (reads_b(refused_at - 500, refused_at), reads_b(refused_at + 50, refused_at + 1_950), reads_b(refused_at + 2_000, refused_at + 2_500));
+        (reads_b(refused_at - 500, refused_at), reads_b(refused_at + 150, refused_at + 1_900), reads_b(refused_at + 2_000, refused_at + 2_500));
     println!(
         "process b's reads: {before} in the 500 ms before the 429, {during} in the pause, {after} in the 500 ms after; \
          its create asked {} ms and sent {} ms after the 429",
@@ -266,6 +266,8 @@ async fn a_burst_of_reads_from_one_process_does_not_starve_another_processs_crea
         t.await.unwrap();
     }
     println!("process a's reads sent while process b's create waited, 5 creates: {ahead:?}");
-    // Two reserved ahead, plus one already past its slot and on its way.
-    assert!(ahead.iter().all(|n| *n <= 3), "a create waited behind a burst of another process's reads: {ahead:?}");
+    // Two reserved ahead, plus one already past its slot and on its way,
+    // plus slack for a slow reservation on a loaded machine.
+    // With the cap removed it is 30, the whole burst.
+    assert!(ahead.iter().all(|n| *n <= 5), "a create waited behind a burst of another process's reads: {ahead:?}");
 }
