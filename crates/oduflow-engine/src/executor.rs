@@ -98,7 +98,7 @@ async fn converge_guarded<P: Provider>(w: &Worker<P>, infra0: &InfraRow, guard: 
     };
     let current_key = w.provider.key_fingerprint();
     if run.infra.key_fingerprint.is_none() {
-        // The key is bound when work on the record starts (DESIGN.md §7). A
+        // The key is bound when work on the record starts (docs/protocol.md §7). A
         // run that rolled back may have left receipts sent with some key
         // without the binding: those receipts' key is the binding then.
         let earlier = w.store.receipts_for_client(&run.infra.client_id).await?;

@@ -74,7 +74,7 @@ impl Default for EngineConfig {
             poll_interval_ms: 5_000,
             // 60 observations at a 5 s base with backoff: well past the
             // minutes-long windows in which Vultr may not list or find a new
-            // resource (vultr-api.md §7).
+            // resource (docs/vultr.md §7).
             observations_max: 60,
             retry_base_ms: 1_000,
             attempts_max: 10,

@@ -4,7 +4,7 @@
 //!
 //! It is pure: no IO, no clock. The executor gathers the facts with bounded
 //! reads, calls [`decide`], performs at most one side effect, and runs again.
-//! Every rule of DESIGN.md §3 that can be stated without IO lives here, so it
+//! Every rule of docs/protocol.md §3 that can be stated without IO lives here, so it
 //! can be tested as a table of small cases.
 
 use crate::{BlockedReason, ResourceKind, Target};

@@ -11,7 +11,7 @@ use std::fmt;
 /// `CLIENT_NAME_LEN_MAX` characters.
 pub const CLIENT_NAME_LEN_MAX: usize = 63;
 
-/// Vultr's block storage sizes by type (vultr-api.md §3).
+/// Vultr's block storage sizes by type (docs/vultr.md §3).
 pub const HIGH_PERF_GB: (i64, i64) = (10, 10_000);
 pub const STORAGE_OPT_GB: (i64, i64) = (40, 40_000);
 

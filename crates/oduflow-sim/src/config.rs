@@ -3,7 +3,7 @@
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 
-/// Vultr's documented limit: 429 above 30 requests per second (vultr-api.md §1).
+/// Vultr's documented limit: 429 above 30 requests per second (docs/vultr.md §1).
 pub const DEFAULT_RATE_PER_SEC: u32 = 30;
 
 /// How long a stalled answer is held when no `stall_ms` is given: longer than

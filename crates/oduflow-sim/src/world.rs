@@ -14,7 +14,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Longest listing page Vultr serves (vultr-api.md §2), and its default.
+/// Longest listing page Vultr serves (docs/vultr.md §2), and its default.
 const PER_PAGE_MAX: usize = 500;
 const PER_PAGE_DEFAULT: usize = 100;
 
@@ -25,7 +25,7 @@ const FAULT_LOG_MAX: usize = 100_000;
 /// Seconds a 429 asks the client to wait. One second: the limit is per second.
 pub(crate) const RETRY_AFTER_SECS: u64 = 1;
 
-/// Region ids and their options (a subset of Vultr's, vultr-api.md §4). `mel`
+/// Region ids and their options (a subset of Vultr's, docs/vultr.md §4). `mel`
 /// deliberately offers no block storage.
 const REGIONS: &[(&str, &str, &str, &str, &[&str])] = &[
     (
@@ -640,7 +640,7 @@ impl World {
             "gateway_v4": if booted { "10.0.0.1" } else { "0.0.0.0" },
             "power_status": "running",
             "server_status": server_status,
-            // Flat v6 fields: what the API really returns (vultr-api.md §2).
+            // Flat v6 fields: what the API really returns (docs/vultr.md §2).
             "v6_network": "",
             "v6_main_ip": "",
             "v6_network_size": 0,
@@ -749,7 +749,7 @@ impl World {
             ledger_ix,
         };
         let mut j = self.instance_json(&inst, now);
-        // Returned only at creation (vultr-api.md §2).
+        // Returned only at creation (docs/vultr.md §2).
         j["default_password"] = json!("sim-Pa55word!");
         self.instances.push(inst);
         Reply::json(202, json!({ "instance": j }))

@@ -4,7 +4,7 @@
 use crate::{VultrClient, VultrError};
 use serde::{Deserialize, Serialize};
 
-/// `GET /account`. Vultr gives no account id (vultr-api.md §4).
+/// `GET /account`. Vultr gives no account id (docs/vultr.md §4).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Account {
     #[serde(default)]

@@ -3,7 +3,7 @@
 
 use secrecy::SecretString;
 
-/// Vultr's public API root (vultr-api.md §1).
+/// Vultr's public API root (docs/vultr.md §1).
 pub const DEFAULT_BASE_URL: &str = "https://api.vultr.com/v2";
 
 /// Requests per second for a whole rate group (every process sharing one
@@ -40,7 +40,7 @@ pub const DEFAULT_BACKOFF_MAX_MS: u64 = 5_000;
 pub const RETRY_AFTER_MAX_MS: u64 = 60_000;
 
 /// Page size for listings. Vultr's default is 100 and maximum 500
-/// (vultr-api.md §2); 100 keeps each answer small and fast.
+/// (docs/vultr.md §2); 100 keeps each answer small and fast.
 pub const DEFAULT_PER_PAGE: u32 = 100;
 
 /// Pages one listing may take. 1000 pages of 100 is 100 000 resources, far

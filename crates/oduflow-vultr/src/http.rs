@@ -188,7 +188,7 @@ fn is_retryable(status: u16) -> bool {
     status == 429 || status >= 500
 }
 
-/// Statuses that definitively refuse a create or attach (vultr-api.md §1 and
+/// Statuses that definitively refuse a create or attach (docs/vultr.md §1 and
 /// DESIGN §3.1): the request was read and will not be applied.
 fn is_rejection(status: u16) -> bool {
     matches!(status, 400 | 401 | 403 | 422)

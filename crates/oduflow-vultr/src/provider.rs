@@ -32,7 +32,7 @@ impl VultrClient {
     }
 
     /// One scan of every block page, matched client-side against many labels
-    /// at once (Vultr's block listing has no label filter, vultr-api.md §3), so
+    /// at once (Vultr's block listing has no label filter, docs/vultr.md §3), so
     /// all pending lookups share a single pass.
     pub async fn block_find_by_labels(
         &self,

@@ -95,7 +95,7 @@ pub(crate) struct WireBlock {
     block_type: String,
     #[serde(default)]
     status: String,
-    /// `""` when detached (vultr-api.md §3).
+    /// `""` when detached (docs/vultr.md §3).
     #[serde(default)]
     attached_to_instance: String,
 }

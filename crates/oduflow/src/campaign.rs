@@ -7,7 +7,7 @@
 //! safety phase with faults and crashes (real `oduflow worker` processes that
 //! SIGKILL themselves at protocol fail points), then a liveness phase without
 //! faults in which every client must settle, and checks the invariants of
-//! DESIGN.md §8 against the database and the simulator's ledger. A failure
+//! docs/protocol.md §8 against the database and the simulator's ledger. A failure
 //! prints every drawn parameter, the broken invariant and a one-line rerun
 //! command, and is appended to the checked-in failures file, whose seeds run
 //! first next time.
@@ -952,7 +952,7 @@ async fn db_restore(store: &Store, url: &str, snap: &str) -> Result<()> {
     Ok(())
 }
 
-/// The invariants of DESIGN.md §8, against the database and the ledger.
+/// The invariants of docs/protocol.md §8, against the database and the ledger.
 async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: bool, totals: &mut Totals) -> Result<()> {
     let receipts = store.receipts_all().await?;
     let by_label: HashMap<&str, &oduflow_store::ReceiptRow> = receipts.iter().map(|r| (r.label.as_str(), r)).collect();

@@ -1,4 +1,4 @@
-//! What vultr-api.md records, one behaviour per test.
+//! What docs/vultr.md records, one behaviour per test.
 
 use crate::*;
 use oduflow_model::KeyFingerprint;
