@@ -69,10 +69,16 @@ impl CommandAdapter {
             .map_err(|e| format!("`{what}` could not run: {e}"))?;
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
-            return Err(format!("`{what}` failed ({}): {}", out.status, err.trim().chars().take(300).collect::<String>()));
+            return Err(format!(
+                "`{what}` failed ({}): {}",
+                out.status,
+                err.trim().chars().take(300).collect::<String>()
+            ));
         }
         let text = String::from_utf8_lossy(&out.stdout);
-        serde_json::from_str(text.trim()).map_err(|e| format!("`{what}` printed no JSON answer ({e}): {:?}", text.chars().take(200).collect::<String>()))
+        serde_json::from_str(text.trim()).map_err(|e| {
+            format!("`{what}` printed no JSON answer ({e}): {:?}", text.chars().take(200).collect::<String>())
+        })
     }
 }
 

@@ -106,7 +106,8 @@ pub fn current(infra: &InfraRow, target: Target, receipts: &[ReceiptRow]) -> Cur
     let pick = |kind: ResourceKind, dg: i64| -> Option<ReceiptRow> {
         if target == Target::Absent {
             // Every receipt that may still own a resource, oldest first.
-            let mut open: Vec<&ReceiptRow> = receipts.iter().filter(|r| r.resource_kind == kind && is_open(r)).collect();
+            let mut open: Vec<&ReceiptRow> =
+                receipts.iter().filter(|r| r.resource_kind == kind && is_open(r)).collect();
             open.sort_by_key(|r| r.dispatch_generation);
             if let Some(r) = open.first() {
                 return Some((*r).clone());

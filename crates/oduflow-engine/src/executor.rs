@@ -6,13 +6,13 @@
 //! on their own; everything else is returned as one [`Finish`] for the job's
 //! main transaction.
 
-use crate::{fail_step, EngineError, Worker};
+use crate::current::{self, spec_digest};
+use crate::{EngineError, Worker, fail_step};
 use oduflow_model::decide::{self, Action, DeleteProgress, Facts, Inputs, ReceiptFacts, Resource, Seen};
-use oduflow_model::provider::{BlockRequest, DeleteOutcome, InstanceRequest, Outcome, Provider, SendGuard};
 use oduflow_model::identity::{IdentityTarget, Presence};
+use oduflow_model::provider::{BlockRequest, DeleteOutcome, InstanceRequest, Outcome, Provider, SendGuard};
 use oduflow_model::*;
 use oduflow_store::{Fence, Finish, Footing, IdSource, InfraRow, JobNext, NewEvent, NewReceipt, ReceiptRow};
-use crate::current::{self, spec_digest};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -83,19 +83,22 @@ impl SendGuard for RunGuard {
     }
 }
 
-pub(crate) async fn converge<P: Provider>(w: &Worker<P>, infra0: &InfraRow, fence: Fence) -> Result<Finish, EngineError> {
+pub(crate) async fn converge<P: Provider>(
+    w: &Worker<P>,
+    infra0: &InfraRow,
+    fence: Fence,
+) -> Result<Finish, EngineError> {
     let guard = Arc::new(RunGuard { fence, stop: Mutex::new(None) });
     provider::with_send_guard(guard.clone(), converge_guarded(w, infra0, guard)).await
 }
 
-async fn converge_guarded<P: Provider>(w: &Worker<P>, infra0: &InfraRow, guard: Arc<RunGuard>) -> Result<Finish, EngineError> {
+async fn converge_guarded<P: Provider>(
+    w: &Worker<P>,
+    infra0: &InfraRow,
+    guard: Arc<RunGuard>,
+) -> Result<Finish, EngineError> {
     let now = w.now_ms();
-    let mut run = Run {
-        w,
-        infra: infra0.clone(),
-        events: vec![],
-        guard,
-    };
+    let mut run = Run { w, infra: infra0.clone(), events: vec![], guard };
     let current_key = w.provider.key_fingerprint();
     if run.infra.key_fingerprint.is_none() {
         // The key is bound when work on the record starts (docs/protocol.md §7). A
@@ -146,7 +149,8 @@ async fn converge_guarded<P: Provider>(w: &Worker<P>, infra0: &InfraRow, guard: 
         #[cfg(feature = "failpoints")]
         let key_changed = key_changed && !crate::planted_bug("ignore_key_change");
         let ready_wait = w.cfg.ready_wait();
-        let overdue = |r: Option<&ReceiptRow>| r.is_some_and(|r| w.now_ms() - r.sent_ms.unwrap_or(r.claimed_ms) > ready_wait);
+        let overdue =
+            |r: Option<&ReceiptRow>| r.is_some_and(|r| w.now_ms() - r.sent_ms.unwrap_or(r.claimed_ms) > ready_wait);
         let inputs = Inputs {
             target,
             key_changed,
@@ -181,7 +185,11 @@ async fn converge_guarded<P: Provider>(w: &Worker<P>, infra0: &InfraRow, guard: 
             Action::Observe(kind) => {
                 let r = receipt_of(kind, "observe")?;
                 #[cfg(feature = "failpoints")]
-                if crate::planted_bug("resend_after_lost") && r.resource_id.is_none() && r.rejection_status.is_none() && kind != ResourceKind::Attach {
+                if crate::planted_bug("resend_after_lost")
+                    && r.resource_id.is_none()
+                    && r.rejection_status.is_none()
+                    && kind != ResourceKind::Attach
+                {
                     // A planted bug, for proving the fault campaign can fail:
                     // re-send the create after a lost response, as a naive
                     // client library would.
@@ -262,7 +270,9 @@ async fn converge_guarded<P: Provider>(w: &Worker<P>, infra0: &InfraRow, guard: 
                 // A limit reached by observations: the last one counts too,
                 // so the receipt's count agrees with the evidence.
                 let counted = match reason {
-                    BlockedReason::UncertainCreate | BlockedReason::KnownResourceMissing | BlockedReason::UncertainDelete => {
+                    BlockedReason::UncertainCreate
+                    | BlockedReason::KnownResourceMissing
+                    | BlockedReason::UncertainDelete => {
                         cur.receipt(if detail.starts_with("volume") { ResourceKind::Volume } else { ResourceKind::Vm })
                     }
                     BlockedReason::UncertainAttach => cur.receipt(ResourceKind::Attach),
@@ -272,7 +282,9 @@ async fn converge_guarded<P: Provider>(w: &Worker<P>, infra0: &InfraRow, guard: 
                     w.receipts.observe(&r.operation_key, &detail).await?;
                 }
                 let detail = match reason {
-                    BlockedReason::UncertainCreate | BlockedReason::UncertainAttach | BlockedReason::UncertainDelete => {
+                    BlockedReason::UncertainCreate
+                    | BlockedReason::UncertainAttach
+                    | BlockedReason::UncertainDelete => {
                         format!("{detail}; {}", uncertain_evidence(w, &receipts, counted).await?)
                     }
                     _ => detail,
@@ -320,8 +332,11 @@ async fn uncertain_evidence<P: Provider>(
 ) -> Result<String, EngineError> {
     let unknown: Vec<&ReceiptRow> = receipts
         .iter()
-        .filter(|r| current::is_open(r) && r.resource_id.is_none() && r.resource_kind != ResourceKind::Attach || {
-            r.resource_kind == ResourceKind::Attach && blocked_on.is_some_and(|b| b.operation_key == r.operation_key)
+        .filter(|r| {
+            current::is_open(r) && r.resource_id.is_none() && r.resource_kind != ResourceKind::Attach || {
+                r.resource_kind == ResourceKind::Attach
+                    && blocked_on.is_some_and(|b| b.operation_key == r.operation_key)
+            }
         })
         .collect();
     let client = receipts.first().map(|r| r.client_ref.clone());
@@ -333,7 +348,10 @@ async fn uncertain_evidence<P: Provider>(
         answers
             .iter()
             .rev()
-            .find(|e| e.kind == "dispatch_outcome_unknown" && e.detail["operation_key"].as_str() == Some(r.operation_key.as_str()))
+            .find(|e| {
+                e.kind == "dispatch_outcome_unknown"
+                    && e.detail["operation_key"].as_str() == Some(r.operation_key.as_str())
+            })
             .and_then(|e| e.detail["reason"].as_str().map(str::to_owned))
             .unwrap_or_else(|| match r.sent_ms {
                 Some(_) => "no answer was recorded (the worker died or rolled back after sending)".to_owned(),
@@ -369,10 +387,9 @@ fn receipt_facts(r: Option<&ReceiptRow>) -> ReceiptFacts {
                 status: status as u16,
                 message: r.rejection_message.clone().unwrap_or_default(),
             },
-            (None, None) if r.not_sent_ms.is_some() => ReceiptFacts::NotSent {
-                count: r.not_sent_count,
-                reason: r.not_sent_reason.clone().unwrap_or_default(),
-            },
+            (None, None) if r.not_sent_ms.is_some() => {
+                ReceiptFacts::NotSent { count: r.not_sent_count, reason: r.not_sent_reason.clone().unwrap_or_default() }
+            }
             (None, None) => ReceiptFacts::Unknown { observations: r.observations() },
         },
     }
@@ -383,7 +400,6 @@ fn receipt_facts(r: Option<&ReceiptRow>) -> ReceiptFacts {
 fn poll_delay(base_ms: i64, n: i64) -> i64 {
     base_ms * (1 + n / 10).min(6)
 }
-
 
 impl<P: Provider> Run<'_, P> {
     fn event(&mut self, kind: &str, detail: serde_json::Value) {
@@ -450,7 +466,12 @@ impl<P: Provider> Run<'_, P> {
     ) -> Result<Finish, EngineError> {
         let w = self.w;
         w.receipts
-            .audit(&self.infra.client_id, "provider_read_failed", serde_json::json!({ "kind": kind, "error": e.to_string() }), now)
+            .audit(
+                &self.infra.client_id,
+                "provider_read_failed",
+                serde_json::json!({ "kind": kind, "error": e.to_string() }),
+                now,
+            )
             .await?;
         w.receipts.observe(&r.operation_key, &format!("read failed: {e}")).await?;
         let n = r.observations() + 1;
@@ -554,19 +575,19 @@ impl<P: Provider> Run<'_, P> {
         #[cfg(not(feature = "failpoints"))]
         let forget = false;
         if !forget && !resend {
-        w.receipts
-            .claim(&NewReceipt {
-                operation_key: op.clone(),
-                client_ref: client.clone(),
-                resource_kind: kind,
-                dispatch_generation: dg,
-                label: label.clone(),
-                region: spec.region.clone(),
-                spec_digest: digest,
-                key_fingerprint: w.provider.key_fingerprint(),
-                claimed_ms: w.now_ms(),
-            })
-            .await?;
+            w.receipts
+                .claim(&NewReceipt {
+                    operation_key: op.clone(),
+                    client_ref: client.clone(),
+                    resource_kind: kind,
+                    dispatch_generation: dg,
+                    label: label.clone(),
+                    region: spec.region.clone(),
+                    spec_digest: digest,
+                    key_fingerprint: w.provider.key_fingerprint(),
+                    claimed_ms: w.now_ms(),
+                })
+                .await?;
         }
         fail_step!("receipt-committed");
         if !forget {
@@ -598,7 +619,9 @@ impl<P: Provider> Run<'_, P> {
                 map_outcome(w.provider.block_create(&req).await, |id| id.0)
             }
             ResourceKind::Attach => {
-                let vm_id = vm.and_then(|r| r.resource_id.clone()).ok_or_else(|| EngineError::Invariant("attach without VM id".into()))?;
+                let vm_id = vm
+                    .and_then(|r| r.resource_id.clone())
+                    .ok_or_else(|| EngineError::Invariant("attach without VM id".into()))?;
                 let vol_id = volume
                     .and_then(|r| r.resource_id.clone())
                     .ok_or_else(|| EngineError::Invariant("attach without volume id".into()))?;
@@ -630,7 +653,12 @@ impl<P: Provider> Run<'_, P> {
             }
             Outcome::Unknown { reason } => {
                 w.receipts
-                    .audit(&client, "dispatch_outcome_unknown", serde_json::json!({ "operation_key": op, "reason": reason }), now)
+                    .audit(
+                        &client,
+                        "dispatch_outcome_unknown",
+                        serde_json::json!({ "operation_key": op, "reason": reason }),
+                        now,
+                    )
                     .await?;
                 Ok(false)
             }
@@ -684,7 +712,13 @@ impl<P: Provider> Run<'_, P> {
     }
 
     /// Counts an adapter failure; past the limit, blocks naming the adapter.
-    async fn adapter_failed(mut self, adapter: &str, state: &str, error: String, now: i64) -> Result<Finish, EngineError> {
+    async fn adapter_failed(
+        mut self,
+        adapter: &str,
+        state: &str,
+        error: String,
+        now: i64,
+    ) -> Result<Finish, EngineError> {
         let n = self.w.receipts.adapter_fail(&self.infra.client_id, adapter, state, &error, now).await?;
         if n >= ADAPTER_FAILURES_MAX {
             let detail = format!("adapter {adapter}: {error} ({n} attempts)");
@@ -749,7 +783,8 @@ impl<P: Provider> Run<'_, P> {
             .filter(|s| s.state != "removed" && !w.adapters.iter().any(|a| a.name() == s.adapter))
             .collect();
         if !orphaned.is_empty() {
-            let names: Vec<String> = orphaned.iter().map(|s| format!("{} ({}: {})", s.adapter, s.state, s.detail)).collect();
+            let names: Vec<String> =
+                orphaned.iter().map(|s| format!("{} ({}: {})", s.adapter, s.state, s.detail)).collect();
             let detail = format!(
                 "identities recorded for this client whose adapter is no longer configured: {}",
                 names.join("; ")
@@ -778,10 +813,14 @@ impl<P: Provider> Run<'_, P> {
             run.halted()?;
             return Ok(Some(match checked {
                 Ok(Presence::Absent) => {
-                    w.receipts.adapter_set(&run.infra.client_id, a.name(), "removed", "check reports absence", now).await?;
+                    w.receipts
+                        .adapter_set(&run.infra.client_id, a.name(), "removed", "check reports absence", now)
+                        .await?;
                     run.wait(now)
                 }
-                Ok(Presence::Present(d)) => run.adapter_failed(a.name(), "removing", format!("still present after remove: {d}"), now).await?,
+                Ok(Presence::Present(d)) => {
+                    run.adapter_failed(a.name(), "removing", format!("still present after remove: {d}"), now).await?
+                }
                 Err(e) => run.adapter_failed(a.name(), "removing", e, now).await?,
             }));
         }
@@ -800,9 +839,7 @@ impl<P: Provider> Run<'_, P> {
         let client = self.infra.client_id.clone();
         let op = &r.operation_key;
         // Audited before it leaves, so a killed worker's DELETE is on record.
-        w.receipts
-            .audit(&client, "delete_sending", serde_json::json!({ "kind": kind, "id": id }), w.now_ms())
-            .await?;
+        w.receipts.audit(&client, "delete_sending", serde_json::json!({ "kind": kind, "id": id }), w.now_ms()).await?;
         // The run's guard checks the claim right before each attempt leaves:
         // nothing but this process's own scheduling lies between the check
         // and the request.

@@ -49,16 +49,19 @@ impl MemoryState {
     /// Puts an active VM with this id and label, of the tests' usual spec
     /// (ewr, vc2-1c-1gb, os 2284), as if made outside the run under test.
     pub fn put_vm(&mut self, id: &str, label: &str) {
-        self.instances.insert(id.to_owned(), Instance {
-            id: VultrInstanceId(id.to_owned()),
-            label: label.to_owned(),
-            region: "ewr".into(),
-            plan: "vc2-1c-1gb".into(),
-            os_id: 2284,
-            status: "active".into(),
-            server_status: "ok".into(),
-            main_ip: "192.0.2.9".into(),
-        });
+        self.instances.insert(
+            id.to_owned(),
+            Instance {
+                id: VultrInstanceId(id.to_owned()),
+                label: label.to_owned(),
+                region: "ewr".into(),
+                plan: "vc2-1c-1gb".into(),
+                os_id: 2284,
+                status: "active".into(),
+                server_status: "ok".into(),
+                main_ip: "192.0.2.9".into(),
+            },
+        );
     }
 }
 
@@ -138,16 +141,19 @@ impl Provider for MemoryProvider {
             return Outcome::NotSent { reason: format!("request not sent: {e}") };
         }
         let outcome = self.create("POST /instances", req.label.as_str(), |s, id| {
-            s.instances.insert(id.clone(), Instance {
-                id: VultrInstanceId(id.clone()),
-                label: req.label.to_string(),
-                region: req.region.clone(),
-                plan: req.plan.clone(),
-                os_id: req.os_id,
-                status: if s.vms_stay_pending { "pending" } else { "active" }.into(),
-                server_status: if s.vms_stay_pending { "none" } else { "ok" }.into(),
-                main_ip: "192.0.2.1".into(),
-            });
+            s.instances.insert(
+                id.clone(),
+                Instance {
+                    id: VultrInstanceId(id.clone()),
+                    label: req.label.to_string(),
+                    region: req.region.clone(),
+                    plan: req.plan.clone(),
+                    os_id: req.os_id,
+                    status: if s.vms_stay_pending { "pending" } else { "active" }.into(),
+                    server_status: if s.vms_stay_pending { "none" } else { "ok" }.into(),
+                    main_ip: "192.0.2.1".into(),
+                },
+            );
             VultrInstanceId(id)
         });
         if let Some(hold) = self.with(|s| s.hold_next_create.take()) {
@@ -194,7 +200,11 @@ impl Provider for MemoryProvider {
         Ok(self.with(|s| {
             s.calls.push("DELETE /instances/{id}".into());
             if s.deletes_not_applied {
-                return if s.instances.contains_key(id.as_str()) { DeleteOutcome::Sent } else { DeleteOutcome::NotFound };
+                return if s.instances.contains_key(id.as_str()) {
+                    DeleteOutcome::Sent
+                } else {
+                    DeleteOutcome::NotFound
+                };
             }
             match s.instances.remove(id.as_str()) {
                 Some(_) => {
@@ -215,15 +225,18 @@ impl Provider for MemoryProvider {
             return Outcome::NotSent { reason: format!("request not sent: {e}") };
         }
         self.create("POST /blocks", req.label.as_str(), |s, id| {
-            s.blocks.insert(id.clone(), Block {
-                id: VultrBlockId(id.clone()),
-                label: req.label.to_string(),
-                region: req.region.clone(),
-                size_gb: req.size_gb,
-                block_type: req.block_type.as_str().into(),
-                status: "active".into(),
-                attached_to_instance: None,
-            });
+            s.blocks.insert(
+                id.clone(),
+                Block {
+                    id: VultrBlockId(id.clone()),
+                    label: req.label.to_string(),
+                    region: req.region.clone(),
+                    size_gb: req.size_gb,
+                    block_type: req.block_type.as_str().into(),
+                    status: "active".into(),
+                    attached_to_instance: None,
+                },
+            );
             VultrBlockId(id)
         })
     }

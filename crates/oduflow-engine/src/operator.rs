@@ -140,10 +140,9 @@ pub async fn adopt<P: Provider>(
     // A resource carrying the label of another dispatch belongs to that
     // dispatch: its own run adopts it by label. Two receipts owning one
     // resource would let deleting one client delete the other's.
-    if let Some(other) = all
-        .iter()
-        .find(|r| r.label.as_str() == label && receipt.as_ref().is_none_or(|mine| mine.operation_key != r.operation_key))
-    {
+    if let Some(other) = all.iter().find(|r| {
+        r.label.as_str() == label && receipt.as_ref().is_none_or(|mine| mine.operation_key != r.operation_key)
+    }) {
         return refused(format!(
             "{id} carries the label of dispatch {} (client {}); it is not {name}'s to adopt",
             other.operation_key, other.client_ref
@@ -151,14 +150,18 @@ pub async fn adopt<P: Provider>(
     }
     let op = match receipt {
         Some(r) if r.resource_id.is_some() => {
-            return refused(format!("{} of {name} already has id {}", kind.as_str(), r.resource_id.unwrap_or_default()))
+            return refused(format!(
+                "{} of {name} already has id {}",
+                kind.as_str(),
+                r.resource_id.unwrap_or_default()
+            ));
         }
         Some(r) if r.rejection_status.is_some() => {
             return refused(format!(
                 "the current {} dispatch of {name} was rejected; run `oduflow reconcile {name} --new-dispatch` \
                  to start a new one instead",
                 kind.as_str()
-            ))
+            ));
         }
         Some(r) => r.operation_key,
         None => {
@@ -181,7 +184,12 @@ pub async fn adopt<P: Provider>(
     };
     writer.record_id(&op, id, IdSource::AdoptedByOperator, now_ms).await?;
     writer
-        .audit(&c.id, "resource_adopted_by_operator", serde_json::json!({ "kind": kind, "id": id, "by": actor }), now_ms)
+        .audit(
+            &c.id,
+            "resource_adopted_by_operator",
+            serde_json::json!({ "kind": kind, "id": id, "by": actor }),
+            now_ms,
+        )
         .await?;
     Ok(store.client_reconcile(name, &[], actor, now_ms, attempts_max).await?)
 }
@@ -349,7 +357,8 @@ pub async fn inventory<P: Provider>(store: &Store, provider: &P, now_ms: i64) ->
     let instances = provider.instance_list().await?;
     let blocks = provider.block_list().await?;
     let receipts = store.receipts_all().await?;
-    let clients: HashMap<ClientId, ClientRow> = store.client_list().await?.into_iter().map(|c| (c.id.clone(), c)).collect();
+    let clients: HashMap<ClientId, ClientRow> =
+        store.client_list().await?.into_iter().map(|c| (c.id.clone(), c)).collect();
     let by_label: HashMap<&str, &ReceiptRow> = receipts.iter().map(|r| (r.label.as_str(), r)).collect();
     let mut inv = Inventory { instances_listed: instances.len(), blocks_listed: blocks.len(), ..Default::default() };
     let listed: Vec<(ResourceKind, String, String)> = instances
@@ -391,9 +400,12 @@ pub async fn inventory<P: Provider>(store: &Store, provider: &P, now_ms: i64) ->
             )),
             // A deleted client owns nothing: whatever still carries one of
             // its labels was leaked, whatever its dispatch generation.
-            Some(r) if clients.get(&r.client_ref).is_some_and(|c| c.infra.status == ClientStatus::Deleted) => inv
-                .orphans
-                .push(item(client_name(r), "live resource of a deleted client (its receipt was never confirmed deleted)")),
+            Some(r) if clients.get(&r.client_ref).is_some_and(|c| c.infra.status == ClientStatus::Deleted) => {
+                inv.orphans.push(item(
+                    client_name(r),
+                    "live resource of a deleted client (its receipt was never confirmed deleted)",
+                ))
+            }
             Some(r) => match &r.resource_id {
                 Some(rid) if rid == id => {}
                 Some(rid) => inv.orphans.push(item(client_name(r), &format!("duplicate: the receipt records {rid}"))),
@@ -483,7 +495,9 @@ async fn open_orphan(store: &Store, id: &str) -> Result<oduflow_store::OrphanRow
             "{id} is no longer an orphan ({}); run `oduflow reconcile --all` to look again",
             o.resolution.unwrap_or_default()
         )),
-        None => refused(format!("{id} is not a recorded orphan; run `oduflow reconcile --all` first, which records them")),
+        None => {
+            refused(format!("{id} is not a recorded orphan; run `oduflow reconcile --all` first, which records them"))
+        }
     }
 }
 
@@ -547,11 +561,15 @@ pub async fn orphan_delete<P: Provider>(
         return refused("deleting an orphan needs an attestation: --by WHO and --reason WHY");
     }
     let o = open_orphan(store, id).await?;
-    let clients: HashMap<ClientId, ClientRow> = store.client_list().await?.into_iter().map(|c| (c.id.clone(), c)).collect();
+    let clients: HashMap<ClientId, ClientRow> =
+        store.client_list().await?.into_iter().map(|c| (c.id.clone(), c)).collect();
     let live = |r: &ReceiptRow| clients.get(&r.client_ref).is_some_and(|c| c.infra.status != ClientStatus::Deleted);
     for r in store.receipts_all().await?.iter().filter(|r| crate::current::is_open(r) && live(r)) {
         if r.resource_id.as_deref() == Some(id) {
-            return refused(format!("{id} is recorded on receipt {} of a live client: it is not an orphan now", r.operation_key));
+            return refused(format!(
+                "{id} is recorded on receipt {} of a live client: it is not an orphan now",
+                r.operation_key
+            ));
         }
         if r.resource_id.is_none() && r.label.as_str() == o.label {
             return refused(format!(
@@ -567,7 +585,7 @@ pub async fn orphan_delete<P: Provider>(
                 return refused(format!(
                     "volume {id} is attached to instance {}: delete or detach that first",
                     b.attached_to_instance.map(|i| i.0).unwrap_or_default()
-                ))
+                ));
             }
             b => b.map(|b| b.label),
         },
@@ -577,19 +595,33 @@ pub async fn orphan_delete<P: Provider>(
         return Ok(OrphanDeleted { id: id.into(), kind: o.kind, confirmed: true, note: "already gone (404)".into() });
     };
     if label != o.label {
-        return refused(format!("{id} now carries label {label:?}, not {:?}: run `oduflow reconcile --all` again", o.label));
+        return refused(format!(
+            "{id} now carries label {label:?}, not {:?}: run `oduflow reconcile --all` again",
+            o.label
+        ));
     }
     // A deleted client's receipt that still records it (never confirmed
     // deleted) follows the deletion protocol with it: seen, DELETE sent,
     // then 404.
     let writer = ReceiptWriter::new(store.clone());
-    let recorded: Vec<ReceiptRow> =
-        store.receipts_all().await?.into_iter().filter(|r| crate::current::is_open(r) && r.resource_id.as_deref() == Some(id)).collect();
+    let recorded: Vec<ReceiptRow> = store
+        .receipts_all()
+        .await?
+        .into_iter()
+        .filter(|r| crate::current::is_open(r) && r.resource_id.as_deref() == Some(id))
+        .collect();
     // Read again right before the DELETE: an adoption that landed since the
     // checks above (another operator) makes it a live client's again.
-    let clients_now: HashMap<ClientId, ClientRow> = store.client_list().await?.into_iter().map(|c| (c.id.clone(), c)).collect();
-    if let Some(r) = recorded.iter().find(|r| clients_now.get(&r.client_ref).is_some_and(|c| c.infra.status != ClientStatus::Deleted)) {
-        return refused(format!("{id} was just recorded on receipt {} of a live client: it is not an orphan now", r.operation_key));
+    let clients_now: HashMap<ClientId, ClientRow> =
+        store.client_list().await?.into_iter().map(|c| (c.id.clone(), c)).collect();
+    if let Some(r) = recorded
+        .iter()
+        .find(|r| clients_now.get(&r.client_ref).is_some_and(|c| c.infra.status != ClientStatus::Deleted))
+    {
+        return refused(format!(
+            "{id} was just recorded on receipt {} of a live client: it is not an orphan now",
+            r.operation_key
+        ));
     }
     for r in recorded.iter().filter(|r| r.seen_ms.is_none()) {
         writer.mark_seen(&r.operation_key, now_ms).await?;
@@ -619,12 +651,18 @@ pub async fn orphan_delete<P: Provider>(
             writer.mark_deleted(&r.operation_key, now_ms).await?;
         }
         store.orphan_resolve(id, &format!("deleted on the attestation of {by}: {reason}"), now_ms).await?;
-        return Ok(OrphanDeleted { id: id.into(), kind: o.kind, confirmed: true, note: "deleted; GET answers 404".into() });
+        return Ok(OrphanDeleted {
+            id: id.into(),
+            kind: o.kind,
+            confirmed: true,
+            note: "deleted; GET answers 404".into(),
+        });
     }
     Ok(OrphanDeleted {
         id: id.into(),
         kind: o.kind,
         confirmed: false,
-        note: "DELETE accepted, but the provider still shows it; `oduflow reconcile --all` confirms once it is gone".into(),
+        note: "DELETE accepted, but the provider still shows it; `oduflow reconcile --all` confirms once it is gone"
+            .into(),
     })
 }

@@ -20,19 +20,41 @@ impl ReceiptWriter {
         self.ledger.receipt_claim(r).await
     }
 
-    pub(crate) async fn mark_sent(&self, key: &OperationKey, client: &ClientId, now_ms: i64) -> oduflow_store::Result<()> {
+    pub(crate) async fn mark_sent(
+        &self,
+        key: &OperationKey,
+        client: &ClientId,
+        now_ms: i64,
+    ) -> oduflow_store::Result<()> {
         self.ledger.receipt_mark_sent(key, client, now_ms).await
     }
 
-    pub(crate) async fn record_id(&self, key: &OperationKey, id: &str, source: IdSource, now_ms: i64) -> oduflow_store::Result<()> {
+    pub(crate) async fn record_id(
+        &self,
+        key: &OperationKey,
+        id: &str,
+        source: IdSource,
+        now_ms: i64,
+    ) -> oduflow_store::Result<()> {
         self.ledger.receipt_record_id(key, id, source, now_ms).await
     }
 
-    pub(crate) async fn mark_not_sent(&self, key: &OperationKey, reason: &str, now_ms: i64) -> oduflow_store::Result<i64> {
+    pub(crate) async fn mark_not_sent(
+        &self,
+        key: &OperationKey,
+        reason: &str,
+        now_ms: i64,
+    ) -> oduflow_store::Result<i64> {
         self.ledger.receipt_mark_not_sent(key, reason, now_ms).await
     }
 
-    pub(crate) async fn record_rejection(&self, key: &OperationKey, status: u16, message: &str, now_ms: i64) -> oduflow_store::Result<()> {
+    pub(crate) async fn record_rejection(
+        &self,
+        key: &OperationKey,
+        status: u16,
+        message: &str,
+        now_ms: i64,
+    ) -> oduflow_store::Result<()> {
         self.ledger.receipt_record_rejection(key, status, message, now_ms).await
     }
 
@@ -52,11 +74,25 @@ impl ReceiptWriter {
         self.ledger.receipt_mark_deleted(key, now_ms).await
     }
 
-    pub(crate) async fn adapter_set(&self, client: &ClientId, adapter: &str, state: &str, detail: &str, now_ms: i64) -> oduflow_store::Result<()> {
+    pub(crate) async fn adapter_set(
+        &self,
+        client: &ClientId,
+        adapter: &str,
+        state: &str,
+        detail: &str,
+        now_ms: i64,
+    ) -> oduflow_store::Result<()> {
         self.ledger.adapter_set(client, adapter, state, detail, now_ms).await
     }
 
-    pub(crate) async fn adapter_fail(&self, client: &ClientId, adapter: &str, state: &str, detail: &str, now_ms: i64) -> oduflow_store::Result<i64> {
+    pub(crate) async fn adapter_fail(
+        &self,
+        client: &ClientId,
+        adapter: &str,
+        state: &str,
+        detail: &str,
+        now_ms: i64,
+    ) -> oduflow_store::Result<i64> {
         self.ledger.adapter_fail(client, adapter, state, detail, now_ms).await
     }
 
@@ -68,12 +104,24 @@ impl ReceiptWriter {
         self.ledger.receipt_observations_restart(key).await
     }
 
-    pub(crate) async fn abandon(&self, key: &OperationKey, by: &str, reason: &str, now_ms: i64) -> oduflow_store::Result<()> {
+    pub(crate) async fn abandon(
+        &self,
+        key: &OperationKey,
+        by: &str,
+        reason: &str,
+        now_ms: i64,
+    ) -> oduflow_store::Result<()> {
         self.ledger.receipt_abandon(key, by, reason, now_ms).await
     }
 
     /// An audit event that must survive the job rolling back.
-    pub(crate) async fn audit(&self, client: &ClientId, kind: &str, detail: serde_json::Value, now_ms: i64) -> oduflow_store::Result<()> {
+    pub(crate) async fn audit(
+        &self,
+        client: &ClientId,
+        kind: &str,
+        detail: serde_json::Value,
+        now_ms: i64,
+    ) -> oduflow_store::Result<()> {
         self.ledger.event_append(Some(client), kind, &detail, now_ms).await
     }
 }

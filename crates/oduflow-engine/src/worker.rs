@@ -2,7 +2,7 @@
 //! a panic is contained and rolls the main transaction back), applies its
 //! writes and commits once.
 
-use crate::{executor, fail_step, EngineConfig, EngineError, ReceiptWriter, SharedClock};
+use crate::{EngineConfig, EngineError, ReceiptWriter, SharedClock, executor, fail_step};
 use oduflow_model::provider::Provider;
 use oduflow_model::*;
 use oduflow_store::{Claim, Finish, JobNext, NewEvent, Store};
@@ -87,9 +87,7 @@ impl<P: Provider> Worker<P> {
             }
         };
         tracing::warn!(job = %cref.job_id, error = %error, "job run failed; its main transaction was rolled back");
-        self.store
-            .job_record_failure(&cref, &error, self.now_ms(), self.cfg.retry_base_ms)
-            .await?;
+        self.store.job_record_failure(&cref, &error, self.now_ms(), self.cfg.retry_base_ms).await?;
         Ok(RunOutcome::Failed { job: cref.job_id, error })
     }
 
@@ -124,7 +122,9 @@ impl<P: Provider> Worker<P> {
         let infra = &claim.infra;
         Ok(if job.generation < infra.generation || !purpose_matches {
             Finish::stale()
-        } else if claim.unfinished_runs > 0 && i64::from(job.attempts) + claim.unfinished_runs >= i64::from(job.attempts_max) {
+        } else if claim.unfinished_runs > 0
+            && i64::from(job.attempts) + claim.unfinished_runs >= i64::from(job.attempts_max)
+        {
             // Its earlier runs died before finishing (a worker killed each
             // time, perhaps by this very job): stop here, before it can
             // happen again.
@@ -132,7 +132,8 @@ impl<P: Provider> Worker<P> {
         } else {
             match job.kind {
                 JobKind::Noop => self.noop(&claim).await,
-                JobKind::Provision | JobKind::Deprovision => match executor::converge(self, infra, claim.fence()).await {
+                JobKind::Provision | JobKind::Deprovision => match executor::converge(self, infra, claim.fence()).await
+                {
                     Ok(f) => f,
                     // The record moved on while the run was in flight: it
                     // sent nothing more and ends stale.
@@ -216,7 +217,11 @@ impl<P: Provider> Worker<P> {
         Ok(())
     }
 
-    async fn run_loop(&self, until_settled: bool, mut stop: tokio::sync::watch::Receiver<bool>) -> Result<(), EngineError> {
+    async fn run_loop(
+        &self,
+        until_settled: bool,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) -> Result<(), EngineError> {
         loop {
             if *stop.borrow() {
                 return Ok(());

@@ -145,7 +145,9 @@ fn create_step(kind: ResourceKind, r: &Resource, max: i64) -> Have {
     match (&r.receipt, &r.seen) {
         // An earlier deletion of this very dispatch must finish first; the
         // executor then starts a new dispatch generation.
-        (_, _) if r.progress.delete_sent && !r.progress.deleted => Have::Act(absent_step(kind, r, max).unwrap_or(Action::Wait)),
+        (_, _) if r.progress.delete_sent && !r.progress.deleted => {
+            Have::Act(absent_step(kind, r, max).unwrap_or(Action::Wait))
+        }
         (ReceiptFacts::None, _) => Have::Act(Action::Dispatch(kind)),
         (ReceiptFacts::NotSent { count, reason }, _) if *count >= max => Have::Act(Action::Block(
             BlockedReason::ProviderUnavailable,
@@ -168,7 +170,10 @@ fn create_step(kind: ResourceKind, r: &Resource, max: i64) -> Have {
             [] => Have::Act(Action::CountObservation(kind)),
             [one] => match &one.mismatch {
                 None => Have::Act(Action::Adopt(kind, one.id.clone())),
-                Some(why) => Have::Act(Action::Block(BlockedReason::ConfigMismatch, format!("{} {}: {why}", kind.as_str(), one.id))),
+                Some(why) => Have::Act(Action::Block(
+                    BlockedReason::ConfigMismatch,
+                    format!("{} {}: {why}", kind.as_str(), one.id),
+                )),
             },
             many => Have::Act(Action::Block(
                 BlockedReason::DuplicateMatches,
@@ -192,7 +197,9 @@ fn create_step(kind: ResourceKind, r: &Resource, max: i64) -> Have {
             }
         }
         (ReceiptFacts::Known { id, .. }, Seen::Present(f)) => match &f.mismatch {
-            Some(why) => Have::Act(Action::Block(BlockedReason::ConfigMismatch, format!("{} {id}: {why}", kind.as_str()))),
+            Some(why) => {
+                Have::Act(Action::Block(BlockedReason::ConfigMismatch, format!("{} {id}: {why}", kind.as_str())))
+            }
             None => Have::Verified(f.clone()),
         },
     }
@@ -245,10 +252,9 @@ fn decide_present(i: &Inputs) -> Action {
         ),
         ReceiptFacts::NotSent { .. } if vm.ready && volume.ready => Action::Dispatch(ResourceKind::Attach),
         ReceiptFacts::NotSent { .. } => Action::Wait,
-        ReceiptFacts::Rejected { status, message } => Action::Block(
-            BlockedReason::AttachRejected,
-            format!("attach rejected with {status}: {message}"),
-        ),
+        ReceiptFacts::Rejected { status, message } => {
+            Action::Block(BlockedReason::AttachRejected, format!("attach rejected with {status}: {message}"))
+        }
         ReceiptFacts::Unknown { observations } | ReceiptFacts::Known { observations, .. } => {
             if *observations + 1 >= max {
                 Action::Block(

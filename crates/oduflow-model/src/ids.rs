@@ -164,10 +164,7 @@ mod tests {
     fn fingerprint_is_sha256_hex_and_hides_the_key() {
         let key = secrecy::SecretString::from("abc".to_owned());
         let fp = KeyFingerprint::of_key(&key);
-        assert_eq!(
-            fp.0,
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
+        assert_eq!(fp.0, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
         assert_eq!(fp.short(), "ba7816bf8f01");
     }
 

@@ -120,10 +120,7 @@ pub trait Provider: Send + Sync + 'static {
     /// The fingerprint of the API key this provider sends.
     fn key_fingerprint(&self) -> KeyFingerprint;
 
-    fn instance_create(
-        &self,
-        req: &InstanceRequest,
-    ) -> impl Future<Output = Outcome<VultrInstanceId>> + Send;
+    fn instance_create(&self, req: &InstanceRequest) -> impl Future<Output = Outcome<VultrInstanceId>> + Send;
     /// `Ok(None)` on 404.
     fn instance_get(
         &self,
@@ -141,28 +138,14 @@ pub trait Provider: Send + Sync + 'static {
         id: &VultrInstanceId,
     ) -> impl Future<Output = Result<DeleteOutcome, ProviderError>> + Send;
 
-    fn block_create(&self, req: &BlockRequest)
-    -> impl Future<Output = Outcome<VultrBlockId>> + Send;
+    fn block_create(&self, req: &BlockRequest) -> impl Future<Output = Outcome<VultrBlockId>> + Send;
     /// `Ok(None)` on 404.
-    fn block_get(
-        &self,
-        id: &VultrBlockId,
-    ) -> impl Future<Output = Result<Option<Block>, ProviderError>> + Send;
+    fn block_get(&self, id: &VultrBlockId) -> impl Future<Output = Result<Option<Block>, ProviderError>> + Send;
     /// Every page of `GET /blocks` (Vultr has no label filter there).
     fn block_list(&self) -> impl Future<Output = Result<Vec<Block>, ProviderError>> + Send;
-    fn block_attach(
-        &self,
-        id: &VultrBlockId,
-        instance: &VultrInstanceId,
-    ) -> impl Future<Output = Outcome<()>> + Send;
-    fn block_detach(
-        &self,
-        id: &VultrBlockId,
-    ) -> impl Future<Output = Result<DeleteOutcome, ProviderError>> + Send;
-    fn block_delete(
-        &self,
-        id: &VultrBlockId,
-    ) -> impl Future<Output = Result<DeleteOutcome, ProviderError>> + Send;
+    fn block_attach(&self, id: &VultrBlockId, instance: &VultrInstanceId) -> impl Future<Output = Outcome<()>> + Send;
+    fn block_detach(&self, id: &VultrBlockId) -> impl Future<Output = Result<DeleteOutcome, ProviderError>> + Send;
+    fn block_delete(&self, id: &VultrBlockId) -> impl Future<Output = Result<DeleteOutcome, ProviderError>> + Send;
 }
 
 /// Asked right before each request leaves for the provider: after the rate

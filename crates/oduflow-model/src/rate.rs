@@ -34,15 +34,11 @@ pub const RATE_GROUP_CHARS_MAX: usize = 64;
 pub fn check_group(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= RATE_GROUP_CHARS_MAX
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "rate group {name:?}: 1 to {RATE_GROUP_CHARS_MAX} characters of A-Z a-z 0-9 . _ -"
-        ))
+        Err(format!("rate group {name:?}: 1 to {RATE_GROUP_CHARS_MAX} characters of A-Z a-z 0-9 . _ -"))
     }
 }
 
@@ -92,13 +88,7 @@ struct LocalState {
 impl LocalBudget {
     pub fn new(group: &str) -> Self {
         let now = Instant::now();
-        Self {
-            group: group.to_owned(),
-            state: Mutex::new(LocalState {
-                next: now,
-                paused_until: now,
-            }),
-        }
+        Self { group: group.to_owned(), state: Mutex::new(LocalState { next: now, paused_until: now }) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, LocalState> {

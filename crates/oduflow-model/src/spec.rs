@@ -53,9 +53,7 @@ impl ClientName {
             return Err(SpecError::NameTooLong(len));
         }
         let bytes = s.as_bytes();
-        let ok_chars = bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
+        let ok_chars = bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
         if !ok_chars || !bytes[0].is_ascii_lowercase() || bytes[bytes.len() - 1] == b'-' {
             return Err(SpecError::NameInvalid(s.to_owned()));
         }
@@ -128,13 +126,7 @@ pub struct ClientSpec {
 }
 
 impl ClientSpec {
-    pub fn parse(
-        region: &str,
-        plan: &str,
-        os_id: i64,
-        volume_gb: i64,
-        volume_type: &str,
-    ) -> Result<Self, SpecError> {
+    pub fn parse(region: &str, plan: &str, os_id: i64, volume_gb: i64, volume_type: &str) -> Result<Self, SpecError> {
         let region_ok = (3..=4).contains(&region.len()) && region.bytes().all(|b| b.is_ascii_lowercase());
         if !region_ok {
             return Err(SpecError::Region(region.to_owned()));
@@ -142,9 +134,7 @@ impl ClientSpec {
         let plan_ok = !plan.is_empty()
             && plan.len() <= 64
             && plan.as_bytes()[0].is_ascii_lowercase()
-            && plan
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            && plan.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
         if !plan_ok {
             return Err(SpecError::Plan(plan.to_owned()));
         }
@@ -154,20 +144,9 @@ impl ClientSpec {
         let volume_type = VolumeType::parse(volume_type)?;
         let (min, max) = volume_type.size_range_gb();
         if !(min..=max).contains(&volume_gb) {
-            return Err(SpecError::VolumeSize {
-                gb: volume_gb,
-                min,
-                max,
-                kind: volume_type.as_str(),
-            });
+            return Err(SpecError::VolumeSize { gb: volume_gb, min, max, kind: volume_type.as_str() });
         }
-        Ok(Self {
-            region: region.to_owned(),
-            plan: plan.to_owned(),
-            os_id,
-            volume_gb,
-            volume_type,
-        })
+        Ok(Self { region: region.to_owned(), plan: plan.to_owned(), os_id, volume_gb, volume_type })
     }
 }
 

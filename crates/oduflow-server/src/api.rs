@@ -3,11 +3,11 @@
 //! operator actions, and shape the answer. Every handler's OpenAPI
 //! description sits on it, so the document is generated from this code.
 
+use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::{ApiJson, ApiQuery, ClientPath};
-use crate::resolve::{resolutions, Resolution};
-use crate::AppState;
+use crate::resolve::{Resolution, resolutions};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
@@ -299,7 +299,10 @@ pub async fn health() -> Json<Health> {
 /// Every client, optionally filtered.
 #[utoipa::path(get, path = "/api/v1/clients", tag = "clients", params(ClientFilter),
     responses((status = 200, body = Vec<ClientView>), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn clients_list(State(s): State<AppState>, ApiQuery(f): ApiQuery<ClientFilter>) -> ApiResult<Json<Vec<ClientView>>> {
+pub async fn clients_list(
+    State(s): State<AppState>,
+    ApiQuery(f): ApiQuery<ClientFilter>,
+) -> ApiResult<Json<Vec<ClientView>>> {
     let rows = s.store().client_list().await?;
     Ok(Json(
         rows.iter()
@@ -317,7 +320,10 @@ pub async fn clients_list(State(s): State<AppState>, ApiQuery(f): ApiQuery<Clien
     responses((status = 201, body = Accepted), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
         (status = 422, body = ErrorBody)))]
-pub async fn clients_create(State(s): State<AppState>, ApiJson(req): ApiJson<ClientCreate>) -> ApiResult<(StatusCode, Json<Accepted>)> {
+pub async fn clients_create(
+    State(s): State<AppState>,
+    ApiJson(req): ApiJson<ClientCreate>,
+) -> ApiResult<(StatusCode, Json<Accepted>)> {
     let name = oduflow_model::ClientName::parse(&req.name)?;
     let volume_type = match req.volume_type.unwrap_or(VolumeTypeParam::HighPerf) {
         VolumeTypeParam::HighPerf => "high_perf",
@@ -348,7 +354,10 @@ pub async fn clients_show(State(s): State<AppState>, ClientPath(name): ClientPat
     params(("name" = String, Path, description = "client name", example = "acme")),
     responses((status = 202, body = Accepted), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 422, body = ErrorBody)))]
-pub async fn clients_delete(State(s): State<AppState>, ClientPath(name): ClientPath) -> ApiResult<(StatusCode, Json<Accepted>)> {
+pub async fn clients_delete(
+    State(s): State<AppState>,
+    ClientPath(name): ClientPath,
+) -> ApiResult<(StatusCode, Json<Accepted>)> {
     let row = s.store().client_delete(name.as_str(), s.now_ms(), s.attempts_max()).await?;
     let job_id = latest_queued_job(&s, &row).await?;
     Ok((StatusCode::ACCEPTED, Json(Accepted { client: (&row).into(), job_id })))
@@ -359,7 +368,10 @@ pub async fn clients_delete(State(s): State<AppState>, ClientPath(name): ClientP
     params(("name" = String, Path, description = "client name", example = "acme")),
     responses((status = 200, body = Vec<Object>), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 422, body = ErrorBody)))]
-pub async fn clients_receipts(State(s): State<AppState>, ClientPath(name): ClientPath) -> ApiResult<Json<Vec<ReceiptRow>>> {
+pub async fn clients_receipts(
+    State(s): State<AppState>,
+    ClientPath(name): ClientPath,
+) -> ApiResult<Json<Vec<ReceiptRow>>> {
     let c = client_or_404(&s, name.as_str()).await?;
     Ok(Json(s.store().receipts_for_client(&c.id).await?))
 }
@@ -592,9 +604,9 @@ pub async fn queue_pause(State(s): State<AppState>) -> ApiResult<Json<QueueView>
 /// the copy may lag the cloud (issue 12, hole 9).
 async fn refuse_if_restored(s: &AppState) -> ApiResult<()> {
     match s.store().restore_pending().await? {
-        Some(why) => Err(ApiError::Refused(format!(
-            "the database was restored ({why}); run `oduflow reconcile --all` first"
-        ))),
+        Some(why) => {
+            Err(ApiError::Refused(format!("the database was restored ({why}); run `oduflow reconcile --all` first")))
+        }
         None => Ok(()),
     }
 }

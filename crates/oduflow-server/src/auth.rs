@@ -13,10 +13,10 @@
 //! browsers. Cookies are never accepted by the API, so a page elsewhere cannot
 //! make a browser act on the operator's behalf (no CSRF surface).
 
-use crate::error::ApiError;
 use crate::AppState;
+use crate::error::ApiError;
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap};
+use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
@@ -164,10 +164,7 @@ mod tests {
         let b = token_generate();
         assert_ne!(a, b);
         assert!(a.starts_with(TOKEN_PREFIX) && a.len() == TOKEN_PREFIX.len() + 64, "{a}");
-        assert_eq!(
-            token_sha256("abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
+        assert_eq!(token_sha256("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     }
 
     #[test]

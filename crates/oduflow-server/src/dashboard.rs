@@ -8,11 +8,11 @@
 //! is built only from escaped values and fixed markup. The Content Security
 //! Policy forbids scripts altogether, as a second line.
 
-use crate::auth::{authenticate, Caller, COOKIE_NAME};
-use crate::error::{ApiError, ApiResult};
 use crate::AppState;
+use crate::auth::{COOKIE_NAME, Caller, authenticate};
+use crate::error::{ApiError, ApiResult};
 use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Form};
 use oduflow_model::ClientStatus;
@@ -68,7 +68,8 @@ code{background:#f1f1f1;padding:.1em .3em;border-radius:3px}.cmd code{font-size:
 #clients td:first-child,#events td:first-child,#events td:nth-child(2){white-space:nowrap}.muted{color:#777}.status-ready{color:#070}.status-blocked{color:#b00;font-weight:bold}";
 
 fn page(title: &str, body: &str, refresh: bool) -> String {
-    let refresh = if refresh { format!("<meta http-equiv=\"refresh\" content=\"{REFRESH_SECS}\">") } else { String::new() };
+    let refresh =
+        if refresh { format!("<meta http-equiv=\"refresh\" content=\"{REFRESH_SECS}\">") } else { String::new() };
     format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">{refresh}<title>{}</title><style>{STYLE}</style></head><body>{body}</body></html>",
         esc(title)
@@ -82,7 +83,9 @@ fn html(status: StatusCode, body: String) -> Response {
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'"),
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+        ),
     );
     // A `?token=` in the address must not travel to other sites.
     h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
@@ -108,7 +111,10 @@ pub(crate) struct LoginForm {
 
 /// Checks the token; on success sets an HttpOnly, SameSite=Strict cookie
 /// holding it and sends the browser to the dashboard.
-pub(crate) async fn login(State(s): State<AppState>, form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>) -> Response {
+pub(crate) async fn login(
+    State(s): State<AppState>,
+    form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>,
+) -> Response {
     let Ok(Form(f)) = form else {
         return login_page(Some("the form could not be read"));
     };
@@ -131,7 +137,11 @@ fn outcome(r: &oduflow_store::ReceiptRow) -> String {
         (Some(id), _) => format!("id {id} ({})", r.resource_id_source.map(|s| s.as_str()).unwrap_or("?")),
         (None, Some(st)) => format!("rejected {st}: {}", r.rejection_message.as_deref().unwrap_or("")),
         (None, None) if r.abandoned_by.is_some() => {
-            format!("abandoned by {}: {}", r.abandoned_by.as_deref().unwrap_or(""), r.abandoned_reason.as_deref().unwrap_or(""))
+            format!(
+                "abandoned by {}: {}",
+                r.abandoned_by.as_deref().unwrap_or(""),
+                r.abandoned_reason.as_deref().unwrap_or("")
+            )
         }
         (None, None) => "outcome unknown".into(),
     }
@@ -220,7 +230,9 @@ pub(crate) async fn dashboard(State(s): State<AppState>, Extension(caller): Exte
     if orphans.is_empty() {
         b.push_str("<p class=\"muted\">None recorded.</p>");
     } else {
-        b.push_str("<table><tr><th>kind</th><th>id</th><th>label</th><th>client</th><th>note</th><th>resolve with</th></tr>");
+        b.push_str(
+            "<table><tr><th>kind</th><th>id</th><th>label</th><th>client</th><th>note</th><th>resolve with</th></tr>",
+        );
         for o in &orphans {
             let cmds: Vec<String> = o.resolve.iter().map(|c| format!("<code>{}</code>", esc(c))).collect();
             let _ = write!(
@@ -257,7 +269,9 @@ pub(crate) async fn dashboard(State(s): State<AppState>, Extension(caller): Exte
     }
     b.push_str("</table>");
 
-    b.push_str("<h2>Recent events</h2><table id=\"events\"><tr><th>time</th><th>client</th><th>event</th><th>detail</th></tr>");
+    b.push_str(
+        "<h2>Recent events</h2><table id=\"events\"><tr><th>time</th><th>client</th><th>event</th><th>detail</th></tr>",
+    );
     for e in &events {
         let client = e.client_ref.as_deref().map(|r| names.get(r).copied().unwrap_or(r)).unwrap_or("-");
         let _ = write!(

@@ -3,7 +3,7 @@
 //! stable (clients branch on it), `message` is for people. Internal detail
 //! (database or provider errors) goes to the log, never to the caller.
 
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use oduflow_engine::operator::OperatorError;
 use oduflow_store::StoreError;

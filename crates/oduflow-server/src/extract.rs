@@ -4,8 +4,8 @@
 use crate::error::ApiError;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
-use axum::http::request::Parts;
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use oduflow_model::ClientName;
 use serde::de::DeserializeOwned;
 
@@ -57,9 +57,8 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let Path(name) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|r| ApiError::BadRequest(r.body_text()))?;
+        let Path(name) =
+            Path::<String>::from_request_parts(parts, state).await.map_err(|r| ApiError::BadRequest(r.body_text()))?;
         Ok(ClientPath(ClientName::parse(&name)?))
     }
 }

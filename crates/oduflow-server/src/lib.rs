@@ -28,11 +28,11 @@ pub mod resolve;
 pub use error::{ApiError, ErrorBody};
 pub use openapi::openapi_json;
 
+use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
-use axum::Router;
 use oduflow_engine::{SharedClock, SystemClock};
 use oduflow_store::Store;
 use oduflow_vultr::VultrClient;

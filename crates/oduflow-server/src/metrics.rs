@@ -13,8 +13,8 @@
 //! No global recorder and no metrics crate: every figure is a query or an
 //! atomic read, so there is nothing to keep in sync.
 
-use crate::error::ApiResult;
 use crate::AppState;
+use crate::error::ApiResult;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
@@ -83,7 +83,11 @@ pub(crate) async fn metrics(State(s): State<AppState>) -> ApiResult<impl IntoRes
     o.sample("oduflow_queue_lag_seconds", &[], lag_ms as f64 / 1000.0);
     o.head("oduflow_queue_paused", "gauge", "1 while the queue is paused (database).");
     o.sample("oduflow_queue_paused", &[], u8::from(queue.paused));
-    o.head("oduflow_restore_pending", "gauge", "1 while a restored database awaits `oduflow reconcile --all` (database).");
+    o.head(
+        "oduflow_restore_pending",
+        "gauge",
+        "1 while a restored database awaits `oduflow reconcile --all` (database).",
+    );
     o.sample("oduflow_restore_pending", &[], u8::from(restore_pending));
     o.head(
         "oduflow_dispatches",
@@ -152,16 +156,30 @@ pub(crate) async fn metrics(State(s): State<AppState>) -> ApiResult<impl IntoRes
         .map(|g| {
             (
                 g.group.as_str(),
-                [g.waits as f64, g.wait_us as f64 / 1e6, g.reservations as f64, g.pauses as f64, g.paused_for_us as f64 / 1e6],
+                [
+                    g.waits as f64,
+                    g.wait_us as f64 / 1e6,
+                    g.reservations as f64,
+                    g.pauses as f64,
+                    g.paused_for_us as f64 / 1e6,
+                ],
             )
         })
         .collect();
     for (i, (name, kind, help)) in [
         ("oduflow_rate_group_waits_total", "counter", "Requests that waited for a slot, per rate group (database)."),
-        ("oduflow_rate_group_wait_seconds_total", "counter", "Time spent waiting for slots, per rate group (database)."),
+        (
+            "oduflow_rate_group_wait_seconds_total",
+            "counter",
+            "Time spent waiting for slots, per rate group (database).",
+        ),
         ("oduflow_rate_group_reservations_total", "counter", "Send slots handed out, per rate group (database)."),
         ("oduflow_rate_group_pauses_total", "counter", "429 answers that paused the rate group (database)."),
-        ("oduflow_rate_group_paused_seconds", "gauge", "How much longer the rate group is paused; 0 when not (database)."),
+        (
+            "oduflow_rate_group_paused_seconds",
+            "gauge",
+            "How much longer the rate group is paused; 0 when not (database).",
+        ),
     ]
     .into_iter()
     .enumerate()

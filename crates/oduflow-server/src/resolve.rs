@@ -20,7 +20,8 @@ pub struct Resolution {
 /// ("vm create outcome unknown ..."), else the current dispatch whose
 /// outcome is unknown.
 fn blocked_kind(c: &ClientRow, receipts: &[ReceiptRow]) -> ResourceKind {
-    let named = c.infra.blocked_detail.as_deref().and_then(|d| d.split_whitespace().next()).and_then(ResourceKind::parse);
+    let named =
+        c.infra.blocked_detail.as_deref().and_then(|d| d.split_whitespace().next()).and_then(ResourceKind::parse);
     named.unwrap_or_else(|| {
         receipts
             .iter()
@@ -105,7 +106,10 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
                 })
                 .collect();
             if out.is_empty() {
-                out.push(r(format!("oduflow adopt {n} --kind {kind} --id ID"), "to keep one of the matching resources"));
+                out.push(r(
+                    format!("oduflow adopt {n} --kind {kind} --id ID"),
+                    "to keep one of the matching resources",
+                ));
             }
             out
         }

@@ -27,9 +27,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub fn new(world: World) -> Self {
-        Self {
-            world: Mutex::new(world),
-        }
+        Self { world: Mutex::new(world) }
     }
 
     /// The world, even if a handler panicked while holding it: the simulator
@@ -60,22 +58,13 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v2/regions", get(region_list))
         .route("/v2/plans", get(plan_list))
         .route("/v2/instances", get(instance_list).post(instance_create))
-        .route(
-            "/v2/instances/{id}",
-            get(instance_get).delete(instance_delete),
-        )
+        .route("/v2/instances/{id}", get(instance_get).delete(instance_delete))
         .route("/v2/blocks", get(block_list).post(block_create))
         .route("/v2/blocks/{id}", get(block_get).delete(block_delete))
         .route("/v2/blocks/{id}/attach", post(block_attach))
         .route("/v2/blocks/{id}/detach", post(block_detach))
-        .route(
-            "/v2/domains/{domain}/records",
-            get(dns_record_list).post(dns_record_create),
-        )
-        .route(
-            "/v2/domains/{domain}/records/{id}",
-            get(dns_record_get).delete(dns_record_delete),
-        )
+        .route("/v2/domains/{domain}/records", get(dns_record_list).post(dns_record_create))
+        .route("/v2/domains/{domain}/records/{id}", get(dns_record_get).delete(dns_record_delete))
         .route_layer(middleware::from_fn_with_state(shared.clone(), gate));
     Router::new()
         .merge(v2)
@@ -116,8 +105,7 @@ pub(crate) fn render(r: Reply) -> Response {
         None => (status, Body::empty()).into_response(),
     };
     if let Some(secs) = r.retry_after {
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
     resp
 }
@@ -136,16 +124,8 @@ fn render_redirect(status: u16, location: &str) -> Response {
 /// The request's own absolute URL: `http://<Host><path?query>`, or just the
 /// path and query when the request had no Host header.
 fn own_url(req: &Request) -> String {
-    let pq = req
-        .uri()
-        .path_and_query()
-        .map(|pq| pq.as_str().to_owned())
-        .unwrap_or_else(|| req.uri().path().to_owned());
-    match req
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-    {
+    let pq = req.uri().path_and_query().map(|pq| pq.as_str().to_owned()).unwrap_or_else(|| req.uri().path().to_owned());
+    match req.headers().get(header::HOST).and_then(|h| h.to_str().ok()) {
         Some(host) => format!("http://{host}{pq}"),
         None => pq,
     }
@@ -168,10 +148,7 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
         return next.run(req).await;
     };
     let key_fp = bearer_fingerprint(&req);
-    let source = req
-        .extensions()
-        .get::<Source>()
-        .map_or(IpAddr::from([0, 0, 0, 0]), |s| s.0);
+    let source = req.extensions().get::<Source>().map_or(IpAddr::from([0, 0, 0, 0]), |s| s.0);
     // A create's label is in its body: read it here, so a create that a
     // fault refuses still counts as sent.
     let create = req.method() == axum::http::Method::POST && (route == "/v2/instances" || route == "/v2/blocks");
@@ -215,18 +192,13 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
             tracing::debug!(%label, status, "fault: not applied, redirecting to itself");
             render_redirect(status, &own_url(&req))
         }
-        Gate::Pass {
-            latency_ms,
-            lost,
-            redirect,
-        } => {
+        Gate::Pass { latency_ms, lost, redirect } => {
             if latency_ms > 0 {
                 tokio::time::sleep(Duration::from_millis(latency_ms)).await;
             }
             let location = own_url(&req);
             let kill = req.extensions().get::<ConnKill>().cloned();
-            req.extensions_mut()
-                .insert(Caller(key_fp.unwrap_or_default()));
+            req.extensions_mut().insert(Caller(key_fp.unwrap_or_default()));
             let resp = next.run(req).await;
             match lost {
                 Some(FaultKind::LostDrop) if kill.is_some() => {
@@ -276,11 +248,7 @@ async fn plan_list(State(s): State<Arc<Shared>>, Query(q): Q) -> Response {
 async fn instance_list(State(s): State<Arc<Shared>>, Query(q): Q) -> Response {
     render(s.world().instance_list(&q))
 }
-async fn instance_create(
-    State(s): State<Arc<Shared>>,
-    Extension(c): Extension<Caller>,
-    body: Bytes,
-) -> Response {
+async fn instance_create(State(s): State<Arc<Shared>>, Extension(c): Extension<Caller>, body: Bytes) -> Response {
     match parse(&body) {
         Ok(v) => render(s.world().instance_create(&v, &c.0)),
         Err(r) => render(r),
@@ -295,11 +263,7 @@ async fn instance_delete(State(s): State<Arc<Shared>>, Path(id): Path<String>) -
 async fn block_list(State(s): State<Arc<Shared>>, Query(q): Q) -> Response {
     render(s.world().block_list(&q))
 }
-async fn block_create(
-    State(s): State<Arc<Shared>>,
-    Extension(c): Extension<Caller>,
-    body: Bytes,
-) -> Response {
+async fn block_create(State(s): State<Arc<Shared>>, Extension(c): Extension<Caller>, body: Bytes) -> Response {
     match parse(&body) {
         Ok(v) => render(s.world().block_create(&v, &c.0)),
         Err(r) => render(r),
@@ -311,11 +275,7 @@ async fn block_get(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Resp
 async fn block_delete(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
     render(s.world().block_delete(&id))
 }
-async fn block_attach(
-    State(s): State<Arc<Shared>>,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Response {
+async fn block_attach(State(s): State<Arc<Shared>>, Path(id): Path<String>, body: Bytes) -> Response {
     match parse(&body) {
         Ok(v) => render(s.world().block_attach(&id, &v)),
         Err(r) => render(r),
@@ -325,11 +285,7 @@ async fn block_detach(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> R
     // The body (`{"live": bool}`) changes nothing the simulator shows.
     render(s.world().block_detach(&id))
 }
-async fn dns_record_list(
-    State(s): State<Arc<Shared>>,
-    Path(domain): Path<String>,
-    Query(q): Q,
-) -> Response {
+async fn dns_record_list(State(s): State<Arc<Shared>>, Path(domain): Path<String>, Query(q): Q) -> Response {
     render(s.world().dns_record_list(&domain, &q))
 }
 async fn dns_record_create(
@@ -343,16 +299,10 @@ async fn dns_record_create(
         Err(r) => render(r),
     }
 }
-async fn dns_record_get(
-    State(s): State<Arc<Shared>>,
-    Path((domain, id)): Path<(String, String)>,
-) -> Response {
+async fn dns_record_get(State(s): State<Arc<Shared>>, Path((domain, id)): Path<(String, String)>) -> Response {
     render(s.world().dns_record_get(&domain, &id))
 }
-async fn dns_record_delete(
-    State(s): State<Arc<Shared>>,
-    Path((domain, id)): Path<(String, String)>,
-) -> Response {
+async fn dns_record_delete(State(s): State<Arc<Shared>>, Path((domain, id)): Path<(String, String)>) -> Response {
     render(s.world().dns_record_delete(&domain, &id))
 }
 

@@ -207,9 +207,7 @@ impl Faults {
         if let Some(s) = self.redirect_status
             && !REDIRECT_STATUSES.contains(&s)
         {
-            return Err(format!(
-                "redirect_status {s} is not one of {REDIRECT_STATUSES:?}"
-            ));
+            return Err(format!("redirect_status {s} is not one of {REDIRECT_STATUSES:?}"));
         }
         if self.latency_min_ms > self.latency_max_ms {
             return Err("latency_min_ms is above latency_max_ms".into());

@@ -94,27 +94,13 @@ impl Sim {
     /// Serves in the background on `listen` (port 0 picks a free port).
     pub async fn start(config: SimConfig, listen: SocketAddr) -> Result<SimHandle, SimError> {
         config.faults.validate().map_err(SimError::Faults)?;
-        let listener = TcpListener::bind(listen)
-            .await
-            .map_err(|source| SimError::Bind {
-                addr: listen,
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| SimError::Bind {
-            addr: listen,
-            source,
-        })?;
+        let listener = TcpListener::bind(listen).await.map_err(|source| SimError::Bind { addr: listen, source })?;
+        let addr = listener.local_addr().map_err(|source| SimError::Bind { addr: listen, source })?;
         let shared = Arc::new(Shared::new(World::new(config)));
         let (shutdown, rx) = watch::channel(false);
         let task = tokio::spawn(accept_loop(listener, router(shared.clone()), rx));
         tracing::info!(%addr, "Vultr simulator listening");
-        Ok(SimHandle {
-            base_url: format!("http://{addr}/v2"),
-            addr,
-            control: SimControl { shared },
-            shutdown,
-            task,
-        })
+        Ok(SimHandle { base_url: format!("http://{addr}/v2"), addr, control: SimControl { shared }, shutdown, task })
     }
 }
 
@@ -126,11 +112,7 @@ pub async fn serve(config: SimConfig, listen: SocketAddr) -> Result<(), SimError
     Ok(())
 }
 
-async fn accept_loop(
-    listener: TcpListener,
-    app: axum::Router,
-    mut shutdown: watch::Receiver<bool>,
-) {
+async fn accept_loop(listener: TcpListener, app: axum::Router, mut shutdown: watch::Receiver<bool>) {
     loop {
         let (stream, source) = tokio::select! {
             r = listener.accept() => match r {
@@ -152,8 +134,7 @@ async fn accept_loop(
                 req.extensions_mut().insert(source);
                 app.clone().oneshot(req)
             });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), svc);
+            let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
             // Whichever comes first; dropping `conn` closes the socket
             // without writing anything more.
             tokio::select! {

@@ -4,10 +4,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub(crate) fn now_rfc3339() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     format_unix(secs as i64)
 }
 
@@ -15,12 +12,7 @@ pub(crate) fn format_unix(secs: i64) -> String {
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}+00:00",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}+00:00", rem / 3600, (rem % 3600) / 60, rem % 60)
 }
 
 /// Howard Hinnant's days-to-civil algorithm.
@@ -41,10 +33,7 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 mod tests {
     #[test]
     fn formats_like_vultr() {
-        assert_eq!(
-            super::format_unix(1_602_294_980),
-            "2020-10-10T01:56:20+00:00"
-        );
+        assert_eq!(super::format_unix(1_602_294_980), "2020-10-10T01:56:20+00:00");
         assert_eq!(super::format_unix(0), "1970-01-01T00:00:00+00:00");
     }
 }

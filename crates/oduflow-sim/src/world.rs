@@ -33,50 +33,28 @@ const REGIONS: &[(&str, &str, &str, &str, &[&str])] = &[
         "New Jersey",
         "US",
         "North America",
-        &[
-            "ddos_protection",
-            "block_storage_high_perf",
-            "block_storage_storage_opt",
-            "load_balancers",
-            "kubernetes",
-        ],
+        &["ddos_protection", "block_storage_high_perf", "block_storage_storage_opt", "load_balancers", "kubernetes"],
     ),
     (
         "ams",
         "Amsterdam",
         "NL",
         "Europe",
-        &[
-            "ddos_protection",
-            "block_storage_high_perf",
-            "block_storage_storage_opt",
-            "load_balancers",
-            "kubernetes",
-        ],
+        &["ddos_protection", "block_storage_high_perf", "block_storage_storage_opt", "load_balancers", "kubernetes"],
     ),
     (
         "fra",
         "Frankfurt",
         "DE",
         "Europe",
-        &[
-            "ddos_protection",
-            "block_storage_storage_opt",
-            "load_balancers",
-            "kubernetes",
-        ],
+        &["ddos_protection", "block_storage_storage_opt", "load_balancers", "kubernetes"],
     ),
     (
         "lax",
         "Los Angeles",
         "US",
         "North America",
-        &[
-            "ddos_protection",
-            "block_storage_high_perf",
-            "block_storage_storage_opt",
-            "kubernetes",
-        ],
+        &["ddos_protection", "block_storage_high_perf", "block_storage_storage_opt", "kubernetes"],
     ),
     ("mel", "Melbourne", "AU", "Australia", &["load_balancers"]),
 ];
@@ -84,36 +62,9 @@ const REGIONS: &[(&str, &str, &str, &str, &[&str])] = &[
 /// (id, vcpus, ram MB, disk GB, bandwidth GB, monthly cost, type, regions).
 #[allow(clippy::type_complexity)]
 const PLANS: &[(&str, i64, i64, i64, i64, i64, &str, &[&str])] = &[
-    (
-        "vc2-1c-1gb",
-        1,
-        1024,
-        25,
-        1024,
-        5,
-        "vc2",
-        &["ewr", "ams", "fra", "lax", "mel"],
-    ),
-    (
-        "vc2-1c-2gb",
-        1,
-        2048,
-        55,
-        2048,
-        10,
-        "vc2",
-        &["ewr", "ams", "fra", "lax", "mel"],
-    ),
-    (
-        "vc2-2c-4gb",
-        2,
-        4096,
-        80,
-        3072,
-        20,
-        "vc2",
-        &["ewr", "ams", "fra", "lax"],
-    ),
+    ("vc2-1c-1gb", 1, 1024, 25, 1024, 5, "vc2", &["ewr", "ams", "fra", "lax", "mel"]),
+    ("vc2-1c-2gb", 1, 2048, 55, 2048, 10, "vc2", &["ewr", "ams", "fra", "lax", "mel"]),
+    ("vc2-2c-4gb", 2, 4096, 80, 3072, 20, "vc2", &["ewr", "ams", "fra", "lax"]),
     ("vhf-1c-1gb", 1, 1024, 32, 1024, 6, "vhf", &["ewr", "ams"]),
 ];
 
@@ -126,9 +77,7 @@ const OSES: &[(i64, &str)] = &[
     (2284, "Ubuntu 24.04 LTS x64"),
 ];
 
-const DNS_TYPES: &[&str] = &[
-    "A", "AAAA", "CNAME", "NS", "MX", "SRV", "TXT", "CAA", "SSHFP",
-];
+const DNS_TYPES: &[&str] = &["A", "AAAA", "CNAME", "NS", "MX", "SRV", "TXT", "CAA", "SSHFP"];
 
 /// A simulated answer: status, optional JSON body, optional Retry-After.
 #[derive(Debug)]
@@ -140,22 +89,14 @@ pub(crate) struct Reply {
 
 impl Reply {
     fn json(status: u16, body: Value) -> Self {
-        Self {
-            status,
-            body: Some(body),
-            retry_after: None,
-        }
+        Self { status, body: Some(body), retry_after: None }
     }
     /// Vultr's error shape, `{"error": "...", "status": N}`.
     pub fn error(status: u16, msg: &str) -> Self {
         Self::json(status, json!({ "error": msg, "status": status }))
     }
     fn no_content() -> Self {
-        Self {
-            status: 204,
-            body: None,
-            retry_after: None,
-        }
+        Self { status: 204, body: None, retry_after: None }
     }
     pub fn too_many(retry_after_secs: u64) -> Self {
         Self {
@@ -326,11 +267,7 @@ pub(crate) enum Gate {
     Redirect(u16),
     /// Apply (after `latency_ms`), then lose the answer in the given way, or
     /// deliver it. `redirect` is the status a `LostRedirect` answers with.
-    Pass {
-        latency_ms: u64,
-        lost: Option<FaultKind>,
-        redirect: Option<u16>,
-    },
+    Pass { latency_ms: u64, lost: Option<FaultKind>, redirect: Option<u16> },
 }
 
 pub(crate) struct World {
@@ -357,16 +294,8 @@ fn ms(d: u64) -> Duration {
 
 impl World {
     pub fn new(cfg: SimConfig) -> Self {
-        let keys = cfg
-            .api_keys
-            .iter()
-            .map(|k| KeyFingerprint::of_key(k).0)
-            .collect();
-        let domains = cfg
-            .dns_domains
-            .iter()
-            .map(|d| (d.clone(), Vec::new()))
-            .collect();
+        let keys = cfg.api_keys.iter().map(|k| KeyFingerprint::of_key(k).0).collect();
+        let domains = cfg.dns_domains.iter().map(|d| (d.clone(), Vec::new())).collect();
         Self {
             keys,
             faults: cfg.faults.clone(),
@@ -416,14 +345,7 @@ impl World {
     /// Runs for every /v2 request on arrival: counts it, draws its faults
     /// (always two draws, so the stream position depends only on the number of
     /// requests), then applies the rate limit, authentication and the fault.
-    pub fn gate(
-        &mut self,
-        route: &str,
-        op: Op,
-        key_fp: Option<&str>,
-        needs_auth: bool,
-        source: IpAddr,
-    ) -> Gate {
+    pub fn gate(&mut self, route: &str, op: Op, key_fp: Option<&str>, needs_auth: bool, source: IpAddr) -> Gate {
         let now = Instant::now();
         self.seq += 1;
         *self.ledger.requests.entry(route.to_owned()).or_default() += 1;
@@ -435,10 +357,7 @@ impl World {
         // are answered 429 (counting refused requests too is the stricter
         // reading: a client that keeps knocking stays refused).
         let window = self.windows.entry(source).or_default();
-        while window
-            .front()
-            .is_some_and(|t| now.saturating_duration_since(*t) >= Duration::from_secs(1))
-        {
+        while window.front().is_some_and(|t| now.saturating_duration_since(*t) >= Duration::from_secs(1)) {
             window.pop_front();
         }
         window.push_back(now);
@@ -455,11 +374,7 @@ impl World {
 
         let f = &self.faults;
         if !f.targets(op) {
-            return Gate::Pass {
-                latency_ms: 0,
-                lost: None,
-                redirect: None,
-            };
+            return Gate::Pass { latency_ms: 0, lost: None, redirect: None };
         }
         let latency_ms = if f.latency_max_ms > 0 {
             let span = (f.latency_max_ms - f.latency_min_ms + 1) as f64;
@@ -506,25 +421,17 @@ impl World {
             None
         };
         let redirect_status = match fault {
-            Some(FaultKind::Redirect | FaultKind::LostRedirect) => {
-                Some(f.redirect_status.unwrap_or_else(|| {
-                    let n = REDIRECT_STATUSES.len();
-                    REDIRECT_STATUSES[((within * n as f64) as usize).min(n - 1)]
-                }))
-            }
+            Some(FaultKind::Redirect | FaultKind::LostRedirect) => Some(f.redirect_status.unwrap_or_else(|| {
+                let n = REDIRECT_STATUSES.len();
+                REDIRECT_STATUSES[((within * n as f64) as usize).min(n - 1)]
+            })),
             _ => None,
         };
         if fault.is_some() || latency_ms > 0 {
             if self.ledger.faults.len() >= FAULT_LOG_MAX {
                 self.ledger.faults.remove(0);
             }
-            self.ledger.faults.push(FaultEvent {
-                seq: self.seq,
-                op,
-                fault,
-                latency_ms,
-                redirect_status,
-            });
+            self.ledger.faults.push(FaultEvent { seq: self.seq, op, fault, latency_ms, redirect_status });
         }
         match fault {
             Some(FaultKind::Burst429) => {
@@ -532,14 +439,8 @@ impl World {
                 Gate::TooMany(f.retry_after_secs)
             }
             Some(FaultKind::Error5xx) => Gate::Refuse(500),
-            Some(FaultKind::Redirect) => {
-                Gate::Redirect(redirect_status.expect("set for every redirect fault"))
-            }
-            lost => Gate::Pass {
-                latency_ms,
-                lost,
-                redirect: redirect_status,
-            },
+            Some(FaultKind::Redirect) => Gate::Redirect(redirect_status.expect("set for every redirect fault")),
+            lost => Gate::Pass { latency_ms, lost, redirect: redirect_status },
         }
     }
 
@@ -548,25 +449,12 @@ impl World {
         let mut bytes = [0u8; 16];
         bytes[..8].copy_from_slice(&a.to_le_bytes());
         bytes[8..].copy_from_slice(&b.to_le_bytes());
-        uuid::Builder::from_random_bytes(bytes)
-            .into_uuid()
-            .to_string()
+        uuid::Builder::from_random_bytes(bytes).into_uuid().to_string()
     }
 
-    fn ledger_push(
-        &mut self,
-        kind: ResourceKind,
-        id: &str,
-        label: &str,
-        region: &str,
-        key_fp: &str,
-    ) -> usize {
+    fn ledger_push(&mut self, kind: ResourceKind, id: &str, label: &str, region: &str, key_fp: &str) -> usize {
         if kind != ResourceKind::DnsRecord {
-            *self
-                .ledger
-                .creates_per_label
-                .entry(label.to_owned())
-                .or_default() += 1;
+            *self.ledger.creates_per_label.entry(label.to_owned()).or_default() += 1;
         }
         self.ledger.resources.push(LedgerResource {
             kind,
@@ -615,14 +503,8 @@ impl World {
     fn instance_json(&self, i: &SimInstance, now: Instant) -> Value {
         let (status, server_status) = self.instance_state(i, now);
         let plan = PLANS.iter().find(|p| p.0 == i.plan);
-        let (vcpu, ram, disk, bw) = plan
-            .map(|p| (p.1, p.2, p.3, p.4))
-            .unwrap_or((1, 1024, 25, 1024));
-        let os = OSES
-            .iter()
-            .find(|o| o.0 == i.os_id)
-            .map(|o| o.1)
-            .unwrap_or("Custom");
+        let (vcpu, ram, disk, bw) = plan.map(|p| (p.1, p.2, p.3, p.4)).unwrap_or((1, 1024, 25, 1024));
+        let os = OSES.iter().find(|o| o.0 == i.os_id).map(|o| o.1).unwrap_or("Custom");
         let booted = status != "pending";
         json!({
             "id": i.id,
@@ -659,11 +541,7 @@ impl World {
     }
 
     fn block_json(&self, b: &SimBlock, now: Instant) -> Value {
-        let status = if now < b.created + ms(self.cfg.block_pending_ms) {
-            "pending"
-        } else {
-            "active"
-        };
+        let status = if now < b.created + ms(self.cfg.block_pending_ms) { "pending" } else { "active" };
         json!({
             "id": b.id,
             "date_created": b.created_wall,
@@ -680,15 +558,11 @@ impl World {
     }
 
     fn instance_ix(&self, id: &str, now: Instant) -> Option<usize> {
-        self.instances
-            .iter()
-            .position(|i| i.id == id && self.gettable(i.created, i.deleted, now))
+        self.instances.iter().position(|i| i.id == id && self.gettable(i.created, i.deleted, now))
     }
 
     fn block_ix(&self, id: &str, now: Instant) -> Option<usize> {
-        self.blocks
-            .iter()
-            .position(|b| b.id == id && self.gettable(b.created, b.deleted, now))
+        self.blocks.iter().position(|b| b.id == id && self.gettable(b.created, b.deleted, now))
     }
 
     // ----- instances -----
@@ -709,10 +583,7 @@ impl World {
             return Reply::error(400, "Invalid plan chosen.");
         }
         let Some(os_id) = obj.get("os_id").and_then(Value::as_i64) else {
-            return Reply::error(
-                400,
-                "You must choose an os_id, iso_id, snapshot_id, app_id or image_id.",
-            );
+            return Reply::error(400, "You must choose an os_id, iso_id, snapshot_id, app_id or image_id.");
         };
         if !OSES.iter().any(|o| o.0 == os_id) {
             return Reply::error(400, "Invalid os_id.");
@@ -722,11 +593,7 @@ impl World {
         let tags = obj
             .get("tags")
             .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|t| t.as_str().map(str::to_owned))
-                    .collect()
-            })
+            .map(|a| a.iter().filter_map(|t| t.as_str().map(str::to_owned)).collect())
             .unwrap_or_default();
         let id = self.new_id();
         let ledger_ix = self.ledger_push(ResourceKind::Instance, &id, &label, region, key_fp);
@@ -758,10 +625,7 @@ impl World {
     pub fn instance_get(&self, id: &str) -> Reply {
         let now = Instant::now();
         match self.instance_ix(id, now) {
-            Some(ix) => Reply::json(
-                200,
-                json!({ "instance": self.instance_json(&self.instances[ix], now) }),
-            ),
+            Some(ix) => Reply::json(200, json!({ "instance": self.instance_json(&self.instances[ix], now) })),
             None => Reply::error(404, "instance not found"),
         }
     }
@@ -794,10 +658,7 @@ impl World {
             }
             (_, "ok") => {}
             _ => {
-                return Reply::error(
-                    500,
-                    "Unable to destroy server: Unable to remove VM: Server is currently locked",
-                );
+                return Reply::error(500, "Unable to destroy server: Unable to remove VM: Server is currently locked");
             }
         }
         self.instances[ix].deleted = Some(now);
@@ -827,36 +688,19 @@ impl World {
         };
         // The document gives no default for block_type; high_perf is what the
         // portal preselects.
-        let block_type = obj
-            .get("block_type")
-            .and_then(Value::as_str)
-            .unwrap_or("high_perf")
-            .to_owned();
+        let block_type = obj.get("block_type").and_then(Value::as_str).unwrap_or("high_perf").to_owned();
         let (min, max) = match block_type.as_str() {
             "high_perf" => (10, 10_000),
             "storage_opt" => (40, 40_000),
             _ => return Reply::error(400, "Invalid block_type. Use high_perf or storage_opt."),
         };
-        if !r
-            .4
-            .contains(&format!("block_storage_{block_type}").as_str())
-        {
-            return Reply::error(
-                400,
-                "Block storage of this type is not available in this region.",
-            );
+        if !r.4.contains(&format!("block_storage_{block_type}").as_str()) {
+            return Reply::error(400, "Block storage of this type is not available in this region.");
         }
         if !(min..=max).contains(&size_gb) {
-            return Reply::error(
-                400,
-                &format!("Invalid size_gb: {block_type} volumes are {min} to {max} GB."),
-            );
+            return Reply::error(400, &format!("Invalid size_gb: {block_type} volumes are {min} to {max} GB."));
         }
-        let label = obj
-            .get("label")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
+        let label = obj.get("label").and_then(Value::as_str).unwrap_or("").to_owned();
         let id = self.new_id();
         let ledger_ix = self.ledger_push(ResourceKind::Block, &id, &label, region, key_fp);
         let now = Instant::now();
@@ -881,10 +725,7 @@ impl World {
     pub fn block_get(&self, id: &str) -> Reply {
         let now = Instant::now();
         match self.block_ix(id, now) {
-            Some(ix) => Reply::json(
-                200,
-                json!({ "block": self.block_json(&self.blocks[ix], now) }),
-            ),
+            Some(ix) => Reply::json(200, json!({ "block": self.block_json(&self.blocks[ix], now) })),
             None => Reply::error(404, "Invalid block storage ID"),
         }
     }
@@ -916,26 +757,16 @@ impl World {
             return Reply::error(400, "Block storage volume is already attached to a server.");
         }
         if now < self.blocks[bix].created + ms(self.cfg.block_pending_ms) {
-            return Reply::error(
-                500,
-                "Unable to attach block storage: Block storage is not currently active.",
-            );
+            return Reply::error(500, "Unable to attach block storage: Block storage is not currently active.");
         }
         if self.blocks[bix].region != self.instances[iix].region {
             return Reply::error(400, "Block storage and server must be in the same region.");
         }
         if self.instance_state(&self.instances[iix], now).1 != "ok" {
-            return Reply::error(
-                500,
-                "Unable to attach block storage: Server is currently locked",
-            );
+            return Reply::error(500, "Unable to attach block storage: Server is currently locked");
         }
         self.blocks[bix].attached_to = Some(instance_id.to_owned());
-        *self
-            .ledger
-            .attaches_per_block
-            .entry(id.to_owned())
-            .or_default() += 1;
+        *self.ledger.attaches_per_block.entry(id.to_owned()).or_default() += 1;
         if !live && self.cfg.attach_lock_ms > 0 {
             // A non-live attach restarts the VM.
             self.instances[iix].locked_until = Some(now + ms(self.cfg.attach_lock_ms));
@@ -949,10 +780,7 @@ impl World {
             return Reply::error(404, "Invalid block storage ID");
         };
         if self.blocks[bix].attached_to.take().is_none() {
-            return Reply::error(
-                400,
-                "Block storage volume is not currently attached to a server",
-            );
+            return Reply::error(400, "Block storage volume is not currently attached to a server");
         }
         Reply::no_content()
     }
@@ -1032,11 +860,7 @@ impl World {
             return Reply::error(400, "priority is required for MX and SRV records.");
         }
         let id = self.new_id();
-        let label = if name.is_empty() {
-            domain.to_owned()
-        } else {
-            format!("{name}.{domain}")
-        };
+        let label = if name.is_empty() { domain.to_owned() } else { format!("{name}.{domain}") };
         let ledger_ix = self.ledger_push(ResourceKind::DnsRecord, &id, &label, domain, key_fp);
         let r = SimRecord {
             id,
@@ -1054,10 +878,7 @@ impl World {
     }
 
     pub fn dns_record_get(&self, domain: &str, id: &str) -> Reply {
-        let found = self
-            .domains
-            .get(domain)
-            .and_then(|rs| rs.iter().find(|r| r.id == id && !r.deleted));
+        let found = self.domains.get(domain).and_then(|rs| rs.iter().find(|r| r.id == id && !r.deleted));
         match found {
             Some(r) => Reply::json(200, json!({ "record": Self::record_json(r) })),
             None => Reply::error(404, "Record not found."),
@@ -1068,19 +889,12 @@ impl World {
         let Some(rs) = self.domains.get(domain) else {
             return Reply::error(404, "Domain not found.");
         };
-        let items = rs
-            .iter()
-            .filter(|r| !r.deleted)
-            .map(Self::record_json)
-            .collect();
+        let items = rs.iter().filter(|r| !r.deleted).map(Self::record_json).collect();
         paginate("records", items, q)
     }
 
     pub fn dns_record_delete(&mut self, domain: &str, id: &str) -> Reply {
-        let found = self
-            .domains
-            .get_mut(domain)
-            .and_then(|rs| rs.iter_mut().find(|r| r.id == id && !r.deleted));
+        let found = self.domains.get_mut(domain).and_then(|rs| rs.iter_mut().find(|r| r.id == id && !r.deleted));
         let Some(r) = found else {
             return Reply::error(404, "Record not found.");
         };
@@ -1094,25 +908,16 @@ impl World {
 /// Opaque cursors, base-16 of `next__<offset>` (Vultr's decode to base64 of
 /// `next__<id>`; clients must treat them as opaque either way).
 fn cursor_of(offset: usize) -> String {
-    format!("next__{offset}")
-        .bytes()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    format!("next__{offset}").bytes().map(|b| format!("{b:02x}")).collect()
 }
 
 fn offset_of(cursor: &str) -> Option<usize> {
     if !cursor.len().is_multiple_of(2) {
         return None;
     }
-    let bytes: Option<Vec<u8>> = (0..cursor.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(cursor.get(i..i + 2)?, 16).ok())
-        .collect();
-    String::from_utf8(bytes?)
-        .ok()?
-        .strip_prefix("next__")?
-        .parse()
-        .ok()
+    let bytes: Option<Vec<u8>> =
+        (0..cursor.len()).step_by(2).map(|i| u8::from_str_radix(cursor.get(i..i + 2)?, 16).ok()).collect();
+    String::from_utf8(bytes?).ok()?.strip_prefix("next__")?.parse().ok()
 }
 
 /// One page of `items` under `key`, with Vultr's `meta`: `total` is the full
@@ -1135,20 +940,9 @@ fn paginate(key: &str, items: Vec<Value>, q: &BTreeMap<String, String>) -> Reply
     let total = items.len();
     let end = (offset + per_page).min(total);
     let page: Vec<Value> = items.into_iter().skip(offset).take(per_page).collect();
-    let next = if end < total {
-        cursor_of(end)
-    } else {
-        String::new()
-    };
-    let prev = if offset > 0 {
-        cursor_of(offset.saturating_sub(per_page))
-    } else {
-        String::new()
-    };
-    Reply::json(
-        200,
-        json!({ key: page, "meta": { "total": total, "links": { "next": next, "prev": prev } } }),
-    )
+    let next = if end < total { cursor_of(end) } else { String::new() };
+    let prev = if offset > 0 { cursor_of(offset.saturating_sub(per_page)) } else { String::new() };
+    Reply::json(200, json!({ key: page, "meta": { "total": total, "links": { "next": next, "prev": prev } } }))
 }
 
 #[cfg(test)]

@@ -90,9 +90,7 @@ pub struct BudgetUsageRow {
 }
 
 fn host_now_us() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
 }
 
 fn micros(d: Duration) -> i64 {
@@ -172,7 +170,9 @@ impl SharedBudget {
         let left: Option<i64> = match &self.store {
             Store::Pg(p, _) => {
                 sqlx::query_scalar(concat!(
-                    "SELECT LEAST(GREATEST(paused_until_us - ", pg_now_us!(), ", 0), $2) FROM rate_budget WHERE grp = $1"
+                    "SELECT LEAST(GREATEST(paused_until_us - ",
+                    pg_now_us!(),
+                    ", 0), $2) FROM rate_budget WHERE grp = $1"
                 ))
                 .bind(&self.group)
                 .bind(ahead)
@@ -181,7 +181,9 @@ impl SharedBudget {
             }
             Store::Sqlite(p) => {
                 sqlx::query_scalar(concat!(
-                    "SELECT min(max(paused_until_us - ", sqlite_now_us!(), ", 0), $2) FROM rate_budget WHERE grp = $1"
+                    "SELECT min(max(paused_until_us - ",
+                    sqlite_now_us!(),
+                    ", 0), $2) FROM rate_budget WHERE grp = $1"
                 ))
                 .bind(&self.group)
                 .bind(ahead)
@@ -322,7 +324,9 @@ impl Store {
         let rows: Vec<(String, i64, i64, i64, i64, i64)> = match self {
             Store::Pg(p, _) => {
                 sqlx::query_as(concat!(
-                    "SELECT grp, reservations, pauses, waits, wait_us, GREATEST(paused_until_us - ", pg_now_us!(), ", 0) \
+                    "SELECT grp, reservations, pauses, waits, wait_us, GREATEST(paused_until_us - ",
+                    pg_now_us!(),
+                    ", 0) \
                      FROM rate_budget ORDER BY grp"
                 ))
                 .fetch_all(p)
@@ -330,7 +334,9 @@ impl Store {
             }
             Store::Sqlite(p) => {
                 sqlx::query_as(concat!(
-                    "SELECT grp, reservations, pauses, waits, wait_us, max(paused_until_us - ", sqlite_now_us!(), ", 0) \
+                    "SELECT grp, reservations, pauses, waits, wait_us, max(paused_until_us - ",
+                    sqlite_now_us!(),
+                    ", 0) \
                      FROM rate_budget ORDER BY grp"
                 ))
                 .fetch_all(p)

@@ -24,10 +24,10 @@ mod budget;
 mod operator;
 mod orphans;
 mod queue;
-pub mod testing;
 mod receipts;
 mod rows;
 mod stats;
+pub mod testing;
 mod tokens;
 
 pub use budget::*;
@@ -63,7 +63,9 @@ pub enum StoreError {
     InvalidUrl { url: String, why: String },
     #[error("the database at {0} has not been initialized; run `oduflow init`")]
     NotInitialized(String),
-    #[error("the database at {url} has schema version {have}; this oduflow needs {want}: run `oduflow init` to migrate it")]
+    #[error(
+        "the database at {url} has schema version {have}; this oduflow needs {want}: run `oduflow init` to migrate it"
+    )]
     MigrationsPending { url: String, have: i64, want: i64 },
     #[error("a client named {0} already exists")]
     ClientExists(String),
@@ -218,9 +220,7 @@ impl Store {
                     .connect_with(opts)
                     .await
                     .map_err(|e| match e {
-                        sqlx::Error::Database(_) if !create => {
-                            StoreError::NotInitialized(redact_url(url))
-                        }
+                        sqlx::Error::Database(_) if !create => StoreError::NotInitialized(redact_url(url)),
                         e => StoreError::Db(e),
                     })?;
                 Store::Sqlite(pool)
@@ -396,9 +396,7 @@ impl Store {
             }), now_ms).await?;
             tx.commit().await?;
         });
-        self.client_get(name.as_str())
-            .await?
-            .ok_or_else(|| StoreError::ClientNotFound(name.to_string()))
+        self.client_get(name.as_str()).await?.ok_or_else(|| StoreError::ClientNotFound(name.to_string()))
     }
 
     /// Sets the target to `absent`: bumps the generation (so queued creation
@@ -524,8 +522,6 @@ impl Store {
         })
     }
 }
-
-
 
 /// Maps a unique-constraint violation to a domain error.
 fn unique_to(e: sqlx::Error, f: impl FnOnce() -> StoreError) -> StoreError {

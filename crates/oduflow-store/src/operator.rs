@@ -3,8 +3,8 @@
 //! and the restore guard that keeps the queue stopped until an inventory pass
 //! has run.
 
-use crate::queue::{job_insert, event_insert, NewJob};
-use crate::{both, Result, Store, StoreError, ClientRow};
+use crate::queue::{NewJob, event_insert, job_insert};
+use crate::{ClientRow, Result, Store, StoreError, both};
 use oduflow_model::*;
 
 /// One record to rebind to a new key, with the receipts (operation key and

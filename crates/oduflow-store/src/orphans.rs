@@ -3,8 +3,8 @@
 //! writes them; the API, the dashboard and `oduflow orphan list` read them;
 //! `oduflow orphan adopt|delete` record how each was resolved.
 
-use crate::{both, Result, Store};
 use crate::rows::RowExt;
+use crate::{Result, Store, both};
 use oduflow_model::*;
 use serde::Serialize;
 

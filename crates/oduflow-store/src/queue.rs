@@ -2,8 +2,8 @@
 //! per-client serialization, finish in one write, record failures with
 //! backoff, pause and resume.
 
-use crate::rows::{self, INFRA_COLUMNS_PREFIXED, JOB_COLUMNS, JobRow, InfraRow};
-use crate::{both, Result, Store, StoreError, SETTING_QUEUE_PAUSED};
+use crate::rows::{self, INFRA_COLUMNS_PREFIXED, InfraRow, JOB_COLUMNS, JobRow};
+use crate::{Result, SETTING_QUEUE_PAUSED, Store, StoreError, both};
 use oduflow_model::*;
 use serde::Serialize;
 use sqlx::{PgConnection, Sqlite, SqliteConnection, SqlitePool, Transaction};
@@ -164,13 +164,12 @@ impl Fence {
     pub async fn check(&self) -> Result<Footing> {
         match &self.inner {
             FenceInner::Pg { pool, pid, started } => {
-                let alive: Option<i32> = sqlx::query_scalar(
-                    "SELECT pid FROM pg_stat_activity WHERE pid = $1 AND backend_start::text = $2",
-                )
-                .bind(pid)
-                .bind(started)
-                .fetch_optional(pool)
-                .await?;
+                let alive: Option<i32> =
+                    sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE pid = $1 AND backend_start::text = $2")
+                        .bind(pid)
+                        .bind(started)
+                        .fetch_optional(pool)
+                        .await?;
                 if alive.is_none() {
                     return Err(StoreError::LeaseLost(self.client.to_string()));
                 }
@@ -269,11 +268,10 @@ impl ClaimConns {
     async fn connect(&self, pool: &sqlx::PgPool) -> Result<(Box<ClaimConn>, bool)> {
         use sqlx::Connection;
         let mut conn = PgConnection::connect_with(&pool.connect_options()).await?;
-        let (pid, started): (i32, String) = sqlx::query_as(
-            "SELECT pid, backend_start::text FROM pg_stat_activity WHERE pid = pg_backend_pid()",
-        )
-        .fetch_one(&mut conn)
-        .await?;
+        let (pid, started): (i32, String) =
+            sqlx::query_as("SELECT pid, backend_start::text FROM pg_stat_activity WHERE pid = pg_backend_pid()")
+                .fetch_one(&mut conn)
+                .await?;
         let mut conn = Box::new(ClaimConn { conn, pid, started });
         // A generic plan: the claim's shape never changes, and planning it
         // afresh for every job was a large share of the server's time.
@@ -379,11 +377,9 @@ impl Claim {
     /// The check a run makes before each provider call.
     pub fn fence(&self) -> Fence {
         let inner = match &self.inner {
-            ClaimInner::Pg(c) => FenceInner::Pg {
-                pool: c.pool.clone(),
-                pid: c.conn.pid,
-                started: c.conn.started.clone(),
-            },
+            ClaimInner::Pg(c) => {
+                FenceInner::Pg { pool: c.pool.clone(), pid: c.conn.pid, started: c.conn.started.clone() }
+            }
             ClaimInner::Sqlite { pool, lease_token, .. } => {
                 FenceInner::Sqlite { pool: pool.clone(), lease_token: lease_token.clone() }
             }
@@ -428,12 +424,14 @@ impl Claim {
             }
             ClaimInner::Sqlite { pool, lease_token, hold: _hold } => {
                 sqlx::query("DELETE FROM job_starts WHERE job_id = $1").bind(self.job.id.0).execute(&pool).await?;
-                sqlx::query("UPDATE infra SET lease_owner = NULL, lease_until_ms = NULL \
-                             WHERE client_id = $1 AND lease_owner = $2")
-                    .bind(self.job.client_id.as_str())
-                    .bind(&lease_token)
-                    .execute(&pool)
-                    .await?;
+                sqlx::query(
+                    "UPDATE infra SET lease_owner = NULL, lease_until_ms = NULL \
+                             WHERE client_id = $1 AND lease_owner = $2",
+                )
+                .bind(self.job.client_id.as_str())
+                .bind(&lease_token)
+                .execute(&pool)
+                .await?;
             }
         }
         Ok(())
@@ -444,7 +442,13 @@ impl Claim {
 /// caller owns.
 pub(crate) trait Conn {
     async fn job_insert(&mut self, job: &NewJob) -> Result<Enqueued>;
-    async fn event_insert(&mut self, client: Option<&ClientId>, kind: &str, detail: &serde_json::Value, at_ms: i64) -> Result<()>;
+    async fn event_insert(
+        &mut self,
+        client: Option<&ClientId>,
+        kind: &str,
+        detail: &serde_json::Value,
+        at_ms: i64,
+    ) -> Result<()>;
     async fn infra_lock_state(&mut self, client: &ClientId) -> Result<(i64, Option<String>)>;
     async fn infra_write(&mut self, infra: &InfraRow, now_ms: i64) -> Result<()>;
     async fn job_set_next(&mut self, job: JobId, next: &JobNext, now_ms: i64) -> Result<()>;
@@ -474,16 +478,20 @@ macro_rules! impl_conn {
                 if let Some(id) = id {
                     return Ok(Enqueued::New(JobId(id)));
                 }
-                let id: i64 = sqlx::query_scalar(
-                    "SELECT id FROM jobs WHERE identity_key = $1 AND state = 'queued'",
-                )
-                .bind(job.identity_key.as_deref())
-                .fetch_one(&mut *self)
-                .await?;
+                let id: i64 = sqlx::query_scalar("SELECT id FROM jobs WHERE identity_key = $1 AND state = 'queued'")
+                    .bind(job.identity_key.as_deref())
+                    .fetch_one(&mut *self)
+                    .await?;
                 Ok(Enqueued::Duplicate(JobId(id)))
             }
 
-            async fn event_insert(&mut self, client: Option<&ClientId>, kind: &str, detail: &serde_json::Value, at_ms: i64) -> Result<()> {
+            async fn event_insert(
+                &mut self,
+                client: Option<&ClientId>,
+                kind: &str,
+                detail: &serde_json::Value,
+                at_ms: i64,
+            ) -> Result<()> {
                 sqlx::query("INSERT INTO events (client_ref, kind, detail, at_ms) VALUES ($1, $2, $3, $4)")
                     .bind(client.map(|c| c.as_str()))
                     .bind(kind)
@@ -542,12 +550,14 @@ macro_rules! impl_conn {
             }
 
             async fn lease_release(&mut self, client: &ClientId, token: &str) -> Result<()> {
-                sqlx::query("UPDATE infra SET lease_owner = NULL, lease_until_ms = NULL \
-                             WHERE client_id = $1 AND lease_owner = $2")
-                    .bind(client.as_str())
-                    .bind(token)
-                    .execute(&mut *self)
-                    .await?;
+                sqlx::query(
+                    "UPDATE infra SET lease_owner = NULL, lease_until_ms = NULL \
+                             WHERE client_id = $1 AND lease_owner = $2",
+                )
+                .bind(client.as_str())
+                .bind(token)
+                .execute(&mut *self)
+                .await?;
                 Ok(())
             }
         }
@@ -672,20 +682,21 @@ impl Store {
                 // main transaction, claims and reads both rows.
                 let sql = format!("BEGIN; EXECUTE oduflow_claim({now_ms})");
                 let (mut conn, reused) = conns.take(p).await?;
-                let (mut conn, rows) = match sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone())).fetch_all(&mut **conn).await {
-                    Ok(rows) => (conn, rows),
-                    // A kept connection may have died while idle (a server
-                    // restart, a terminated backend): drop it and claim once
-                    // on a new one. Dropping it rolls back whatever it began.
-                    Err(e) if reused => {
-                        tracing::debug!(error = %e, "a kept claim connection failed; reconnecting");
-                        drop(conn);
-                        let (mut conn, _) = conns.connect(p).await?;
-                        let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch_all(&mut **conn).await?;
-                        (conn, rows)
-                    }
-                    Err(e) => return Err(e.into()),
-                };
+                let (mut conn, rows) =
+                    match sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone())).fetch_all(&mut **conn).await {
+                        Ok(rows) => (conn, rows),
+                        // A kept connection may have died while idle (a server
+                        // restart, a terminated backend): drop it and claim once
+                        // on a new one. Dropping it rolls back whatever it began.
+                        Err(e) if reused => {
+                            tracing::debug!(error = %e, "a kept claim connection failed; reconnecting");
+                            drop(conn);
+                            let (mut conn, _) = conns.connect(p).await?;
+                            let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch_all(&mut **conn).await?;
+                            (conn, rows)
+                        }
+                        Err(e) => return Err(e.into()),
+                    };
                 let Some(row) = rows.first() else {
                     sqlx::raw_sql("ROLLBACK").execute(&mut **conn).await?;
                     conns.put(conn);
@@ -722,16 +733,23 @@ impl Store {
                         // lease, taken once and never checked again.
                         let lease: (Option<String>, Option<i64>) =
                             sqlx::query_as("SELECT lease_owner, lease_until_ms FROM infra WHERE client_id = $1")
-                                .bind(job.client_id.as_str()).fetch_one(&mut *tx).await?;
+                                .bind(job.client_id.as_str())
+                                .fetch_one(&mut *tx)
+                                .await?;
                         if lease.0.is_some() && lease.1.is_some_and(|u| u >= now_ms) {
                             continue;
                         }
                         sqlx::query("UPDATE infra SET lease_owner = $2, lease_until_ms = $3 WHERE client_id = $1")
-                            .bind(job.client_id.as_str()).bind(&token).bind(now_ms + lease_ms)
-                            .execute(&mut *tx).await?;
+                            .bind(job.client_id.as_str())
+                            .bind(&token)
+                            .bind(now_ms + lease_ms)
+                            .execute(&mut *tx)
+                            .await?;
                         let unfinished = count_start_sqlite(&mut tx, job.id).await?;
                         tx.commit().await?;
-                        let hold = std::sync::Arc::new(std::fs::File::open("/dev/null").map_err(|e| StoreError::Lock(e.to_string()))?);
+                        let hold = std::sync::Arc::new(
+                            std::fs::File::open("/dev/null").map_err(|e| StoreError::Lock(e.to_string()))?,
+                        );
                         let inner = ClaimInner::Sqlite { pool: p.clone(), lease_token: token, hold };
                         return Ok(Some(Claim { job, infra, unfinished_runs: unfinished, inner }));
                     }
@@ -744,7 +762,8 @@ impl Store {
                         .await?;
                     let unfinished = count_start_sqlite(&mut tx, job.id).await?;
                     tx.commit().await?;
-                    let inner = ClaimInner::Sqlite { pool: p.clone(), lease_token: token, hold: std::sync::Arc::new(hold) };
+                    let inner =
+                        ClaimInner::Sqlite { pool: p.clone(), lease_token: token, hold: std::sync::Arc::new(hold) };
                     return Ok(Some(Claim { job, infra, unfinished_runs: unfinished, inner }));
                 }
                 tx.rollback().await?;
@@ -757,7 +776,13 @@ impl Store {
     /// attempt and schedules a retry with exponential backoff, or, past the
     /// job's attempts, fails it and blocks the client so it does not wait
     /// forever (invariant 4).
-    pub async fn job_record_failure(&self, c: &ClaimRef, error: &str, now_ms: i64, retry_base_ms: i64) -> Result<JobState> {
+    pub async fn job_record_failure(
+        &self,
+        c: &ClaimRef,
+        error: &str,
+        now_ms: i64,
+        retry_base_ms: i64,
+    ) -> Result<JobState> {
         let error: String = error.chars().take(2000).collect();
         // PostgreSQL: another worker may have claimed the job since this run
         // rolled back; its claim holds the row, and whatever it does

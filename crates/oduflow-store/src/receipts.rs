@@ -8,7 +8,7 @@
 
 use crate::queue::Conn;
 use crate::rows::{self, IdSource, RECEIPT_COLUMNS, ReceiptRow};
-use crate::{both, Result, Store, StoreError};
+use crate::{Result, Store, StoreError, both};
 use oduflow_model::*;
 
 /// A receipt to claim before a dispatch is sent.
@@ -169,7 +169,13 @@ impl ReceiptLedger {
 
     /// Records a definitive rejection (400/401/403/422 answered to the
     /// creation call itself). Only code around that call may do this.
-    pub async fn receipt_record_rejection(&self, key: &OperationKey, status: u16, message: &str, now_ms: i64) -> Result<()> {
+    pub async fn receipt_record_rejection(
+        &self,
+        key: &OperationKey,
+        status: u16,
+        message: &str,
+        now_ms: i64,
+    ) -> Result<()> {
         ledger_write!(&self.store, tx => {
             let client: String = sqlx::query_scalar(
                 "UPDATE dispatch_receipts SET rejection_status = $2, rejection_message = $3 \
@@ -285,7 +291,14 @@ impl ReceiptLedger {
     }
 
     /// Records where an adapter's identity stands (independent commit).
-    pub async fn adapter_set(&self, client: &ClientId, adapter: &str, state: &str, detail: &str, now_ms: i64) -> Result<()> {
+    pub async fn adapter_set(
+        &self,
+        client: &ClientId,
+        adapter: &str,
+        state: &str,
+        detail: &str,
+        now_ms: i64,
+    ) -> Result<()> {
         ledger_write!(&self.store, tx => {
             sqlx::query(
                 "INSERT INTO adapter_state (client_id, adapter, state, detail, failures, updated_ms) \
@@ -304,7 +317,14 @@ impl ReceiptLedger {
     /// (`ensuring`, `removing`): an identity whose removal failed is not
     /// `removed`, one whose ensure failed is not `ensured`. Returns the
     /// failures so far.
-    pub async fn adapter_fail(&self, client: &ClientId, adapter: &str, state: &str, detail: &str, now_ms: i64) -> Result<i64> {
+    pub async fn adapter_fail(
+        &self,
+        client: &ClientId,
+        adapter: &str,
+        state: &str,
+        detail: &str,
+        now_ms: i64,
+    ) -> Result<i64> {
         Ok(ledger_write!(&self.store, tx => {
             let n: i64 = sqlx::query_scalar(
                 "INSERT INTO adapter_state (client_id, adapter, state, detail, failures, updated_ms) \
@@ -323,7 +343,13 @@ impl ReceiptLedger {
 
     /// An audit event that must survive a rollback of the job (a provider
     /// request and its answer, for example).
-    pub async fn event_append(&self, client: Option<&ClientId>, kind: &str, detail: &serde_json::Value, now_ms: i64) -> Result<()> {
+    pub async fn event_append(
+        &self,
+        client: Option<&ClientId>,
+        kind: &str,
+        detail: &serde_json::Value,
+        now_ms: i64,
+    ) -> Result<()> {
         ledger_write!(&self.store, tx => {
             (&mut *tx).event_insert(client, kind, detail, now_ms).await?;
         });
@@ -364,7 +390,8 @@ impl Store {
     }
 
     pub async fn receipt_get(&self, key: &OperationKey) -> Result<Option<ReceiptRow>> {
-        let sql = sqlx::AssertSqlSafe(format!("SELECT {RECEIPT_COLUMNS} FROM dispatch_receipts WHERE operation_key = $1"));
+        let sql =
+            sqlx::AssertSqlSafe(format!("SELECT {RECEIPT_COLUMNS} FROM dispatch_receipts WHERE operation_key = $1"));
         both!(self, p => {
             let row = sqlx::query(sql).bind(key.as_str()).fetch_optional(p).await?;
             row.as_ref().map(rows::receipt_from_row).transpose()
@@ -372,7 +399,9 @@ impl Store {
     }
 
     pub async fn receipts_all(&self) -> Result<Vec<ReceiptRow>> {
-        let sql = sqlx::AssertSqlSafe(format!("SELECT {RECEIPT_COLUMNS} FROM dispatch_receipts ORDER BY claimed_ms, operation_key"));
+        let sql = sqlx::AssertSqlSafe(format!(
+            "SELECT {RECEIPT_COLUMNS} FROM dispatch_receipts ORDER BY claimed_ms, operation_key"
+        ));
         both!(self, p => {
             let rows = sqlx::query(sql).fetch_all(p).await?;
             rows.iter().map(rows::receipt_from_row).collect()

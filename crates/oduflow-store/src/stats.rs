@@ -2,7 +2,7 @@
 //! the tables (so every process sees the same figures, whichever worker did
 //! the work). Each is one `GROUP BY`; nothing here is kept in memory.
 
-use crate::{both, Result, Store};
+use crate::{Result, Store, both};
 use serde::Serialize;
 
 /// Counts of the whole database at one instant.

@@ -8,7 +8,7 @@
 //! has a row to point at.
 
 use crate::queue::event_insert;
-use crate::{both, Result, Store, StoreError};
+use crate::{Result, Store, StoreError, both};
 use serde::Serialize;
 
 /// A token's row id (a UUID v4), independent of its name.
@@ -131,12 +131,13 @@ mod tests {
         // A revoked name can be reused; the revoked row stays.
         store.api_token_create("ci", &"d".repeat(64), 30).await.unwrap();
         let all = store.api_token_list().await.unwrap();
-        assert_eq!(all.iter().map(|r| (r.name.as_str(), r.revoked_ms.is_some())).collect::<Vec<_>>(),
-            [("ci", true), ("ops", false), ("ci", false)]);
+        assert_eq!(
+            all.iter().map(|r| (r.name.as_str(), r.revoked_ms.is_some())).collect::<Vec<_>>(),
+            [("ci", true), ("ops", false), ("ci", false)]
+        );
         let json = serde_json::to_string(&all).unwrap();
         assert!(!json.contains("aaaa") && !json.contains("token_sha256"), "{json}");
-        let kinds: Vec<String> =
-            store.events_recent(10).await.unwrap().into_iter().map(|e| e.kind).collect();
+        let kinds: Vec<String> = store.events_recent(10).await.unwrap().into_iter().map(|e| e.kind).collect();
         assert_eq!(kinds, ["api_token_created", "api_token_revoked", "api_token_created", "api_token_created"]);
         // The metrics aggregates are valid SQL on this backend too.
         let stats = store.stats(100).await.unwrap();

@@ -61,9 +61,7 @@ impl VultrClient {
         struct Envelope {
             account: Account,
         }
-        let a = self
-            .request_retrying(reqwest::Method::GET, &["account"], &[], None)
-            .await?;
+        let a = self.request_retrying(reqwest::Method::GET, &["account"], &[], None).await?;
         if !a.is_success() {
             return Err(a.to_error());
         }

@@ -108,11 +108,7 @@ impl Drop for Waiting<'_> {
 impl Turnstile {
     pub fn new(passes: usize) -> Self {
         Self {
-            state: Mutex::new(TurnstileState {
-                free: passes.max(1),
-                changes: VecDeque::new(),
-                reads: VecDeque::new(),
-            }),
+            state: Mutex::new(TurnstileState { free: passes.max(1), changes: VecDeque::new(), reads: VecDeque::new() }),
             paused_until: Mutex::new(None),
         }
     }
@@ -150,10 +146,7 @@ impl Turnstile {
             }
             rx
         };
-        let mut w = Waiting {
-            turnstile: self,
-            rx: Some(rx),
-        };
+        let mut w = Waiting { turnstile: self, rx: Some(rx) };
         // The sender stays in the line until it is handed a pass, so the
         // only answer is the pass.
         let _ = w.rx.as_mut().expect("set above").await;
@@ -188,10 +181,7 @@ impl Turnstile {
 async fn ask<T>(f: oduflow_model::rate::BudgetFuture<'_, T>) -> Result<T, String> {
     match tokio::time::timeout(BUDGET_ASK_TIMEOUT, f).await {
         Ok(r) => r,
-        Err(_) => Err(format!(
-            "rate budget unavailable: no answer within {} s",
-            BUDGET_ASK_TIMEOUT.as_secs()
-        )),
+        Err(_) => Err(format!("rate budget unavailable: no answer within {} s", BUDGET_ASK_TIMEOUT.as_secs())),
     }
 }
 

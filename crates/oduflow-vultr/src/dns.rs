@@ -65,49 +65,26 @@ struct Envelope {
 
 impl VultrClient {
     /// `POST /domains/{domain}/records`, sent once (201 with the record).
-    pub async fn dns_record_create(
-        &self,
-        domain: &str,
-        req: &DnsRecordRequest,
-    ) -> Outcome<DnsRecord> {
+    pub async fn dns_record_create(&self, domain: &str, req: &DnsRecordRequest) -> Outcome<DnsRecord> {
         let body = serde_json::to_value(req).expect("a record request always serializes");
         let reply = self.post_once(&["domains", domain, "records"], &body).await;
         Self::classify(reply, |a| {
-            serde_json::from_slice::<Envelope>(&a.body)
-                .ok()
-                .map(|e| e.record)
-                .filter(|r| !r.id.0.is_empty())
+            serde_json::from_slice::<Envelope>(&a.body).ok().map(|e| e.record).filter(|r| !r.id.0.is_empty())
         })
     }
 
     /// `Ok(None)` on 404.
-    pub async fn dns_record_get(
-        &self,
-        domain: &str,
-        id: &DnsRecordId,
-    ) -> Result<Option<DnsRecord>, VultrError> {
-        let env: Option<Envelope> = self
-            .get_one(&["domains", domain, "records", id.as_str()])
-            .await?;
+    pub async fn dns_record_get(&self, domain: &str, id: &DnsRecordId) -> Result<Option<DnsRecord>, VultrError> {
+        let env: Option<Envelope> = self.get_one(&["domains", domain, "records", id.as_str()]).await?;
         Ok(env.map(|e| e.record))
     }
 
     /// Every page of the domain's records.
     pub async fn dns_record_list(&self, domain: &str) -> Result<Vec<DnsRecord>, VultrError> {
-        self.list_all(&["domains", domain, "records"], "records", &[])
-            .await
+        self.list_all(&["domains", domain, "records"], "records", &[]).await
     }
 
-    pub async fn dns_record_delete(
-        &self,
-        domain: &str,
-        id: &DnsRecordId,
-    ) -> Result<DeleteOutcome, VultrError> {
-        self.delete_like(
-            Method::DELETE,
-            &["domains", domain, "records", id.as_str()],
-            None,
-        )
-        .await
+    pub async fn dns_record_delete(&self, domain: &str, id: &DnsRecordId) -> Result<DeleteOutcome, VultrError> {
+        self.delete_like(Method::DELETE, &["domains", domain, "records", id.as_str()], None).await
     }
 }

@@ -3,8 +3,8 @@
 //! the right data is kept, a stale one is replaced); remove deletes every A
 //! record of that name; absence is established by a later listing.
 
-use crate::dns::{DnsRecord, DnsRecordRequest};
 use crate::VultrClient;
+use crate::dns::{DnsRecord, DnsRecordRequest};
 use oduflow_model::identity::*;
 use oduflow_model::provider::Outcome;
 
@@ -70,7 +70,9 @@ impl IdentityAdapter for DnsAdapter {
             let found = self.records(&t.client).await?;
             Ok(match found.first() {
                 None => Presence::Absent,
-                Some(r) => Presence::Present(format!("{}.{} A {} ({} record(s))", t.client, self.domain, r.data, found.len())),
+                Some(r) => {
+                    Presence::Present(format!("{}.{} A {} ({} record(s))", t.client, self.domain, r.data, found.len()))
+                }
             })
         })
     }

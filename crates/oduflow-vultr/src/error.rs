@@ -28,9 +28,7 @@ impl From<VultrError> for ProviderError {
         match e {
             VultrError::Transport(m) => ProviderError::Transport(m),
             VultrError::Status { status, message } => ProviderError::Status { status, message },
-            VultrError::Decode(m) | VultrError::Pagination(m) | VultrError::Config(m) => {
-                ProviderError::Decode(m)
-            }
+            VultrError::Decode(m) | VultrError::Pagination(m) | VultrError::Config(m) => ProviderError::Decode(m),
         }
     }
 }

@@ -149,19 +149,12 @@ impl Answer {
     }
 
     pub fn to_error(&self) -> VultrError {
-        VultrError::Status {
-            status: self.status,
-            message: self.message(),
-        }
+        VultrError::Status { status: self.status, message: self.message() }
     }
 
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, VultrError> {
-        serde_json::from_slice(&self.body).map_err(|e| {
-            VultrError::Decode(format!(
-                "answer {} is not the documented JSON: {e}",
-                self.status
-            ))
-        })
+        serde_json::from_slice(&self.body)
+            .map_err(|e| VultrError::Decode(format!("answer {} is not the documented JSON: {e}", self.status)))
     }
 }
 
@@ -175,11 +168,7 @@ pub(crate) fn error_message(body: &[u8]) -> String {
     }
     let text = String::from_utf8_lossy(body);
     let text = text.trim();
-    if text.is_empty() {
-        "(empty body)".to_owned()
-    } else {
-        text.chars().take(BODY_EXCERPT_CHARS_MAX).collect()
-    }
+    if text.is_empty() { "(empty body)".to_owned() } else { text.chars().take(BODY_EXCERPT_CHARS_MAX).collect() }
 }
 
 /// Whether a read may be tried again after this answer: Vultr's rate limit and
@@ -198,11 +187,7 @@ fn is_rejection(status: u16) -> bool {
 /// (connect, timeout, body) but holds no header values, so never the key.
 fn describe(err: &reqwest::Error) -> String {
     use std::error::Error as _;
-    let mut s = if err.is_timeout() {
-        format!("timeout: {err}")
-    } else {
-        err.to_string()
-    };
+    let mut s = if err.is_timeout() { format!("timeout: {err}") } else { err.to_string() };
     let mut cause = err.source();
     while let Some(c) = cause {
         s.push_str(": ");
@@ -225,10 +210,7 @@ impl VultrClient {
         let base = Url::parse(cfg.base_url.trim_end_matches('/'))
             .map_err(|e| VultrError::Config(format!("base_url {:?}: {e}", cfg.base_url)))?;
         if base.cannot_be_a_base() {
-            return Err(VultrError::Config(format!(
-                "base_url {:?} cannot hold a path",
-                cfg.base_url
-            )));
+            return Err(VultrError::Config(format!("base_url {:?} cannot hold a path", cfg.base_url)));
         }
         if cfg.rate_per_sec == 0 {
             return Err(VultrError::Config("rate_per_sec must be at least 1".into()));
@@ -237,9 +219,7 @@ impl VultrClient {
         // 33,333 µs, which fits 31 in one second.
         let interval = Duration::from_micros(1_000_000u64.div_ceil(u64::from(cfg.rate_per_sec)));
         if cfg.read_attempts_max == 0 {
-            return Err(VultrError::Config(
-                "read_attempts_max must be at least 1".into(),
-            ));
+            return Err(VultrError::Config("read_attempts_max must be at least 1".into()));
         }
         if !(1..=500).contains(&cfg.per_page) {
             return Err(VultrError::Config("per_page must be within 1..=500".into()));
@@ -254,9 +234,7 @@ impl VultrClient {
                 .connect_timeout(Duration::from_millis(cfg.connect_timeout_ms))
                 .user_agent(concat!("oduflow/", env!("CARGO_PKG_VERSION")))
         };
-        let reads = builder()
-            .build()
-            .map_err(|e| VultrError::Config(format!("HTTP client: {}", describe(&e))))?;
+        let reads = builder().build().map_err(|e| VultrError::Config(format!("HTTP client: {}", describe(&e))))?;
         let once = builder()
             .pool_max_idle_per_host(0)
             .build()
@@ -294,10 +272,7 @@ impl VultrClient {
     /// route it is sent to.
     fn url(&self, segments: &[&str]) -> Url {
         let mut url = self.inner.base.clone();
-        url.path_segments_mut()
-            .expect("checked in new: the base can hold a path")
-            .pop_if_empty()
-            .extend(segments);
+        url.path_segments_mut().expect("checked in new: the base can hold a path").pop_if_empty().extend(segments);
         url
     }
 
@@ -343,14 +318,11 @@ impl VultrClient {
         }
         let url = self.url(segments);
         let route = url.path().to_owned();
-        let mut auth =
-            HeaderValue::try_from(format!("Bearer {}", inner.cfg.api_key.expose_secret()))
-                .unwrap_or_else(|_| HeaderValue::from_static("Bearer invalid-key-characters"));
+        let mut auth = HeaderValue::try_from(format!("Bearer {}", inner.cfg.api_key.expose_secret()))
+            .unwrap_or_else(|_| HeaderValue::from_static("Bearer invalid-key-characters"));
         auth.set_sensitive(true);
         let client = if once { &inner.once } else { &inner.reads };
-        let mut req = client
-            .request(method.clone(), url)
-            .header(AUTHORIZATION, auth);
+        let mut req = client.request(method.clone(), url).header(AUTHORIZATION, auth);
         if !query.is_empty() {
             req = req.query(query);
         }
@@ -378,15 +350,8 @@ impl VultrClient {
                         .unwrap_or_else(|_| "(not readable as text)".to_owned())
                 });
                 match resp.bytes().await {
-                    Ok(b) => Reply::Answer(Answer {
-                        status,
-                        body: b.to_vec(),
-                        retry_after,
-                        location,
-                    }),
-                    Err(e) => {
-                        Reply::Transport(format!("answer {status} cut short: {}", describe(&e)))
-                    }
+                    Ok(b) => Reply::Answer(Answer { status, body: b.to_vec(), retry_after, location }),
+                    Err(e) => Reply::Transport(format!("answer {status} cut short: {}", describe(&e))),
                 }
             }
         };
@@ -418,11 +383,7 @@ impl VultrClient {
             Reply::Answer(a) => Some(a.status),
             Reply::NotSent(_) | Reply::Transport(_) | Reply::Stopped(_) => None,
         };
-        inner.stats.record_request(
-            method.as_str(),
-            crate::stats::route_template(inner.base.path(), segments),
-            status,
-        );
+        inner.stats.record_request(method.as_str(), crate::stats::route_template(inner.base.path(), segments), status);
         match &reply {
             Reply::Answer(a) => {
                 tracing::debug!(%method, %route, status = a.status, ms, "vultr request")
@@ -440,22 +401,17 @@ impl VultrClient {
 
     /// Sends a create or attach POST exactly once and hands back what came.
     pub(crate) async fn post_once(&self, segments: &[&str], body: &serde_json::Value) -> Reply {
-        self.exchange(true, Method::POST, segments, &[], Some(body))
-            .await
+        self.exchange(true, Method::POST, segments, &[], Some(body)).await
     }
 
     /// Classifies a create answer; `id` reads the new resource out of a 2xx.
     pub(crate) fn classify<T>(reply: Reply, id: impl FnOnce(&Answer) -> Option<T>) -> Outcome<T> {
         match reply {
-            Reply::NotSent(e) => Outcome::NotSent {
-                reason: format!("connection never established, request not sent: {e}"),
-            },
-            Reply::Stopped(e) => Outcome::NotSent {
-                reason: format!("request not sent: {e}"),
-            },
-            Reply::Transport(e) => Outcome::Unknown {
-                reason: format!("transport error: {e}"),
-            },
+            Reply::NotSent(e) => {
+                Outcome::NotSent { reason: format!("connection never established, request not sent: {e}") }
+            }
+            Reply::Stopped(e) => Outcome::NotSent { reason: format!("request not sent: {e}") },
+            Reply::Transport(e) => Outcome::Unknown { reason: format!("transport error: {e}") },
             // Whoever answered may have applied the create before
             // redirecting (a proxy or a load balancer in front of the API):
             // neither Accepted nor Rejected, and never followed.
@@ -468,17 +424,10 @@ impl VultrClient {
             },
             Reply::Answer(a) if a.is_success() => match id(&a) {
                 Some(v) => Outcome::Accepted(v),
-                None => Outcome::Unknown {
-                    reason: format!("Vultr answered {} without a readable id", a.status),
-                },
+                None => Outcome::Unknown { reason: format!("Vultr answered {} without a readable id", a.status) },
             },
-            Reply::Answer(a) if is_rejection(a.status) => Outcome::Rejected {
-                status: a.status,
-                message: a.message(),
-            },
-            Reply::Answer(a) => Outcome::Unknown {
-                reason: format!("Vultr answered {}: {}", a.status, a.message()),
-            },
+            Reply::Answer(a) if is_rejection(a.status) => Outcome::Rejected { status: a.status, message: a.message() },
+            Reply::Answer(a) => Outcome::Unknown { reason: format!("Vultr answered {}: {}", a.status, a.message()) },
         }
     }
 
@@ -496,9 +445,7 @@ impl VultrClient {
         let cfg = &self.inner.cfg;
         let mut attempt = 1;
         loop {
-            let reply = self
-                .exchange(false, method.clone(), segments, query, body)
-                .await;
+            let reply = self.exchange(false, method.clone(), segments, query, body).await;
             let retry_after = match &reply {
                 Reply::Stopped(e) => return Err(VultrError::Transport(format!("request not sent: {e}"))),
                 Reply::Answer(a) if a.is_redirect() => return Err(a.redirect_error()),
@@ -511,20 +458,13 @@ impl VultrClient {
             }
             let wait = match retry_after {
                 Some(d) if d.as_millis() as u64 > cfg.retry_after_max_ms => {
-                    tracing::debug!(
-                        secs = d.as_secs(),
-                        "Retry-After beyond our bound; giving up"
-                    );
+                    tracing::debug!(secs = d.as_secs(), "Retry-After beyond our bound; giving up");
                     return finish(reply);
                 }
                 Some(d) => d,
                 None => backoff(cfg, attempt),
             };
-            tracing::debug!(
-                attempt,
-                wait_ms = wait.as_millis() as u64,
-                "retrying vultr read"
-            );
+            tracing::debug!(attempt, wait_ms = wait.as_millis() as u64, "retrying vultr read");
             tokio::time::sleep(wait).await;
             attempt += 1;
         }
@@ -533,22 +473,15 @@ impl VultrClient {
             match reply {
                 Reply::Answer(a) if a.is_redirect() => Err(a.redirect_error()),
                 Reply::Answer(a) => Ok(a),
-                Reply::NotSent(e) | Reply::Transport(e) | Reply::Stopped(e) => {
-                    Err(VultrError::Transport(e))
-                }
+                Reply::NotSent(e) | Reply::Transport(e) | Reply::Stopped(e) => Err(VultrError::Transport(e)),
             }
         }
     }
 
     /// GET whose 2xx body is `T`; `Ok(None)` on 404 (answered to this very
     /// URL: a 3xx is an error from `request_retrying`, never followed).
-    pub(crate) async fn get_one<T: DeserializeOwned>(
-        &self,
-        segments: &[&str],
-    ) -> Result<Option<T>, VultrError> {
-        let a = self
-            .request_retrying(Method::GET, segments, &[], None)
-            .await?;
+    pub(crate) async fn get_one<T: DeserializeOwned>(&self, segments: &[&str]) -> Result<Option<T>, VultrError> {
+        let a = self.request_retrying(Method::GET, segments, &[], None).await?;
         match a.status {
             404 => Ok(None),
             _ if a.is_success() => a.json().map(Some),
@@ -574,9 +507,7 @@ impl VultrClient {
             if !cursor.is_empty() {
                 query.push(("cursor", cursor.clone()));
             }
-            let a = self
-                .request_retrying(Method::GET, segments, &query, None)
-                .await?;
+            let a = self.request_retrying(Method::GET, segments, &query, None).await?;
             if !a.is_success() {
                 return Err(a.to_error());
             }
@@ -585,36 +516,25 @@ impl VultrClient {
                 .get_mut(key)
                 .map(serde_json::Value::take)
                 .ok_or_else(|| VultrError::Decode(format!("listing has no {key:?} array")))?;
-            let mut batch: Vec<T> = serde_json::from_value(list)
-                .map_err(|e| VultrError::Decode(format!("listing {key:?}: {e}")))?;
+            let mut batch: Vec<T> =
+                serde_json::from_value(list).map_err(|e| VultrError::Decode(format!("listing {key:?}: {e}")))?;
             items.append(&mut batch);
             // Vultr ends a listing with next == "" (not null); a missing meta
             // is read the same way, since there is nothing to follow.
-            let next = page
-                .pointer("/meta/links/next")
-                .and_then(|v| v.as_str())
-                .unwrap_or("")
-                .to_owned();
+            let next = page.pointer("/meta/links/next").and_then(|v| v.as_str()).unwrap_or("").to_owned();
             if next.is_empty() {
                 return Ok(items);
             }
             if !seen.insert(next.clone()) {
-                return Err(VultrError::Pagination(format!(
-                    "cursor {next:?} came back twice"
-                )));
+                return Err(VultrError::Pagination(format!("cursor {next:?} came back twice")));
             }
             cursor = next;
         }
-        Err(VultrError::Pagination(format!(
-            "more than {} pages",
-            cfg.list_pages_max
-        )))
+        Err(VultrError::Pagination(format!("more than {} pages", cfg.list_pages_max)))
     }
 }
 
 fn backoff(cfg: &VultrConfig, attempt: u32) -> Duration {
-    let exp = cfg
-        .backoff_base_ms
-        .saturating_mul(1u64 << (attempt - 1).min(20));
+    let exp = cfg.backoff_base_ms.saturating_mul(1u64 << (attempt - 1).min(20));
     Duration::from_millis(exp.min(cfg.backoff_max_ms))
 }

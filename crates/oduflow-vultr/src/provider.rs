@@ -24,22 +24,15 @@ impl VultrClient {
         Ok(match a.status {
             404 => DeleteOutcome::NotFound,
             _ if a.is_success() => DeleteOutcome::Sent,
-            status => DeleteOutcome::Refused {
-                status,
-                message: a.message(),
-            },
+            status => DeleteOutcome::Refused { status, message: a.message() },
         })
     }
 
     /// One scan of every block page, matched client-side against many labels
     /// at once (Vultr's block listing has no label filter, docs/vultr.md §3), so
     /// all pending lookups share a single pass.
-    pub async fn block_find_by_labels(
-        &self,
-        labels: &[Label],
-    ) -> Result<HashMap<Label, Vec<Block>>, ProviderError> {
-        let mut found: HashMap<Label, Vec<Block>> =
-            labels.iter().map(|l| (l.clone(), Vec::new())).collect();
+    pub async fn block_find_by_labels(&self, labels: &[Label]) -> Result<HashMap<Label, Vec<Block>>, ProviderError> {
+        let mut found: HashMap<Label, Vec<Block>> = labels.iter().map(|l| (l.clone(), Vec::new())).collect();
         for block in self.block_list().await? {
             if let Some(v) = found.get_mut(&Label(block.label.clone())) {
                 v.push(block);
@@ -55,12 +48,8 @@ impl Provider for VultrClient {
     }
 
     async fn instance_create(&self, req: &InstanceRequest) -> Outcome<VultrInstanceId> {
-        let reply = self
-            .post_once(&["instances"], &wire::instance_create_body(req))
-            .await;
-        let outcome = Self::classify(reply, |a| {
-            wire::created_id(&a.body, "instance").map(VultrInstanceId)
-        });
+        let reply = self.post_once(&["instances"], &wire::instance_create_body(req)).await;
+        let outcome = Self::classify(reply, |a| wire::created_id(&a.body, "instance").map(VultrInstanceId));
         tracing::info!(label = %req.label, ?outcome, "instance create sent");
         outcome
     }
@@ -71,20 +60,11 @@ impl Provider for VultrClient {
     }
 
     async fn instance_list_by_label(&self, label: &Label) -> Result<Vec<Instance>, ProviderError> {
-        let all: Vec<wire::WireInstance> = self
-            .list_all(
-                &["instances"],
-                "instances",
-                &[("label", label.as_str().to_owned())],
-            )
-            .await?;
+        let all: Vec<wire::WireInstance> =
+            self.list_all(&["instances"], "instances", &[("label", label.as_str().to_owned())]).await?;
         // The server filters already; matching again costs nothing and keeps
         // a looser server-side match (prefix, case) from adopting a stranger.
-        Ok(all
-            .into_iter()
-            .map(Instance::from)
-            .filter(|i| i.label == label.as_str())
-            .collect())
+        Ok(all.into_iter().map(Instance::from).filter(|i| i.label == label.as_str()).collect())
     }
 
     async fn instance_list(&self) -> Result<Vec<Instance>, ProviderError> {
@@ -93,18 +73,12 @@ impl Provider for VultrClient {
     }
 
     async fn instance_delete(&self, id: &VultrInstanceId) -> Result<DeleteOutcome, ProviderError> {
-        Ok(self
-            .delete_like(Method::DELETE, &["instances", id.as_str()], None)
-            .await?)
+        Ok(self.delete_like(Method::DELETE, &["instances", id.as_str()], None).await?)
     }
 
     async fn block_create(&self, req: &BlockRequest) -> Outcome<VultrBlockId> {
-        let reply = self
-            .post_once(&["blocks"], &wire::block_create_body(req))
-            .await;
-        let outcome = Self::classify(reply, |a| {
-            wire::created_id(&a.body, "block").map(VultrBlockId)
-        });
+        let reply = self.post_once(&["blocks"], &wire::block_create_body(req)).await;
+        let outcome = Self::classify(reply, |a| wire::created_id(&a.body, "block").map(VultrBlockId));
         tracing::info!(label = %req.label, ?outcome, "block create sent");
         outcome
     }
@@ -121,9 +95,7 @@ impl Provider for VultrClient {
 
     async fn block_attach(&self, id: &VultrBlockId, instance: &VultrInstanceId) -> Outcome<()> {
         let body = wire::block_attach_body(instance);
-        let reply = self
-            .post_once(&["blocks", id.as_str(), "attach"], &body)
-            .await;
+        let reply = self.post_once(&["blocks", id.as_str(), "attach"], &body).await;
         // 204 with no body: attachment is confirmed only by reading the block.
         let outcome = Self::classify(reply, |_| Some(()));
         tracing::info!(block = %id, %instance, ?outcome, "block attach sent");
@@ -132,18 +104,10 @@ impl Provider for VultrClient {
 
     async fn block_detach(&self, id: &VultrBlockId) -> Result<DeleteOutcome, ProviderError> {
         let body = wire::block_detach_body();
-        Ok(self
-            .delete_like(
-                Method::POST,
-                &["blocks", id.as_str(), "detach"],
-                Some(&body),
-            )
-            .await?)
+        Ok(self.delete_like(Method::POST, &["blocks", id.as_str(), "detach"], Some(&body)).await?)
     }
 
     async fn block_delete(&self, id: &VultrBlockId) -> Result<DeleteOutcome, ProviderError> {
-        Ok(self
-            .delete_like(Method::DELETE, &["blocks", id.as_str()], None)
-            .await?)
+        Ok(self.delete_like(Method::DELETE, &["blocks", id.as_str()], None).await?)
     }
 }

@@ -42,7 +42,6 @@ pub struct StatsSnapshot {
     pub budget_refusals: u64,
 }
 
-
 impl Stats {
     pub(crate) fn record_request(&self, method: &str, route: String, status: Option<u16>) {
         let key = RequestSeries {

@@ -75,7 +75,9 @@ pub async fn run(a: BenchArgs) -> Result<()> {
     }
     let all = a.which == "all";
     if !all && !["convergence", "queue", "inventory", "budget"].contains(&a.which.as_str()) {
-        return Err(BadInput(format!("unknown benchmark {:?}: convergence, queue, inventory, budget or all", a.which)).into());
+        return Err(
+            BadInput(format!("unknown benchmark {:?}: convergence, queue, inventory, budget or all", a.which)).into()
+        );
     }
     if a.workers.is_empty() || a.workers.contains(&0) {
         return Err(BadInput("--workers takes counts >= 1, e.g. 1,4,16".into()).into());
@@ -136,12 +138,21 @@ fn write_between_markers(path: &Path, body: &str) -> Result<()> {
 async fn machine() -> Vec<String> {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|m| m.trim().to_owned()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
         .unwrap_or_else(|| "unknown CPU".into());
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
     let mem_gib = std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("MemTotal:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
         .map_or("?".into(), |kib| format!("{:.1}", kib / 1024.0 / 1024.0));
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let date = std::process::Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]).output().ok();
@@ -165,7 +176,9 @@ async fn pg_version() -> Result<String> {
 }
 
 fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg").map(|l| format!("load {}", l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))).unwrap_or_default()
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| format!("load {}", l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")))
+        .unwrap_or_default()
 }
 
 fn vultr(base_url: &str, rate: u32) -> Result<Arc<VultrClient>> {
@@ -210,7 +223,9 @@ async fn convergence(n: usize, in_flight: usize, out: &mut Section) -> Result<()
         let r = converge_with(n, processes, in_flight).await?;
         let bound_s = r.calls_total as f64 / f64::from(rate);
         let wall = r.provision_s + r.delete_s;
-        println!("convergence: {n} clients provisioned then deleted by {processes} worker process(es) sharing one budget at {rate}/s");
+        println!(
+            "convergence: {n} clients provisioned then deleted by {processes} worker process(es) sharing one budget at {rate}/s"
+        );
         println!("  final states: {:?}", r.counts);
         println!(
             "  provisioning: {} calls = {:.2} per client, {:.1} s; deletion: {} calls = {:.2} per client, {:.1} s",
@@ -402,7 +417,9 @@ async fn budget(n: usize, out: &mut Section) -> Result<()> {
     }
     drop_db(&pg).await;
     // The floor of a provider call: the simulator over loopback.
-    let sim = Sim::start(SimConfig { rate_per_sec: 1_000_000, ..SimConfig::default() }.with_key(KEY), "127.0.0.1:0".parse()?).await?;
+    let sim =
+        Sim::start(SimConfig { rate_per_sec: 1_000_000, ..SimConfig::default() }.with_key(KEY), "127.0.0.1:0".parse()?)
+            .await?;
     let p = vultr(&sim.base_url, 1_000_000)?;
     let mut lat = Vec::new();
     for _ in 0..200 {
@@ -412,7 +429,10 @@ async fn budget(n: usize, out: &mut Section) -> Result<()> {
     }
     lat.sort_by(|a, b| a.total_cmp(b));
     println!("budget: one simulator call over loopback (budget included): p50 {:.3} ms", lat[100]);
-    out.line(&format!("| (a simulator call over loopback, in-memory budget) | 1 | {:.3} ms | {:.3} ms | — |", lat[100], lat[197]));
+    out.line(&format!(
+        "| (a simulator call over loopback, in-memory budget) | 1 | {:.3} ms | {:.3} ms | — |",
+        lat[100], lat[197]
+    ));
     sim.shutdown().await;
     Ok(())
 }
@@ -444,7 +464,9 @@ async fn queue_once(jobs: usize, clients: usize, workers: usize) -> Result<f64> 
         r??;
     }
     let ids: Arc<Vec<ClientId>> = Arc::new(ids.lock().await.iter().map(|c| c.clone().expect("created")).collect());
-    let p = Arc::new(oduflow_engine::memory::MemoryProvider::new(KeyFingerprint::of_key(&secrecy::SecretString::from(KEY.to_owned()))));
+    let p = Arc::new(oduflow_engine::memory::MemoryProvider::new(KeyFingerprint::of_key(
+        &secrecy::SecretString::from(KEY.to_owned()),
+    )));
     let cfg = EngineConfig { concurrency: workers, idle_ms: 5, ..EngineConfig::default() };
     let w = Worker::new(store.clone(), p.clone(), cfg.clone(), Arc::new(SystemClock));
     let setup = Worker::new(store.clone(), p, EngineConfig { concurrency: 16, ..cfg }, Arc::new(SystemClock));
@@ -484,7 +506,9 @@ async fn drop_db(url: &str) {
     use sqlx::Connection;
     let Some((_, name)) = url.rsplit_once('/') else { return };
     if let Ok(mut c) = sqlx::PgConnection::connect(&oduflow_store::testing::pg_admin_url()).await {
-        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))).execute(&mut c).await;
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+            .execute(&mut c)
+            .await;
     }
 }
 
@@ -502,7 +526,11 @@ struct Peer {
 impl Peer {
     async fn build(dir: &Path) -> Result<Peer> {
         let manifest = dir.join("Cargo.toml");
-        anyhow::ensure!(manifest.exists(), "{} not found (run from the repository's root, or pass --peer-dir)", manifest.display());
+        anyhow::ensure!(
+            manifest.exists(),
+            "{} not found (run from the repository's root, or pass --peer-dir)",
+            manifest.display()
+        );
         // Canonical, so that cargo finds the build `scripts/test` made
         // (`crates/oduflow/../../bench/apalis-peer` is another path to it,
         // and cargo then built the whole peer again).
@@ -552,7 +580,12 @@ async fn pgbench(bin: &Path, clients: usize, secs: u64) -> Result<f64> {
     let dir = tempfile::tempdir()?;
     let script = dir.path().join("insert.sql");
     let pad = "x".repeat(150);
-    std::fs::write(&script, format!("INSERT INTO ceiling (kind, payload) VALUES ('noop', '{{\"id\":12345,\"tenant\":\"tenant-0001\",\"pad\":\"{pad}\"}}');\n"))?;
+    std::fs::write(
+        &script,
+        format!(
+            "INSERT INTO ceiling (kind, payload) VALUES ('noop', '{{\"id\":12345,\"tenant\":\"tenant-0001\",\"pad\":\"{pad}\"}}');\n"
+        ),
+    )?;
     let out = tokio::process::Command::new(bin)
         .args(["-n", "-f"])
         .arg(&script)
@@ -637,13 +670,31 @@ async fn queue(a: &BenchArgs, out: &mut Section) -> Result<()> {
             ratio(vs_peer),
             ratio(vs_ceiling)
         );
-        out.line(&format!("| {w} | **{ours:.0}** ({ours_all}) | {} ({theirs_all}) | {} | {} | {} |", fig(theirs), fig(ceiling), ratio(vs_peer), ratio(vs_ceiling)));
+        out.line(&format!(
+            "| {w} | **{ours:.0}** ({ours_all}) | {} ({theirs_all}) | {} | {} | {} |",
+            fig(theirs),
+            fig(ceiling),
+            ratio(vs_peer),
+            ratio(vs_ceiling)
+        ));
     }
     out.line("");
     out.line(&format!(
         "Targets: at or above the peer at every concurrency — **{}**; at least 40% of the pgbench ceiling — **{}**.",
-        if peer.is_none() { "not measured" } else if met.0 { "met" } else { "not met" },
-        if pgb.is_none() { "not measured" } else if met.1 { "met" } else { "not met" },
+        if peer.is_none() {
+            "not measured"
+        } else if met.0 {
+            "met"
+        } else {
+            "not met"
+        },
+        if pgb.is_none() {
+            "not measured"
+        } else if met.1 {
+            "met"
+        } else {
+            "not met"
+        },
     ));
     // The same jobs on few clients: per-client serialization at work (a
     // busy client's jobs are skipped, not waited on).
@@ -662,7 +713,9 @@ async fn queue(a: &BenchArgs, out: &mut Section) -> Result<()> {
 pub fn peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
         .unwrap_or(0)
 }
 
@@ -672,7 +725,19 @@ async fn inventory(n: usize, out: &mut Section) -> Result<()> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let exe = std::env::current_exe()?;
     let mut sim = tokio::process::Command::new(exe)
-        .args(["sim", "--listen", &format!("127.0.0.1:{port}"), "--rate", "1000000", "--pending-ms", "0", "--get-404-window-ms", "0", "--list-lag-ms", "0"])
+        .args([
+            "sim",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--rate",
+            "1000000",
+            "--pending-ms",
+            "0",
+            "--get-404-window-ms",
+            "0",
+            "--list-lag-ms",
+            "0",
+        ])
         .env("VULTR_API_KEY", KEY)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -697,7 +762,8 @@ async fn inventory(n: usize, out: &mut Section) -> Result<()> {
     let sem = Arc::new(tokio::sync::Semaphore::new(32));
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..n {
-        let (store, ledger, setup, spec, fp, sem) = (store.clone(), ledger.clone(), setup.clone(), spec.clone(), fp.clone(), sem.clone());
+        let (store, ledger, setup, spec, fp, sem) =
+            (store.clone(), ledger.clone(), setup.clone(), spec.clone(), fp.clone(), sem.clone());
         tasks.spawn(async move {
             let _permit = sem.acquire().await?;
             let c = store.client_create(&ClientName::parse(&format!("i{i}"))?, &spec, 0, 3).await?;
@@ -719,13 +785,27 @@ async fn inventory(n: usize, out: &mut Section) -> Result<()> {
                     .await?;
                 let id = match kind {
                     ResourceKind::Vm => match setup
-                        .instance_create(&InstanceRequest { region: "ewr".into(), plan: "vc2-1c-1gb".into(), os_id: 2284, label, hostname: "h".into() })
+                        .instance_create(&InstanceRequest {
+                            region: "ewr".into(),
+                            plan: "vc2-1c-1gb".into(),
+                            os_id: 2284,
+                            label,
+                            hostname: "h".into(),
+                        })
                         .await
                     {
                         Outcome::Accepted(id) => id.0,
                         o => anyhow::bail!("setup create: {o:?}"),
                     },
-                    _ => match setup.block_create(&BlockRequest { region: "ewr".into(), size_gb: 40, block_type: VolumeType::HighPerf, label }).await {
+                    _ => match setup
+                        .block_create(&BlockRequest {
+                            region: "ewr".into(),
+                            size_gb: 40,
+                            block_type: VolumeType::HighPerf,
+                            label,
+                        })
+                        .await
+                    {
                         Outcome::Accepted(id) => id.0,
                         o => anyhow::bail!("setup create: {o:?}"),
                     },
@@ -769,7 +849,10 @@ async fn inventory(n: usize, out: &mut Section) -> Result<()> {
     let listed = inv["instances_listed"].as_u64().unwrap_or(0) + inv["blocks_listed"].as_u64().unwrap_or(0);
     let count = |k: &str| inv[k].as_array().map_or(0, |a| a.len());
     println!("inventory: reconcile --all over {n} clients ({listed} resources listed; setup {setup_s:.0} s)");
-    println!("  provider calls {calls} (list pages of 500 at the default rate; one GET per resource would be {}), {secs:.2} s", 2 * n);
+    println!(
+        "  provider calls {calls} (list pages of 500 at the default rate; one GET per resource would be {}), {secs:.2} s",
+        2 * n
+    );
     println!(
         "  peak RSS of the reconcile --all process {rss:.1} MiB (target <= 150 MiB at 10,000 clients); orphans {}, missing {}, unrecorded {}",
         count("orphans"),
@@ -787,9 +870,7 @@ async fn inventory(n: usize, out: &mut Section) -> Result<()> {
     out.line("|---|---|---|");
     out.line(&format!("| provider calls | list pages only (one GET per resource would be {}) | **{calls}** ({listed} resources listed) |", 2 * n));
     out.line(&format!("| wall time of the pass | — | {secs:.2} s |"));
-    out.line(&format!(
-        "| peak RSS of the process | ≤ 150 MiB at 10,000 clients | **{rss:.1} MiB** at {n} clients |"
-    ));
+    out.line(&format!("| peak RSS of the process | ≤ 150 MiB at 10,000 clients | **{rss:.1} MiB** at {n} clients |"));
     out.line(&format!(
         "| findings | none | {} orphans, {} missing, {} unrecorded |",
         count("orphans"),

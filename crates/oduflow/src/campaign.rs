@@ -13,8 +13,8 @@
 //! first next time.
 
 use crate::config::BadInput;
-use anyhow::{bail, Context, Result};
-use oduflow_engine::{operator, Clock, SystemClock, FAIL_POINTS};
+use anyhow::{Context, Result, bail};
+use oduflow_engine::{Clock, FAIL_POINTS, SystemClock, operator};
 use oduflow_model::*;
 use oduflow_sim::{Faults, Ledger, Sim, SimConfig};
 use oduflow_store::Store;
@@ -213,7 +213,11 @@ pub async fn run(args: CampaignArgs) -> Result<()> {
         if let Ok(text) = std::fs::read_to_string(&args.failures_file) {
             let earlier: Vec<u64> = text.lines().filter_map(|l| l.split_whitespace().next()?.parse().ok()).collect();
             if !earlier.is_empty() {
-                println!("running {} earlier failing seed(s) from {} first", earlier.len(), args.failures_file.display());
+                println!(
+                    "running {} earlier failing seed(s) from {} first",
+                    earlier.len(),
+                    args.failures_file.display()
+                );
             }
             seeds.extend(earlier);
         }
@@ -326,7 +330,14 @@ struct Interference {
 impl Seed<'_> {
     /// Runs `n` worker processes until they exit (settled, crashed, or killed
     /// at the timeout).
-    async fn workers(&mut self, n: usize, key: &str, crash_prob: f64, faults: bool, deadline: Duration) -> Result<Vec<String>> {
+    async fn workers(
+        &mut self,
+        n: usize,
+        key: &str,
+        crash_prob: f64,
+        faults: bool,
+        deadline: Duration,
+    ) -> Result<Vec<String>> {
         self.workers_with(n, key, crash_prob, faults, deadline, None).await
     }
 
@@ -422,7 +433,11 @@ impl Seed<'_> {
             return Ok(());
         };
         let ledger = self.sim.ledger();
-        let found = ledger.resources.iter().find(|x| x.label == r.label.as_str() && x.deleted_at.is_none()).map(|x| x.id.clone());
+        let found = ledger
+            .resources
+            .iter()
+            .find(|x| x.label == r.label.as_str() && x.deleted_at.is_none())
+            .map(|x| x.id.clone());
         let now = SystemClock.now_ms();
         match &found {
             Some(_) => self.acts.0 += 1,
@@ -430,9 +445,11 @@ impl Seed<'_> {
         }
         match found {
             Some(id) => operator::adopt(store, provider, &c.name, kind, &id, "campaign", now, 20).await.map(drop),
-            None => operator::abandon(store, &c.name, kind, "campaign", "nothing carries its label in the ledger", now, 20)
-                .await
-                .map(drop),
+            None => {
+                operator::abandon(store, &c.name, kind, "campaign", "nothing carries its label in the ledger", now, 20)
+                    .await
+                    .map(drop)
+            }
         }
     }
 
@@ -496,7 +513,9 @@ impl Seed<'_> {
                     let c = store.client_get(n).await?.context("client")?;
                     match c.infra.target {
                         Target::Present => drop(store.client_delete(n, SystemClock.now_ms(), 20).await?),
-                        Target::Absent => drop(store.client_create(&ClientName::parse(n)?, spec, SystemClock.now_ms(), 20).await?),
+                        Target::Absent => {
+                            drop(store.client_create(&ClientName::parse(n)?, spec, SystemClock.now_ms(), 20).await?)
+                        }
                     }
                     self.flips += 1;
                     // A deleted client brought back and deleted again while
@@ -510,8 +529,12 @@ impl Seed<'_> {
                     }
                 }
                 Act::Reconcile => {
-                    let blocked: Vec<_> =
-                        store.client_list().await?.into_iter().filter(|c| c.infra.status == ClientStatus::Blocked).collect();
+                    let blocked: Vec<_> = store
+                        .client_list()
+                        .await?
+                        .into_iter()
+                        .filter(|c| c.infra.status == ClientStatus::Blocked)
+                        .collect();
                     if let Some(c) = blocked.get(pick(&mut self.rng, blocked.len())) {
                         // The operator action its reason calls for, while the
                         // workers run. Refusals (a key bound elsewhere, an
@@ -534,12 +557,21 @@ impl Seed<'_> {
                             Some(BlockedReason::UncertainCreate) if self.rng.chance(0.7) => {
                                 self.adopt_or_abandon(store, provider.as_ref(), c).await
                             }
-                            _ => operator::reconcile(store, provider.as_ref(), &c.name, false, "campaign", SystemClock.now_ms(), 20)
-                                .await
-                                .map(drop),
+                            _ => operator::reconcile(
+                                store,
+                                provider.as_ref(),
+                                &c.name,
+                                false,
+                                "campaign",
+                                SystemClock.now_ms(),
+                                20,
+                            )
+                            .await
+                            .map(drop),
                         };
                         match done {
-                            Ok(()) | Err(operator::OperatorError::Refused(_) | operator::OperatorError::Provider(_)) => {
+                            Ok(())
+                            | Err(operator::OperatorError::Refused(_) | operator::OperatorError::Provider(_)) => {
                                 self.reconciles += 1
                             }
                             Err(e) => return Err(e.into()),
@@ -553,12 +585,14 @@ impl Seed<'_> {
                     // which a run outliving its lease used to act after the
                     // deletion was reported.
                     let holders: Vec<(String, String)> = match store {
-                        Store::Sqlite(p) => sqlx::query_as(
-                            "SELECT i.lease_owner, c.name FROM infra i JOIN clients c ON c.id = i.client_id \
+                        Store::Sqlite(p) => {
+                            sqlx::query_as(
+                                "SELECT i.lease_owner, c.name FROM infra i JOIN clients c ON c.id = i.client_id \
                              WHERE i.lease_owner IS NOT NULL",
-                        )
-                        .fetch_all(p)
-                        .await?,
+                            )
+                            .fetch_all(p)
+                            .await?
+                        }
                         Store::Pg(..) => vec![],
                     };
                     let running = holders.iter().find_map(|(owner, name)| {
@@ -583,7 +617,8 @@ impl Seed<'_> {
                             self.flips += 1;
                         }
                     }
-                    let stopped = std::process::Command::new("kill").args(["-STOP", &pid_s]).status().is_ok_and(|s| s.success());
+                    let stopped =
+                        std::process::Command::new("kill").args(["-STOP", &pid_s]).status().is_ok_and(|s| s.success());
                     if stopped {
                         tokio::time::sleep(Duration::from_millis(ms)).await;
                         let _ = std::process::Command::new("kill").args(["-CONT", &pid_s]).status();
@@ -707,15 +742,37 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         if deleted {
             let what = Interference { churn: true, ..Interference::default() };
             let errors = s
-                .workers_with(p.workers, KEY, 0.0, true, Duration::from_millis(p.round_ms.max(600)), Some((what, &store, &names, &spec)))
+                .workers_with(
+                    p.workers,
+                    KEY,
+                    0.0,
+                    true,
+                    Duration::from_millis(p.round_ms.max(600)),
+                    Some((what, &store, &names, &spec)),
+                )
                 .await?;
             if errors.iter().any(|e| !e.contains("preflight:")) {
                 bail!("a worker failed: {}", errors.join(" | "));
             }
             if let Some(c) = store.client_get(&names[0]).await? {
                 let rs = store.receipts_for_client(&c.id).await?;
-                verbose(|| format!("seed {}: churn: {} {:?} dg {} receipts {:?}", p.seed, c.infra.status, c.infra.target, c.infra.vm_dispatch_generation,
-                    rs.iter().map(|r| (r.resource_kind, r.dispatch_generation, r.resource_id.is_some(), r.deleted_ms.is_some())).collect::<Vec<_>>()));
+                verbose(|| {
+                    format!(
+                        "seed {}: churn: {} {:?} dg {} receipts {:?}",
+                        p.seed,
+                        c.infra.status,
+                        c.infra.target,
+                        c.infra.vm_dispatch_generation,
+                        rs.iter()
+                            .map(|r| (
+                                r.resource_kind,
+                                r.dispatch_generation,
+                                r.resource_id.is_some(),
+                                r.deleted_ms.is_some()
+                            ))
+                            .collect::<Vec<_>>()
+                    )
+                });
                 if std::env::var("ODUFLOW_CAMPAIGN_VERBOSE").is_ok() {
                     for e in store.events_for_client(&c.id).await?.iter().rev().take(14).rev() {
                         println!("    {} {}", e.kind, e.detail);
@@ -733,7 +790,8 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
                     Target::Present => JobKind::Provision,
                     Target::Absent => JobKind::Deprovision,
                 };
-                let mut j = oduflow_store::NewJob::for_client(&c.id, kind, c.infra.generation, SystemClock.now_ms(), 20);
+                let mut j =
+                    oduflow_store::NewJob::for_client(&c.id, kind, c.infra.generation, SystemClock.now_ms(), 20);
                 j.identity_key = None; // a second delivery of the same job
                 store.job_enqueue(&j).await?;
             }
@@ -749,12 +807,20 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
             churn: false,
         };
         let errors = s
-            .workers_with(p.workers, key, p.crash_prob, true, Duration::from_millis(p.round_ms), Some((what, &store, &names, &spec)))
+            .workers_with(
+                p.workers,
+                key,
+                p.crash_prob,
+                true,
+                Duration::from_millis(p.round_ms),
+                Some((what, &store, &names, &spec)),
+            )
             .await?;
         verbose(|| format!("seed {} round {round}: workers {:.2} s", p.seed, t.elapsed().as_secs_f64()));
         // A worker that refuses to start (a restore pending, or its preflight
         // GET /account hit a fault) sent nothing: not a failure.
-        let restore_refusals = errors.iter().filter(|e| e.contains("restore pending") || e.contains("preflight:")).count();
+        let restore_refusals =
+            errors.iter().filter(|e| e.contains("restore pending") || e.contains("preflight:")).count();
         if errors.len() > restore_refusals {
             bail!("a worker failed: {}", errors.join(" | "));
         }
@@ -767,13 +833,16 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
             for tries in 0.. {
                 match operator::credentials_rotate(&store, p1.as_ref(), "campaign", SystemClock.now_ms(), 20).await {
                     Ok(_) => break,
-                    Err(operator::OperatorError::Provider(_)) if tries < 5 => tokio::time::sleep(Duration::from_millis(200)).await,
+                    Err(operator::OperatorError::Provider(_)) if tries < 5 => {
+                        tokio::time::sleep(Duration::from_millis(200)).await
+                    }
                     Err(e) => return Err(e.into()),
                 }
             }
             for c in store.client_list().await? {
                 if c.infra.blocked_reason == Some(BlockedReason::CredentialChanged) {
-                    operator::reconcile(&store, p1.as_ref(), &c.name, false, "campaign", SystemClock.now_ms(), 20).await?;
+                    operator::reconcile(&store, p1.as_ref(), &c.name, false, "campaign", SystemClock.now_ms(), 20)
+                        .await?;
                 }
             }
         }
@@ -879,7 +948,9 @@ async fn drop_db(store: &Store) {
     let Ok(name) = sqlx::query_scalar::<_, String>("SELECT current_database()").fetch_one(p).await else { return };
     p.close().await;
     if let Ok(admin) = sqlx::PgPool::connect(&oduflow_store::testing::pg_admin_url()).await {
-        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))).execute(&admin).await;
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+            .execute(&admin)
+            .await;
         admin.close().await;
     }
 }
@@ -968,10 +1039,13 @@ async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: boo
     // (Not after a restore: the receipts of the discarded timeline are gone,
     // and exactly-once is not promised after journal loss.)
     for (block, n) in ledger.attaches_per_block.iter().filter(|_| !restored) {
-        let owner = receipts.iter().find(|r| r.resource_id.as_deref() == Some(block.as_str())).map(|r| r.client_ref.clone());
+        let owner =
+            receipts.iter().find(|r| r.resource_id.as_deref() == Some(block.as_str())).map(|r| r.client_ref.clone());
         let dispatched = receipts
             .iter()
-            .filter(|r| r.resource_kind == ResourceKind::Attach && Some(&r.client_ref) == owner.as_ref() && r.sent_ms.is_some())
+            .filter(|r| {
+                r.resource_kind == ResourceKind::Attach && Some(&r.client_ref) == owner.as_ref() && r.sent_ms.is_some()
+            })
             .count() as u64;
         if *n > dispatched {
             bail!("invariant 1: {n} attaches applied to block {block}, {dispatched} attach dispatches sent");
@@ -1046,7 +1120,8 @@ async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: boo
         }
     }
     totals.adopted_by_label +=
-        receipts.iter().filter(|r| r.resource_id_source == Some(oduflow_store::IdSource::AdoptedByLabel)).count() as u64;
+        receipts.iter().filter(|r| r.resource_id_source == Some(oduflow_store::IdSource::AdoptedByLabel)).count()
+            as u64;
     let requests: u64 = ledger.requests.values().sum();
     let resources = ledger.resources.len().max(1) as u64;
     if requests / resources > REQUESTS_PER_RESOURCE_MAX {
@@ -1108,12 +1183,24 @@ async fn check_strict(
         })
     };
     for q in ledger.request_log.iter().filter(|q| q.key_fingerprint == second.as_str()) {
-        let r = q.resource_id.as_deref().and_then(|id| by_id.get(id)).or_else(|| q.label.as_deref().and_then(|l| owner.get(l)));
+        let r = q
+            .resource_id
+            .as_deref()
+            .and_then(|id| by_id.get(id))
+            .or_else(|| q.label.as_deref().and_then(|l| owner.get(l)));
         if let Some(r) = r.filter(|r| r.key_fingerprint == first && !sanctioned(q, r)) {
             let mine: Vec<String> = receipts
                 .iter()
                 .filter(|x| x.client_ref == r.client_ref)
-                .map(|x| format!("{} key {} claimed {} id {:?}", x.operation_key, x.key_fingerprint.short(), x.claimed_ms, x.resource_id))
+                .map(|x| {
+                    format!(
+                        "{} key {} claimed {} id {:?}",
+                        x.operation_key,
+                        x.key_fingerprint.short(),
+                        x.claimed_ms,
+                        x.resource_id
+                    )
+                })
                 .collect();
             let events: Vec<String> = store
                 .events_for_client(&r.client_ref)
@@ -1123,14 +1210,20 @@ async fn check_strict(
                 .collect();
             bail!(
                 "invariant 10: {} {} ({:?}) was sent with a changed key at {}: receipt {} was claimed with the key its record is bound to; rotations during runs {rotations:?}; receipts {mine:?}; events {events:?}",
-                q.method, q.route, q.resource_id, q.at_ms, r.operation_key
+                q.method,
+                q.route,
+                q.resource_id,
+                q.at_ms,
+                r.operation_key
             );
         }
     }
     for c in store.client_list().await? {
         let mine: Vec<&&oduflow_sim::LedgerResource> = live
             .iter()
-            .filter(|x| owner.get(x.label.as_str()).is_some_and(|r| r.client_ref == c.id) && !orphans.contains(&x.label))
+            .filter(|x| {
+                owner.get(x.label.as_str()).is_some_and(|r| r.client_ref == c.id) && !orphans.contains(&x.label)
+            })
             .collect();
         let vms = mine.iter().filter(|x| x.kind == oduflow_sim::ResourceKind::Instance).count();
         let vols = mine.iter().filter(|x| x.kind == oduflow_sim::ResourceKind::Block).count();
@@ -1139,7 +1232,10 @@ async fn check_strict(
         }
         match c.infra.status {
             ClientStatus::Ready => {
-                let (vm, vol) = (c.infra.vm_id.clone().context("ready without vm")?, c.infra.volume_id.clone().context("ready without volume")?);
+                let (vm, vol) = (
+                    c.infra.vm_id.clone().context("ready without vm")?,
+                    c.infra.volume_id.clone().context("ready without volume")?,
+                );
                 let ids: Vec<&str> = mine.iter().map(|x| x.id.as_str()).collect();
                 if ids.len() != 2 || !ids.contains(&vm.as_str()) || !ids.contains(&vol.as_str()) {
                     bail!("invariant 3: {} is ready with {vm} and {vol} but owns {ids:?} at the provider", c.name);
@@ -1151,7 +1247,12 @@ async fn check_strict(
             }
             ClientStatus::Deleted => {
                 if let Some(x) = mine.first() {
-                    bail!("invariant 9: {} is deleted but {} ({}) carrying one of its labels is live", c.name, x.id, x.label);
+                    bail!(
+                        "invariant 9: {} is deleted but {} ({}) carrying one of its labels is live",
+                        c.name,
+                        x.id,
+                        x.label
+                    );
                 }
                 // Nothing reaches the provider for a client after it was
                 // reported deleted.
@@ -1163,8 +1264,10 @@ async fn check_strict(
                     .map(|e| e.at_ms)
                     .max()
                     .unwrap_or(i64::MAX);
-                let ids: Vec<&str> = receipts.iter().filter(|r| r.client_ref == c.id).filter_map(|r| r.resource_id.as_deref()).collect();
-                let labels: Vec<&str> = receipts.iter().filter(|r| r.client_ref == c.id).map(|r| r.label.as_str()).collect();
+                let ids: Vec<&str> =
+                    receipts.iter().filter(|r| r.client_ref == c.id).filter_map(|r| r.resource_id.as_deref()).collect();
+                let labels: Vec<&str> =
+                    receipts.iter().filter(|r| r.client_ref == c.id).map(|r| r.label.as_str()).collect();
                 if let Some(req) = ledger.request_log.iter().find(|q| {
                     q.at_ms > at
                         && (q.resource_id.as_deref().is_some_and(|id| ids.contains(&id))
@@ -1172,7 +1275,11 @@ async fn check_strict(
                 }) {
                     bail!(
                         "invariant 9: {} was reported deleted at {at} but {} {} ({:?}) reached the provider at {}",
-                        c.name, req.method, req.route, req.resource_id, req.at_ms
+                        c.name,
+                        req.method,
+                        req.route,
+                        req.resource_id,
+                        req.at_ms
                     );
                 }
             }

@@ -2,7 +2,7 @@
 //! The API key is read only from the environment and held as a secret; a key
 //! in the file is refused, because files get copied, committed and backed up.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use secrecy::SecretString;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -89,10 +89,7 @@ fn env(name: &str) -> Option<String> {
 fn env_num<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
     match env(name) {
         None => Ok(None),
-        Some(v) => v
-            .parse()
-            .map(Some)
-            .map_err(|_| BadInput(format!("{name}={v:?} is not a valid number")).into()),
+        Some(v) => v.parse().map(Some).map_err(|_| BadInput(format!("{name}={v:?} is not a valid number")).into()),
     }
 }
 
@@ -107,8 +104,7 @@ impl Config {
             Some(p) => {
                 let text = std::fs::read_to_string(p)
                     .map_err(|e| BadInput(format!("cannot read config file {}: {e}", p.display())))?;
-                toml::from_str(&text)
-                    .map_err(|e| BadInput(format!("config file {}: {}", p.display(), e.message())))?
+                toml::from_str(&text).map_err(|e| BadInput(format!("config file {}: {}", p.display(), e.message())))?
             }
         };
         if fc.api_key.is_some() {
@@ -124,7 +120,9 @@ impl Config {
             api_key: env("VULTR_API_KEY").map(SecretString::from),
             poll_interval_ms: env_num("ODUFLOW_POLL_INTERVAL_MS")?.or(fc.poll_interval_ms).unwrap_or(5_000),
             observations_max: env_num("ODUFLOW_OBSERVATIONS_MAX")?.or(fc.observations_max).unwrap_or(60),
-            rate_per_sec: env_num("ODUFLOW_RATE_PER_SEC")?.or(fc.rate_per_sec).unwrap_or(oduflow_vultr::DEFAULT_RATE_PER_SEC),
+            rate_per_sec: env_num("ODUFLOW_RATE_PER_SEC")?
+                .or(fc.rate_per_sec)
+                .unwrap_or(oduflow_vultr::DEFAULT_RATE_PER_SEC),
             rate_group: env("ODUFLOW_RATE_GROUP")
                 .or(fc.rate_group)
                 .unwrap_or_else(|| oduflow_model::rate::DEFAULT_RATE_GROUP.into()),
@@ -143,8 +141,14 @@ impl Config {
         for a in &cfg.adapters {
             oduflow_engine::command_adapter::CommandAdapter::new(a.clone()).map_err(BadInput)?;
         }
-        if cfg.poll_interval_ms < 0 || cfg.observations_max < 1 || cfg.rate_per_sec == 0 || cfg.concurrency == 0
-            || cfg.lease_ms < 1 || cfg.attempts_max < 1 || !(1..=500).contains(&cfg.per_page) || cfg.ready_wait_ms < 0
+        if cfg.poll_interval_ms < 0
+            || cfg.observations_max < 1
+            || cfg.rate_per_sec == 0
+            || cfg.concurrency == 0
+            || cfg.lease_ms < 1
+            || cfg.attempts_max < 1
+            || !(1..=500).contains(&cfg.per_page)
+            || cfg.ready_wait_ms < 0
         {
             bail!(BadInput(
                 "poll_interval_ms and ready_wait_ms must be >= 0; observations_max, rate_per_sec, concurrency, lease_ms and attempts_max >= 1; per_page 1..=500"
@@ -177,8 +181,6 @@ impl Config {
     }
 
     pub fn api_key(&self) -> Result<&SecretString> {
-        self.api_key
-            .as_ref()
-            .context("VULTR_API_KEY is not set: the worker needs the Vultr API key in its environment")
+        self.api_key.as_ref().context("VULTR_API_KEY is not set: the worker needs the Vultr API key in its environment")
     }
 }

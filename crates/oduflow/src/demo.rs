@@ -93,14 +93,14 @@ pub async fn run(cfg: &Config, clients: usize, seed: u64, faults: bool) -> Resul
     let mut per_key: BTreeMap<String, u64> = BTreeMap::new();
     for r in &receipts {
         if r.resource_kind != ResourceKind::Attach {
-            per_key.insert(r.operation_key.to_string(), ledger.creates_per_label.get(r.label.as_str()).copied().unwrap_or(0));
+            per_key.insert(
+                r.operation_key.to_string(),
+                ledger.creates_per_label.get(r.label.as_str()).copied().unwrap_or(0),
+            );
         }
     }
-    let untracked: Vec<_> = ledger
-        .creates_per_label
-        .keys()
-        .filter(|l| !receipts.iter().any(|r| r.label.as_str() == l.as_str()))
-        .collect();
+    let untracked: Vec<_> =
+        ledger.creates_per_label.keys().filter(|l| !receipts.iter().any(|r| r.label.as_str() == l.as_str())).collect();
     let live = ledger.resources.iter().filter(|r| r.deleted_at.is_none()).count();
     println!("\nsummary after {:.1} s:", started.elapsed().as_secs_f64());
     println!("  after provisioning: {}", fmt_counts(&provisioned));
@@ -146,7 +146,9 @@ async fn blocked_lines(store: &Store) -> Result<Vec<String>> {
         .await?
         .into_iter()
         .filter_map(|c| {
-            c.infra.blocked_reason.map(|r| format!("blocked {}: {r} — {}", c.name, c.infra.blocked_detail.unwrap_or_default()))
+            c.infra
+                .blocked_reason
+                .map(|r| format!("blocked {}: {r} — {}", c.name, c.infra.blocked_detail.unwrap_or_default()))
         })
         .collect())
 }

@@ -82,9 +82,13 @@ pub async fn check(store: &Store, now_ms: i64) -> Result<Option<String>> {
     };
     if (mark < seen || diverged) && store.restore_pending().await?.is_none() {
         let why = if diverged {
-            format!("the database's event {seen} is not the one this host saw: restored from a backup, then written to?")
+            format!(
+                "the database's event {seen} is not the one this host saw: restored from a backup, then written to?"
+            )
         } else {
-            format!("database high-water mark {mark} is below {seen}, seen earlier by this host: restored from a backup?")
+            format!(
+                "database high-water mark {mark} is below {seen}, seen earlier by this host: restored from a backup?"
+            )
         };
         store.restore_declare(&why, now_ms).await?;
     }

@@ -13,7 +13,7 @@ mod sim;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use config::{BadInput, Config};
-use oduflow_engine::{operator, Clock, SystemClock, Worker};
+use oduflow_engine::{Clock, SystemClock, Worker, operator};
 use oduflow_model::provider::Provider;
 use oduflow_model::*;
 use oduflow_store::{ClientRow, Store, StoreError};
@@ -22,7 +22,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 #[derive(Parser)]
-#[command(name = "oduflow", version, about = "Provision and remove each client's Vultr infrastructure, never twice, never forgotten")]
+#[command(
+    name = "oduflow",
+    version,
+    about = "Provision and remove each client's Vultr infrastructure, never twice, never forgotten"
+)]
 struct Cli {
     /// TOML configuration file (default: ./oduflow.toml if it exists).
     #[arg(long, global = true)]
@@ -324,7 +328,8 @@ async fn run(cli: Cli) -> Result<()> {
                 .into());
             }
             let adapters = identity_adapters(&cfg, provider.as_ref())?;
-            let worker = Worker::new(store.clone(), provider.clone(), engine, Arc::new(SystemClock)).with_adapters(adapters);
+            let worker =
+                Worker::new(store.clone(), provider.clone(), engine, Arc::new(SystemClock)).with_adapters(adapters);
             // Keep this host's high-water mark fresh, and stop if the database
             // turns out to be a restored copy while running.
             let watch_store = store.clone();
@@ -365,7 +370,16 @@ async fn run(cli: Cli) -> Result<()> {
                 let store = open(&cfg).await?;
                 let provider = provider(&cfg, &store, "cli")?;
                 refuse_if_restored(&store).await?;
-                let row = operator::reconcile(&store, provider.as_ref(), &name, new_dispatch, &by, now_ms(), cfg.attempts_max).await?;
+                let row = operator::reconcile(
+                    &store,
+                    provider.as_ref(),
+                    &name,
+                    new_dispatch,
+                    &by,
+                    now_ms(),
+                    cfg.attempts_max,
+                )
+                .await?;
                 print_client(&store, &row, json, false).await?;
             }
         }
@@ -375,7 +389,8 @@ async fn run(cli: Cli) -> Result<()> {
             let store = open(&cfg).await?;
             let provider = provider(&cfg, &store, "cli")?;
             refuse_if_restored(&store).await?;
-            let row = operator::adopt(&store, provider.as_ref(), &name, kind, &id, &by, now_ms(), cfg.attempts_max).await?;
+            let row =
+                operator::adopt(&store, provider.as_ref(), &name, kind, &id, &by, now_ms(), cfg.attempts_max).await?;
             print_client(&store, &row, false, false).await?;
         }
         Cmd::Abandon { name, kind, by, reason } => {
@@ -402,9 +417,14 @@ async fn run(cli: Cli) -> Result<()> {
                     if json {
                         println!("{}", serde_json::json!({ "refused": unproven }));
                     }
-                    let list: Vec<String> =
-                        unproven.iter().map(|u| format!("{} {} {}: {}", u.client, u.kind.as_str(), u.resource, u.why)).collect();
-                    anyhow::bail!("rotation refused; the new key could not prove ownership of:\n  {}", list.join("\n  "));
+                    let list: Vec<String> = unproven
+                        .iter()
+                        .map(|u| format!("{} {} {}: {}", u.client, u.kind.as_str(), u.resource, u.why))
+                        .collect();
+                    anyhow::bail!(
+                        "rotation refused; the new key could not prove ownership of:\n  {}",
+                        list.join("\n  ")
+                    );
                 }
             }
         }
@@ -417,7 +437,14 @@ async fn run(cli: Cli) -> Result<()> {
                 println!("orphans: {} (as the last `oduflow reconcile --all` found them)", list.len());
                 for o in &list {
                     let state = o.resolution.as_deref().map_or_else(|| "open".to_owned(), |r| format!("resolved: {r}"));
-                    println!("  {:<6} {} label {} client {} — {} [{state}]", o.kind.as_str(), o.resource_id, o.label, o.client_ref.as_deref().unwrap_or("-"), o.note);
+                    println!(
+                        "  {:<6} {} label {} client {} — {} [{state}]",
+                        o.kind.as_str(),
+                        o.resource_id,
+                        o.label,
+                        o.client_ref.as_deref().unwrap_or("-"),
+                        o.note
+                    );
                 }
             }
         }
@@ -465,7 +492,11 @@ async fn refuse_if_restored(store: &Store) -> Result<()> {
 fn provider(cfg: &Config, store: &Store, role: &str) -> Result<Arc<oduflow_vultr::VultrClient>> {
     let scheme = cfg.vultr_url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
     if !matches!(scheme.as_deref(), Some("https" | "http")) {
-        return Err(BadInput(format!("ODUFLOW_VULTR_URL {:?}: the scheme must be https (or http for a local simulator)", cfg.vultr_url)).into());
+        return Err(BadInput(format!(
+            "ODUFLOW_VULTR_URL {:?}: the scheme must be https (or http for a local simulator)",
+            cfg.vultr_url
+        ))
+        .into());
     }
     let key = cfg.api_key()?.clone();
     let vc = oduflow_vultr::VultrConfig {
@@ -475,7 +506,8 @@ fn provider(cfg: &Config, store: &Store, role: &str) -> Result<Arc<oduflow_vultr
         request_timeout_ms: cfg.request_timeout_ms,
         ..oduflow_vultr::VultrConfig::new(key)
     };
-    let budget = oduflow_store::SharedBudget::new(store.clone(), &cfg.rate_group, &process_name(role)).map_err(BadInput)?;
+    let budget =
+        oduflow_store::SharedBudget::new(store.clone(), &cfg.rate_group, &process_name(role)).map_err(BadInput)?;
     Ok(Arc::new(oduflow_vultr::VultrClient::with_budget(vc, Arc::new(budget)).map_err(|e| BadInput(e.to_string()))?))
 }
 
@@ -618,7 +650,11 @@ async fn print_client(store: &Store, r: &ClientRow, json: bool, evidence: bool) 
     println!("target:     {} (generation {})", i.target, i.generation);
     println!(
         "spec:       region {} plan {} os {} volume {} GB {}",
-        i.spec.region, i.spec.plan, i.spec.os_id, i.spec.volume_gb, i.spec.volume_type.as_str()
+        i.spec.region,
+        i.spec.plan,
+        i.spec.os_id,
+        i.spec.volume_gb,
+        i.spec.volume_type.as_str()
     );
     println!("key:        {}", i.key_fingerprint.as_ref().map(|k| k.short()).unwrap_or("(not bound yet)"));
     println!("vm:         {}", i.vm_id.as_ref().map(|v| v.as_str()).unwrap_or("-"));
@@ -644,8 +680,13 @@ async fn print_client(store: &Store, r: &ClientRow, json: bool, evidence: bool) 
         if !adapters.is_empty() {
             println!("identities:");
             for a in &adapters {
-                println!("  {:<10} {:<9} {}{}", a.adapter, a.state, a.detail,
-                    if a.failures > 0 { format!(" (failures: {})", a.failures) } else { String::new() });
+                println!(
+                    "  {:<10} {:<9} {}{}",
+                    a.adapter,
+                    a.state,
+                    a.detail,
+                    if a.failures > 0 { format!(" (failures: {})", a.failures) } else { String::new() }
+                );
             }
         }
         println!("events (latest last):");

@@ -54,12 +54,19 @@ impl oduflow_model::identity::IdentityAdapter for TestAdapter {
             Ok("peer added".into())
         })
     }
-    fn check<'a>(&'a self, _t: &'a identity::IdentityTarget) -> identity::BoxFuture<'a, Result<identity::Presence, String>> {
+    fn check<'a>(
+        &'a self,
+        _t: &'a identity::IdentityTarget,
+    ) -> identity::BoxFuture<'a, Result<identity::Presence, String>> {
         Box::pin(async move {
             if self.fail_check.load(std::sync::atomic::Ordering::SeqCst) {
                 return Err("check failed".into());
             }
-            Ok(if *self.present.lock().unwrap() { identity::Presence::Present("peer".into()) } else { identity::Presence::Absent })
+            Ok(if *self.present.lock().unwrap() {
+                identity::Presence::Present("peer".into())
+            } else {
+                identity::Presence::Absent
+            })
         })
     }
     fn remove<'a>(&'a self, _t: &'a identity::IdentityTarget) -> identity::BoxFuture<'a, Result<String, String>> {
@@ -303,7 +310,9 @@ async fn reads_failing_for_ever_block_then_reconcile_recovers(store: Store) -> R
     let p = Arc::new(MemoryProvider::new(key("k1")));
     let w = worker(&store, p.clone());
     create(&store, "acme").await;
-    p.with(|s| s.fail_reads = Some(provider::ProviderError::Status { status: 401, message: "Invalid API token.".into() }));
+    p.with(|s| {
+        s.fail_reads = Some(provider::ProviderError::Status { status: 401, message: "Invalid API token.".into() })
+    });
     drain(&w, 100).await;
     let after = status(&store, "acme").await;
     assert_eq!(after.infra.blocked_reason, Some(BlockedReason::ProviderUnavailable), "{after:?}");
@@ -387,10 +396,12 @@ async fn adopted_renamed_vm_is_verified_without_its_label(store: Store) -> Resul
     // A rotation proves ownership of it the way runs accept it: by its id,
     // not by a label it never carried.
     let p2 = Arc::new(MemoryProvider::new(key("k2")));
-    p.with(|s1| p2.with(|s2| {
-        s2.instances = s1.instances.clone();
-        s2.blocks = s1.blocks.clone();
-    }));
+    p.with(|s1| {
+        p2.with(|s2| {
+            s2.instances = s1.instances.clone();
+            s2.blocks = s1.blocks.clone();
+        })
+    });
     let rebound = operator::credentials_rotate(&store, p2.as_ref(), "ops", now(), 3).await?;
     assert_eq!(rebound.map_err(|u| format!("{u:?}")), Ok(vec!["acme".to_owned()]));
     Ok(())
@@ -420,10 +431,12 @@ async fn rotation_bumps_generation_and_resolves_credential_changed(store: Store)
     let w1 = worker(&store, p1.clone());
     let before = ready(&store, &w1, "acme").await;
     let p2 = Arc::new(MemoryProvider::new(key("new")));
-    p1.with(|s1| p2.with(|s2| {
-        s2.instances = s1.instances.clone();
-        s2.blocks = s1.blocks.clone();
-    }));
+    p1.with(|s1| {
+        p2.with(|s2| {
+            s2.instances = s1.instances.clone();
+            s2.blocks = s1.blocks.clone();
+        })
+    });
     let w2 = worker(&store, p2.clone());
     store.client_delete("acme", now(), 3).await?;
     drain(&w2, 20).await;
@@ -471,7 +484,8 @@ async fn a_run_that_loses_its_claim_while_a_read_waits_sends_nothing_more(store:
             .fetch_all(pool)
             .await?;
             assert_eq!(pids.len(), 1, "exactly the run's claim connection is idle in its transaction");
-            let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)").bind(pids[0]).fetch_one(pool).await?;
+            let killed: bool =
+                sqlx::query_scalar("SELECT pg_terminate_backend($1)").bind(pids[0]).fetch_one(pool).await?;
             assert!(killed);
             // pg_terminate_backend only signals: wait until the backend is gone.
             let t = std::time::Instant::now();
@@ -630,7 +644,10 @@ async fn a_vm_deleted_just_before_a_flip_back_is_not_missing(store: Store) -> Re
     assert_eq!(c.infra.status, ClientStatus::Ready, "{c:?}");
     assert_ne!(c.infra.vm_id, first.infra.vm_id, "a new VM");
     let r = store.receipts_for_client(&c.id).await?;
-    assert!(r.iter().any(|r| r.resource_kind == ResourceKind::Vm && r.deleted_ms.is_some()), "the deletion was confirmed");
+    assert!(
+        r.iter().any(|r| r.resource_kind == ResourceKind::Vm && r.deleted_ms.is_some()),
+        "the deletion was confirmed"
+    );
     Ok(())
 }
 
@@ -648,15 +665,20 @@ async fn a_restored_not_sent_receipt_is_never_sent_again_blindly(store: Store) -
     let r = store.receipts_for_client(&c.id).await?.into_iter().find(|r| r.resource_kind == ResourceKind::Vm).unwrap();
     assert!(r.not_sent_ms.is_some(), "{r:?}");
     // The timeline the restore threw away: the resend made the VM.
-    p.with(|s| {
-        s.put_vm("made-after-the-backup", r.label.as_str())
-    });
+    p.with(|s| s.put_vm("made-after-the-backup", r.label.as_str()));
     store.restore_declare("test: restored from a backup", now()).await?;
     operator::inventory(&store, p.as_ref(), now()).await?;
     drain(&w, 50).await;
     let after = status(&store, "acme").await;
     assert_eq!(after.infra.status, ClientStatus::Ready, "{after:?}");
     assert_eq!(after.infra.vm_id.as_ref().map(|v| v.as_str()), Some("made-after-the-backup"));
-    p.with(|s| assert_eq!(s.creates_per_label.get(r.label.as_str()), None, "the create was sent again: {:?}", s.creates_per_label));
+    p.with(|s| {
+        assert_eq!(
+            s.creates_per_label.get(r.label.as_str()),
+            None,
+            "the create was sent again: {:?}",
+            s.creates_per_label
+        )
+    });
     Ok(())
 }

@@ -76,7 +76,11 @@ fn worker(store: &Store, provider: Arc<MemoryProvider>) -> Worker<MemoryProvider
 }
 
 /// A test worker with its settings adjusted by `f`.
-fn worker_with(store: &Store, provider: Arc<MemoryProvider>, f: impl FnOnce(&mut EngineConfig)) -> Worker<MemoryProvider> {
+fn worker_with(
+    store: &Store,
+    provider: Arc<MemoryProvider>,
+    f: impl FnOnce(&mut EngineConfig),
+) -> Worker<MemoryProvider> {
     let mut cfg = EngineConfig {
         worker_id: "test".into(),
         poll_interval_ms: 0,
@@ -95,10 +99,7 @@ fn spec() -> ClientSpec {
 }
 
 async fn create(store: &Store, name: &str) -> ClientRow {
-    store
-        .client_create(&ClientName::parse(name).unwrap(), &spec(), now(), 3)
-        .await
-        .unwrap()
+    store.client_create(&ClientName::parse(name).unwrap(), &spec(), now(), 3).await.unwrap()
 }
 
 fn now() -> i64 {
@@ -273,10 +274,12 @@ async fn lost_response_is_adopted_never_resent(store: Store) -> Result<()> {
         assert!(s.creates_per_label.values().all(|n| *n == 1));
     });
     let receipts = store.receipts_for_client(&c.id).await?;
-    assert!(receipts
-        .iter()
-        .filter(|r| r.resource_kind != ResourceKind::Attach)
-        .all(|r| r.resource_id_source == Some(IdSource::AdoptedByLabel)));
+    assert!(
+        receipts
+            .iter()
+            .filter(|r| r.resource_kind != ResourceKind::Attach)
+            .all(|r| r.resource_id_source == Some(IdSource::AdoptedByLabel))
+    );
     Ok(())
 }
 
@@ -471,7 +474,8 @@ mod operator_actions {
 
         // Abandon needs an attestation.
         assert!(operator::abandon(&store, "beta", ResourceKind::Vm, "", "x", now(), 3).await.is_err());
-        operator::abandon(&store, "beta", ResourceKind::Vm, "alice", "confirmed in the Vultr console", now(), 3).await?;
+        operator::abandon(&store, "beta", ResourceKind::Vm, "alice", "confirmed in the Vultr console", now(), 3)
+            .await?;
         drain(&w, 50).await;
         assert_eq!(status(&store, "beta").await.infra.status, ClientStatus::Ready);
         // The abandoned label stays watched: if it appears, it is an orphan.
@@ -531,10 +535,12 @@ mod operator_actions {
         assert_eq!(status(&store, "acme").await.infra.key_fingerprint, Some(key("old")));
         // A new key on the same account (same resources visible): rebound.
         let p2 = Arc::new(MemoryProvider::new(key("new")));
-        p1.with(|s1| p2.with(|s2| {
-            s2.instances = s1.instances.clone();
-            s2.blocks = s1.blocks.clone();
-        }));
+        p1.with(|s1| {
+            p2.with(|s2| {
+                s2.instances = s1.instances.clone();
+                s2.blocks = s1.blocks.clone();
+            })
+        });
         let names = operator::credentials_rotate(&store, p2.as_ref(), "ops", now(), 3).await?.unwrap();
         assert_eq!(names, vec!["acme".to_owned()]);
         assert_eq!(status(&store, "acme").await.infra.key_fingerprint, Some(key("new")));

@@ -79,14 +79,20 @@ fn unknown_outcome_is_observed_never_redispatched() {
 
 #[test]
 fn one_label_match_is_adopted_after_verification() {
-    check(present(unknown(2, Seen::ByLabel(vec![ok("i-1")])), none(), ReceiptFacts::None), Action::Adopt(K::Vm, "i-1".into()));
+    check(
+        present(unknown(2, Seen::ByLabel(vec![ok("i-1")])), none(), ReceiptFacts::None),
+        Action::Adopt(K::Vm, "i-1".into()),
+    );
     let wrong = Facts { mismatch: Some("region ams != ewr".into()), ..ok("i-1") };
     check_block(present(unknown(0, Seen::ByLabel(vec![wrong])), none(), ReceiptFacts::None), B::ConfigMismatch);
 }
 
 #[test]
 fn duplicate_label_matches_block() {
-    check_block(present(unknown(0, Seen::ByLabel(vec![ok("i-1"), ok("i-2")])), none(), ReceiptFacts::None), B::DuplicateMatches);
+    check_block(
+        present(unknown(0, Seen::ByLabel(vec![ok("i-1"), ok("i-2")])), none(), ReceiptFacts::None),
+        B::DuplicateMatches,
+    );
     check_block(absent(unknown(0, Seen::ByLabel(vec![ok("i-1"), ok("i-2")])), none()), B::DuplicateMatches);
 }
 
@@ -100,7 +106,10 @@ fn rejection_blocks_and_is_not_retried() {
 
 #[test]
 fn known_id_404_keeps_the_id_then_blocks() {
-    check(present(known("i-1", 0, Seen::NotRead), known("v-1", 0, Seen::NotRead), ReceiptFacts::None), Action::Observe(K::Vm));
+    check(
+        present(known("i-1", 0, Seen::NotRead), known("v-1", 0, Seen::NotRead), ReceiptFacts::None),
+        Action::Observe(K::Vm),
+    );
     check(present(known("i-1", 0, Seen::Missing), none(), ReceiptFacts::None), Action::CountObservation(K::Vm));
     check_block(present(known("i-1", 4, Seen::Missing), none(), ReceiptFacts::None), B::KnownResourceMissing);
 }
@@ -134,8 +143,14 @@ fn attach_waits_for_ready_then_dispatches_once() {
     let vm = known("i-1", 0, Seen::Present(ok("i-1")));
     check(present(vm.clone(), volume.clone(), ReceiptFacts::None), Action::Dispatch(K::Attach));
     // Sent (whatever the answer): never again; only observed.
-    check(present(vm.clone(), volume.clone(), ReceiptFacts::Unknown { observations: 0 }), Action::CountObservation(K::Attach));
-    check(present(vm.clone(), volume.clone(), ReceiptFacts::Known { id: "i-1".into(), observations: 1 }), Action::CountObservation(K::Attach));
+    check(
+        present(vm.clone(), volume.clone(), ReceiptFacts::Unknown { observations: 0 }),
+        Action::CountObservation(K::Attach),
+    );
+    check(
+        present(vm.clone(), volume.clone(), ReceiptFacts::Known { id: "i-1".into(), observations: 1 }),
+        Action::CountObservation(K::Attach),
+    );
     check_block(present(vm.clone(), volume, ReceiptFacts::Unknown { observations: 4 }), B::UncertainAttach);
     let attached = known("v-1", 0, Seen::Present(vol("v-1", Some("i-1"))));
     check(present(vm.clone(), attached, ReceiptFacts::Unknown { observations: 4 }), Action::Ready);

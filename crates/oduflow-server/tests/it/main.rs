@@ -10,11 +10,11 @@
 use oduflow_engine::{EngineConfig, SystemClock, Worker};
 use oduflow_model::provider::{InstanceRequest, Outcome, Provider};
 use oduflow_model::*;
-use oduflow_server::{auth, AppState};
+use oduflow_server::{AppState, auth};
 use oduflow_store::Store;
 use oduflow_vultr::{VultrClient, VultrConfig};
 use reqwest::Method;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -63,9 +63,8 @@ impl H {
     async fn start_on(dir: tempfile::TempDir, db_url: String) -> H {
         let store = Store::connect(&db_url, true).await.unwrap();
         store.migrate().await.unwrap();
-        let sim_cfg = oduflow_sim::SimConfig { rate_per_sec: 1000, ..oduflow_sim::SimConfig::default() }
-            .with_key(KEY)
-            .instant();
+        let sim_cfg =
+            oduflow_sim::SimConfig { rate_per_sec: 1000, ..oduflow_sim::SimConfig::default() }.with_key(KEY).instant();
         let sim = oduflow_sim::Sim::start(sim_cfg, "127.0.0.1:0".parse().unwrap()).await.unwrap();
         let provider = vultr(&sim);
         let token = auth::token_generate();
@@ -290,13 +289,23 @@ async fn health_is_open_and_every_other_route_needs_a_valid_token() {
     let before = h.footprint().await;
     for (method, path) in ROUTES {
         let method = Method::from_bytes(method.as_bytes()).unwrap();
-        for auth in [None, Some("Bearer odf_wrong".to_owned()), Some(format!("Bearer {revoked}")), Some(format!("Basic {}", h.token)), Some(h.token.clone())] {
+        for auth in [
+            None,
+            Some("Bearer odf_wrong".to_owned()),
+            Some(format!("Bearer {revoked}")),
+            Some(format!("Basic {}", h.token)),
+            Some(h.token.clone()),
+        ] {
             let mut req = h.http.request(method.clone(), h.url(path)).json(&create_body("acme"));
             if let Some(a) = &auth {
                 req = req.header("authorization", a);
             }
             let r = req.send().await.unwrap();
-            assert_eq!(r.headers().get("www-authenticate").map(|v| v.to_str().unwrap()), Some("Bearer"), "{method} {path}");
+            assert_eq!(
+                r.headers().get("www-authenticate").map(|v| v.to_str().unwrap()),
+                Some("Bearer"),
+                "{method} {path}"
+            );
             let got = json_of(r).await;
             assert_error(&got, 401, "unauthorized");
         }
@@ -471,7 +480,8 @@ async fn interventions_show_reason_evidence_receipts_and_commands() {
     assert_eq!(lost["reason"], "uncertain_create");
     let vm = lost["receipts"].as_array().unwrap().iter().find(|r| r["resource_kind"] == "vm").unwrap();
     assert!(vm["resource_id"].is_null() && vm["observation_count"].as_i64().unwrap() >= 2, "{vm}");
-    let cmds: Vec<&str> = lost["resolutions"].as_array().unwrap().iter().map(|r| r["command"].as_str().unwrap()).collect();
+    let cmds: Vec<&str> =
+        lost["resolutions"].as_array().unwrap().iter().map(|r| r["command"].as_str().unwrap()).collect();
     assert_eq!(
         cmds,
         [
@@ -490,7 +500,11 @@ async fn reconcile_observes_again_and_new_dispatch_only_after_a_rejection() {
     let h = H::start().await;
     h.fixture().await;
     // Unknown outcome: --new-dispatch is refused, plain reconcile allowed.
-    assert_error(&h.post("/api/v1/clients/lost-create/reconcile", json!({ "new_dispatch": true })).await, 409, "refused");
+    assert_error(
+        &h.post("/api/v1/clients/lost-create/reconcile", json!({ "new_dispatch": true })).await,
+        409,
+        "refused",
+    );
     let (s, v) = h.post("/api/v1/clients/lost-create/reconcile", json!({})).await;
     assert_eq!((s, v["status"].as_str()), (200, Some("provisioning")), "{v}");
     let ev = h.store.events_by_kind("reconcile_requested").await.unwrap();
@@ -503,7 +517,11 @@ async fn reconcile_observes_again_and_new_dispatch_only_after_a_rejection() {
     assert_eq!(after, before + 1);
     assert_error(&h.post("/api/v1/clients/nobody/reconcile", json!({})).await, 404, "not_found");
     // The server's provider counted nothing it did not send: reconcile reads nothing here.
-    assert_error(&h.post("/api/v1/clients/bad-plan/reconcile", json!({ "new_dispatch": "yes" })).await, 422, "invalid_input");
+    assert_error(
+        &h.post("/api/v1/clients/bad-plan/reconcile", json!({ "new_dispatch": "yes" })).await,
+        422,
+        "invalid_input",
+    );
 }
 
 #[tokio::test]
@@ -512,9 +530,21 @@ async fn adopt_verifies_the_resource_before_recording_it() {
     h.fixture().await;
     // An id nobody has: refused after asking the provider.
     let ghost = "0b9f7b1e-8c52-4d0e-9a54-3f5c1c7d2e11";
-    assert_error(&h.post("/api/v1/clients/lost-create/adopt", json!({ "kind": "vm", "id": ghost })).await, 409, "refused");
-    assert_error(&h.post("/api/v1/clients/lost-create/adopt", json!({ "kind": "vm", "id": "not-an-id" })).await, 422, "invalid_input");
-    assert_error(&h.post("/api/v1/clients/lost-create/adopt", json!({ "kind": "attach", "id": ghost })).await, 422, "invalid_input");
+    assert_error(
+        &h.post("/api/v1/clients/lost-create/adopt", json!({ "kind": "vm", "id": ghost })).await,
+        409,
+        "refused",
+    );
+    assert_error(
+        &h.post("/api/v1/clients/lost-create/adopt", json!({ "kind": "vm", "id": "not-an-id" })).await,
+        422,
+        "invalid_input",
+    );
+    assert_error(
+        &h.post("/api/v1/clients/lost-create/adopt", json!({ "kind": "attach", "id": ghost })).await,
+        422,
+        "invalid_input",
+    );
     // A VM the operator found in the console (made here straight through the provider).
     let made = h
         .provider
@@ -535,7 +565,11 @@ async fn adopt_verifies_the_resource_before_recording_it() {
     assert_eq!(vm.resource_id.as_deref(), Some(id.as_str()));
     assert_eq!(vm.resource_id_source, Some(oduflow_store::IdSource::AdoptedByOperator));
     // The same id again, for another client: refused.
-    assert_error(&h.post("/api/v1/clients/lost-again/adopt", json!({ "kind": "vm", "id": id.as_str() })).await, 409, "refused");
+    assert_error(
+        &h.post("/api/v1/clients/lost-again/adopt", json!({ "kind": "vm", "id": id.as_str() })).await,
+        409,
+        "refused",
+    );
 }
 
 #[tokio::test]
@@ -545,8 +579,16 @@ async fn abandon_needs_an_attestation_and_an_uncertain_dispatch() {
     let path = "/api/v1/clients/lost-again/abandon";
     assert_error(&h.post(path, json!({ "kind": "vm", "reason": "checked" })).await, 422, "invalid_input");
     assert_error(&h.post(path, json!({ "kind": "vm", "by": "  ", "reason": "checked" })).await, 422, "invalid_input");
-    assert_error(&h.post(path, json!({ "kind": "vm", "by": "alice", "reason": "a\u{7}b" })).await, 422, "invalid_input");
-    assert_error(&h.post(path, json!({ "kind": "vm", "by": "a".repeat(101), "reason": "x" })).await, 422, "invalid_input");
+    assert_error(
+        &h.post(path, json!({ "kind": "vm", "by": "alice", "reason": "a\u{7}b" })).await,
+        422,
+        "invalid_input",
+    );
+    assert_error(
+        &h.post(path, json!({ "kind": "vm", "by": "a".repeat(101), "reason": "x" })).await,
+        422,
+        "invalid_input",
+    );
     // A ready client's VM has a known outcome.
     assert_error(
         &h.post("/api/v1/clients/acme-ready/abandon", json!({ "kind": "vm", "by": "alice", "reason": "x" })).await,
@@ -583,7 +625,10 @@ async fn orphans_are_listed_with_their_client_and_commands() {
     assert_eq!(list[0]["kind"], "vm");
     assert_eq!(list[0]["client"], "acme-ready");
     let resolve: Vec<&str> = list[0]["resolve"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
-    assert_eq!(resolve, vec![format!("oduflow orphan adopt {id}"), format!("oduflow orphan delete {id} --by WHO --reason WHY")]);
+    assert_eq!(
+        resolve,
+        vec![format!("oduflow orphan adopt {id}"), format!("oduflow orphan delete {id} --by WHO --reason WHY")]
+    );
     assert_eq!(h.sim.ledger().request_log.len(), before, "listing orphans called the provider");
     assert_error(&h.post("/api/v1/orphans", json!({})).await, 405, "method_not_allowed");
 }
@@ -726,7 +771,9 @@ async fn metrics_show_jobs_dispatches_blocked_reasons_provider_calls_and_lag(h: 
             assert_eq!(name, current, "a sample outside its family: {l}");
         }
     }
-    assert!(text.contains("# HELP oduflow_provider_requests_total Vultr API requests sent by this oduflow serve process"));
+    assert!(
+        text.contains("# HELP oduflow_provider_requests_total Vultr API requests sent by this oduflow serve process")
+    );
     assert!(!text.contains("0b9f7b1e"), "no ids in metric labels");
 }
 
@@ -735,7 +782,11 @@ async fn metrics_show_jobs_dispatches_blocked_reasons_provider_calls_and_lag(h: 
 async fn bad_input_is_a_4xx_json_error_that_stores_nothing_and_calls_no_provider(h: H) {
     let before = h.footprint().await;
     let raw = |method: &str, path: &str, ctype: Option<&str>, body: Vec<u8>| {
-        let mut r = h.http.request(Method::from_bytes(method.as_bytes()).unwrap(), h.url(path)).bearer_auth(&h.token).body(body);
+        let mut r = h
+            .http
+            .request(Method::from_bytes(method.as_bytes()).unwrap(), h.url(path))
+            .bearer_auth(&h.token)
+            .body(body);
         if let Some(c) = ctype {
             r = r.header("content-type", c);
         }
@@ -749,25 +800,108 @@ async fn bad_input_is_a_4xx_json_error_that_stores_nothing_and_calls_no_provider
     };
     let oversized = serde_json::to_vec(&json!({ "name": "acme", "padding": "x".repeat(100 * 1024) })).unwrap();
     let cases: Vec<(&str, reqwest::RequestBuilder, u16, &str)> = vec![
-        ("malformed JSON", raw("POST", "/api/v1/clients", json_ct, b"{\"name\": \"acme\",".to_vec()), 400, "bad_request"),
+        (
+            "malformed JSON",
+            raw("POST", "/api/v1/clients", json_ct, b"{\"name\": \"acme\",".to_vec()),
+            400,
+            "bad_request",
+        ),
         ("not JSON at all", raw("POST", "/api/v1/clients", json_ct, b"name=acme".to_vec()), 400, "bad_request"),
         ("empty body", raw("POST", "/api/v1/clients", json_ct, vec![]), 400, "bad_request"),
         ("oversized body", raw("POST", "/api/v1/clients", json_ct, oversized), 413, "payload_too_large"),
         ("no content type", raw("POST", "/api/v1/clients", None, with(&|_| {})), 415, "unsupported_media_type"),
-        ("text/plain", raw("POST", "/api/v1/clients", Some("text/plain"), with(&|_| {})), 415, "unsupported_media_type"),
-        ("os_id as a string", raw("POST", "/api/v1/clients", json_ct, with(&|b| b["os_id"] = json!("2284"))), 422, "invalid_input"),
-        ("volume_gb as a float", raw("POST", "/api/v1/clients", json_ct, with(&|b| b["volume_gb"] = json!(40.5))), 422, "invalid_input"),
-        ("name as a number", raw("POST", "/api/v1/clients", json_ct, with(&|b| b["name"] = json!(5))), 422, "invalid_input"),
-        ("os_id overflow", raw("POST", "/api/v1/clients", json_ct, br#"{"name":"acme","region":"ewr","plan":"vc2-1c-1gb","os_id":99999999999999999999,"volume_gb":40}"#.to_vec()), 422, "invalid_input"),
-        ("null name", raw("POST", "/api/v1/clients", json_ct, with(&|b| b["name"] = Value::Null)), 422, "invalid_input"),
+        (
+            "text/plain",
+            raw("POST", "/api/v1/clients", Some("text/plain"), with(&|_| {})),
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            "os_id as a string",
+            raw("POST", "/api/v1/clients", json_ct, with(&|b| b["os_id"] = json!("2284"))),
+            422,
+            "invalid_input",
+        ),
+        (
+            "volume_gb as a float",
+            raw("POST", "/api/v1/clients", json_ct, with(&|b| b["volume_gb"] = json!(40.5))),
+            422,
+            "invalid_input",
+        ),
+        (
+            "name as a number",
+            raw("POST", "/api/v1/clients", json_ct, with(&|b| b["name"] = json!(5))),
+            422,
+            "invalid_input",
+        ),
+        (
+            "os_id overflow",
+            raw(
+                "POST",
+                "/api/v1/clients",
+                json_ct,
+                br#"{"name":"acme","region":"ewr","plan":"vc2-1c-1gb","os_id":99999999999999999999,"volume_gb":40}"#
+                    .to_vec(),
+            ),
+            422,
+            "invalid_input",
+        ),
+        (
+            "null name",
+            raw("POST", "/api/v1/clients", json_ct, with(&|b| b["name"] = Value::Null)),
+            422,
+            "invalid_input",
+        ),
         ("an array body", raw("POST", "/api/v1/clients", json_ct, b"[]".to_vec()), 422, "invalid_input"),
-        ("unknown field", raw("POST", "/api/v1/clients", json_ct, with(&|b| b["admin"] = json!(true))), 422, "invalid_input"),
-        ("missing field", raw("POST", "/api/v1/clients", json_ct, with(&|b| { b.as_object_mut().unwrap().remove("plan"); })), 422, "invalid_input"),
-        ("unknown volume type", raw("POST", "/api/v1/clients", json_ct, with(&|b| b["volume_type"] = json!("ssd"))), 422, "invalid_input"),
-        ("volume too small", raw("POST", "/api/v1/clients", json_ct, with(&|b| b["volume_gb"] = json!(9))), 422, "invalid_input"),
-        ("negative os id", raw("POST", "/api/v1/clients", json_ct, with(&|b| b["os_id"] = json!(-1))), 422, "invalid_input"),
-        ("bad region", raw("POST", "/api/v1/clients", json_ct, with(&|b| b["region"] = json!("EWR'--"))), 422, "invalid_input"),
-        ("unknown field in an action", raw("POST", "/api/v1/clients/acme/reconcile", json_ct, br#"{"new_dispatch":false,"force":true}"#.to_vec()), 422, "invalid_input"),
+        (
+            "unknown field",
+            raw("POST", "/api/v1/clients", json_ct, with(&|b| b["admin"] = json!(true))),
+            422,
+            "invalid_input",
+        ),
+        (
+            "missing field",
+            raw(
+                "POST",
+                "/api/v1/clients",
+                json_ct,
+                with(&|b| {
+                    b.as_object_mut().unwrap().remove("plan");
+                }),
+            ),
+            422,
+            "invalid_input",
+        ),
+        (
+            "unknown volume type",
+            raw("POST", "/api/v1/clients", json_ct, with(&|b| b["volume_type"] = json!("ssd"))),
+            422,
+            "invalid_input",
+        ),
+        (
+            "volume too small",
+            raw("POST", "/api/v1/clients", json_ct, with(&|b| b["volume_gb"] = json!(9))),
+            422,
+            "invalid_input",
+        ),
+        (
+            "negative os id",
+            raw("POST", "/api/v1/clients", json_ct, with(&|b| b["os_id"] = json!(-1))),
+            422,
+            "invalid_input",
+        ),
+        (
+            "bad region",
+            raw("POST", "/api/v1/clients", json_ct, with(&|b| b["region"] = json!("EWR'--"))),
+            422,
+            "invalid_input",
+        ),
+        (
+            "unknown field in an action",
+            raw("POST", "/api/v1/clients/acme/reconcile", json_ct, br#"{"new_dispatch":false,"force":true}"#.to_vec()),
+            422,
+            "invalid_input",
+        ),
         ("unknown route", raw("GET", "/api/v1/nothing", None, vec![]), 404, "not_found"),
         ("wrong method", raw("PUT", "/api/v1/clients", json_ct, with(&|_| {})), 405, "method_not_allowed"),
         ("bad percent-encoding in the path", raw("GET", "/api/v1/clients/%FF%FE", None, vec![]), 400, "bad_request"),
@@ -792,7 +926,12 @@ async fn bad_input_is_a_4xx_json_error_that_stores_nothing_and_calls_no_provider
     ];
     let mut all = cases;
     for n in names {
-        all.push(("a bad name in a body", raw("POST", "/api/v1/clients", json_ct, with(&|b| b["name"] = json!(n))), 422, "invalid_input"));
+        all.push((
+            "a bad name in a body",
+            raw("POST", "/api/v1/clients", json_ct, with(&|b| b["name"] = json!(n))),
+            422,
+            "invalid_input",
+        ));
     }
     let mut checked = 0;
     for (what, req, status, code) in all {
@@ -805,14 +944,18 @@ async fn bad_input_is_a_4xx_json_error_that_stores_nothing_and_calls_no_provider
     for n in names.iter().filter(|n| !n.is_empty()) {
         let enc: String = n.bytes().map(|b| format!("%{b:02X}")).collect();
         for (method, suffix) in [("GET", ""), ("DELETE", ""), ("GET", "/receipts"), ("GET", "/events")] {
-            let got = json_of(raw(method, &format!("/api/v1/clients/{enc}{suffix}"), None, vec![]).send().await.unwrap()).await;
+            let got =
+                json_of(raw(method, &format!("/api/v1/clients/{enc}{suffix}"), None, vec![]).send().await.unwrap())
+                    .await;
             assert_error(&got, 422, "invalid_input");
             checked += 1;
         }
         for action in ["reconcile", "adopt", "abandon"] {
             let body = br#"{"kind":"vm","id":"0b9f7b1e-8c52-4d0e-9a54-3f5c1c7d2e11","by":"a","reason":"b"}"#;
             let body = if action == "reconcile" { b"{}".to_vec() } else { body.to_vec() };
-            let got = json_of(raw("POST", &format!("/api/v1/clients/{enc}/{action}"), json_ct, body).send().await.unwrap()).await;
+            let got =
+                json_of(raw("POST", &format!("/api/v1/clients/{enc}/{action}"), json_ct, body).send().await.unwrap())
+                    .await;
             assert_error(&got, 422, "invalid_input");
             checked += 1;
         }
@@ -855,11 +998,16 @@ async fn the_api_key_and_tokens_appear_in_no_answer_log_or_metric() {
     let mut record = |s: String| answers.push_str(&s);
     let bad_token = "odf_0000wrong0000";
     // Every route, with the right token, a wrong one, and none.
-    for (method, path) in ROUTES.iter().chain(&[("GET", "/"), ("GET", "/health"), ("GET", "/api/v1/clients/lost-create")]) {
+    for (method, path) in
+        ROUTES.iter().chain(&[("GET", "/"), ("GET", "/health"), ("GET", "/api/v1/clients/lost-create")])
+    {
         let method = Method::from_bytes(method.as_bytes()).unwrap();
         let path = path.replace("/acme", "/lost-create");
         for tok in [Some(h.token.as_str()), Some(bad_token), None] {
-            let mut req = h.http.request(method.clone(), h.url(&path)).json(&json!({ "kind": "vm", "by": "x", "reason": "y", "id": "0b9f7b1e-8c52-4d0e-9a54-3f5c1c7d2e11" }));
+            let mut req = h
+                .http
+                .request(method.clone(), h.url(&path))
+                .json(&json!({ "kind": "vm", "by": "x", "reason": "y", "id": "0b9f7b1e-8c52-4d0e-9a54-3f5c1c7d2e11" }));
             if let Some(t) = tok {
                 req = req.bearer_auth(t);
             }
@@ -937,12 +1085,17 @@ async fn dashboard_in_headless_chromium_shows_states_interventions_commands_and_
     h.fixture().await;
     let orphan = h.orphan_of("acme-ready").await;
     // A hostile string in the evidence trail must render as text.
-    h.store.event_global("note", json!({ "x": "<script>document.title='pwned'</script><img src=x>" }), now_ms()).await.unwrap();
+    h.store
+        .event_global("note", json!({ "x": "<script>document.title='pwned'</script><img src=x>" }), now_ms())
+        .await
+        .unwrap();
     let url = h.url(&format!("/?token={}", h.token));
     let dom = run_chromium(&["--dump-dom", &url]).await;
     assert!(dom.contains("<title>oduflow dashboard</title>"), "{dom:.3000}");
     // Counts by status.
-    for (status, n) in [("ready", 1), ("blocked", 3), ("pending", 1), ("deleting", 1), ("provisioning", 0), ("deleted", 0)] {
+    for (status, n) in
+        [("ready", 1), ("blocked", 3), ("pending", 1), ("deleting", 1), ("provisioning", 0), ("deleted", 0)]
+    {
         assert!(dom.contains(&format!("data-status=\"{status}\"><b>{n}</b>")), "{status} {n}");
     }
     // The intervention queue: each blocked client, reason, evidence, receipts, commands.
@@ -958,7 +1111,12 @@ async fn dashboard_in_headless_chromium_shows_states_interventions_commands_and_
     assert!(dom.contains("outcome unknown"));
     // Every client, with its state.
     for (name, status) in [("acme-ready", "ready"), ("pending-one", "pending"), ("going-away", "deleting")] {
-        assert!(dom.contains(&format!("<tr data-client=\"{name}\"><td>{name}</td><td class=\"status-{status}\">{status}</td>")), "{name}");
+        assert!(
+            dom.contains(&format!(
+                "<tr data-client=\"{name}\"><td>{name}</td><td class=\"status-{status}\">{status}</td>"
+            )),
+            "{name}"
+        );
     }
     // Orphans, with the commands that resolve them (issue 12, hole 8).
     assert!(dom.contains("Orphans (1)"), "{dom:.3000}");

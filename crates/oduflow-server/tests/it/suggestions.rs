@@ -6,11 +6,11 @@
 //! command that does not exist, a placeholder it does not know) fails.
 
 use oduflow_engine::memory::MemoryProvider;
-use oduflow_engine::{operator, EngineConfig, RunOutcome, SystemClock, Worker};
+use oduflow_engine::{EngineConfig, RunOutcome, SystemClock, Worker, operator};
 use oduflow_model::identity::{BoxFuture, IdentityAdapter, IdentityTarget, Presence};
 use oduflow_model::provider::Instance;
 use oduflow_model::*;
-use oduflow_server::resolve::{resolutions, Resolution};
+use oduflow_server::resolve::{Resolution, resolutions};
 use oduflow_store::{ClientRow, Store};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -48,7 +48,9 @@ impl IdentityAdapter for Vpn {
         })
     }
     fn check<'a>(&'a self, _t: &'a IdentityTarget) -> BoxFuture<'a, Result<Presence, String>> {
-        Box::pin(async move { Ok(if *self.present.lock().unwrap() { Presence::Present("peer".into()) } else { Presence::Absent }) })
+        Box::pin(async move {
+            Ok(if *self.present.lock().unwrap() { Presence::Present("peer".into()) } else { Presence::Absent })
+        })
     }
     fn remove<'a>(&'a self, _t: &'a IdentityTarget) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
@@ -177,7 +179,9 @@ impl World {
         let (s, p, t) = (&self.store, self.p.as_ref(), now());
         let result = match w.as_slice() {
             ["oduflow", "reconcile", n] => operator::reconcile(s, p, n, false, "ops", t, 3).await.map(drop),
-            ["oduflow", "reconcile", n, "--new-dispatch"] => operator::reconcile(s, p, n, true, "ops", t, 3).await.map(drop),
+            ["oduflow", "reconcile", n, "--new-dispatch"] => {
+                operator::reconcile(s, p, n, true, "ops", t, 3).await.map(drop)
+            }
             ["oduflow", "adopt", n, "--kind", k, "--id", id] => {
                 operator::adopt(s, p, n, ResourceKind::parse(k).unwrap(), id, "ops", t, 3).await.map(drop)
             }
@@ -373,11 +377,17 @@ async fn known_resource_missing() {
         if cmd.contains("reconcile") {
             // The 404 was the provider's lag: the VM is there again.
             let id = w.id.lock().unwrap().clone().unwrap();
-            w.p.with(|s| {
-                s.put_vm(&id, "")
-            });
+            w.p.with(|s| s.put_vm(&id, ""));
             let c = w.client().await;
-            let label = w.store.receipts_for_client(&c.id).await.unwrap().into_iter().find(|r| r.resource_kind == ResourceKind::Vm).unwrap().label;
+            let label = w
+                .store
+                .receipts_for_client(&c.id)
+                .await
+                .unwrap()
+                .into_iter()
+                .find(|r| r.resource_kind == ResourceKind::Vm)
+                .unwrap()
+                .label;
             w.p.with(|s| s.instances.get_mut(&id).unwrap().label = label.to_string());
         }
     });
@@ -468,10 +478,16 @@ async fn uncertain_delete_of_an_unknown_create() {
         if cmd.contains("reconcile") {
             // It was created after all and shows up under its label.
             let c = w.client().await;
-            let label = w.store.receipts_for_client(&c.id).await.unwrap().into_iter().find(|r| r.resource_kind == ResourceKind::Vm).unwrap().label;
-            w.p.with(|s| {
-                s.put_vm("late", label.as_str())
-            });
+            let label = w
+                .store
+                .receipts_for_client(&c.id)
+                .await
+                .unwrap()
+                .into_iter()
+                .find(|r| r.resource_kind == ResourceKind::Vm)
+                .unwrap()
+                .label;
+            w.p.with(|s| s.put_vm("late", label.as_str()));
         }
     });
 }
@@ -517,10 +533,12 @@ async fn credential_changed() {
         let mut w = ready_world().await;
         let old = w.p.clone();
         let new = Arc::new(MemoryProvider::new(key("k2")));
-        old.with(|a| new.with(|b| {
-            b.instances = a.instances.clone();
-            b.blocks = a.blocks.clone();
-        }));
+        old.with(|a| {
+            new.with(|b| {
+                b.instances = a.instances.clone();
+                b.blocks = a.blocks.clone();
+            })
+        });
         w.with_provider(new);
         w.store.client_delete(NAME, now(), 3).await.unwrap();
         *w.id.lock().unwrap() = None;
@@ -562,7 +580,9 @@ async fn delete_refused() {
 async fn provider_unavailable() {
     let setup = || async {
         let w = World::new().await;
-        w.p.with(|s| s.fail_reads = Some(provider::ProviderError::Status { status: 401, message: "Invalid API token.".into() }));
+        w.p.with(|s| {
+            s.fail_reads = Some(provider::ProviderError::Status { status: 401, message: "Invalid API token.".into() })
+        });
         w.create().await;
         w
     };

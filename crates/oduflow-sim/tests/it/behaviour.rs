@@ -18,29 +18,18 @@ fn slow_lifecycle() -> SimConfig {
 async fn instance_moves_pending_then_installingbooting_then_ok_after_a_404_window() {
     let sim = start(slow_lifecycle()).await;
     let api = Api::new(&sim);
-    let r = api
-        .post(
-            "/instances",
-            json!({"region": "ewr", "plan": "vc2-1c-1gb", "os_id": 2136, "label": "a"}),
-        )
-        .await;
+    let r = api.post("/instances", json!({"region": "ewr", "plan": "vc2-1c-1gb", "os_id": 2136, "label": "a"})).await;
     let (status, v) = body(r).await;
     assert_eq!(status, 202);
     let i = &v["instance"];
-    assert_eq!(
-        (i["status"].as_str(), i["server_status"].as_str()),
-        (Some("pending"), Some("none"))
-    );
+    assert_eq!((i["status"].as_str(), i["server_status"].as_str()), (Some("pending"), Some("none")));
     assert_eq!(i["main_ip"], "0.0.0.0");
     assert!(i["default_password"].is_string());
     let id = i["id"].as_str().unwrap();
 
     // TF#462: GET 404 right after a successful create.
     let (status, v) = body(api.get(&format!("/instances/{id}")).await).await;
-    assert_eq!(
-        (status, v["error"].as_str(), v["status"].as_u64()),
-        (404, Some("instance not found"), Some(404))
-    );
+    assert_eq!((status, v["error"].as_str(), v["status"].as_u64()), (404, Some("instance not found"), Some(404)));
 
     sleep_ms(200).await; // t ≈ 200: past the window, still pending
     let (_, v) = body(api.get(&format!("/instances/{id}")).await).await;
@@ -48,19 +37,13 @@ async fn instance_moves_pending_then_installingbooting_then_ok_after_a_404_windo
     sleep_ms(250).await; // t ≈ 450
     let (_, v) = body(api.get(&format!("/instances/{id}")).await).await;
     assert_eq!(
-        (
-            v["instance"]["status"].as_str(),
-            v["instance"]["server_status"].as_str()
-        ),
+        (v["instance"]["status"].as_str(), v["instance"]["server_status"].as_str()),
         (Some("active"), Some("installingbooting"))
     );
     sleep_ms(300).await; // t ≈ 750
     let (_, v) = body(api.get(&format!("/instances/{id}")).await).await;
     assert_eq!(
-        (
-            v["instance"]["status"].as_str(),
-            v["instance"]["server_status"].as_str()
-        ),
+        (v["instance"]["status"].as_str(), v["instance"]["server_status"].as_str()),
         (Some("active"), Some("ok"))
     );
     assert_ne!(v["instance"]["main_ip"], "0.0.0.0");
@@ -74,11 +57,7 @@ async fn listings_lag_filter_by_label_and_end_with_empty_cursors() {
         api.create_instance(&format!("lbl-{}", n % 2)).await;
     }
     let (_, v) = body(api.get("/instances").await).await;
-    assert_eq!(
-        v["instances"].as_array().unwrap().len(),
-        0,
-        "a fresh instance is not listed yet"
-    );
+    assert_eq!(v["instances"].as_array().unwrap().len(), 0, "a fresh instance is not listed yet");
     assert_eq!(v["meta"]["links"]["next"], "");
     sleep_ms(250).await;
 
@@ -107,12 +86,7 @@ async fn listings_lag_filter_by_label_and_end_with_empty_cursors() {
     assert_eq!((seen, pages), (5, 3));
 
     let (_, v) = body(api.get("/instances?label=lbl-1").await).await;
-    let labels: Vec<_> = v["instances"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["label"].clone())
-        .collect();
+    let labels: Vec<_> = v["instances"].as_array().unwrap().iter().map(|i| i["label"].clone()).collect();
     assert_eq!(labels, vec![json!("lbl-1"), json!("lbl-1")]);
     let (status, _) = body(api.get("/instances?cursor=not-a-cursor").await).await;
     assert_eq!(status, 400);
@@ -128,54 +102,28 @@ async fn delete_and_attach_answer_500_until_the_instance_is_ok_then_204_without_
 
     let (status, v) = body(api.delete(&format!("/instances/{vm}")).await).await;
     assert_eq!(status, 500);
-    assert!(
-        v["error"]
-            .as_str()
-            .unwrap()
-            .contains("not currently active"),
-        "{v}"
-    );
+    assert!(v["error"].as_str().unwrap().contains("not currently active"), "{v}");
     sleep_ms(200).await; // t ≈ 400: installingbooting
-    let (status, v) = body(
-        api.post(
-            &format!("/blocks/{blk}/attach"),
-            json!({"instance_id": vm, "live": true}),
-        )
-        .await,
-    )
-    .await;
+    let (status, v) =
+        body(api.post(&format!("/blocks/{blk}/attach"), json!({"instance_id": vm, "live": true})).await).await;
     assert_eq!(status, 500);
     assert!(v["error"].as_str().unwrap().contains("locked"), "{v}");
     let (status, v) = body(api.delete(&format!("/instances/{vm}")).await).await;
     assert_eq!(status, 500);
-    assert!(
-        v["error"].as_str().unwrap().contains("currently locked"),
-        "{v}"
-    );
+    assert!(v["error"].as_str().unwrap().contains("currently locked"), "{v}");
 
     sleep_ms(300).await; // t ≈ 700: ok
-    let r = api
-        .post(
-            &format!("/blocks/{blk}/attach"),
-            json!({"instance_id": vm, "live": true}),
-        )
-        .await;
+    let r = api.post(&format!("/blocks/{blk}/attach"), json!({"instance_id": vm, "live": true})).await;
     assert_eq!(r.status(), 204);
     assert!(r.text().await.unwrap().is_empty(), "204 has no body");
     // Attachment is visible only through attached_to_instance.
     let (_, v) = body(api.get(&format!("/blocks/{blk}")).await).await;
     assert_eq!(v["block"]["attached_to_instance"], json!(vm));
     assert_eq!(v["block"]["status"], "active");
-    let (status, v) = body(
-        api.post(&format!("/blocks/{blk}/attach"), json!({"instance_id": vm}))
-            .await,
-    )
-    .await;
+    let (status, v) = body(api.post(&format!("/blocks/{blk}/attach"), json!({"instance_id": vm})).await).await;
     assert_eq!(status, 400, "already attached: {v}");
 
-    let r = api
-        .post(&format!("/blocks/{blk}/detach"), json!({"live": true}))
-        .await;
+    let r = api.post(&format!("/blocks/{blk}/detach"), json!({"live": true})).await;
     assert_eq!(r.status(), 204);
     assert!(r.text().await.unwrap().is_empty());
     let (_, v) = body(api.get(&format!("/blocks/{blk}")).await).await;
@@ -183,10 +131,7 @@ async fn delete_and_attach_answer_500_until_the_instance_is_ok_then_204_without_
     let (status, v) = body(api.post(&format!("/blocks/{blk}/detach"), json!({})).await).await;
     assert_eq!(
         (status, v["error"].as_str()),
-        (
-            400,
-            Some("Block storage volume is not currently attached to a server")
-        )
+        (400, Some("Block storage volume is not currently attached to a server"))
     );
 
     let r = api.delete(&format!("/instances/{vm}")).await;
@@ -206,21 +151,12 @@ async fn delete_and_attach_answer_500_until_the_instance_is_ok_then_204_without_
 
 #[tokio::test]
 async fn a_non_live_attach_locks_the_instance_for_a_while() {
-    let sim = start(SimConfig {
-        attach_lock_ms: 300,
-        ..SimConfig::default().instant()
-    })
-    .await;
+    let sim = start(SimConfig { attach_lock_ms: 300, ..SimConfig::default().instant() }).await;
     let api = Api::new(&sim);
     let vm = api.create_instance("vm").await;
     let blk = api.create_block("vol").await;
     assert_eq!(
-        api.post(
-            &format!("/blocks/{blk}/attach"),
-            json!({"instance_id": vm, "live": false})
-        )
-        .await
-        .status(),
+        api.post(&format!("/blocks/{blk}/attach"), json!({"instance_id": vm, "live": false})).await.status(),
         204
     );
     let (_, v) = body(api.get(&format!("/instances/{vm}")).await).await;
@@ -232,21 +168,13 @@ async fn a_non_live_attach_locks_the_instance_for_a_while() {
 
 #[tokio::test]
 async fn listings_keep_a_deleted_resource_for_the_lag() {
-    let sim = start(SimConfig {
-        list_lag_ms: 200,
-        ..SimConfig::default().instant()
-    })
-    .await;
+    let sim = start(SimConfig { list_lag_ms: 200, ..SimConfig::default().instant() }).await;
     let api = Api::new(&sim);
     let blk = api.create_block("vol").await;
     sleep_ms(250).await;
     assert_eq!(api.delete(&format!("/blocks/{blk}")).await.status(), 204);
     let (_, v) = body(api.get("/blocks").await).await;
-    assert_eq!(
-        v["blocks"].as_array().unwrap().len(),
-        1,
-        "absence from a listing lags deletion too"
-    );
+    assert_eq!(v["blocks"].as_array().unwrap().len(), 1, "absence from a listing lags deletion too");
     sleep_ms(250).await;
     let (_, v) = body(api.get("/blocks").await).await;
     assert_eq!(v["blocks"].as_array().unwrap().len(), 0);
@@ -258,27 +186,12 @@ async fn unknown_or_missing_key_gets_401_but_regions_and_plans_need_none() {
     let mut api = Api::new(&sim);
     api.key = "not-a-key";
     let (status, v) = body(api.get("/account").await).await;
-    assert_eq!(
-        (status, v["error"].as_str(), v["status"].as_u64()),
-        (401, Some("Invalid API token."), Some(401))
-    );
-    let r = http()
-        .get(format!("{}/instances", sim.base_url))
-        .send()
-        .await
-        .unwrap();
+    assert_eq!((status, v["error"].as_str(), v["status"].as_u64()), (401, Some("Invalid API token."), Some(401)));
+    let r = http().get(format!("{}/instances", sim.base_url)).send().await.unwrap();
     assert_eq!(r.status(), 401);
-    let r = http()
-        .get(format!("{}/regions", sim.base_url))
-        .send()
-        .await
-        .unwrap();
+    let r = http().get(format!("{}/regions", sim.base_url)).send().await.unwrap();
     assert_eq!(r.status(), 200);
-    let r = http()
-        .get(format!("{}/plans", sim.base_url))
-        .send()
-        .await
-        .unwrap();
+    let r = http().get(format!("{}/plans", sim.base_url)).send().await.unwrap();
     assert_eq!(r.status(), 200);
     api.key = KEY;
     let (status, v) = body(api.get("/account").await).await;
@@ -291,46 +204,14 @@ async fn invalid_region_plan_size_or_body_is_400_and_creates_nothing() {
     let sim = start(SimConfig::default().instant()).await;
     let api = Api::new(&sim);
     let cases = [
-        (
-            "/instances",
-            json!({"region": "xxx", "plan": "vc2-1c-1gb", "os_id": 2136}),
-            "Invalid region chosen.",
-        ),
-        (
-            "/instances",
-            json!({"region": "ewr", "plan": "vc9-huge", "os_id": 2136}),
-            "Invalid plan chosen.",
-        ),
-        (
-            "/instances",
-            json!({"region": "ewr", "plan": "vhf-1c-1gb", "os_id": 1}),
-            "Invalid os_id.",
-        ),
-        (
-            "/instances",
-            json!({"plan": "vc2-1c-1gb", "os_id": 2136}),
-            "Both region and plan are required.",
-        ),
-        (
-            "/blocks",
-            json!({"region": "ewr", "size_gb": 5, "block_type": "high_perf"}),
-            "Invalid size_gb",
-        ),
-        (
-            "/blocks",
-            json!({"region": "ewr", "size_gb": 20, "block_type": "storage_opt"}),
-            "Invalid size_gb",
-        ),
-        (
-            "/blocks",
-            json!({"region": "mel", "size_gb": 50, "block_type": "high_perf"}),
-            "not available",
-        ),
-        (
-            "/blocks",
-            json!({"region": "ewr", "size_gb": 50, "block_type": "fast"}),
-            "Invalid block_type",
-        ),
+        ("/instances", json!({"region": "xxx", "plan": "vc2-1c-1gb", "os_id": 2136}), "Invalid region chosen."),
+        ("/instances", json!({"region": "ewr", "plan": "vc9-huge", "os_id": 2136}), "Invalid plan chosen."),
+        ("/instances", json!({"region": "ewr", "plan": "vhf-1c-1gb", "os_id": 1}), "Invalid os_id."),
+        ("/instances", json!({"plan": "vc2-1c-1gb", "os_id": 2136}), "Both region and plan are required."),
+        ("/blocks", json!({"region": "ewr", "size_gb": 5, "block_type": "high_perf"}), "Invalid size_gb"),
+        ("/blocks", json!({"region": "ewr", "size_gb": 20, "block_type": "storage_opt"}), "Invalid size_gb"),
+        ("/blocks", json!({"region": "mel", "size_gb": 50, "block_type": "high_perf"}), "not available"),
+        ("/blocks", json!({"region": "ewr", "size_gb": 50, "block_type": "fast"}), "Invalid block_type"),
     ];
     for (path, req, msg) in cases {
         let (status, v) = body(api.post(path, req.clone()).await).await;
@@ -338,14 +219,7 @@ async fn invalid_region_plan_size_or_body_is_400_and_creates_nothing() {
         assert_eq!(v["status"], 400);
         assert!(v["error"].as_str().unwrap().contains(msg), "{req}: {v}");
     }
-    let r = api
-        .http
-        .post(api.url("/instances"))
-        .bearer_auth(KEY)
-        .body("{not json")
-        .send()
-        .await
-        .unwrap();
+    let r = api.http.post(api.url("/instances")).bearer_auth(KEY).body("{not json").send().await.unwrap();
     assert_eq!(r.status(), 400);
     let ledger = sim.ledger();
     assert!(ledger.resources.is_empty() && ledger.creates_per_label.is_empty());
@@ -353,11 +227,7 @@ async fn invalid_region_plan_size_or_body_is_400_and_creates_nothing() {
 
 #[tokio::test]
 async fn over_the_rate_the_sim_answers_429_with_retry_after() {
-    let sim = start(SimConfig {
-        rate_per_sec: 5,
-        ..SimConfig::default().instant()
-    })
-    .await;
+    let sim = start(SimConfig { rate_per_sec: 5, ..SimConfig::default().instant() }).await;
     let api = Api::new(&sim);
     let mut limited = 0;
     for _ in 0..12 {
@@ -369,17 +239,10 @@ async fn over_the_rate_the_sim_answers_429_with_retry_after() {
             limited += 1;
         }
     }
-    assert!(
-        limited >= 5,
-        "only {limited} of 12 back-to-back requests were limited at 5/s"
-    );
+    assert!(limited >= 5, "only {limited} of 12 back-to-back requests were limited at 5/s");
     assert_eq!(sim.ledger().responses_429_rate_limit, limited);
     sleep_ms(1100).await;
-    assert_eq!(
-        api.get("/account").await.status(),
-        200,
-        "the bucket refills"
-    );
+    assert_eq!(api.get("/account").await.status(), 200, "the bucket refills");
 }
 
 #[tokio::test]
@@ -390,33 +253,18 @@ async fn ledger_records_creator_fingerprint_counts_and_routes_over_http_and_in_p
     api.create_instance("oduflow-x").await;
     api.create_block("oduflow-y").await;
     api.get(&format!("/instances/{vm}")).await;
-    let (status, over_http) = body(
-        http()
-            .get(format!("http://{}/sim/ledger", sim.addr))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, over_http) = body(http().get(format!("http://{}/sim/ledger", sim.addr)).send().await.unwrap()).await;
     assert_eq!(status, 200);
     let ledger = sim.ledger();
     assert_eq!(serde_json::to_value(&ledger).unwrap(), over_http);
     assert_eq!(ledger.creates_per_label["oduflow-x"], 2);
     assert_eq!(ledger.creates_per_label["oduflow-y"], 1);
     let fp = KeyFingerprint::of_key(&secrecy::SecretString::from(KEY.to_owned())).0;
-    assert!(
-        ledger
-            .resources
-            .iter()
-            .all(|r| r.key_fingerprint == fp && r.region == "ewr")
-    );
+    assert!(ledger.resources.iter().all(|r| r.key_fingerprint == fp && r.region == "ewr"));
     assert_eq!(ledger.requests["POST /v2/instances"], 2);
     assert_eq!(ledger.requests["GET /v2/instances/{id}"], 1);
     assert_eq!(ledger.responses_by_status[&202], 3);
-    assert!(
-        !over_http.to_string().contains(KEY),
-        "the ledger shows fingerprints, never keys"
-    );
+    assert!(!over_http.to_string().contains(KEY), "the ledger shows fingerprints, never keys");
 }
 
 #[tokio::test]
@@ -424,11 +272,8 @@ async fn dns_records_create_get_list_delete() {
     let sim = start(SimConfig::default().instant()).await;
     let api = Api::new(&sim);
     let (status, v) = body(
-        api.post(
-            "/domains/example.com/records",
-            json!({"name": "www", "type": "A", "data": "192.0.2.7", "ttl": 300}),
-        )
-        .await,
+        api.post("/domains/example.com/records", json!({"name": "www", "type": "A", "data": "192.0.2.7", "ttl": 300}))
+            .await,
     )
     .await;
     assert_eq!(status, 201);
@@ -437,34 +282,15 @@ async fn dns_records_create_get_list_delete() {
     assert_eq!(v["record"]["data"], "192.0.2.7");
     let (_, v) = body(api.get("/domains/example.com/records").await).await;
     assert_eq!(v["records"].as_array().unwrap().len(), 1);
-    let (status, _) = body(
-        api.post(
-            "/domains/example.com/records",
-            json!({"name": "m", "type": "MX", "data": "mx"}),
-        )
-        .await,
-    )
-    .await;
+    let (status, _) =
+        body(api.post("/domains/example.com/records", json!({"name": "m", "type": "MX", "data": "mx"})).await).await;
     assert_eq!(status, 400, "MX needs a priority");
-    let (status, _) = body(
-        api.post(
-            "/domains/nope.org/records",
-            json!({"name": "a", "type": "A", "data": "1.2.3.4"}),
-        )
-        .await,
-    )
-    .await;
+    let (status, _) =
+        body(api.post("/domains/nope.org/records", json!({"name": "a", "type": "A", "data": "1.2.3.4"})).await).await;
     assert_eq!(status, 404);
-    let r = api
-        .delete(&format!("/domains/example.com/records/{id}"))
-        .await;
+    let r = api.delete(&format!("/domains/example.com/records/{id}")).await;
     assert_eq!(r.status(), 204);
-    assert_eq!(
-        api.get(&format!("/domains/example.com/records/{id}"))
-            .await
-            .status(),
-        404
-    );
+    assert_eq!(api.get(&format!("/domains/example.com/records/{id}")).await.status(), 404);
     assert_eq!(sim.ledger().resources[0].label, "www.example.com");
 }
 
@@ -473,8 +299,5 @@ async fn unknown_route_is_vultrs_json_404() {
     let sim = start(SimConfig::default()).await;
     let api = Api::new(&sim);
     let (status, v) = body(api.get("/nothing-here").await).await;
-    assert_eq!(
-        (status, v),
-        (404, json!({"error": "Not found.", "status": 404}))
-    );
+    assert_eq!((status, v), (404, json!({"error": "Not found.", "status": 404})));
 }

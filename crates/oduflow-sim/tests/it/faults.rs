@@ -5,11 +5,7 @@ use oduflow_sim::{FaultKind, Faults, Op};
 use std::time::Instant;
 
 fn only(op: Op, f: Faults) -> Faults {
-    Faults {
-        ops: vec![op],
-        faults_max: Some(1),
-        ..f
-    }
+    Faults { ops: vec![op], faults_max: Some(1), ..f }
 }
 
 const CREATE: &str = r#"{"region": "ewr", "plan": "vc2-1c-1gb", "os_id": 2136, "label": "lost-1"}"#;
@@ -27,38 +23,18 @@ async fn post_create(api: &Api<'_>) -> Result<reqwest::Response, reqwest::Error>
 #[tokio::test]
 async fn lost_drop_applies_then_closes_the_connection() {
     let sim = start(SimConfig::default().instant()).await;
-    sim.set_faults(only(
-        Op::InstanceCreate,
-        Faults {
-            lost_drop: 1.0,
-            ..Faults::default()
-        },
-    ))
-    .unwrap();
+    sim.set_faults(only(Op::InstanceCreate, Faults { lost_drop: 1.0, ..Faults::default() })).unwrap();
     let api = Api::new(&sim);
-    let err = post_create(&api)
-        .await
-        .expect_err("the client must see a transport error");
+    let err = post_create(&api).await.expect_err("the client must see a transport error");
     assert!(!err.is_status() && !err.is_timeout(), "{err:?}");
-    assert_eq!(
-        sim.ledger().creates_per_label["lost-1"],
-        1,
-        "applied before the drop"
-    );
+    assert_eq!(sim.ledger().creates_per_label["lost-1"], 1, "applied before the drop");
     assert_eq!(sim.ledger().faults[0].fault, Some(FaultKind::LostDrop));
 }
 
 #[tokio::test]
 async fn lost_5xx_applies_then_answers_500() {
     let sim = start(SimConfig::default().instant()).await;
-    sim.set_faults(only(
-        Op::InstanceCreate,
-        Faults {
-            lost_5xx: 1.0,
-            ..Faults::default()
-        },
-    ))
-    .unwrap();
+    sim.set_faults(only(Op::InstanceCreate, Faults { lost_5xx: 1.0, ..Faults::default() })).unwrap();
     let api = Api::new(&sim);
     let (status, v) = body(post_create(&api).await.unwrap()).await;
     assert_eq!((status, v["status"].as_u64()), (500, Some(500)));
@@ -68,23 +44,10 @@ async fn lost_5xx_applies_then_answers_500() {
 #[tokio::test]
 async fn lost_stall_applies_then_holds_the_answer_past_the_client_timeout() {
     let sim = start(SimConfig::default().instant()).await;
-    sim.set_faults(only(
-        Op::InstanceCreate,
-        Faults {
-            lost_stall: 1.0,
-            stall_ms: 1_000,
-            ..Faults::default()
-        },
-    ))
-    .unwrap();
+    sim.set_faults(only(Op::InstanceCreate, Faults { lost_stall: 1.0, stall_ms: 1_000, ..Faults::default() })).unwrap();
     let mut api = Api::new(&sim);
-    api.http = Client::builder()
-        .timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
-    let err = post_create(&api)
-        .await
-        .expect_err("stalled past the timeout");
+    api.http = Client::builder().timeout(Duration::from_millis(300)).build().unwrap();
+    let err = post_create(&api).await.expect_err("stalled past the timeout");
     assert!(err.is_timeout(), "{err:?}");
     assert_eq!(sim.ledger().creates_per_label["lost-1"], 1);
 }
@@ -92,14 +55,7 @@ async fn lost_stall_applies_then_holds_the_answer_past_the_client_timeout() {
 #[tokio::test]
 async fn error_5xx_answers_500_without_applying() {
     let sim = start(SimConfig::default().instant()).await;
-    sim.set_faults(only(
-        Op::InstanceCreate,
-        Faults {
-            error_5xx: 1.0,
-            ..Faults::default()
-        },
-    ))
-    .unwrap();
+    sim.set_faults(only(Op::InstanceCreate, Faults { error_5xx: 1.0, ..Faults::default() })).unwrap();
     let api = Api::new(&sim);
     let (status, _) = body(post_create(&api).await.unwrap()).await;
     assert_eq!(status, 500);
@@ -111,13 +67,7 @@ async fn error_5xx_answers_500_without_applying() {
 #[tokio::test]
 async fn burst_429_refuses_a_run_of_requests_with_retry_after() {
     let sim = start(SimConfig::default().instant()).await;
-    sim.set_faults(Faults {
-        burst_429: 1.0,
-        burst_429_len: 3,
-        faults_max: Some(1),
-        ..Faults::default()
-    })
-    .unwrap();
+    sim.set_faults(Faults { burst_429: 1.0, burst_429_len: 3, faults_max: Some(1), ..Faults::default() }).unwrap();
     let api = Api::new(&sim);
     let mut statuses = Vec::new();
     for _ in 0..5 {
@@ -135,13 +85,8 @@ async fn burst_429_refuses_a_run_of_requests_with_retry_after() {
 #[tokio::test]
 async fn latency_delays_targeted_operations_only() {
     let sim = start(SimConfig::default().instant()).await;
-    sim.set_faults(Faults {
-        latency_min_ms: 200,
-        latency_max_ms: 250,
-        ops: vec![Op::AccountGet],
-        ..Faults::default()
-    })
-    .unwrap();
+    sim.set_faults(Faults { latency_min_ms: 200, latency_max_ms: 250, ops: vec![Op::AccountGet], ..Faults::default() })
+        .unwrap();
     let api = Api::new(&sim);
     let t = Instant::now();
     assert_eq!(api.get("/account").await.status(), 200);
@@ -166,42 +111,18 @@ async fn faults_are_set_and_read_at_run_time_through_the_admin_endpoint() {
     assert_eq!(sim.faults().ops, vec![Op::AccountGet]);
     let api = Api::new(&sim);
     assert_eq!(api.get("/account").await.status(), 500);
-    assert_eq!(
-        api.get("/instances").await.status(),
-        200,
-        "other operations untouched"
-    );
+    assert_eq!(api.get("/instances").await.status(), 200, "other operations untouched");
 
-    let r = http()
-        .post(&admin)
-        .json(&json!({"error_5xx": 0.8, "lost_drop": 0.5}))
-        .send()
-        .await
-        .unwrap();
+    let r = http().post(&admin).json(&json!({"error_5xx": 0.8, "lost_drop": 0.5})).send().await.unwrap();
     assert_eq!(r.status(), 400, "probabilities above 1 in total");
-    let r = http()
-        .post(&admin)
-        .json(&json!({"no_such_fault": 1}))
-        .send()
-        .await
-        .unwrap();
+    let r = http().post(&admin).json(&json!({"no_such_fault": 1})).send().await.unwrap();
     assert!(r.status().is_client_error(), "unknown fields are refused");
-    assert_eq!(
-        sim.faults().error_5xx,
-        1.0,
-        "a refused plan changes nothing"
-    );
+    assert_eq!(sim.faults().error_5xx, 1.0, "a refused plan changes nothing");
 }
 
 #[tokio::test]
 async fn faults_given_at_start_apply_from_the_first_request() {
-    let cfg = SimConfig {
-        faults: Faults {
-            error_5xx: 1.0,
-            ..Faults::default()
-        },
-        ..SimConfig::default().instant()
-    };
+    let cfg = SimConfig { faults: Faults { error_5xx: 1.0, ..Faults::default() }, ..SimConfig::default().instant() };
     let sim = start(cfg).await;
     assert_eq!(Api::new(&sim).get("/account").await.status(), 500);
 }
@@ -218,13 +139,7 @@ async fn fault_log(seed: u64) -> Vec<oduflow_sim::FaultEvent> {
         latency_max_ms: 3,
         ..Faults::default()
     };
-    let sim = start(SimConfig {
-        seed,
-        faults,
-        rate_per_sec: 1000,
-        ..SimConfig::default().instant()
-    })
-    .await;
+    let sim = start(SimConfig { seed, faults, rate_per_sec: 1000, ..SimConfig::default().instant() }).await;
     let api = Api::new(&sim);
     for n in 0..60 {
         match n % 3 {
@@ -241,21 +156,14 @@ async fn the_same_seed_gives_the_same_fault_sequence() {
     let a = fault_log(42).await;
     let b = fault_log(42).await;
     let c = fault_log(43).await;
-    assert!(
-        a.iter().filter(|e| e.fault.is_some()).count() >= 5,
-        "too few faults to compare: {a:?}"
-    );
+    assert!(a.iter().filter(|e| e.fault.is_some()).count() >= 5, "too few faults to compare: {a:?}");
     assert_eq!(a, b);
     assert_ne!(a, c, "another seed, another sequence");
 }
 
 /// A client that never follows redirects, to look at the 3xx itself.
 fn no_follow() -> Client {
-    Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
+    Client::builder().redirect(reqwest::redirect::Policy::none()).timeout(Duration::from_secs(10)).build().unwrap()
 }
 
 #[tokio::test]
@@ -264,11 +172,7 @@ async fn redirect_answers_a_3xx_to_the_same_url_without_applying() {
         let sim = start(SimConfig::default().instant()).await;
         sim.set_faults(only(
             Op::InstanceCreate,
-            Faults {
-                redirect: 1.0,
-                redirect_status: Some(status),
-                ..Faults::default()
-            },
+            Faults { redirect: 1.0, redirect_status: Some(status), ..Faults::default() },
         ))
         .unwrap();
         let mut api = Api::new(&sim);
@@ -294,12 +198,7 @@ async fn redirect_answers_a_3xx_to_the_same_url_without_applying() {
 #[tokio::test]
 async fn redirect_keeps_the_query_in_the_location() {
     let sim = start(SimConfig::default().instant()).await;
-    sim.set_faults(Faults {
-        redirect: 1.0,
-        redirect_status: Some(302),
-        ..Faults::default()
-    })
-    .unwrap();
+    sim.set_faults(Faults { redirect: 1.0, redirect_status: Some(302), ..Faults::default() }).unwrap();
     let r = no_follow()
         .get(format!("{}/instances?label=a&per_page=5", sim.base_url))
         .bearer_auth(KEY)
@@ -307,10 +206,7 @@ async fn redirect_keeps_the_query_in_the_location() {
         .await
         .unwrap();
     assert_eq!(r.status(), 302);
-    assert_eq!(
-        r.headers()["location"].to_str().unwrap(),
-        format!("{}/instances?label=a&per_page=5", sim.base_url)
-    );
+    assert_eq!(r.headers()["location"].to_str().unwrap(), format!("{}/instances?label=a&per_page=5", sim.base_url));
 }
 
 /// What the fault is for: a client that follows a 307/308 sends the POST
@@ -321,18 +217,8 @@ async fn redirect_keeps_the_query_in_the_location() {
 async fn a_client_that_follows_the_redirect_is_caught_by_the_ledger() {
     for (status, lost) in [(307, false), (308, false), (307, true), (308, true)] {
         let sim = start(SimConfig::default().instant()).await;
-        let f = Faults {
-            redirect_status: Some(status),
-            ..Faults::default()
-        };
-        let f = if lost {
-            Faults {
-                lost_redirect: 1.0,
-                ..f
-            }
-        } else {
-            Faults { redirect: 1.0, ..f }
-        };
+        let f = Faults { redirect_status: Some(status), ..Faults::default() };
+        let f = if lost { Faults { lost_redirect: 1.0, ..f } } else { Faults { redirect: 1.0, ..f } };
         sim.set_faults(only(Op::InstanceCreate, f)).unwrap();
         // reqwest's default policy follows redirects, body and method kept
         // for 307/308.
@@ -340,22 +226,11 @@ async fn a_client_that_follows_the_redirect_is_caught_by_the_ledger() {
         assert_eq!(post_create(&api).await.unwrap().status(), 202);
         let l = sim.ledger();
         assert_eq!(l.requests["POST /v2/instances"], 2, "{status} lost={lost}");
-        assert_eq!(
-            l.creates_per_label["lost-1"],
-            if lost { 2 } else { 1 },
-            "{status} lost={lost}"
-        );
+        assert_eq!(l.creates_per_label["lost-1"], if lost { 2 } else { 1 }, "{status} lost={lost}");
     }
     let sim = start(SimConfig::default().instant()).await;
-    sim.set_faults(only(
-        Op::InstanceCreate,
-        Faults {
-            redirect: 1.0,
-            redirect_status: Some(303),
-            ..Faults::default()
-        },
-    ))
-    .unwrap();
+    sim.set_faults(only(Op::InstanceCreate, Faults { redirect: 1.0, redirect_status: Some(303), ..Faults::default() }))
+        .unwrap();
     assert_eq!(post_create(&Api::new(&sim)).await.unwrap().status(), 200);
     let l = sim.ledger();
     assert_eq!(l.requests["GET /v2/instances"], 1, "303: followed as a GET");
@@ -368,30 +243,16 @@ async fn redirect_statuses_are_drawn_from_the_seed() {
         let sim = start(SimConfig {
             seed,
             rate_per_sec: 1000,
-            faults: Faults {
-                redirect: 0.5,
-                lost_redirect: 0.5,
-                ops: vec![Op::AccountGet],
-                ..Faults::default()
-            },
+            faults: Faults { redirect: 0.5, lost_redirect: 0.5, ops: vec![Op::AccountGet], ..Faults::default() },
             ..SimConfig::default().instant()
         })
         .await;
         let c = no_follow();
         for _ in 0..60 {
-            let r = c
-                .get(format!("{}/account", sim.base_url))
-                .bearer_auth(KEY)
-                .send()
-                .await
-                .unwrap();
+            let r = c.get(format!("{}/account", sim.base_url)).bearer_auth(KEY).send().await.unwrap();
             assert!(r.status().is_redirection(), "{}", r.status());
         }
-        sim.ledger()
-            .faults
-            .iter()
-            .map(|e| e.redirect_status)
-            .collect()
+        sim.ledger().faults.iter().map(|e| e.redirect_status).collect()
     }
     let a = statuses(7).await;
     assert_eq!(a, statuses(7).await);
@@ -423,18 +284,10 @@ async fn redirect_faults_are_set_through_the_admin_endpoint_and_validated() {
         let r = http().post(&admin).json(&bad).send().await.unwrap();
         assert_eq!(r.status(), 400, "{bad}");
     }
-    assert_eq!(
-        sim.faults().redirect_status,
-        Some(308),
-        "refused plans change nothing"
-    );
+    assert_eq!(sim.faults().redirect_status, Some(308), "refused plans change nothing");
     let (_, defaults) = body(http().post(&admin).json(&json!({})).send().await.unwrap()).await;
     assert_eq!(
-        (
-            &defaults["redirect"],
-            &defaults["lost_redirect"],
-            &defaults["redirect_status"]
-        ),
+        (&defaults["redirect"], &defaults["lost_redirect"], &defaults["redirect_status"]),
         (&json!(0.0), &json!(0.0), &json!(null))
     );
 }

@@ -11,17 +11,12 @@ use std::time::Duration;
 pub const KEY: &str = "sim-test-key-0001";
 
 pub async fn start(cfg: SimConfig) -> SimHandle {
-    Sim::start(cfg.with_key(KEY), "127.0.0.1:0".parse().unwrap())
-        .await
-        .expect("simulator starts")
+    Sim::start(cfg.with_key(KEY), "127.0.0.1:0".parse().unwrap()).await.expect("simulator starts")
 }
 
 /// A raw client: these tests look at the HTTP itself, not the adapter.
 pub fn http() -> Client {
-    Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
+    Client::builder().timeout(Duration::from_secs(10)).build().unwrap()
 }
 
 pub struct Api<'a> {
@@ -32,11 +27,7 @@ pub struct Api<'a> {
 
 impl<'a> Api<'a> {
     pub fn new(sim: &'a SimHandle) -> Self {
-        Self {
-            sim,
-            http: http(),
-            key: KEY,
-        }
+        Self { sim, http: http(), key: KEY }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -44,73 +35,38 @@ impl<'a> Api<'a> {
     }
 
     pub async fn get(&self, path: &str) -> Response {
-        self.http
-            .get(self.url(path))
-            .bearer_auth(self.key)
-            .send()
-            .await
-            .unwrap()
+        self.http.get(self.url(path)).bearer_auth(self.key).send().await.unwrap()
     }
 
     pub async fn post(&self, path: &str, body: Value) -> Response {
-        self.http
-            .post(self.url(path))
-            .bearer_auth(self.key)
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
+        self.http.post(self.url(path)).bearer_auth(self.key).json(&body).send().await.unwrap()
     }
 
     pub async fn delete(&self, path: &str) -> Response {
-        self.http
-            .delete(self.url(path))
-            .bearer_auth(self.key)
-            .send()
-            .await
-            .unwrap()
+        self.http.delete(self.url(path)).bearer_auth(self.key).send().await.unwrap()
     }
 
     pub async fn create_instance(&self, label: &str) -> String {
         let r = self
-            .post(
-                "/instances",
-                json!({"region": "ewr", "plan": "vc2-1c-1gb", "os_id": 2136, "label": label}),
-            )
+            .post("/instances", json!({"region": "ewr", "plan": "vc2-1c-1gb", "os_id": 2136, "label": label}))
             .await;
         assert_eq!(r.status(), 202);
-        r.json::<Value>().await.unwrap()["instance"]["id"]
-            .as_str()
-            .unwrap()
-            .to_owned()
+        r.json::<Value>().await.unwrap()["instance"]["id"].as_str().unwrap().to_owned()
     }
 
     pub async fn create_block(&self, label: &str) -> String {
         let r = self
-            .post(
-                "/blocks",
-                json!({"region": "ewr", "size_gb": 10, "label": label, "block_type": "high_perf"}),
-            )
+            .post("/blocks", json!({"region": "ewr", "size_gb": 10, "label": label, "block_type": "high_perf"}))
             .await;
         assert_eq!(r.status(), 202);
-        r.json::<Value>().await.unwrap()["block"]["id"]
-            .as_str()
-            .unwrap()
-            .to_owned()
+        r.json::<Value>().await.unwrap()["block"]["id"].as_str().unwrap().to_owned()
     }
 }
 
 pub async fn body(r: Response) -> (u16, Value) {
     let status = r.status().as_u16();
     let text = r.text().await.unwrap();
-    (
-        status,
-        if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap()
-        },
-    )
+    (status, if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap() })
 }
 
 pub async fn sleep_ms(ms: u64) {

@@ -9,38 +9,22 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 
 async fn server_answering(status: u16, body: serde_json::Value) -> MockServer {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(status).set_body_json(body))
-        .mount(&server)
-        .await;
+    Mock::given(method("POST")).respond_with(ResponseTemplate::new(status).set_body_json(body)).mount(&server).await;
     server
 }
 
 async fn posts(server: &MockServer) -> usize {
-    server
-        .received_requests()
-        .await
-        .unwrap()
-        .iter()
-        .filter(|r| r.method.as_str() == "POST")
-        .count()
+    server.received_requests().await.unwrap().iter().filter(|r| r.method.as_str() == "POST").count()
 }
 
 #[tokio::test]
 async fn a_2xx_with_an_id_is_accepted() {
-    let server =
-        server_answering(202, json!({"instance": {"id": "i-1", "status": "pending"}})).await;
+    let server = server_answering(202, json!({"instance": {"id": "i-1", "status": "pending"}})).await;
     let c = client(&format!("{}/v2", server.uri()));
-    assert_eq!(
-        c.instance_create(&instance_req("l")).await,
-        Outcome::Accepted(VultrInstanceId::from("i-1"))
-    );
+    assert_eq!(c.instance_create(&instance_req("l")).await, Outcome::Accepted(VultrInstanceId::from("i-1")));
     let server = server_answering(202, json!({"block": {"id": "b-1", "status": "pending"}})).await;
     let c = client(&format!("{}/v2", server.uri()));
-    assert_eq!(
-        c.block_create(&block_req("l")).await,
-        Outcome::Accepted(VultrBlockId::from("b-1"))
-    );
+    assert_eq!(c.block_create(&block_req("l")).await, Outcome::Accepted(VultrBlockId::from("b-1")));
 }
 
 #[tokio::test]
@@ -49,19 +33,12 @@ async fn statuses_400_401_403_422_are_rejected_with_the_provider_message() {
         let msg = format!("refused with {status}");
         let server = server_answering(status, json!({"error": msg, "status": status})).await;
         let c = client(&format!("{}/v2", server.uri()));
-        let want = Outcome::Rejected {
-            status,
-            message: msg.clone(),
-        };
+        let want = Outcome::Rejected { status, message: msg.clone() };
         assert_eq!(c.instance_create(&instance_req("l")).await.map_id(), want);
         assert_eq!(c.block_create(&block_req("l")).await.map_id(), want);
         assert_eq!(
-            c.block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i"))
-                .await,
-            Outcome::Rejected {
-                status,
-                message: msg
-            }
+            c.block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i")).await,
+            Outcome::Rejected { status, message: msg }
         );
         assert_eq!(posts(&server).await, 3, "each sent once");
     }
@@ -75,20 +52,12 @@ async fn every_other_status_is_unknown_and_sent_once() {
         for outcome in [
             c.instance_create(&instance_req("l")).await.map_id(),
             c.block_create(&block_req("l")).await.map_id(),
-            c.block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i"))
-                .await
-                .map_id(),
+            c.block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i")).await.map_id(),
         ] {
-            let Outcome::Unknown { reason } = outcome else {
-                panic!("{status}: {outcome:?}")
-            };
+            let Outcome::Unknown { reason } = outcome else { panic!("{status}: {outcome:?}") };
             assert!(reason.contains(&status.to_string()), "{reason}");
         }
-        assert_eq!(
-            posts(&server).await,
-            3,
-            "status {status}: one POST per call, no retry"
-        );
+        assert_eq!(posts(&server).await, 3, "status {status}: one POST per call, no retry");
     }
 }
 
@@ -117,16 +86,10 @@ async fn a_2xx_without_a_readable_id_is_unknown() {
         ResponseTemplate::new(204),
     ] {
         let server = MockServer::start().await;
-        Mock::given(method("POST"))
-            .respond_with(body)
-            .expect(1)
-            .mount(&server)
-            .await;
+        Mock::given(method("POST")).respond_with(body).expect(1).mount(&server).await;
         let c = client(&format!("{}/v2", server.uri()));
         let outcome = c.instance_create(&instance_req("l")).await;
-        let Outcome::Unknown { reason } = &outcome else {
-            panic!("{outcome:?}")
-        };
+        let Outcome::Unknown { reason } = &outcome else { panic!("{outcome:?}") };
         assert!(reason.contains("without a readable id"), "{reason}");
     }
 }
@@ -141,11 +104,7 @@ async fn attach_204_is_accepted() {
         .mount(&server)
         .await;
     let c = client(&format!("{}/v2", server.uri()));
-    assert_eq!(
-        c.block_attach(&VultrBlockId::from("b-1"), &VultrInstanceId::from("i-1"))
-            .await,
-        Outcome::Accepted(())
-    );
+    assert_eq!(c.block_attach(&VultrBlockId::from("b-1"), &VultrInstanceId::from("i-1")).await, Outcome::Accepted(()));
 }
 
 #[tokio::test]
@@ -160,14 +119,9 @@ async fn a_create_that_times_out_is_unknown_and_never_sent_again() {
         .mount(&server)
         .await;
     let c = client(&format!("{}/v2", server.uri()));
-    let Outcome::Unknown { reason } = c.instance_create(&instance_req("l")).await else {
-        panic!()
-    };
+    let Outcome::Unknown { reason } = c.instance_create(&instance_req("l")).await else { panic!() };
     assert!(reason.contains("timeout"), "{reason}");
-    let Outcome::Unknown { .. } = c
-        .block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i"))
-        .await
-    else {
+    let Outcome::Unknown { .. } = c.block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i")).await else {
         panic!()
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -178,25 +132,14 @@ async fn a_create_that_times_out_is_unknown_and_never_sent_again() {
 async fn a_create_whose_connection_is_reset_is_unknown_and_never_sent_again() {
     let (base, requests) = resetting_server().await;
     let c = client(&base);
-    let Outcome::Unknown { reason } = c.instance_create(&instance_req("l")).await else {
-        panic!()
-    };
+    let Outcome::Unknown { reason } = c.instance_create(&instance_req("l")).await else { panic!() };
     assert!(reason.starts_with("transport error"), "{reason}");
-    let Outcome::Unknown { .. } = c.block_create(&block_req("l")).await else {
-        panic!()
-    };
-    let Outcome::Unknown { .. } = c
-        .block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i"))
-        .await
-    else {
+    let Outcome::Unknown { .. } = c.block_create(&block_req("l")).await else { panic!() };
+    let Outcome::Unknown { .. } = c.block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i")).await else {
         panic!()
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(
-        requests.load(Ordering::SeqCst),
-        3,
-        "each POST reached the server exactly once"
-    );
+    assert_eq!(requests.load(Ordering::SeqCst), 3, "each POST reached the server exactly once");
 }
 
 /// The three create-like calls, their id types erased.
@@ -204,9 +147,7 @@ async fn all_three(c: &oduflow_vultr::VultrClient) -> [Outcome<()>; 3] {
     [
         c.instance_create(&instance_req("l")).await.map_id(),
         c.block_create(&block_req("l")).await.map_id(),
-        c.block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i"))
-            .await
-            .map_id(),
+        c.block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i")).await.map_id(),
     ]
 }
 
@@ -219,9 +160,7 @@ async fn a_create_to_a_closed_port_is_not_sent() {
     drop(listener);
     let c = client(&format!("http://{addr}/v2"));
     for outcome in all_three(&c).await {
-        let Outcome::NotSent { reason } = &outcome else {
-            panic!("{outcome:?}")
-        };
+        let Outcome::NotSent { reason } = &outcome else { panic!("{outcome:?}") };
         assert!(reason.contains("never established"), "{reason}");
     }
 }
@@ -257,11 +196,7 @@ async fn a_connect_timeout_is_not_sent_but_a_request_timeout_while_connecting_is
     // Fill the accept queue (backlog + 1 on Linux), never accepting.
     let mut held = Vec::new();
     for _ in 0..4 {
-        if let Ok(Ok(s)) = tokio::time::timeout(
-            Duration::from_millis(100),
-            tokio::net::TcpStream::connect(addr),
-        )
-        .await
+        if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(100), tokio::net::TcpStream::connect(addr)).await
         {
             held.push(s);
         }
@@ -275,9 +210,7 @@ async fn a_connect_timeout_is_not_sent_but_a_request_timeout_while_connecting_is
     .unwrap();
     let started = std::time::Instant::now();
     let outcome = connect_first.instance_create(&instance_req("l")).await;
-    let Outcome::NotSent { reason } = &outcome else {
-        panic!("{outcome:?}")
-    };
+    let Outcome::NotSent { reason } = &outcome else { panic!("{outcome:?}") };
     assert!(reason.contains("timeout"), "{reason}");
     assert!(started.elapsed() < Duration::from_secs(2));
 
@@ -288,9 +221,7 @@ async fn a_connect_timeout_is_not_sent_but_a_request_timeout_while_connecting_is
     })
     .unwrap();
     let outcome = request_first.instance_create(&instance_req("l")).await;
-    let Outcome::Unknown { reason } = &outcome else {
-        panic!("{outcome:?}")
-    };
+    let Outcome::Unknown { reason } = &outcome else { panic!("{outcome:?}") };
     assert!(reason.contains("timeout"), "{reason}");
     drop((listener, held));
 }
@@ -331,9 +262,7 @@ async fn a_create_whose_connection_closes_unanswered_is_unknown_not_not_sent() {
         let (base, accepted) = closing_server(read_first).await;
         let c = client(&base);
         for outcome in all_three(&c).await {
-            let Outcome::Unknown { reason } = &outcome else {
-                panic!("read_first={read_first}: {outcome:?}")
-            };
+            let Outcome::Unknown { reason } = &outcome else { panic!("read_first={read_first}: {outcome:?}") };
             assert!(reason.starts_with("transport error"), "{reason}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -370,14 +299,8 @@ async fn a_create_accepted_but_never_answered_is_unknown_not_not_sent() {
     });
     let c = client(&format!("http://{addr}/v2"));
     for outcome in all_three(&c).await {
-        let Outcome::Unknown { reason } = &outcome else {
-            panic!("{outcome:?}")
-        };
+        let Outcome::Unknown { reason } = &outcome else { panic!("{outcome:?}") };
         assert!(reason.contains("timeout"), "{reason}");
     }
-    assert_eq!(
-        accepted.load(Ordering::SeqCst),
-        3,
-        "one connection per call"
-    );
+    assert_eq!(accepted.load(Ordering::SeqCst), 3, "one connection per call");
 }

@@ -13,11 +13,7 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 
 /// The document's path template for a concrete adapter path.
 fn template(path: &str) -> &'static str {
-    let segs: Vec<&str> = path
-        .trim_start_matches("/v2")
-        .trim_start_matches('/')
-        .split('/')
-        .collect();
+    let segs: Vec<&str> = path.trim_start_matches("/v2").trim_start_matches('/').split('/').collect();
     match segs.as_slice() {
         ["instances"] => "/instances",
         ["instances", _] => "/instances/{instance-id}",
@@ -38,38 +34,23 @@ fn template(path: &str) -> &'static str {
 fn the_validator_finds_what_is_wrong() {
     let api = doc();
     let s = api.request_schema("/blocks", "post");
-    assert!(
-        api.validate(s, &json!({"region": "ewr", "size_gb": 50}), true)
-            .is_empty()
-    );
+    assert!(api.validate(s, &json!({"region": "ewr", "size_gb": 50}), true).is_empty());
     let errs = api.validate(s, &json!({"size_gb": "50", "sizegb": 1}), true);
     assert_eq!(errs.len(), 3, "{errs:?}"); // region missing, size_gb type, unknown property
     let s = api.response_schema("/instances", "get", 200).unwrap();
-    let errs = api.validate(
-        s,
-        &json!({"instances": [{"id": 5}], "meta": {"total": "x"}}),
-        false,
-    );
+    let errs = api.validate(s, &json!({"instances": [{"id": 5}], "meta": {"total": "x"}}), false);
     assert_eq!(errs.len(), 2, "{errs:?}");
 }
 
 #[tokio::test]
 async fn every_request_body_the_adapter_sends_conforms() {
     let server = MockServer::start().await;
-    Mock::given(any())
-        .respond_with(ResponseTemplate::new(204))
-        .mount(&server)
-        .await;
+    Mock::given(any()).respond_with(ResponseTemplate::new(204)).mount(&server).await;
     let c = client(&format!("{}/v2", server.uri()));
     c.instance_create(&instance_req("oduflow-a")).await;
     c.block_create(&block_req("oduflow-b")).await;
-    c.block_create(&BlockRequest {
-        block_type: oduflow_model::VolumeType::StorageOpt,
-        ..block_req("oduflow-c")
-    })
-    .await;
-    c.block_attach(&VultrBlockId::from("b-1"), &VultrInstanceId::from("i-1"))
-        .await;
+    c.block_create(&BlockRequest { block_type: oduflow_model::VolumeType::StorageOpt, ..block_req("oduflow-c") }).await;
+    c.block_attach(&VultrBlockId::from("b-1"), &VultrInstanceId::from("i-1")).await;
     c.block_detach(&VultrBlockId::from("b-1")).await.unwrap();
     let a = DnsRecordRequest {
         name: "www".into(),
@@ -106,12 +87,7 @@ async fn every_request_body_the_adapter_sends_conforms() {
 
 #[tokio::test]
 async fn every_simulator_answer_conforms_to_its_operation() {
-    let sim = Sim::start(
-        SimConfig::default().instant().with_key(KEY),
-        "127.0.0.1:0".parse().unwrap(),
-    )
-    .await
-    .unwrap();
+    let sim = Sim::start(SimConfig::default().instant().with_key(KEY), "127.0.0.1:0".parse().unwrap()).await.unwrap();
     let http = reqwest::Client::new();
     let api = doc();
     let mut ids = std::collections::HashMap::<&str, String>::new();
@@ -119,59 +95,24 @@ async fn every_simulator_answer_conforms_to_its_operation() {
         ("GET", "/account", Value::Null, 200),
         ("GET", "/regions", Value::Null, 200),
         ("GET", "/plans", Value::Null, 200),
-        (
-            "POST",
-            "/instances",
-            json!({"region": "ewr", "plan": "vc2-1c-1gb", "os_id": 2136, "label": "l"}),
-            202,
-        ),
+        ("POST", "/instances", json!({"region": "ewr", "plan": "vc2-1c-1gb", "os_id": 2136, "label": "l"}), 202),
         ("GET", "/instances", Value::Null, 200),
         ("GET", "/instances?label=l&per_page=1", Value::Null, 200),
         ("GET", "/instances/{instance}", Value::Null, 200),
-        (
-            "POST",
-            "/blocks",
-            json!({"region": "ewr", "size_gb": 10, "label": "b"}),
-            202,
-        ),
+        ("POST", "/blocks", json!({"region": "ewr", "size_gb": 10, "label": "b"}), 202),
         ("GET", "/blocks", Value::Null, 200),
         ("GET", "/blocks/{block}", Value::Null, 200),
-        (
-            "POST",
-            "/blocks/{block}/attach",
-            json!({"instance_id": "{instance}", "live": true}),
-            204,
-        ),
+        ("POST", "/blocks/{block}/attach", json!({"instance_id": "{instance}", "live": true}), 204),
         ("GET", "/blocks/{block}", Value::Null, 200),
         ("POST", "/blocks/{block}/detach", json!({"live": true}), 204),
-        (
-            "POST",
-            "/domains/example.com/records",
-            json!({"name": "www", "type": "A", "data": "192.0.2.1"}),
-            201,
-        ),
+        ("POST", "/domains/example.com/records", json!({"name": "www", "type": "A", "data": "192.0.2.1"}), 201),
         ("GET", "/domains/example.com/records", Value::Null, 200),
-        (
-            "GET",
-            "/domains/example.com/records/{record}",
-            Value::Null,
-            200,
-        ),
-        (
-            "DELETE",
-            "/domains/example.com/records/{record}",
-            Value::Null,
-            204,
-        ),
+        ("GET", "/domains/example.com/records/{record}", Value::Null, 200),
+        ("DELETE", "/domains/example.com/records/{record}", Value::Null, 204),
         ("DELETE", "/blocks/{block}", Value::Null, 204),
         ("DELETE", "/instances/{instance}", Value::Null, 204),
         ("GET", "/instances/{instance}", Value::Null, 404),
-        (
-            "POST",
-            "/instances",
-            json!({"region": "nowhere", "plan": "vc2-1c-1gb", "os_id": 2136}),
-            400,
-        ),
+        ("POST", "/instances", json!({"region": "nowhere", "plan": "vc2-1c-1gb", "os_id": 2136}), 400),
     ];
     let fill = |s: &str, ids: &std::collections::HashMap<&str, String>| {
         let mut s = s.to_owned();
@@ -182,9 +123,7 @@ async fn every_simulator_answer_conforms_to_its_operation() {
     };
     for (m, p, body, want) in steps {
         let p = fill(p, &ids);
-        let mut req = http
-            .request(m.parse().unwrap(), format!("{}{p}", sim.base_url))
-            .bearer_auth(KEY);
+        let mut req = http.request(m.parse().unwrap(), format!("{}{p}", sim.base_url)).bearer_auth(KEY);
         if !body.is_null() {
             req = req.json(&serde_json::from_str::<Value>(&fill(&body.to_string(), &ids)).unwrap());
         }
@@ -193,10 +132,7 @@ async fn every_simulator_answer_conforms_to_its_operation() {
         let text = resp.text().await.unwrap();
         assert_eq!(status, want, "{m} {p}: {text}");
         let t = template(p.split('?').next().unwrap());
-        assert!(
-            api.documents_status(t, m, status),
-            "{m} {t} does not document {status}"
-        );
+        assert!(api.documents_status(t, m, status), "{m} {t} does not document {status}");
         if status == 204 {
             assert!(text.is_empty(), "{m} {p}: 204 with a body");
             continue;
@@ -205,22 +141,13 @@ async fn every_simulator_answer_conforms_to_its_operation() {
         if status >= 400 {
             // "All 4xx errors will return a JSON response object with an
             // `error` attribute" (the document's introduction).
-            assert!(
-                v["error"].is_string() && v["status"] == status,
-                "{m} {p}: {v}"
-            );
+            assert!(v["error"].is_string() && v["status"] == status, "{m} {p}: {v}");
             continue;
         }
-        let schema = api
-            .response_schema(t, m, status)
-            .unwrap_or_else(|| panic!("{m} {t} {status}: no schema"));
+        let schema = api.response_schema(t, m, status).unwrap_or_else(|| panic!("{m} {t} {status}: no schema"));
         let errs = api.validate(schema, &v, false);
         assert!(errs.is_empty(), "{m} {p}: {errs:?}\n{v}");
-        for (key, name) in [
-            ("instance", "instance"),
-            ("block", "block"),
-            ("record", "record"),
-        ] {
+        for (key, name) in [("instance", "instance"), ("block", "block"), ("record", "record")] {
             if let Some(id) = v.get(key).and_then(|o| o["id"].as_str()) {
                 ids.entry(name).or_insert_with(|| id.to_owned());
             }
@@ -228,12 +155,7 @@ async fn every_simulator_answer_conforms_to_its_operation() {
     }
     // 401 for a key the simulator does not know, on an operation that
     // documents it.
-    let a = http
-        .get(format!("{}/instances", sim.base_url))
-        .bearer_auth("wrong")
-        .send()
-        .await
-        .unwrap();
+    let a = http.get(format!("{}/instances", sim.base_url)).bearer_auth("wrong").send().await.unwrap();
     assert_eq!(a.status(), 401);
     assert!(api.documents_status("/instances", "GET", 401));
     let v: Value = a.json().await.unwrap();

@@ -51,12 +51,7 @@ pub fn instance_req(label: &str) -> InstanceRequest {
 }
 
 pub fn block_req(label: &str) -> BlockRequest {
-    BlockRequest {
-        region: "ewr".into(),
-        size_gb: 40,
-        block_type: VolumeType::HighPerf,
-        label: Label::from(label),
-    }
+    BlockRequest { region: "ewr".into(), size_gb: 40, block_type: VolumeType::HighPerf, label: Label::from(label) }
 }
 
 /// A server that accepts connections, reads what comes, and resets the

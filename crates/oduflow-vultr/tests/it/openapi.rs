@@ -32,10 +32,7 @@ pub fn doc() -> &'static OpenApi {
 
 fn to_json(y: &Yaml) -> Value {
     match y {
-        Yaml::Real(s) => s
-            .parse::<f64>()
-            .map(Value::from)
-            .unwrap_or_else(|_| Value::String(s.clone())),
+        Yaml::Real(s) => s.parse::<f64>().map(Value::from).unwrap_or_else(|_| Value::String(s.clone())),
         Yaml::Integer(i) => Value::from(*i),
         Yaml::String(s) => Value::String(s.clone()),
         Yaml::Boolean(b) => Value::Bool(*b),
@@ -64,9 +61,7 @@ fn escape(path: &str) -> String {
 impl OpenApi {
     fn operation(&self, path: &str, method: &str) -> &Value {
         let ptr = format!("/paths/{}/{}", escape(path), method.to_lowercase());
-        self.doc
-            .pointer(&ptr)
-            .unwrap_or_else(|| panic!("no operation {method} {path} in the document"))
+        self.doc.pointer(&ptr).unwrap_or_else(|| panic!("no operation {method} {path} in the document"))
     }
 
     /// The JSON request body schema of an operation.
@@ -78,28 +73,19 @@ impl OpenApi {
 
     /// Whether the operation documents this status at all.
     pub fn documents_status(&self, path: &str, method: &str, status: u16) -> bool {
-        self.operation(path, method)
-            .pointer(&format!("/responses/{status}"))
-            .is_some()
+        self.operation(path, method).pointer(&format!("/responses/{status}")).is_some()
     }
 
     /// The JSON response schema for a status, if the document gives one.
     pub fn response_schema(&self, path: &str, method: &str, status: u16) -> Option<&Value> {
-        self.operation(path, method).pointer(&format!(
-            "/responses/{status}/content/application~1json/schema"
-        ))
+        self.operation(path, method).pointer(&format!("/responses/{status}/content/application~1json/schema"))
     }
 
     fn resolve<'a>(&'a self, schema: &'a Value) -> &'a Value {
         let mut s = schema;
         while let Some(r) = s.get("$ref").and_then(Value::as_str) {
-            let ptr = r
-                .strip_prefix('#')
-                .unwrap_or_else(|| panic!("external $ref {r}"));
-            s = self
-                .doc
-                .pointer(ptr)
-                .unwrap_or_else(|| panic!("dangling $ref {r}"));
+            let ptr = r.strip_prefix('#').unwrap_or_else(|| panic!("external $ref {r}"));
+            s = self.doc.pointer(ptr).unwrap_or_else(|| panic!("dangling $ref {r}"));
         }
         s
     }
@@ -124,10 +110,7 @@ impl OpenApi {
         }
         for (key, need) in [("oneOf", Some(1usize)), ("anyOf", None)] {
             if let Some(alts) = s.get(key).and_then(Value::as_array) {
-                let ok = alts
-                    .iter()
-                    .filter(|a| self.validate(a, v, false).is_empty())
-                    .count();
+                let ok = alts.iter().filter(|a| self.validate(a, v, false).is_empty()).count();
                 let fine = match need {
                     Some(n) => ok == n,
                     None => ok >= 1,
@@ -176,15 +159,9 @@ impl OpenApi {
                 match props.and_then(|p| p.get(k)) {
                     Some(ps) => self.check(ps, val, strict, &format!("{at}.{k}"), errs),
                     None => match s.get("additionalProperties") {
-                        Some(Value::Bool(false)) => {
-                            errs.push(format!("{at}: property {k:?} not allowed"))
-                        }
-                        Some(extra @ Value::Object(_)) => {
-                            self.check(extra, val, strict, &format!("{at}.{k}"), errs)
-                        }
-                        _ if strict => {
-                            errs.push(format!("{at}: property {k:?} is not in the document"))
-                        }
+                        Some(Value::Bool(false)) => errs.push(format!("{at}: property {k:?} not allowed")),
+                        Some(extra @ Value::Object(_)) => self.check(extra, val, strict, &format!("{at}.{k}"), errs),
+                        _ if strict => errs.push(format!("{at}: property {k:?} is not in the document")),
                         _ => {}
                     },
                 }

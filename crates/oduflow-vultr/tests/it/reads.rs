@@ -1,11 +1,11 @@
 //! Reads and DELETE: bounded retries, Retry-After, pagination, label scans.
 
 use crate::*;
-use oduflow_model::provider::{with_send_guard, DeleteOutcome, Outcome, Provider, ProviderError, SendGuard};
-use std::future::Future;
-use std::pin::Pin;
+use oduflow_model::provider::{DeleteOutcome, Outcome, Provider, ProviderError, SendGuard, with_send_guard};
 use oduflow_model::{Label, VultrBlockId, VultrInstanceId};
 use serde_json::{Value, json};
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Instant;
 use wiremock::matchers::{method, path, query_param, query_param_is_missing};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -21,13 +21,7 @@ fn block(id: &str, label: &str) -> Value {
 }
 
 async fn gets(server: &MockServer) -> usize {
-    server
-        .received_requests()
-        .await
-        .unwrap()
-        .iter()
-        .filter(|r| r.method.as_str() == "GET")
-        .count()
+    server.received_requests().await.unwrap().iter().filter(|r| r.method.as_str() == "GET").count()
 }
 
 #[tokio::test]
@@ -45,55 +39,31 @@ async fn get_is_retried_on_429_and_waits_for_retry_after() {
         .await;
     Mock::given(method("GET"))
         .and(path("/v2/instances/i-1"))
-        .respond_with(
-            ResponseTemplate::new(200).set_body_json(json!({"instance": instance("i-1", "l")})),
-        )
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"instance": instance("i-1", "l")})))
         .mount(&server)
         .await;
     let c = client(&format!("{}/v2", server.uri()));
     let started = Instant::now();
-    let got = c
-        .instance_get(&VultrInstanceId::from("i-1"))
-        .await
-        .unwrap()
-        .unwrap();
+    let got = c.instance_get(&VultrInstanceId::from("i-1")).await.unwrap().unwrap();
     let waited = started.elapsed();
     assert_eq!(got.id.as_str(), "i-1");
     assert!(got.is_ready());
     assert_eq!(gets(&server).await, 2);
     // The configured backoff is 5 ms; only Retry-After explains a 1 s wait.
-    assert!(
-        waited >= Duration::from_millis(950),
-        "waited only {waited:?}"
-    );
+    assert!(waited >= Duration::from_millis(950), "waited only {waited:?}");
 }
 
 #[tokio::test]
 async fn get_retries_5xx_a_bounded_number_of_times_then_fails() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
-        .respond_with(
-            ResponseTemplate::new(503)
-                .set_body_json(json!({"error": "unavailable", "status": 503})),
-        )
+        .respond_with(ResponseTemplate::new(503).set_body_json(json!({"error": "unavailable", "status": 503})))
         .mount(&server)
         .await;
     let c = client(&format!("{}/v2", server.uri()));
-    let err = c
-        .instance_get(&VultrInstanceId::from("i-1"))
-        .await
-        .unwrap_err();
-    assert_eq!(
-        err,
-        ProviderError::Status {
-            status: 503,
-            message: "unavailable".into()
-        }
-    );
-    assert_eq!(
-        gets(&server).await,
-        oduflow_vultr::READ_ATTEMPTS_MAX as usize
-    );
+    let err = c.instance_get(&VultrInstanceId::from("i-1")).await.unwrap_err();
+    assert_eq!(err, ProviderError::Status { status: 503, message: "unavailable".into() });
+    assert_eq!(gets(&server).await, oduflow_vultr::READ_ATTEMPTS_MAX as usize);
 }
 
 #[tokio::test]
@@ -106,10 +76,7 @@ async fn a_retry_after_beyond_the_bound_is_not_slept_through() {
     let c = client(&format!("{}/v2", server.uri()));
     let started = Instant::now();
     let err = c.block_get(&VultrBlockId::from("b")).await.unwrap_err();
-    assert!(
-        matches!(err, ProviderError::Status { status: 429, .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, ProviderError::Status { status: 429, .. }), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(gets(&server).await, 1);
 }
@@ -118,15 +85,9 @@ async fn a_retry_after_beyond_the_bound_is_not_slept_through() {
 async fn get_transport_errors_are_retried_then_reported() {
     let (base, requests) = resetting_server().await;
     let c = client(&base);
-    let err = c
-        .instance_get(&VultrInstanceId::from("i-1"))
-        .await
-        .unwrap_err();
+    let err = c.instance_get(&VultrInstanceId::from("i-1")).await.unwrap_err();
     assert!(matches!(err, ProviderError::Transport(_)), "{err:?}");
-    assert_eq!(
-        requests.load(Ordering::SeqCst),
-        oduflow_vultr::READ_ATTEMPTS_MAX as usize
-    );
+    assert_eq!(requests.load(Ordering::SeqCst), oduflow_vultr::READ_ATTEMPTS_MAX as usize);
 }
 
 #[tokio::test]
@@ -134,50 +95,29 @@ async fn get_404_is_none_and_other_4xx_is_an_error_without_retry() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
         .and(path("/v2/instances/gone"))
-        .respond_with(
-            ResponseTemplate::new(404)
-                .set_body_json(json!({"error": "instance not found", "status": 404})),
-        )
+        .respond_with(ResponseTemplate::new(404).set_body_json(json!({"error": "instance not found", "status": 404})))
         .mount(&server)
         .await;
     Mock::given(method("GET"))
         .and(path("/v2/blocks/bad"))
         .respond_with(
-            ResponseTemplate::new(400)
-                .set_body_json(json!({"error": "Invalid block storage ID", "status": 400})),
+            ResponseTemplate::new(400).set_body_json(json!({"error": "Invalid block storage ID", "status": 400})),
         )
         .mount(&server)
         .await;
     let c = client(&format!("{}/v2", server.uri()));
-    assert_eq!(
-        c.instance_get(&VultrInstanceId::from("gone"))
-            .await
-            .unwrap(),
-        None
-    );
+    assert_eq!(c.instance_get(&VultrInstanceId::from("gone")).await.unwrap(), None);
     let err = c.block_get(&VultrBlockId::from("bad")).await.unwrap_err();
-    assert_eq!(
-        err,
-        ProviderError::Status {
-            status: 400,
-            message: "Invalid block storage ID".into()
-        }
-    );
+    assert_eq!(err, ProviderError::Status { status: 400, message: "Invalid block storage ID".into() });
     assert_eq!(gets(&server).await, 2);
 }
 
 #[tokio::test]
 async fn a_2xx_get_with_an_unreadable_body_is_a_decode_error() {
     let server = MockServer::start().await;
-    Mock::given(method("GET"))
-        .respond_with(ResponseTemplate::new(200).set_body_string("{}"))
-        .mount(&server)
-        .await;
+    Mock::given(method("GET")).respond_with(ResponseTemplate::new(200).set_body_string("{}")).mount(&server).await;
     let c = client(&format!("{}/v2", server.uri()));
-    assert!(matches!(
-        c.instance_get(&VultrInstanceId::from("i")).await,
-        Err(ProviderError::Decode(_))
-    ));
+    assert!(matches!(c.instance_get(&VultrInstanceId::from("i")).await, Err(ProviderError::Decode(_))));
 }
 
 #[tokio::test]
@@ -191,73 +131,39 @@ async fn delete_classifies_204_404_and_a_500_that_outlives_the_retries() {
         .await;
     Mock::given(method("DELETE"))
         .and(path("/v2/instances/gone"))
-        .respond_with(
-            ResponseTemplate::new(404)
-                .set_body_json(json!({"error": "instance not found", "status": 404})),
-        )
+        .respond_with(ResponseTemplate::new(404).set_body_json(json!({"error": "instance not found", "status": 404})))
         .expect(1)
         .mount(&server)
         .await;
     let locked = "Unable to destroy server: Unable to remove VM: Server is currently locked";
     Mock::given(method("DELETE"))
         .and(path("/v2/instances/locked"))
-        .respond_with(
-            ResponseTemplate::new(500).set_body_json(json!({"error": locked, "status": 500})),
-        )
+        .respond_with(ResponseTemplate::new(500).set_body_json(json!({"error": locked, "status": 500})))
         .expect(u64::from(oduflow_vultr::READ_ATTEMPTS_MAX))
         .mount(&server)
         .await;
     let c = client(&format!("{}/v2", server.uri()));
+    assert_eq!(c.instance_delete(&VultrInstanceId::from("ok")).await.unwrap(), DeleteOutcome::Sent);
+    assert_eq!(c.instance_delete(&VultrInstanceId::from("gone")).await.unwrap(), DeleteOutcome::NotFound);
     assert_eq!(
-        c.instance_delete(&VultrInstanceId::from("ok"))
-            .await
-            .unwrap(),
-        DeleteOutcome::Sent
-    );
-    assert_eq!(
-        c.instance_delete(&VultrInstanceId::from("gone"))
-            .await
-            .unwrap(),
-        DeleteOutcome::NotFound
-    );
-    assert_eq!(
-        c.instance_delete(&VultrInstanceId::from("locked"))
-            .await
-            .unwrap(),
-        DeleteOutcome::Refused {
-            status: 500,
-            message: locked.into()
-        }
+        c.instance_delete(&VultrInstanceId::from("locked")).await.unwrap(),
+        DeleteOutcome::Refused { status: 500, message: locked.into() }
     );
 }
 
 /// Mounts a listing of `key` split over pages joined by cursors c1, c2, ...
 async fn mount_pages(server: &MockServer, route: &str, key: &str, pages: &[Vec<Value>]) {
     for (n, items) in pages.iter().enumerate() {
-        let next = if n + 1 < pages.len() {
-            format!("c{}", n + 1)
-        } else {
-            String::new()
-        };
-        let prev = if n > 0 {
-            format!("p{n}")
-        } else {
-            String::new()
-        };
-        let body =
-            json!({ key: items, "meta": {"total": 7, "links": {"next": next, "prev": prev}} });
-        let m = Mock::given(method("GET"))
-            .and(path(route))
-            .and(query_param("per_page", "100"));
+        let next = if n + 1 < pages.len() { format!("c{}", n + 1) } else { String::new() };
+        let prev = if n > 0 { format!("p{n}") } else { String::new() };
+        let body = json!({ key: items, "meta": {"total": 7, "links": {"next": next, "prev": prev}} });
+        let m = Mock::given(method("GET")).and(path(route)).and(query_param("per_page", "100"));
         let m = if n == 0 {
             m.and(query_param_is_missing("cursor"))
         } else {
             m.and(query_param("cursor", format!("c{n}").as_str()))
         };
-        m.respond_with(ResponseTemplate::new(200).set_body_json(body))
-            .expect(1)
-            .mount(server)
-            .await;
+        m.respond_with(ResponseTemplate::new(200).set_body_json(body)).expect(1).mount(server).await;
     }
 }
 
@@ -267,30 +173,16 @@ async fn instance_listing_by_label_follows_every_page_and_sends_the_filter() {
     let pages = vec![
         vec![instance("i-1", "oduflow-a"), instance("i-2", "oduflow-a")],
         vec![instance("i-3", "oduflow-a")],
-        vec![
-            instance("i-4", "oduflow-a"),
-            instance("i-5", "oduflow-a-other"),
-        ],
+        vec![instance("i-4", "oduflow-a"), instance("i-5", "oduflow-a-other")],
     ];
     mount_pages(&server, "/v2/instances", "instances", &pages).await;
     let c = client(&format!("{}/v2", server.uri()));
-    let found = c
-        .instance_list_by_label(&Label::from("oduflow-a"))
-        .await
-        .unwrap();
+    let found = c.instance_list_by_label(&Label::from("oduflow-a")).await.unwrap();
     let ids: Vec<_> = found.iter().map(|i| i.id.as_str()).collect();
-    assert_eq!(
-        ids,
-        ["i-1", "i-2", "i-3", "i-4"],
-        "exact match, all three pages"
-    );
+    assert_eq!(ids, ["i-1", "i-2", "i-3", "i-4"], "exact match, all three pages");
     let reqs = server.received_requests().await.unwrap();
     assert_eq!(reqs.len(), 3);
-    assert!(reqs.iter().all(|r| {
-        r.url
-            .query_pairs()
-            .any(|(k, v)| k == "label" && v == "oduflow-a")
-    }));
+    assert!(reqs.iter().all(|r| { r.url.query_pairs().any(|(k, v)| k == "label" && v == "oduflow-a") }));
 }
 
 #[tokio::test]
@@ -303,46 +195,29 @@ async fn block_listing_and_the_label_scan_read_all_pages_once() {
     ];
     mount_pages(&server, "/v2/blocks", "blocks", &pages).await;
     let c = client(&format!("{}/v2", server.uri()));
-    let labels = [
-        Label::from("oduflow-x"),
-        Label::from("oduflow-y"),
-        Label::from("oduflow-z"),
-    ];
+    let labels = [Label::from("oduflow-x"), Label::from("oduflow-y"), Label::from("oduflow-z")];
     let found = c.block_find_by_labels(&labels).await.unwrap();
-    let ids = |l: &str| {
-        found[&Label::from(l)]
-            .iter()
-            .map(|b| b.id.to_string())
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(
-        ids("oduflow-x"),
-        ["b-1", "b-4"],
-        "two matches are both reported"
-    );
+    let ids = |l: &str| found[&Label::from(l)].iter().map(|b| b.id.to_string()).collect::<Vec<_>>();
+    assert_eq!(ids("oduflow-x"), ["b-1", "b-4"], "two matches are both reported");
     assert_eq!(ids("oduflow-y"), ["b-3"]);
     assert!(ids("oduflow-z").is_empty());
     assert_eq!(gets(&server).await, 3, "one scan for all labels");
     let reqs = server.received_requests().await.unwrap();
     assert!(
-        reqs.iter()
-            .all(|r| !r.url.query_pairs().any(|(k, _)| k == "label")),
+        reqs.iter().all(|r| !r.url.query_pairs().any(|(k, _)| k == "label")),
         "Vultr has no label filter for blocks"
     );
-    assert_eq!(
-        found[&Label::from("oduflow-x")][0].attached_to_instance,
-        None,
-        "\"\" means detached"
-    );
+    assert_eq!(found[&Label::from("oduflow-x")][0].attached_to_instance, None, "\"\" means detached");
 }
 
 #[tokio::test]
 async fn a_cursor_that_repeats_is_an_error_not_a_loop() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(
-            json!({"blocks": [], "meta": {"total": 0, "links": {"next": "same", "prev": ""}}}),
-        ))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!({"blocks": [], "meta": {"total": 0, "links": {"next": "same", "prev": ""}}})),
+        )
         .mount(&server)
         .await;
     let c = client(&format!("{}/v2", server.uri()));
@@ -382,9 +257,7 @@ async fn a_retry_after_the_run_lost_its_claim_is_never_sent() {
         .await;
     let c = client(&format!("{}/v2", server.uri()));
     let guard = Arc::new(Guard { passes: AtomicUsize::new(1) });
-    let err = with_send_guard(guard.clone(), c.instance_get(&VultrInstanceId::from("i-1")))
-        .await
-        .unwrap_err();
+    let err = with_send_guard(guard.clone(), c.instance_get(&VultrInstanceId::from("i-1"))).await.unwrap_err();
     assert!(err.to_string().contains("not sent: claim lost"), "{err}");
     assert_eq!(gets(&server).await, 1, "the retry after the refusal was sent");
     // A create under a refusing guard is not sent, and says so.

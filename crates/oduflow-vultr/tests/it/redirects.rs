@@ -20,8 +20,7 @@ async fn target() -> MockServer {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .respond_with(
-            ResponseTemplate::new(202)
-                .set_body_json(json!({"instance": {"id": "dup"}, "block": {"id": "dup"}})),
+            ResponseTemplate::new(202).set_body_json(json!({"instance": {"id": "dup"}, "block": {"id": "dup"}})),
         )
         .mount(&server)
         .await;
@@ -37,9 +36,7 @@ async fn target() -> MockServer {
             .await;
     }
     Mock::given(wiremock::matchers::any())
-        .respond_with(
-            ResponseTemplate::new(404).set_body_json(json!({"error": "not found", "status": 404})),
-        )
+        .respond_with(ResponseTemplate::new(404).set_body_json(json!({"error": "not found", "status": 404})))
         .with_priority(10)
         .mount(&server)
         .await;
@@ -52,10 +49,7 @@ async fn front(status: u16, target: &MockServer) -> MockServer {
     Mock::given(wiremock::matchers::any())
         .respond_with(
             ResponseTemplate::new(status)
-                .insert_header(
-                    "Location",
-                    format!("{}/v2/instances/elsewhere", target.uri()),
-                )
+                .insert_header("Location", format!("{}/v2/instances/elsewhere", target.uri()))
                 .set_body_string(""),
         )
         .mount(&server)
@@ -64,13 +58,7 @@ async fn front(status: u16, target: &MockServer) -> MockServer {
 }
 
 async fn count(server: &MockServer, m: &str) -> usize {
-    server
-        .received_requests()
-        .await
-        .unwrap()
-        .iter()
-        .filter(|r| r.method.as_str() == m)
-        .count()
+    server.received_requests().await.unwrap().iter().filter(|r| r.method.as_str() == m).count()
 }
 
 async fn total(server: &MockServer) -> usize {
@@ -80,18 +68,10 @@ async fn total(server: &MockServer) -> usize {
 /// The error a redirected read or DELETE must give: the 3xx itself, saying it
 /// was not followed.
 fn assert_redirect_error(status: u16, what: &str, err: &ProviderError) {
-    let ProviderError::Status { status: s, message } = err else {
-        panic!("{what} {status}: {err:?}")
-    };
+    let ProviderError::Status { status: s, message } = err else { panic!("{what} {status}: {err:?}") };
     assert_eq!(*s, status, "{what}: {message}");
-    assert!(
-        message.contains("redirect") && message.contains("never followed"),
-        "{what} {status}: {message}"
-    );
-    assert!(
-        message.contains("/v2/instances/elsewhere"),
-        "{what} {status}: names the Location: {message}"
-    );
+    assert!(message.contains("redirect") && message.contains("never followed"), "{what} {status}: {message}");
+    assert!(message.contains("/v2/instances/elsewhere"), "{what} {status}: names the Location: {message}");
 }
 
 #[tokio::test]
@@ -103,11 +83,7 @@ async fn a_redirected_create_or_attach_is_unknown_sent_once_and_never_followed()
         let outcomes = [
             format!("{:?}", c.instance_create(&instance_req("l")).await),
             format!("{:?}", c.block_create(&block_req("l")).await),
-            format!(
-                "{:?}",
-                c.block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i"))
-                    .await
-            ),
+            format!("{:?}", c.block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i")).await),
             format!(
                 "{:?}",
                 c.dns_record_create(
@@ -125,45 +101,22 @@ async fn a_redirected_create_or_attach_is_unknown_sent_once_and_never_followed()
         ];
         for o in &outcomes {
             assert!(o.starts_with("Unknown"), "{status}: {o}");
-            assert!(
-                o.contains(&status.to_string()),
-                "{status}: names the status: {o}"
-            );
-            assert!(
-                o.contains("/v2/instances/elsewhere"),
-                "{status}: names the Location: {o}"
-            );
+            assert!(o.contains(&status.to_string()), "{status}: names the status: {o}");
+            assert!(o.contains("/v2/instances/elsewhere"), "{status}: names the Location: {o}");
         }
-        assert_eq!(
-            count(&f, "POST").await,
-            4,
-            "{status}: each call sent exactly once"
-        );
+        assert_eq!(count(&f, "POST").await, 4, "{status}: each call sent exactly once");
         assert_eq!(total(&f).await, 4, "{status}: and nothing else");
-        assert_eq!(
-            total(&t).await,
-            0,
-            "{status}: the redirect was not followed"
-        );
+        assert_eq!(total(&t).await, 0, "{status}: the redirect was not followed");
     }
 }
 
 #[tokio::test]
 async fn a_redirect_without_a_location_is_unknown_too() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(307))
-        .expect(1)
-        .mount(&server)
-        .await;
+    Mock::given(method("POST")).respond_with(ResponseTemplate::new(307)).expect(1).mount(&server).await;
     let c = client(&format!("{}/v2", server.uri()));
-    let Outcome::Unknown { reason } = c.instance_create(&instance_req("l")).await else {
-        panic!()
-    };
-    assert!(
-        reason.contains("307") && reason.contains("no Location"),
-        "{reason}"
-    );
+    let Outcome::Unknown { reason } = c.instance_create(&instance_req("l")).await else { panic!() };
+    assert!(reason.contains("307") && reason.contains("no Location"), "{reason}");
 }
 
 #[tokio::test]
@@ -172,36 +125,19 @@ async fn a_redirected_get_is_an_error_not_none_and_is_not_retried() {
         let t = target().await;
         let f = front(status, &t).await;
         let c = client(&format!("{}/v2", f.uri()));
-        let err = c
-            .instance_get(&VultrInstanceId::from("i-1"))
-            .await
-            .expect_err("a redirect is not a 404");
+        let err = c.instance_get(&VultrInstanceId::from("i-1")).await.expect_err("a redirect is not a 404");
         assert_redirect_error(status, "instance_get", &err);
-        let err = c
-            .block_get(&VultrBlockId::from("b-1"))
-            .await
-            .expect_err("a redirect is not a 404");
+        let err = c.block_get(&VultrBlockId::from("b-1")).await.expect_err("a redirect is not a 404");
         assert_redirect_error(status, "block_get", &err);
         let err = c
             .dns_record_get("example.com", &oduflow_vultr::DnsRecordId("r-1".into()))
             .await
             .expect_err("a redirect is not a 404");
         assert_redirect_error(status, "dns_record_get", &err.into());
-        let err = c
-            .account_get()
-            .await
-            .expect_err("a redirect is not an account");
+        let err = c.account_get().await.expect_err("a redirect is not an account");
         assert_redirect_error(status, "account", &err.into());
-        assert_eq!(
-            count(&f, "GET").await,
-            4,
-            "{status}: one GET each, no retry"
-        );
-        assert_eq!(
-            total(&t).await,
-            0,
-            "{status}: the redirect was not followed"
-        );
+        assert_eq!(count(&f, "GET").await, 4, "{status}: one GET each, no retry");
+        assert_eq!(total(&t).await, 0, "{status}: the redirect was not followed");
     }
 }
 
@@ -212,18 +148,9 @@ async fn a_redirected_delete_or_detach_is_an_error_not_not_found() {
         let f = front(status, &t).await;
         let c = client(&format!("{}/v2", f.uri()));
         let results: [(&str, Result<DeleteOutcome, ProviderError>); 4] = [
-            (
-                "instance_delete",
-                c.instance_delete(&VultrInstanceId::from("i-1")).await,
-            ),
-            (
-                "block_delete",
-                c.block_delete(&VultrBlockId::from("b-1")).await,
-            ),
-            (
-                "block_detach",
-                c.block_detach(&VultrBlockId::from("b-1")).await,
-            ),
+            ("instance_delete", c.instance_delete(&VultrInstanceId::from("i-1")).await),
+            ("block_delete", c.block_delete(&VultrBlockId::from("b-1")).await),
+            ("block_detach", c.block_detach(&VultrBlockId::from("b-1")).await),
             (
                 "dns_record_delete",
                 c.dns_record_delete("example.com", &oduflow_vultr::DnsRecordId("r-1".into()))
@@ -237,17 +164,9 @@ async fn a_redirected_delete_or_detach_is_an_error_not_not_found() {
                 Ok(o) => panic!("{what} {status}: {o:?}, not an error"),
             }
         }
-        assert_eq!(
-            count(&f, "DELETE").await,
-            3,
-            "{status}: one DELETE each, no retry"
-        );
+        assert_eq!(count(&f, "DELETE").await, 3, "{status}: one DELETE each, no retry");
         assert_eq!(count(&f, "POST").await, 1, "{status}: one detach, no retry");
-        assert_eq!(
-            total(&t).await,
-            0,
-            "{status}: the redirect was not followed"
-        );
+        assert_eq!(total(&t).await, 0, "{status}: the redirect was not followed");
     }
 }
 
@@ -257,41 +176,21 @@ async fn a_redirected_listing_is_an_error() {
         let t = target().await;
         let f = front(status, &t).await;
         let c = client(&format!("{}/v2", f.uri()));
-        assert_redirect_error(
-            status,
-            "instance_list",
-            &c.instance_list().await.unwrap_err(),
-        );
+        assert_redirect_error(status, "instance_list", &c.instance_list().await.unwrap_err());
         assert_redirect_error(
             status,
             "instance_list_by_label",
-            &c.instance_list_by_label(&Label::from("l"))
-                .await
-                .unwrap_err(),
+            &c.instance_list_by_label(&Label::from("l")).await.unwrap_err(),
         );
         assert_redirect_error(status, "block_list", &c.block_list().await.unwrap_err());
         assert_redirect_error(
             status,
             "block_find_by_labels",
-            &c.block_find_by_labels(&[Label::from("l")])
-                .await
-                .unwrap_err(),
+            &c.block_find_by_labels(&[Label::from("l")]).await.unwrap_err(),
         );
-        assert_redirect_error(
-            status,
-            "regions",
-            &c.region_list().await.unwrap_err().into(),
-        );
-        assert_eq!(
-            count(&f, "GET").await,
-            5,
-            "{status}: one GET each, no retry"
-        );
-        assert_eq!(
-            total(&t).await,
-            0,
-            "{status}: the redirect was not followed"
-        );
+        assert_redirect_error(status, "regions", &c.region_list().await.unwrap_err().into());
+        assert_eq!(count(&f, "GET").await, 5, "{status}: one GET each, no retry");
+        assert_eq!(total(&t).await, 0, "{status}: the redirect was not followed");
     }
 }
 
@@ -305,8 +204,7 @@ async fn a_redirect_on_a_later_page_fails_the_listing() {
         .and(path("/v2/instances"))
         .and(wiremock::matchers::query_param("cursor", "c1"))
         .respond_with(
-            ResponseTemplate::new(302)
-                .insert_header("Location", format!("{}/v2/instances/elsewhere", t.uri())),
+            ResponseTemplate::new(302).insert_header("Location", format!("{}/v2/instances/elsewhere", t.uri())),
         )
         .with_priority(1)
         .mount(&server)
@@ -321,11 +219,7 @@ async fn a_redirect_on_a_later_page_fails_the_listing() {
         .mount(&server)
         .await;
     let c = client(&format!("{}/v2", server.uri()));
-    assert_redirect_error(
-        302,
-        "instance_list page 2",
-        &c.instance_list().await.unwrap_err(),
-    );
+    assert_redirect_error(302, "instance_list page 2", &c.instance_list().await.unwrap_err());
     assert_eq!(count(&server, "GET").await, 2);
     assert_eq!(total(&t).await, 0);
 }

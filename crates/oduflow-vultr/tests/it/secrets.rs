@@ -51,12 +51,8 @@ async fn the_api_key_is_in_no_log_line_error_or_debug_output() {
     let _ = log::set_boxed_logger(Box::new(LogToBuf(buf.clone())));
     log::set_max_level(log::LevelFilter::Trace);
 
-    let sim = Sim::start(
-        SimConfig::default().instant().with_key(SECRET),
-        "127.0.0.1:0".parse().unwrap(),
-    )
-    .await
-    .unwrap();
+    let sim =
+        Sim::start(SimConfig::default().instant().with_key(SECRET), "127.0.0.1:0".parse().unwrap()).await.unwrap();
     let c = VultrClient::new(fast_config(&sim.base_url, SECRET)).unwrap();
     let mut seen: Vec<String> = vec![format!("{c:?}"), format!("{:?}", c.config())];
     let mut note = |s: String| seen.push(s);
@@ -64,14 +60,8 @@ async fn the_api_key_is_in_no_log_line_error_or_debug_output() {
     // Successes.
     let vm = c.instance_create(&instance_req("oduflow-s")).await;
     note(format!("{vm:?}"));
-    note(format!(
-        "{:?}",
-        c.instance_list_by_label(&Label::from("oduflow-s")).await
-    ));
-    note(format!(
-        "{:?}",
-        c.block_create(&block_req("oduflow-s")).await
-    ));
+    note(format!("{:?}", c.instance_list_by_label(&Label::from("oduflow-s")).await));
+    note(format!("{:?}", c.block_create(&block_req("oduflow-s")).await));
     note(format!("{:?}", c.account_get().await));
     let rec = DnsRecordRequest {
         name: "www".into(),
@@ -80,96 +70,40 @@ async fn the_api_key_is_in_no_log_line_error_or_debug_output() {
         ttl: None,
         priority: None,
     };
-    note(format!(
-        "{:?}",
-        c.dns_record_create("example.com", &rec).await
-    ));
+    note(format!("{:?}", c.dns_record_create("example.com", &rec).await));
     // Refusals and failures of every kind.
-    note(format!(
-        "{:?}",
-        c.instance_create(&InstanceRequest {
-            region: "nowhere".into(),
-            ..instance_req("x")
-        })
-        .await
-    ));
-    note(format!(
-        "{:?}",
-        c.block_attach(
-            &VultrBlockId::from("missing"),
-            &VultrInstanceId::from("missing")
-        )
-        .await
-    ));
-    sim.set_faults(Faults {
-        lost_drop: 1.0,
-        ops: vec![Op::InstanceCreate],
-        ..Faults::default()
-    })
-    .unwrap();
-    note(format!(
-        "{:?}",
-        c.instance_create(&instance_req("oduflow-t")).await
-    ));
-    sim.set_faults(Faults {
-        error_5xx: 1.0,
-        ops: vec![Op::InstanceGet, Op::AccountGet],
-        ..Faults::default()
-    })
-    .unwrap();
-    let e = c
-        .instance_get(&VultrInstanceId::from("x"))
-        .await
-        .unwrap_err();
+    note(format!("{:?}", c.instance_create(&InstanceRequest { region: "nowhere".into(), ..instance_req("x") }).await));
+    note(format!("{:?}", c.block_attach(&VultrBlockId::from("missing"), &VultrInstanceId::from("missing")).await));
+    sim.set_faults(Faults { lost_drop: 1.0, ops: vec![Op::InstanceCreate], ..Faults::default() }).unwrap();
+    note(format!("{:?}", c.instance_create(&instance_req("oduflow-t")).await));
+    sim.set_faults(Faults { error_5xx: 1.0, ops: vec![Op::InstanceGet, Op::AccountGet], ..Faults::default() }).unwrap();
+    let e = c.instance_get(&VultrInstanceId::from("x")).await.unwrap_err();
     note(format!("{e} {e:?}"));
     let e = c.account_get().await.unwrap_err();
     note(format!("{e} {e:?}"));
     // A key the server does not accept.
-    let other = Sim::start(
-        SimConfig::default().instant().with_key("another"),
-        "127.0.0.1:0".parse().unwrap(),
-    )
-    .await
-    .unwrap();
+    let other =
+        Sim::start(SimConfig::default().instant().with_key("another"), "127.0.0.1:0".parse().unwrap()).await.unwrap();
     let stranger = VultrClient::new(fast_config(&other.base_url, SECRET)).unwrap();
     let e = stranger.account_get().await.unwrap_err();
-    assert!(matches!(
-        e,
-        oduflow_vultr::VultrError::Status { status: 401, .. }
-    ));
+    assert!(matches!(e, oduflow_vultr::VultrError::Status { status: 401, .. }));
     note(format!("{e} {e:?}"));
-    note(format!(
-        "{:?}",
-        stranger.instance_create(&instance_req("x")).await
-    ));
+    note(format!("{:?}", stranger.instance_create(&instance_req("x")).await));
     // Transport failures: a reset, a closed port, a bad configuration.
     let (base, _) = resetting_server().await;
     let reset = VultrClient::new(fast_config(&base, SECRET)).unwrap();
-    let e = reset
-        .instance_get(&VultrInstanceId::from("x"))
-        .await
-        .unwrap_err();
+    let e = reset.instance_get(&VultrInstanceId::from("x")).await.unwrap_err();
     note(format!("{e} {e:?}"));
     let closed = VultrClient::new(fast_config("http://127.0.0.1:9/v2", SECRET)).unwrap();
     let e = closed.account_get().await.unwrap_err();
     note(format!("{e} {e:?}"));
-    let e = VultrClient::new(VultrConfig {
-        rate_per_sec: 0,
-        ..fast_config("http://x/v2", SECRET)
-    })
-    .unwrap_err();
+    let e = VultrClient::new(VultrConfig { rate_per_sec: 0, ..fast_config("http://x/v2", SECRET) }).unwrap_err();
     note(format!("{e} {e:?}"));
 
     let logs = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
-    assert!(
-        logs.contains("vultr request"),
-        "the capture must have caught the adapter's logs:\n{logs}"
-    );
+    assert!(logs.contains("vultr request"), "the capture must have caught the adapter's logs:\n{logs}");
     assert!(logs.contains("DEBUG") || logs.contains("TRACE"));
-    assert!(
-        !logs.contains(SECRET),
-        "the key leaked into the logs:\n{logs}"
-    );
+    assert!(!logs.contains(SECRET), "the key leaked into the logs:\n{logs}");
     for s in &seen {
         assert!(!s.contains(SECRET), "the key leaked: {s}");
     }

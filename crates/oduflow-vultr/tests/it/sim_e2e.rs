@@ -10,9 +10,7 @@ use oduflow_vultr::DnsRecordRequest;
 use std::time::Instant;
 
 async fn sim(cfg: SimConfig) -> SimHandle {
-    Sim::start(cfg.with_key(KEY), "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap()
+    Sim::start(cfg.with_key(KEY), "127.0.0.1:0".parse().unwrap()).await.unwrap()
 }
 
 /// Polls until `f` gives `Some`, at most `tries` times 50 ms apart.
@@ -34,160 +32,69 @@ where
 async fn a_whole_provisioning_round_against_the_simulator() {
     let sim = sim(SimConfig::default()).await;
     let c = client(&sim.base_url);
-    let Outcome::Accepted(vm) = c.instance_create(&instance_req("oduflow-e2e")).await else {
-        panic!()
-    };
-    let Outcome::Accepted(vol) = c.block_create(&block_req("oduflow-e2e-vol")).await else {
-        panic!()
-    };
+    let Outcome::Accepted(vm) = c.instance_create(&instance_req("oduflow-e2e")).await else { panic!() };
+    let Outcome::Accepted(vol) = c.block_create(&block_req("oduflow-e2e-vol")).await else { panic!() };
 
-    let ready = eventually(60, || async {
-        c.instance_get(&vm).await.unwrap().filter(|i| i.is_ready())
-    })
-    .await;
+    let ready = eventually(60, || async { c.instance_get(&vm).await.unwrap().filter(|i| i.is_ready()) }).await;
     assert_eq!(
-        (
-            ready.region.as_str(),
-            ready.plan.as_str(),
-            ready.os_id,
-            ready.label.as_str()
-        ),
+        (ready.region.as_str(), ready.plan.as_str(), ready.os_id, ready.label.as_str()),
         ("ewr", "vc2-1c-1gb", 2136, "oduflow-e2e")
     );
-    let blk = eventually(60, || async {
-        c.block_get(&vol)
-            .await
-            .unwrap()
-            .filter(|b| b.status == "active")
-    })
-    .await;
-    assert_eq!(
-        (
-            blk.size_gb,
-            blk.block_type.as_str(),
-            blk.attached_to_instance
-        ),
-        (40, "high_perf", None)
-    );
+    let blk = eventually(60, || async { c.block_get(&vol).await.unwrap().filter(|b| b.status == "active") }).await;
+    assert_eq!((blk.size_gb, blk.block_type.as_str(), blk.attached_to_instance), (40, "high_perf", None));
 
     assert_eq!(c.block_attach(&vol, &vm).await, Outcome::Accepted(()));
-    assert_eq!(
-        c.block_get(&vol)
-            .await
-            .unwrap()
-            .unwrap()
-            .attached_to_instance,
-        Some(vm.clone())
-    );
+    assert_eq!(c.block_get(&vol).await.unwrap().unwrap().attached_to_instance, Some(vm.clone()));
 
     let found = eventually(60, || async {
-        let v = c
-            .instance_list_by_label(&Label::from("oduflow-e2e"))
-            .await
-            .unwrap();
+        let v = c.instance_list_by_label(&Label::from("oduflow-e2e")).await.unwrap();
         (!v.is_empty()).then_some(v)
     })
     .await;
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].id, vm);
-    let by_label = c
-        .block_find_by_labels(&[Label::from("oduflow-e2e-vol")])
-        .await
-        .unwrap();
+    let by_label = c.block_find_by_labels(&[Label::from("oduflow-e2e-vol")]).await.unwrap();
     assert_eq!(by_label[&Label::from("oduflow-e2e-vol")][0].id, vol);
     assert_eq!(c.instance_list().await.unwrap().len(), 1);
 
     assert_eq!(c.block_detach(&vol).await.unwrap(), DeleteOutcome::Sent);
-    assert!(matches!(
-        c.block_detach(&vol).await.unwrap(),
-        DeleteOutcome::Refused { status: 400, .. }
-    ));
+    assert!(matches!(c.block_detach(&vol).await.unwrap(), DeleteOutcome::Refused { status: 400, .. }));
     assert_eq!(c.block_delete(&vol).await.unwrap(), DeleteOutcome::Sent);
     assert_eq!(c.instance_delete(&vm).await.unwrap(), DeleteOutcome::Sent);
-    assert_eq!(
-        c.instance_get(&vm).await.unwrap(),
-        None,
-        "a GET after the DELETE answers 404"
-    );
+    assert_eq!(c.instance_get(&vm).await.unwrap(), None, "a GET after the DELETE answers 404");
     assert_eq!(c.block_get(&vol).await.unwrap(), None);
-    assert_eq!(
-        c.instance_delete(&vm).await.unwrap(),
-        DeleteOutcome::NotFound
-    );
+    assert_eq!(c.instance_delete(&vm).await.unwrap(), DeleteOutcome::NotFound);
 
     let ledger = sim.ledger();
     assert_eq!(ledger.creates_per_label["oduflow-e2e"], 1);
     assert_eq!(ledger.creates_per_label["oduflow-e2e-vol"], 1);
-    assert_eq!(
-        ledger
-            .resources
-            .iter()
-            .filter(|r| r.deleted_at.is_some())
-            .count(),
-        2
-    );
-    assert!(
-        ledger
-            .resources
-            .iter()
-            .all(|r| r.key_fingerprint == c.fingerprint().0)
-    );
+    assert_eq!(ledger.resources.iter().filter(|r| r.deleted_at.is_some()).count(), 2);
+    assert!(ledger.resources.iter().all(|r| r.key_fingerprint == c.fingerprint().0));
 }
 
 #[tokio::test]
 async fn delete_of_a_pending_instance_is_refused_after_bounded_retries() {
-    let sim = sim(SimConfig {
-        pending_ms: 5_000,
-        get_404_window_ms: 0,
-        ..SimConfig::default()
-    })
-    .await;
+    let sim = sim(SimConfig { pending_ms: 5_000, get_404_window_ms: 0, ..SimConfig::default() }).await;
     let c = client(&sim.base_url);
-    let Outcome::Accepted(vm) = c.instance_create(&instance_req("p")).await else {
-        panic!()
-    };
-    let DeleteOutcome::Refused {
-        status: 500,
-        message,
-    } = c.instance_delete(&vm).await.unwrap()
-    else {
-        panic!()
-    };
+    let Outcome::Accepted(vm) = c.instance_create(&instance_req("p")).await else { panic!() };
+    let DeleteOutcome::Refused { status: 500, message } = c.instance_delete(&vm).await.unwrap() else { panic!() };
     assert!(message.contains("not currently active"), "{message}");
-    assert_eq!(
-        sim.ledger().requests["DELETE /v2/instances/{id}"],
-        u64::from(oduflow_vultr::READ_ATTEMPTS_MAX)
-    );
+    assert_eq!(sim.ledger().requests["DELETE /v2/instances/{id}"], u64::from(oduflow_vultr::READ_ATTEMPTS_MAX));
 }
 
 #[tokio::test]
 async fn rejections_from_the_simulator_are_definitive() {
     let sim = sim(SimConfig::default().instant()).await;
     let c = client(&sim.base_url);
-    let bad = InstanceRequest {
-        plan: "vc2-64c-1tb".into(),
-        ..instance_req("r")
-    };
+    let bad = InstanceRequest { plan: "vc2-64c-1tb".into(), ..instance_req("r") };
     assert_eq!(
         c.instance_create(&bad).await,
-        Outcome::Rejected {
-            status: 400,
-            message: "Invalid plan chosen.".into()
-        }
+        Outcome::Rejected { status: 400, message: "Invalid plan chosen.".into() }
     );
-    let small = BlockRequest {
-        size_gb: 5,
-        ..block_req("r")
-    };
-    assert!(matches!(
-        c.block_create(&small).await,
-        Outcome::Rejected { status: 400, .. }
-    ));
+    let small = BlockRequest { size_gb: 5, ..block_req("r") };
+    assert!(matches!(c.block_create(&small).await, Outcome::Rejected { status: 400, .. }));
     let stranger = VultrClient::new(fast_config(&sim.base_url, "unknown-key")).unwrap();
-    assert!(matches!(
-        stranger.instance_create(&instance_req("r")).await,
-        Outcome::Rejected { status: 401, .. }
-    ));
+    assert!(matches!(stranger.instance_create(&instance_req("r")).await, Outcome::Rejected { status: 401, .. }));
     assert!(sim.ledger().resources.is_empty());
 }
 
@@ -196,82 +103,34 @@ async fn rejections_from_the_simulator_are_definitive() {
 #[tokio::test]
 async fn a_lost_create_response_is_unknown_and_the_create_is_applied_exactly_once() {
     let cases = [
-        (
-            "drop",
-            Faults {
-                lost_drop: 1.0,
-                ..Faults::default()
-            },
-        ),
-        (
-            "5xx",
-            Faults {
-                lost_5xx: 1.0,
-                ..Faults::default()
-            },
-        ),
-        (
-            "stall",
-            Faults {
-                lost_stall: 1.0,
-                stall_ms: 1_500,
-                ..Faults::default()
-            },
-        ),
+        ("drop", Faults { lost_drop: 1.0, ..Faults::default() }),
+        ("5xx", Faults { lost_5xx: 1.0, ..Faults::default() }),
+        ("stall", Faults { lost_stall: 1.0, stall_ms: 1_500, ..Faults::default() }),
     ];
     for (name, f) in cases {
         let sim = sim(SimConfig::default().instant()).await;
-        sim.set_faults(Faults {
-            ops: vec![Op::InstanceCreate, Op::BlockCreate, Op::BlockAttach],
-            ..f
-        })
-        .unwrap();
+        sim.set_faults(Faults { ops: vec![Op::InstanceCreate, Op::BlockCreate, Op::BlockAttach], ..f }).unwrap();
         let c = client(&sim.base_url);
         let label = format!("oduflow-lost-{name}");
         let outcome = c.instance_create(&instance_req(&label)).await;
-        assert!(
-            matches!(outcome, Outcome::Unknown { .. }),
-            "{name}: {outcome:?}"
-        );
+        assert!(matches!(outcome, Outcome::Unknown { .. }), "{name}: {outcome:?}");
         let outcome = c.block_create(&block_req(&format!("{label}-vol"))).await;
-        assert!(
-            matches!(outcome, Outcome::Unknown { .. }),
-            "{name}: {outcome:?}"
-        );
+        assert!(matches!(outcome, Outcome::Unknown { .. }), "{name}: {outcome:?}");
         // The resources exist: the engine adopts them by label.
-        let vm = c
-            .instance_list_by_label(&Label::from(label.as_str()))
-            .await
-            .unwrap();
+        let vm = c.instance_list_by_label(&Label::from(label.as_str())).await.unwrap();
         assert_eq!(vm.len(), 1, "{name}");
-        let vol = c
-            .block_find_by_labels(&[Label::from(format!("{label}-vol").as_str())])
-            .await
-            .unwrap();
+        let vol = c.block_find_by_labels(&[Label::from(format!("{label}-vol").as_str())]).await.unwrap();
         let vol = &vol.values().next().unwrap()[0];
         let outcome = c.block_attach(&vol.id, &vm[0].id).await;
-        assert!(
-            matches!(outcome, Outcome::Unknown { .. }),
-            "{name}: {outcome:?}"
-        );
+        assert!(matches!(outcome, Outcome::Unknown { .. }), "{name}: {outcome:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
         let l = sim.ledger();
-        assert_eq!(
-            l.requests["POST /v2/instances"], 1,
-            "{name}: one POST reached the simulator"
-        );
+        assert_eq!(l.requests["POST /v2/instances"], 1, "{name}: one POST reached the simulator");
         assert_eq!(l.requests["POST /v2/blocks"], 1, "{name}");
         assert_eq!(l.requests["POST /v2/blocks/{id}/attach"], 1, "{name}");
         assert_eq!(l.creates_per_label[&label], 1, "{name}");
         assert_eq!(l.attaches_per_block[vol.id.as_str()], 1, "{name}");
-        assert_eq!(
-            c.block_get(&vol.id)
-                .await
-                .unwrap()
-                .unwrap()
-                .attached_to_instance,
-            Some(vm[0].id.clone())
-        );
+        assert_eq!(c.block_get(&vol.id).await.unwrap().unwrap().attached_to_instance, Some(vm[0].id.clone()));
     }
 }
 
@@ -279,37 +138,14 @@ async fn a_lost_create_response_is_unknown_and_the_create_is_applied_exactly_onc
 async fn reads_ride_over_dropped_connections_5xx_and_429_bursts() {
     let sim = sim(SimConfig::default().instant()).await;
     let c = client(&sim.base_url);
-    let Outcome::Accepted(vm) = c.instance_create(&instance_req("r")).await else {
-        panic!()
-    };
+    let Outcome::Accepted(vm) = c.instance_create(&instance_req("r")).await else { panic!() };
     for f in [
-        Faults {
-            lost_drop: 1.0,
-            faults_max: Some(2),
-            ..Faults::default()
-        },
-        Faults {
-            error_5xx: 1.0,
-            faults_max: Some(3),
-            ..Faults::default()
-        },
-        Faults {
-            burst_429: 1.0,
-            burst_429_len: 2,
-            faults_max: Some(1),
-            ..Faults::default()
-        },
+        Faults { lost_drop: 1.0, faults_max: Some(2), ..Faults::default() },
+        Faults { error_5xx: 1.0, faults_max: Some(3), ..Faults::default() },
+        Faults { burst_429: 1.0, burst_429_len: 2, faults_max: Some(1), ..Faults::default() },
     ] {
-        sim.set_faults(Faults {
-            ops: vec![Op::InstanceGet, Op::InstanceList],
-            ..f.clone()
-        })
-        .unwrap();
-        let got = c
-            .instance_get(&vm)
-            .await
-            .unwrap()
-            .expect("found after retries");
+        sim.set_faults(Faults { ops: vec![Op::InstanceGet, Op::InstanceList], ..f.clone() }).unwrap();
+        let got = c.instance_get(&vm).await.unwrap().expect("found after retries");
         assert_eq!(got.id, vm, "{f:?}");
     }
     let l = sim.ledger();
@@ -321,25 +157,13 @@ async fn reads_ride_over_dropped_connections_5xx_and_429_bursts() {
 #[tokio::test]
 async fn account_regions_plans_and_dns_through_the_adapter() {
     let sim = sim(SimConfig::default().instant()).await;
-    let c = VultrClient::new(VultrConfig {
-        per_page: 2,
-        ..fast_config(&sim.base_url, KEY)
-    })
-    .unwrap();
+    let c = VultrClient::new(VultrConfig { per_page: 2, ..fast_config(&sim.base_url, KEY) }).unwrap();
     assert_eq!(c.account_get().await.unwrap().email, "sim@example.com");
     let regions = c.region_list().await.unwrap();
     assert!(regions.len() >= 5, "all pages of two");
-    assert!(
-        regions
-            .iter()
-            .any(|r| r.id == "ewr" && r.options.iter().any(|o| o == "block_storage_high_perf"))
-    );
+    assert!(regions.iter().any(|r| r.id == "ewr" && r.options.iter().any(|o| o == "block_storage_high_perf")));
     let plans = c.plan_list().await.unwrap();
-    assert!(
-        plans
-            .iter()
-            .any(|p| p.id == "vc2-1c-1gb" && p.locations.iter().any(|l| l == "ewr"))
-    );
+    assert!(plans.iter().any(|p| p.id == "vc2-1c-1gb" && p.locations.iter().any(|l| l == "ewr")));
 
     let req = DnsRecordRequest {
         name: "app".into(),
@@ -348,55 +172,19 @@ async fn account_regions_plans_and_dns_through_the_adapter() {
         ttl: Some(120),
         priority: None,
     };
-    let Outcome::Accepted(rec) = c.dns_record_create("example.com", &req).await else {
-        panic!()
-    };
-    assert_eq!(
-        (rec.name.as_str(), rec.data.as_str(), rec.ttl),
-        ("app", "192.0.2.44", 120)
-    );
-    assert_eq!(
-        c.dns_record_get("example.com", &rec.id).await.unwrap(),
-        Some(rec.clone())
-    );
+    let Outcome::Accepted(rec) = c.dns_record_create("example.com", &req).await else { panic!() };
+    assert_eq!((rec.name.as_str(), rec.data.as_str(), rec.ttl), ("app", "192.0.2.44", 120));
+    assert_eq!(c.dns_record_get("example.com", &rec.id).await.unwrap(), Some(rec.clone()));
     for n in 0..3 {
-        let r = DnsRecordRequest {
-            name: format!("h{n}"),
-            ..req.clone()
-        };
-        assert!(matches!(
-            c.dns_record_create("example.com", &r).await,
-            Outcome::Accepted(_)
-        ));
+        let r = DnsRecordRequest { name: format!("h{n}"), ..req.clone() };
+        assert!(matches!(c.dns_record_create("example.com", &r).await, Outcome::Accepted(_)));
     }
-    assert_eq!(
-        c.dns_record_list("example.com").await.unwrap().len(),
-        4,
-        "pages of two"
-    );
-    assert_eq!(
-        c.dns_record_delete("example.com", &rec.id).await.unwrap(),
-        DeleteOutcome::Sent
-    );
-    assert_eq!(
-        c.dns_record_get("example.com", &rec.id).await.unwrap(),
-        None
-    );
-    assert!(
-        matches!(
-            c.dns_record_create("nope.org", &req).await,
-            Outcome::Unknown { .. }
-        ),
-        "404 is not a rejection"
-    );
-    let bad = DnsRecordRequest {
-        record_type: "BOGUS".into(),
-        ..req
-    };
-    assert!(matches!(
-        c.dns_record_create("example.com", &bad).await,
-        Outcome::Rejected { status: 400, .. }
-    ));
+    assert_eq!(c.dns_record_list("example.com").await.unwrap().len(), 4, "pages of two");
+    assert_eq!(c.dns_record_delete("example.com", &rec.id).await.unwrap(), DeleteOutcome::Sent);
+    assert_eq!(c.dns_record_get("example.com", &rec.id).await.unwrap(), None);
+    assert!(matches!(c.dns_record_create("nope.org", &req).await, Outcome::Unknown { .. }), "404 is not a rejection");
+    let bad = DnsRecordRequest { record_type: "BOGUS".into(), ..req };
+    assert!(matches!(c.dns_record_create("example.com", &bad).await, Outcome::Rejected { status: 400, .. }));
 }
 
 /// 200 requests from many workers sharing one client stay within Vultr's 30
@@ -404,11 +192,7 @@ async fn account_regions_plans_and_dns_through_the_adapter() {
 /// address), so it never has to answer 429.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_200_requests_stays_within_30_per_second_with_no_429() {
-    let sim = sim(SimConfig {
-        rate_per_sec: 30,
-        ..SimConfig::default().instant()
-    })
-    .await;
+    let sim = sim(SimConfig { rate_per_sec: 30, ..SimConfig::default().instant() }).await;
     let c = VultrClient::new(VultrConfig {
         base_url: sim.base_url.clone(),
         ..VultrConfig::new(secrecy::SecretString::from(KEY.to_owned()))
@@ -454,56 +238,29 @@ async fn a_redirected_create_is_sent_once_applied_zero_times_and_unknown() {
     let statuses = [None, Some(301), Some(302), Some(303), Some(307), Some(308)];
     for status in statuses {
         let sim = sim(SimConfig::default().instant()).await;
-        sim.set_faults(Faults {
-            redirect: 1.0,
-            redirect_status: status,
-            ..Faults::default()
-        })
-        .unwrap();
+        sim.set_faults(Faults { redirect: 1.0, redirect_status: status, ..Faults::default() }).unwrap();
         let c = client(&sim.base_url);
         let label = "oduflow-redirected";
         let outcome = c.instance_create(&instance_req(label)).await;
-        let Outcome::Unknown { reason } = &outcome else {
-            panic!("{status:?}: {outcome:?}")
-        };
-        assert!(
-            reason.contains("redirect") && reason.contains("/v2/instances"),
-            "{status:?}: {reason}"
-        );
+        let Outcome::Unknown { reason } = &outcome else { panic!("{status:?}: {outcome:?}") };
+        assert!(reason.contains("redirect") && reason.contains("/v2/instances"), "{status:?}: {reason}");
         let outcome = c.block_create(&block_req(&format!("{label}-vol"))).await;
-        assert!(
-            matches!(outcome, Outcome::Unknown { .. }),
-            "{status:?}: {outcome:?}"
-        );
-        let outcome = c
-            .block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i"))
-            .await;
-        assert!(
-            matches!(outcome, Outcome::Unknown { .. }),
-            "{status:?}: {outcome:?}"
-        );
+        assert!(matches!(outcome, Outcome::Unknown { .. }), "{status:?}: {outcome:?}");
+        let outcome = c.block_attach(&VultrBlockId::from("b"), &VultrInstanceId::from("i")).await;
+        assert!(matches!(outcome, Outcome::Unknown { .. }), "{status:?}: {outcome:?}");
 
-        let err = c
-            .instance_get(&VultrInstanceId::from("i"))
-            .await
-            .expect_err("a redirect is not a 404");
+        let err = c.instance_get(&VultrInstanceId::from("i")).await.expect_err("a redirect is not a 404");
         assert!(
             matches!(&err, ProviderError::Status { status: s, .. } if (300..400).contains(s)),
             "{status:?}: {err:?}"
         );
-        let err = c
-            .instance_delete(&VultrInstanceId::from("i"))
-            .await
-            .expect_err("a redirect does not confirm a deletion");
+        let err =
+            c.instance_delete(&VultrInstanceId::from("i")).await.expect_err("a redirect does not confirm a deletion");
         assert!(matches!(err, ProviderError::Status { .. }), "{err:?}");
         assert!(c.instance_list().await.is_err());
 
         let l = sim.ledger();
-        assert_eq!(
-            l.creates_per_label.get(label),
-            None,
-            "{status:?}: applied 0 times"
-        );
+        assert_eq!(l.creates_per_label.get(label), None, "{status:?}: applied 0 times");
         assert!(l.resources.is_empty(), "{status:?}: nothing applied");
         assert!(l.attaches_per_block.is_empty(), "{status:?}");
         for route in [
@@ -514,20 +271,14 @@ async fn a_redirected_create_is_sent_once_applied_zero_times_and_unknown() {
             "DELETE /v2/instances/{id}",
             "GET /v2/instances",
         ] {
-            assert_eq!(
-                l.requests[route], 1,
-                "{status:?}: {route} sent once, never followed or retried"
-            );
+            assert_eq!(l.requests[route], 1, "{status:?}: {route} sent once, never followed or retried");
         }
         assert_eq!(l.faults.len(), 6, "{status:?}: every request got the fault");
         for e in &l.faults {
             assert_eq!(e.fault, Some(FaultKind::Redirect), "{e:?}");
             let s = e.redirect_status.expect("the status is logged");
             assert!(status.is_none_or(|want| want == s), "{status:?}: {e:?}");
-            assert!(
-                l.responses_by_status.get(&s).is_some_and(|n| *n > 0),
-                "{l:?}"
-            );
+            assert!(l.responses_by_status.get(&s).is_some_and(|n| *n > 0), "{l:?}");
         }
     }
 }
@@ -549,22 +300,14 @@ async fn a_create_applied_then_redirected_is_unknown_and_applied_exactly_once() 
         let c = client(&sim.base_url);
         let label = format!("oduflow-lost-redirect-{status}");
         let outcome = c.instance_create(&instance_req(&label)).await;
-        let Outcome::Unknown { reason } = &outcome else {
-            panic!("{status}: {outcome:?}")
-        };
+        let Outcome::Unknown { reason } = &outcome else { panic!("{status}: {outcome:?}") };
         assert!(reason.contains(&status.to_string()), "{reason}");
         let l = sim.ledger();
         assert_eq!(l.requests["POST /v2/instances"], 1, "{status}");
-        assert_eq!(
-            l.creates_per_label[&label], 1,
-            "{status}: applied exactly once"
-        );
+        assert_eq!(l.creates_per_label[&label], 1, "{status}: applied exactly once");
         assert_eq!(l.faults[0].fault, Some(FaultKind::LostRedirect));
         // The engine adopts it by label, as after any lost answer.
-        let found = c
-            .instance_list_by_label(&Label::from(label.as_str()))
-            .await
-            .unwrap();
+        let found = c.instance_list_by_label(&Label::from(label.as_str())).await.unwrap();
         assert_eq!(found.len(), 1, "{status}");
     }
 }

@@ -38,7 +38,12 @@ async fn a_records(env: &Env, name: &str) -> Vec<oduflow_vultr::DnsRecord> {
         ..VultrConfig::new(secrecy::SecretString::from(KEY.to_owned()))
     })
     .unwrap();
-    v.dns_record_list("example.com").await.unwrap().into_iter().filter(|r| r.name == name && r.record_type == "A").collect()
+    v.dns_record_list("example.com")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.name == name && r.record_type == "A")
+        .collect()
 }
 
 fn adapters(env: &Env, fixtures: &Path, name: &str) -> serde_json::Value {
@@ -49,15 +54,37 @@ fn adapters(env: &Env, fixtures: &Path, name: &str) -> serde_json::Value {
 }
 
 fn state_of(v: &serde_json::Value, adapter: &str) -> String {
-    v["adapters"].as_array().unwrap().iter().find(|a| a["adapter"] == adapter).map(|a| a["state"].as_str().unwrap().to_owned()).unwrap_or_default()
+    v["adapters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["adapter"] == adapter)
+        .map(|a| a["state"].as_str().unwrap().to_owned())
+        .unwrap_or_default()
 }
 
-on_both_stores!(identities_are_removed_before_deleted, adapter_timeout_blocks_with_reason, killed_during_adapter_removal_resumes);
+on_both_stores!(
+    identities_are_removed_before_deleted,
+    adapter_timeout_blocks_with_reason,
+    killed_during_adapter_removal_resumes
+);
 
 async fn identities_are_removed_before_deleted(env: Env) {
     let fx = configure(&env, 5_000);
     env.ok(&["init"]);
-    env.ok(&["client", "create", "acme", "--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"]);
+    env.ok(&[
+        "client",
+        "create",
+        "acme",
+        "--region",
+        "ewr",
+        "--plan",
+        "vc2-1c-1gb",
+        "--os-id",
+        "2284",
+        "--volume-gb",
+        "40",
+    ]);
     assert!(run_with(&env, &fx, &["worker", "--until-settled"], &[]).status.success());
     let v = adapters(&env, &fx, "acme");
     assert_eq!(v["status"], "ready", "{v}");
@@ -70,7 +97,11 @@ async fn identities_are_removed_before_deleted(env: Env) {
     let records = a_records(&env, "acme").await;
     assert_eq!(records.len(), 1, "{records:?}");
     assert!(fx.join("vpn-acme").exists() && fx.join("salt-acme").exists());
-    assert_eq!(std::fs::read_to_string(fx.join("vpn-acme")).unwrap().trim(), records[0].data, "the A record points at the VM's main IP");
+    assert_eq!(
+        std::fs::read_to_string(fx.join("vpn-acme")).unwrap().trim(),
+        records[0].data,
+        "the A record points at the VM's main IP"
+    );
 
     // Salt's removal fails: the VM goes, DNS and VPN are removed, but the
     // client is not deleted; it blocks naming Salt.
@@ -81,7 +112,14 @@ async fn identities_are_removed_before_deleted(env: Env) {
     assert_eq!(v["status"], "blocked", "{v}");
     assert_eq!(v["blocked_reason"], "adapter_failed");
     assert!(v["blocked_detail"].as_str().unwrap().contains("salt"), "{v}");
-    assert!(env.sim.ledger().resources.iter().all(|r| r.kind == oduflow_sim::ResourceKind::DnsRecord || r.deleted_at.is_some()), "VM and volume are gone");
+    assert!(
+        env.sim
+            .ledger()
+            .resources
+            .iter()
+            .all(|r| r.kind == oduflow_sim::ResourceKind::DnsRecord || r.deleted_at.is_some()),
+        "VM and volume are gone"
+    );
     assert_eq!(state_of(&v, "dns"), "removed");
     assert_eq!(state_of(&v, "vpn"), "removed");
     assert_ne!(state_of(&v, "salt"), "removed", "a failing adapter is not marked removed");
@@ -99,7 +137,19 @@ async fn identities_are_removed_before_deleted(env: Env) {
 async fn adapter_timeout_blocks_with_reason(env: Env) {
     let fx = configure(&env, 300);
     env.ok(&["init"]);
-    env.ok(&["client", "create", "acme", "--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"]);
+    env.ok(&[
+        "client",
+        "create",
+        "acme",
+        "--region",
+        "ewr",
+        "--plan",
+        "vc2-1c-1gb",
+        "--os-id",
+        "2284",
+        "--volume-gb",
+        "40",
+    ]);
     let hang = [("FIXTURE_SLEEP", "3"), ("FIXTURE_SLEEP_OP", "check")];
     assert!(run_with(&env, &fx, &["worker", "--until-settled"], &hang).status.success());
     let v = adapters(&env, &fx, "acme");
@@ -112,10 +162,27 @@ async fn killed_during_adapter_removal_resumes(env: Env) {
     failpoints_required();
     let fx = configure(&env, 5_000);
     env.ok(&["init"]);
-    env.ok(&["client", "create", "acme", "--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"]);
+    env.ok(&[
+        "client",
+        "create",
+        "acme",
+        "--region",
+        "ewr",
+        "--plan",
+        "vc2-1c-1gb",
+        "--os-id",
+        "2284",
+        "--volume-gb",
+        "40",
+    ]);
     assert!(run_with(&env, &fx, &["worker", "--until-settled"], &[]).status.success());
     env.ok(&["client", "delete", "acme"]);
-    let o = run_with(&env, &fx, &["worker", "--until-settled", "--concurrency", "1"], &[("ODUFLOW_CRASH_AT", "adapter-removed")]);
+    let o = run_with(
+        &env,
+        &fx,
+        &["worker", "--until-settled", "--concurrency", "1"],
+        &[("ODUFLOW_CRASH_AT", "adapter-removed")],
+    );
     assert!(!o.status.success(), "the worker should have been killed during an adapter removal");
     assert_ne!(adapters(&env, &fx, "acme")["status"], "deleted");
     assert!(run_with(&env, &fx, &["worker", "--until-settled"], &[]).status.success());

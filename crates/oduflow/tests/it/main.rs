@@ -111,9 +111,28 @@ on_both_stores!(
 /// client's create into a rejection).
 async fn worker_checks_its_footing_before_any_request(env: Env) {
     env.ok(&["init"]);
-    env.ok(&["client", "create", "acme", "--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"]);
-    let dead = format!("http://127.0.0.1:{}/v2", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
-    for (var, value) in [("VULTR_API_KEY", "not-the-key"), ("ODUFLOW_VULTR_URL", dead.as_str()), ("ODUFLOW_VULTR_URL", "ftp://example.com/v2")] {
+    env.ok(&[
+        "client",
+        "create",
+        "acme",
+        "--region",
+        "ewr",
+        "--plan",
+        "vc2-1c-1gb",
+        "--os-id",
+        "2284",
+        "--volume-gb",
+        "40",
+    ]);
+    let dead = format!(
+        "http://127.0.0.1:{}/v2",
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    );
+    for (var, value) in [
+        ("VULTR_API_KEY", "not-the-key"),
+        ("ODUFLOW_VULTR_URL", dead.as_str()),
+        ("ODUFLOW_VULTR_URL", "ftp://example.com/v2"),
+    ] {
         let o = env.cmd(&["worker", "--until-settled"]).env(var, value).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{var}={value}: {err}");
@@ -144,7 +163,19 @@ async fn table_counts(store: &Store) -> Vec<i64> {
 
 async fn init_twice_is_harmless(env: Env) {
     env.ok(&["init"]);
-    env.ok(&["client", "create", "acme", "--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"]);
+    env.ok(&[
+        "client",
+        "create",
+        "acme",
+        "--region",
+        "ewr",
+        "--plan",
+        "vc2-1c-1gb",
+        "--os-id",
+        "2284",
+        "--volume-gb",
+        "40",
+    ]);
     let before = table_counts(&env.store().await).await;
     env.ok(&["init"]);
     env.ok(&["init"]);
@@ -157,7 +188,19 @@ async fn init_twice_is_harmless(env: Env) {
 
 async fn bad_input_exits_2_and_changes_nothing(env: Env) {
     env.ok(&["init"]);
-    env.ok(&["client", "create", "acme", "--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"]);
+    env.ok(&[
+        "client",
+        "create",
+        "acme",
+        "--region",
+        "ewr",
+        "--plan",
+        "vc2-1c-1gb",
+        "--os-id",
+        "2284",
+        "--volume-gb",
+        "40",
+    ]);
     let store = env.store().await;
     let before = table_counts(&store).await;
     let good = ["--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"];
@@ -223,7 +266,11 @@ async fn bad_input_exits_2_and_changes_nothing(env: Env) {
     assert!(String::from_utf8_lossy(&o.stderr).contains("above Vultr's limit"));
     // A command on a SQLite file that does not exist creates nothing.
     let missing = env.dir.path().join("missing.db");
-    let o = env.cmd(&["client", "list"]).env("ODUFLOW_DATABASE_URL", format!("sqlite://{}", missing.display())).output().unwrap();
+    let o = env
+        .cmd(&["client", "list"])
+        .env("ODUFLOW_DATABASE_URL", format!("sqlite://{}", missing.display()))
+        .output()
+        .unwrap();
     assert_ne!(o.status.code(), Some(0));
     assert!(!missing.exists(), "a missing database file was created");
     assert_eq!(table_counts(&store).await, before, "bad input changed the database");
@@ -369,10 +416,8 @@ async fn multi_process_workers_never_overlap_on_a_client() {
     jobs.sort();
     jobs.dedup();
     assert_eq!(jobs.len(), JOBS, "a job ran twice");
-    let mut processes: Vec<String> = events
-        .iter()
-        .map(|e| e.detail["worker"].as_str().unwrap().split('/').next().unwrap().to_owned())
-        .collect();
+    let mut processes: Vec<String> =
+        events.iter().map(|e| e.detail["worker"].as_str().unwrap().split('/').next().unwrap().to_owned()).collect();
     processes.sort();
     processes.dedup();
     assert!(processes.len() >= 2, "only {processes:?} did any work: no concurrency was exercised");
@@ -398,7 +443,6 @@ async fn multi_process_workers_never_overlap_on_a_client() {
     assert_eq!(overlaps, 0, "two jobs of one client ran at once");
 }
 
-
 /// A consistent copy of a WAL-mode SQLite database: the file and its WAL.
 fn wal_copy(from: &Path, to: &Path) {
     std::fs::copy(from, to).unwrap();
@@ -416,7 +460,8 @@ async fn restored_database_stops_queue_until_inventory() {
     let env = Env::sqlite().await;
     let state = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| env.cmd(args).env("ODUFLOW_STATE_DIR", state.path()).output().unwrap();
-    let create = ["client", "create", "acme", "--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"];
+    let create =
+        ["client", "create", "acme", "--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"];
     assert!(run(&["init"]).status.success());
     assert!(run(&create).status.success());
     assert!(run(&["worker", "--until-settled"]).status.success());
@@ -468,7 +513,8 @@ async fn restored_database_stops_queue_until_inventory() {
     }
     let o = run(&["orphan", "list", "--json"]);
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "[]");
-    let live: Vec<_> = env.sim.ledger().resources.into_iter().filter(|r| r.deleted_at.is_none()).map(|r| r.id).collect();
+    let live: Vec<_> =
+        env.sim.ledger().resources.into_iter().filter(|r| r.deleted_at.is_none()).map(|r| r.id).collect();
     assert!(!live.contains(&vm) && !live.contains(&vol), "{live:?}");
     assert!(run(&["queue", "resume"]).status.success());
     assert!(run(&["reconcile", "acme"]).status.success());
@@ -485,7 +531,19 @@ async fn a_restored_copy_written_to_before_any_check_is_detected() {
     let state = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| env.cmd(args).env("ODUFLOW_STATE_DIR", state.path()).output().unwrap();
     let create = |n: &str| {
-        let o = run(&["client", "create", n, "--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"]);
+        let o = run(&[
+            "client",
+            "create",
+            n,
+            "--region",
+            "ewr",
+            "--plan",
+            "vc2-1c-1gb",
+            "--os-id",
+            "2284",
+            "--volume-gb",
+            "40",
+        ]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     };
     assert!(run(&["init"]).status.success());
@@ -527,7 +585,19 @@ async fn a_restored_copy_written_to_before_any_check_is_detected() {
 async fn sigkill_after_create_keeps_receipt(env: Env) {
     failpoints_required();
     env.ok(&["init"]);
-    env.ok(&["client", "create", "acme", "--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"]);
+    env.ok(&[
+        "client",
+        "create",
+        "acme",
+        "--region",
+        "ewr",
+        "--plan",
+        "vc2-1c-1gb",
+        "--os-id",
+        "2284",
+        "--volume-gb",
+        "40",
+    ]);
     let store = env.store().await;
     let mut child = env
         .cmd(&["worker", "--concurrency", "1"])
@@ -575,7 +645,10 @@ fn demo_runs_with_faults_and_never_creates_twice() {
     // The demo fails itself if any operation key was created twice or any
     // resource was created without a receipt; check it said so.
     let line = out.lines().find(|l| l.contains("creates applied per operation key")).expect(&out);
-    assert!(!line.split(": ").nth(1).unwrap().split(", ").any(|kv| !kv.starts_with("0 ") && !kv.starts_with("1 ")), "{line}");
+    assert!(
+        !line.split(": ").nth(1).unwrap().split(", ").any(|kv| !kv.starts_with("0 ") && !kv.starts_with("1 ")),
+        "{line}"
+    );
     assert!(out.contains("resources created without a receipt: 0"), "{out}");
     println!("{out}");
 }
@@ -590,10 +663,26 @@ async fn crash_at_every_fail_point(env: Env) {
     let store = env.store().await;
     for (i, point) in oduflow_engine::FAIL_POINTS.iter().enumerate() {
         let name = format!("c{i}");
-        let create = ["client", "create", &name, "--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"];
+        let create = [
+            "client",
+            "create",
+            &name,
+            "--region",
+            "ewr",
+            "--plan",
+            "vc2-1c-1gb",
+            "--os-id",
+            "2284",
+            "--volume-gb",
+            "40",
+        ];
         env.ok(&create);
         let crash = |phase: &str| {
-            let o = env.cmd(&["worker", "--until-settled", "--concurrency", "1"]).env("ODUFLOW_CRASH_AT", point).output().unwrap();
+            let o = env
+                .cmd(&["worker", "--until-settled", "--concurrency", "1"])
+                .env("ODUFLOW_CRASH_AT", point)
+                .output()
+                .unwrap();
             let killed = !o.status.success();
             println!("{point} ({phase}): {}", if killed { "worker killed" } else { "not reached" });
         };
@@ -702,7 +791,11 @@ fn campaign(args: &[&str], bug: Option<&str>) -> (bool, String) {
 fn campaign_with(args: &[&str], bug: Option<&str>, failures: &str) -> (bool, String) {
     let dir = tempfile::tempdir().unwrap();
     let mut c = Command::new(BIN);
-    c.arg("campaign").args(args).args(["--failures-file", failures]).current_dir(dir.path()).env_remove("ODUFLOW_PLANTED_BUG");
+    c.arg("campaign")
+        .args(args)
+        .args(["--failures-file", failures])
+        .current_dir(dir.path())
+        .env_remove("ODUFLOW_PLANTED_BUG");
     if let Some(b) = bug {
         c.env("ODUFLOW_PLANTED_BUG", b);
     }

@@ -33,7 +33,12 @@ macro_rules! on_both_stores {
     };
 }
 
-on_both_stores!(duplicate_label_matches_block, foreign_attachment_blocks, lost_responses_lag_and_404s_never_duplicate, changed_key_sends_nothing);
+on_both_stores!(
+    duplicate_label_matches_block,
+    foreign_attachment_blocks,
+    lost_responses_lag_and_404s_never_duplicate,
+    changed_key_sends_nothing
+);
 
 async fn open(url: &str) -> Store {
     let s = Store::connect(url, true).await.unwrap();
@@ -106,7 +111,12 @@ async fn status(store: &Store, name: &str) -> oduflow_store::ClientRow {
 }
 
 /// Runs single jobs until the client has a receipt of `kind`.
-async fn run_until_receipt(store: &Store, w: &Worker<VultrClient>, c: &ClientId, kind: ResourceKind) -> oduflow_store::ReceiptRow {
+async fn run_until_receipt(
+    store: &Store,
+    w: &Worker<VultrClient>,
+    c: &ClientId,
+    kind: ResourceKind,
+) -> oduflow_store::ReceiptRow {
     let start = Instant::now();
     loop {
         if let Some(r) = store.receipts_for_client(c).await.unwrap().into_iter().find(|r| r.resource_kind == kind) {
@@ -121,7 +131,8 @@ async fn run_until_receipt(store: &Store, w: &Worker<VultrClient>, c: &ClientId,
 
 async fn duplicate_label_matches_block(store: Store) {
     // The VM create is applied but its answer is lost...
-    let sim = sim(Faults { lost_drop: 1.0, ops: vec![Op::InstanceCreate], faults_max: Some(1), ..Faults::default() }).await;
+    let sim =
+        sim(Faults { lost_drop: 1.0, ops: vec![Op::InstanceCreate], faults_max: Some(1), ..Faults::default() }).await;
     let p = client(&sim, KEY);
     let w = worker(&store, p.clone());
     let c = create(&store, "acme").await;
@@ -130,7 +141,13 @@ async fn duplicate_label_matches_block(store: Store) {
     // ...and something else (a client library's silent retry, say) creates a
     // second VM with the same label.
     let dup = p
-        .instance_create(&InstanceRequest { region: "ewr".into(), plan: "vc2-1c-1gb".into(), os_id: 2284, label: r.label.clone(), hostname: "x".into() })
+        .instance_create(&InstanceRequest {
+            region: "ewr".into(),
+            plan: "vc2-1c-1gb".into(),
+            os_id: 2284,
+            label: r.label.clone(),
+            hostname: "x".into(),
+        })
         .await;
     assert!(matches!(dup, Outcome::Accepted(_)), "{dup:?}");
     // Both past the simulator's listing lag before the label search, so it
@@ -156,7 +173,13 @@ async fn foreign_attachment_blocks(store: Store) {
     assert_eq!(c.infra.status, ClientStatus::Ready);
     // Someone moves the volume to another instance.
     let other = match p
-        .instance_create(&InstanceRequest { region: "ewr".into(), plan: "vc2-1c-1gb".into(), os_id: 2284, label: Label("foreign".into()), hostname: "f".into() })
+        .instance_create(&InstanceRequest {
+            region: "ewr".into(),
+            plan: "vc2-1c-1gb".into(),
+            os_id: 2284,
+            label: Label("foreign".into()),
+            hostname: "f".into(),
+        })
         .await
     {
         Outcome::Accepted(id) => id,
@@ -245,7 +268,8 @@ async fn changed_key_sends_nothing(store: Store) {
     assert_eq!(after.infra.blocked_reason, Some(BlockedReason::CredentialChanged));
     assert_eq!(sim.ledger().requests.values().sum::<u64>(), before, "a request went out under the new key");
     // Reconcile refuses too, before any request.
-    let r = oduflow_engine::operator::reconcile(&store, client(&sim, KEY2).as_ref(), "acme", false, "t", now(), 5).await;
+    let r =
+        oduflow_engine::operator::reconcile(&store, client(&sim, KEY2).as_ref(), "acme", false, "t", now(), 5).await;
     assert!(r.is_err());
     assert_eq!(sim.ledger().requests.values().sum::<u64>(), before);
 }

@@ -59,8 +59,9 @@ async fn fleet_shares_one_budget(mut env: Env, workers: usize, clients: usize) {
     let started = Instant::now();
     let mut kills = Vec::new();
     for phase in ["provision", "delete"] {
-        let children: Vec<Child> =
-            (0..workers).map(|_| fleet_cmd(&env, &["worker", "--until-settled", "--concurrency", "4"]).spawn().unwrap()).collect();
+        let children: Vec<Child> = (0..workers)
+            .map(|_| fleet_cmd(&env, &["worker", "--until-settled", "--concurrency", "4"]).spawn().unwrap())
+            .collect();
         // Scanners beside them, each killed at a different point of its run.
         for k in 0..4u64 {
             tokio::time::sleep(Duration::from_millis(400 + 170 * k)).await;
@@ -108,7 +109,10 @@ async fn fleet_shares_one_budget(mut env: Env, workers: usize, clients: usize) {
     assert!(l.busiest_second <= 30, "{} requests in one second", l.busiest_second);
     assert!(!kills.is_empty(), "no scanner was still running when killed: the kill was not exercised");
     // Generous: the point is "not stalled", not a speed.
-    assert!(longest_gap_after_kill < 2_000, "the others stalled {longest_gap_after_kill} ms after a process was killed");
+    assert!(
+        longest_gap_after_kill < 2_000,
+        "the others stalled {longest_gap_after_kill} ms after a process was killed"
+    );
     // Every process of the group shows in the budget's usage.
     let usage = store.budget_usage().await.unwrap();
     assert!(usage.iter().all(|u| u.group == "default"), "{usage:?}");
@@ -127,7 +131,10 @@ mod fleet_shares_one_budget {
 
 /// Two "processes" of one group: separate pools on one database and separate
 /// clients, sharing nothing but the budget's row, as two processes do.
-async fn two_processes(sim: &oduflow_sim::SimHandle, rate: u32) -> (tempfile::TempDir, Store, [oduflow_vultr::VultrClient; 2]) {
+async fn two_processes(
+    sim: &oduflow_sim::SimHandle,
+    rate: u32,
+) -> (tempfile::TempDir, Store, [oduflow_vultr::VultrClient; 2]) {
     let dir = tempfile::tempdir().unwrap();
     let url = oduflow_store::testing::sqlite_url(dir.path());
     let store = Store::connect(&url, true).await.unwrap();
@@ -215,10 +222,14 @@ async fn a_retry_after_answered_to_one_process_pauses_the_others() {
 
     let log = env.sim.ledger().request_log;
     let refused_at = log.iter().find(|r| r.route == "/v2/instances").unwrap().at_ms;
-    let reads_b = |from: i64, to: i64| log.iter().filter(|r| r.route == "/v2/account" && r.at_ms >= from && r.at_ms < to).count();
+    let reads_b =
+        |from: i64, to: i64| log.iter().filter(|r| r.route == "/v2/account" && r.at_ms >= from && r.at_ms < to).count();
     let create_at = log.iter().find(|r| r.route == "/v2/blocks" && r.method == "POST").unwrap().at_ms;
-    let (before, during, after) =
-        (reads_b(refused_at - 500, refused_at), reads_b(refused_at + 150, refused_at + 1_900), reads_b(refused_at + 2_000, refused_at + 2_500));
+    let (before, during, after) = (
+        reads_b(refused_at - 500, refused_at),
+        reads_b(refused_at + 150, refused_at + 1_900),
+        reads_b(refused_at + 2_000, refused_at + 2_500),
+    );
     println!(
         "process b's reads: {before} in the 500 ms before the 429, {during} in the pause, {after} in the 500 ms after; \
          its create asked {} ms and sent {} ms after the 429",
