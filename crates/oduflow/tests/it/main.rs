@@ -3,6 +3,7 @@
 
 mod protocol;
 mod rate;
+mod tidy;
 
 use oduflow_model::*;
 use oduflow_store::*;

@@ -1,0 +1,216 @@
+//! Tidy: ARCHITECTURE.md's structural rules, checked mechanically over the
+//! repository's files (issue 14).
+//! - Only `oduflow-store` knows SQL: `sqlx` appears in no other crate's
+//!   sources (the exceptions still being moved are listed, and may only
+//!   shrink).
+//! - Only `oduflow-vultr` and its twin, the simulator, know Vultr's JSON.
+//! - Nothing refers to files outside the repository.
+//! - No function grows past `FN_LINES_MAX` lines (the longer ones that exist
+//!   are listed with their length, and may only shrink).
+
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// Every file of the repository we wrote: not build output, not git's.
+fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if p.is_dir() {
+            if !matches!(name.as_str(), "target" | ".git" | "node_modules") {
+                files(&p, out);
+            }
+        } else {
+            out.push(p);
+        }
+    }
+}
+
+fn rust_sources() -> Vec<(String, String)> {
+    let root = root();
+    let mut all = Vec::new();
+    files(&root.join("crates"), &mut all);
+    all.into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .map(|p| (p.strip_prefix(&root).unwrap().to_string_lossy().into_owned(), std::fs::read_to_string(&p).unwrap()))
+        .collect()
+}
+
+/// Files outside `oduflow-store` that still reach SQL, with how many lines
+/// name `sqlx`; being moved behind the store (issue 14). May only shrink.
+const SQLX_ELSEWHERE: &[(&str, usize)] = &[
+    ("crates/oduflow/src/campaign.rs", 16),
+    ("crates/oduflow/src/bench.rs", 10),
+    ("crates/oduflow/tests/it/main.rs", 7),
+    ("crates/oduflow-engine/tests/it/holes.rs", 3),
+    ("crates/oduflow-engine/tests/it/main.rs", 7),
+    ("crates/oduflow-server/tests/it/main.rs", 4),
+];
+
+#[test]
+fn only_the_store_knows_sql() {
+    let mut found = Vec::new();
+    for (path, text) in rust_sources() {
+        if path.starts_with("crates/oduflow-store/") || path.ends_with("tests/it/tidy.rs") {
+            continue;
+        }
+        let n = text.lines().filter(|l| l.contains("sqlx")).count();
+        if n > 0 {
+            found.push((path, n));
+        }
+    }
+    let mut over = Vec::new();
+    for (path, n) in &found {
+        match SQLX_ELSEWHERE.iter().find(|(p, _)| p == path) {
+            Some((_, allowed)) if n <= allowed => {}
+            Some((_, allowed)) => over.push(format!("{path}: {n} lines name sqlx, {allowed} allowed")),
+            None => over.push(format!("{path}: {n} lines name sqlx; SQL belongs in oduflow-store")),
+        }
+    }
+    eprintln!(
+        "tidy: {} file(s) outside oduflow-store still name sqlx (listed exceptions, issue 14): {found:?}",
+        found.len()
+    );
+    assert!(over.is_empty(), "SQL outside oduflow-store:\n  {}", over.join("\n  "));
+    let mut toml = Vec::new();
+    files(&root().join("crates"), &mut toml);
+    for p in toml.iter().filter(|p| p.file_name().is_some_and(|n| n == "Cargo.toml")) {
+        let text = std::fs::read_to_string(p).unwrap();
+        let crate_dir = p.parent().unwrap().file_name().unwrap().to_string_lossy().into_owned();
+        let deps = text.split("[dependencies]").nth(1).unwrap_or("").split("\n[").next().unwrap_or("");
+        if crate_dir != "oduflow-store" && crate_dir != "oduflow" {
+            assert!(!deps.contains("sqlx"), "{}: sqlx is a dependency outside oduflow-store", p.display());
+        }
+    }
+}
+
+/// Field names only Vultr's JSON has.
+const VULTR_FIELDS: &[&str] =
+    &["main_ip", "server_status", "power_status", "attached_to_instance", "default_password", "date_created", "mount_id"];
+
+#[test]
+fn only_the_adapter_and_the_simulator_know_vultrs_json() {
+    let mut bad = Vec::new();
+    for (path, text) in rust_sources() {
+        if path.starts_with("crates/oduflow-vultr/") || path.starts_with("crates/oduflow-sim/") || path.ends_with("tidy.rs") {
+            continue;
+        }
+        for f in VULTR_FIELDS {
+            if text.contains(&format!("\"{f}\"")) {
+                bad.push(format!("{path}: \"{f}\""));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "Vultr JSON outside oduflow-vultr and oduflow-sim:\n  {}", bad.join("\n  "));
+}
+
+#[test]
+fn nothing_refers_outside_the_repository() {
+    let root = root();
+    let mut all = Vec::new();
+    files(&root, &mut all);
+    let needles = [concat!("..", "/shared"), concat!("/work", "/shared"), concat!("DESIGN", ".md"), concat!("vultr-api", ".md")];
+    let mut bad = Vec::new();
+    for p in all {
+        let Ok(text) = std::fs::read_to_string(&p) else { continue };
+        for n in needles {
+            if text.contains(n) {
+                bad.push(format!("{}: {n}", p.strip_prefix(&root).unwrap().display()));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "references to files outside the repository:\n  {}", bad.join("\n  "));
+}
+
+/// The longest a function may be, signature to closing brace.
+const FN_LINES_MAX: usize = 100;
+
+/// Functions already longer, with their length when the limit came in
+/// (issue 14). They may only shrink; shortening them is issue 14's work.
+const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
+    ("crates/oduflow/src/campaign.rs", "run_seed", 284),
+    ("crates/oduflow-engine/src/executor.rs", "converge_guarded", 229),
+    (
+        "crates/oduflow-server/tests/it/main.rs",
+        "bad_input_is_a_4xx_json_error_that_stores_nothing_and_calls_no_provider",
+        187,
+    ),
+    ("crates/oduflow/src/campaign.rs", "interfere", 185),
+    ("crates/oduflow/src/main.rs", "run", 183),
+    ("crates/oduflow/src/bench.rs", "inventory", 160),
+    ("crates/oduflow/src/campaign.rs", "check_strict", 156),
+    ("crates/oduflow-server/src/metrics.rs", "metrics", 146),
+    ("crates/oduflow-server/src/dashboard.rs", "dashboard", 139),
+    ("crates/oduflow-server/src/resolve.rs", "resolutions", 123),
+    ("crates/oduflow-engine/src/operator.rs", "inventory", 122),
+    ("crates/oduflow-engine/src/executor.rs", "dispatch", 122),
+    ("crates/oduflow-engine/src/operator.rs", "orphan_delete", 117),
+    ("crates/oduflow/src/demo.rs", "run", 110),
+    ("crates/oduflow-vultr/src/http.rs", "exchange", 108),
+    ("crates/oduflow/src/campaign.rs", "check", 105),
+    ("crates/oduflow-engine/src/operator.rs", "adopt", 101),
+];
+
+/// (name, lines) of every `fn` with a body: from its signature to the
+/// closing brace at the signature's indentation.
+fn functions(text: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let t = l.trim_start();
+        let indent = l.len() - t.len();
+        let t = t.strip_prefix("pub(crate) ").or_else(|| t.strip_prefix("pub ")).unwrap_or(t);
+        let t = t.strip_prefix("const ").unwrap_or(t);
+        let t = t.strip_prefix("async ").unwrap_or(t);
+        let Some(rest) = t.strip_prefix("fn ") else { continue };
+        let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        // A declaration without a body (a trait's) ends with `;` before `{`.
+        let Some(open) = (i..lines.len()).find(|&j| lines[j].contains('{') || lines[j].trim_end().ends_with(';')) else {
+            continue;
+        };
+        if !lines[open].contains('{') {
+            continue;
+        }
+        if lines[open].trim_end().ends_with('}') && open == i {
+            out.push((name, 1));
+            continue;
+        }
+        let close = (open + 1..lines.len()).find(|&k| {
+            let c = lines[k];
+            c.len() > indent && c[..indent].trim().is_empty() && c[indent..].starts_with('}')
+        });
+        if let Some(k) = close {
+            out.push((name, k - i + 1));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_grows_past_the_limit() {
+    let mut over = Vec::new();
+    let mut known = 0;
+    for (path, text) in rust_sources() {
+        for (name, n) in functions(&text) {
+            if n <= FN_LINES_MAX {
+                continue;
+            }
+            match LONG_FUNCTIONS.iter().find(|(p, f, _)| *p == path && *f == name) {
+                Some((_, _, was)) if n <= *was => known += 1,
+                Some((_, _, was)) => over.push(format!("{path} {name}: {n} lines, was {was}: it may only shrink")),
+                None => over.push(format!("{path} {name}: {n} lines, over the {FN_LINES_MAX}-line limit")),
+            }
+        }
+    }
+    eprintln!("tidy: {known} function(s) still over {FN_LINES_MAX} lines (listed, issue 14)");
+    assert!(over.is_empty(), "functions too long:\n  {}", over.join("\n  "));
+}
+
+#[test]
+fn the_function_scanner_measures() {
+    let text = "fn a() {\n    1\n}\n\npub async fn b(\n    x: u8,\n) -> u8 {\n    if x > 0 {\n        x\n    } else {\n        0\n    }\n}\ntrait T {\n    fn c(&self);\n}\n";
+    assert_eq!(functions(text), vec![("a".to_owned(), 3), ("b".to_owned(), 9)]);
+}
