@@ -124,10 +124,9 @@ pub fn current(infra: &InfraRow, target: Target, receipts: &[ReceiptRow]) -> Cur
         at(receipts, ResourceKind::Attach, attach_generation),
         vm.as_ref().and_then(|r| r.resource_id.as_deref()),
         volume.as_ref().and_then(|r| r.resource_id.as_deref()),
-    ) {
-        if a.spec_digest != attach_digest(Some(vm_id), Some(vol_id)) {
-            attach_generation += 1;
-        }
+    ) && a.spec_digest != attach_digest(Some(vm_id), Some(vol_id))
+    {
+        attach_generation += 1;
     }
     let attach = at(receipts, ResourceKind::Attach, attach_generation).cloned();
     Current { vm, volume, attach, vm_generation, volume_generation, attach_generation }

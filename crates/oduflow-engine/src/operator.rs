@@ -92,6 +92,7 @@ pub async fn reconcile<P: Provider>(
 /// operator names for a dispatch whose outcome is unknown (or that has none),
 /// after verifying that it exists in the right region with the right
 /// configuration and is not recorded anywhere else.
+#[allow(clippy::too_many_arguments)] // issue 14: operator actions are to take one request value
 pub async fn adopt<P: Provider>(
     store: &Store,
     provider: &P,
@@ -126,14 +127,14 @@ pub async fn adopt<P: Provider>(
         return refused(format!("{} {id} does not match {name}'s spec: {why}", kind.as_str()));
     }
     // A label made by oduflow names the client and kind it was made for.
-    if let Some((owner, made_as)) = Label(label.clone()).owner() {
-        if owner != c.id || made_as != kind {
-            return refused(format!(
-                "{id} carries label {label}, made for the {} of client {owner}; it is not {name}'s {} to adopt",
-                made_as.as_str(),
-                kind.as_str()
-            ));
-        }
+    if let Some((owner, made_as)) = Label(label.clone()).owner()
+        && (owner != c.id || made_as != kind)
+    {
+        return refused(format!(
+            "{id} carries label {label}, made for the {} of client {owner}; it is not {name}'s {} to adopt",
+            made_as.as_str(),
+            kind.as_str()
+        ));
     }
     let writer = ReceiptWriter::new(store.clone());
     let (receipt, dg) = current_receipt(store, &c, kind).await?;

@@ -122,16 +122,14 @@ impl<P: Provider> Worker<P> {
         let infra = &claim.infra;
         Ok(if job.generation < infra.generation || !purpose_matches {
             Finish::stale()
-        } else if claim.unfinished_runs > 0
-            && i64::from(job.attempts) + claim.unfinished_runs >= i64::from(job.attempts_max)
-        {
+        } else if claim.unfinished_runs > 0 && job.attempts + claim.unfinished_runs >= job.attempts_max {
             // Its earlier runs died before finishing (a worker killed each
             // time, perhaps by this very job): stop here, before it can
             // happen again.
-            self.runs_died(&claim)
+            self.runs_died(claim)
         } else {
             match job.kind {
-                JobKind::Noop => self.noop(&claim).await,
+                JobKind::Noop => self.noop(claim).await,
                 JobKind::Provision | JobKind::Deprovision => match executor::converge(self, infra, claim.fence()).await
                 {
                     Ok(f) => f,

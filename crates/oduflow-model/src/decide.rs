@@ -212,7 +212,7 @@ fn decide_present(i: &Inputs) -> Action {
     // first spending a read on a VM that is surely still pending. (What a
     // read has already shown about the VM is decided on first.)
     let vm_out = matches!(i.vm.receipt, ReceiptFacts::Unknown { .. } | ReceiptFacts::Known { .. })
-        && !(i.vm.progress.delete_sent && !i.vm.progress.deleted);
+        && (!i.vm.progress.delete_sent || i.vm.progress.deleted);
     if vm_out && i.vm.seen == Seen::NotRead && i.volume.receipt == ReceiptFacts::None {
         return Action::Dispatch(ResourceKind::Volume);
     }

@@ -290,10 +290,10 @@ impl RateBudget for SharedBudget {
     fn reserve(&self, interval: Duration) -> BudgetFuture<'_, Duration> {
         Box::pin(async move {
             // Before reserving, not between the reservation and the send.
-            if self.flush_due() {
-                if let Err(e) = self.flush().await {
-                    tracing::debug!(error = %e, "rate budget usage not flushed; kept for the next flush");
-                }
+            if self.flush_due()
+                && let Err(e) = self.flush().await
+            {
+                tracing::debug!(error = %e, "rate budget usage not flushed; kept for the next flush");
             }
             let (_, wait) = self.reserve_us(micros(interval)).await.map_err(why)?;
             Ok(wait_of(wait))

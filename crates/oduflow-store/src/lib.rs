@@ -533,12 +533,11 @@ fn unique_to(e: sqlx::Error, f: impl FnOnce() -> StoreError) -> StoreError {
 
 /// Hides a password in a database URL before it is shown anywhere.
 pub fn redact_url(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://") {
-        if let Some((creds, host)) = rest.rsplit_once('@') {
-            if let Some((user, _)) = creds.split_once(':') {
-                return format!("{scheme}://{user}:***@{host}");
-            }
-        }
+    if let Some((scheme, rest)) = url.split_once("://")
+        && let Some((creds, host)) = rest.rsplit_once('@')
+        && let Some((user, _)) = creds.split_once(':')
+    {
+        return format!("{scheme}://{user}:***@{host}");
     }
     url.to_owned()
 }

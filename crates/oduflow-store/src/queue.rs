@@ -240,6 +240,9 @@ impl std::ops::DerefMut for ClaimConn {
 /// only after its `COMMIT` or `ROLLBACK` succeeded, so none is ever reused
 /// inside a transaction.
 #[derive(Clone)]
+// Boxed: a claim connection moves between the pool and a `Claim` as a
+// pointer, never by value.
+#[allow(clippy::vec_box)]
 pub struct ClaimConns {
     idle: std::sync::Arc<std::sync::Mutex<Vec<Box<ClaimConn>>>>,
     max_idle: usize,
@@ -856,7 +859,7 @@ impl Store {
                 "job": c.job_id.0, "attempts": attempts, "exhausted": exhausted, "error": error,
             }), now_ms).await?;
             if let Some(token) = &c.lease_token {
-                (&mut *tx).lease_release(&c.client_id, token).await?;
+                (*tx).lease_release(&c.client_id, token).await?;
             }
             tx.commit().await?;
             Ok(if exhausted { JobState::Failed } else { JobState::Queued })

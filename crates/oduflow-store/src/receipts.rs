@@ -90,7 +90,7 @@ impl ReceiptLedger {
             if n == 0 {
                 return Err(StoreError::ReceiptExists(r.operation_key.to_string()));
             }
-            (&mut *tx).event_insert(Some(&r.client_ref), "receipt_claimed", &serde_json::json!({
+            (*tx).event_insert(Some(&r.client_ref), "receipt_claimed", &serde_json::json!({
                 "operation_key": r.operation_key, "label": r.label, "kind": r.resource_kind,
             }), r.claimed_ms).await?;
         });
@@ -109,7 +109,7 @@ impl ReceiptLedger {
             if n == 0 {
                 return Err(StoreError::ReceiptNotFound(format!("{key} (not abandoned)")));
             }
-            (&mut *tx).event_insert(Some(client), "request_sent", &serde_json::json!({
+            (*tx).event_insert(Some(client), "request_sent", &serde_json::json!({
                 "operation_key": key,
             }), now_ms).await?;
         });
@@ -140,7 +140,7 @@ impl ReceiptLedger {
                 });
             }
             if n == 1 {
-                (&mut *tx).event_insert(Some(&ClientId(client)), "resource_id_recorded", &serde_json::json!({
+                (*tx).event_insert(Some(&ClientId(client)), "resource_id_recorded", &serde_json::json!({
                     "operation_key": key, "resource_id": id, "source": source,
                 }), now_ms).await?;
             }
@@ -160,7 +160,7 @@ impl ReceiptLedger {
                 .bind(key.as_str()).bind(now_ms).bind(reason)
                 .fetch_optional(&mut *tx).await?
                 .ok_or_else(|| StoreError::ReceiptNotFound(key.to_string()))?;
-            (&mut *tx).event_insert(Some(&ClientId(client)), "request_not_sent", &serde_json::json!({
+            (*tx).event_insert(Some(&ClientId(client)), "request_not_sent", &serde_json::json!({
                 "operation_key": key, "reason": reason, "count": n,
             }), now_ms).await?;
             n
@@ -183,7 +183,7 @@ impl ReceiptLedger {
                 .bind(key.as_str()).bind(i64::from(status)).bind(message)
                 .fetch_optional(&mut *tx).await?
                 .ok_or_else(|| StoreError::ReceiptNotFound(key.to_string()))?;
-            (&mut *tx).event_insert(Some(&ClientId(client)), "dispatch_rejected", &serde_json::json!({
+            (*tx).event_insert(Some(&ClientId(client)), "dispatch_rejected", &serde_json::json!({
                 "operation_key": key, "status": status, "message": message,
             }), now_ms).await?;
         });
@@ -254,7 +254,7 @@ impl ReceiptLedger {
                  WHERE operation_key = $1 AND not_sent_ms IS NOT NULL RETURNING client_ref")
                 .bind(key.as_str()).fetch_optional(&mut *tx).await?;
             if let Some(c) = &client {
-                (&mut *tx).event_insert(Some(&ClientId(c.clone())), "not_sent_doubted", &serde_json::json!({
+                (*tx).event_insert(Some(&ClientId(c.clone())), "not_sent_doubted", &serde_json::json!({
                     "operation_key": key,
                     "why": "restored copy: a later attempt may have been sent after the backup",
                 }), now_ms).await?;
@@ -283,7 +283,7 @@ impl ReceiptLedger {
                 .bind(key.as_str()).bind(by).bind(reason)
                 .fetch_optional(&mut *tx).await?
                 .ok_or_else(|| StoreError::ReceiptNotFound(format!("{key} (uncertain: no id, or one never seen; not abandoned)")))?;
-            (&mut *tx).event_insert(Some(&ClientId(client)), "dispatch_abandoned", &serde_json::json!({
+            (*tx).event_insert(Some(&ClientId(client)), "dispatch_abandoned", &serde_json::json!({
                 "operation_key": key, "by": by, "reason": reason,
             }), now_ms).await?;
         });
@@ -306,7 +306,7 @@ impl ReceiptLedger {
                  DO UPDATE SET state = excluded.state, detail = excluded.detail, failures = 0, updated_ms = excluded.updated_ms")
                 .bind(client.as_str()).bind(adapter).bind(state).bind(detail).bind(now_ms)
                 .execute(&mut *tx).await?;
-            (&mut *tx).event_insert(Some(client), "adapter_state", &serde_json::json!({
+            (*tx).event_insert(Some(client), "adapter_state", &serde_json::json!({
                 "adapter": adapter, "state": state, "detail": detail,
             }), now_ms).await?;
         });
@@ -334,7 +334,7 @@ impl ReceiptLedger {
                  RETURNING failures")
                 .bind(client.as_str()).bind(adapter).bind(state).bind(detail).bind(now_ms)
                 .fetch_one(&mut *tx).await?;
-            (&mut *tx).event_insert(Some(client), "adapter_failed", &serde_json::json!({
+            (*tx).event_insert(Some(client), "adapter_failed", &serde_json::json!({
                 "adapter": adapter, "error": detail, "failures": n,
             }), now_ms).await?;
             n
@@ -351,7 +351,7 @@ impl ReceiptLedger {
         now_ms: i64,
     ) -> Result<()> {
         ledger_write!(&self.store, tx => {
-            (&mut *tx).event_insert(client, kind, detail, now_ms).await?;
+            (*tx).event_insert(client, kind, detail, now_ms).await?;
         });
         Ok(())
     }

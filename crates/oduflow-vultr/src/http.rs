@@ -356,27 +356,27 @@ impl VultrClient {
             }
         };
         let ms = started.elapsed().as_millis() as u64;
-        if let Reply::Answer(a) = &reply {
-            if a.status == 429 {
-                // Vultr counts per source address: the whole group pauses,
-                // for as long as it asks (within our bound).
-                let pause = a
-                    .retry_after
-                    .unwrap_or(crate::budget::PAUSE_MIN)
-                    .max(crate::budget::PAUSE_MIN)
-                    .min(Duration::from_millis(inner.cfg.retry_after_max_ms));
-                // This process at once; the group through the database.
-                inner.turnstile.pause_locally(pause);
-                tracing::warn!(
-                    %method, %route, pause_ms = pause.as_millis() as u64, group = inner.budget.group(),
-                    "vultr answered 429: pausing the rate group"
-                );
-                let recorded = tokio::time::timeout(crate::budget::BUDGET_ASK_TIMEOUT, inner.budget.pause(pause))
-                    .await
-                    .unwrap_or_else(|_| Err("no answer in time".into()));
-                if let Err(e) = recorded {
-                    tracing::warn!(error = %e, "the rate group could not be paused");
-                }
+        if let Reply::Answer(a) = &reply
+            && a.status == 429
+        {
+            // Vultr counts per source address: the whole group pauses,
+            // for as long as it asks (within our bound).
+            let pause = a
+                .retry_after
+                .unwrap_or(crate::budget::PAUSE_MIN)
+                .max(crate::budget::PAUSE_MIN)
+                .min(Duration::from_millis(inner.cfg.retry_after_max_ms));
+            // This process at once; the group through the database.
+            inner.turnstile.pause_locally(pause);
+            tracing::warn!(
+                %method, %route, pause_ms = pause.as_millis() as u64, group = inner.budget.group(),
+                "vultr answered 429: pausing the rate group"
+            );
+            let recorded = tokio::time::timeout(crate::budget::BUDGET_ASK_TIMEOUT, inner.budget.pause(pause))
+                .await
+                .unwrap_or_else(|_| Err("no answer in time".into()));
+            if let Err(e) = recorded {
+                tracing::warn!(error = %e, "the rate group could not be paused");
             }
         }
         let status = match &reply {

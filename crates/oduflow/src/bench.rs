@@ -71,7 +71,11 @@ impl Section {
 pub async fn run(a: BenchArgs) -> Result<()> {
     if let Some(pg) = &a.pg {
         // Read by oduflow_store::testing only; set before any task starts.
-        unsafe { std::env::set_var("ODUFLOW_TEST_PG", pg) };
+        // SAFETY: set before any other thread reads the environment.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::env::set_var("ODUFLOW_TEST_PG", pg)
+        };
     }
     let all = a.which == "all";
     if !all && !["convergence", "queue", "inventory", "budget"].contains(&a.which.as_str()) {
@@ -601,8 +605,7 @@ async fn pgbench(bin: &Path, clients: usize, secs: u64) -> Result<f64> {
 
 fn find_pgbench() -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join("pgbench")).find(|p| p.exists()))
-        .flatten();
+        .and_then(|p| std::env::split_paths(&p).map(|d| d.join("pgbench")).find(|p| p.exists()));
     on_path.or_else(|| {
         let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
             .ok()?

@@ -456,6 +456,7 @@ impl Seed<'_> {
     /// Flips targets, reconciles blocked clients, pauses workers past their
     /// lease and (PostgreSQL) terminates claim connections, each at a drawn
     /// instant within the round, while the workers run.
+    #[allow(clippy::too_many_arguments)] // issue 14: to be split with the campaign's move to its own crate
     async fn interfere(
         &mut self,
         what: Interference,
@@ -611,11 +612,11 @@ impl Seed<'_> {
                     let pid_s = pid.to_string();
                     // The deletion first: a stopped SQLite worker may hold the
                     // write lock, and nothing could write until it resumes.
-                    if let Some(n) = client {
-                        if store.client_get(&n).await?.is_some_and(|c| c.infra.target == Target::Present) {
-                            store.client_delete(&n, SystemClock.now_ms(), 20).await?;
-                            self.flips += 1;
-                        }
+                    if let Some(n) = client
+                        && store.client_get(&n).await?.is_some_and(|c| c.infra.target == Target::Present)
+                    {
+                        store.client_delete(&n, SystemClock.now_ms(), 20).await?;
+                        self.flips += 1;
                     }
                     let stopped =
                         std::process::Command::new("kill").args(["-STOP", &pid_s]).status().is_ok_and(|s| s.success());
@@ -649,7 +650,11 @@ async fn fresh_db(store: Option<&str>, dir: &std::path::Path) -> Result<String> 
         Some(url) => {
             // SAFETY of the env var: only this process reads it, before any
             // worker is spawned.
-            unsafe { std::env::set_var("ODUFLOW_TEST_PG", url) };
+            // SAFETY: set before any other thread reads the environment.
+            #[allow(unsafe_code)]
+            unsafe {
+                std::env::set_var("ODUFLOW_TEST_PG", url)
+            };
             oduflow_store::testing::fresh_pg_url().await
         }
         None => oduflow_store::testing::fresh_pg_url().await,
@@ -849,11 +854,12 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         if p.restore && round == 0 {
             snapshot = Some(db_snapshot(&store, &url, dir.path()).await?);
         }
-        if p.restore && round == p.rounds - 1 {
-            if let Some(snap) = snapshot.take() {
-                db_restore(&store, &url, &snap).await?;
-                restored = true;
-            }
+        if p.restore
+            && round == p.rounds - 1
+            && let Some(snap) = snapshot.take()
+        {
+            db_restore(&store, &url, &snap).await?;
+            restored = true;
         }
     }
     let store = Store::connect(&url, false).await?;
@@ -1055,10 +1061,10 @@ async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: boo
     for res in ledger.resources.iter().filter(|r| r.kind != oduflow_sim::ResourceKind::DnsRecord) {
         match by_label.get(res.label.as_str()) {
             Some(r) => {
-                if let Some(id) = &r.resource_id {
-                    if *id != res.id {
-                        bail!("invariant 2: receipt {} records {id} but {} carries its label", r.operation_key, res.id);
-                    }
+                if let Some(id) = &r.resource_id
+                    && *id != res.id
+                {
+                    bail!("invariant 2: receipt {} records {id} but {} carries its label", r.operation_key, res.id);
                 }
                 // 6. Created with the key its receipt was claimed with.
                 if r.key_fingerprint.as_str() != res.key_fingerprint {
@@ -1080,10 +1086,10 @@ async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: boo
         .filter_map(|e| e.detail["operation_key"].as_str().map(str::to_owned))
         .collect();
     for label in ledger.creates_per_label.keys() {
-        if let Some(r) = by_label.get(label.as_str()) {
-            if !sent.contains(r.operation_key.as_str()) {
-                bail!("invariant 7: no request_sent event for {}", r.operation_key);
-            }
+        if let Some(r) = by_label.get(label.as_str())
+            && !sent.contains(r.operation_key.as_str())
+        {
+            bail!("invariant 7: no request_sent event for {}", r.operation_key);
         }
     }
     // 4 and 5. Every client settled, consistently with its target.
@@ -1155,10 +1161,10 @@ async fn check_strict(
         .collect();
     // A receipt marked deleted means the provider deleted it.
     for r in receipts.iter().filter(|r| r.deleted_ms.is_some()) {
-        if let Some(id) = &r.resource_id {
-            if live.iter().any(|x| x.id == *id) {
-                bail!("invariant 5: receipt {} says {id} was deleted, but it is live", r.operation_key);
-            }
+        if let Some(id) = &r.resource_id
+            && live.iter().any(|x| x.id == *id)
+        {
+            bail!("invariant 5: receipt {} says {id} was deleted, but it is live", r.operation_key);
         }
     }
     // No request of any method with a changed key: the second key (the

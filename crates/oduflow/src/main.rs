@@ -578,7 +578,7 @@ async fn client(cfg: &Config, c: ClientCmd) -> Result<()> {
                 let v: Vec<_> = rows.iter().map(client_json).collect();
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
-                println!("{:<24} {:<13} {:<22} {:<38} {}", "NAME", "STATUS", "BLOCKED", "VM", "VOLUME");
+                println!("{:<24} {:<13} {:<22} {:<38} VOLUME", "NAME", "STATUS", "BLOCKED", "VM");
                 for r in &rows {
                     let i = &r.infra;
                     println!(

@@ -147,7 +147,11 @@ async fn deleted_client_keeps_no_vm_when_delete_lands_mid_run(store: Store) -> R
 async fn inventory_reports_a_deleted_clients_live_vm(store: Store) -> Result<()> {
     failpoints_required();
     // SAFETY: each test runs in its own process (nextest); set before any thread reads it.
-    unsafe { std::env::set_var("ODUFLOW_PLANTED_BUG", "skip_open_receipts") };
+    // SAFETY: set before any other thread reads the environment.
+    #[allow(unsafe_code)]
+    unsafe {
+        std::env::set_var("ODUFLOW_PLANTED_BUG", "skip_open_receipts")
+    };
     let p = Arc::new(MemoryProvider::new(key("k1")));
     let w = worker(&store, p.clone());
     ready(&store, &w, "acme").await;
@@ -163,7 +167,11 @@ async fn inventory_reports_a_deleted_clients_live_vm(store: Store) -> Result<()>
     assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
     let live = p.with(|s| s.instances.keys().cloned().collect::<Vec<_>>());
     assert_eq!(live.len(), 1, "the planted bug leaves the VM live");
-    unsafe { std::env::remove_var("ODUFLOW_PLANTED_BUG") };
+    // SAFETY: set before any other thread reads the environment.
+    #[allow(unsafe_code)]
+    unsafe {
+        std::env::remove_var("ODUFLOW_PLANTED_BUG")
+    };
     let inv = operator::inventory(&store, p.as_ref(), now()).await?;
     assert!(inv.orphans.iter().any(|o| o.id == live[0] && o.client.as_deref() == Some("acme")), "{inv:?}");
     scenario.teardown();

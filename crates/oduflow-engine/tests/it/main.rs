@@ -123,10 +123,9 @@ async fn status(store: &Store, name: &str) -> ClientRow {
 }
 
 fn failpoints_required() {
-    assert!(
-        cfg!(feature = "failpoints"),
-        "this test needs fail points: run the suite with --all-features (the README's test command does)"
-    );
+    if !cfg!(feature = "failpoints") {
+        panic!("this test needs fail points: run the suite with --all-features (the README's test command does)");
+    }
 }
 
 async fn provisions_then_deletes(store: Store) -> Result<()> {
@@ -453,9 +452,8 @@ mod operator_actions {
         let beta = status(&store, "beta").await;
         // Run beta's first job: POST applied, answer lost.
         loop {
-            match w.run_next().await? {
-                RunOutcome::Idle => break,
-                _ => {}
+            if w.run_next().await? == RunOutcome::Idle {
+                break;
             }
             if !store.receipts_for_client(&beta.id).await?.is_empty() {
                 break;

@@ -236,6 +236,7 @@ macro_rules! every_suggestion {
             #[allow(unused_mut)]
             let mut $w = $setup.await;
             let $cmd = $w.blocked($reason).await[i].command.clone();
+            #[allow(clippy::no_effect, clippy::unused_unit)]
             $fix;
             $w.run(&$cmd).await;
             $w.resolved($reason, &$cmd).await;

@@ -88,14 +88,24 @@ fn only_the_store_knows_sql() {
 }
 
 /// Field names only Vultr's JSON has.
-const VULTR_FIELDS: &[&str] =
-    &["main_ip", "server_status", "power_status", "attached_to_instance", "default_password", "date_created", "mount_id"];
+const VULTR_FIELDS: &[&str] = &[
+    "main_ip",
+    "server_status",
+    "power_status",
+    "attached_to_instance",
+    "default_password",
+    "date_created",
+    "mount_id",
+];
 
 #[test]
 fn only_the_adapter_and_the_simulator_know_vultrs_json() {
     let mut bad = Vec::new();
     for (path, text) in rust_sources() {
-        if path.starts_with("crates/oduflow-vultr/") || path.starts_with("crates/oduflow-sim/") || path.ends_with("tidy.rs") {
+        if path.starts_with("crates/oduflow-vultr/")
+            || path.starts_with("crates/oduflow-sim/")
+            || path.ends_with("tidy.rs")
+        {
             continue;
         }
         for f in VULTR_FIELDS {
@@ -112,7 +122,8 @@ fn nothing_refers_outside_the_repository() {
     let root = root();
     let mut all = Vec::new();
     files(&root, &mut all);
-    let needles = [concat!("..", "/shared"), concat!("/work", "/shared"), concat!("DESIGN", ".md"), concat!("vultr-api", ".md")];
+    let needles =
+        [concat!("..", "/shared"), concat!("/work", "/shared"), concat!("DESIGN", ".md"), concat!("vultr-api", ".md")];
     let mut bad = Vec::new();
     for p in all {
         let Ok(text) = std::fs::read_to_string(&p) else { continue };
@@ -168,7 +179,8 @@ fn functions(text: &str) -> Vec<(String, usize)> {
         let Some(rest) = t.strip_prefix("fn ") else { continue };
         let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
         // A declaration without a body (a trait's) ends with `;` before `{`.
-        let Some(open) = (i..lines.len()).find(|&j| lines[j].contains('{') || lines[j].trim_end().ends_with(';')) else {
+        let Some(open) = (i..lines.len()).find(|&j| lines[j].contains('{') || lines[j].trim_end().ends_with(';'))
+        else {
             continue;
         };
         if !lines[open].contains('{') {
