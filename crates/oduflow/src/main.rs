@@ -244,7 +244,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_tracing();
+    // The demo injects faults on purpose (429 bursts among them): the
+    // adapter's warnings about them would bury its summary.
+    init_tracing(if matches!(cli.cmd, Cmd::Demo { .. }) { "warn,oduflow_vultr=error" } else { "warn" });
     let _failpoints = oduflow_engine::fail_scenario();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let result = rt.block_on(run(cli));
@@ -277,9 +279,10 @@ fn chain(e: &anyhow::Error) -> String {
     e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ")
 }
 
-fn init_tracing() {
+/// `ODUFLOW_LOG` (tracing filter syntax), else `default`.
+fn init_tracing(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("ODUFLOW_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 }
 
