@@ -74,6 +74,261 @@ pub fn sqlite_url(dir: &std::path::Path) -> String {
     format!("sqlite://{}", dir.join("oduflow.db").display())
 }
 
+// ---- The test kit's database tooling (issue 14: the only SQL outside the
+// store's own modules lives here, so campaign, benchmarks and tests reach no
+// backend directly). ----
+
+use crate::Store;
+
+/// What the kit's helpers fail with (converts into `anyhow::Error`).
+pub type KitResult<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', ""))
+}
+
+async fn admin() -> KitResult<sqlx::PgConnection> {
+    Ok(sqlx::PgConnection::connect(&pg_admin_url()).await?)
+}
+
+async fn current_database(p: &sqlx::PgPool) -> KitResult<String> {
+    Ok(sqlx::query_scalar("SELECT current_database()").fetch_one(p).await?)
+}
+
+/// The test server's version, e.g. "PostgreSQL 15.20 (Debian ...)".
+pub async fn pg_version() -> KitResult<String> {
+    let v: String = sqlx::query_scalar("SELECT version()").fetch_one(&mut admin().await?).await?;
+    Ok(v.split(" on ").next().unwrap_or(&v).to_owned())
+}
+
+/// Drops the PostgreSQL database at `url` (a test's or a benchmark's).
+pub async fn drop_pg_database(url: &str) {
+    let Some((_, name)) = url.rsplit_once('/') else { return };
+    if let Ok(mut c) = admin().await {
+        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", ident(name));
+        let _ = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut c).await;
+    }
+}
+
+/// Closes `store` and, on PostgreSQL, drops its database.
+pub async fn close_and_drop(store: &Store) {
+    let Store::Pg(p, _) = store else { return };
+    let Ok(name) = current_database(p).await else { return };
+    p.close().await;
+    if let Ok(mut c) = admin().await {
+        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", ident(&name));
+        let _ = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut c).await;
+    }
+}
+
+/// Rows in `table` (a name from the schema, never input).
+pub async fn table_count(store: &Store, table: &str) -> i64 {
+    let sql = format!("SELECT count(*) FROM {}", ident(table));
+    let n: Result<i64, sqlx::Error> =
+        crate::both!(store, p => sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(p).await);
+    n.unwrap_or_else(|e| panic!("count of {table}: {e}"))
+}
+
+/// Runs one statement as it is, and says whether the database accepted it:
+/// for tests that prove the schema refuses what it must (a receipt's
+/// `TRUNCATE`, `INSERT OR REPLACE`).
+pub async fn execute_raw(store: &Store, sql: &str) -> Result<(), String> {
+    let sql = sqlx::AssertSqlSafe(sql.to_owned());
+    crate::both!(store, p => sqlx::query(sql).execute(p).await.map(|_| ()).map_err(|e| e.to_string()))
+}
+
+/// PostgreSQL: `VACUUM ANALYZE` of these tables (a benchmark's setup leaves
+/// dead rows a production queue's autovacuum would have cleared).
+pub async fn vacuum_analyze(store: &Store, tables: &[&str]) -> KitResult<()> {
+    if let Store::Pg(p, _) = store {
+        let list: Vec<String> = tables.iter().map(|t| ident(t)).collect();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("VACUUM ANALYZE {}", list.join(", ")))).execute(p).await?;
+    }
+    Ok(())
+}
+
+/// PostgreSQL: a table shaped like a queue row, for pgbench's ceiling run.
+pub async fn create_ceiling_table(url: &str) -> KitResult<()> {
+    let mut c = sqlx::PgConnection::connect(url).await?;
+    sqlx::query(
+        "CREATE TABLE ceiling (id bigserial PRIMARY KEY, kind text NOT NULL, payload jsonb NOT NULL, \
+         created_at timestamptz NOT NULL DEFAULT now())",
+    )
+    .execute(&mut c)
+    .await?;
+    Ok(())
+}
+
+/// SQLite: (lease owner, client name) of every client whose lease is held.
+/// PostgreSQL keeps no lease owner in the table (its claims are row locks).
+pub async fn sqlite_lease_holders(store: &Store) -> KitResult<Vec<(String, String)>> {
+    match store {
+        Store::Sqlite(p) => Ok(sqlx::query_as(
+            "SELECT i.lease_owner, c.name FROM infra i JOIN clients c ON c.id = i.client_id \
+             WHERE i.lease_owner IS NOT NULL",
+        )
+        .fetch_all(p)
+        .await?),
+        Store::Pg(..) => Ok(vec![]),
+    }
+}
+
+/// PostgreSQL: terminates every session of this database that sits idle in
+/// a transaction (a claim's connection, say); how many. SQLite: none.
+pub async fn terminate_idle_in_transaction(store: &Store) -> KitResult<u64> {
+    let Store::Pg(p, _) = store else { return Ok(0) };
+    let db = current_database(p).await?;
+    let n: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = $1 AND state = 'idle in transaction' AND pid <> pg_backend_pid()",
+    )
+    .bind(&db)
+    .fetch_all(p)
+    .await?;
+    Ok(n.len() as u64)
+}
+
+/// PostgreSQL: the backend pids of this database's sessions whose current
+/// statement text contains `marker`.
+pub async fn pg_sessions_running(store: &Store, marker: &str) -> KitResult<Vec<i32>> {
+    let Store::Pg(p, _) = store else { return Ok(vec![]) };
+    let db = current_database(p).await?;
+    Ok(sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid() AND position($2 in query) > 0",
+    )
+    .bind(&db)
+    .bind(marker)
+    .fetch_all(p)
+    .await?)
+}
+
+/// PostgreSQL: terminates one session, and waits (bounded) until it is gone.
+pub async fn pg_terminate(store: &Store, pid: i32) -> KitResult<()> {
+    let Store::Pg(p, _) = store else { return Ok(()) };
+    sqlx::query_scalar::<_, bool>("SELECT pg_terminate_backend($1)").bind(pid).fetch_one(p).await?;
+    for _ in 0..200 {
+        let left: Option<i32> =
+            sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE pid = $1").bind(pid).fetch_optional(p).await?;
+        if left.is_none() {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    Err(format!("session {pid} still there 2 s after pg_terminate_backend").into())
+}
+
+/// SQLite: whether another connection holds the file's write lock now
+/// (tries `BEGIN IMMEDIATE` without waiting).
+pub async fn sqlite_write_locked(store: &Store) -> KitResult<bool> {
+    let Store::Sqlite(p) = store else { return Ok(false) };
+    let mut c = p.acquire().await?;
+    sqlx::query("PRAGMA busy_timeout = 0").execute(&mut *c).await?;
+    let r = sqlx::query("BEGIN IMMEDIATE").execute(&mut *c).await;
+    if r.is_ok() {
+        sqlx::query("ROLLBACK").execute(&mut *c).await?;
+    }
+    sqlx::query("PRAGMA busy_timeout = 30000").execute(&mut *c).await?;
+    Ok(r.is_err())
+}
+
+/// Copies the database (an "older backup"); returns where the copy is.
+pub async fn snapshot(store: &Store, dir: &std::path::Path) -> KitResult<String> {
+    match store {
+        Store::Sqlite(p) => {
+            let path = dir.join("snapshot.db");
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "VACUUM INTO '{}'",
+                path.display().to_string().replace('\'', "''")
+            )))
+            .execute(p)
+            .await?;
+            Ok(path.display().to_string())
+        }
+        Store::Pg(p, _) => {
+            let name = current_database(p).await?;
+            let snap = format!("{name}_snap");
+            let mut admin = admin().await?;
+            // CREATE DATABASE ... TEMPLATE needs no other session on the source.
+            sqlx::query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+            )
+            .bind(&name)
+            .execute(&mut admin)
+            .await?;
+            let sql = format!("CREATE DATABASE {} TEMPLATE {}", ident(&snap), ident(&name));
+            sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut admin).await?;
+            Ok(snap)
+        }
+    }
+}
+
+/// Puts the copy back in place of the live database (`store` is closed).
+pub async fn restore(store: &Store, url: &str, snap: &str) -> KitResult<()> {
+    match store {
+        Store::Sqlite(p) => {
+            p.close().await;
+            let path = url.trim_start_matches("sqlite://");
+            for ext in ["-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{path}{ext}"));
+            }
+            std::fs::copy(snap, path)?;
+        }
+        Store::Pg(p, _) => {
+            let name = current_database(p).await?;
+            p.close().await;
+            let mut admin = admin().await?;
+            sqlx::query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+            )
+            .bind(&name)
+            .execute(&mut admin)
+            .await?;
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {}", ident(&name)))).execute(&mut admin).await?;
+            let sql = format!("ALTER DATABASE {} RENAME TO {}", ident(snap), ident(&name));
+            sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut admin).await?;
+        }
+    }
+    Ok(())
+}
+
+/// PostgreSQL: sessions of this database idle in a transaction whose last
+/// statement starts with `query_prefix` (a job's main transaction stopped at
+/// its commit, say).
+pub async fn pg_idle_in_transaction_after(store: &Store, query_prefix: &str) -> KitResult<usize> {
+    let Store::Pg(p, _) = store else { return Ok(0) };
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND state = 'idle in transaction' AND pid <> pg_backend_pid() AND starts_with(query, $1)",
+    )
+    .bind(query_prefix)
+    .fetch_one(p)
+    .await?;
+    Ok(n as usize)
+}
+
+/// PostgreSQL: the pids of this database's sessions idle in a transaction.
+pub async fn pg_idle_in_transaction_pids(store: &Store) -> KitResult<Vec<i32>> {
+    let Store::Pg(p, _) = store else { return Ok(vec![]) };
+    Ok(sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity \
+         WHERE datname = current_database() AND state = 'idle in transaction' AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(p)
+    .await?)
+}
+
+/// PostgreSQL: terminates every session of the database at `url` (from the
+/// admin database); how many.
+pub async fn pg_terminate_all_sessions(url: &str) -> KitResult<usize> {
+    let db = url.rsplit_once('/').map(|(_, d)| d).unwrap_or_default().to_owned();
+    let killed: Vec<bool> =
+        sqlx::query_scalar("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+            .bind(&db)
+            .fetch_all(&mut admin().await?)
+            .await?;
+    Ok(killed.len())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

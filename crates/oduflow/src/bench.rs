@@ -71,8 +71,7 @@ impl Section {
 pub async fn run(a: BenchArgs) -> Result<()> {
     if let Some(pg) = &a.pg {
         // Read by oduflow_store::testing only; set before any task starts.
-        // SAFETY: set before any other thread reads the environment.
-        #[allow(unsafe_code)]
+        #[allow(unsafe_code)] // SAFETY: set before any other thread reads the environment.
         unsafe {
             std::env::set_var("ODUFLOW_TEST_PG", pg)
         };
@@ -173,10 +172,7 @@ async fn machine() -> Vec<String> {
 }
 
 async fn pg_version() -> Result<String> {
-    use sqlx::Connection;
-    let mut c = sqlx::PgConnection::connect(&oduflow_store::testing::pg_admin_url()).await?;
-    let v: String = sqlx::query_scalar("SELECT version()").fetch_one(&mut c).await?;
-    Ok(v.split(" on ").next().unwrap_or(&v).to_owned())
+    oduflow_store::testing::pg_version().await.map_err(anyhow::Error::from_boxed)
 }
 
 fn load() -> String {
@@ -492,9 +488,7 @@ async fn queue_once(jobs: usize, clients: usize, workers: usize) -> Result<f64> 
     // The setup's finished jobs are dead rows at the head of the queue's
     // index; a production queue has autovacuum for them, so vacuum here
     // rather than time a scan over them.
-    if let Store::Pg(pool, _) = &store {
-        sqlx::raw_sql("VACUUM ANALYZE jobs, infra").execute(pool).await?;
-    }
+    oduflow_store::testing::vacuum_analyze(&store, &["jobs", "infra"]).await.map_err(anyhow::Error::from_boxed)?;
     let t = Instant::now();
     settle(&w).await?;
     let s = t.elapsed().as_secs_f64();
@@ -507,13 +501,7 @@ async fn queue_once(jobs: usize, clients: usize, workers: usize) -> Result<f64> 
 }
 
 async fn drop_db(url: &str) {
-    use sqlx::Connection;
-    let Some((_, name)) = url.rsplit_once('/') else { return };
-    if let Ok(mut c) = sqlx::PgConnection::connect(&oduflow_store::testing::pg_admin_url()).await {
-        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-            .execute(&mut c)
-            .await;
-    }
+    oduflow_store::testing::drop_pg_database(url).await;
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -570,17 +558,8 @@ impl Peer {
 /// pgbench's single-row INSERT rate with `clients` clients: the ceiling.
 async fn pgbench(bin: &Path, clients: usize, secs: u64) -> Result<f64> {
     let url = oduflow_store::testing::fresh_pg_url().await;
-    {
-        use sqlx::Connection;
-        let mut c = sqlx::PgConnection::connect(&url).await?;
-        // Shaped like a queue row: id, kind, a ~200-byte JSON payload, a time.
-        sqlx::query(
-            "CREATE TABLE ceiling (id bigserial PRIMARY KEY, kind text NOT NULL, payload jsonb NOT NULL, \
-             created_at timestamptz NOT NULL DEFAULT now())",
-        )
-        .execute(&mut c)
-        .await?;
-    }
+    // Shaped like a queue row: id, kind, a ~200-byte JSON payload, a time.
+    oduflow_store::testing::create_ceiling_table(&url).await.map_err(anyhow::Error::from_boxed)?;
     let dir = tempfile::tempdir()?;
     let script = dir.path().join("insert.sql");
     let pad = "x".repeat(150);

@@ -585,17 +585,8 @@ impl Seed<'_> {
                     // then deleted while it is stopped: the schedule under
                     // which a run outliving its lease used to act after the
                     // deletion was reported.
-                    let holders: Vec<(String, String)> = match store {
-                        Store::Sqlite(p) => {
-                            sqlx::query_as(
-                                "SELECT i.lease_owner, c.name FROM infra i JOIN clients c ON c.id = i.client_id \
-                             WHERE i.lease_owner IS NOT NULL",
-                            )
-                            .fetch_all(p)
-                            .await?
-                        }
-                        Store::Pg(..) => vec![],
-                    };
+                    let holders =
+                        oduflow_store::testing::sqlite_lease_holders(store).await.map_err(anyhow::Error::from_boxed)?;
                     let running = holders.iter().find_map(|(owner, name)| {
                         let pid: u32 = owner.strip_prefix("worker-")?.split('/').next()?.parse().ok()?;
                         pids.contains(&pid).then(|| (pid, name.clone()))
@@ -627,16 +618,11 @@ impl Seed<'_> {
                     }
                 }
                 Act::Terminate => {
-                    let Store::Pg(p, _) = store else { continue };
-                    let db: String = sqlx::query_scalar("SELECT current_database()").fetch_one(p).await?;
-                    let n: Vec<bool> = sqlx::query_scalar(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                         WHERE datname = $1 AND state = 'idle in transaction' AND pid <> pg_backend_pid()",
-                    )
-                    .bind(&db)
-                    .fetch_all(p)
-                    .await?;
-                    self.terminations += n.len() as u64;
+                    let Store::Pg(..) = store else { continue };
+                    let n = oduflow_store::testing::terminate_idle_in_transaction(store)
+                        .await
+                        .map_err(anyhow::Error::from_boxed)?;
+                    self.terminations += n;
                 }
             }
         }
@@ -650,8 +636,7 @@ async fn fresh_db(store: Option<&str>, dir: &std::path::Path) -> Result<String> 
         Some(url) => {
             // SAFETY of the env var: only this process reads it, before any
             // worker is spawned.
-            // SAFETY: set before any other thread reads the environment.
-            #[allow(unsafe_code)]
+            #[allow(unsafe_code)] // SAFETY: set before any other thread reads the environment.
             unsafe {
                 std::env::set_var("ODUFLOW_TEST_PG", url)
             };
@@ -852,7 +837,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
             }
         }
         if p.restore && round == 0 {
-            snapshot = Some(db_snapshot(&store, &url, dir.path()).await?);
+            snapshot = Some(db_snapshot(&store, dir.path()).await?);
         }
         if p.restore
             && round == p.rounds - 1
@@ -910,7 +895,6 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
             bail!("liveness: clients not settled within {LIVENESS_BOUND:?}");
         }
     }
-
     verbose(|| format!("seed {}: liveness {:.2} s", p.seed, start.elapsed().as_secs_f64()));
     if restored {
         // Listings lag: a resource created just before the restore's
@@ -950,15 +934,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
 /// A passing seed's PostgreSQL database is dropped (a failing one is kept
 /// for inspection).
 async fn drop_db(store: &Store) {
-    let Store::Pg(p, _) = store else { return };
-    let Ok(name) = sqlx::query_scalar::<_, String>("SELECT current_database()").fetch_one(p).await else { return };
-    p.close().await;
-    if let Ok(admin) = sqlx::PgPool::connect(&oduflow_store::testing::pg_admin_url()).await {
-        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-            .execute(&admin)
-            .await;
-        admin.close().await;
-    }
+    oduflow_store::testing::close_and_drop(store).await;
 }
 
 fn verbose(f: impl FnOnce() -> String) {
@@ -978,55 +954,13 @@ fn provider(sim: &oduflow_sim::SimHandle, key: &str) -> Result<std::sync::Arc<Vu
 }
 
 /// Copies the database (an "older backup").
-async fn db_snapshot(store: &Store, url: &str, dir: &std::path::Path) -> Result<String> {
-    match store {
-        Store::Sqlite(p) => {
-            let path = dir.join("snapshot.db");
-            sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM INTO '{}'", path.display()))).execute(p).await?;
-            Ok(path.display().to_string())
-        }
-        Store::Pg(p, _) => {
-            let name: String = sqlx::query_scalar("SELECT current_database()").fetch_one(p).await?;
-            let snap = format!("{name}_snap");
-            let _ = url;
-            let admin = sqlx::PgPool::connect(&oduflow_store::testing::pg_admin_url()).await?;
-            // CREATE DATABASE ... TEMPLATE needs no other session on the source.
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' AND pid <> pg_backend_pid()"
-            )))
-            .execute(&admin)
-            .await?;
-            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {snap} TEMPLATE {name}"))).execute(&admin).await?;
-            Ok(snap)
-        }
-    }
+async fn db_snapshot(store: &Store, dir: &std::path::Path) -> Result<String> {
+    oduflow_store::testing::snapshot(store, dir).await.map_err(anyhow::Error::from_boxed)
 }
 
 /// Puts the older copy back in place of the live database.
 async fn db_restore(store: &Store, url: &str, snap: &str) -> Result<()> {
-    match store {
-        Store::Sqlite(p) => {
-            p.close().await;
-            let path = url.trim_start_matches("sqlite://");
-            for ext in ["-wal", "-shm"] {
-                let _ = std::fs::remove_file(format!("{path}{ext}"));
-            }
-            std::fs::copy(snap, path)?;
-        }
-        Store::Pg(p, _) => {
-            let name: String = sqlx::query_scalar("SELECT current_database()").fetch_one(p).await?;
-            p.close().await;
-            let admin = sqlx::PgPool::connect(&oduflow_store::testing::pg_admin_url()).await?;
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' AND pid <> pg_backend_pid()"
-            )))
-            .execute(&admin)
-            .await?;
-            sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {name}"))).execute(&admin).await?;
-            sqlx::query(sqlx::AssertSqlSafe(format!("ALTER DATABASE {snap} RENAME TO {name}"))).execute(&admin).await?;
-        }
-    }
-    Ok(())
+    oduflow_store::testing::restore(store, url, snap).await.map_err(anyhow::Error::from_boxed)
 }
 
 /// The invariants of docs/protocol.md §8, against the database and the ledger.

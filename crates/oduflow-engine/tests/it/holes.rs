@@ -147,8 +147,7 @@ async fn deleted_client_keeps_no_vm_when_delete_lands_mid_run(store: Store) -> R
 async fn inventory_reports_a_deleted_clients_live_vm(store: Store) -> Result<()> {
     failpoints_required();
     // SAFETY: each test runs in its own process (nextest); set before any thread reads it.
-    // SAFETY: set before any other thread reads the environment.
-    #[allow(unsafe_code)]
+    #[allow(unsafe_code)] // SAFETY: set before any other thread reads the environment.
     unsafe {
         std::env::set_var("ODUFLOW_PLANTED_BUG", "skip_open_receipts")
     };
@@ -167,8 +166,7 @@ async fn inventory_reports_a_deleted_clients_live_vm(store: Store) -> Result<()>
     assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
     let live = p.with(|s| s.instances.keys().cloned().collect::<Vec<_>>());
     assert_eq!(live.len(), 1, "the planted bug leaves the VM live");
-    // SAFETY: set before any other thread reads the environment.
-    #[allow(unsafe_code)]
+    #[allow(unsafe_code)] // SAFETY: set before any other thread reads the environment.
     unsafe {
         std::env::remove_var("ODUFLOW_PLANTED_BUG")
     };
@@ -484,28 +482,12 @@ async fn a_run_that_loses_its_claim_while_a_read_waits_sends_nothing_more(store:
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     match &store {
-        Store::Pg(pool, _) => {
-            let pids: Vec<i32> = sqlx::query_scalar(
-                "SELECT pid FROM pg_stat_activity \
-                 WHERE datname = current_database() AND state = 'idle in transaction' AND pid <> pg_backend_pid()",
-            )
-            .fetch_all(pool)
-            .await?;
+        Store::Pg(..) => {
+            let pids =
+                oduflow_store::testing::pg_idle_in_transaction_pids(&store).await.map_err(anyhow::Error::from_boxed)?;
             assert_eq!(pids.len(), 1, "exactly the run's claim connection is idle in its transaction");
-            let killed: bool =
-                sqlx::query_scalar("SELECT pg_terminate_backend($1)").bind(pids[0]).fetch_one(pool).await?;
-            assert!(killed);
-            // pg_terminate_backend only signals: wait until the backend is gone.
-            let t = std::time::Instant::now();
-            while sqlx::query_scalar::<_, i32>("SELECT pid FROM pg_stat_activity WHERE pid = $1")
-                .bind(pids[0])
-                .fetch_optional(pool)
-                .await?
-                .is_some()
-            {
-                assert!(t.elapsed() < std::time::Duration::from_secs(10), "the claim backend never went");
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
+            // Waits until the backend is gone (pg_terminate_backend only signals).
+            oduflow_store::testing::pg_terminate(&store, pids[0]).await.map_err(anyhow::Error::from_boxed)?;
         }
         Store::Sqlite(..) => drop(store.client_create(&ClientName::parse("acme")?, &spec(), now(), 3).await?),
     }

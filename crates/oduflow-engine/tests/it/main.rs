@@ -311,23 +311,23 @@ async fn receipts_cannot_be_deleted_or_rewritten(store: Store) -> Result<()> {
     // Evidence is written once (issue 12).
     let evidence = "UPDATE dispatch_receipts SET sent_ms = sent_ms + 1 WHERE sent_ms IS NOT NULL";
     for sql in [del, rewrite, clear, evidence] {
-        let r = match &store {
-            Store::Pg(p, _) => sqlx::query(sql).execute(p).await.map(|_| ()),
-            Store::Sqlite(p) => sqlx::query(sql).execute(p).await.map(|_| ()),
-        };
+        let r = oduflow_store::testing::execute_raw(&store, sql).await;
         assert!(r.is_err(), "{sql} was allowed");
     }
-    if let Store::Pg(p, _) = &store {
-        assert!(sqlx::query("TRUNCATE dispatch_receipts").execute(p).await.is_err());
+    if store.backend() == Backend::Postgres {
+        assert!(oduflow_store::testing::execute_raw(&store, "TRUNCATE dispatch_receipts").await.is_err());
     }
-    if let Store::Sqlite(p) = &store {
+    if store.backend() == Backend::Sqlite {
         // REPLACE deletes the conflicting row: with recursive_triggers on,
         // the no-delete trigger fires and refuses it.
         let replace = "INSERT OR REPLACE INTO dispatch_receipts (operation_key, client_ref, resource_kind, \
             dispatch_generation, label, region, spec_digest, key_fingerprint, claimed_ms) \
             SELECT operation_key, client_ref, resource_kind, dispatch_generation, label, region, spec_digest, \
             key_fingerprint, claimed_ms FROM dispatch_receipts LIMIT 1";
-        assert!(sqlx::query(replace).execute(p).await.is_err(), "INSERT OR REPLACE replaced a receipt");
+        assert!(
+            oduflow_store::testing::execute_raw(&store, replace).await.is_err(),
+            "INSERT OR REPLACE replaced a receipt"
+        );
     }
     let after = store.receipts_all().await?;
     assert_eq!(after.len(), n);
@@ -581,21 +581,13 @@ mod operator_actions {
 /// must cost nothing but a reconnect.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_survive_terminated_claim_connections_postgres() {
-    use sqlx::Connection;
     let url = oduflow_store::testing::fresh_pg_url().await;
     let store = open(&url).await;
     let c = create(&store, "acme").await;
     let w = worker(&store, Arc::new(MemoryProvider::new(key("k1"))));
     assert!(!drain(&w, 50).await.is_empty());
-    let db = url.rsplit_once('/').unwrap().1.to_owned();
-    let mut admin = sqlx::PgConnection::connect(&oduflow_store::testing::pg_admin_url()).await.unwrap();
-    let killed: Vec<bool> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{db}'"
-    )))
-    .fetch_all(&mut admin)
-    .await
-    .unwrap();
-    assert!(!killed.is_empty(), "no connection to terminate");
+    let killed = oduflow_store::testing::pg_terminate_all_sessions(&url).await.unwrap();
+    assert!(killed > 0, "no connection to terminate");
     store.job_enqueue(&NewJob::for_client(&c.id, JobKind::Noop, 1, now(), 3)).await.unwrap();
     assert!(matches!(w.run_next().await.unwrap(), RunOutcome::Ran { kind: JobKind::Noop, .. }));
 }

@@ -191,20 +191,12 @@ impl H {
     async fn footprint(&self) -> (Vec<i64>, usize, u64) {
         let mut counts = vec![];
         for t in ["clients", "infra", "jobs", "dispatch_receipts", "events", "settings", "api_tokens"] {
-            let sql = sqlx_count(t);
-            counts.push(match &self.store {
-                Store::Sqlite(p) => sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql)).fetch_one(p).await.unwrap(),
-                Store::Pg(p, _) => sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql)).fetch_one(p).await.unwrap(),
-            });
+            counts.push(oduflow_store::testing::table_count(&self.store, t).await);
         }
         let provider_calls = self.provider.stats().snapshot().requests.len();
         let sim_requests = self.sim.ledger().requests.values().sum();
         (counts, provider_calls, sim_requests)
     }
-}
-
-fn sqlx_count(table: &str) -> String {
-    format!("SELECT count(*) FROM {table}")
 }
 
 fn now_ms() -> i64 {

@@ -152,12 +152,7 @@ const TABLES: [&str; 6] = ["clients", "infra", "jobs", "dispatch_receipts", "eve
 async fn table_counts(store: &Store) -> Vec<i64> {
     let mut out = vec![];
     for t in TABLES {
-        let sql = sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {t}"));
-        let n: i64 = match store {
-            Store::Pg(p, _) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
-            Store::Sqlite(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
-        };
-        out.push(n);
+        out.push(oduflow_store::testing::table_count(store, t).await);
     }
     out
 }
@@ -289,31 +284,17 @@ async fn wait_in_main_tx(url: &str, marker: &str, timeout: Duration) {
     }
     loop {
         assert!(start.elapsed() < timeout, "the worker never reached its main-transaction commit");
-        let inside = match Store::connect(url, false).await.unwrap() {
-            Store::Pg(p, _) => {
-                let n: i64 = sqlx::query_scalar(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                     AND state = 'idle in transaction' AND pid <> pg_backend_pid() \
-                     AND query LIKE 'INSERT INTO events%'",
-                )
-                .fetch_one(&p)
-                .await
-                .unwrap();
-                // The job's main transaction has applied its last write (the
-                // noop_ran event) and waits at the commit fail point.
-                n > 0
+        let store = Store::connect(url, false).await.unwrap();
+        let inside = match store.backend() {
+            // The job's main transaction has applied its last write (the
+            // noop_ran event) and waits at the commit fail point.
+            Backend::Postgres => {
+                oduflow_store::testing::pg_idle_in_transaction_after(&store, "INSERT INTO events").await.unwrap() > 0
             }
-            Store::Sqlite(p) => {
-                // The paused worker holds SQLite's write lock.
-                let mut c = p.acquire().await.unwrap();
-                sqlx::query("PRAGMA busy_timeout = 0").execute(&mut *c).await.unwrap();
-                let r = sqlx::query("BEGIN IMMEDIATE").execute(&mut *c).await;
-                if r.is_ok() {
-                    sqlx::query("ROLLBACK").execute(&mut *c).await.unwrap();
-                }
-                r.is_err()
-            }
+            // The paused worker holds SQLite's write lock.
+            Backend::Sqlite => oduflow_store::testing::sqlite_write_locked(&store).await.unwrap(),
         };
+        store.close().await;
         if inside {
             return;
         }

@@ -1,8 +1,8 @@
 //! Tidy: ARCHITECTURE.md's structural rules, checked mechanically over the
 //! repository's files (issue 14).
 //! - Only `oduflow-store` knows SQL: `sqlx` appears in no other crate's
-//!   sources (the exceptions still being moved are listed, and may only
-//!   shrink).
+//!   sources or manifest (tests reach the database through the store's test
+//!   kit, `oduflow_store::testing`).
 //! - Only `oduflow-vultr` and its twin, the simulator, know Vultr's JSON.
 //! - Nothing refers to files outside the repository.
 //! - No function grows past `FN_LINES_MAX` lines (the longer ones that exist
@@ -39,17 +39,6 @@ fn rust_sources() -> Vec<(String, String)> {
         .collect()
 }
 
-/// Files outside `oduflow-store` that still reach SQL, with how many lines
-/// name `sqlx`; being moved behind the store (issue 14). May only shrink.
-const SQLX_ELSEWHERE: &[(&str, usize)] = &[
-    ("crates/oduflow/src/campaign.rs", 16),
-    ("crates/oduflow/src/bench.rs", 10),
-    ("crates/oduflow/tests/it/main.rs", 7),
-    ("crates/oduflow-engine/tests/it/holes.rs", 3),
-    ("crates/oduflow-engine/tests/it/main.rs", 7),
-    ("crates/oduflow-server/tests/it/main.rs", 4),
-];
-
 #[test]
 fn only_the_store_knows_sql() {
     let mut found = Vec::new();
@@ -62,27 +51,17 @@ fn only_the_store_knows_sql() {
             found.push((path, n));
         }
     }
-    let mut over = Vec::new();
-    for (path, n) in &found {
-        match SQLX_ELSEWHERE.iter().find(|(p, _)| p == path) {
-            Some((_, allowed)) if n <= allowed => {}
-            Some((_, allowed)) => over.push(format!("{path}: {n} lines name sqlx, {allowed} allowed")),
-            None => over.push(format!("{path}: {n} lines name sqlx; SQL belongs in oduflow-store")),
-        }
-    }
-    eprintln!(
-        "tidy: {} file(s) outside oduflow-store still name sqlx (listed exceptions, issue 14): {found:?}",
-        found.len()
+    assert!(
+        found.is_empty(),
+        "SQL outside oduflow-store (it belongs in the store, or in its test kit, oduflow_store::testing): {found:?}"
     );
-    assert!(over.is_empty(), "SQL outside oduflow-store:\n  {}", over.join("\n  "));
     let mut toml = Vec::new();
     files(&root().join("crates"), &mut toml);
     for p in toml.iter().filter(|p| p.file_name().is_some_and(|n| n == "Cargo.toml")) {
         let text = std::fs::read_to_string(p).unwrap();
         let crate_dir = p.parent().unwrap().file_name().unwrap().to_string_lossy().into_owned();
-        let deps = text.split("[dependencies]").nth(1).unwrap_or("").split("\n[").next().unwrap_or("");
-        if crate_dir != "oduflow-store" && crate_dir != "oduflow" {
-            assert!(!deps.contains("sqlx"), "{}: sqlx is a dependency outside oduflow-store", p.display());
+        if crate_dir != "oduflow-store" {
+            assert!(!text.contains("sqlx"), "{}: sqlx is a dependency outside oduflow-store", p.display());
         }
     }
 }
