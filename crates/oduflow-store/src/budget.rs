@@ -16,6 +16,7 @@
 //! pauses are never more than [`AHEAD_MAX`] ahead of that clock, so a clock
 //! stepped back cannot stall the group.
 
+use crate::Db;
 use crate::{Result, Store};
 use oduflow_model::rate::{BudgetFuture, RateBudget};
 use std::sync::Mutex;
@@ -124,8 +125,8 @@ impl SharedBudget {
     /// the database's clock.
     async fn reserve_us(&self, interval_us: i64) -> std::result::Result<(i64, i64), sqlx::Error> {
         let ahead = micros(AHEAD_MAX);
-        let slot: (i64, i64) = match &self.store {
-            Store::Pg(p, _) => {
+        let slot: (i64, i64) = match &self.store.db {
+            Db::Pg(p, _) => {
                 sqlx::query_as(concat!(
                     "INSERT INTO rate_budget (grp, next_us, paused_until_us, last_slot_us, last_us, interval_us, reservations, pauses, waits, wait_us) \
                      VALUES ($1, ", pg_start_us!(), " + $2, 0, ", pg_start_us!(), ", ", pg_start_us!(), ", $2, 1, 0, 0, 0) \
@@ -143,7 +144,7 @@ impl SharedBudget {
                 .fetch_one(p)
                 .await?
             }
-            Store::Sqlite(p) => {
+            Db::Sqlite(p) => {
                 sqlx::query_as(concat!(
                     "INSERT INTO rate_budget (grp, next_us, paused_until_us, last_slot_us, last_us, interval_us, reservations, pauses, waits, wait_us) \
                      VALUES ($1, ", sqlite_now_us!(), " + $2, 0, ", sqlite_now_us!(), ", ", sqlite_now_us!(), ", $2, 1, 0, 0, 0) \
@@ -167,8 +168,8 @@ impl SharedBudget {
 
     async fn paused_us(&self) -> std::result::Result<i64, sqlx::Error> {
         let ahead = micros(AHEAD_MAX);
-        let left: Option<i64> = match &self.store {
-            Store::Pg(p, _) => {
+        let left: Option<i64> = match &self.store.db {
+            Db::Pg(p, _) => {
                 sqlx::query_scalar(concat!(
                     "SELECT LEAST(GREATEST(paused_until_us - ",
                     pg_now_us!(),
@@ -179,7 +180,7 @@ impl SharedBudget {
                 .fetch_optional(p)
                 .await?
             }
-            Store::Sqlite(p) => {
+            Db::Sqlite(p) => {
                 sqlx::query_scalar(concat!(
                     "SELECT min(max(paused_until_us - ",
                     sqlite_now_us!(),
@@ -196,8 +197,8 @@ impl SharedBudget {
 
     async fn pause_us(&self, d_us: i64) -> std::result::Result<(), sqlx::Error> {
         let d_us = d_us.min(micros(AHEAD_MAX));
-        match &self.store {
-            Store::Pg(p, _) => {
+        match &self.store.db {
+            Db::Pg(p, _) => {
                 sqlx::query(concat!(
                     "INSERT INTO rate_budget (grp, next_us, paused_until_us, last_slot_us, last_us, interval_us, reservations, pauses, waits, wait_us) \
                      VALUES ($1, ", pg_start_us!(), ", ", pg_start_us!(), " + $2, 0, ", pg_start_us!(), ", 0, 0, 1, 0, 0) \
@@ -210,7 +211,7 @@ impl SharedBudget {
                 .execute(p)
                 .await?;
             }
-            Store::Sqlite(p) => {
+            Db::Sqlite(p) => {
                 sqlx::query(concat!(
                     "INSERT INTO rate_budget (grp, next_us, paused_until_us, last_slot_us, last_us, interval_us, reservations, pauses, waits, wait_us) \
                      VALUES ($1, ", sqlite_now_us!(), ", ", sqlite_now_us!(), " + $2, 0, ", sqlite_now_us!(), ", 0, 0, 1, 0, 0) \
@@ -321,8 +322,8 @@ impl RateBudget for SharedBudget {
 impl Store {
     /// Every group's totals, for `/metrics`.
     pub async fn budget_groups(&self) -> Result<Vec<BudgetGroupRow>> {
-        let rows: Vec<(String, i64, i64, i64, i64, i64)> = match self {
-            Store::Pg(p, _) => {
+        let rows: Vec<(String, i64, i64, i64, i64, i64)> = match &self.db {
+            Db::Pg(p, _) => {
                 sqlx::query_as(concat!(
                     "SELECT grp, reservations, pauses, waits, wait_us, GREATEST(paused_until_us - ",
                     pg_now_us!(),
@@ -332,7 +333,7 @@ impl Store {
                 .fetch_all(p)
                 .await?
             }
-            Store::Sqlite(p) => {
+            Db::Sqlite(p) => {
                 sqlx::query_as(concat!(
                     "SELECT grp, reservations, pauses, waits, wait_us, max(paused_until_us - ",
                     sqlite_now_us!(),

@@ -101,9 +101,17 @@ pub enum Backend {
     Sqlite,
 }
 
-/// The database, on one of two backends.
+/// The database, on one of two backends. Which one is the store's own
+/// business: nothing outside this crate can reach a backend (ask
+/// [`Store::backend`] which it is).
 #[derive(Clone, Debug)]
-pub enum Store {
+pub struct Store {
+    pub(crate) db: Db,
+}
+
+/// A backend's pool(s).
+#[derive(Clone, Debug)]
+pub(crate) enum Db {
     /// The pool, and the connections that claim jobs (see [`queue::ClaimConns`]).
     Pg(PgPool, queue::ClaimConns),
     Sqlite(SqlitePool),
@@ -113,9 +121,9 @@ pub enum Store {
 /// way is written to be valid on both (`$n` placeholders work on both).
 macro_rules! both {
     ($store:expr, $pool:ident => $body:expr) => {
-        match $store {
-            $crate::Store::Pg($pool, _) => $body,
-            $crate::Store::Sqlite($pool) => $body,
+        match &($store).db {
+            $crate::Db::Pg($pool, _) => $body,
+            $crate::Db::Sqlite($pool) => $body,
         }
     };
 }
@@ -199,7 +207,7 @@ impl Store {
                     .connect_with(opts)
                     .await?;
                 let claims = queue::ClaimConns::new(max_connections as usize);
-                Store::Pg(pool, claims)
+                Store { db: Db::Pg(pool, claims) }
             }
             Backend::Sqlite => {
                 let opts = SqliteConnectOptions::from_str(url)
@@ -223,7 +231,7 @@ impl Store {
                         sqlx::Error::Database(_) if !create => StoreError::NotInitialized(redact_url(url)),
                         e => StoreError::Db(e),
                     })?;
-                Store::Sqlite(pool)
+                Store { db: Db::Sqlite(pool) }
             }
         };
         if !create && !store.is_initialized().await? {
@@ -241,9 +249,9 @@ impl Store {
     }
 
     pub fn backend(&self) -> Backend {
-        match self {
-            Store::Pg(..) => Backend::Postgres,
-            Store::Sqlite(_) => Backend::Sqlite,
+        match &self.db {
+            Db::Pg(..) => Backend::Postgres,
+            Db::Sqlite(_) => Backend::Sqlite,
         }
     }
 
@@ -253,8 +261,8 @@ impl Store {
         // `migrate!` macro, which would pull in sqlx's proc-macro crate.
         use sqlx::migrate::{Migration, MigrationType, Migrator};
         use sqlx::{AssertSqlSafe, SqlSafeStr};
-        let files: &[(i64, &str, &'static str)] = match self {
-            Store::Pg(..) => &[
+        let files: &[(i64, &str, &'static str)] = match &self.db {
+            Db::Pg(..) => &[
                 (1, "init", include_str!("../migrations/postgres/0001_init.sql")),
                 (2, "tokens", include_str!("../migrations/postgres/0002_tokens.sql")),
                 (3, "adapter state", include_str!("../migrations/postgres/0003_adapter_state.sql")),
@@ -262,7 +270,7 @@ impl Store {
                 (5, "orphans", include_str!("../migrations/postgres/0005_orphans.sql")),
                 (6, "rate budget", include_str!("../migrations/postgres/0006_rate_budget.sql")),
             ],
-            Store::Sqlite(_) => &[
+            Db::Sqlite(_) => &[
                 (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
                 (2, "tokens", include_str!("../migrations/sqlite/0002_tokens.sql")),
                 (3, "adapter state", include_str!("../migrations/sqlite/0003_adapter_state.sql")),
@@ -279,9 +287,9 @@ impl Store {
                 })
                 .collect(),
         );
-        match self {
-            Store::Pg(p, _) => migrator.run(p).await?,
-            Store::Sqlite(p) => migrator.run(p).await?,
+        match &self.db {
+            Db::Pg(p, _) => migrator.run(p).await?,
+            Db::Sqlite(p) => migrator.run(p).await?,
         }
         Ok(())
     }
@@ -297,8 +305,8 @@ impl Store {
     }
 
     async fn is_initialized(&self) -> Result<bool> {
-        let n: i64 = match self {
-            Store::Pg(p, _) => {
+        let n: i64 = match &self.db {
+            Db::Pg(p, _) => {
                 sqlx::query_scalar(
                     "SELECT count(*) FROM information_schema.tables \
                      WHERE table_schema = current_schema() AND table_name = 'dispatch_receipts'",
@@ -306,7 +314,7 @@ impl Store {
                 .fetch_one(p)
                 .await?
             }
-            Store::Sqlite(p) => {
+            Db::Sqlite(p) => {
                 sqlx::query_scalar(
                     "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'dispatch_receipts'",
                 )

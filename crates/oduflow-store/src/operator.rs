@@ -3,6 +3,7 @@
 //! and the restore guard that keeps the queue stopped until an inventory pass
 //! has run.
 
+use crate::Db;
 use crate::queue::{NewJob, event_insert, job_insert};
 use crate::{ClientRow, Result, Store, StoreError, both};
 use oduflow_model::*;
@@ -92,9 +93,9 @@ impl Store {
         // PostgreSQL: the record's row lock first, so no run of it can
         // record a receipt between this comparison and the rebind (SQLite's
         // write lock already excludes the receipt writer).
-        let lock = match self {
-            Store::Pg(..) => "SELECT client_id FROM infra WHERE client_id = $1 FOR UPDATE",
-            Store::Sqlite(_) => "SELECT client_id FROM infra WHERE client_id = $1",
+        let lock = match &self.db {
+            Db::Pg(..) => "SELECT client_id FROM infra WHERE client_id = $1 FOR UPDATE",
+            Db::Sqlite(_) => "SELECT client_id FROM infra WHERE client_id = $1",
         };
         both!(self, p => {
             let mut tx = crate::BeginWrite::begin_write(p).await?;

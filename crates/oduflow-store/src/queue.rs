@@ -2,6 +2,7 @@
 //! per-client serialization, finish in one write, record failures with
 //! backoff, pause and resume.
 
+use crate::Db;
 use crate::rows::{self, INFRA_COLUMNS_PREFIXED, InfraRow, JOB_COLUMNS, JobRow};
 use crate::{Result, SETTING_QUEUE_PAUSED, Store, StoreError, both};
 use oduflow_model::*;
@@ -677,8 +678,8 @@ impl Store {
     /// before it does anything, and uncounted when it finishes: a run killed
     /// outright stays counted (see [`Claim::unfinished_runs`]).
     pub async fn job_claim_next(&self, worker: &str, now_ms: i64, lease_ms: i64) -> Result<Option<Claim>> {
-        match self {
-            Store::Pg(p, conns) => {
+        match &self.db {
+            Db::Pg(p, conns) => {
                 // Locking the job and the client's infra row together, both
                 // with SKIP LOCKED, means a job whose client is busy is simply
                 // passed over instead of waited on. One round trip begins the
@@ -712,7 +713,7 @@ impl Store {
                 let inner = ClaimInner::Pg(PgClaim { conn, conns: conns.clone(), pool: p.clone() });
                 Ok(Some(Claim { job, infra, unfinished_runs: unfinished, inner }))
             }
-            Store::Sqlite(p) => {
+            Db::Sqlite(p) => {
                 let token = format!("{worker}/{}", uuid::Uuid::new_v4());
                 let locks = sqlite_lock_dir(p)?;
                 let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;
@@ -794,12 +795,12 @@ impl Store {
         // (`ClaimRef::hold`), so no other run of it is in flight.
         // The failed run's own rollback may still be on its way (a dropped
         // connection): wait for it a little, never for another run.
-        let (prelude, select) = match self {
-            Store::Pg(..) => (
+        let (prelude, select) = match &self.db {
+            Db::Pg(..) => (
                 Some("SET LOCAL lock_timeout = '3s'"),
                 "SELECT attempts, attempts_max, state FROM jobs WHERE id = $1 FOR UPDATE",
             ),
-            Store::Sqlite(_) => (None, "SELECT attempts, attempts_max, state FROM jobs WHERE id = $1"),
+            Db::Sqlite(_) => (None, "SELECT attempts, attempts_max, state FROM jobs WHERE id = $1"),
         };
         both!(self, p => {
             let mut tx = crate::BeginWrite::begin_write(p).await?;

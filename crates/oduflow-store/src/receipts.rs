@@ -6,6 +6,7 @@
 //! engine's receipt writer is its only user. Nothing here deletes a receipt or
 //! replaces a recorded resource id, and the schema's triggers refuse both.
 
+use crate::Db;
 use crate::queue::Conn;
 use crate::rows::{self, IdSource, RECEIPT_COLUMNS, ReceiptRow};
 use crate::{Result, Store, StoreError, both};
@@ -45,14 +46,14 @@ macro_rules! write_tx {
 
 macro_rules! ledger_write {
     ($store:expr, $tx:ident => $body:expr) => {
-        match $store {
-            Store::Pg(p, _) => {
+        match &($store).db {
+            Db::Pg(p, _) => {
                 let mut $tx = write_tx!(Pg, p);
                 let r = $body;
                 $tx.commit().await?;
                 r
             }
-            Store::Sqlite(p) => {
+            Db::Sqlite(p) => {
                 let mut $tx = write_tx!(Sqlite, p);
                 let r = $body;
                 $tx.commit().await?;

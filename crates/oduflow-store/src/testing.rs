@@ -3,6 +3,7 @@
 //! new SQLite file in a temporary directory. A test that needs PostgreSQL and
 //! cannot reach it fails with a message saying so; it never passes silently.
 
+use crate::Db;
 use sqlx::Connection;
 
 /// The server tests use, as a URL to an existing database on it.
@@ -112,7 +113,7 @@ pub async fn drop_pg_database(url: &str) {
 
 /// Closes `store` and, on PostgreSQL, drops its database.
 pub async fn close_and_drop(store: &Store) {
-    let Store::Pg(p, _) = store else { return };
+    let Db::Pg(p, _) = &store.db else { return };
     let Ok(name) = current_database(p).await else { return };
     p.close().await;
     if let Ok(mut c) = admin().await {
@@ -140,7 +141,7 @@ pub async fn execute_raw(store: &Store, sql: &str) -> Result<(), String> {
 /// PostgreSQL: `VACUUM ANALYZE` of these tables (a benchmark's setup leaves
 /// dead rows a production queue's autovacuum would have cleared).
 pub async fn vacuum_analyze(store: &Store, tables: &[&str]) -> KitResult<()> {
-    if let Store::Pg(p, _) = store {
+    if let Db::Pg(p, _) = &store.db {
         let list: Vec<String> = tables.iter().map(|t| ident(t)).collect();
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!("VACUUM ANALYZE {}", list.join(", ")))).execute(p).await?;
     }
@@ -162,21 +163,21 @@ pub async fn create_ceiling_table(url: &str) -> KitResult<()> {
 /// SQLite: (lease owner, client name) of every client whose lease is held.
 /// PostgreSQL keeps no lease owner in the table (its claims are row locks).
 pub async fn sqlite_lease_holders(store: &Store) -> KitResult<Vec<(String, String)>> {
-    match store {
-        Store::Sqlite(p) => Ok(sqlx::query_as(
+    match &store.db {
+        Db::Sqlite(p) => Ok(sqlx::query_as(
             "SELECT i.lease_owner, c.name FROM infra i JOIN clients c ON c.id = i.client_id \
              WHERE i.lease_owner IS NOT NULL",
         )
         .fetch_all(p)
         .await?),
-        Store::Pg(..) => Ok(vec![]),
+        Db::Pg(..) => Ok(vec![]),
     }
 }
 
 /// PostgreSQL: terminates every session of this database that sits idle in
 /// a transaction (a claim's connection, say); how many. SQLite: none.
 pub async fn terminate_idle_in_transaction(store: &Store) -> KitResult<u64> {
-    let Store::Pg(p, _) = store else { return Ok(0) };
+    let Db::Pg(p, _) = &store.db else { return Ok(0) };
     let db = current_database(p).await?;
     let n: Vec<bool> = sqlx::query_scalar(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
@@ -191,7 +192,7 @@ pub async fn terminate_idle_in_transaction(store: &Store) -> KitResult<u64> {
 /// PostgreSQL: the backend pids of this database's sessions whose current
 /// statement text contains `marker`.
 pub async fn pg_sessions_running(store: &Store, marker: &str) -> KitResult<Vec<i32>> {
-    let Store::Pg(p, _) = store else { return Ok(vec![]) };
+    let Db::Pg(p, _) = &store.db else { return Ok(vec![]) };
     let db = current_database(p).await?;
     Ok(sqlx::query_scalar(
         "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid() AND position($2 in query) > 0",
@@ -204,7 +205,7 @@ pub async fn pg_sessions_running(store: &Store, marker: &str) -> KitResult<Vec<i
 
 /// PostgreSQL: terminates one session, and waits (bounded) until it is gone.
 pub async fn pg_terminate(store: &Store, pid: i32) -> KitResult<()> {
-    let Store::Pg(p, _) = store else { return Ok(()) };
+    let Db::Pg(p, _) = &store.db else { return Ok(()) };
     sqlx::query_scalar::<_, bool>("SELECT pg_terminate_backend($1)").bind(pid).fetch_one(p).await?;
     for _ in 0..200 {
         let left: Option<i32> =
@@ -220,7 +221,7 @@ pub async fn pg_terminate(store: &Store, pid: i32) -> KitResult<()> {
 /// SQLite: whether another connection holds the file's write lock now
 /// (tries `BEGIN IMMEDIATE` without waiting).
 pub async fn sqlite_write_locked(store: &Store) -> KitResult<bool> {
-    let Store::Sqlite(p) = store else { return Ok(false) };
+    let Db::Sqlite(p) = &store.db else { return Ok(false) };
     let mut c = p.acquire().await?;
     sqlx::query("PRAGMA busy_timeout = 0").execute(&mut *c).await?;
     let r = sqlx::query("BEGIN IMMEDIATE").execute(&mut *c).await;
@@ -233,8 +234,8 @@ pub async fn sqlite_write_locked(store: &Store) -> KitResult<bool> {
 
 /// Copies the database (an "older backup"); returns where the copy is.
 pub async fn snapshot(store: &Store, dir: &std::path::Path) -> KitResult<String> {
-    match store {
-        Store::Sqlite(p) => {
+    match &store.db {
+        Db::Sqlite(p) => {
             let path = dir.join("snapshot.db");
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 "VACUUM INTO '{}'",
@@ -244,7 +245,7 @@ pub async fn snapshot(store: &Store, dir: &std::path::Path) -> KitResult<String>
             .await?;
             Ok(path.display().to_string())
         }
-        Store::Pg(p, _) => {
+        Db::Pg(p, _) => {
             let name = current_database(p).await?;
             let snap = format!("{name}_snap");
             let mut admin = admin().await?;
@@ -264,8 +265,8 @@ pub async fn snapshot(store: &Store, dir: &std::path::Path) -> KitResult<String>
 
 /// Puts the copy back in place of the live database (`store` is closed).
 pub async fn restore(store: &Store, url: &str, snap: &str) -> KitResult<()> {
-    match store {
-        Store::Sqlite(p) => {
+    match &store.db {
+        Db::Sqlite(p) => {
             p.close().await;
             let path = url.trim_start_matches("sqlite://");
             for ext in ["-wal", "-shm"] {
@@ -273,7 +274,7 @@ pub async fn restore(store: &Store, url: &str, snap: &str) -> KitResult<()> {
             }
             std::fs::copy(snap, path)?;
         }
-        Store::Pg(p, _) => {
+        Db::Pg(p, _) => {
             let name = current_database(p).await?;
             p.close().await;
             let mut admin = admin().await?;
@@ -295,7 +296,7 @@ pub async fn restore(store: &Store, url: &str, snap: &str) -> KitResult<()> {
 /// statement starts with `query_prefix` (a job's main transaction stopped at
 /// its commit, say).
 pub async fn pg_idle_in_transaction_after(store: &Store, query_prefix: &str) -> KitResult<usize> {
-    let Store::Pg(p, _) = store else { return Ok(0) };
+    let Db::Pg(p, _) = &store.db else { return Ok(0) };
     let n: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
          AND state = 'idle in transaction' AND pid <> pg_backend_pid() AND starts_with(query, $1)",
@@ -308,7 +309,7 @@ pub async fn pg_idle_in_transaction_after(store: &Store, query_prefix: &str) -> 
 
 /// PostgreSQL: the pids of this database's sessions idle in a transaction.
 pub async fn pg_idle_in_transaction_pids(store: &Store) -> KitResult<Vec<i32>> {
-    let Store::Pg(p, _) = store else { return Ok(vec![]) };
+    let Db::Pg(p, _) = &store.db else { return Ok(vec![]) };
     Ok(sqlx::query_scalar(
         "SELECT pid FROM pg_stat_activity \
          WHERE datname = current_database() AND state = 'idle in transaction' AND pid <> pg_backend_pid()",

@@ -618,7 +618,9 @@ impl Seed<'_> {
                     }
                 }
                 Act::Terminate => {
-                    let Store::Pg(..) = store else { continue };
+                    if store.backend() != oduflow_store::Backend::Postgres {
+                        continue;
+                    }
                     let n = oduflow_store::testing::terminate_idle_in_transaction(store)
                         .await
                         .map_err(anyhow::Error::from_boxed)?;

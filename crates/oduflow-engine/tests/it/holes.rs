@@ -481,15 +481,15 @@ async fn a_run_that_loses_its_claim_while_a_read_waits_sends_nothing_more(store:
         assert!(t.elapsed() < std::time::Duration::from_secs(10), "the run never read its VM");
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    match &store {
-        Store::Pg(..) => {
+    match store.backend() {
+        Backend::Postgres => {
             let pids =
                 oduflow_store::testing::pg_idle_in_transaction_pids(&store).await.map_err(anyhow::Error::from_boxed)?;
             assert_eq!(pids.len(), 1, "exactly the run's claim connection is idle in its transaction");
             // Waits until the backend is gone (pg_terminate_backend only signals).
             oduflow_store::testing::pg_terminate(&store, pids[0]).await.map_err(anyhow::Error::from_boxed)?;
         }
-        Store::Sqlite(..) => drop(store.client_create(&ClientName::parse("acme")?, &spec(), now(), 3).await?),
+        Backend::Sqlite => drop(store.client_create(&ClientName::parse("acme")?, &spec(), now(), 3).await?),
     }
     hold.notify_one();
     let out = run.await?;
@@ -498,7 +498,7 @@ async fn a_run_that_loses_its_claim_while_a_read_waits_sends_nothing_more(store:
     // Whoever holds the client next finishes the work.
     drain(&w, 50).await;
     let c = status(&store, "acme").await;
-    let want = if matches!(store, Store::Pg(..)) { ClientStatus::Deleted } else { ClientStatus::Ready };
+    let want = if store.backend() == Backend::Postgres { ClientStatus::Deleted } else { ClientStatus::Ready };
     assert_eq!(c.infra.status, want, "{c:?}");
     Ok(())
 }
