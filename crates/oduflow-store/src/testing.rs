@@ -330,6 +330,31 @@ pub async fn pg_terminate_all_sessions(url: &str) -> KitResult<usize> {
     Ok(killed.len())
 }
 
+/// Every (table, column) of the schema, sorted, for the migration parity
+/// check (the two backends' migrations must build the same tables).
+pub async fn schema_columns(store: &Store) -> KitResult<Vec<(String, String)>> {
+    let mut cols: Vec<(String, String)> = match &store.db {
+        Db::Pg(p, _) => {
+            sqlx::query_as(
+                "SELECT table_name::text, column_name::text FROM information_schema.columns \
+                 WHERE table_schema = current_schema() AND table_name <> '_sqlx_migrations'",
+            )
+            .fetch_all(p)
+            .await?
+        }
+        Db::Sqlite(p) => {
+            sqlx::query_as(
+                "SELECT m.name, c.name FROM sqlite_master m, pragma_table_info(m.name) c \
+                 WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' AND m.name <> '_sqlx_migrations'",
+            )
+            .fetch_all(p)
+            .await?
+        }
+    };
+    cols.sort();
+    Ok(cols)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -1,0 +1,155 @@
+//! The store's own conformance suite (issue 14), run on both backends: the
+//! same calls must mean the same thing on PostgreSQL and on SQLite.
+//! - migration parity: both schemas have the same tables and columns;
+//! - claim skip: a client claimed by one run is skipped by every other;
+//! - backoff arithmetic: failures are retried after base x 2^(n-1), capped,
+//!   and past the job's attempts the job fails and its client is blocked;
+//! - receipt guards: the schema itself refuses to delete or re-point a receipt.
+
+use oduflow_model::*;
+use oduflow_store::testing::{execute_raw, fresh_pg_url, schema_columns, sqlite_url};
+use oduflow_store::*;
+
+struct Db {
+    store: Store,
+    _dir: Option<tempfile::TempDir>,
+}
+
+async fn sqlite() -> Db {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::connect(&sqlite_url(dir.path()), true).await.unwrap();
+    store.migrate().await.unwrap();
+    Db { store, _dir: Some(dir) }
+}
+
+async fn postgres() -> Db {
+    let store = Store::connect(&fresh_pg_url().await, true).await.unwrap();
+    store.migrate().await.unwrap();
+    Db { store, _dir: None }
+}
+
+macro_rules! on_both_stores {
+    ($($name:ident),+ $(,)?) => {
+        $(mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let db = super::sqlite().await;
+                super::$name(&db.store).await;
+                oduflow_store::testing::close_and_drop(&db.store).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let db = super::postgres().await;
+                super::$name(&db.store).await;
+                oduflow_store::testing::close_and_drop(&db.store).await;
+            }
+        })+
+    };
+}
+
+on_both_stores!(
+    claimed_clients_are_skipped,
+    failures_back_off_then_fail_and_block,
+    receipts_cannot_be_deleted_or_repointed
+);
+
+fn spec() -> ClientSpec {
+    ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap()
+}
+
+async fn client(store: &Store, name: &str) -> ClientId {
+    store.client_create(&ClientName::parse(name).unwrap(), &spec(), 1, 3).await.unwrap().id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_migrations_build_the_same_schema() {
+    let (s, p) = (sqlite().await, postgres().await);
+    let (a, b) = (schema_columns(&s.store).await.unwrap(), schema_columns(&p.store).await.unwrap());
+    assert!(a.len() > 50, "too few columns read: {a:?}");
+    let only_sqlite: Vec<_> = a.iter().filter(|c| !b.contains(c)).collect();
+    let only_pg: Vec<_> = b.iter().filter(|c| !a.contains(c)).collect();
+    assert!(
+        only_sqlite.is_empty() && only_pg.is_empty(),
+        "only on SQLite: {only_sqlite:?}; only on PostgreSQL: {only_pg:?}"
+    );
+    assert_eq!(s.store.schema_version().await.unwrap(), SCHEMA_VERSION);
+    assert_eq!(p.store.schema_version().await.unwrap(), SCHEMA_VERSION);
+    oduflow_store::testing::close_and_drop(&p.store).await;
+}
+
+/// While one run holds a client, a second claim finds nothing, even for
+/// another job of the same client; once the first gives it back, it can.
+async fn claimed_clients_are_skipped(store: &Store) {
+    let c = client(store, "acme").await;
+    let mut extra = NewJob::for_client(&c, JobKind::Noop, 1, 1, 3);
+    extra.identity_key = None;
+    store.job_enqueue(&extra).await.unwrap();
+    let first = store.job_claim_next("a", 10, 60_000).await.unwrap().expect("the first claim gets a job");
+    assert!(store.job_claim_next("b", 10, 60_000).await.unwrap().is_none(), "a claimed client was claimed again");
+    first.release().await.unwrap();
+    assert!(store.job_claim_next("b", 10, 60_000).await.unwrap().is_some(), "a released client stayed claimed");
+}
+
+/// Each failure schedules the job base x 2^(n-1) later (capped); the last
+/// allowed failure fails the job and blocks the client `attempts_exhausted`.
+async fn failures_back_off_then_fail_and_block(store: &Store) {
+    let c = client(store, "acme").await;
+    let base = 1_000;
+    let mut now = 10;
+    let mut delays = vec![];
+    loop {
+        let claim = store.job_claim_next("w", now, 60_000).await.unwrap().expect("a job to run");
+        let r = claim.claim_ref();
+        claim.release().await.unwrap();
+        let state = store.job_record_failure(&r, "boom", now, base).await.unwrap();
+        let job = store.job_get(r.job_id).await.unwrap().unwrap();
+        if state != JobState::Queued {
+            assert_eq!(state, JobState::Failed);
+            break;
+        }
+        delays.push(job.run_after_ms - now);
+        assert!(
+            store.job_claim_next("w", job.run_after_ms - 1, 60_000).await.unwrap().is_none(),
+            "ran before its backoff"
+        );
+        now = job.run_after_ms;
+    }
+    assert_eq!(delays, vec![base, 2 * base], "backoff of a 3-attempt job");
+    let row = store.client_get("acme").await.unwrap().unwrap();
+    assert_eq!(row.infra.status, ClientStatus::Blocked);
+    assert_eq!(row.infra.blocked_reason, Some(BlockedReason::AttemptsExhausted));
+    let _ = c;
+}
+
+/// Receipts are evidence: the schema refuses to delete one, re-point it at
+/// another resource or clear its id, whatever SQL is sent.
+async fn receipts_cannot_be_deleted_or_repointed(store: &Store) {
+    let c = client(store, "acme").await;
+    let ledger = ReceiptLedger::new(store.clone());
+    let key = OperationKey::new(&c, ResourceKind::Vm, 1);
+    let label = Label::new_dispatch(&c, ResourceKind::Vm);
+    ledger
+        .receipt_claim(&NewReceipt {
+            operation_key: key.clone(),
+            client_ref: c.clone(),
+            resource_kind: ResourceKind::Vm,
+            dispatch_generation: 1,
+            label,
+            region: "ewr".into(),
+            spec_digest: "d".into(),
+            key_fingerprint: KeyFingerprint("f".into()),
+            claimed_ms: 1,
+        })
+        .await
+        .unwrap();
+    ledger.receipt_record_id(&key, "vm-1", IdSource::Response, 2).await.unwrap();
+    for sql in [
+        "DELETE FROM dispatch_receipts",
+        "UPDATE dispatch_receipts SET resource_id = 'other'",
+        "UPDATE dispatch_receipts SET resource_id = NULL",
+    ] {
+        assert!(execute_raw(store, sql).await.is_err(), "{sql} was allowed");
+    }
+    let r = store.receipt_get(&key).await.unwrap().unwrap();
+    assert_eq!(r.resource_id.as_deref(), Some("vm-1"));
+}
