@@ -97,53 +97,125 @@ async fn converge_guarded<P: Provider>(
     infra0: &InfraRow,
     guard: Arc<RunGuard>,
 ) -> Result<Finish, EngineError> {
-    let now = w.now_ms();
-    let mut run = Run { w, infra: infra0.clone(), events: vec![], guard };
-    let current_key = w.provider.key_fingerprint();
-    if run.infra.key_fingerprint.is_none() {
-        // The key is bound when work on the record starts (docs/protocol.md §7). A
-        // run that rolled back may have left receipts sent with some key
-        // without the binding: those receipts' key is the binding then.
-        let earlier = w.store.receipts_for_client(&run.infra.client_id).await?;
-        let bound = earlier
-            .iter()
-            .max_by_key(|r| r.claimed_ms)
-            .map(|r| r.key_fingerprint.clone())
-            .unwrap_or_else(|| current_key.clone());
-        run.event("key_bound", serde_json::json!({ "fingerprint": bound.short() }));
-        run.infra.key_fingerprint = Some(bound);
-    }
-    let target = run.infra.target;
-    run.infra.status = match target {
-        Target::Present => ClientStatus::Provisioning,
-        Target::Absent => ClientStatus::Deleting,
-    };
-    // The latest read of each kind, for the receipt it was made for, and
-    // when it was made.
-    let mut seen: [(Option<OperationKey>, Seen); 2] = [(None, Seen::NotRead), (None, Seen::NotRead)];
-    let mut read_at = [0_i64; 2];
-    let slot = |k: ResourceKind| if k == ResourceKind::Vm { 0 } else { 1 };
-    let mut side_effects = 0;
+    let mut c = Converge::start(w, infra0, guard).await?;
     for _ in 0..STEPS_MAX {
-        let receipts = w.store.receipts_for_client(&run.infra.client_id).await?;
-        let cur = current::current(&run.infra, target, &receipts);
-        for kind in [ResourceKind::Vm, ResourceKind::Volume, ResourceKind::Attach] {
-            run.set_dispatch_generation(kind, cur.generation(kind));
+        let view = c.view().await?;
+        let action = decide::decide(&c.inputs(&view));
+        tracing::debug!(client = %c.run.infra.client_id, ?action, "decided");
+        c = match c.act(action, &view).await? {
+            Step::Next(c) => c,
+            Step::Finish(f) => return Ok(f),
+        };
+    }
+    Ok(c.run.wait(c.now))
+}
+
+/// The convergence loop between two steps: the run, and what its reads have
+/// shown so far.
+struct Converge<'a, P> {
+    run: Run<'a, P>,
+    /// When the run started: waits are scheduled from it.
+    now: i64,
+    target: Target,
+    current_key: KeyFingerprint,
+    /// The latest read of the VM (0) and the volume (1): for which receipt,
+    /// and what it showed.
+    seen: [(Option<OperationKey>, Seen); 2],
+    /// When each of those reads was made.
+    read_at: [i64; 2],
+    /// Provider calls with side effects made by this run (at most one).
+    side_effects: u32,
+}
+
+/// What one step leaves the loop with (a dozen per run at most: their size
+/// does not matter).
+#[allow(clippy::large_enum_variant)]
+enum Step<'a, P> {
+    /// Decide again, from the receipts as they now are.
+    Next(Converge<'a, P>),
+    /// The run is over.
+    Finish(Finish),
+}
+
+/// What a step decides from: the receipts as they now are, and the current
+/// dispatch of each kind.
+struct View {
+    receipts: Vec<ReceiptRow>,
+    cur: current::Current,
+}
+
+impl View {
+    /// The receipt an action on `kind` follows from: the decision never names
+    /// an action without one.
+    fn receipt(&self, kind: ResourceKind, action: &str) -> Result<ReceiptRow, EngineError> {
+        let r = match kind {
+            ResourceKind::Vm => &self.cur.vm,
+            ResourceKind::Volume => &self.cur.volume,
+            ResourceKind::Attach => &self.cur.attach,
+        };
+        r.clone().ok_or_else(|| EngineError::Invariant(format!("{action} without receipt")))
+    }
+}
+
+fn slot(kind: ResourceKind) -> usize {
+    if kind == ResourceKind::Vm { 0 } else { 1 }
+}
+
+impl<'a, P: Provider> Converge<'a, P> {
+    /// Binds the record to a key if it has none, and marks it in progress.
+    async fn start(w: &'a Worker<P>, infra0: &InfraRow, guard: Arc<RunGuard>) -> Result<Self, EngineError> {
+        let now = w.now_ms();
+        let mut run = Run { w, infra: infra0.clone(), events: vec![], guard };
+        let current_key = w.provider.key_fingerprint();
+        if run.infra.key_fingerprint.is_none() {
+            // The key is bound when work on the record starts (docs/protocol.md §7). A
+            // run that rolled back may have left receipts sent with some key
+            // without the binding: those receipts' key is the binding then.
+            let earlier = w.store.receipts_for_client(&run.infra.client_id).await?;
+            let bound = earlier
+                .iter()
+                .max_by_key(|r| r.claimed_ms)
+                .map(|r| r.key_fingerprint.clone())
+                .unwrap_or_else(|| current_key.clone());
+            run.event("key_bound", serde_json::json!({ "fingerprint": bound.short() }));
+            run.infra.key_fingerprint = Some(bound);
         }
-        let (vm_r, vol_r, att_r) = (cur.vm.clone(), cur.volume.clone(), cur.attach.clone());
-        for (i, r) in [&vm_r, &vol_r].into_iter().enumerate() {
+        let target = run.infra.target;
+        run.infra.status = match target {
+            Target::Present => ClientStatus::Provisioning,
+            Target::Absent => ClientStatus::Deleting,
+        };
+        let seen = [(None, Seen::NotRead), (None, Seen::NotRead)];
+        Ok(Self { run, now, target, current_key, seen, read_at: [0; 2], side_effects: 0 })
+    }
+
+    /// Reads the receipts again. Receipts are the source of truth for ids
+    /// and dispatch generations; the infra row keeps a copy (a rolled-back
+    /// run may have recorded an id only there). A read made for an older
+    /// receipt no longer counts.
+    async fn view(&mut self) -> Result<View, EngineError> {
+        let receipts = self.run.w.store.receipts_for_client(&self.run.infra.client_id).await?;
+        let cur = current::current(&self.run.infra, self.target, &receipts);
+        for kind in [ResourceKind::Vm, ResourceKind::Volume, ResourceKind::Attach] {
+            self.run.set_dispatch_generation(kind, cur.generation(kind));
+        }
+        for (i, r) in [&cur.vm, &cur.volume].into_iter().enumerate() {
             let key = r.as_ref().map(|r| r.operation_key.clone());
-            if seen[i].0 != key {
-                seen[i] = (key, Seen::NotRead);
+            if self.seen[i].0 != key {
+                self.seen[i] = (key, Seen::NotRead);
             }
         }
-        // Receipts are the source of truth for ids; the infra row keeps a
-        // copy (a rolled-back run may have recorded an id only there).
         for kind in [ResourceKind::Vm, ResourceKind::Volume] {
             let id = cur.receipt(kind).filter(|r| r.deleted_ms.is_none()).and_then(|r| r.resource_id.clone());
-            run.set_id(kind, id);
+            self.run.set_id(kind, id);
         }
-        let key_changed = run.infra.key_fingerprint.as_ref() != Some(&current_key);
+        Ok(View { receipts, cur })
+    }
+
+    /// The facts the decision is taken on.
+    fn inputs(&self, view: &View) -> Inputs {
+        let w = self.run.w;
+        let key_changed = self.run.infra.key_fingerprint.as_ref() != Some(&self.current_key);
         // A planted bug, for proving the campaign catches requests sent with
         // a key the record is not bound to.
         #[cfg(feature = "failpoints")]
@@ -151,175 +223,198 @@ async fn converge_guarded<P: Provider>(
         let ready_wait = w.cfg.ready_wait();
         let overdue =
             |r: Option<&ReceiptRow>| r.is_some_and(|r| w.now_ms() - r.sent_ms.unwrap_or(r.claimed_ms) > ready_wait);
-        let inputs = Inputs {
-            target,
+        let resource = |r: Option<&ReceiptRow>, i: usize| Resource {
+            receipt: receipt_facts(r),
+            seen: self.seen[i].1.clone(),
+            progress: progress_of(r),
+            overdue: overdue(r),
+        };
+        Inputs {
+            target: self.target,
             key_changed,
-            vm: Resource {
-                receipt: receipt_facts(vm_r.as_ref()),
-                seen: seen[0].1.clone(),
-                progress: progress_of(vm_r.as_ref()),
-                overdue: overdue(vm_r.as_ref()),
-            },
-            volume: Resource {
-                receipt: receipt_facts(vol_r.as_ref()),
-                seen: seen[1].1.clone(),
-                progress: progress_of(vol_r.as_ref()),
-                overdue: overdue(vol_r.as_ref()),
-            },
-            attach: receipt_facts(att_r.as_ref()),
+            vm: resource(view.cur.vm.as_ref(), 0),
+            volume: resource(view.cur.volume.as_ref(), 1),
+            attach: receipt_facts(view.cur.attach.as_ref()),
             observations_max: w.cfg.observations_max,
-        };
-        let action = decide::decide(&inputs);
-        tracing::debug!(client = %run.infra.client_id, ?action, "decided");
-        // Every action on a resource follows from its receipt; the decision
-        // never names one without it.
-        let receipt_of = |k: ResourceKind, action: &str| {
-            match k {
-                ResourceKind::Vm => vm_r.clone(),
-                ResourceKind::Volume => vol_r.clone(),
-                ResourceKind::Attach => att_r.clone(),
-            }
-            .ok_or_else(|| EngineError::Invariant(format!("{action} without receipt")))
-        };
-        match action {
-            Action::Observe(kind) => {
-                let r = receipt_of(kind, "observe")?;
-                #[cfg(feature = "failpoints")]
-                if crate::planted_bug("resend_after_lost")
-                    && r.resource_id.is_none()
-                    && r.rejection_status.is_none()
-                    && kind != ResourceKind::Attach
-                {
-                    // A planted bug, for proving the fault campaign can fail:
-                    // re-send the create after a lost response, as a naive
-                    // client library would.
-                    run.resend_planted_bug(kind, &r).await;
-                }
-                let at = w.now_ms();
-                let observed = run.observe(kind, &r).await;
-                run.halted()?;
-                match observed {
-                    Ok(s @ Seen::Present(_)) if r.seen_ms.is_none() => {
-                        w.receipts.mark_seen(&r.operation_key, w.now_ms()).await?;
-                        seen[slot(kind)].1 = s;
-                    }
-                    Ok(s) => seen[slot(kind)].1 = s,
-                    Err(e) => return run.read_failed(kind, &r, &e, now).await,
-                }
-                read_at[slot(kind)] = at;
-            }
-            Action::CountObservation(kind) => {
-                let r = receipt_of(kind, "count")?;
-                let summary = match &seen[slot(kind)].1 {
-                    Seen::Missing => "GET by id answered 404".to_owned(),
-                    Seen::ByLabel(f) if f.is_empty() => "no resource carries the label".to_owned(),
-                    _ if kind == ResourceKind::Attach => "volume not yet attached".to_owned(),
-                    other => format!("{other:?}"),
-                };
-                let n = w.receipts.observe(&r.operation_key, &summary).await?;
-                return Ok(run.wait(now + poll_delay(w.cfg.poll_interval_ms, n)));
-            }
-            Action::Adopt(kind, id) => {
-                let r = receipt_of(kind, "adopt")?;
-                w.receipts.record_id(&r.operation_key, &id, IdSource::AdoptedByLabel, w.now_ms()).await?;
-                run.set_id(kind, Some(id.clone()));
-                run.event("resource_adopted_by_label", serde_json::json!({ "kind": kind, "id": id, "label": r.label }));
-                // Read it by id next: a listing may show a new resource while
-                // GET by id (and DELETE) still answer 404, so only a GET by id
-                // establishes that it has been seen (campaign seed 7020).
-                seen[slot(kind)].1 = Seen::NotRead;
-            }
-            Action::Dispatch(kind) => {
-                if side_effects > 0 {
-                    return Ok(run.wait(now));
-                }
-                side_effects += 1;
-                run.check_fence().await?;
-                let unsent = cur.receipt(kind).filter(|r| r.not_sent_ms.is_some()).cloned();
-                let rejected = run.dispatch(kind, unsent, vm_r.as_ref(), vol_r.as_ref()).await?;
-                if !rejected {
-                    return Ok(run.wait(now + w.cfg.poll_interval_ms));
-                }
-            }
-            Action::Delete(kind, id) => {
-                if side_effects > 0 {
-                    return Ok(run.wait(now));
-                }
-                let r = receipt_of(kind, "delete")?;
-                return run.delete(kind, &id, &r, now).await;
-            }
-            Action::ConfirmDeleted(kind) => {
-                let r = receipt_of(kind, "confirm")?;
-                // The 404 must come from a GET sent after the DELETE.
-                if r.delete_sent_ms.is_none_or(|d| read_at[slot(kind)] <= d) {
-                    seen[slot(kind)].1 = Seen::NotRead;
-                    continue;
-                }
-                w.receipts.mark_deleted(&r.operation_key, w.now_ms()).await?;
-                fail_step!("get-404-recorded");
-                let id = r.resource_id;
-                run.event("resource_deleted", serde_json::json!({ "kind": kind, "id": id }));
-                run.set_id(kind, None);
-            }
-            Action::MarkSeen(kind) => {
-                let r = receipt_of(kind, "mark")?;
-                w.receipts.mark_seen(&r.operation_key, w.now_ms()).await?;
-            }
-            Action::Wait => return Ok(run.wait(now + w.cfg.poll_interval_ms)),
-            Action::Block(reason, detail) => {
-                // A limit reached by observations: the last one counts too,
-                // so the receipt's count agrees with the evidence.
-                let counted = match reason {
-                    BlockedReason::UncertainCreate
-                    | BlockedReason::KnownResourceMissing
-                    | BlockedReason::UncertainDelete => {
-                        cur.receipt(if detail.starts_with("volume") { ResourceKind::Volume } else { ResourceKind::Vm })
-                    }
-                    BlockedReason::UncertainAttach => cur.receipt(ResourceKind::Attach),
-                    _ => None,
-                };
-                if let Some(r) = counted {
-                    w.receipts.observe(&r.operation_key, &detail).await?;
-                }
-                let detail = match reason {
-                    BlockedReason::UncertainCreate
-                    | BlockedReason::UncertainAttach
-                    | BlockedReason::UncertainDelete => {
-                        format!("{detail}; {}", uncertain_evidence(w, &receipts, counted).await?)
-                    }
-                    _ => detail,
-                };
-                run.infra.status = ClientStatus::Blocked;
-                run.infra.blocked_reason = Some(reason);
-                run.infra.blocked_detail = Some(detail.clone());
-                run.event("blocked", serde_json::json!({ "reason": reason, "detail": detail }));
-                return Ok(run.done());
-            }
-            Action::Ready => {
-                fail_step!("attach-confirmed");
-                if let Some(f) = run.adapters_present().await? {
-                    return Ok(f);
-                }
-                run.infra.status = ClientStatus::Ready;
-                run.infra.blocked_reason = None;
-                run.infra.blocked_detail = None;
-                run.event("ready", serde_json::json!({ "vm_id": run.infra.vm_id, "volume_id": run.infra.volume_id }));
-                return Ok(run.done());
-            }
-            Action::Deleted => {
-                // The VM's absence proves nothing about the other identities.
-                if let Some(f) = run.adapters_absent().await? {
-                    return Ok(f);
-                }
-                run.infra.status = ClientStatus::Deleted;
-                run.infra.blocked_reason = None;
-                run.infra.blocked_detail = None;
-                run.event("deleted", serde_json::json!({}));
-                return Ok(run.done());
-            }
         }
     }
-    Ok(run.wait(now))
+
+    /// One action, one function.
+    async fn act(self, action: Action, view: &View) -> Result<Step<'a, P>, EngineError> {
+        match action {
+            Action::Observe(kind) => self.observe(kind, view.receipt(kind, "observe")?).await,
+            Action::CountObservation(kind) => self.count_observation(kind, view.receipt(kind, "count")?).await,
+            Action::Adopt(kind, id) => self.adopt(kind, id, view.receipt(kind, "adopt")?).await,
+            Action::Dispatch(kind) => self.dispatch(kind, view).await,
+            Action::Delete(kind, id) => self.delete(kind, id, view).await,
+            Action::ConfirmDeleted(kind) => self.confirm_deleted(kind, view.receipt(kind, "confirm")?).await,
+            Action::MarkSeen(kind) => {
+                let r = view.receipt(kind, "mark")?;
+                self.run.w.receipts.mark_seen(&r.operation_key, self.run.w.now_ms()).await?;
+                Ok(Step::Next(self))
+            }
+            Action::Wait => {
+                let at = self.now + self.run.w.cfg.poll_interval_ms;
+                Ok(Step::Finish(self.run.wait(at)))
+            }
+            Action::Block(reason, detail) => self.block(reason, detail, view).await,
+            Action::Ready => self.ready().await,
+            Action::Deleted => self.deleted().await,
+        }
+    }
+
+    /// Reads the resource (by id, or by label while its id is unknown).
+    async fn observe(mut self, kind: ResourceKind, r: ReceiptRow) -> Result<Step<'a, P>, EngineError> {
+        let w = self.run.w;
+        #[cfg(feature = "failpoints")]
+        if crate::planted_bug("resend_after_lost")
+            && r.resource_id.is_none()
+            && r.rejection_status.is_none()
+            && kind != ResourceKind::Attach
+        {
+            // A planted bug, for proving the fault campaign can fail:
+            // re-send the create after a lost response, as a naive
+            // client library would.
+            self.run.resend_planted_bug(kind, &r).await;
+        }
+        let at = w.now_ms();
+        let observed = self.run.observe(kind, &r).await;
+        self.run.halted()?;
+        match observed {
+            Ok(s @ Seen::Present(_)) if r.seen_ms.is_none() => {
+                w.receipts.mark_seen(&r.operation_key, w.now_ms()).await?;
+                self.seen[slot(kind)].1 = s;
+            }
+            Ok(s) => self.seen[slot(kind)].1 = s,
+            Err(e) => return Ok(Step::Finish(self.run.read_failed(kind, &r, &e, self.now).await?)),
+        }
+        self.read_at[slot(kind)] = at;
+        Ok(Step::Next(self))
+    }
+
+    /// A fruitless observation counts against the receipt's polling limit;
+    /// the run waits for the next poll.
+    async fn count_observation(self, kind: ResourceKind, r: ReceiptRow) -> Result<Step<'a, P>, EngineError> {
+        let w = self.run.w;
+        let summary = match &self.seen[slot(kind)].1 {
+            Seen::Missing => "GET by id answered 404".to_owned(),
+            Seen::ByLabel(f) if f.is_empty() => "no resource carries the label".to_owned(),
+            _ if kind == ResourceKind::Attach => "volume not yet attached".to_owned(),
+            other => format!("{other:?}"),
+        };
+        let n = w.receipts.observe(&r.operation_key, &summary).await?;
+        let at = self.now + poll_delay(w.cfg.poll_interval_ms, n);
+        Ok(Step::Finish(self.run.wait(at)))
+    }
+
+    /// Records the id a label search found for a dispatch whose outcome was
+    /// unknown.
+    async fn adopt(mut self, kind: ResourceKind, id: String, r: ReceiptRow) -> Result<Step<'a, P>, EngineError> {
+        let w = self.run.w;
+        w.receipts.record_id(&r.operation_key, &id, IdSource::AdoptedByLabel, w.now_ms()).await?;
+        self.run.set_id(kind, Some(id.clone()));
+        self.run.event("resource_adopted_by_label", serde_json::json!({ "kind": kind, "id": id, "label": r.label }));
+        // Read it by id next: a listing may show a new resource while
+        // GET by id (and DELETE) still answer 404, so only a GET by id
+        // establishes that it has been seen (campaign seed 7020).
+        self.seen[slot(kind)].1 = Seen::NotRead;
+        Ok(Step::Next(self))
+    }
+
+    /// Sends a create or attach (at most one side effect per run).
+    async fn dispatch(mut self, kind: ResourceKind, view: &View) -> Result<Step<'a, P>, EngineError> {
+        if self.side_effects > 0 {
+            return Ok(Step::Finish(self.run.wait(self.now)));
+        }
+        self.side_effects += 1;
+        self.run.check_fence().await?;
+        let unsent = view.cur.receipt(kind).filter(|r| r.not_sent_ms.is_some()).cloned();
+        let rejected = self.run.dispatch(kind, unsent, view.cur.vm.as_ref(), view.cur.volume.as_ref()).await?;
+        if rejected {
+            return Ok(Step::Next(self));
+        }
+        let at = self.now + self.run.w.cfg.poll_interval_ms;
+        Ok(Step::Finish(self.run.wait(at)))
+    }
+
+    /// Sends a DELETE (the run's one side effect).
+    async fn delete(self, kind: ResourceKind, id: String, view: &View) -> Result<Step<'a, P>, EngineError> {
+        if self.side_effects > 0 {
+            return Ok(Step::Finish(self.run.wait(self.now)));
+        }
+        let r = view.receipt(kind, "delete")?;
+        Ok(Step::Finish(self.run.delete(kind, &id, &r, self.now).await?))
+    }
+
+    /// Records a deletion, once a GET sent after the DELETE answered 404.
+    async fn confirm_deleted(mut self, kind: ResourceKind, r: ReceiptRow) -> Result<Step<'a, P>, EngineError> {
+        if r.delete_sent_ms.is_none_or(|d| self.read_at[slot(kind)] <= d) {
+            self.seen[slot(kind)].1 = Seen::NotRead;
+            return Ok(Step::Next(self));
+        }
+        let w = self.run.w;
+        w.receipts.mark_deleted(&r.operation_key, w.now_ms()).await?;
+        fail_step!("get-404-recorded");
+        let id = r.resource_id;
+        self.run.event("resource_deleted", serde_json::json!({ "kind": kind, "id": id }));
+        self.run.set_id(kind, None);
+        Ok(Step::Next(self))
+    }
+
+    /// Blocks the client with the reason and its evidence.
+    async fn block(mut self, reason: BlockedReason, detail: String, view: &View) -> Result<Step<'a, P>, EngineError> {
+        let w = self.run.w;
+        // A limit reached by observations: the last one counts too, so the
+        // receipt's count agrees with the evidence.
+        let counted = match reason {
+            BlockedReason::UncertainCreate | BlockedReason::KnownResourceMissing | BlockedReason::UncertainDelete => {
+                view.cur.receipt(if detail.starts_with("volume") { ResourceKind::Volume } else { ResourceKind::Vm })
+            }
+            BlockedReason::UncertainAttach => view.cur.receipt(ResourceKind::Attach),
+            _ => None,
+        };
+        if let Some(r) = counted {
+            w.receipts.observe(&r.operation_key, &detail).await?;
+        }
+        let detail = match reason {
+            BlockedReason::UncertainCreate | BlockedReason::UncertainAttach | BlockedReason::UncertainDelete => {
+                format!("{detail}; {}", uncertain_evidence(w, &view.receipts, counted).await?)
+            }
+            _ => detail,
+        };
+        self.run.infra.status = ClientStatus::Blocked;
+        self.run.infra.blocked_reason = Some(reason);
+        self.run.infra.blocked_detail = Some(detail.clone());
+        self.run.event("blocked", serde_json::json!({ "reason": reason, "detail": detail }));
+        Ok(Step::Finish(self.run.done()))
+    }
+
+    /// VM and volume ready: the other identities next, then the client.
+    async fn ready(mut self) -> Result<Step<'a, P>, EngineError> {
+        fail_step!("attach-confirmed");
+        if let Some(f) = self.run.adapters_present().await? {
+            return Ok(Step::Finish(f));
+        }
+        self.run.infra.status = ClientStatus::Ready;
+        self.run.infra.blocked_reason = None;
+        self.run.infra.blocked_detail = None;
+        let ids = serde_json::json!({ "vm_id": self.run.infra.vm_id, "volume_id": self.run.infra.volume_id });
+        self.run.event("ready", ids);
+        Ok(Step::Finish(self.run.done()))
+    }
+
+    /// VM and volume gone: the other identities next (the VM's absence
+    /// proves nothing about them), then the client.
+    async fn deleted(mut self) -> Result<Step<'a, P>, EngineError> {
+        if let Some(f) = self.run.adapters_absent().await? {
+            return Ok(Step::Finish(f));
+        }
+        self.run.infra.status = ClientStatus::Deleted;
+        self.run.infra.blocked_reason = None;
+        self.run.infra.blocked_detail = None;
+        self.run.event("deleted", serde_json::json!({}));
+        Ok(Step::Finish(self.run.done()))
+    }
 }
 
 /// Why a dispatch's outcome is unknown (the answer its send got, from the
