@@ -27,6 +27,7 @@ mod queue;
 mod receipts;
 mod rows;
 mod stats;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod tokens;
 

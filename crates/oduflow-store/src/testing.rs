@@ -75,6 +75,94 @@ pub fn sqlite_url(dir: &std::path::Path) -> String {
     format!("sqlite://{}", dir.join("oduflow.db").display())
 }
 
+/// A fresh database for one test, on either backend, dropped with it: the
+/// SQLite file's directory is removed, the PostgreSQL database dropped.
+#[derive(Debug)]
+pub struct TestDb {
+    pub backend: crate::Backend,
+    pub url: String,
+    /// Where a test may keep files beside the database (SQLite's directory).
+    pub dir: tempfile::TempDir,
+}
+
+impl TestDb {
+    pub async fn new(backend: crate::Backend) -> TestDb {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let url = match backend {
+            crate::Backend::Sqlite => sqlite_url(dir.path()),
+            crate::Backend::Postgres => fresh_pg_url().await,
+        };
+        TestDb { backend, url, dir }
+    }
+
+    /// Its store, migrated.
+    pub async fn store(&self) -> Store {
+        let store = Store::connect(&self.url, true).await.expect("connect to the test database");
+        store.migrate().await.expect("migrate the test database");
+        store
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if self.backend != crate::Backend::Postgres {
+            return;
+        }
+        // Drop runs outside any async context we could block: a thread of
+        // its own with a small runtime.
+        let url = self.url.clone();
+        let _ = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                rt.block_on(drop_pg_database(&url));
+            }
+        })
+        .join();
+    }
+}
+
+/// What a test body returns: nothing, or a `Result` whose error fails it.
+pub trait TestOutcome {
+    fn check(self);
+}
+
+impl TestOutcome for () {
+    fn check(self) {}
+}
+
+impl<E: std::fmt::Debug> TestOutcome for Result<(), E> {
+    fn check(self) {
+        if let Err(e) = self {
+            panic!("{e:?}");
+        }
+    }
+}
+
+/// One test body on both stores, for every test binary:
+/// `on_both_stores!(super::fixture => name_a, name_b);` makes `mod name_a {
+/// sqlite(), postgres() }`. Each makes a fresh [`TestDb`], builds the
+/// binary's fixture from it (`super::fixture(&db).await`: a store, an
+/// environment), runs `super::name_a(fixture)`, and drops the database once
+/// the body is done. A body may return `()` or a `Result`.
+#[macro_export]
+macro_rules! on_both_stores {
+    ($fixture:path => $($name:ident),+ $(,)?) => {
+        $(mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let db = $crate::testing::TestDb::new($crate::Backend::Sqlite).await;
+                let f = $fixture(&db).await;
+                $crate::testing::TestOutcome::check(super::$name(f).await);
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let db = $crate::testing::TestDb::new($crate::Backend::Postgres).await;
+                let f = $fixture(&db).await;
+                $crate::testing::TestOutcome::check(super::$name(f).await);
+            }
+        })+
+    };
+}
+
 // ---- The test kit's database tooling (issue 14: the only SQL outside the
 // store's own modules lives here, so campaign, benchmarks and tests reach no
 // backend directly). ----

@@ -7,47 +7,27 @@
 //! - receipt guards: the schema itself refuses to delete or re-point a receipt.
 
 use oduflow_model::*;
-use oduflow_store::testing::{execute_raw, fresh_pg_url, schema_columns, sqlite_url};
+use oduflow_store::testing::{TestDb, execute_raw, schema_columns};
 use oduflow_store::*;
 
-struct Db {
-    store: Store,
-    _dir: Option<tempfile::TempDir>,
+async fn sqlite() -> (TestDb, Store) {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let store = db.store().await;
+    (db, store)
 }
 
-async fn sqlite() -> Db {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::connect(&sqlite_url(dir.path()), true).await.unwrap();
-    store.migrate().await.unwrap();
-    Db { store, _dir: Some(dir) }
+async fn postgres() -> (TestDb, Store) {
+    let db = TestDb::new(Backend::Postgres).await;
+    let store = db.store().await;
+    (db, store)
 }
 
-async fn postgres() -> Db {
-    let store = Store::connect(&fresh_pg_url().await, true).await.unwrap();
-    store.migrate().await.unwrap();
-    Db { store, _dir: None }
+async fn store(db: &TestDb) -> Store {
+    db.store().await
 }
 
-macro_rules! on_both_stores {
-    ($($name:ident),+ $(,)?) => {
-        $(mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                let db = super::sqlite().await;
-                super::$name(&db.store).await;
-                oduflow_store::testing::close_and_drop(&db.store).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                let db = super::postgres().await;
-                super::$name(&db.store).await;
-                oduflow_store::testing::close_and_drop(&db.store).await;
-            }
-        })+
-    };
-}
-
-on_both_stores!(
+oduflow_store::on_both_stores!(
+    super::store =>
     claimed_clients_are_skipped,
     failures_back_off_then_fail_and_block,
     receipts_cannot_be_deleted_or_repointed
@@ -63,8 +43,8 @@ async fn client(store: &Store, name: &str) -> ClientId {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_migrations_build_the_same_schema() {
-    let (s, p) = (sqlite().await, postgres().await);
-    let (a, b) = (schema_columns(&s.store).await.unwrap(), schema_columns(&p.store).await.unwrap());
+    let ((_s_db, s), (_p_db, p)) = (sqlite().await, postgres().await);
+    let (a, b) = (schema_columns(&s).await.unwrap(), schema_columns(&p).await.unwrap());
     assert!(a.len() > 50, "too few columns read: {a:?}");
     let only_sqlite: Vec<_> = a.iter().filter(|c| !b.contains(c)).collect();
     let only_pg: Vec<_> = b.iter().filter(|c| !a.contains(c)).collect();
@@ -72,14 +52,15 @@ async fn both_migrations_build_the_same_schema() {
         only_sqlite.is_empty() && only_pg.is_empty(),
         "only on SQLite: {only_sqlite:?}; only on PostgreSQL: {only_pg:?}"
     );
-    assert_eq!(s.store.schema_version().await.unwrap(), SCHEMA_VERSION);
-    assert_eq!(p.store.schema_version().await.unwrap(), SCHEMA_VERSION);
-    oduflow_store::testing::close_and_drop(&p.store).await;
+    assert_eq!(s.schema_version().await.unwrap(), SCHEMA_VERSION);
+    assert_eq!(p.schema_version().await.unwrap(), SCHEMA_VERSION);
+    p.close().await;
 }
 
 /// While one run holds a client, a second claim finds nothing, even for
 /// another job of the same client; once the first gives it back, it can.
-async fn claimed_clients_are_skipped(store: &Store) {
+async fn claimed_clients_are_skipped(store: Store) {
+    let store = &store;
     let c = client(store, "acme").await;
     let mut extra = NewJob::for_client(&c, JobKind::Noop, 1, 1, 3);
     extra.identity_key = None;
@@ -92,7 +73,8 @@ async fn claimed_clients_are_skipped(store: &Store) {
 
 /// Each failure schedules the job base x 2^(n-1) later (capped); the last
 /// allowed failure fails the job and blocks the client `attempts_exhausted`.
-async fn failures_back_off_then_fail_and_block(store: &Store) {
+async fn failures_back_off_then_fail_and_block(store: Store) {
+    let store = &store;
     let c = client(store, "acme").await;
     let base = 1_000;
     let mut now = 10;
@@ -123,7 +105,8 @@ async fn failures_back_off_then_fail_and_block(store: &Store) {
 
 /// Receipts are evidence: the schema refuses to delete one, re-point it at
 /// another resource or clear its id, whatever SQL is sent.
-async fn receipts_cannot_be_deleted_or_repointed(store: &Store) {
+async fn receipts_cannot_be_deleted_or_repointed(store: Store) {
+    let store = &store;
     let c = client(store, "acme").await;
     let ledger = ReceiptLedger::new(store.clone());
     let key = OperationKey::new(&c, ResourceKind::Vm, 1);

@@ -10,43 +10,14 @@ use std::sync::Arc;
 
 /// Runs one async test body on a fresh SQLite file and on a fresh PostgreSQL
 /// database.
-macro_rules! on_both_stores {
-    ($($name:ident),+ $(,)?) => {
-        $(mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                let dir = tempfile::tempdir().unwrap();
-                let store = super::open(&oduflow_store::testing::sqlite_url(dir.path())).await;
-                super::$name(store).await.unwrap();
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                let store = super::open(&oduflow_store::testing::fresh_pg_url().await).await;
-                super::$name(store).await.unwrap();
-            }
-        })+
-    };
+/// The store every test body of this binary takes (see
+/// `oduflow_store::on_both_stores!`).
+async fn store_of(db: &oduflow_store::testing::TestDb) -> Store {
+    open(&db.url).await
 }
 
-macro_rules! on_both_stores_inner {
-    ($($name:ident),+ $(,)?) => {
-        $(mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                let dir = tempfile::tempdir().unwrap();
-                let store = crate::open(&oduflow_store::testing::sqlite_url(dir.path())).await;
-                super::$name(store).await.unwrap();
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                let store = crate::open(&oduflow_store::testing::fresh_pg_url().await).await;
-                super::$name(store).await.unwrap();
-            }
-        })+
-    };
-}
-
-on_both_stores!(
+oduflow_store::on_both_stores!(
+    super::store_of =>
     provisions_then_deletes,
     receipt_survives_error_rollback,
     receipt_survives_panic_rollback,
@@ -400,7 +371,8 @@ mod operator_actions {
     use super::*;
     use oduflow_engine::operator;
 
-    on_both_stores_inner!(
+    oduflow_store::on_both_stores!(
+        crate::store_of =>
         reconcile_new_dispatch_only_after_rejection,
         uncertain_create_blocks_then_abandon_watches_label,
         adopt_verifies_then_records,

@@ -56,10 +56,6 @@ impl H {
         H::start_on(dir, url).await
     }
 
-    async fn start_pg() -> H {
-        H::start_on(tempfile::tempdir().unwrap(), oduflow_store::testing::fresh_pg_url().await).await
-    }
-
     async fn start_on(dir: tempfile::TempDir, db_url: String) -> H {
         let store = Store::connect(&db_url, true).await.unwrap();
         store.migrate().await.unwrap();
@@ -247,22 +243,14 @@ const ROUTES: &[(&str, &str)] = &[
 ];
 
 /// Tests that touch the SQL the server relies on run on both stores.
-macro_rules! on_both_stores {
-    ($($name:ident),+ $(,)?) => {
-        $(mod $name {
-            #[tokio::test]
-            async fn sqlite() {
-                super::$name(super::H::start().await).await;
-            }
-            #[tokio::test]
-            async fn postgres() {
-                super::$name(super::H::start_pg().await).await;
-            }
-        })+
-    };
+/// The harness every `on_both_stores!` body of this binary takes, on the
+/// test database the macro made (and drops).
+async fn h_of(db: &oduflow_store::testing::TestDb) -> H {
+    H::start_on(tempfile::tempdir().unwrap(), db.url.clone()).await
 }
 
-on_both_stores!(
+oduflow_store::on_both_stores!(
+    super::h_of =>
     clients_create_show_list_delete,
     metrics_show_jobs_dispatches_blocked_reasons_provider_calls_and_lag,
     bad_input_is_a_4xx_json_error_that_stores_nothing_and_calls_no_provider,

@@ -63,7 +63,8 @@ fn state_of(v: &serde_json::Value, adapter: &str) -> String {
         .unwrap_or_default()
 }
 
-on_both_stores!(
+oduflow_store::on_both_stores!(
+    super::env_of =>
     identities_are_removed_before_deleted,
     adapter_timeout_blocks_with_reason,
     killed_during_adapter_removal_resumes

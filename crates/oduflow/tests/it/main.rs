@@ -83,22 +83,14 @@ impl Env {
     }
 }
 
-macro_rules! on_both_stores {
-    ($($name:ident),+ $(,)?) => {
-        $(mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                super::$name(super::Env::sqlite().await).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                super::$name(super::Env::postgres().await).await;
-            }
-        })+
-    };
+/// The environment every `on_both_stores!` body of this binary takes, on
+/// the test database the macro made (and drops).
+async fn env_of(db: &oduflow_store::testing::TestDb) -> Env {
+    Env { dir: tempfile::tempdir().unwrap(), url: db.url.clone(), sim: start_sim().await }
 }
 
-on_both_stores!(
+oduflow_store::on_both_stores!(
+    super::env_of =>
     init_twice_is_harmless,
     worker_checks_its_footing_before_any_request,
     bad_input_exits_2_and_changes_nothing,
@@ -700,7 +692,7 @@ async fn crash_at_every_fail_point(env: Env) {
     assert_eq!(receipts.iter().filter(|r| r.abandoned_by.is_some()).count(), 2);
 }
 
-on_both_stores!(crash_at_every_fail_point, config_file_and_environment);
+oduflow_store::on_both_stores!(super::env_of => crash_at_every_fail_point, config_file_and_environment);
 
 /// Configuration comes from a TOML file plus the environment, the
 /// environment winning; a key in the file is refused.

@@ -15,25 +15,12 @@ use std::time::{Duration, Instant};
 const KEY: &str = "proto-key-1";
 const KEY2: &str = "proto-key-2";
 
-macro_rules! on_both_stores {
-    ($($name:ident),+ $(,)?) => {
-        $(mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                let dir = tempfile::tempdir().unwrap();
-                let url = oduflow_store::testing::sqlite_url(dir.path());
-                super::$name(super::open(&url).await).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                let url = oduflow_store::testing::fresh_pg_url().await;
-                super::$name(super::open(&url).await).await;
-            }
-        })+
-    };
+async fn store_of(db: &oduflow_store::testing::TestDb) -> Store {
+    open(&db.url).await
 }
 
-on_both_stores!(
+oduflow_store::on_both_stores!(
+    super::store_of =>
     duplicate_label_matches_block,
     foreign_attachment_blocks,
     lost_responses_lag_and_404s_never_duplicate,
