@@ -51,6 +51,85 @@ macro_rules! sqlite_now_us {
     };
 }
 
+/// The reservation, one statement for both backends: `$start` is the clock
+/// for a group's first row, `$now` the clock read after the row lock,
+/// `$max`/`$min` the backend's names for GREATEST/LEAST. `$2` is the
+/// interval, `$3` the furthest a slot may be ahead.
+macro_rules! reserve_sql {
+    ($start:ident, $now:ident, $max:literal, $min:literal) => {
+        concat!(
+            "INSERT INTO rate_budget (grp, next_us, paused_until_us, last_slot_us, last_us, interval_us, \
+             reservations, pauses, waits, wait_us) \
+             VALUES ($1, ",
+            $start!(),
+            " + $2, 0, ",
+            $start!(),
+            ", ",
+            $start!(),
+            ", $2, 1, 0, 0, 0) \
+             ON CONFLICT (grp) DO UPDATE SET \
+               last_slot_us = ",
+            $max,
+            "(",
+            $min,
+            "(rate_budget.next_us, ",
+            $now!(),
+            " + $3), ",
+            $now!(),
+            ", \
+                 ",
+            $min,
+            "(rate_budget.paused_until_us, ",
+            $now!(),
+            " + $3)), \
+               next_us = ",
+            $max,
+            "(",
+            $min,
+            "(rate_budget.next_us, ",
+            $now!(),
+            " + $3), ",
+            $now!(),
+            ", \
+                 ",
+            $min,
+            "(rate_budget.paused_until_us, ",
+            $now!(),
+            " + $3)) + ",
+            $max,
+            "($2, rate_budget.interval_us), \
+               last_us = ",
+            $now!(),
+            ", interval_us = $2, reservations = rate_budget.reservations + 1 \
+             RETURNING last_slot_us, last_slot_us - last_us"
+        )
+    };
+}
+
+/// A pause of `$2` microseconds from now, never shortening a longer one.
+macro_rules! pause_sql {
+    ($start:ident, $now:ident, $max:literal) => {
+        concat!(
+            "INSERT INTO rate_budget (grp, next_us, paused_until_us, last_slot_us, last_us, interval_us, \
+             reservations, pauses, waits, wait_us) \
+             VALUES ($1, ",
+            $start!(),
+            ", ",
+            $start!(),
+            " + $2, 0, ",
+            $start!(),
+            ", 0, 0, 1, 0, 0) \
+             ON CONFLICT (grp) DO UPDATE SET \
+               paused_until_us = ",
+            $max,
+            "(rate_budget.paused_until_us, ",
+            $now!(),
+            " + $2), \
+               pauses = rate_budget.pauses + 1"
+        )
+    };
+}
+
 /// Furthest ahead a slot or a pause may be, whatever the row says: a clock
 /// stepped back (NTP) or a bogus pause cannot stall the group for longer.
 /// The longest pause we honour (`retry_after_max_ms`) is 60 s.
@@ -125,44 +204,13 @@ impl SharedBudget {
     /// the database's clock.
     async fn reserve_us(&self, interval_us: i64) -> std::result::Result<(i64, i64), sqlx::Error> {
         let ahead = micros(AHEAD_MAX);
-        let slot: (i64, i64) = match &self.store.db {
-            Db::Pg(p, _) => {
-                sqlx::query_as(concat!(
-                    "INSERT INTO rate_budget (grp, next_us, paused_until_us, last_slot_us, last_us, interval_us, reservations, pauses, waits, wait_us) \
-                     VALUES ($1, ", pg_start_us!(), " + $2, 0, ", pg_start_us!(), ", ", pg_start_us!(), ", $2, 1, 0, 0, 0) \
-                     ON CONFLICT (grp) DO UPDATE SET \
-                       last_slot_us = GREATEST(LEAST(rate_budget.next_us, ", pg_now_us!(), " + $3), ", pg_now_us!(), ", \
-                         LEAST(rate_budget.paused_until_us, ", pg_now_us!(), " + $3)), \
-                       next_us = GREATEST(LEAST(rate_budget.next_us, ", pg_now_us!(), " + $3), ", pg_now_us!(), ", \
-                         LEAST(rate_budget.paused_until_us, ", pg_now_us!(), " + $3)) + GREATEST($2, rate_budget.interval_us), \
-                       last_us = ", pg_now_us!(), ", interval_us = $2, reservations = rate_budget.reservations + 1 \
-                     RETURNING last_slot_us, last_slot_us - last_us"
-                ))
-                .bind(&self.group)
-                .bind(interval_us)
-                .bind(ahead)
-                .fetch_one(p)
-                .await?
-            }
-            Db::Sqlite(p) => {
-                sqlx::query_as(concat!(
-                    "INSERT INTO rate_budget (grp, next_us, paused_until_us, last_slot_us, last_us, interval_us, reservations, pauses, waits, wait_us) \
-                     VALUES ($1, ", sqlite_now_us!(), " + $2, 0, ", sqlite_now_us!(), ", ", sqlite_now_us!(), ", $2, 1, 0, 0, 0) \
-                     ON CONFLICT (grp) DO UPDATE SET \
-                       last_slot_us = max(min(rate_budget.next_us, ", sqlite_now_us!(), " + $3), ", sqlite_now_us!(), ", \
-                         min(rate_budget.paused_until_us, ", sqlite_now_us!(), " + $3)), \
-                       next_us = max(min(rate_budget.next_us, ", sqlite_now_us!(), " + $3), ", sqlite_now_us!(), ", \
-                         min(rate_budget.paused_until_us, ", sqlite_now_us!(), " + $3)) + max($2, rate_budget.interval_us), \
-                       last_us = ", sqlite_now_us!(), ", interval_us = $2, reservations = rate_budget.reservations + 1 \
-                     RETURNING last_slot_us, last_slot_us - last_us"
-                ))
-                .bind(&self.group)
-                .bind(interval_us)
-                .bind(ahead)
-                .fetch_one(p)
-                .await?
-            }
+        let sql = match &self.store.db {
+            Db::Pg(..) => reserve_sql!(pg_start_us, pg_now_us, "GREATEST", "LEAST"),
+            Db::Sqlite(_) => reserve_sql!(sqlite_now_us, sqlite_now_us, "max", "min"),
         };
+        let slot: (i64, i64) = crate::both!(self.store, p => {
+            sqlx::query_as(sql).bind(&self.group).bind(interval_us).bind(ahead).fetch_one(p).await?
+        });
         Ok(slot)
     }
 
@@ -197,35 +245,11 @@ impl SharedBudget {
 
     async fn pause_us(&self, d_us: i64) -> std::result::Result<(), sqlx::Error> {
         let d_us = d_us.min(micros(AHEAD_MAX));
-        match &self.store.db {
-            Db::Pg(p, _) => {
-                sqlx::query(concat!(
-                    "INSERT INTO rate_budget (grp, next_us, paused_until_us, last_slot_us, last_us, interval_us, reservations, pauses, waits, wait_us) \
-                     VALUES ($1, ", pg_start_us!(), ", ", pg_start_us!(), " + $2, 0, ", pg_start_us!(), ", 0, 0, 1, 0, 0) \
-                     ON CONFLICT (grp) DO UPDATE SET \
-                       paused_until_us = GREATEST(rate_budget.paused_until_us, ", pg_now_us!(), " + $2), \
-                       pauses = rate_budget.pauses + 1"
-                ))
-                .bind(&self.group)
-                .bind(d_us)
-                .execute(p)
-                .await?;
-            }
-            Db::Sqlite(p) => {
-                sqlx::query(concat!(
-                    "INSERT INTO rate_budget (grp, next_us, paused_until_us, last_slot_us, last_us, interval_us, reservations, pauses, waits, wait_us) \
-                     VALUES ($1, ", sqlite_now_us!(), ", ", sqlite_now_us!(), " + $2, 0, ", sqlite_now_us!(), ", 0, 0, 1, 0, 0) \
-                     ON CONFLICT (grp) DO UPDATE SET \
-                       paused_until_us = max(rate_budget.paused_until_us, ", sqlite_now_us!(), " + $2), \
-                       pauses = rate_budget.pauses + 1"
-                ))
-                .bind(&self.group)
-                .bind(d_us)
-                .execute(p)
-                .await?;
-            }
-        }
-        Ok(())
+        let sql = match &self.store.db {
+            Db::Pg(..) => pause_sql!(pg_start_us, pg_now_us, "GREATEST"),
+            Db::Sqlite(_) => pause_sql!(sqlite_now_us, sqlite_now_us, "max"),
+        };
+        crate::both!(self.store, p => sqlx::query(sql).bind(&self.group).bind(d_us).execute(p).await.map(|_| ()))
     }
 
     /// Adds this process's slot waits since the last flush to
