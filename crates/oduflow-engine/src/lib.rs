@@ -101,6 +101,27 @@ impl Clock for SystemClock {
 
 pub type SharedClock = Arc<dyn Clock>;
 
+/// A clock that moves only when told: for tests that wait on time (a
+/// backoff, a deadline) without sleeping.
+#[derive(Debug, Default)]
+pub struct ManualClock(std::sync::atomic::AtomicI64);
+
+impl ManualClock {
+    pub fn at(ms: i64) -> Self {
+        Self(std::sync::atomic::AtomicI64::new(ms))
+    }
+
+    pub fn advance(&self, ms: i64) {
+        self.0.fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("store")]

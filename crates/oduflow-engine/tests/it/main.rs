@@ -329,13 +329,33 @@ async fn key_change_blocks_before_any_request(store: Store) -> Result<()> {
 
 async fn failures_back_off_then_block(store: Store) -> Result<()> {
     failpoints_required();
-    let w = worker(&store, Arc::new(MemoryProvider::new(key("k1"))));
+    // Real backoff on a clock the test moves: 1 s, then 2 s (attempts_max 3).
+    let clock = Arc::new(ManualClock::at(now()));
+    let mut cfg = EngineConfig {
+        worker_id: "test".into(),
+        retry_base_ms: 1_000,
+        attempts_max: 3,
+        lease_ms: 60_000,
+        ..EngineConfig::default()
+    };
+    cfg.poll_interval_ms = 0;
+    let w = Worker::new(store.clone(), Arc::new(MemoryProvider::new(key("k1"))), cfg, clock.clone());
     let c = create(&store, "acme").await;
     let scenario = fail::FailScenario::setup();
     fail::cfg("job-claimed", "return").unwrap();
-    let out = drain(&w, 10).await;
+    let mut runs = 0;
+    for backoff in [1_000, 2_000] {
+        assert!(!matches!(w.run_next().await?, RunOutcome::Idle), "the job did not run when due");
+        runs += 1;
+        clock.advance(backoff - 1);
+        assert!(matches!(w.run_next().await?, RunOutcome::Idle), "the job ran before its {backoff} ms backoff");
+        clock.advance(1);
+    }
+    assert!(!matches!(w.run_next().await?, RunOutcome::Idle), "the last attempt did not run");
+    runs += 1;
     fail::cfg("job-claimed", "off").unwrap();
-    assert_eq!(out.len(), 3, "attempts_max is 3: {out:?}");
+    assert_eq!(runs, 3, "attempts_max is 3");
+    assert!(matches!(w.run_next().await?, RunOutcome::Idle), "a failed job ran again");
     let job = &store.jobs_for_client(&c.id).await?[0];
     assert_eq!((job.state, job.attempts), (JobState::Failed, 3));
     let after = status(&store, "acme").await;
