@@ -42,9 +42,7 @@ async fn drop_stale(conn: &mut sqlx::PgConnection) {
         .unwrap_or_default();
     let now = epoch_secs();
     for name in names.iter().filter(|n| test_db_is_stale(n, now)) {
-        // Names come from pg_database and match our own pattern; quoted anyway.
-        let sql = format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", name.replace('"', ""));
-        let _ = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut *conn).await;
+        drop_named(conn, name).await;
     }
 }
 
@@ -194,9 +192,27 @@ pub async fn pg_version() -> KitResult<String> {
 pub async fn drop_pg_database(url: &str) {
     let Some((_, name)) = url.rsplit_once('/') else { return };
     if let Ok(mut c) = admin().await {
-        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", ident(name));
-        let _ = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut c).await;
+        drop_named(&mut c, name).await;
     }
+}
+
+/// Drops the database `name`, its sessions and all (best effort: a test's
+/// clean-up never fails the test).
+async fn drop_named(admin: &mut sqlx::PgConnection, name: &str) {
+    let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", ident(name));
+    let _ = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(admin).await;
+}
+
+/// Terminates every session on the database `name` but the caller's own;
+/// how many.
+async fn terminate_sessions(admin: &mut sqlx::PgConnection, name: &str) -> KitResult<usize> {
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+    )
+    .bind(name)
+    .fetch_all(admin)
+    .await?;
+    Ok(killed.len())
 }
 
 /// Closes `store` and, on PostgreSQL, drops its database.
@@ -205,8 +221,7 @@ pub async fn close_and_drop(store: &Store) {
     let Ok(name) = current_database(p).await else { return };
     p.close().await;
     if let Ok(mut c) = admin().await {
-        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", ident(&name));
-        let _ = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut c).await;
+        drop_named(&mut c, &name).await;
     }
 }
 
@@ -277,20 +292,6 @@ pub async fn terminate_idle_in_transaction(store: &Store) -> KitResult<u64> {
     Ok(n.len() as u64)
 }
 
-/// PostgreSQL: the backend pids of this database's sessions whose current
-/// statement text contains `marker`.
-pub async fn pg_sessions_running(store: &Store, marker: &str) -> KitResult<Vec<i32>> {
-    let Db::Pg(p, _) = &store.db else { return Ok(vec![]) };
-    let db = current_database(p).await?;
-    Ok(sqlx::query_scalar(
-        "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid() AND position($2 in query) > 0",
-    )
-    .bind(&db)
-    .bind(marker)
-    .fetch_all(p)
-    .await?)
-}
-
 /// PostgreSQL: terminates one session, and waits (bounded) until it is gone.
 pub async fn pg_terminate(store: &Store, pid: i32) -> KitResult<()> {
     let Db::Pg(p, _) = &store.db else { return Ok(()) };
@@ -338,12 +339,7 @@ pub async fn snapshot(store: &Store, dir: &std::path::Path) -> KitResult<String>
             let snap = format!("{name}_snap");
             let mut admin = admin().await?;
             // CREATE DATABASE ... TEMPLATE needs no other session on the source.
-            sqlx::query(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
-            )
-            .bind(&name)
-            .execute(&mut admin)
-            .await?;
+            terminate_sessions(&mut admin, &name).await?;
             let sql = format!("CREATE DATABASE {} TEMPLATE {}", ident(&snap), ident(&name));
             sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut admin).await?;
             Ok(snap)
@@ -366,12 +362,7 @@ pub async fn restore(store: &Store, url: &str, snap: &str) -> KitResult<()> {
             let name = current_database(p).await?;
             p.close().await;
             let mut admin = admin().await?;
-            sqlx::query(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
-            )
-            .bind(&name)
-            .execute(&mut admin)
-            .await?;
+            terminate_sessions(&mut admin, &name).await?;
             sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {}", ident(&name)))).execute(&mut admin).await?;
             let sql = format!("ALTER DATABASE {} RENAME TO {}", ident(snap), ident(&name));
             sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut admin).await?;
@@ -409,13 +400,8 @@ pub async fn pg_idle_in_transaction_pids(store: &Store) -> KitResult<Vec<i32>> {
 /// PostgreSQL: terminates every session of the database at `url` (from the
 /// admin database); how many.
 pub async fn pg_terminate_all_sessions(url: &str) -> KitResult<usize> {
-    let db = url.rsplit_once('/').map(|(_, d)| d).unwrap_or_default().to_owned();
-    let killed: Vec<bool> =
-        sqlx::query_scalar("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
-            .bind(&db)
-            .fetch_all(&mut admin().await?)
-            .await?;
-    Ok(killed.len())
+    let db = url.rsplit_once('/').map(|(_, d)| d).unwrap_or_default();
+    terminate_sessions(&mut admin().await?, db).await
 }
 
 /// Every (table, column) of the schema, sorted, for the migration parity

@@ -139,8 +139,7 @@ async fn two_processes(
     let url = oduflow_store::testing::sqlite_url(dir.path());
     let store = Store::connect(&url, true).await.unwrap();
     store.migrate().await.unwrap();
-    let client = |process: &str| {
-        let pool = connect_blocking(Store::connect(&url, false));
+    let client = |pool: Store, process: &str| {
         let budget = oduflow_store::SharedBudget::new(pool, "g", process).unwrap();
         oduflow_vultr::VultrClient::with_budget(
             oduflow_vultr::VultrConfig {
@@ -152,14 +151,10 @@ async fn two_processes(
         )
         .unwrap()
     };
-    let a = client("a");
-    let b = client("b");
+    // A pool each, as two processes have.
+    let a = client(Store::connect(&url, false).await.unwrap(), "a");
+    let b = client(Store::connect(&url, false).await.unwrap(), "b");
     (dir, store, [a, b])
-}
-
-/// `Store::connect` from a sync closure inside the test's runtime.
-fn connect_blocking(f: impl std::future::Future<Output = oduflow_store::Result<Store>>) -> Store {
-    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f)).unwrap()
 }
 
 fn epoch_ms() -> i64 {
