@@ -38,6 +38,12 @@ const WORKER_TIMEOUT: Duration = Duration::from_secs(20);
 const LIVENESS_BOUND: Duration = Duration::from_secs(45);
 /// Provider requests per created resource above which a seed fails.
 const REQUESTS_PER_RESOURCE_MAX: u64 = 150;
+/// How long a pause waits for a worker to be in the middle of a run.
+const PAUSE_AIM_MAX: Duration = Duration::from_millis(1000);
+/// Longest a worker stays stopped waiting for its client's deletion.
+const PAUSE_UNTIL_DELETED_MAX: Duration = Duration::from_secs(3);
+/// How long a resumed worker runs on before its round may end.
+const RESUMED_GRACE: Duration = Duration::from_millis(300);
 
 #[derive(clap::Args)]
 pub struct CampaignArgs {
@@ -186,6 +192,8 @@ struct Totals {
     restores: u64,
     orphans_reported: u64,
     pauses: u64,
+    pauses_mid_run: u64,
+    pauses_until_deleted: u64,
     terminations: u64,
     flips_during_runs: u64,
     reconciles_during_runs: u64,
@@ -263,13 +271,15 @@ pub async fn run(args: CampaignArgs) -> Result<()> {
         totals.orphans_reported
     );
     println!(
-        "during runs: target flips {}, operator actions {} (adopt {}, abandon {}, rotate {}), workers paused past their lease {}, claim connections terminated {}",
+        "during runs: target flips {}, operator actions {} (adopt {}, abandon {}, rotate {}), workers paused past their lease {} (mid-run, their client deleted {}; until it was reported deleted {}), claim connections terminated {}",
         totals.flips_during_runs,
         totals.reconciles_during_runs,
         totals.adopts_abandons_rotations.0,
         totals.adopts_abandons_rotations.1,
         totals.adopts_abandons_rotations.2,
         totals.pauses,
+        totals.pauses_mid_run,
+        totals.pauses_until_deleted,
         totals.terminations
     );
     println!(
@@ -295,6 +305,10 @@ struct Seed<'a> {
     rng: Rng,
     crashes: u64,
     pauses: u64,
+    /// Of those: workers stopped in the middle of a run whose client was
+    /// then deleted; and stopped until that deletion was reported.
+    pauses_mid_run: u64,
+    pauses_until_deleted: u64,
     terminations: u64,
     flips: u64,
     reconciles: u64,
@@ -579,44 +593,7 @@ impl Seed<'_> {
                         }
                     }
                 }
-                Act::Pause => {
-                    // Preferably a worker in the middle of a run (SQLite names
-                    // the lease holder, `worker-PID/...`), whose client is
-                    // then deleted while it is stopped: the schedule under
-                    // which a run outliving its lease used to act after the
-                    // deletion was reported.
-                    let holders =
-                        oduflow_store::testing::sqlite_lease_holders(store).await.map_err(anyhow::Error::from_boxed)?;
-                    let running = holders.iter().find_map(|(owner, name)| {
-                        let pid: u32 = owner.strip_prefix("worker-")?.split('/').next()?.parse().ok()?;
-                        pids.contains(&pid).then(|| (pid, name.clone()))
-                    });
-                    let (pid, client) = match running {
-                        Some((pid, name)) => (pid, Some(name)),
-                        None => match pids.get(pick(&mut self.rng, pids.len())) {
-                            Some(pid) => (*pid, None),
-                            None => continue,
-                        },
-                    };
-                    // Well past the workers' 400 ms lease.
-                    let ms = 600 + self.rng.next() % 1200;
-                    let pid_s = pid.to_string();
-                    // The deletion first: a stopped SQLite worker may hold the
-                    // write lock, and nothing could write until it resumes.
-                    if let Some(n) = client
-                        && store.client_get(&n).await?.is_some_and(|c| c.infra.target == Target::Present)
-                    {
-                        store.client_delete(&n, SystemClock.now_ms(), 20).await?;
-                        self.flips += 1;
-                    }
-                    let stopped =
-                        std::process::Command::new("kill").args(["-STOP", &pid_s]).status().is_ok_and(|s| s.success());
-                    if stopped {
-                        tokio::time::sleep(Duration::from_millis(ms)).await;
-                        let _ = std::process::Command::new("kill").args(["-CONT", &pid_s]).status();
-                        self.pauses += 1;
-                    }
-                }
+                Act::Pause => self.pause_a_worker(store, pids).await?,
                 Act::Terminate => {
                     if store.backend() != oduflow_store::Backend::Postgres {
                         continue;
@@ -627,6 +604,88 @@ impl Seed<'_> {
                     self.terminations += n;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Stops a worker (SIGSTOP) well past its lease, then resumes it.
+    /// Preferably one in the middle of a run (SQLite names the lease holder,
+    /// `worker-PID/...`; waited for up to [`PAUSE_AIM_MAX`]), whose client is
+    /// deleted first: the schedule under which a run outliving its lease
+    /// used to act after the deletion was reported (issue 12, hole 3). Such
+    /// a worker stays stopped either for a drawn time or, half the time,
+    /// until its client's deletion has been reported (at most
+    /// [`PAUSE_UNTIL_DELETED_MAX`], and not once the other workers have all
+    /// crashed): only then can a run that goes on regardless show, and a
+    /// drawn time often ends first (other runs, 404 windows and listing lag
+    /// draw the deletion out).
+    async fn pause_a_worker(&mut self, store: &Store, pids: &[u32]) -> Result<()> {
+        let aim = Instant::now();
+        let running = loop {
+            let holders =
+                oduflow_store::testing::sqlite_lease_holders(store).await.map_err(anyhow::Error::from_boxed)?;
+            let running = holders.iter().find_map(|(owner, name)| {
+                let pid: u32 = owner.strip_prefix("worker-")?.split('/').next()?.parse().ok()?;
+                pids.contains(&pid).then(|| (pid, name.clone()))
+            });
+            if running.is_some() || store.backend() != oduflow_store::Backend::Sqlite || aim.elapsed() >= PAUSE_AIM_MAX
+            {
+                break running;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        let (pid, client) = match running {
+            Some((pid, name)) => (pid, Some(name)),
+            None => match pids.get((self.rng.next() % pids.len().max(1) as u64) as usize) {
+                Some(pid) => (*pid, None),
+                None => return Ok(()),
+            },
+        };
+        // Well past the workers' 400 ms lease.
+        let ms = 600 + self.rng.next() % 1200;
+        let until_deleted = client.is_some() && self.rng.chance(0.7);
+        let pid_s = pid.to_string();
+        // The deletion first: a stopped SQLite worker may hold the write
+        // lock, and nothing could write until it resumes.
+        let mut deleted = None;
+        if let Some(n) = client
+            && store.client_get(&n).await?.is_some_and(|c| c.infra.target == Target::Present)
+        {
+            store.client_delete(&n, SystemClock.now_ms(), 20).await?;
+            self.flips += 1;
+            deleted = Some(n);
+        }
+        let stopped = std::process::Command::new("kill").args(["-STOP", &pid_s]).status().is_ok_and(|s| s.success());
+        if !stopped {
+            return Ok(());
+        }
+        let t = Instant::now();
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        if let Some(n) = deleted.as_deref().filter(|_| until_deleted) {
+            // Not once every other worker has crashed (nobody could).
+            let others: Vec<String> = pids.iter().filter(|p| **p != pid).map(|p| p.to_string()).collect();
+            let alive = |p: &String| {
+                // A crashed worker is a zombie until reaped: ask its state.
+                std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .is_ok_and(|st| st.rsplit(')').next().is_some_and(|r| !r.trim_start().starts_with('Z')))
+            };
+            while t.elapsed() < PAUSE_UNTIL_DELETED_MAX && others.iter().any(alive) {
+                let c = store.client_get(n).await?;
+                if c.is_none_or(|c| matches!(c.infra.status, ClientStatus::Deleted | ClientStatus::Blocked)) {
+                    self.pauses_until_deleted += 1;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        let _ = std::process::Command::new("kill").args(["-CONT", &pid_s]).status();
+        // The round may be over by now, and its workers are killed at its
+        // end: give the resumed one the moment a resumed process has to go
+        // on with its run (else what it would do is never seen).
+        tokio::time::sleep(RESUMED_GRACE).await;
+        self.pauses += 1;
+        if deleted.is_some() {
+            self.pauses_mid_run += 1;
         }
         Ok(())
     }
@@ -692,6 +751,8 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         rng: Rng(p.seed.wrapping_mul(31).wrapping_add(7)),
         crashes: 0,
         pauses: 0,
+        pauses_mid_run: 0,
+        pauses_until_deleted: 0,
         terminations: 0,
         flips: 0,
         reconciles: 0,
@@ -918,6 +979,8 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
     check_strict(&store, &ledger, &orphans_reported, provider(&s.sim, KEY)?.as_ref(), &s.rotations).await?;
     totals.seeds += 1;
     totals.pauses += s.pauses;
+    totals.pauses_mid_run += s.pauses_mid_run;
+    totals.pauses_until_deleted += s.pauses_until_deleted;
     totals.terminations += s.terminations;
     totals.flips_during_runs += s.flips;
     totals.reconciles_during_runs += s.reconciles;
