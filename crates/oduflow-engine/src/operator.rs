@@ -54,16 +54,25 @@ fn check_key<P: Provider>(c: &ClientRow, provider: &P) -> Result<()> {
     }
 }
 
+/// Who takes an operator action and when, recorded with it, and the attempt
+/// budget of any job it queues.
+#[derive(Clone, Copy, Debug)]
+pub struct Actor<'a> {
+    /// The operator, as `--by` names them (or the API token's name).
+    pub by: &'a str,
+    pub now_ms: i64,
+    pub attempts_max: i32,
+}
+
 /// `oduflow reconcile NAME [--new-dispatch]`.
 pub async fn reconcile<P: Provider>(
     store: &Store,
     provider: &P,
     name: &str,
     new_dispatch: bool,
-    actor: &str,
-    now_ms: i64,
-    attempts_max: i32,
+    actor: Actor<'_>,
 ) -> Result<ClientRow> {
+    let Actor { by: actor, now_ms, attempts_max } = actor;
     let c = client(store, name).await?;
     check_key(&c, provider)?;
     let writer = ReceiptWriter::new(store.clone());
@@ -92,17 +101,15 @@ pub async fn reconcile<P: Provider>(
 /// operator names for a dispatch whose outcome is unknown (or that has none),
 /// after verifying that it exists in the right region with the right
 /// configuration and is not recorded anywhere else.
-#[allow(clippy::too_many_arguments)] // issue 14: operator actions are to take one request value
 pub async fn adopt<P: Provider>(
     store: &Store,
     provider: &P,
     name: &str,
     kind: ResourceKind,
     id: &str,
-    actor: &str,
-    now_ms: i64,
-    attempts_max: i32,
+    actor: Actor<'_>,
 ) -> Result<ClientRow> {
+    let Actor { by: actor, now_ms, attempts_max } = actor;
     let c = client(store, name).await?;
     check_key(&c, provider)?;
     if kind == ResourceKind::Attach {
@@ -202,11 +209,10 @@ pub async fn abandon(
     store: &Store,
     name: &str,
     kind: ResourceKind,
-    by: &str,
     reason: &str,
-    now_ms: i64,
-    attempts_max: i32,
+    actor: Actor<'_>,
 ) -> Result<ClientRow> {
+    let Actor { by, now_ms, attempts_max } = actor;
     if by.trim().is_empty() || reason.trim().is_empty() {
         return refused("abandoning a dispatch needs an attestation: --by WHO and --reason WHY");
     }
@@ -242,10 +248,9 @@ pub struct Unproven {
 pub async fn credentials_rotate<P: Provider>(
     store: &Store,
     provider: &P,
-    actor: &str,
-    now_ms: i64,
-    attempts_max: i32,
+    actor: Actor<'_>,
 ) -> Result<std::result::Result<Vec<String>, Vec<Unproven>>> {
+    let Actor { by: actor, now_ms, attempts_max } = actor;
     let new = provider.key_fingerprint();
     let mut unproven = vec![];
     let mut rebind = vec![];
@@ -505,14 +510,8 @@ async fn open_orphan(store: &Store, id: &str) -> Result<oduflow_store::OrphanRow
 /// `oduflow orphan adopt ID`: records an orphan on the client its label
 /// names, as `adopt` would (verified against that client's spec, refused if
 /// the client already has a resource of that kind recorded, or is deleted).
-pub async fn orphan_adopt<P: Provider>(
-    store: &Store,
-    provider: &P,
-    id: &str,
-    actor: &str,
-    now_ms: i64,
-    attempts_max: i32,
-) -> Result<ClientRow> {
+pub async fn orphan_adopt<P: Provider>(store: &Store, provider: &P, id: &str, actor: Actor<'_>) -> Result<ClientRow> {
+    let Actor { by: actor, now_ms, attempts_max } = actor;
     let o = open_orphan(store, id).await?;
     let Some(owner) = o.client_ref.as_deref() else {
         return refused(format!(
@@ -531,7 +530,7 @@ pub async fn orphan_adopt<P: Provider>(
             c.name
         ));
     }
-    let row = adopt(store, provider, &c.name, o.kind, id, actor, now_ms, attempts_max).await?;
+    let row = adopt(store, provider, &c.name, o.kind, id, Actor { by: actor, now_ms, attempts_max }).await?;
     store.orphan_resolve(id, &format!("adopted into {} by {actor}", c.name), now_ms).await?;
     Ok(row)
 }
@@ -554,10 +553,10 @@ pub async fn orphan_delete<P: Provider>(
     store: &Store,
     provider: &P,
     id: &str,
-    by: &str,
     reason: &str,
-    now_ms: i64,
+    actor: Actor<'_>,
 ) -> Result<OrphanDeleted> {
+    let Actor { by, now_ms, .. } = actor;
     if by.trim().is_empty() || reason.trim().is_empty() {
         return refused("deleting an orphan needs an attestation: --by WHO and --reason WHY");
     }

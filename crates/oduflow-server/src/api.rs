@@ -404,9 +404,7 @@ pub async fn clients_reconcile(
         s.provider().as_ref(),
         name.as_str(),
         req.new_dispatch,
-        &caller.actor(),
-        s.now_ms(),
-        s.attempts_max(),
+        operator::Actor { by: &caller.actor(), now_ms: s.now_ms(), attempts_max: s.attempts_max() },
     )
     .await?;
     Ok(Json((&row).into()))
@@ -441,9 +439,7 @@ pub async fn clients_adopt(
         name.as_str(),
         kind,
         &req.id,
-        &caller.actor(),
-        s.now_ms(),
-        s.attempts_max(),
+        operator::Actor { by: &caller.actor(), now_ms: s.now_ms(), attempts_max: s.attempts_max() },
     )
     .await?;
     Ok(Json((&row).into()))
@@ -471,7 +467,14 @@ pub async fn clients_abandon(
     refuse_if_restored(&s).await?;
     // The attestation names a person; the token that sent it is kept too.
     let by = format!("{by} (via {})", caller.actor());
-    let row = operator::abandon(s.store(), name.as_str(), kind, &by, &reason, s.now_ms(), s.attempts_max()).await?;
+    let row = operator::abandon(
+        s.store(),
+        name.as_str(),
+        kind,
+        &reason,
+        operator::Actor { by: &by, now_ms: s.now_ms(), attempts_max: s.attempts_max() },
+    )
+    .await?;
     Ok(Json((&row).into()))
 }
 

@@ -241,6 +241,30 @@ pub async fn execute_raw(store: &Store, sql: &str) -> Result<(), String> {
     crate::both!(store, p => sqlx::query(sql).execute(p).await.map(|_| ()).map_err(|e| e.to_string()))
 }
 
+/// Moves the client's generation on as another writer would (a `client
+/// delete` landing mid-run), unless the record is locked: PostgreSQL gives
+/// up after [`BUMP_LOCK_TIMEOUT_MS`] on a claim's row lock. Whether it moved.
+pub async fn try_bump_generation(store: &Store, client: &oduflow_model::ClientId) -> KitResult<bool> {
+    let bump = "UPDATE infra SET generation = generation + 1 WHERE client_id = $1";
+    match &store.db {
+        Db::Pg(p, _) => {
+            let mut tx = p.begin().await?;
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("SET LOCAL lock_timeout = '{BUMP_LOCK_TIMEOUT_MS}ms'")))
+                .execute(&mut *tx)
+                .await?;
+            match sqlx::query(bump).bind(client.as_str()).execute(&mut *tx).await {
+                Ok(_) => tx.commit().await.map(|_| true).map_err(Into::into),
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => Ok(false),
+                Err(e) => Err(e.into()),
+            }
+        }
+        Db::Sqlite(p) => Ok(sqlx::query(bump).bind(client.as_str()).execute(p).await?.rows_affected() == 1),
+    }
+}
+
+/// How long [`try_bump_generation`] waits for a row lock on PostgreSQL.
+pub const BUMP_LOCK_TIMEOUT_MS: u64 = 300;
+
 /// PostgreSQL: `VACUUM ANALYZE` of these tables (a benchmark's setup leaves
 /// dead rows a production queue's autovacuum would have cleared).
 pub async fn vacuum_analyze(store: &Store, tables: &[&str]) -> KitResult<()> {
@@ -261,6 +285,14 @@ pub async fn create_ceiling_table(url: &str) -> KitResult<()> {
     .execute(&mut c)
     .await?;
     Ok(())
+}
+
+/// SQLite: whether some run holds this client's lock file now (a stopped
+/// worker's run holds it until it resumes). PostgreSQL: false.
+pub fn sqlite_client_locked(store: &Store, client: &oduflow_model::ClientId) -> KitResult<bool> {
+    let Db::Sqlite(p) = &store.db else { return Ok(false) };
+    let dir = crate::queue::claim_sqlite::sqlite_lock_dir(p)?;
+    Ok(crate::queue::claim_sqlite::try_lock_client(&dir, client)?.is_none())
 }
 
 /// SQLite: (lease owner, client name) of every client whose lease is held.

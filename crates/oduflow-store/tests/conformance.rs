@@ -4,10 +4,12 @@
 //! - claim skip: a client claimed by one run is skipped by every other;
 //! - backoff arithmetic: failures are retried after base x 2^(n-1), capped,
 //!   and past the job's attempts the job fails and its client is blocked;
-//! - receipt guards: the schema itself refuses to delete or re-point a receipt.
+//! - receipt guards: the schema itself refuses to delete or re-point a receipt;
+//! - fencing: a run's fence sees a record that moved under it, and a lease
+//!   whose session is gone.
 
 use oduflow_model::*;
-use oduflow_store::testing::{TestDb, execute_raw, schema_columns};
+use oduflow_store::testing::{TestDb, execute_raw, schema_columns, terminate_idle_in_transaction, try_bump_generation};
 use oduflow_store::*;
 
 async fn sqlite() -> (TestDb, Store) {
@@ -30,7 +32,8 @@ oduflow_store::on_both_stores!(
     super::store =>
     claimed_clients_are_skipped,
     failures_back_off_then_fail_and_block,
-    receipts_cannot_be_deleted_or_repointed
+    receipts_cannot_be_deleted_or_repointed,
+    fences_see_moved_records_and_lost_leases
 );
 
 fn spec() -> ClientSpec {
@@ -135,4 +138,37 @@ async fn receipts_cannot_be_deleted_or_repointed(store: Store) {
     }
     let r = store.receipt_get(&key).await.unwrap().unwrap();
     assert_eq!(r.resource_id.as_deref(), Some("vm-1"));
+}
+
+/// While a claim lives, its fence reads `Held` exactly while the record is
+/// at the claimed generation: on PostgreSQL a concurrent writer waits on the
+/// claim's row lock (and here gives up), on SQLite it lands and the fence
+/// reads `Superseded`. Once the claim's session is gone (PostgreSQL: its
+/// backend terminated; SQLite: the row names another lease), the fence
+/// reports the lease lost, so the run sends nothing more.
+async fn fences_see_moved_records_and_lost_leases(store: Store) {
+    let store = &store;
+    let c = client(store, "acme").await;
+    let claim = store.job_claim_next("a", 10, 60_000).await.unwrap().expect("a job");
+    let fence = claim.fence();
+    assert_eq!(fence.check().await.unwrap(), Footing::Held);
+    let bumped = try_bump_generation(store, &c).await.unwrap();
+    assert_eq!(store.backend() == Backend::Sqlite, bumped, "a claimed record moved, or a free one did not");
+    let footing = fence.check().await.unwrap();
+    assert_eq!(footing == Footing::Held, !bumped, "generation moved: {bumped}; fence: {footing:?}");
+    match store.backend() {
+        Backend::Postgres => assert_eq!(terminate_idle_in_transaction(store).await.unwrap(), 1),
+        Backend::Sqlite => execute_raw(store, "UPDATE infra SET lease_owner = 'another-run'").await.unwrap(),
+    }
+    // A terminated backend leaves pg_stat_activity shortly after.
+    let t = std::time::Instant::now();
+    let lost = loop {
+        match fence.check().await {
+            Err(StoreError::LeaseLost(_)) => break true,
+            _ if t.elapsed() > std::time::Duration::from_secs(5) => break false,
+            _ => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    };
+    assert!(lost, "a claim whose session is gone still fences its run in");
+    drop(claim);
 }

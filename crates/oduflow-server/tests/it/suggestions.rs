@@ -178,25 +178,48 @@ impl World {
         let w: Vec<&str> = words.iter().map(String::as_str).collect();
         let (s, p, t) = (&self.store, self.p.as_ref(), now());
         let result = match w.as_slice() {
-            ["oduflow", "reconcile", n] => operator::reconcile(s, p, n, false, "ops", t, 3).await.map(drop),
+            ["oduflow", "reconcile", n] => {
+                operator::reconcile(s, p, n, false, operator::Actor { by: "ops", now_ms: t, attempts_max: 3 })
+                    .await
+                    .map(drop)
+            }
             ["oduflow", "reconcile", n, "--new-dispatch"] => {
-                operator::reconcile(s, p, n, true, "ops", t, 3).await.map(drop)
+                operator::reconcile(s, p, n, true, operator::Actor { by: "ops", now_ms: t, attempts_max: 3 })
+                    .await
+                    .map(drop)
             }
-            ["oduflow", "adopt", n, "--kind", k, "--id", id] => {
-                operator::adopt(s, p, n, ResourceKind::parse(k).unwrap(), id, "ops", t, 3).await.map(drop)
-            }
-            ["oduflow", "abandon", n, "--kind", k, "--by", by, "--reason", why] => {
-                operator::abandon(s, n, ResourceKind::parse(k).unwrap(), by, why, t, 3).await.map(drop)
-            }
+            ["oduflow", "adopt", n, "--kind", k, "--id", id] => operator::adopt(
+                s,
+                p,
+                n,
+                ResourceKind::parse(k).unwrap(),
+                id,
+                operator::Actor { by: "ops", now_ms: t, attempts_max: 3 },
+            )
+            .await
+            .map(drop),
+            ["oduflow", "abandon", n, "--kind", k, "--by", by, "--reason", why] => operator::abandon(
+                s,
+                n,
+                ResourceKind::parse(k).unwrap(),
+                why,
+                operator::Actor { by, now_ms: t, attempts_max: 3 },
+            )
+            .await
+            .map(drop),
             ["oduflow", "client", "delete", n] => {
                 s.client_delete(n, t, 3).await.unwrap();
                 Ok(())
             }
-            ["oduflow", "credentials", "rotate"] => match operator::credentials_rotate(s, p, "ops", t, 3).await {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err(unproven)) => panic!("{command}: refused {unproven:?}"),
-                Err(e) => Err(e),
-            },
+            ["oduflow", "credentials", "rotate"] => {
+                match operator::credentials_rotate(s, p, operator::Actor { by: "ops", now_ms: t, attempts_max: 3 })
+                    .await
+                {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(unproven)) => panic!("{command}: refused {unproven:?}"),
+                    Err(e) => Err(e),
+                }
+            }
             _ => panic!("a suggested command that does not exist: {command}"),
         };
         if let Err(e) = result {
@@ -371,7 +394,15 @@ async fn known_resource_missing() {
         w.p.with(|s| s.calls.push(format!("test removed {}", gone.0)));
         *w.id.lock().unwrap() = Some(gone.0.clone());
         // The restored copy, or an operator, asks it to look again.
-        operator::reconcile(&w.store, w.p.as_ref(), NAME, false, "ops", now(), 3).await.unwrap();
+        operator::reconcile(
+            &w.store,
+            w.p.as_ref(),
+            NAME,
+            false,
+            operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 },
+        )
+        .await
+        .unwrap();
         w
     };
     every_suggestion!(BlockedReason::KnownResourceMissing, setup(), |w, cmd| {

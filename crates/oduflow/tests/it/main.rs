@@ -814,12 +814,15 @@ fn campaign_on_sqlite() {
 /// the same budget). Only if none recurs is a loud warning printed; the
 /// catch itself is always asserted.
 fn planted_bug_is_caught(bug: &str, store: Option<&str>, invariants: &[&str]) {
+    planted_bug_is_caught_within(bug, store, invariants, 60)
+}
+
+fn planted_bug_is_caught_within(bug: &str, store: Option<&str>, invariants: &[&str], seeds_max: u64) {
     failpoints_required();
-    const SEEDS_MAX: u64 = 60;
     const CATCHES_TRIED_MAX: usize = 3;
     let none = tempfile::tempdir().unwrap();
     let no_failures = none.path().join("none.txt");
-    let (mut base, mut left, mut tried) = (1u64, SEEDS_MAX, vec![]);
+    let (mut base, mut left, mut tried) = (1u64, seeds_max, vec![]);
     while left > 0 && tried.len() < CATCHES_TRIED_MAX {
         let (b, n) = (base.to_string(), left.to_string());
         let mut args = vec!["--seeds", n.as_str(), "--base-seed", b.as_str(), "--stop-on-failure"];
@@ -869,10 +872,13 @@ fn campaign_catches_a_deletion_that_skips_open_receipts() {
 }
 
 /// Hole 3: a SQLite lease taken once and never checked lets a run stopped
-/// past its lease act after its client was deleted.
+/// past its lease act after its client was deleted. Only a worker stopped in
+/// the middle of a run whose deletion then completes can show it: about one
+/// seed in twelve (20 catches in 250 seeds, measured), so 100 seeds leave a
+/// miss at about 1 in 4,000; the first catch comes after about 12.
 #[test]
 fn campaign_catches_an_unfenced_sqlite_lease() {
-    planted_bug_is_caught("lease_overlap", Some("sqlite"), &["invariant "]);
+    planted_bug_is_caught_within("lease_overlap", Some("sqlite"), &["invariant "], 100);
 }
 
 /// A run that ignores a changed key sends requests with a key its record is

@@ -182,7 +182,15 @@ async fn foreign_attachment_blocks(store: Store) {
         }
         assert!(start.elapsed() < Duration::from_secs(10), "could not attach elsewhere");
     }
-    oduflow_engine::operator::reconcile(&store, p.as_ref(), "acme", false, "test", now(), 5).await.unwrap();
+    oduflow_engine::operator::reconcile(
+        &store,
+        p.as_ref(),
+        "acme",
+        false,
+        oduflow_engine::operator::Actor { by: "test", now_ms: now(), attempts_max: 5 },
+    )
+    .await
+    .unwrap();
     settle(&w).await;
     let after = status(&store, "acme").await;
     assert_eq!(after.infra.blocked_reason, Some(BlockedReason::ForeignAttachment), "{after:?}");
@@ -255,8 +263,14 @@ async fn changed_key_sends_nothing(store: Store) {
     assert_eq!(after.infra.blocked_reason, Some(BlockedReason::CredentialChanged));
     assert_eq!(sim.ledger().requests.values().sum::<u64>(), before, "a request went out under the new key");
     // Reconcile refuses too, before any request.
-    let r =
-        oduflow_engine::operator::reconcile(&store, client(&sim, KEY2).as_ref(), "acme", false, "t", now(), 5).await;
+    let r = oduflow_engine::operator::reconcile(
+        &store,
+        client(&sim, KEY2).as_ref(),
+        "acme",
+        false,
+        oduflow_engine::operator::Actor { by: "t", now_ms: now(), attempts_max: 5 },
+    )
+    .await;
     assert!(r.is_err());
     assert_eq!(sim.ledger().requests.values().sum::<u64>(), before);
 }

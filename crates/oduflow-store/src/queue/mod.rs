@@ -2,9 +2,14 @@
 //! per-client serialization, finish in one write, record failures with
 //! backoff, pause and resume.
 
+mod claim_pg;
+pub(crate) mod claim_sqlite;
+
 use crate::Db;
-use crate::rows::{self, INFRA_COLUMNS_PREFIXED, InfraRow, JOB_COLUMNS, JobRow};
+use crate::rows::{self, InfraRow, JOB_COLUMNS, JobRow};
 use crate::{Result, SETTING_QUEUE_PAUSED, Store, StoreError, both};
+pub use claim_pg::ClaimConns;
+use claim_pg::PgClaim;
 use oduflow_model::*;
 use serde::Serialize;
 use sqlx::{PgConnection, Sqlite, SqliteConnection, SqlitePool, Transaction};
@@ -164,142 +169,10 @@ impl Fence {
     /// provider call.
     pub async fn check(&self) -> Result<Footing> {
         match &self.inner {
-            FenceInner::Pg { pool, pid, started } => {
-                let alive: Option<i32> =
-                    sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE pid = $1 AND backend_start::text = $2")
-                        .bind(pid)
-                        .bind(started)
-                        .fetch_optional(pool)
-                        .await?;
-                if alive.is_none() {
-                    return Err(StoreError::LeaseLost(self.client.to_string()));
-                }
-                // The row is locked by that backend: its generation cannot move.
-                Ok(Footing::Held)
-            }
+            FenceInner::Pg { pool, pid, started } => claim_pg::fence_check(pool, *pid, started, &self.client).await,
             FenceInner::Sqlite { pool, lease_token } => {
-                #[cfg(feature = "failpoints")]
-                if planted_bug("lease_overlap") {
-                    return Ok(Footing::Held);
-                }
-                let row: Option<(i64, Option<String>)> =
-                    sqlx::query_as("SELECT generation, lease_owner FROM infra WHERE client_id = $1")
-                        .bind(self.client.as_str())
-                        .fetch_optional(pool)
-                        .await?;
-                match row {
-                    Some((_, owner)) if owner.as_deref() != Some(lease_token.as_str()) => {
-                        Err(StoreError::LeaseLost(self.client.to_string()))
-                    }
-                    Some((g, _)) if g == self.generation => Ok(Footing::Held),
-                    Some(_) => Ok(Footing::Superseded),
-                    None => Err(StoreError::LeaseLost(self.client.to_string())),
-                }
+                claim_sqlite::fence_check(pool, lease_token, &self.client, self.generation).await
             }
-        }
-    }
-}
-
-/// A claim's main transaction on PostgreSQL, driven by hand on a connection
-/// of [`ClaimConns`]. Dropping it (an error, a panic, a cancelled task) drops
-/// the connection, which closes it: PostgreSQL then rolls the transaction back
-/// and releases the locks, exactly as when a worker dies.
-struct PgClaim {
-    conn: Box<ClaimConn>,
-    conns: ClaimConns,
-    /// For the fence's check, made on a connection of the pool.
-    pool: sqlx::PgPool,
-}
-
-/// A claim connection and the identity of its backend (for the fence).
-struct ClaimConn {
-    conn: PgConnection,
-    pid: i32,
-    started: String,
-}
-
-impl std::ops::Deref for ClaimConn {
-    type Target = PgConnection;
-    fn deref(&self) -> &PgConnection {
-        &self.conn
-    }
-}
-
-impl std::ops::DerefMut for ClaimConn {
-    fn deref_mut(&mut self) -> &mut PgConnection {
-        &mut self.conn
-    }
-}
-
-/// The PostgreSQL connections that claim jobs, kept apart from the pool.
-///
-/// Each round trip of a claim is time its locks are held and work for both
-/// processes, so the main transaction is driven by hand: `BEGIN` travels with
-/// the claim and the job's state with `COMMIT` (statements prepared once per
-/// connection, values inlined are integers and fixed words only). A job that
-/// writes nothing else costs two round trips. A connection comes back here
-/// only after its `COMMIT` or `ROLLBACK` succeeded, so none is ever reused
-/// inside a transaction.
-#[derive(Clone)]
-// Boxed: a claim connection moves between the pool and a `Claim` as a
-// pointer, never by value.
-#[allow(clippy::vec_box)]
-pub struct ClaimConns {
-    idle: std::sync::Arc<std::sync::Mutex<Vec<Box<ClaimConn>>>>,
-    max_idle: usize,
-}
-
-impl std::fmt::Debug for ClaimConns {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClaimConns").field("max_idle", &self.max_idle).finish_non_exhaustive()
-    }
-}
-
-impl ClaimConns {
-    pub(crate) fn new(max_idle: usize) -> Self {
-        Self { idle: Default::default(), max_idle }
-    }
-
-    /// A kept connection (`true`) or a new one.
-    async fn take(&self, pool: &sqlx::PgPool) -> Result<(Box<ClaimConn>, bool)> {
-        let idle = self.idle.lock().expect("claim connections").pop();
-        match idle {
-            Some(conn) => Ok((conn, true)),
-            None => self.connect(pool).await,
-        }
-    }
-
-    async fn connect(&self, pool: &sqlx::PgPool) -> Result<(Box<ClaimConn>, bool)> {
-        use sqlx::Connection;
-        let mut conn = PgConnection::connect_with(&pool.connect_options()).await?;
-        let (pid, started): (i32, String) =
-            sqlx::query_as("SELECT pid, backend_start::text FROM pg_stat_activity WHERE pid = pg_backend_pid()")
-                .fetch_one(&mut conn)
-                .await?;
-        let mut conn = Box::new(ClaimConn { conn, pid, started });
-        // A generic plan: the claim's shape never changes, and planning it
-        // afresh for every job was a large share of the server's time.
-        // `OF i, j`: rows are locked in this order, so a job whose client is
-        // busy is skipped before its own row is locked. (`OF j, i` left the
-        // skipped jobs locked until the claim ended, hiding them from every
-        // other worker and writing a lock record for each.)
-        let sql = format!(
-            "SET plan_cache_mode = force_generic_plan; PREPARE oduflow_claim(bigint) AS SELECT {JOB_COLUMNS}, {INFRA_COLUMNS_PREFIXED} \
-             FROM jobs j JOIN infra i ON i.client_id = j.client_id \
-             WHERE j.state = 'queued' AND j.run_after_ms <= $1 \
-             AND NOT EXISTS (SELECT 1 FROM settings WHERE (key = 'queue_paused' AND value = 'true') OR key = 'restore_pending') \
-             ORDER BY j.run_after_ms, j.id LIMIT 1 FOR UPDATE OF i, j SKIP LOCKED; \
-             PREPARE oduflow_finish(bigint, text, bigint, bigint) AS UPDATE jobs SET state = $2, \
-             run_after_ms = COALESCE($3, run_after_ms), finished_ms = $4 WHERE id = $1"
-        );
-        sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut **conn).await?;
-        Ok((conn, false))
-    }
-
-    fn put(&self, conn: Box<ClaimConn>) {
-        let mut idle = self.idle.lock().expect("claim connections");
-        if idle.len() < self.max_idle {
-            idle.push(conn);
         }
     }
 }
@@ -679,100 +552,8 @@ impl Store {
     /// outright stays counted (see [`Claim::unfinished_runs`]).
     pub async fn job_claim_next(&self, worker: &str, now_ms: i64, lease_ms: i64) -> Result<Option<Claim>> {
         match &self.db {
-            Db::Pg(p, conns) => {
-                // Locking the job and the client's infra row together, both
-                // with SKIP LOCKED, means a job whose client is busy is simply
-                // passed over instead of waited on. One round trip begins the
-                // main transaction, claims and reads both rows.
-                let sql = format!("BEGIN; EXECUTE oduflow_claim({now_ms})");
-                let (mut conn, reused) = conns.take(p).await?;
-                let (mut conn, rows) =
-                    match sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone())).fetch_all(&mut **conn).await {
-                        Ok(rows) => (conn, rows),
-                        // A kept connection may have died while idle (a server
-                        // restart, a terminated backend): drop it and claim once
-                        // on a new one. Dropping it rolls back whatever it began.
-                        Err(e) if reused => {
-                            tracing::debug!(error = %e, "a kept claim connection failed; reconnecting");
-                            drop(conn);
-                            let (mut conn, _) = conns.connect(p).await?;
-                            let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch_all(&mut **conn).await?;
-                            (conn, rows)
-                        }
-                        Err(e) => return Err(e.into()),
-                    };
-                let Some(row) = rows.first() else {
-                    sqlx::raw_sql("ROLLBACK").execute(&mut **conn).await?;
-                    conns.put(conn);
-                    return Ok(None);
-                };
-                let (job, infra) = job_and_infra(row)?;
-                // On the pool, committed at once: the job row is locked by the
-                // claim, this table is not.
-                let unfinished = count_start_pg(p, job.id).await?;
-                let inner = ClaimInner::Pg(PgClaim { conn, conns: conns.clone(), pool: p.clone() });
-                Ok(Some(Claim { job, infra, unfinished_runs: unfinished, inner }))
-            }
-            Db::Sqlite(p) => {
-                let token = format!("{worker}/{}", uuid::Uuid::new_v4());
-                let locks = sqlite_lock_dir(p)?;
-                let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;
-                // Clients nobody holds first; the lock file decides.
-                let sql = sqlx::AssertSqlSafe(format!(
-                    "SELECT {JOB_COLUMNS}, {INFRA_COLUMNS_PREFIXED} FROM jobs j JOIN infra i ON i.client_id = j.client_id \
-                     WHERE j.state = 'queued' AND j.run_after_ms <= $1 \
-                     AND NOT EXISTS (SELECT 1 FROM settings WHERE (key = 'queue_paused' AND value = 'true') OR key = 'restore_pending') \
-                     ORDER BY (i.lease_owner IS NOT NULL), j.run_after_ms, j.id LIMIT {SQLITE_CLAIM_CANDIDATES}"
-                ));
-                let rows = sqlx::query(sql).bind(now_ms).fetch_all(&mut *tx).await?;
-                let mut tried = std::collections::HashSet::new();
-                for row in &rows {
-                    let (job, infra) = job_and_infra(row)?;
-                    if !tried.insert(job.client_id.clone()) {
-                        continue;
-                    }
-                    #[cfg(feature = "failpoints")]
-                    if planted_bug("lease_overlap") {
-                        // A planted bug (issue 12, hole 3): the old timed
-                        // lease, taken once and never checked again.
-                        let lease: (Option<String>, Option<i64>) =
-                            sqlx::query_as("SELECT lease_owner, lease_until_ms FROM infra WHERE client_id = $1")
-                                .bind(job.client_id.as_str())
-                                .fetch_one(&mut *tx)
-                                .await?;
-                        if lease.0.is_some() && lease.1.is_some_and(|u| u >= now_ms) {
-                            continue;
-                        }
-                        sqlx::query("UPDATE infra SET lease_owner = $2, lease_until_ms = $3 WHERE client_id = $1")
-                            .bind(job.client_id.as_str())
-                            .bind(&token)
-                            .bind(now_ms + lease_ms)
-                            .execute(&mut *tx)
-                            .await?;
-                        let unfinished = count_start_sqlite(&mut tx, job.id).await?;
-                        tx.commit().await?;
-                        let hold = std::sync::Arc::new(
-                            std::fs::File::open("/dev/null").map_err(|e| StoreError::Lock(e.to_string()))?,
-                        );
-                        let inner = ClaimInner::Sqlite { pool: p.clone(), lease_token: token, hold };
-                        return Ok(Some(Claim { job, infra, unfinished_runs: unfinished, inner }));
-                    }
-                    let Some(hold) = try_lock_client(&locks, &job.client_id)? else { continue };
-                    sqlx::query("UPDATE infra SET lease_owner = $2, lease_until_ms = $3 WHERE client_id = $1")
-                        .bind(job.client_id.as_str())
-                        .bind(&token)
-                        .bind(now_ms + lease_ms)
-                        .execute(&mut *tx)
-                        .await?;
-                    let unfinished = count_start_sqlite(&mut tx, job.id).await?;
-                    tx.commit().await?;
-                    let inner =
-                        ClaimInner::Sqlite { pool: p.clone(), lease_token: token, hold: std::sync::Arc::new(hold) };
-                    return Ok(Some(Claim { job, infra, unfinished_runs: unfinished, inner }));
-                }
-                tx.rollback().await?;
-                Ok(None)
-            }
+            Db::Pg(p, conns) => claim_pg::claim_next(p, conns, now_ms).await,
+            Db::Sqlite(p) => claim_sqlite::claim_next(p, worker, now_ms, lease_ms).await,
         }
     }
 
@@ -923,63 +704,8 @@ fn job_and_infra(row: &impl rows::RowExt) -> Result<(JobRow, InfraRow)> {
     Ok((rows::job_from_row(row)?, rows::infra_from_row(&rows::Prefixed(row, "i_"), "client_id")?))
 }
 
-/// Candidate jobs a SQLite claim looks at: enough that every worker loop of
-/// every process on the host can hold one client and a runnable job is still
-/// found.
-const SQLITE_CLAIM_CANDIDATES: usize = 256;
-
 const COUNT_START_SQL: &str = "INSERT INTO job_starts (job_id, unfinished) VALUES ($1, 1) \
      ON CONFLICT (job_id) DO UPDATE SET unfinished = job_starts.unfinished + 1 RETURNING unfinished";
-
-/// Counts a run's start on PostgreSQL (autocommit on the pool); returns the
-/// runs of this job that started before and never finished.
-async fn count_start_pg(p: &sqlx::PgPool, job: JobId) -> Result<i64> {
-    let n: i64 = sqlx::query_scalar(COUNT_START_SQL).bind(job.0).fetch_one(p).await?;
-    Ok(n - 1)
-}
-
-/// The same inside the SQLite claim transaction (which commits at once).
-async fn count_start_sqlite(c: &mut SqliteConnection, job: JobId) -> Result<i64> {
-    let n: i64 = sqlx::query_scalar(COUNT_START_SQL).bind(job.0).fetch_one(c).await?;
-    Ok(n - 1)
-}
-
-/// The directory beside a SQLite database that holds one lock file per
-/// client. A claim holds its client's file locked (`flock`) for the whole
-/// run: the kernel releases it when the process dies, never while it lives
-/// (paused, stopped, slow), so two runs of one client never overlap, however
-/// long a run takes. SQLite is a single-host store, so a host-local lock is
-/// exactly its scope.
-///
-/// The database's path is made canonical first: two processes that name one
-/// file by different paths (a symlink, a relative path) must lock the same
-/// files.
-fn sqlite_lock_dir(p: &SqlitePool) -> Result<std::path::PathBuf> {
-    let options = p.connect_options();
-    let named = options.get_filename();
-    let db = std::fs::canonicalize(named).map_err(|e| StoreError::Lock(format!("{}: {e}", named.display())))?;
-    let mut name = db.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    name.push(".locks");
-    let dir = db.with_file_name(name);
-    std::fs::create_dir_all(&dir).map_err(|e| StoreError::Lock(format!("{}: {e}", dir.display())))?;
-    Ok(dir)
-}
-
-/// Takes the client's lock file, or `None` when another run holds it.
-fn try_lock_client(dir: &std::path::Path, client: &ClientId) -> Result<Option<std::fs::File>> {
-    let path = dir.join(client.as_str());
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| StoreError::Lock(format!("{}: {e}", path.display())))?;
-    match f.try_lock() {
-        Ok(()) => Ok(Some(f)),
-        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
-        Err(std::fs::TryLockError::Error(e)) => Err(StoreError::Lock(format!("{}: {e}", path.display()))),
-    }
-}
 
 /// Test builds only: `ODUFLOW_PLANTED_BUG=<name>` switches on a deliberate
 /// protocol violation, so tests can prove the campaign catches it.

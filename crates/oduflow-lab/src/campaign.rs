@@ -12,12 +12,12 @@
 //! command, and is appended to the checked-in failures file, whose seeds run
 //! first next time.
 
-use crate::config::BadInput;
+use crate::BadInput;
 use anyhow::{Context, Result, bail};
 use oduflow_engine::{Clock, FAIL_POINTS, SystemClock, operator};
 use oduflow_model::*;
 use oduflow_sim::{Faults, Ledger, Sim, SimConfig};
-use oduflow_store::Store;
+use oduflow_store::{Store, testing};
 use oduflow_vultr::{VultrClient, VultrConfig};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -39,7 +39,7 @@ const LIVENESS_BOUND: Duration = Duration::from_secs(45);
 /// Provider requests per created resource above which a seed fails.
 const REQUESTS_PER_RESOURCE_MAX: u64 = 150;
 /// How long a pause waits for a worker to be in the middle of a run.
-const PAUSE_AIM_MAX: Duration = Duration::from_millis(1000);
+const PAUSE_AIM_MAX: Duration = Duration::from_millis(400);
 /// Longest a worker stays stopped waiting for its client's deletion.
 const PAUSE_UNTIL_DELETED_MAX: Duration = Duration::from_secs(3);
 /// How long a resumed worker runs on before its round may end.
@@ -458,12 +458,25 @@ impl Seed<'_> {
             None => self.acts.1 += 1,
         }
         match found {
-            Some(id) => operator::adopt(store, provider, &c.name, kind, &id, "campaign", now, 20).await.map(drop),
-            None => {
-                operator::abandon(store, &c.name, kind, "campaign", "nothing carries its label in the ledger", now, 20)
-                    .await
-                    .map(drop)
-            }
+            Some(id) => operator::adopt(
+                store,
+                provider,
+                &c.name,
+                kind,
+                &id,
+                operator::Actor { by: "campaign", now_ms: now, attempts_max: 20 },
+            )
+            .await
+            .map(drop),
+            None => operator::abandon(
+                store,
+                &c.name,
+                kind,
+                "nothing carries its label in the ledger",
+                operator::Actor { by: "campaign", now_ms: now, attempts_max: 20 },
+            )
+            .await
+            .map(drop),
         }
     }
 
@@ -561,7 +574,12 @@ impl Seed<'_> {
                                 let p = crate::campaign::provider(&self.sim, key)?;
                                 self.acts.2 += 1;
                                 let from = SystemClock.now_ms();
-                                let done = operator::credentials_rotate(store, p.as_ref(), "campaign", from, 20).await;
+                                let done = operator::credentials_rotate(
+                                    store,
+                                    p.as_ref(),
+                                    operator::Actor { by: "campaign", now_ms: from, attempts_max: 20 },
+                                )
+                                .await;
                                 let rebound = match &done {
                                     Ok(Ok(names)) => names.clone(),
                                     _ => vec![],
@@ -577,9 +595,7 @@ impl Seed<'_> {
                                 provider.as_ref(),
                                 &c.name,
                                 false,
-                                "campaign",
-                                SystemClock.now_ms(),
-                                20,
+                                operator::Actor { by: "campaign", now_ms: SystemClock.now_ms(), attempts_max: 20 },
                             )
                             .await
                             .map(drop),
@@ -670,9 +686,18 @@ impl Seed<'_> {
                     .is_ok_and(|st| st.rsplit(')').next().is_some_and(|r| !r.trim_start().starts_with('Z')))
             };
             while t.elapsed() < PAUSE_UNTIL_DELETED_MAX && others.iter().any(alive) {
-                let c = store.client_get(n).await?;
-                if c.is_none_or(|c| matches!(c.infra.status, ClientStatus::Deleted | ClientStatus::Blocked)) {
+                let Some(c) = store.client_get(n).await? else { break };
+                if matches!(c.infra.status, ClientStatus::Deleted | ClientStatus::Blocked) {
                     self.pauses_until_deleted += 1;
+                    break;
+                }
+                // Nor while the stopped run holds the client (its lease and
+                // its lock file): then nothing can delete it until it resumes.
+                let mine = format!("worker-{pid}/");
+                let holders = testing::sqlite_lease_holders(store).await.map_err(anyhow::Error::from_boxed)?;
+                if holders.iter().any(|(o, name)| name == n && o.starts_with(&mine))
+                    && testing::sqlite_client_locked(store, &c.id).map_err(anyhow::Error::from_boxed)?
+                {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -707,12 +732,9 @@ async fn fresh_db(store: Option<&str>, dir: &std::path::Path) -> Result<String> 
     })
 }
 
-async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &mut Totals) -> Result<()> {
-    let dir = tempfile::tempdir()?;
-    let url = fresh_db(store_kind, dir.path()).await?;
-    let store = Store::connect(&url, true).await?;
-    store.migrate().await?;
-    store.lineage().await?;
+/// The seed's simulator, with its drawn faults (also returned: the liveness
+/// phase turns them off and the safety phase back on).
+async fn start_sim(p: &Params) -> Result<(oduflow_sim::SimHandle, Faults)> {
     let faults = Faults {
         lost_drop: p.lost_drop,
         lost_5xx: p.lost_5xx,
@@ -743,22 +765,38 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         "127.0.0.1:0".parse()?,
     )
     .await?;
-    let mut s = Seed {
-        exe,
-        url: url.clone(),
-        sim,
-        state_dir: tempfile::tempdir()?,
-        rng: Rng(p.seed.wrapping_mul(31).wrapping_add(7)),
-        crashes: 0,
-        pauses: 0,
-        pauses_mid_run: 0,
-        pauses_until_deleted: 0,
-        terminations: 0,
-        flips: 0,
-        reconciles: 0,
-        acts: (0, 0, 0),
-        rotations: vec![],
-    };
+    Ok((sim, faults))
+}
+
+impl<'a> Seed<'a> {
+    fn new(exe: &'a PathBuf, url: String, sim: oduflow_sim::SimHandle, seed: u64) -> Result<Self> {
+        Ok(Seed {
+            exe,
+            url,
+            sim,
+            state_dir: tempfile::tempdir()?,
+            rng: Rng(seed.wrapping_mul(31).wrapping_add(7)),
+            crashes: 0,
+            pauses: 0,
+            pauses_mid_run: 0,
+            pauses_until_deleted: 0,
+            terminations: 0,
+            flips: 0,
+            reconciles: 0,
+            acts: (0, 0, 0),
+            rotations: vec![],
+        })
+    }
+}
+
+async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &mut Totals) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let url = fresh_db(store_kind, dir.path()).await?;
+    let store = Store::connect(&url, true).await?;
+    store.migrate().await?;
+    store.lineage().await?;
+    let (sim, faults) = start_sim(p).await?;
+    let mut s = Seed::new(exe, url.clone(), sim, p.seed)?;
     let spec = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf")?;
     let names: Vec<String> = (0..p.clients).map(|i| format!("c{i}")).collect();
     for n in &names {
@@ -884,7 +922,13 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
             // provider error runs it again; so does the campaign.
             let p1 = provider(&s.sim, KEY)?;
             for tries in 0.. {
-                match operator::credentials_rotate(&store, p1.as_ref(), "campaign", SystemClock.now_ms(), 20).await {
+                match operator::credentials_rotate(
+                    &store,
+                    p1.as_ref(),
+                    operator::Actor { by: "campaign", now_ms: SystemClock.now_ms(), attempts_max: 20 },
+                )
+                .await
+                {
                     Ok(_) => break,
                     Err(operator::OperatorError::Provider(_)) if tries < 5 => {
                         tokio::time::sleep(Duration::from_millis(200)).await
@@ -894,8 +938,14 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
             }
             for c in store.client_list().await? {
                 if c.infra.blocked_reason == Some(BlockedReason::CredentialChanged) {
-                    operator::reconcile(&store, p1.as_ref(), &c.name, false, "campaign", SystemClock.now_ms(), 20)
-                        .await?;
+                    operator::reconcile(
+                        &store,
+                        p1.as_ref(),
+                        &c.name,
+                        false,
+                        operator::Actor { by: "campaign", now_ms: SystemClock.now_ms(), attempts_max: 20 },
+                    )
+                    .await?;
                 }
             }
         }

@@ -3,7 +3,7 @@
 //! pass at scale, each printed with its target and the command that
 //! reproduces it. `--smoke` runs each small (the test command does).
 
-use crate::config::BadInput;
+use crate::BadInput;
 use anyhow::{Context, Result};
 use oduflow_engine::{Clock, EngineConfig, SystemClock, Worker};
 use oduflow_model::provider::{BlockRequest, InstanceRequest, Outcome, Provider};
@@ -690,15 +690,6 @@ async fn queue(a: &BenchArgs, out: &mut Section) -> Result<()> {
     }
     println!("  reproduce: cargo run --release -- bench queue");
     Ok(())
-}
-
-pub fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 /// reconcile --all over `n` clients (2n resources), the simulator in another

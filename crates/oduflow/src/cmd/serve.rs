@@ -38,10 +38,10 @@ pub enum TokenCmd {
 const RESTORE_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub async fn serve(cfg: &Config, args: ServeArgs) -> Result<()> {
-    let store = crate::open(cfg).await?;
+    let store = crate::setup::open(cfg).await?;
     // Operator actions (reconcile, adopt) ask the provider, so the key is
     // needed here as it is for `oduflow reconcile`.
-    let provider = crate::provider(cfg, &store, "serve")?;
+    let provider = crate::setup::provider(cfg, &store, "serve")?;
     // This host compares the database with its memory of it too, at start
     // and every few seconds, so a restored copy is caught (and the API's
     // provider actions refuse) even where no worker runs.
@@ -70,7 +70,7 @@ pub async fn token(cfg: &Config, cmd: TokenCmd) -> Result<()> {
     match cmd {
         TokenCmd::Create { name, json } => {
             oduflow_server::auth::token_name_check(&name).map_err(BadInput)?;
-            let store = crate::open(cfg).await?;
+            let store = crate::setup::open(cfg).await?;
             let token = oduflow_server::auth::token_generate();
             let row = store.api_token_create(&name, &oduflow_server::auth::token_sha256(&token), now_ms).await?;
             if json {
@@ -81,7 +81,7 @@ pub async fn token(cfg: &Config, cmd: TokenCmd) -> Result<()> {
             }
         }
         TokenCmd::List { json } => {
-            let store = crate::open(cfg).await?;
+            let store = crate::setup::open(cfg).await?;
             let rows = store.api_token_list().await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -95,7 +95,7 @@ pub async fn token(cfg: &Config, cmd: TokenCmd) -> Result<()> {
         }
         TokenCmd::Revoke { name } => {
             oduflow_server::auth::token_name_check(&name).map_err(BadInput)?;
-            let store = crate::open(cfg).await?;
+            let store = crate::setup::open(cfg).await?;
             store.api_token_revoke(&name, now_ms).await?;
             println!("token {name} revoked");
         }

@@ -1,0 +1,18 @@
+//! `oduflow credentials rotate`.
+
+use crate::cli::CredentialsCmd;
+use crate::config::Config;
+use crate::setup::{now_ms, open, provider, refuse_if_restored};
+use anyhow::Result;
+use oduflow_engine::operator::{self, Actor};
+use oduflow_model::provider::Provider;
+
+pub async fn run(cfg: &Config, c: CredentialsCmd) -> Result<()> {
+    let CredentialsCmd::Rotate { by, json } = c;
+    let store = open(cfg).await?;
+    let provider = provider(cfg, &store, "cli")?;
+    refuse_if_restored(&store).await?;
+    let actor = Actor { by: &by, now_ms: now_ms(), attempts_max: cfg.attempts_max };
+    let done = operator::credentials_rotate(&store, provider.as_ref(), actor).await?;
+    crate::output::print_rotation(done, &provider.key_fingerprint(), json)
+}

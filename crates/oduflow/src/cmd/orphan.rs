@@ -1,0 +1,33 @@
+//! `oduflow orphan list|adopt|delete`.
+
+use crate::cli::OrphanCmd;
+use crate::config::Config;
+use crate::output::{print_client, print_orphan_deleted, print_orphans};
+use crate::setup::{now_ms, open, provider, refuse_if_restored};
+use anyhow::Result;
+use oduflow_engine::operator::{self, Actor};
+
+pub async fn run(cfg: &Config, c: OrphanCmd) -> Result<()> {
+    match c {
+        OrphanCmd::List { all, json } => {
+            let store = open(cfg).await?;
+            print_orphans(&store.orphans_list(all).await?, json)
+        }
+        OrphanCmd::Adopt { id, by } => {
+            let store = open(cfg).await?;
+            let provider = provider(cfg, &store, "cli")?;
+            refuse_if_restored(&store).await?;
+            let actor = Actor { by: &by, now_ms: now_ms(), attempts_max: cfg.attempts_max };
+            let row = operator::orphan_adopt(&store, provider.as_ref(), &id, actor).await?;
+            print_client(&store, &row, false, false).await
+        }
+        OrphanCmd::Delete { id, by, reason, json } => {
+            let store = open(cfg).await?;
+            let provider = provider(cfg, &store, "cli")?;
+            refuse_if_restored(&store).await?;
+            let actor = Actor { by: &by, now_ms: now_ms(), attempts_max: cfg.attempts_max };
+            let d = operator::orphan_delete(&store, provider.as_ref(), &id, &reason, actor).await?;
+            print_orphan_deleted(&d, json)
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! `oduflow queue status|pause|resume`.
+
+use crate::cli::QueueCmd;
+use crate::config::Config;
+use crate::setup::{now_ms, open};
+use anyhow::Result;
+
+pub async fn run(cfg: &Config, q: QueueCmd) -> Result<()> {
+    let store = open(cfg).await?;
+    match q {
+        QueueCmd::Status { json } => {
+            let s = store.queue_status(now_ms()).await?;
+            crate::output::print_queue_status(&s, store.restore_pending().await?.as_deref(), json)?;
+        }
+        QueueCmd::Pause => {
+            store.queue_set_paused(true, now_ms()).await?;
+            println!("queue paused");
+        }
+        QueueCmd::Resume => {
+            if let Some(why) = store.restore_pending().await? {
+                anyhow::bail!(
+                    "the database was restored ({why}); run `oduflow reconcile --all` before resuming the queue"
+                );
+            }
+            store.queue_set_paused(false, now_ms()).await?;
+            println!("queue resumed");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,36 @@
+//! `oduflow reconcile NAME [--new-dispatch]` and `oduflow reconcile --all`
+//! (the inventory).
+
+use crate::config::{BadInput, Config};
+use crate::output::{print_client, print_inventory};
+use crate::setup::{now_ms, open, provider, refuse_if_restored};
+use anyhow::Result;
+use oduflow_engine::operator::{self, Actor};
+use oduflow_model::*;
+
+pub async fn run(
+    cfg: &Config,
+    name: Option<String>,
+    all: bool,
+    new_dispatch: bool,
+    by: &str,
+    json: bool,
+) -> Result<()> {
+    if all {
+        let store = open(cfg).await?;
+        let provider = provider(cfg, &store, "cli")?;
+        let inv = operator::inventory(&store, provider.as_ref(), now_ms()).await?;
+        provider.flush_budget().await;
+        return print_inventory(&inv, json);
+    }
+    let Some(name) = name else {
+        return Err(BadInput("name a client, or use --all".into()).into());
+    };
+    ClientName::parse(&name)?;
+    let store = open(cfg).await?;
+    let provider = provider(cfg, &store, "cli")?;
+    refuse_if_restored(&store).await?;
+    let actor = Actor { by, now_ms: now_ms(), attempts_max: cfg.attempts_max };
+    let row = operator::reconcile(&store, provider.as_ref(), &name, new_dispatch, actor).await?;
+    print_client(&store, &row, json, false).await
+}

@@ -1,0 +1,14 @@
+//! `oduflow restore declare`.
+
+use crate::cli::RestoreCmd;
+use crate::config::Config;
+use crate::setup::{now_ms, open};
+use anyhow::Result;
+
+pub async fn run(cfg: &Config, c: RestoreCmd) -> Result<()> {
+    let RestoreCmd::Declare { reason } = c;
+    let store = open(cfg).await?;
+    store.restore_declare(&reason, now_ms()).await?;
+    println!("restore declared: the queue claims nothing until `oduflow reconcile --all` has run");
+    Ok(())
+}
