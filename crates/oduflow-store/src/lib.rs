@@ -90,11 +90,27 @@ pub enum StoreError {
     Corrupt(String),
     #[error("database error")]
     Db(#[from] sqlx::Error),
+    /// A database error, with the store operation it failed (the
+    /// `Store` method's name).
+    #[error("{op}: database error")]
+    DbOp {
+        op: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
     #[error("migration failed")]
     Migrate(#[from] sqlx::migrate::MigrateError),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Runs a store operation; a database error it ends in names it.
+pub(crate) async fn named<T>(op: &'static str, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    f.await.map_err(|e| match e {
+        StoreError::Db(source) => StoreError::DbOp { op, source },
+        e => e,
+    })
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
@@ -191,7 +207,7 @@ impl Store {
     /// (only `oduflow init` and the demo do that); without it, a missing or
     /// uninitialized database is an error that changes nothing.
     pub async fn connect(url: &str, create: bool) -> Result<Store> {
-        Self::connect_sized(url, create, POOL_CONNECTIONS_MAX).await
+        crate::named("connect", async move { Self::connect_sized(url, create, POOL_CONNECTIONS_MAX).await }).await
     }
 
     /// Like `connect`, with a pool of `max_connections`. A worker running N
@@ -199,54 +215,57 @@ impl Store {
     /// transaction's connection and needs one more for receipts and reads,
     /// so a smaller pool can starve every job at once.
     pub async fn connect_sized(url: &str, create: bool, max_connections: u32) -> Result<Store> {
-        let store = match Self::check_url(url)? {
-            Backend::Postgres => {
-                let opts = PgConnectOptions::from_str(url).expect("checked");
-                let pool = PgPoolOptions::new()
-                    .max_connections(max_connections)
-                    .acquire_timeout(Duration::from_secs(30))
-                    .connect_with(opts)
-                    .await?;
-                let claims = queue::ClaimConns::new(max_connections as usize);
-                Store { db: Db::Pg(pool, claims) }
+        crate::named("connect_sized", async move {
+            let store = match Self::check_url(url)? {
+                Backend::Postgres => {
+                    let opts = PgConnectOptions::from_str(url).expect("checked");
+                    let pool = PgPoolOptions::new()
+                        .max_connections(max_connections)
+                        .acquire_timeout(Duration::from_secs(30))
+                        .connect_with(opts)
+                        .await?;
+                    let claims = queue::ClaimConns::new(max_connections as usize);
+                    Store { db: Db::Pg(pool, claims) }
+                }
+                Backend::Sqlite => {
+                    let opts = SqliteConnectOptions::from_str(url)
+                        .expect("checked")
+                        .create_if_missing(create)
+                        .journal_mode(SqliteJournalMode::Wal)
+                        // Receipts must survive a crash of the machine, not just of
+                        // the process: sync every commit.
+                        .synchronous(SqliteSynchronous::Full)
+                        .busy_timeout(SQLITE_BUSY_TIMEOUT)
+                        // Without it, INSERT OR REPLACE deletes a row without
+                        // firing its DELETE triggers: a receipt could vanish.
+                        .pragma("recursive_triggers", "ON")
+                        .foreign_keys(true);
+                    let pool = SqlitePoolOptions::new()
+                        .max_connections(max_connections)
+                        .acquire_timeout(SQLITE_BUSY_TIMEOUT)
+                        .connect_with(opts)
+                        .await
+                        .map_err(|e| match e {
+                            sqlx::Error::Database(_) if !create => StoreError::NotInitialized(redact_url(url)),
+                            e => StoreError::Db(e),
+                        })?;
+                    Store { db: Db::Sqlite(pool) }
+                }
+            };
+            if !create && !store.is_initialized().await? {
+                return Err(StoreError::NotInitialized(redact_url(url)));
             }
-            Backend::Sqlite => {
-                let opts = SqliteConnectOptions::from_str(url)
-                    .expect("checked")
-                    .create_if_missing(create)
-                    .journal_mode(SqliteJournalMode::Wal)
-                    // Receipts must survive a crash of the machine, not just of
-                    // the process: sync every commit.
-                    .synchronous(SqliteSynchronous::Full)
-                    .busy_timeout(SQLITE_BUSY_TIMEOUT)
-                    // Without it, INSERT OR REPLACE deletes a row without
-                    // firing its DELETE triggers: a receipt could vanish.
-                    .pragma("recursive_triggers", "ON")
-                    .foreign_keys(true);
-                let pool = SqlitePoolOptions::new()
-                    .max_connections(max_connections)
-                    .acquire_timeout(SQLITE_BUSY_TIMEOUT)
-                    .connect_with(opts)
-                    .await
-                    .map_err(|e| match e {
-                        sqlx::Error::Database(_) if !create => StoreError::NotInitialized(redact_url(url)),
-                        e => StoreError::Db(e),
-                    })?;
-                Store { db: Db::Sqlite(pool) }
+            if !create {
+                // An older schema would fail later, request by request (every
+                // Vultr request reserves its slot in `rate_budget`, added in 6).
+                let have = store.schema_version().await?;
+                if have < SCHEMA_VERSION {
+                    return Err(StoreError::MigrationsPending { url: redact_url(url), have, want: SCHEMA_VERSION });
+                }
             }
-        };
-        if !create && !store.is_initialized().await? {
-            return Err(StoreError::NotInitialized(redact_url(url)));
-        }
-        if !create {
-            // An older schema would fail later, request by request (every
-            // Vultr request reserves its slot in `rate_budget`, added in 6).
-            let have = store.schema_version().await?;
-            if have < SCHEMA_VERSION {
-                return Err(StoreError::MigrationsPending { url: redact_url(url), have, want: SCHEMA_VERSION });
-            }
-        }
-        Ok(store)
+            Ok(store)
+        })
+        .await
     }
 
     pub fn backend(&self) -> Backend {
@@ -258,51 +277,63 @@ impl Store {
 
     /// Creates or migrates the schema. Running it again is harmless.
     pub async fn migrate(&self) -> Result<()> {
-        // Migrations are embedded with include_str! rather than sqlx's
-        // `migrate!` macro, which would pull in sqlx's proc-macro crate.
-        use sqlx::migrate::{Migration, MigrationType, Migrator};
-        use sqlx::{AssertSqlSafe, SqlSafeStr};
-        let files: &[(i64, &str, &'static str)] = match &self.db {
-            Db::Pg(..) => &[
-                (1, "init", include_str!("../migrations/postgres/0001_init.sql")),
-                (2, "tokens", include_str!("../migrations/postgres/0002_tokens.sql")),
-                (3, "adapter state", include_str!("../migrations/postgres/0003_adapter_state.sql")),
-                (4, "fencing", include_str!("../migrations/postgres/0004_fencing.sql")),
-                (5, "orphans", include_str!("../migrations/postgres/0005_orphans.sql")),
-                (6, "rate budget", include_str!("../migrations/postgres/0006_rate_budget.sql")),
-            ],
-            Db::Sqlite(_) => &[
-                (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
-                (2, "tokens", include_str!("../migrations/sqlite/0002_tokens.sql")),
-                (3, "adapter state", include_str!("../migrations/sqlite/0003_adapter_state.sql")),
-                (4, "fencing", include_str!("../migrations/sqlite/0004_fencing.sql")),
-                (5, "orphans", include_str!("../migrations/sqlite/0005_orphans.sql")),
-                (6, "rate budget", include_str!("../migrations/sqlite/0006_rate_budget.sql")),
-            ],
-        };
-        let migrator = Migrator::with_migrations(
-            files
-                .iter()
-                .map(|(v, d, sql)| {
-                    Migration::new(*v, (*d).into(), MigrationType::Simple, AssertSqlSafe(*sql).into_sql_str(), false)
-                })
-                .collect(),
-        );
-        match &self.db {
-            Db::Pg(p, _) => migrator.run(p).await?,
-            Db::Sqlite(p) => migrator.run(p).await?,
-        }
-        Ok(())
+        crate::named("migrate", async move {
+            // Migrations are embedded with include_str! rather than sqlx's
+            // `migrate!` macro, which would pull in sqlx's proc-macro crate.
+            use sqlx::migrate::{Migration, MigrationType, Migrator};
+            use sqlx::{AssertSqlSafe, SqlSafeStr};
+            let files: &[(i64, &str, &'static str)] = match &self.db {
+                Db::Pg(..) => &[
+                    (1, "init", include_str!("../migrations/postgres/0001_init.sql")),
+                    (2, "tokens", include_str!("../migrations/postgres/0002_tokens.sql")),
+                    (3, "adapter state", include_str!("../migrations/postgres/0003_adapter_state.sql")),
+                    (4, "fencing", include_str!("../migrations/postgres/0004_fencing.sql")),
+                    (5, "orphans", include_str!("../migrations/postgres/0005_orphans.sql")),
+                    (6, "rate budget", include_str!("../migrations/postgres/0006_rate_budget.sql")),
+                ],
+                Db::Sqlite(_) => &[
+                    (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
+                    (2, "tokens", include_str!("../migrations/sqlite/0002_tokens.sql")),
+                    (3, "adapter state", include_str!("../migrations/sqlite/0003_adapter_state.sql")),
+                    (4, "fencing", include_str!("../migrations/sqlite/0004_fencing.sql")),
+                    (5, "orphans", include_str!("../migrations/sqlite/0005_orphans.sql")),
+                    (6, "rate budget", include_str!("../migrations/sqlite/0006_rate_budget.sql")),
+                ],
+            };
+            let migrator = Migrator::with_migrations(
+                files
+                    .iter()
+                    .map(|(v, d, sql)| {
+                        Migration::new(
+                            *v,
+                            (*d).into(),
+                            MigrationType::Simple,
+                            AssertSqlSafe(*sql).into_sql_str(),
+                            false,
+                        )
+                    })
+                    .collect(),
+            );
+            match &self.db {
+                Db::Pg(p, _) => migrator.run(p).await?,
+                Db::Sqlite(p) => migrator.run(p).await?,
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// The newest migration applied.
     pub async fn schema_version(&self) -> Result<i64> {
-        let v: i64 = both!(self, p => {
-            sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success")
-                .fetch_one(p)
-                .await?
-        });
-        Ok(v)
+        crate::named("schema_version", async move {
+            let v: i64 = both!(self, p => {
+                sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success")
+                    .fetch_one(p)
+                    .await?
+            });
+            Ok(v)
+        })
+        .await
     }
 
     async fn is_initialized(&self) -> Result<bool> {
@@ -341,194 +372,227 @@ impl Store {
         now_ms: i64,
         attempts_max: i32,
     ) -> Result<ClientRow> {
-        let id = oduflow_model::ClientId::new_v7();
-        both!(self, p => {
-            let mut tx = crate::BeginWrite::begin_write(p).await?;
-            let exists: Option<(String, String, i64)> = sqlx::query_as(
-                "SELECT c.id, i.target, i.generation FROM clients c JOIN infra i ON i.client_id = c.id \
-                 WHERE c.name = $1")
-                .bind(name.as_str())
-                .fetch_optional(&mut *tx)
-                .await?;
-            if let Some((id, target, generation)) = exists {
-                // Creating a client whose target is `absent` with the same
-                // spec sets it back to `present` (a target flip); anything
-                // else is a name clash.
-                let same: i64 = sqlx::query_scalar(
-                    "SELECT count(*) FROM infra WHERE client_id = $1 AND region = $2 AND plan = $3 AND os_id = $4 \
-                     AND volume_gb = $5 AND volume_type = $6")
-                    .bind(&id).bind(&spec.region).bind(&spec.plan).bind(spec.os_id)
-                    .bind(spec.volume_gb).bind(spec.volume_type.as_str())
-                    .fetch_one(&mut *tx).await?;
-                if target != Target::Absent.as_str() || same == 0 {
-                    return Err(StoreError::ClientExists(name.to_string()));
+        crate::named("client_create", async move {
+            let id = oduflow_model::ClientId::new_v7();
+            both!(self, p => {
+                let mut tx = crate::BeginWrite::begin_write(p).await?;
+                let exists: Option<(String, String, i64)> = sqlx::query_as(
+                    "SELECT c.id, i.target, i.generation FROM clients c JOIN infra i ON i.client_id = c.id \
+                     WHERE c.name = $1")
+                    .bind(name.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                if let Some((id, target, generation)) = exists {
+                    // Creating a client whose target is `absent` with the same
+                    // spec sets it back to `present` (a target flip); anything
+                    // else is a name clash.
+                    let same: i64 = sqlx::query_scalar(
+                        "SELECT count(*) FROM infra WHERE client_id = $1 AND region = $2 AND plan = $3 AND os_id = $4 \
+                         AND volume_gb = $5 AND volume_type = $6")
+                        .bind(&id).bind(&spec.region).bind(&spec.plan).bind(spec.os_id)
+                        .bind(spec.volume_gb).bind(spec.volume_type.as_str())
+                        .fetch_one(&mut *tx).await?;
+                    if target != Target::Absent.as_str() || same == 0 {
+                        return Err(StoreError::ClientExists(name.to_string()));
+                    }
+                    let generation = generation + 1;
+                    sqlx::query(
+                        "UPDATE infra SET target = 'present', generation = $2, status = 'pending', \
+                         blocked_reason = NULL, blocked_detail = NULL, updated_ms = $3 WHERE client_id = $1")
+                        .bind(&id).bind(generation).bind(now_ms)
+                        .execute(&mut *tx).await?;
+                    let id = oduflow_model::ClientId(id);
+                    let job = NewJob::for_client(&id, JobKind::Provision, generation, now_ms, attempts_max);
+                    queue::job_insert(&mut *tx, &job).await?;
+                    queue::event_insert(&mut *tx, Some(&id), "client_recreate_requested",
+                        &serde_json::json!({ "generation": generation }), now_ms).await?;
+                    tx.commit().await?;
+                    return self.client_get(name.as_str()).await?
+                        .ok_or_else(|| StoreError::ClientNotFound(name.to_string()));
                 }
-                let generation = generation + 1;
+                sqlx::query("INSERT INTO clients (id, name, created_ms) VALUES ($1, $2, $3)")
+                    .bind(id.as_str())
+                    .bind(name.as_str())
+                    .bind(now_ms)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| unique_to(e, || StoreError::ClientExists(name.to_string())))?;
                 sqlx::query(
-                    "UPDATE infra SET target = 'present', generation = $2, status = 'pending', \
-                     blocked_reason = NULL, blocked_detail = NULL, updated_ms = $3 WHERE client_id = $1")
-                    .bind(&id).bind(generation).bind(now_ms)
-                    .execute(&mut *tx).await?;
-                let id = oduflow_model::ClientId(id);
-                let job = NewJob::for_client(&id, JobKind::Provision, generation, now_ms, attempts_max);
-                queue::job_insert(&mut *tx, &job).await?;
-                queue::event_insert(&mut *tx, Some(&id), "client_recreate_requested",
-                    &serde_json::json!({ "generation": generation }), now_ms).await?;
-                tx.commit().await?;
-                return self.client_get(name.as_str()).await?
-                    .ok_or_else(|| StoreError::ClientNotFound(name.to_string()));
-            }
-            sqlx::query("INSERT INTO clients (id, name, created_ms) VALUES ($1, $2, $3)")
+                    "INSERT INTO infra (client_id, region, plan, os_id, volume_gb, volume_type, target, \
+                     generation, status, updated_ms) VALUES ($1, $2, $3, $4, $5, $6, 'present', 1, 'pending', $7)",
+                )
                 .bind(id.as_str())
-                .bind(name.as_str())
+                .bind(&spec.region)
+                .bind(&spec.plan)
+                .bind(spec.os_id)
+                .bind(spec.volume_gb)
+                .bind(spec.volume_type.as_str())
                 .bind(now_ms)
                 .execute(&mut *tx)
-                .await
-                .map_err(|e| unique_to(e, || StoreError::ClientExists(name.to_string())))?;
-            sqlx::query(
-                "INSERT INTO infra (client_id, region, plan, os_id, volume_gb, volume_type, target, \
-                 generation, status, updated_ms) VALUES ($1, $2, $3, $4, $5, $6, 'present', 1, 'pending', $7)",
-            )
-            .bind(id.as_str())
-            .bind(&spec.region)
-            .bind(&spec.plan)
-            .bind(spec.os_id)
-            .bind(spec.volume_gb)
-            .bind(spec.volume_type.as_str())
-            .bind(now_ms)
-            .execute(&mut *tx)
-            .await?;
-            let job = NewJob::for_client(&id, JobKind::Provision, 1, now_ms, attempts_max);
-            queue::job_insert(&mut *tx, &job).await?;
-            queue::event_insert(&mut *tx, Some(&id), "client_created", &serde_json::json!({
-                "name": name.as_str(), "spec": spec,
-            }), now_ms).await?;
-            tx.commit().await?;
-        });
-        self.client_get(name.as_str()).await?.ok_or_else(|| StoreError::ClientNotFound(name.to_string()))
+                .await?;
+                let job = NewJob::for_client(&id, JobKind::Provision, 1, now_ms, attempts_max);
+                queue::job_insert(&mut *tx, &job).await?;
+                queue::event_insert(&mut *tx, Some(&id), "client_created", &serde_json::json!({
+                    "name": name.as_str(), "spec": spec,
+                }), now_ms).await?;
+                tx.commit().await?;
+            });
+            self.client_get(name.as_str()).await?.ok_or_else(|| StoreError::ClientNotFound(name.to_string()))
+        })
+        .await
     }
 
     /// Sets the target to `absent`: bumps the generation (so queued creation
     /// jobs become stale) and enqueues deletion. Deleting a client whose
     /// target is already `absent` changes nothing.
     pub async fn client_delete(&self, name: &str, now_ms: i64, attempts_max: i32) -> Result<ClientRow> {
-        both!(self, p => {
-            let mut tx = crate::BeginWrite::begin_write(p).await?;
-            let row: Option<(String, String, i64)> = sqlx::query_as(
-                "SELECT i.client_id, i.target, i.generation FROM infra i JOIN clients c ON c.id = i.client_id \
-                 WHERE c.name = $1",
-            )
-            .bind(name)
-            .fetch_optional(&mut *tx)
-            .await?;
-            let Some((id, target, generation)) = row else {
-                return Err(StoreError::ClientNotFound(name.to_owned()));
-            };
-            if target != Target::Absent.as_str() {
-                let generation = generation + 1;
-                sqlx::query(
-                    "UPDATE infra SET target = 'absent', generation = $2, status = 'deleting', \
-                     blocked_reason = NULL, blocked_detail = NULL, progress = '{}', updated_ms = $3 \
-                     WHERE client_id = $1",
+        crate::named("client_delete", async move {
+            both!(self, p => {
+                let mut tx = crate::BeginWrite::begin_write(p).await?;
+                let row: Option<(String, String, i64)> = sqlx::query_as(
+                    "SELECT i.client_id, i.target, i.generation FROM infra i JOIN clients c ON c.id = i.client_id \
+                     WHERE c.name = $1",
                 )
-                .bind(&id)
-                .bind(generation)
-                .bind(now_ms)
-                .execute(&mut *tx)
+                .bind(name)
+                .fetch_optional(&mut *tx)
                 .await?;
-                let id = oduflow_model::ClientId(id);
-                let job = NewJob::for_client(&id, JobKind::Deprovision, generation, now_ms, attempts_max);
-                queue::job_insert(&mut *tx, &job).await?;
-                queue::event_insert(&mut *tx, Some(&id), "client_delete_requested",
-                    &serde_json::json!({ "generation": generation }), now_ms).await?;
-            }
-            tx.commit().await?;
-        });
-        self.client_get(name).await?.ok_or_else(|| StoreError::ClientNotFound(name.to_owned()))
+                let Some((id, target, generation)) = row else {
+                    return Err(StoreError::ClientNotFound(name.to_owned()));
+                };
+                if target != Target::Absent.as_str() {
+                    let generation = generation + 1;
+                    sqlx::query(
+                        "UPDATE infra SET target = 'absent', generation = $2, status = 'deleting', \
+                         blocked_reason = NULL, blocked_detail = NULL, progress = '{}', updated_ms = $3 \
+                         WHERE client_id = $1",
+                    )
+                    .bind(&id)
+                    .bind(generation)
+                    .bind(now_ms)
+                    .execute(&mut *tx)
+                    .await?;
+                    let id = oduflow_model::ClientId(id);
+                    let job = NewJob::for_client(&id, JobKind::Deprovision, generation, now_ms, attempts_max);
+                    queue::job_insert(&mut *tx, &job).await?;
+                    queue::event_insert(&mut *tx, Some(&id), "client_delete_requested",
+                        &serde_json::json!({ "generation": generation }), now_ms).await?;
+                }
+                tx.commit().await?;
+            });
+            self.client_get(name).await?.ok_or_else(|| StoreError::ClientNotFound(name.to_owned()))
+        })
+        .await
     }
 
     pub async fn client_get(&self, name: &str) -> Result<Option<ClientRow>> {
-        let sql = const_format_client_select!("WHERE c.name = $1");
-        both!(self, p => {
-            let row = sqlx::query(sql).bind(name).fetch_optional(p).await?;
-            row.as_ref().map(rows::client_from_row).transpose()
+        crate::named("client_get", async move {
+            let sql = const_format_client_select!("WHERE c.name = $1");
+            both!(self, p => {
+                let row = sqlx::query(sql).bind(name).fetch_optional(p).await?;
+                row.as_ref().map(rows::client_from_row).transpose()
+            })
         })
+        .await
     }
 
     pub async fn client_get_by_id(&self, id: &oduflow_model::ClientId) -> Result<Option<ClientRow>> {
-        let sql = const_format_client_select!("WHERE c.id = $1");
-        both!(self, p => {
-            let row = sqlx::query(sql).bind(id.as_str()).fetch_optional(p).await?;
-            row.as_ref().map(rows::client_from_row).transpose()
+        crate::named("client_get_by_id", async move {
+            let sql = const_format_client_select!("WHERE c.id = $1");
+            both!(self, p => {
+                let row = sqlx::query(sql).bind(id.as_str()).fetch_optional(p).await?;
+                row.as_ref().map(rows::client_from_row).transpose()
+            })
         })
+        .await
     }
 
     pub async fn client_list(&self) -> Result<Vec<ClientRow>> {
-        let sql = const_format_client_select!("ORDER BY c.name");
-        both!(self, p => {
-            let rows = sqlx::query(sql).fetch_all(p).await?;
-            rows.iter().map(rows::client_from_row).collect()
+        crate::named("client_list", async move {
+            let sql = const_format_client_select!("ORDER BY c.name");
+            both!(self, p => {
+                let rows = sqlx::query(sql).fetch_all(p).await?;
+                rows.iter().map(rows::client_from_row).collect()
+            })
         })
+        .await
     }
 
     /// Counts clients per status.
     pub async fn client_status_counts(&self) -> Result<Vec<(ClientStatus, i64)>> {
-        both!(self, p => {
-            let rows: Vec<(String, i64)> =
-                sqlx::query_as("SELECT status, count(*) FROM infra GROUP BY status ORDER BY status")
-                    .fetch_all(p)
-                    .await?;
-            rows.into_iter()
-                .map(|(s, n)| Ok((ClientStatus::parse(&s).ok_or_else(|| StoreError::Corrupt(s))?, n)))
-                .collect()
+        crate::named("client_status_counts", async move {
+            both!(self, p => {
+                let rows: Vec<(String, i64)> =
+                    sqlx::query_as("SELECT status, count(*) FROM infra GROUP BY status ORDER BY status")
+                        .fetch_all(p)
+                        .await?;
+                rows.into_iter()
+                    .map(|(s, n)| Ok((ClientStatus::parse(&s).ok_or_else(|| StoreError::Corrupt(s))?, n)))
+                    .collect()
+            })
         })
+        .await
     }
 
     // ---- settings --------------------------------------------------------
 
     pub async fn setting_get(&self, key: &str) -> Result<Option<String>> {
-        both!(self, p => Ok(sqlx::query_scalar("SELECT value FROM settings WHERE key = $1")
-            .bind(key).fetch_optional(p).await?))
+        crate::named("setting_get", async move {
+            both!(self, p => Ok(sqlx::query_scalar("SELECT value FROM settings WHERE key = $1")
+                .bind(key).fetch_optional(p).await?))
+        })
+        .await
     }
 
     pub async fn setting_set(&self, key: &str, value: &str) -> Result<()> {
-        both!(self, p => {
-            sqlx::query("INSERT INTO settings (key, value) VALUES ($1, $2) \
-                         ON CONFLICT (key) DO UPDATE SET value = excluded.value")
-                .bind(key).bind(value).execute(p).await?;
-        });
-        Ok(())
+        crate::named("setting_set", async move {
+            both!(self, p => {
+                sqlx::query("INSERT INTO settings (key, value) VALUES ($1, $2) \
+                             ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+                    .bind(key).bind(value).execute(p).await?;
+            });
+            Ok(())
+        })
+        .await
     }
 
     // ---- events ----------------------------------------------------------
 
     pub async fn events_for_client(&self, id: &oduflow_model::ClientId) -> Result<Vec<EventRow>> {
-        both!(self, p => {
-            let rows = sqlx::query("SELECT id, client_ref, kind, detail, at_ms FROM events \
-                                    WHERE client_ref = $1 ORDER BY id")
-                .bind(id.as_str()).fetch_all(p).await?;
-            rows.iter().map(rows::event_from_row).collect()
+        crate::named("events_for_client", async move {
+            both!(self, p => {
+                let rows = sqlx::query("SELECT id, client_ref, kind, detail, at_ms FROM events \
+                                        WHERE client_ref = $1 ORDER BY id")
+                    .bind(id.as_str()).fetch_all(p).await?;
+                rows.iter().map(rows::event_from_row).collect()
+            })
         })
+        .await
     }
 
     /// The latest `limit` events, newest first (the dashboard's and the
     /// API's recent activity).
     pub async fn events_recent(&self, limit: i64) -> Result<Vec<EventRow>> {
-        both!(self, p => {
-            let rows = sqlx::query("SELECT id, client_ref, kind, detail, at_ms FROM events \
-                                    ORDER BY id DESC LIMIT $1")
-                .bind(limit).fetch_all(p).await?;
-            rows.iter().map(rows::event_from_row).collect()
+        crate::named("events_recent", async move {
+            both!(self, p => {
+                let rows = sqlx::query("SELECT id, client_ref, kind, detail, at_ms FROM events \
+                                        ORDER BY id DESC LIMIT $1")
+                    .bind(limit).fetch_all(p).await?;
+                rows.iter().map(rows::event_from_row).collect()
+            })
         })
+        .await
     }
 
     pub async fn events_by_kind(&self, kind: &str) -> Result<Vec<EventRow>> {
-        both!(self, p => {
-            let rows = sqlx::query("SELECT id, client_ref, kind, detail, at_ms FROM events \
-                                    WHERE kind = $1 ORDER BY id")
-                .bind(kind).fetch_all(p).await?;
-            rows.iter().map(rows::event_from_row).collect()
+        crate::named("events_by_kind", async move {
+            both!(self, p => {
+                let rows = sqlx::query("SELECT id, client_ref, kind, detail, at_ms FROM events \
+                                        WHERE kind = $1 ORDER BY id")
+                    .bind(kind).fetch_all(p).await?;
+                rows.iter().map(rows::event_from_row).collect()
+            })
         })
+        .await
     }
 }
 

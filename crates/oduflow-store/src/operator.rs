@@ -38,42 +38,45 @@ impl Store {
         now_ms: i64,
         attempts_max: i32,
     ) -> Result<ClientRow> {
-        both!(self, p => {
-            let mut tx = crate::BeginWrite::begin_write(p).await?;
-            let row: Option<(String, String, i64)> = sqlx::query_as(
-                "SELECT i.client_id, i.target, i.generation FROM infra i JOIN clients c ON c.id = i.client_id \
-                 WHERE c.name = $1")
-                .bind(name).fetch_optional(&mut *tx).await?;
-            let Some((id, target, generation)) = row else {
-                return Err(StoreError::ClientNotFound(name.to_owned()));
-            };
-            let target = Target::parse(&target).ok_or_else(|| StoreError::Corrupt(target.clone()))?;
-            let generation = generation + 1;
-            let to = |k: ResourceKind| advance.iter().find(|(a, _)| *a == k).map_or(0, |(_, g)| *g);
-            let (vm, volume, attach) = (to(ResourceKind::Vm), to(ResourceKind::Volume), to(ResourceKind::Attach));
-            let status = match target { Target::Present => "provisioning", Target::Absent => "deleting" };
-            sqlx::query(
-                "UPDATE infra SET generation = $2, status = $3, blocked_reason = NULL, blocked_detail = NULL, \
-                 vm_dispatch_generation = CASE WHEN vm_dispatch_generation < $4 THEN $4 ELSE vm_dispatch_generation END, \
-                 volume_dispatch_generation = CASE WHEN volume_dispatch_generation < $5 THEN $5 ELSE volume_dispatch_generation END, \
-                 attach_dispatch_generation = CASE WHEN attach_dispatch_generation < $6 THEN $6 ELSE attach_dispatch_generation END, \
-                 updated_ms = $7 \
-                 WHERE client_id = $1")
-                .bind(&id).bind(generation).bind(status)
-                .bind(vm).bind(volume).bind(attach).bind(now_ms)
-                .execute(&mut *tx).await?;
-            // A fresh start for adapters that had failed.
-            sqlx::query("UPDATE adapter_state SET failures = 0 WHERE client_id = $1").bind(&id).execute(&mut *tx).await?;
-            let id = ClientId(id);
-            let kind = match target { Target::Present => JobKind::Provision, Target::Absent => JobKind::Deprovision };
-            job_insert(&mut *tx, &NewJob::for_client(&id, kind, generation, now_ms, attempts_max)).await?;
-            event_insert(&mut *tx, Some(&id), "reconcile_requested", &serde_json::json!({
-                "by": actor, "generation": generation,
-                "new_dispatch": advance.iter().map(|(k, g)| serde_json::json!({ "kind": k, "dispatch_generation": g })).collect::<Vec<_>>(),
-            }), now_ms).await?;
-            tx.commit().await?;
-        });
-        self.client_get(name).await?.ok_or_else(|| StoreError::ClientNotFound(name.to_owned()))
+        crate::named("client_reconcile", async move {
+            both!(self, p => {
+                let mut tx = crate::BeginWrite::begin_write(p).await?;
+                let row: Option<(String, String, i64)> = sqlx::query_as(
+                    "SELECT i.client_id, i.target, i.generation FROM infra i JOIN clients c ON c.id = i.client_id \
+                     WHERE c.name = $1")
+                    .bind(name).fetch_optional(&mut *tx).await?;
+                let Some((id, target, generation)) = row else {
+                    return Err(StoreError::ClientNotFound(name.to_owned()));
+                };
+                let target = Target::parse(&target).ok_or_else(|| StoreError::Corrupt(target.clone()))?;
+                let generation = generation + 1;
+                let to = |k: ResourceKind| advance.iter().find(|(a, _)| *a == k).map_or(0, |(_, g)| *g);
+                let (vm, volume, attach) = (to(ResourceKind::Vm), to(ResourceKind::Volume), to(ResourceKind::Attach));
+                let status = match target { Target::Present => "provisioning", Target::Absent => "deleting" };
+                sqlx::query(
+                    "UPDATE infra SET generation = $2, status = $3, blocked_reason = NULL, blocked_detail = NULL, \
+                     vm_dispatch_generation = CASE WHEN vm_dispatch_generation < $4 THEN $4 ELSE vm_dispatch_generation END, \
+                     volume_dispatch_generation = CASE WHEN volume_dispatch_generation < $5 THEN $5 ELSE volume_dispatch_generation END, \
+                     attach_dispatch_generation = CASE WHEN attach_dispatch_generation < $6 THEN $6 ELSE attach_dispatch_generation END, \
+                     updated_ms = $7 \
+                     WHERE client_id = $1")
+                    .bind(&id).bind(generation).bind(status)
+                    .bind(vm).bind(volume).bind(attach).bind(now_ms)
+                    .execute(&mut *tx).await?;
+                // A fresh start for adapters that had failed.
+                sqlx::query("UPDATE adapter_state SET failures = 0 WHERE client_id = $1").bind(&id).execute(&mut *tx).await?;
+                let id = ClientId(id);
+                let kind = match target { Target::Present => JobKind::Provision, Target::Absent => JobKind::Deprovision };
+                job_insert(&mut *tx, &NewJob::for_client(&id, kind, generation, now_ms, attempts_max)).await?;
+                event_insert(&mut *tx, Some(&id), "reconcile_requested", &serde_json::json!({
+                    "by": actor, "generation": generation,
+                    "new_dispatch": advance.iter().map(|(k, g)| serde_json::json!({ "kind": k, "dispatch_generation": g })).collect::<Vec<_>>(),
+                }), now_ms).await?;
+                tx.commit().await?;
+            });
+            self.client_get(name).await?.ok_or_else(|| StoreError::ClientNotFound(name.to_owned()))
+        })
+        .await
     }
 
     /// Binds records to a new key after its ownership of every recorded
@@ -90,90 +93,105 @@ impl Store {
         now_ms: i64,
         attempts_max: i32,
     ) -> Result<Vec<ClientId>> {
-        // PostgreSQL: the record's row lock first, so no run of it can
-        // record a receipt between this comparison and the rebind (SQLite's
-        // write lock already excludes the receipt writer).
-        let lock = match &self.db {
-            Db::Pg(..) => "SELECT client_id FROM infra WHERE client_id = $1 FOR UPDATE",
-            Db::Sqlite(_) => "SELECT client_id FROM infra WHERE client_id = $1",
-        };
-        both!(self, p => {
-            let mut tx = crate::BeginWrite::begin_write(p).await?;
-            let mut changed = vec![];
-            for c in clients {
-                sqlx::query(lock).bind(c.client.as_str()).execute(&mut *tx).await?;
-                let mut now: Vec<(String, Option<String>)> =
-                    sqlx::query_as("SELECT operation_key, resource_id FROM dispatch_receipts WHERE client_ref = $1")
-                        .bind(c.client.as_str()).fetch_all(&mut *tx).await?;
-                now.sort();
-                if now != c.proven {
-                    changed.push(c.client.clone());
-                    continue;
+        crate::named("clients_rebind_key", async move {
+            // PostgreSQL: the record's row lock first, so no run of it can
+            // record a receipt between this comparison and the rebind (SQLite's
+            // write lock already excludes the receipt writer).
+            let lock = match &self.db {
+                Db::Pg(..) => "SELECT client_id FROM infra WHERE client_id = $1 FOR UPDATE",
+                Db::Sqlite(_) => "SELECT client_id FROM infra WHERE client_id = $1",
+            };
+            both!(self, p => {
+                let mut tx = crate::BeginWrite::begin_write(p).await?;
+                let mut changed = vec![];
+                for c in clients {
+                    sqlx::query(lock).bind(c.client.as_str()).execute(&mut *tx).await?;
+                    let mut now: Vec<(String, Option<String>)> =
+                        sqlx::query_as("SELECT operation_key, resource_id FROM dispatch_receipts WHERE client_ref = $1")
+                            .bind(c.client.as_str()).fetch_all(&mut *tx).await?;
+                    now.sort();
+                    if now != c.proven {
+                        changed.push(c.client.clone());
+                        continue;
+                    }
+                    let row: Option<(String, i64)> = sqlx::query_as(
+                        "UPDATE infra SET key_fingerprint = $2, generation = generation + 1, updated_ms = $4, \
+                         status = CASE WHEN blocked_reason = 'credential_changed' \
+                           THEN (CASE WHEN target = 'present' THEN 'provisioning' ELSE 'deleting' END) ELSE status END, \
+                         blocked_detail = CASE WHEN blocked_reason = 'credential_changed' THEN NULL ELSE blocked_detail END, \
+                         blocked_reason = CASE WHEN blocked_reason = 'credential_changed' THEN NULL ELSE blocked_reason END \
+                         WHERE client_id = $1 AND key_fingerprint = $3 RETURNING target, generation")
+                        .bind(c.client.as_str()).bind(new.as_str()).bind(c.old.as_str()).bind(now_ms)
+                        .fetch_optional(&mut *tx).await?;
+                    let Some((target, generation)) = row else { continue };
+                    let kind = if target == Target::Present.as_str() { JobKind::Provision } else { JobKind::Deprovision };
+                    job_insert(&mut *tx, &NewJob::for_client(&c.client, kind, generation, now_ms, attempts_max)).await?;
+                    event_insert(&mut *tx, Some(&c.client), "key_rebound", &serde_json::json!({
+                        "by": actor, "from": c.old.short(), "to": new.short(), "generation": generation,
+                    }), now_ms).await?;
                 }
-                let row: Option<(String, i64)> = sqlx::query_as(
-                    "UPDATE infra SET key_fingerprint = $2, generation = generation + 1, updated_ms = $4, \
-                     status = CASE WHEN blocked_reason = 'credential_changed' \
-                       THEN (CASE WHEN target = 'present' THEN 'provisioning' ELSE 'deleting' END) ELSE status END, \
-                     blocked_detail = CASE WHEN blocked_reason = 'credential_changed' THEN NULL ELSE blocked_detail END, \
-                     blocked_reason = CASE WHEN blocked_reason = 'credential_changed' THEN NULL ELSE blocked_reason END \
-                     WHERE client_id = $1 AND key_fingerprint = $3 RETURNING target, generation")
-                    .bind(c.client.as_str()).bind(new.as_str()).bind(c.old.as_str()).bind(now_ms)
-                    .fetch_optional(&mut *tx).await?;
-                let Some((target, generation)) = row else { continue };
-                let kind = if target == Target::Present.as_str() { JobKind::Provision } else { JobKind::Deprovision };
-                job_insert(&mut *tx, &NewJob::for_client(&c.client, kind, generation, now_ms, attempts_max)).await?;
-                event_insert(&mut *tx, Some(&c.client), "key_rebound", &serde_json::json!({
-                    "by": actor, "from": c.old.short(), "to": new.short(), "generation": generation,
-                }), now_ms).await?;
-            }
-            tx.commit().await?;
-            Ok(changed)
+                tx.commit().await?;
+                Ok(changed)
+            })
         })
+        .await
     }
 
     pub async fn restore_pending(&self) -> Result<Option<String>> {
-        self.setting_get(SETTING_RESTORE_PENDING).await
+        crate::named("restore_pending", async move { self.setting_get(SETTING_RESTORE_PENDING).await }).await
     }
 
     /// Marks the database as restored: the queue claims nothing until an
     /// inventory pass clears it.
     pub async fn restore_declare(&self, why: &str, now_ms: i64) -> Result<()> {
-        self.setting_set(SETTING_RESTORE_PENDING, why).await?;
-        self.event_global("restore_declared", serde_json::json!({ "why": why }), now_ms).await
+        crate::named("restore_declare", async move {
+            self.setting_set(SETTING_RESTORE_PENDING, why).await?;
+            self.event_global("restore_declared", serde_json::json!({ "why": why }), now_ms).await
+        })
+        .await
     }
 
     /// Ends a pending restore after an inventory pass. The lineage moves to a
     /// new epoch, so hosts that remember the pre-restore high-water mark do
     /// not take the reconciled copy for another restore.
     pub async fn restore_clear(&self, report: serde_json::Value, now_ms: i64) -> Result<()> {
-        let was_pending = self.restore_pending().await?.is_some();
-        both!(self, p => {
-            sqlx::query("DELETE FROM settings WHERE key = $1").bind(SETTING_RESTORE_PENDING).execute(p).await?;
-        });
-        if was_pending {
-            self.setting_set(SETTING_LINEAGE, &uuid::Uuid::new_v4().to_string()).await?;
-        }
-        self.event_global("inventory_reconciled", report, now_ms).await
+        crate::named("restore_clear", async move {
+            let was_pending = self.restore_pending().await?.is_some();
+            both!(self, p => {
+                sqlx::query("DELETE FROM settings WHERE key = $1").bind(SETTING_RESTORE_PENDING).execute(p).await?;
+            });
+            if was_pending {
+                self.setting_set(SETTING_LINEAGE, &uuid::Uuid::new_v4().to_string()).await?;
+            }
+            self.event_global("inventory_reconciled", report, now_ms).await
+        })
+        .await
     }
 
     pub async fn event_global(&self, kind: &str, detail: serde_json::Value, now_ms: i64) -> Result<()> {
-        both!(self, p => {
-            let mut c = p.acquire().await?;
-            event_insert(&mut *c, None, kind, &detail, now_ms).await
+        crate::named("event_global", async move {
+            both!(self, p => {
+                let mut c = p.acquire().await?;
+                event_insert(&mut *c, None, kind, &detail, now_ms).await
+            })
         })
+        .await
     }
 
     /// The lineage id, created on first use.
     pub async fn lineage(&self) -> Result<String> {
-        if let Some(l) = self.setting_get(SETTING_LINEAGE).await? {
-            return Ok(l);
-        }
-        let l = uuid::Uuid::new_v4().to_string();
-        both!(self, p => {
-            sqlx::query("INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING")
-                .bind(SETTING_LINEAGE).bind(&l).execute(p).await?;
-        });
-        Ok(self.setting_get(SETTING_LINEAGE).await?.unwrap_or(l))
+        crate::named("lineage", async move {
+            if let Some(l) = self.setting_get(SETTING_LINEAGE).await? {
+                return Ok(l);
+            }
+            let l = uuid::Uuid::new_v4().to_string();
+            both!(self, p => {
+                sqlx::query("INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING")
+                    .bind(SETTING_LINEAGE).bind(&l).execute(p).await?;
+            });
+            Ok(self.setting_get(SETTING_LINEAGE).await?.unwrap_or(l))
+        })
+        .await
     }
 
     /// The highest event id: grows with every change, so a copy restored from
@@ -181,15 +199,21 @@ impl Store {
     /// What the event with this id was (`kind@at_ms`), to tell the history a
     /// host saw from another one that reached the same id after a restore.
     pub async fn event_stamp(&self, id: i64) -> Result<Option<String>> {
-        both!(self, p => {
-            let row: Option<(String, i64)> = sqlx::query_as("SELECT kind, at_ms FROM events WHERE id = $1")
-                .bind(id).fetch_optional(p).await?;
-            Ok(row.map(|(kind, at)| format!("{kind}@{at}")))
+        crate::named("event_stamp", async move {
+            both!(self, p => {
+                let row: Option<(String, i64)> = sqlx::query_as("SELECT kind, at_ms FROM events WHERE id = $1")
+                    .bind(id).fetch_optional(p).await?;
+                Ok(row.map(|(kind, at)| format!("{kind}@{at}")))
+            })
         })
+        .await
     }
 
     pub async fn high_water_mark(&self) -> Result<i64> {
-        both!(self, p => Ok(sqlx::query_scalar::<_, Option<i64>>("SELECT max(id) FROM events")
-            .fetch_one(p).await?.unwrap_or(0)))
+        crate::named("high_water_mark", async move {
+            both!(self, p => Ok(sqlx::query_scalar::<_, Option<i64>>("SELECT max(id) FROM events")
+                .fetch_one(p).await?.unwrap_or(0)))
+        })
+        .await
     }
 }

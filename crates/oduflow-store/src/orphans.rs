@@ -56,60 +56,72 @@ impl Store {
     /// (again) or refreshed; an open one the pass no longer found is resolved
     /// as "no longer an orphan" (listed no more, or accounted for now).
     pub async fn orphans_record(&self, found: &[FoundOrphan], now_ms: i64) -> Result<()> {
-        both!(self, p => {
-            let mut tx = crate::BeginWrite::begin_write(p).await?;
-            let open: Vec<String> = sqlx::query_scalar("SELECT resource_id FROM orphans WHERE resolved_ms IS NULL")
-                .fetch_all(&mut *tx).await?;
-            for o in found {
-                sqlx::query(
-                    "INSERT INTO orphans (resource_id, kind, label, client_ref, note, found_ms, last_seen_ms) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $6) \
-                     ON CONFLICT (resource_id) DO UPDATE SET kind = excluded.kind, label = excluded.label, \
-                     client_ref = excluded.client_ref, note = excluded.note, last_seen_ms = excluded.last_seen_ms, \
-                     found_ms = CASE WHEN orphans.resolved_ms IS NULL THEN orphans.found_ms ELSE excluded.found_ms END, \
-                     resolved_ms = NULL, resolution = NULL")
-                    .bind(&o.resource_id).bind(o.kind.as_str()).bind(&o.label)
-                    .bind(o.client_ref.as_ref().map(|c| c.as_str())).bind(&o.note).bind(now_ms)
-                    .execute(&mut *tx).await?;
-            }
-            for id in open.iter().filter(|id| !found.iter().any(|o| &o.resource_id == *id)) {
-                sqlx::query("UPDATE orphans SET resolved_ms = $2, resolution = $3 WHERE resource_id = $1 AND resolved_ms IS NULL")
-                    .bind(id).bind(now_ms).bind("no longer an orphan at the last inventory pass")
-                    .execute(&mut *tx).await?;
-            }
-            tx.commit().await?;
-        });
-        Ok(())
+        crate::named("orphans_record", async move {
+            both!(self, p => {
+                let mut tx = crate::BeginWrite::begin_write(p).await?;
+                let open: Vec<String> = sqlx::query_scalar("SELECT resource_id FROM orphans WHERE resolved_ms IS NULL")
+                    .fetch_all(&mut *tx).await?;
+                for o in found {
+                    sqlx::query(
+                        "INSERT INTO orphans (resource_id, kind, label, client_ref, note, found_ms, last_seen_ms) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $6) \
+                         ON CONFLICT (resource_id) DO UPDATE SET kind = excluded.kind, label = excluded.label, \
+                         client_ref = excluded.client_ref, note = excluded.note, last_seen_ms = excluded.last_seen_ms, \
+                         found_ms = CASE WHEN orphans.resolved_ms IS NULL THEN orphans.found_ms ELSE excluded.found_ms END, \
+                         resolved_ms = NULL, resolution = NULL")
+                        .bind(&o.resource_id).bind(o.kind.as_str()).bind(&o.label)
+                        .bind(o.client_ref.as_ref().map(|c| c.as_str())).bind(&o.note).bind(now_ms)
+                        .execute(&mut *tx).await?;
+                }
+                for id in open.iter().filter(|id| !found.iter().any(|o| &o.resource_id == *id)) {
+                    sqlx::query("UPDATE orphans SET resolved_ms = $2, resolution = $3 WHERE resource_id = $1 AND resolved_ms IS NULL")
+                        .bind(id).bind(now_ms).bind("no longer an orphan at the last inventory pass")
+                        .execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+            });
+            Ok(())
+        })
+        .await
     }
 
     /// Open orphans, oldest first; with `all`, resolved ones too.
     pub async fn orphans_list(&self, all: bool) -> Result<Vec<OrphanRow>> {
-        let sql = if all {
-            format!("{SELECT} ORDER BY found_ms, resource_id")
-        } else {
-            format!("{SELECT} WHERE resolved_ms IS NULL ORDER BY found_ms, resource_id")
-        };
-        both!(self, p => {
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(p).await?;
-            rows.iter().map(from_row).collect()
+        crate::named("orphans_list", async move {
+            let sql = if all {
+                format!("{SELECT} ORDER BY found_ms, resource_id")
+            } else {
+                format!("{SELECT} WHERE resolved_ms IS NULL ORDER BY found_ms, resource_id")
+            };
+            both!(self, p => {
+                let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(p).await?;
+                rows.iter().map(from_row).collect()
+            })
         })
+        .await
     }
 
     pub async fn orphan_get(&self, resource_id: &str) -> Result<Option<OrphanRow>> {
-        let sql = format!("{SELECT} WHERE resource_id = $1");
-        both!(self, p => {
-            let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(resource_id).fetch_optional(p).await?;
-            row.as_ref().map(from_row).transpose()
+        crate::named("orphan_get", async move {
+            let sql = format!("{SELECT} WHERE resource_id = $1");
+            both!(self, p => {
+                let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(resource_id).fetch_optional(p).await?;
+                row.as_ref().map(from_row).transpose()
+            })
         })
+        .await
     }
 
     /// Marks an orphan resolved, saying how. `false` if it was not open.
     pub async fn orphan_resolve(&self, resource_id: &str, resolution: &str, now_ms: i64) -> Result<bool> {
-        both!(self, p => {
-            let n = sqlx::query("UPDATE orphans SET resolved_ms = $2, resolution = $3 WHERE resource_id = $1 AND resolved_ms IS NULL")
-                .bind(resource_id).bind(now_ms).bind(resolution)
-                .execute(p).await?.rows_affected();
-            Ok(n == 1)
+        crate::named("orphan_resolve", async move {
+            both!(self, p => {
+                let n = sqlx::query("UPDATE orphans SET resolved_ms = $2, resolution = $3 WHERE resource_id = $1 AND resolved_ms IS NULL")
+                    .bind(resource_id).bind(now_ms).bind(resolution)
+                    .execute(p).await?.rows_affected();
+                Ok(n == 1)
+            })
         })
+        .await
     }
 }

@@ -70,102 +70,114 @@ impl ReceiptLedger {
 
     /// Commits a new receipt. Must happen before the request is sent.
     pub async fn receipt_claim(&self, r: &NewReceipt) -> Result<()> {
-        ledger_write!(&self.store, tx => {
-            let n = sqlx::query(
-                "INSERT INTO dispatch_receipts (operation_key, client_ref, resource_kind, dispatch_generation, \
-                 label, region, spec_digest, key_fingerprint, claimed_ms) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
-            )
-            .bind(r.operation_key.as_str())
-            .bind(r.client_ref.as_str())
-            .bind(r.resource_kind.as_str())
-            .bind(r.dispatch_generation)
-            .bind(r.label.as_str())
-            .bind(&r.region)
-            .bind(&r.spec_digest)
-            .bind(r.key_fingerprint.as_str())
-            .bind(r.claimed_ms)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if n == 0 {
-                return Err(StoreError::ReceiptExists(r.operation_key.to_string()));
-            }
-            (*tx).event_insert(Some(&r.client_ref), "receipt_claimed", &serde_json::json!({
-                "operation_key": r.operation_key, "label": r.label, "kind": r.resource_kind,
-            }), r.claimed_ms).await?;
-        });
-        Ok(())
+        crate::named("receipt_claim", async move {
+            ledger_write!(&self.store, tx => {
+                let n = sqlx::query(
+                    "INSERT INTO dispatch_receipts (operation_key, client_ref, resource_kind, dispatch_generation, \
+                     label, region, spec_digest, key_fingerprint, claimed_ms) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
+                )
+                .bind(r.operation_key.as_str())
+                .bind(r.client_ref.as_str())
+                .bind(r.resource_kind.as_str())
+                .bind(r.dispatch_generation)
+                .bind(r.label.as_str())
+                .bind(&r.region)
+                .bind(&r.spec_digest)
+                .bind(r.key_fingerprint.as_str())
+                .bind(r.claimed_ms)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if n == 0 {
+                    return Err(StoreError::ReceiptExists(r.operation_key.to_string()));
+                }
+                (*tx).event_insert(Some(&r.client_ref), "receipt_claimed", &serde_json::json!({
+                    "operation_key": r.operation_key, "label": r.label, "kind": r.resource_kind,
+                }), r.claimed_ms).await?;
+            });
+            Ok(())
+        })
+        .await
     }
 
     /// Records that the request is about to leave (audit, invariant 7). A
     /// "not sent" mark from an earlier attempt is cleared first: from here
     /// on the request may have been applied.
     pub async fn receipt_mark_sent(&self, key: &OperationKey, client: &ClientId, now_ms: i64) -> Result<()> {
-        ledger_write!(&self.store, tx => {
-            // Never on a dispatch an operator abandoned in the meantime.
-            let n = sqlx::query("UPDATE dispatch_receipts SET sent_ms = COALESCE(sent_ms, $2), not_sent_ms = NULL \
-                         WHERE operation_key = $1 AND abandoned_by IS NULL")
-                .bind(key.as_str()).bind(now_ms).execute(&mut *tx).await?.rows_affected();
-            if n == 0 {
-                return Err(StoreError::ReceiptNotFound(format!("{key} (not abandoned)")));
-            }
-            (*tx).event_insert(Some(client), "request_sent", &serde_json::json!({
-                "operation_key": key,
-            }), now_ms).await?;
-        });
-        Ok(())
+        crate::named("receipt_mark_sent", async move {
+            ledger_write!(&self.store, tx => {
+                // Never on a dispatch an operator abandoned in the meantime.
+                let n = sqlx::query("UPDATE dispatch_receipts SET sent_ms = COALESCE(sent_ms, $2), not_sent_ms = NULL \
+                             WHERE operation_key = $1 AND abandoned_by IS NULL")
+                    .bind(key.as_str()).bind(now_ms).execute(&mut *tx).await?.rows_affected();
+                if n == 0 {
+                    return Err(StoreError::ReceiptNotFound(format!("{key} (not abandoned)")));
+                }
+                (*tx).event_insert(Some(client), "request_sent", &serde_json::json!({
+                    "operation_key": key,
+                }), now_ms).await?;
+            });
+            Ok(())
+        })
+        .await
     }
 
     /// Records the resource id learnt for a dispatch. Recording the same id
     /// again is harmless; a different one is refused.
     pub async fn receipt_record_id(&self, key: &OperationKey, id: &str, source: IdSource, now_ms: i64) -> Result<()> {
-        ledger_write!(&self.store, tx => {
-            let n = sqlx::query(
-                "UPDATE dispatch_receipts SET resource_id = $2, resource_id_source = $3 \
-                 WHERE operation_key = $1 AND resource_id IS NULL AND abandoned_by IS NULL",
-            )
-            .bind(key.as_str()).bind(id).bind(source.as_str())
-            .execute(&mut *tx).await?.rows_affected();
-            let recorded: Option<(Option<String>, String)> = sqlx::query_as(
-                "SELECT resource_id, client_ref FROM dispatch_receipts WHERE operation_key = $1")
-                .bind(key.as_str()).fetch_optional(&mut *tx).await?;
-            let Some((recorded, client)) = recorded else {
-                return Err(StoreError::ReceiptNotFound(key.to_string()));
-            };
-            if recorded.as_deref() != Some(id) {
-                return Err(StoreError::ReceiptIdConflict {
-                    operation_key: key.to_string(),
-                    recorded: recorded.unwrap_or_default(),
-                    offered: id.to_owned(),
-                });
-            }
-            if n == 1 {
-                (*tx).event_insert(Some(&ClientId(client)), "resource_id_recorded", &serde_json::json!({
-                    "operation_key": key, "resource_id": id, "source": source,
-                }), now_ms).await?;
-            }
-        });
-        Ok(())
+        crate::named("receipt_record_id", async move {
+            ledger_write!(&self.store, tx => {
+                let n = sqlx::query(
+                    "UPDATE dispatch_receipts SET resource_id = $2, resource_id_source = $3 \
+                     WHERE operation_key = $1 AND resource_id IS NULL AND abandoned_by IS NULL",
+                )
+                .bind(key.as_str()).bind(id).bind(source.as_str())
+                .execute(&mut *tx).await?.rows_affected();
+                let recorded: Option<(Option<String>, String)> = sqlx::query_as(
+                    "SELECT resource_id, client_ref FROM dispatch_receipts WHERE operation_key = $1")
+                    .bind(key.as_str()).fetch_optional(&mut *tx).await?;
+                let Some((recorded, client)) = recorded else {
+                    return Err(StoreError::ReceiptNotFound(key.to_string()));
+                };
+                if recorded.as_deref() != Some(id) {
+                    return Err(StoreError::ReceiptIdConflict {
+                        operation_key: key.to_string(),
+                        recorded: recorded.unwrap_or_default(),
+                        offered: id.to_owned(),
+                    });
+                }
+                if n == 1 {
+                    (*tx).event_insert(Some(&ClientId(client)), "resource_id_recorded", &serde_json::json!({
+                        "operation_key": key, "resource_id": id, "source": source,
+                    }), now_ms).await?;
+                }
+            });
+            Ok(())
+        })
+        .await
     }
 
     /// Records that a send on this receipt provably never left the process:
     /// the connection could not be established. The receipt may be sent
     /// again. Returns how many sends on it could not connect.
     pub async fn receipt_mark_not_sent(&self, key: &OperationKey, reason: &str, now_ms: i64) -> Result<i64> {
-        Ok(ledger_write!(&self.store, tx => {
-            let (client, n): (String, i64) = sqlx::query_as(
-                "UPDATE dispatch_receipts SET not_sent_ms = $2, not_sent_reason = $3, not_sent_count = not_sent_count + 1 \
-                 WHERE operation_key = $1 AND resource_id IS NULL AND rejection_status IS NULL \
-                 RETURNING client_ref, not_sent_count")
-                .bind(key.as_str()).bind(now_ms).bind(reason)
-                .fetch_optional(&mut *tx).await?
-                .ok_or_else(|| StoreError::ReceiptNotFound(key.to_string()))?;
-            (*tx).event_insert(Some(&ClientId(client)), "request_not_sent", &serde_json::json!({
-                "operation_key": key, "reason": reason, "count": n,
-            }), now_ms).await?;
-            n
-        }))
+        crate::named("receipt_mark_not_sent", async move {
+            Ok(ledger_write!(&self.store, tx => {
+                let (client, n): (String, i64) = sqlx::query_as(
+                    "UPDATE dispatch_receipts SET not_sent_ms = $2, not_sent_reason = $3, not_sent_count = not_sent_count + 1 \
+                     WHERE operation_key = $1 AND resource_id IS NULL AND rejection_status IS NULL \
+                     RETURNING client_ref, not_sent_count")
+                    .bind(key.as_str()).bind(now_ms).bind(reason)
+                    .fetch_optional(&mut *tx).await?
+                    .ok_or_else(|| StoreError::ReceiptNotFound(key.to_string()))?;
+                (*tx).event_insert(Some(&ClientId(client)), "request_not_sent", &serde_json::json!({
+                    "operation_key": key, "reason": reason, "count": n,
+                }), now_ms).await?;
+                n
+            }))
+        })
+        .await
     }
 
     /// Records a definitive rejection (400/401/403/422 answered to the
@@ -177,69 +189,84 @@ impl ReceiptLedger {
         message: &str,
         now_ms: i64,
     ) -> Result<()> {
-        ledger_write!(&self.store, tx => {
-            let client: String = sqlx::query_scalar(
-                "UPDATE dispatch_receipts SET rejection_status = $2, rejection_message = $3 \
-                 WHERE operation_key = $1 AND resource_id IS NULL RETURNING client_ref")
-                .bind(key.as_str()).bind(i64::from(status)).bind(message)
-                .fetch_optional(&mut *tx).await?
-                .ok_or_else(|| StoreError::ReceiptNotFound(key.to_string()))?;
-            (*tx).event_insert(Some(&ClientId(client)), "dispatch_rejected", &serde_json::json!({
-                "operation_key": key, "status": status, "message": message,
-            }), now_ms).await?;
-        });
-        Ok(())
+        crate::named("receipt_record_rejection", async move {
+            ledger_write!(&self.store, tx => {
+                let client: String = sqlx::query_scalar(
+                    "UPDATE dispatch_receipts SET rejection_status = $2, rejection_message = $3 \
+                     WHERE operation_key = $1 AND resource_id IS NULL RETURNING client_ref")
+                    .bind(key.as_str()).bind(i64::from(status)).bind(message)
+                    .fetch_optional(&mut *tx).await?
+                    .ok_or_else(|| StoreError::ReceiptNotFound(key.to_string()))?;
+                (*tx).event_insert(Some(&ClientId(client)), "dispatch_rejected", &serde_json::json!({
+                    "operation_key": key, "status": status, "message": message,
+                }), now_ms).await?;
+            });
+            Ok(())
+        })
+        .await
     }
 
     /// Counts one observation made for a dispatch and keeps its summary.
     pub async fn receipt_observe(&self, key: &OperationKey, summary: &str) -> Result<i64> {
-        Ok(ledger_write!(&self.store, tx => {
-            sqlx::query_scalar::<_, i64>(
-                "UPDATE dispatch_receipts SET observation_count = observation_count + 1, last_observation = $2 \
-                 WHERE operation_key = $1 RETURNING observation_count")
-                .bind(key.as_str()).bind(summary)
-                .fetch_optional(&mut *tx).await?
-                .ok_or_else(|| StoreError::ReceiptNotFound(key.to_string()))?
-        }))
+        crate::named("receipt_observe", async move {
+            Ok(ledger_write!(&self.store, tx => {
+                sqlx::query_scalar::<_, i64>(
+                    "UPDATE dispatch_receipts SET observation_count = observation_count + 1, last_observation = $2 \
+                     WHERE operation_key = $1 RETURNING observation_count")
+                    .bind(key.as_str()).bind(summary)
+                    .fetch_optional(&mut *tx).await?
+                    .ok_or_else(|| StoreError::ReceiptNotFound(key.to_string()))?
+            }))
+        })
+        .await
     }
 
     /// Records that a GET showed the resource (first time only).
     pub async fn receipt_mark_seen(&self, key: &OperationKey, now_ms: i64) -> Result<()> {
-        ledger_write!(&self.store, tx => {
-            sqlx::query("UPDATE dispatch_receipts SET seen_ms = $2 WHERE operation_key = $1 AND seen_ms IS NULL")
-                .bind(key.as_str()).bind(now_ms).execute(&mut *tx).await?;
-        });
-        Ok(())
+        crate::named("receipt_mark_seen", async move {
+            ledger_write!(&self.store, tx => {
+                sqlx::query("UPDATE dispatch_receipts SET seen_ms = $2 WHERE operation_key = $1 AND seen_ms IS NULL")
+                    .bind(key.as_str()).bind(now_ms).execute(&mut *tx).await?;
+            });
+            Ok(())
+        })
+        .await
     }
 
     /// Records that a DELETE was sent (the provider took it, or did not know
     /// the id). Only meaningful once the resource was seen; kept once.
     pub async fn receipt_mark_delete_sent(&self, key: &OperationKey, now_ms: i64) -> Result<()> {
-        ledger_write!(&self.store, tx => {
-            // Written once: the first DELETE after the resource was seen.
-            sqlx::query("UPDATE dispatch_receipts SET delete_sent_ms = $2 WHERE operation_key = $1 AND seen_ms IS NOT NULL \
-                         AND delete_sent_ms IS NULL")
-                .bind(key.as_str()).bind(now_ms).execute(&mut *tx).await?;
-        });
-        Ok(())
+        crate::named("receipt_mark_delete_sent", async move {
+            ledger_write!(&self.store, tx => {
+                // Written once: the first DELETE after the resource was seen.
+                sqlx::query("UPDATE dispatch_receipts SET delete_sent_ms = $2 WHERE operation_key = $1 AND seen_ms IS NOT NULL \
+                             AND delete_sent_ms IS NULL")
+                    .bind(key.as_str()).bind(now_ms).execute(&mut *tx).await?;
+            });
+            Ok(())
+        })
+        .await
     }
 
     /// Records that a GET answered 404 after a DELETE: the resource is gone.
     pub async fn receipt_mark_deleted(&self, key: &OperationKey, now_ms: i64) -> Result<()> {
-        ledger_write!(&self.store, tx => {
-            let n = sqlx::query(
-                "UPDATE dispatch_receipts SET deleted_ms = $2 WHERE operation_key = $1 AND deleted_ms IS NULL \
-                 AND seen_ms IS NOT NULL AND delete_sent_ms IS NOT NULL")
-                .bind(key.as_str()).bind(now_ms).execute(&mut *tx).await?.rows_affected();
-            if n == 0 {
-                let done: Option<Option<i64>> = sqlx::query_scalar("SELECT deleted_ms FROM dispatch_receipts WHERE operation_key = $1")
-                    .bind(key.as_str()).fetch_optional(&mut *tx).await?;
-                if !matches!(done, Some(Some(_))) {
-                    return Err(StoreError::Corrupt(format!("{key}: deletion confirmed before seen and DELETE sent")));
+        crate::named("receipt_mark_deleted", async move {
+            ledger_write!(&self.store, tx => {
+                let n = sqlx::query(
+                    "UPDATE dispatch_receipts SET deleted_ms = $2 WHERE operation_key = $1 AND deleted_ms IS NULL \
+                     AND seen_ms IS NOT NULL AND delete_sent_ms IS NOT NULL")
+                    .bind(key.as_str()).bind(now_ms).execute(&mut *tx).await?.rows_affected();
+                if n == 0 {
+                    let done: Option<Option<i64>> = sqlx::query_scalar("SELECT deleted_ms FROM dispatch_receipts WHERE operation_key = $1")
+                        .bind(key.as_str()).fetch_optional(&mut *tx).await?;
+                    if !matches!(done, Some(Some(_))) {
+                        return Err(StoreError::Corrupt(format!("{key}: deletion confirmed before seen and DELETE sent")));
+                    }
                 }
-            }
-        });
-        Ok(())
+            });
+            Ok(())
+        })
+        .await
     }
 
     /// Gives a receipt a fresh polling budget (explicit reconciliation). The
@@ -249,46 +276,55 @@ impl ReceiptLedger {
     /// becomes an unknown outcome again, resolved by observation (its label),
     /// never by sending the create once more. Returns whether it was "not sent".
     pub async fn receipt_doubt_not_sent(&self, key: &OperationKey, now_ms: i64) -> Result<bool> {
-        Ok(ledger_write!(&self.store, tx => {
-            let client: Option<String> = sqlx::query_scalar(
-                "UPDATE dispatch_receipts SET not_sent_ms = NULL, not_sent_reason = NULL \
-                 WHERE operation_key = $1 AND not_sent_ms IS NOT NULL RETURNING client_ref")
-                .bind(key.as_str()).fetch_optional(&mut *tx).await?;
-            if let Some(c) = &client {
-                (*tx).event_insert(Some(&ClientId(c.clone())), "not_sent_doubted", &serde_json::json!({
-                    "operation_key": key,
-                    "why": "restored copy: a later attempt may have been sent after the backup",
-                }), now_ms).await?;
-            }
-            client.is_some()
-        }))
+        crate::named("receipt_doubt_not_sent", async move {
+            Ok(ledger_write!(&self.store, tx => {
+                let client: Option<String> = sqlx::query_scalar(
+                    "UPDATE dispatch_receipts SET not_sent_ms = NULL, not_sent_reason = NULL \
+                     WHERE operation_key = $1 AND not_sent_ms IS NOT NULL RETURNING client_ref")
+                    .bind(key.as_str()).fetch_optional(&mut *tx).await?;
+                if let Some(c) = &client {
+                    (*tx).event_insert(Some(&ClientId(c.clone())), "not_sent_doubted", &serde_json::json!({
+                        "operation_key": key,
+                        "why": "restored copy: a later attempt may have been sent after the backup",
+                    }), now_ms).await?;
+                }
+                client.is_some()
+            }))
+        })
+        .await
     }
 
     pub async fn receipt_observations_restart(&self, key: &OperationKey) -> Result<()> {
-        ledger_write!(&self.store, tx => {
-            sqlx::query("UPDATE dispatch_receipts SET observation_base = observation_count, not_sent_count = 0 \
-                         WHERE operation_key = $1")
-                .bind(key.as_str()).execute(&mut *tx).await?;
-        });
-        Ok(())
+        crate::named("receipt_observations_restart", async move {
+            ledger_write!(&self.store, tx => {
+                sqlx::query("UPDATE dispatch_receipts SET observation_base = observation_count, not_sent_count = 0 \
+                             WHERE operation_key = $1")
+                    .bind(key.as_str()).execute(&mut *tx).await?;
+            });
+            Ok(())
+        })
+        .await
     }
 
     /// Records an operator's attestation that an uncertain dispatch is
     /// abandoned. Its label stays watched by inventory passes.
     pub async fn receipt_abandon(&self, key: &OperationKey, by: &str, reason: &str, now_ms: i64) -> Result<()> {
-        ledger_write!(&self.store, tx => {
-            let client: String = sqlx::query_scalar(
-                "UPDATE dispatch_receipts SET abandoned_by = $2, abandoned_reason = $3 \
-                 WHERE operation_key = $1 AND (resource_id IS NULL OR seen_ms IS NULL) AND abandoned_by IS NULL \
-                 AND rejection_status IS NULL RETURNING client_ref")
-                .bind(key.as_str()).bind(by).bind(reason)
-                .fetch_optional(&mut *tx).await?
-                .ok_or_else(|| StoreError::ReceiptNotFound(format!("{key} (uncertain: no id, or one never seen; not abandoned)")))?;
-            (*tx).event_insert(Some(&ClientId(client)), "dispatch_abandoned", &serde_json::json!({
-                "operation_key": key, "by": by, "reason": reason,
-            }), now_ms).await?;
-        });
-        Ok(())
+        crate::named("receipt_abandon", async move {
+            ledger_write!(&self.store, tx => {
+                let client: String = sqlx::query_scalar(
+                    "UPDATE dispatch_receipts SET abandoned_by = $2, abandoned_reason = $3 \
+                     WHERE operation_key = $1 AND (resource_id IS NULL OR seen_ms IS NULL) AND abandoned_by IS NULL \
+                     AND rejection_status IS NULL RETURNING client_ref")
+                    .bind(key.as_str()).bind(by).bind(reason)
+                    .fetch_optional(&mut *tx).await?
+                    .ok_or_else(|| StoreError::ReceiptNotFound(format!("{key} (uncertain: no id, or one never seen; not abandoned)")))?;
+                (*tx).event_insert(Some(&ClientId(client)), "dispatch_abandoned", &serde_json::json!({
+                    "operation_key": key, "by": by, "reason": reason,
+                }), now_ms).await?;
+            });
+            Ok(())
+        })
+        .await
     }
 
     /// Records where an adapter's identity stands (independent commit).
@@ -300,18 +336,21 @@ impl ReceiptLedger {
         detail: &str,
         now_ms: i64,
     ) -> Result<()> {
-        ledger_write!(&self.store, tx => {
-            sqlx::query(
-                "INSERT INTO adapter_state (client_id, adapter, state, detail, failures, updated_ms) \
-                 VALUES ($1, $2, $3, $4, 0, $5) ON CONFLICT (client_id, adapter) \
-                 DO UPDATE SET state = excluded.state, detail = excluded.detail, failures = 0, updated_ms = excluded.updated_ms")
-                .bind(client.as_str()).bind(adapter).bind(state).bind(detail).bind(now_ms)
-                .execute(&mut *tx).await?;
-            (*tx).event_insert(Some(client), "adapter_state", &serde_json::json!({
-                "adapter": adapter, "state": state, "detail": detail,
-            }), now_ms).await?;
-        });
-        Ok(())
+        crate::named("adapter_set", async move {
+            ledger_write!(&self.store, tx => {
+                sqlx::query(
+                    "INSERT INTO adapter_state (client_id, adapter, state, detail, failures, updated_ms) \
+                     VALUES ($1, $2, $3, $4, 0, $5) ON CONFLICT (client_id, adapter) \
+                     DO UPDATE SET state = excluded.state, detail = excluded.detail, failures = 0, updated_ms = excluded.updated_ms")
+                    .bind(client.as_str()).bind(adapter).bind(state).bind(detail).bind(now_ms)
+                    .execute(&mut *tx).await?;
+                (*tx).event_insert(Some(client), "adapter_state", &serde_json::json!({
+                    "adapter": adapter, "state": state, "detail": detail,
+                }), now_ms).await?;
+            });
+            Ok(())
+        })
+        .await
     }
 
     /// Counts a failed adapter step and records the state it failed in
@@ -326,20 +365,23 @@ impl ReceiptLedger {
         detail: &str,
         now_ms: i64,
     ) -> Result<i64> {
-        Ok(ledger_write!(&self.store, tx => {
-            let n: i64 = sqlx::query_scalar(
-                "INSERT INTO adapter_state (client_id, adapter, state, detail, failures, updated_ms) \
-                 VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT (client_id, adapter) \
-                 DO UPDATE SET state = excluded.state, detail = excluded.detail, failures = adapter_state.failures + 1, \
-                 updated_ms = excluded.updated_ms \
-                 RETURNING failures")
-                .bind(client.as_str()).bind(adapter).bind(state).bind(detail).bind(now_ms)
-                .fetch_one(&mut *tx).await?;
-            (*tx).event_insert(Some(client), "adapter_failed", &serde_json::json!({
-                "adapter": adapter, "error": detail, "failures": n,
-            }), now_ms).await?;
-            n
-        }))
+        crate::named("adapter_fail", async move {
+            Ok(ledger_write!(&self.store, tx => {
+                let n: i64 = sqlx::query_scalar(
+                    "INSERT INTO adapter_state (client_id, adapter, state, detail, failures, updated_ms) \
+                     VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT (client_id, adapter) \
+                     DO UPDATE SET state = excluded.state, detail = excluded.detail, failures = adapter_state.failures + 1, \
+                     updated_ms = excluded.updated_ms \
+                     RETURNING failures")
+                    .bind(client.as_str()).bind(adapter).bind(state).bind(detail).bind(now_ms)
+                    .fetch_one(&mut *tx).await?;
+                (*tx).event_insert(Some(client), "adapter_failed", &serde_json::json!({
+                    "adapter": adapter, "error": detail, "failures": n,
+                }), now_ms).await?;
+                n
+            }))
+        })
+        .await
     }
 
     /// An audit event that must survive a rollback of the job (a provider
@@ -351,10 +393,13 @@ impl ReceiptLedger {
         detail: &serde_json::Value,
         now_ms: i64,
     ) -> Result<()> {
-        ledger_write!(&self.store, tx => {
-            (*tx).event_insert(client, kind, detail, now_ms).await?;
-        });
-        Ok(())
+        crate::named("event_append", async move {
+            ledger_write!(&self.store, tx => {
+                (*tx).event_insert(client, kind, detail, now_ms).await?;
+            });
+            Ok(())
+        })
+        .await
     }
 }
 
@@ -370,42 +415,55 @@ pub struct AdapterStateRow {
 
 impl Store {
     pub async fn adapter_states(&self, client: &ClientId) -> Result<Vec<AdapterStateRow>> {
-        both!(self, p => {
-            let rows: Vec<(String, String, String, i64, i64)> = sqlx::query_as(
-                "SELECT adapter, state, detail, failures, updated_ms FROM adapter_state WHERE client_id = $1 ORDER BY adapter")
-                .bind(client.as_str()).fetch_all(p).await?;
-            Ok(rows.into_iter().map(|(adapter, state, detail, failures, updated_ms)| AdapterStateRow {
-                adapter, state, detail, failures, updated_ms,
-            }).collect())
+        crate::named("adapter_states", async move {
+            both!(self, p => {
+                let rows: Vec<(String, String, String, i64, i64)> = sqlx::query_as(
+                    "SELECT adapter, state, detail, failures, updated_ms FROM adapter_state WHERE client_id = $1 ORDER BY adapter")
+                    .bind(client.as_str()).fetch_all(p).await?;
+                Ok(rows.into_iter().map(|(adapter, state, detail, failures, updated_ms)| AdapterStateRow {
+                    adapter, state, detail, failures, updated_ms,
+                }).collect())
+            })
         })
+        .await
     }
 
     pub async fn receipts_for_client(&self, client: &ClientId) -> Result<Vec<ReceiptRow>> {
-        let sql = sqlx::AssertSqlSafe(format!(
-            "SELECT {RECEIPT_COLUMNS} FROM dispatch_receipts WHERE client_ref = $1 ORDER BY claimed_ms, operation_key"
-        ));
-        both!(self, p => {
-            let rows = sqlx::query(sql).bind(client.as_str()).fetch_all(p).await?;
-            rows.iter().map(rows::receipt_from_row).collect()
+        crate::named("receipts_for_client", async move {
+            let sql = sqlx::AssertSqlSafe(format!(
+                "SELECT {RECEIPT_COLUMNS} FROM dispatch_receipts WHERE client_ref = $1 ORDER BY claimed_ms, operation_key"
+            ));
+            both!(self, p => {
+                let rows = sqlx::query(sql).bind(client.as_str()).fetch_all(p).await?;
+                rows.iter().map(rows::receipt_from_row).collect()
+            })
         })
+        .await
     }
 
     pub async fn receipt_get(&self, key: &OperationKey) -> Result<Option<ReceiptRow>> {
-        let sql =
-            sqlx::AssertSqlSafe(format!("SELECT {RECEIPT_COLUMNS} FROM dispatch_receipts WHERE operation_key = $1"));
-        both!(self, p => {
-            let row = sqlx::query(sql).bind(key.as_str()).fetch_optional(p).await?;
-            row.as_ref().map(rows::receipt_from_row).transpose()
+        crate::named("receipt_get", async move {
+            let sql = sqlx::AssertSqlSafe(format!(
+                "SELECT {RECEIPT_COLUMNS} FROM dispatch_receipts WHERE operation_key = $1"
+            ));
+            both!(self, p => {
+                let row = sqlx::query(sql).bind(key.as_str()).fetch_optional(p).await?;
+                row.as_ref().map(rows::receipt_from_row).transpose()
+            })
         })
+        .await
     }
 
     pub async fn receipts_all(&self) -> Result<Vec<ReceiptRow>> {
-        let sql = sqlx::AssertSqlSafe(format!(
-            "SELECT {RECEIPT_COLUMNS} FROM dispatch_receipts ORDER BY claimed_ms, operation_key"
-        ));
-        both!(self, p => {
-            let rows = sqlx::query(sql).fetch_all(p).await?;
-            rows.iter().map(rows::receipt_from_row).collect()
+        crate::named("receipts_all", async move {
+            let sql = sqlx::AssertSqlSafe(format!(
+                "SELECT {RECEIPT_COLUMNS} FROM dispatch_receipts ORDER BY claimed_ms, operation_key"
+            ));
+            both!(self, p => {
+                let rows = sqlx::query(sql).fetch_all(p).await?;
+                rows.iter().map(rows::receipt_from_row).collect()
+            })
         })
+        .await
     }
 }

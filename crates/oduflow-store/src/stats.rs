@@ -23,26 +23,29 @@ pub struct StoreStats {
 
 impl Store {
     pub async fn stats(&self, now_ms: i64) -> Result<StoreStats> {
-        both!(self, p => {
-            let jobs_by_state = sqlx::query_as("SELECT state, count(*) FROM jobs GROUP BY state ORDER BY state")
-                .fetch_all(p).await?;
-            let blocked_by_reason = sqlx::query_as(
-                "SELECT blocked_reason, count(*) FROM infra WHERE status = 'blocked' AND blocked_reason IS NOT NULL \
-                 GROUP BY blocked_reason ORDER BY blocked_reason")
-                .fetch_all(p).await?;
-            let dispatches_by_outcome = sqlx::query_as(
-                "SELECT resource_kind, CASE \
-                   WHEN resource_id IS NOT NULL AND resource_id_source = 'response' THEN 'accepted' \
-                   WHEN resource_id IS NOT NULL THEN resource_id_source \
-                   WHEN rejection_status IS NOT NULL THEN 'rejected' \
-                   WHEN abandoned_by IS NOT NULL THEN 'abandoned' \
-                   ELSE 'unknown' END AS outcome, count(*) \
-                 FROM dispatch_receipts GROUP BY 1, 2 ORDER BY 1, 2")
-                .fetch_all(p).await?;
-            let oldest_runnable_ms = sqlx::query_scalar(
-                "SELECT min(run_after_ms) FROM jobs WHERE state = 'queued' AND run_after_ms <= $1")
-                .bind(now_ms).fetch_one(p).await?;
-            Ok(StoreStats { jobs_by_state, blocked_by_reason, dispatches_by_outcome, oldest_runnable_ms })
+        crate::named("stats", async move {
+            both!(self, p => {
+                let jobs_by_state = sqlx::query_as("SELECT state, count(*) FROM jobs GROUP BY state ORDER BY state")
+                    .fetch_all(p).await?;
+                let blocked_by_reason = sqlx::query_as(
+                    "SELECT blocked_reason, count(*) FROM infra WHERE status = 'blocked' AND blocked_reason IS NOT NULL \
+                     GROUP BY blocked_reason ORDER BY blocked_reason")
+                    .fetch_all(p).await?;
+                let dispatches_by_outcome = sqlx::query_as(
+                    "SELECT resource_kind, CASE \
+                       WHEN resource_id IS NOT NULL AND resource_id_source = 'response' THEN 'accepted' \
+                       WHEN resource_id IS NOT NULL THEN resource_id_source \
+                       WHEN rejection_status IS NOT NULL THEN 'rejected' \
+                       WHEN abandoned_by IS NOT NULL THEN 'abandoned' \
+                       ELSE 'unknown' END AS outcome, count(*) \
+                     FROM dispatch_receipts GROUP BY 1, 2 ORDER BY 1, 2")
+                    .fetch_all(p).await?;
+                let oldest_runnable_ms = sqlx::query_scalar(
+                    "SELECT min(run_after_ms) FROM jobs WHERE state = 'queued' AND run_after_ms <= $1")
+                    .bind(now_ms).fetch_one(p).await?;
+                Ok(StoreStats { jobs_by_state, blocked_by_reason, dispatches_by_outcome, oldest_runnable_ms })
+            })
         })
+        .await
     }
 }

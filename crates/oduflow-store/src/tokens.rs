@@ -44,65 +44,77 @@ impl Store {
     /// Stores a new token's digest under `name`. A live token with the same
     /// name is refused (`TokenExists`), so revocation by name is unambiguous.
     pub async fn api_token_create(&self, name: &str, token_sha256: &str, now_ms: i64) -> Result<ApiTokenRow> {
-        let id = uuid::Uuid::new_v4().to_string();
-        both!(self, p => {
-            let mut tx = crate::BeginWrite::begin_write(p).await?;
-            let live: i64 = sqlx::query_scalar("SELECT count(*) FROM api_tokens WHERE name = $1 AND revoked_ms IS NULL")
-                .bind(name).fetch_one(&mut *tx).await?;
-            if live > 0 {
-                return Err(StoreError::TokenExists(name.to_owned()));
-            }
-            sqlx::query("INSERT INTO api_tokens (id, name, token_sha256, created_ms) VALUES ($1, $2, $3, $4)")
-                .bind(&id).bind(name).bind(token_sha256).bind(now_ms)
-                .execute(&mut *tx).await
-                .map_err(|e| crate::unique_to(e, || StoreError::TokenExists(name.to_owned())))?;
-            event_insert(&mut *tx, None, "api_token_created", &serde_json::json!({ "name": name, "id": id }), now_ms).await?;
-            tx.commit().await?;
-        });
-        Ok(ApiTokenRow { id: ApiTokenId(id), name: name.to_owned(), created_ms: now_ms, revoked_ms: None })
+        crate::named("api_token_create", async move {
+            let id = uuid::Uuid::new_v4().to_string();
+            both!(self, p => {
+                let mut tx = crate::BeginWrite::begin_write(p).await?;
+                let live: i64 = sqlx::query_scalar("SELECT count(*) FROM api_tokens WHERE name = $1 AND revoked_ms IS NULL")
+                    .bind(name).fetch_one(&mut *tx).await?;
+                if live > 0 {
+                    return Err(StoreError::TokenExists(name.to_owned()));
+                }
+                sqlx::query("INSERT INTO api_tokens (id, name, token_sha256, created_ms) VALUES ($1, $2, $3, $4)")
+                    .bind(&id).bind(name).bind(token_sha256).bind(now_ms)
+                    .execute(&mut *tx).await
+                    .map_err(|e| crate::unique_to(e, || StoreError::TokenExists(name.to_owned())))?;
+                event_insert(&mut *tx, None, "api_token_created", &serde_json::json!({ "name": name, "id": id }), now_ms).await?;
+                tx.commit().await?;
+            });
+            Ok(ApiTokenRow { id: ApiTokenId(id), name: name.to_owned(), created_ms: now_ms, revoked_ms: None })
+        })
+        .await
     }
 
     /// Every token ever created, revoked ones included, oldest first.
     pub async fn api_token_list(&self) -> Result<Vec<ApiTokenRow>> {
-        both!(self, p => {
-            let rows: Vec<(String, String, i64, Option<i64>)> = sqlx::query_as(
-                "SELECT id, name, created_ms, revoked_ms FROM api_tokens ORDER BY created_ms, id")
-                .fetch_all(p).await?;
-            Ok(rows.into_iter()
-                .map(|(id, name, created_ms, revoked_ms)| ApiTokenRow { id: ApiTokenId(id), name, created_ms, revoked_ms })
-                .collect())
+        crate::named("api_token_list", async move {
+            both!(self, p => {
+                let rows: Vec<(String, String, i64, Option<i64>)> = sqlx::query_as(
+                    "SELECT id, name, created_ms, revoked_ms FROM api_tokens ORDER BY created_ms, id")
+                    .fetch_all(p).await?;
+                Ok(rows.into_iter()
+                    .map(|(id, name, created_ms, revoked_ms)| ApiTokenRow { id: ApiTokenId(id), name, created_ms, revoked_ms })
+                    .collect())
+            })
         })
+        .await
     }
 
     /// Revokes the live token named `name`; it stops working at once (the
     /// server reads live digests on every request).
     pub async fn api_token_revoke(&self, name: &str, now_ms: i64) -> Result<ApiTokenRow> {
-        both!(self, p => {
-            let mut tx = crate::BeginWrite::begin_write(p).await?;
-            let row: Option<(String, i64)> = sqlx::query_as(
-                "SELECT id, created_ms FROM api_tokens WHERE name = $1 AND revoked_ms IS NULL")
-                .bind(name).fetch_optional(&mut *tx).await?;
-            let Some((id, created_ms)) = row else {
-                return Err(StoreError::TokenNotFound(name.to_owned()));
-            };
-            sqlx::query("UPDATE api_tokens SET revoked_ms = $2 WHERE id = $1")
-                .bind(&id).bind(now_ms).execute(&mut *tx).await?;
-            event_insert(&mut *tx, None, "api_token_revoked", &serde_json::json!({ "name": name, "id": id }), now_ms).await?;
-            tx.commit().await?;
-            Ok(ApiTokenRow { id: ApiTokenId(id), name: name.to_owned(), created_ms, revoked_ms: Some(now_ms) })
+        crate::named("api_token_revoke", async move {
+            both!(self, p => {
+                let mut tx = crate::BeginWrite::begin_write(p).await?;
+                let row: Option<(String, i64)> = sqlx::query_as(
+                    "SELECT id, created_ms FROM api_tokens WHERE name = $1 AND revoked_ms IS NULL")
+                    .bind(name).fetch_optional(&mut *tx).await?;
+                let Some((id, created_ms)) = row else {
+                    return Err(StoreError::TokenNotFound(name.to_owned()));
+                };
+                sqlx::query("UPDATE api_tokens SET revoked_ms = $2 WHERE id = $1")
+                    .bind(&id).bind(now_ms).execute(&mut *tx).await?;
+                event_insert(&mut *tx, None, "api_token_revoked", &serde_json::json!({ "name": name, "id": id }), now_ms).await?;
+                tx.commit().await?;
+                Ok(ApiTokenRow { id: ApiTokenId(id), name: name.to_owned(), created_ms, revoked_ms: Some(now_ms) })
+            })
         })
+        .await
     }
 
     /// The digests of every live token. The table holds a handful of rows;
     /// the server compares the presented token's digest with each of them in
     /// constant time instead of looking it up by value.
     pub async fn api_token_digests_live(&self) -> Result<Vec<ApiTokenDigest>> {
-        both!(self, p => {
-            let rows: Vec<(String, String)> = sqlx::query_as(
-                "SELECT name, token_sha256 FROM api_tokens WHERE revoked_ms IS NULL ORDER BY id")
-                .fetch_all(p).await?;
-            Ok(rows.into_iter().map(|(name, token_sha256)| ApiTokenDigest { name, token_sha256 }).collect())
+        crate::named("api_token_digests_live", async move {
+            both!(self, p => {
+                let rows: Vec<(String, String)> = sqlx::query_as(
+                    "SELECT name, token_sha256 FROM api_tokens WHERE revoked_ms IS NULL ORDER BY id")
+                    .fetch_all(p).await?;
+                Ok(rows.into_iter().map(|(name, token_sha256)| ApiTokenDigest { name, token_sha256 }).collect())
+            })
         })
+        .await
     }
 }
 

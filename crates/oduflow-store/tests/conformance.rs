@@ -6,7 +6,8 @@
 //!   and past the job's attempts the job fails and its client is blocked;
 //! - receipt guards: the schema itself refuses to delete or re-point a receipt;
 //! - fencing: a run's fence sees a record that moved under it, and a lease
-//!   whose session is gone.
+//!   whose session is gone;
+//! - errors: a database error names the store operation that failed.
 
 use oduflow_model::*;
 use oduflow_store::testing::{TestDb, execute_raw, schema_columns, terminate_idle_in_transaction, try_bump_generation};
@@ -33,7 +34,8 @@ oduflow_store::on_both_stores!(
     claimed_clients_are_skipped,
     failures_back_off_then_fail_and_block,
     receipts_cannot_be_deleted_or_repointed,
-    fences_see_moved_records_and_lost_leases
+    fences_see_moved_records_and_lost_leases,
+    database_errors_name_the_operation
 );
 
 fn spec() -> ClientSpec {
@@ -171,4 +173,15 @@ async fn fences_see_moved_records_and_lost_leases(store: Store) {
     };
     assert!(lost, "a claim whose session is gone still fences its run in");
     drop(claim);
+}
+
+/// A database error says which store operation failed (here: the pool is
+/// closed under it), whatever the backend.
+async fn database_errors_name_the_operation(store: Store) {
+    store.close().await;
+    let e = store.client_list().await.expect_err("a closed pool answers");
+    assert!(matches!(e, StoreError::DbOp { op: "client_list", .. }), "{e:?}");
+    assert_eq!(e.to_string(), "client_list: database error");
+    let e = store.receipts_all().await.expect_err("a closed pool answers");
+    assert!(e.to_string().starts_with("receipts_all: "), "{e}");
 }

@@ -285,14 +285,7 @@ async fn unconfigured_adapter_blocks_deletion(store: Store) -> Result<()> {
     assert_eq!(c.infra.blocked_reason, Some(BlockedReason::AdapterUnconfigured), "{c:?}");
     assert!(c.infra.blocked_detail.as_deref().unwrap().contains("vpn"));
     assert!(*a.present.lock().unwrap());
-    operator::reconcile(
-        &store,
-        p.as_ref(),
-        "acme",
-        false,
-        operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 },
-    )
-    .await?;
+    operator::reconcile(&store, p.as_ref(), "acme", false, actor("ops")).await?;
     drain(&with, 50).await;
     assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
     assert!(!*a.present.lock().unwrap());
@@ -313,14 +306,7 @@ async fn delete_refused_for_ever_blocks_then_reconcile_deletes(store: Store) -> 
     assert_eq!(vm.observations(), 5, "the receipt's count agrees with the evidence");
     assert!(store.queue_status(now()).await?.is_settled());
     p.with(|s| s.refuse_deletes = None);
-    operator::reconcile(
-        &store,
-        p.as_ref(),
-        "acme",
-        false,
-        operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 },
-    )
-    .await?;
+    operator::reconcile(&store, p.as_ref(), "acme", false, actor("ops")).await?;
     drain(&w, 100).await;
     assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
     p.with(|s| assert!(s.instances.is_empty() && s.blocks.is_empty()));
@@ -340,14 +326,7 @@ async fn reads_failing_for_ever_block_then_reconcile_recovers(store: Store) -> R
     assert!(after.infra.blocked_detail.as_deref().unwrap().contains("401"));
     assert!(store.queue_status(now()).await?.is_settled());
     p.with(|s| s.fail_reads = None);
-    operator::reconcile(
-        &store,
-        p.as_ref(),
-        "acme",
-        false,
-        operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 },
-    )
-    .await?;
+    operator::reconcile(&store, p.as_ref(), "acme", false, actor("ops")).await?;
     drain(&w, 100).await;
     assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Ready);
     p.with(|s| assert_eq!(s.calls.iter().filter(|c| *c == "POST /instances").count(), 1));
@@ -416,15 +395,7 @@ async fn adopted_renamed_vm_is_verified_without_its_label(store: Store) -> Resul
         i.label = "renamed-by-hand".into();
         i.id.0.clone()
     });
-    operator::adopt(
-        &store,
-        p.as_ref(),
-        "acme",
-        ResourceKind::Vm,
-        &id,
-        operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 },
-    )
-    .await?;
+    operator::adopt(&store, p.as_ref(), "acme", ResourceKind::Vm, &id, actor("ops")).await?;
     drain(&w, 50).await;
     let after = status(&store, "acme").await;
     assert_eq!(after.infra.status, ClientStatus::Ready, "{after:?}");
@@ -438,12 +409,7 @@ async fn adopted_renamed_vm_is_verified_without_its_label(store: Store) -> Resul
             s2.blocks = s1.blocks.clone();
         })
     });
-    let rebound = operator::credentials_rotate(
-        &store,
-        p2.as_ref(),
-        operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 },
-    )
-    .await?;
+    let rebound = operator::credentials_rotate(&store, p2.as_ref(), actor("ops")).await?;
     assert_eq!(rebound.map_err(|u| format!("{u:?}")), Ok(vec!["acme".to_owned()]));
     Ok(())
 }
@@ -459,15 +425,7 @@ async fn adopt_refuses_another_dispatchs_labelled_resource(store: Store) -> Resu
     let label = store.receipts_for_client(&a.id).await?[0].label.clone();
     let id = p.with(|s| s.instances.values().find(|i| i.label == label.as_str()).unwrap().id.0.clone());
     create(&store, "beta").await;
-    let r = operator::adopt(
-        &store,
-        p.as_ref(),
-        "beta",
-        ResourceKind::Vm,
-        &id,
-        operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 },
-    )
-    .await;
+    let r = operator::adopt(&store, p.as_ref(), "beta", ResourceKind::Vm, &id, actor("ops")).await;
     assert!(matches!(r, Err(operator::OperatorError::Refused(ref m)) if m.contains("label")), "{r:?}");
     Ok(())
 }
@@ -490,13 +448,7 @@ async fn rotation_bumps_generation_and_resolves_credential_changed(store: Store)
     store.client_delete("acme", now(), 3).await?;
     drain(&w2, 20).await;
     assert_eq!(status(&store, "acme").await.infra.blocked_reason, Some(BlockedReason::CredentialChanged));
-    let names = operator::credentials_rotate(
-        &store,
-        p2.as_ref(),
-        operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 },
-    )
-    .await?
-    .unwrap();
+    let names = operator::credentials_rotate(&store, p2.as_ref(), actor("ops")).await?.unwrap();
     assert_eq!(names, vec!["acme".to_owned()]);
     let after = status(&store, "acme").await;
     assert!(after.infra.generation > before.infra.generation + 1, "{after:?}");
@@ -588,31 +540,13 @@ async fn an_orphan_names_its_client_and_is_adopted_into_it(store: Store) -> Resu
     let listed = store.orphans_list(false).await?;
     assert_eq!(listed.len(), 2, "{listed:?}");
     assert_eq!(listed.iter().find(|o| o.resource_id == vm).and_then(|o| o.client_ref.clone()), Some(c.id.to_string()));
-    let err = operator::orphan_adopt(
-        &store,
-        p.as_ref(),
-        "old-style",
-        operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 },
-    )
-    .await
-    .unwrap_err();
+    let err = operator::orphan_adopt(&store, p.as_ref(), "old-style", actor("ops")).await.unwrap_err();
     assert!(err.to_string().contains("names no client"), "{err}");
-    let err = operator::orphan_adopt(
-        &store,
-        p.as_ref(),
-        "nothing-like-it",
-        operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 },
-    )
-    .await
-    .unwrap_err();
+    let err = operator::orphan_adopt(&store, p.as_ref(), "nothing-like-it", actor("ops")).await.unwrap_err();
     assert!(err.to_string().contains("not a recorded orphan"), "{err}");
-    operator::orphan_adopt(&store, p.as_ref(), &vm, operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 })
-        .await?;
+    operator::orphan_adopt(&store, p.as_ref(), &vm, actor("ops")).await?;
     assert_eq!(store.orphans_list(false).await?.len(), 1, "adopted: only the old-style one is open");
-    let again =
-        operator::orphan_adopt(&store, p.as_ref(), &vm, operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 })
-            .await
-            .unwrap_err();
+    let again = operator::orphan_adopt(&store, p.as_ref(), &vm, actor("ops")).await.unwrap_err();
     assert!(again.to_string().contains("no longer an orphan"), "{again}");
     drain(&w, 50).await;
     let c = status(&store, "acme").await;
@@ -637,10 +571,7 @@ async fn a_deleted_clients_orphan_is_deleted_on_an_attestation(store: Store) -> 
     let o = inv.orphans.iter().find(|o| o.id == vm).expect("orphan");
     assert_eq!(o.client.as_deref(), Some("gone"));
     assert!(!o.resolve.as_deref().unwrap_or("").contains("adopt"), "{o:?}");
-    let err =
-        operator::orphan_adopt(&store, p.as_ref(), &vm, operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 })
-            .await
-            .unwrap_err();
+    let err = operator::orphan_adopt(&store, p.as_ref(), &vm, actor("ops")).await.unwrap_err();
     assert!(err.to_string().contains("is deleted"), "{err}");
     let err = operator::orphan_delete(
         &store,
@@ -692,14 +623,7 @@ async fn a_delete_accepted_but_never_carried_out_blocks(store: Store) -> Result<
     // The first, then one per counted observation (the limit is 5).
     assert_eq!(deletes, 1 + 5, "{deletes} DELETEs for a limit of 5 observations");
     p.with(|s| s.deletes_not_applied = false);
-    operator::reconcile(
-        &store,
-        p.as_ref(),
-        "acme",
-        false,
-        operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 },
-    )
-    .await?;
+    operator::reconcile(&store, p.as_ref(), "acme", false, actor("ops")).await?;
     drain(&w, 50).await;
     assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
     Ok(())

@@ -73,6 +73,11 @@ async fn create(store: &Store, name: &str) -> ClientRow {
     store.client_create(&ClientName::parse(name).unwrap(), &spec(), now(), 3).await.unwrap()
 }
 
+/// An operator action taken now by `by` (jobs it queues get 3 attempts).
+fn actor(by: &str) -> oduflow_engine::operator::Actor<'_> {
+    oduflow_engine::operator::Actor { by, now_ms: now(), attempts_max: 3 }
+}
+
 fn now() -> i64 {
     SystemClock.now_ms()
 }
@@ -406,14 +411,7 @@ mod operator_actions {
         create(&store, "acme").await;
         drain(&w, 20).await;
         // Ready: nothing was rejected, so no new dispatch is allowed.
-        let r = operator::reconcile(
-            &store,
-            p.as_ref(),
-            "acme",
-            true,
-            operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 },
-        )
-        .await;
+        let r = operator::reconcile(&store, p.as_ref(), "acme", true, actor("ops")).await;
         assert!(matches!(r, Err(operator::OperatorError::Refused(_))), "{r:?}");
 
         create(&store, "beta").await;
@@ -421,27 +419,13 @@ mod operator_actions {
         drain(&w, 20).await;
         assert_eq!(status(&store, "beta").await.infra.blocked_reason, Some(BlockedReason::CreateRejected));
         // Plain reconcile observes again and stays blocked: no new POST.
-        operator::reconcile(
-            &store,
-            p.as_ref(),
-            "beta",
-            false,
-            operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 },
-        )
-        .await?;
+        operator::reconcile(&store, p.as_ref(), "beta", false, actor("ops")).await?;
         drain(&w, 20).await;
         assert_eq!(status(&store, "beta").await.infra.blocked_reason, Some(BlockedReason::CreateRejected));
         let posts = |p: &MemoryProvider| p.with(|s| s.calls.iter().filter(|c| *c == "POST /instances").count());
         assert_eq!(posts(&p), 2);
         // --new-dispatch: a new operation key and label; the old receipt stays.
-        let c = operator::reconcile(
-            &store,
-            p.as_ref(),
-            "beta",
-            true,
-            operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 },
-        )
-        .await?;
+        let c = operator::reconcile(&store, p.as_ref(), "beta", true, actor("ops")).await?;
         assert_eq!(c.infra.vm_dispatch_generation, 2);
         drain(&w, 20).await;
         let c = status(&store, "beta").await;
@@ -484,25 +468,8 @@ mod operator_actions {
         assert_eq!(p.with(|s| s.calls.iter().filter(|c| *c == "POST /instances").count()), 1, "never re-sent");
 
         // Abandon needs an attestation.
-        assert!(
-            operator::abandon(
-                &store,
-                "beta",
-                ResourceKind::Vm,
-                "x",
-                operator::Actor { by: "", now_ms: now(), attempts_max: 3 }
-            )
-            .await
-            .is_err()
-        );
-        operator::abandon(
-            &store,
-            "beta",
-            ResourceKind::Vm,
-            "confirmed in the Vultr console",
-            operator::Actor { by: "alice", now_ms: now(), attempts_max: 3 },
-        )
-        .await?;
+        assert!(operator::abandon(&store, "beta", ResourceKind::Vm, "x", actor("")).await.is_err());
+        operator::abandon(&store, "beta", ResourceKind::Vm, "confirmed in the Vultr console", actor("alice")).await?;
         drain(&w, 50).await;
         assert_eq!(status(&store, "beta").await.infra.status, ClientStatus::Ready);
         // The abandoned label stays watched: if it appears, it is an orphan.
@@ -539,41 +506,14 @@ mod operator_actions {
             other.region = "ams".into();
             s.instances.insert("wrong-region".into(), other);
         });
-        let r = operator::adopt(
-            &store,
-            p.as_ref(),
-            "acme",
-            ResourceKind::Vm,
-            "wrong-region",
-            operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 },
-        )
-        .await;
+        let r = operator::adopt(&store, p.as_ref(), "acme", ResourceKind::Vm, "wrong-region", actor("ops")).await;
         assert!(matches!(r, Err(operator::OperatorError::Refused(ref m)) if m.contains("region")), "{r:?}");
-        operator::adopt(
-            &store,
-            p.as_ref(),
-            "acme",
-            ResourceKind::Vm,
-            &id,
-            operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 },
-        )
-        .await?;
+        operator::adopt(&store, p.as_ref(), "acme", ResourceKind::Vm, &id, actor("ops")).await?;
         let r = &store.receipts_for_client(&c.id).await?[0];
         assert_eq!(r.resource_id.as_deref(), Some(id.as_str()));
         assert_eq!(r.resource_id_source, Some(IdSource::AdoptedByOperator));
         // Adopting again is refused: the id is recorded.
-        assert!(
-            operator::adopt(
-                &store,
-                p.as_ref(),
-                "acme",
-                ResourceKind::Vm,
-                &id,
-                operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 }
-            )
-            .await
-            .is_err()
-        );
+        assert!(operator::adopt(&store, p.as_ref(), "acme", ResourceKind::Vm, &id, actor("ops")).await.is_err());
         Ok(())
     }
 
@@ -584,13 +524,7 @@ mod operator_actions {
         drain(&w, 20).await;
         // A new key on another account sees nothing: refused, nothing changed.
         let stranger = MemoryProvider::new(key("new"));
-        let refused = operator::credentials_rotate(
-            &store,
-            &stranger,
-            operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 },
-        )
-        .await?
-        .unwrap_err();
+        let refused = operator::credentials_rotate(&store, &stranger, actor("ops")).await?.unwrap_err();
         assert_eq!(refused.len(), 2, "{refused:?}");
         assert_eq!(status(&store, "acme").await.infra.key_fingerprint, Some(key("old")));
         // A new key on the same account (same resources visible): rebound.
@@ -601,13 +535,7 @@ mod operator_actions {
                 s2.blocks = s1.blocks.clone();
             })
         });
-        let names = operator::credentials_rotate(
-            &store,
-            p2.as_ref(),
-            operator::Actor { by: "ops", now_ms: now(), attempts_max: 3 },
-        )
-        .await?
-        .unwrap();
+        let names = operator::credentials_rotate(&store, p2.as_ref(), actor("ops")).await?.unwrap();
         assert_eq!(names, vec!["acme".to_owned()]);
         assert_eq!(status(&store, "acme").await.infra.key_fingerprint, Some(key("new")));
         store.client_delete("acme", now(), 3).await?;

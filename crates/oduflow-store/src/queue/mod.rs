@@ -168,12 +168,15 @@ impl Fence {
     /// the lease names someone else): the run must stop before its next
     /// provider call.
     pub async fn check(&self) -> Result<Footing> {
-        match &self.inner {
-            FenceInner::Pg { pool, pid, started } => claim_pg::fence_check(pool, *pid, started, &self.client).await,
-            FenceInner::Sqlite { pool, lease_token } => {
-                claim_sqlite::fence_check(pool, lease_token, &self.client, self.generation).await
+        crate::named("check", async move {
+            match &self.inner {
+                FenceInner::Pg { pool, pid, started } => claim_pg::fence_check(pool, *pid, started, &self.client).await,
+                FenceInner::Sqlite { pool, lease_token } => {
+                    claim_sqlite::fence_check(pool, lease_token, &self.client, self.generation).await
+                }
             }
-        }
+        })
+        .await
     }
 }
 
@@ -216,21 +219,24 @@ enum AppliedTx {
 impl Applied {
     /// The one commit of the job's main transaction.
     pub async fn commit(self) -> Result<()> {
-        match self.inner {
-            AppliedTx::Pg(mut c, finish) => {
-                let sql = match finish {
-                    Some(finish) => format!("{finish}; COMMIT"),
-                    None => "COMMIT".to_owned(),
-                };
-                sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut **c.conn).await?;
-                c.conns.put(c.conn);
+        crate::named("commit", async move {
+            match self.inner {
+                AppliedTx::Pg(mut c, finish) => {
+                    let sql = match finish {
+                        Some(finish) => format!("{finish}; COMMIT"),
+                        None => "COMMIT".to_owned(),
+                    };
+                    sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut **c.conn).await?;
+                    c.conns.put(c.conn);
+                }
+                AppliedTx::Sqlite(tx, hold) => {
+                    tx.commit().await?;
+                    drop(hold);
+                }
             }
-            AppliedTx::Sqlite(tx, hold) => {
-                tx.commit().await?;
-                drop(hold);
-            }
-        }
-        Ok(())
+            Ok(())
+        })
+        .await
     }
 }
 
@@ -269,49 +275,55 @@ impl Claim {
     /// SQLite only, where no row lock is held), the job becomes stale and its
     /// infra write is dropped; its events are still kept.
     pub async fn apply(self, finish: &Finish, now_ms: i64) -> Result<Applied> {
-        let job = self.job;
-        match self.inner {
-            ClaimInner::Pg(mut c) => {
-                // The infra row has been locked since the claim: its generation
-                // is the one read then.
-                let held = Held::RowLock { generation: self.infra.generation };
-                // A job enqueued in this run may share this job's identity
-                // key, so this job must leave `queued` before it is inserted.
-                let defer = finish.enqueue.is_empty();
-                let next = apply_in(&mut **c.conn, &job, finish, held, !defer, now_ms).await?;
-                let finish_sql = defer.then(|| finish_sql(job.id, &next, now_ms));
-                Ok(Applied { inner: AppliedTx::Pg(c, finish_sql) })
+        crate::named("apply", async move {
+            let job = self.job;
+            match self.inner {
+                ClaimInner::Pg(mut c) => {
+                    // The infra row has been locked since the claim: its generation
+                    // is the one read then.
+                    let held = Held::RowLock { generation: self.infra.generation };
+                    // A job enqueued in this run may share this job's identity
+                    // key, so this job must leave `queued` before it is inserted.
+                    let defer = finish.enqueue.is_empty();
+                    let next = apply_in(&mut **c.conn, &job, finish, held, !defer, now_ms).await?;
+                    let finish_sql = defer.then(|| finish_sql(job.id, &next, now_ms));
+                    Ok(Applied { inner: AppliedTx::Pg(c, finish_sql) })
+                }
+                ClaimInner::Sqlite { pool, lease_token, hold } => {
+                    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                    apply_in(&mut *tx, &job, finish, Held::Lease(&lease_token), true, now_ms).await?;
+                    sqlx::query("DELETE FROM job_starts WHERE job_id = $1").bind(job.id.0).execute(&mut *tx).await?;
+                    Ok(Applied { inner: AppliedTx::Sqlite(tx, hold) })
+                }
             }
-            ClaimInner::Sqlite { pool, lease_token, hold } => {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                apply_in(&mut *tx, &job, finish, Held::Lease(&lease_token), true, now_ms).await?;
-                sqlx::query("DELETE FROM job_starts WHERE job_id = $1").bind(job.id.0).execute(&mut *tx).await?;
-                Ok(Applied { inner: AppliedTx::Sqlite(tx, hold) })
-            }
-        }
+        })
+        .await
     }
 
     /// Gives the job back untouched (rollback on PostgreSQL, lease released on
     /// SQLite).
     pub async fn release(self) -> Result<()> {
-        match self.inner {
-            ClaimInner::Pg(mut c) => {
-                sqlx::raw_sql("ROLLBACK").execute(&mut **c.conn).await?;
-                c.conns.put(c.conn);
+        crate::named("release", async move {
+            match self.inner {
+                ClaimInner::Pg(mut c) => {
+                    sqlx::raw_sql("ROLLBACK").execute(&mut **c.conn).await?;
+                    c.conns.put(c.conn);
+                }
+                ClaimInner::Sqlite { pool, lease_token, hold: _hold } => {
+                    sqlx::query("DELETE FROM job_starts WHERE job_id = $1").bind(self.job.id.0).execute(&pool).await?;
+                    sqlx::query(
+                        "UPDATE infra SET lease_owner = NULL, lease_until_ms = NULL \
+                                 WHERE client_id = $1 AND lease_owner = $2",
+                    )
+                    .bind(self.job.client_id.as_str())
+                    .bind(&lease_token)
+                    .execute(&pool)
+                    .await?;
+                }
             }
-            ClaimInner::Sqlite { pool, lease_token, hold: _hold } => {
-                sqlx::query("DELETE FROM job_starts WHERE job_id = $1").bind(self.job.id.0).execute(&pool).await?;
-                sqlx::query(
-                    "UPDATE infra SET lease_owner = NULL, lease_until_ms = NULL \
-                             WHERE client_id = $1 AND lease_owner = $2",
-                )
-                .bind(self.job.client_id.as_str())
-                .bind(&lease_token)
-                .execute(&pool)
-                .await?;
-            }
-        }
-        Ok(())
+            Ok(())
+        })
+        .await
     }
 }
 
@@ -536,12 +548,15 @@ impl QueueStatus {
 
 impl Store {
     pub async fn job_enqueue(&self, job: &NewJob) -> Result<Enqueued> {
-        both!(self, p => {
-            let mut tx = crate::BeginWrite::begin_write(p).await?;
-            let r = job_insert(&mut *tx, job).await?;
-            tx.commit().await?;
-            Ok(r)
+        crate::named("job_enqueue", async move {
+            both!(self, p => {
+                let mut tx = crate::BeginWrite::begin_write(p).await?;
+                let r = job_insert(&mut *tx, job).await?;
+                tx.commit().await?;
+                Ok(r)
+            })
         })
+        .await
     }
 
     /// Claims the next runnable job whose client is not being worked on, or
@@ -551,10 +566,13 @@ impl Store {
     /// before it does anything, and uncounted when it finishes: a run killed
     /// outright stays counted (see [`Claim::unfinished_runs`]).
     pub async fn job_claim_next(&self, worker: &str, now_ms: i64, lease_ms: i64) -> Result<Option<Claim>> {
-        match &self.db {
-            Db::Pg(p, conns) => claim_pg::claim_next(p, conns, now_ms).await,
-            Db::Sqlite(p) => claim_sqlite::claim_next(p, worker, now_ms, lease_ms).await,
-        }
+        crate::named("job_claim_next", async move {
+            match &self.db {
+                Db::Pg(p, conns) => claim_pg::claim_next(p, conns, now_ms).await,
+                Db::Sqlite(p) => claim_sqlite::claim_next(p, worker, now_ms, lease_ms).await,
+            }
+        })
+        .await
     }
 
     /// Records a failed run after its claim was rolled back: counts the
@@ -568,135 +586,151 @@ impl Store {
         now_ms: i64,
         retry_base_ms: i64,
     ) -> Result<JobState> {
-        let error: String = error.chars().take(2000).collect();
-        // PostgreSQL: another worker may have claimed the job since this run
-        // rolled back; its claim holds the row, and whatever it does
-        // supersedes this record (SKIP LOCKED: nothing is waited on, nothing
-        // revived). SQLite: this worker still holds the client's lock file
-        // (`ClaimRef::hold`), so no other run of it is in flight.
-        // The failed run's own rollback may still be on its way (a dropped
-        // connection): wait for it a little, never for another run.
-        let (prelude, select) = match &self.db {
-            Db::Pg(..) => (
-                Some("SET LOCAL lock_timeout = '3s'"),
-                "SELECT attempts, attempts_max, state FROM jobs WHERE id = $1 FOR UPDATE",
-            ),
-            Db::Sqlite(_) => (None, "SELECT attempts, attempts_max, state FROM jobs WHERE id = $1"),
-        };
-        both!(self, p => {
-            let mut tx = crate::BeginWrite::begin_write(p).await?;
-            if let Some(sql) = prelude {
-                sqlx::query(sql).execute(&mut *tx).await?;
-            }
-            let row: std::result::Result<Option<(i64, i64, String)>, sqlx::Error> =
-                sqlx::query_as(select)
-                    .bind(c.job_id.0)
-                    .fetch_optional(&mut *tx)
-                    .await;
-            let row = match row {
-                // lock_not_available: another run holds the job now.
-                Err(sqlx::Error::Database(d)) if d.code().as_deref() == Some("55P03") => None,
-                r => r?,
+        crate::named("job_record_failure", async move {
+            let error: String = error.chars().take(2000).collect();
+            // PostgreSQL: another worker may have claimed the job since this run
+            // rolled back; its claim holds the row, and whatever it does
+            // supersedes this record (SKIP LOCKED: nothing is waited on, nothing
+            // revived). SQLite: this worker still holds the client's lock file
+            // (`ClaimRef::hold`), so no other run of it is in flight.
+            // The failed run's own rollback may still be on its way (a dropped
+            // connection): wait for it a little, never for another run.
+            let (prelude, select) = match &self.db {
+                Db::Pg(..) => (
+                    Some("SET LOCAL lock_timeout = '3s'"),
+                    "SELECT attempts, attempts_max, state FROM jobs WHERE id = $1 FOR UPDATE",
+                ),
+                Db::Sqlite(_) => (None, "SELECT attempts, attempts_max, state FROM jobs WHERE id = $1"),
             };
-            let Some((attempts, attempts_max, state)) = row else {
-                tx.rollback().await?;
-                return Ok(JobState::Queued);
-            };
-            sqlx::query("DELETE FROM job_starts WHERE job_id = $1").bind(c.job_id.0).execute(&mut *tx).await?;
-            if state != "queued" {
-                // Someone else ran it to completion in the meantime.
-                tx.commit().await?;
-                return Ok(JobState::parse(&state).unwrap_or(JobState::Done));
-            }
-            let attempts = attempts + 1;
-            let exhausted = attempts >= attempts_max;
-            let backoff = retry_base_ms
-                .saturating_mul(1_i64 << (attempts - 1).clamp(0, 20))
-                .min(RETRY_BACKOFF_CAP_MS);
-            sqlx::query(
-                "UPDATE jobs SET attempts = $2, last_error = $3, run_after_ms = $4, state = $5, finished_ms = $6 \
-                 WHERE id = $1",
-            )
-            .bind(c.job_id.0)
-            .bind(attempts)
-            .bind(&error)
-            .bind(now_ms + backoff)
-            .bind(if exhausted { "failed" } else { "queued" })
-            .bind(if exhausted { Some(now_ms) } else { None })
-            .execute(&mut *tx)
-            .await?;
-            if exhausted {
+            both!(self, p => {
+                let mut tx = crate::BeginWrite::begin_write(p).await?;
+                if let Some(sql) = prelude {
+                    sqlx::query(sql).execute(&mut *tx).await?;
+                }
+                let row: std::result::Result<Option<(i64, i64, String)>, sqlx::Error> =
+                    sqlx::query_as(select)
+                        .bind(c.job_id.0)
+                        .fetch_optional(&mut *tx)
+                        .await;
+                let row = match row {
+                    // lock_not_available: another run holds the job now.
+                    Err(sqlx::Error::Database(d)) if d.code().as_deref() == Some("55P03") => None,
+                    r => r?,
+                };
+                let Some((attempts, attempts_max, state)) = row else {
+                    tx.rollback().await?;
+                    return Ok(JobState::Queued);
+                };
+                sqlx::query("DELETE FROM job_starts WHERE job_id = $1").bind(c.job_id.0).execute(&mut *tx).await?;
+                if state != "queued" {
+                    // Someone else ran it to completion in the meantime.
+                    tx.commit().await?;
+                    return Ok(JobState::parse(&state).unwrap_or(JobState::Done));
+                }
+                let attempts = attempts + 1;
+                let exhausted = attempts >= attempts_max;
+                let backoff = retry_base_ms
+                    .saturating_mul(1_i64 << (attempts - 1).clamp(0, 20))
+                    .min(RETRY_BACKOFF_CAP_MS);
                 sqlx::query(
-                    "UPDATE infra SET status = 'blocked', blocked_reason = 'attempts_exhausted', \
-                     blocked_detail = $3, updated_ms = $4 WHERE client_id = $1 AND generation = $2",
+                    "UPDATE jobs SET attempts = $2, last_error = $3, run_after_ms = $4, state = $5, finished_ms = $6 \
+                     WHERE id = $1",
                 )
-                .bind(c.client_id.as_str())
-                .bind(c.generation)
-                .bind(format!("job {} failed {attempts} times; last error: {error}", c.job_id))
-                .bind(now_ms)
+                .bind(c.job_id.0)
+                .bind(attempts)
+                .bind(&error)
+                .bind(now_ms + backoff)
+                .bind(if exhausted { "failed" } else { "queued" })
+                .bind(if exhausted { Some(now_ms) } else { None })
                 .execute(&mut *tx)
                 .await?;
-            }
-            event_insert(&mut *tx, Some(&c.client_id), "job_failed", &serde_json::json!({
-                "job": c.job_id.0, "attempts": attempts, "exhausted": exhausted, "error": error,
-            }), now_ms).await?;
-            if let Some(token) = &c.lease_token {
-                (*tx).lease_release(&c.client_id, token).await?;
-            }
-            tx.commit().await?;
-            Ok(if exhausted { JobState::Failed } else { JobState::Queued })
+                if exhausted {
+                    sqlx::query(
+                        "UPDATE infra SET status = 'blocked', blocked_reason = 'attempts_exhausted', \
+                         blocked_detail = $3, updated_ms = $4 WHERE client_id = $1 AND generation = $2",
+                    )
+                    .bind(c.client_id.as_str())
+                    .bind(c.generation)
+                    .bind(format!("job {} failed {attempts} times; last error: {error}", c.job_id))
+                    .bind(now_ms)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                event_insert(&mut *tx, Some(&c.client_id), "job_failed", &serde_json::json!({
+                    "job": c.job_id.0, "attempts": attempts, "exhausted": exhausted, "error": error,
+                }), now_ms).await?;
+                if let Some(token) = &c.lease_token {
+                    (*tx).lease_release(&c.client_id, token).await?;
+                }
+                tx.commit().await?;
+                Ok(if exhausted { JobState::Failed } else { JobState::Queued })
+            })
         })
+        .await
     }
 
     pub async fn queue_status(&self, now_ms: i64) -> Result<QueueStatus> {
-        both!(self, p => {
-            let counts: Vec<(String, i64)> = sqlx::query_as("SELECT state, count(*) FROM jobs GROUP BY state")
-                .fetch_all(p).await?;
-            let mut s = QueueStatus::default();
-            for (state, n) in counts {
-                match state.as_str() {
-                    "queued" => s.queued = n,
-                    "done" => s.done = n,
-                    "stale" => s.stale = n,
-                    "failed" => s.failed = n,
-                    _ => {}
+        crate::named("queue_status", async move {
+            both!(self, p => {
+                let counts: Vec<(String, i64)> = sqlx::query_as("SELECT state, count(*) FROM jobs GROUP BY state")
+                    .fetch_all(p).await?;
+                let mut s = QueueStatus::default();
+                for (state, n) in counts {
+                    match state.as_str() {
+                        "queued" => s.queued = n,
+                        "done" => s.done = n,
+                        "stale" => s.stale = n,
+                        "failed" => s.failed = n,
+                        _ => {}
+                    }
                 }
-            }
-            s.runnable = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state = 'queued' AND run_after_ms <= $1")
-                .bind(now_ms).fetch_one(p).await?;
-            s.next_run_after_ms = sqlx::query_scalar("SELECT min(run_after_ms) FROM jobs WHERE state = 'queued' AND run_after_ms > $1")
-                .bind(now_ms).fetch_one(p).await?;
-            s.unsettled_clients = sqlx::query_scalar(
-                "SELECT count(*) FROM infra WHERE status NOT IN ('ready', 'deleted', 'blocked')")
-                .fetch_one(p).await?;
-            s.paused = self.setting_get(SETTING_QUEUE_PAUSED).await?.as_deref() == Some("true");
-            Ok(s)
+                s.runnable = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state = 'queued' AND run_after_ms <= $1")
+                    .bind(now_ms).fetch_one(p).await?;
+                s.next_run_after_ms = sqlx::query_scalar("SELECT min(run_after_ms) FROM jobs WHERE state = 'queued' AND run_after_ms > $1")
+                    .bind(now_ms).fetch_one(p).await?;
+                s.unsettled_clients = sqlx::query_scalar(
+                    "SELECT count(*) FROM infra WHERE status NOT IN ('ready', 'deleted', 'blocked')")
+                    .fetch_one(p).await?;
+                s.paused = self.setting_get(SETTING_QUEUE_PAUSED).await?.as_deref() == Some("true");
+                Ok(s)
+            })
         })
+        .await
     }
 
     pub async fn queue_set_paused(&self, paused: bool, now_ms: i64) -> Result<()> {
-        self.setting_set(SETTING_QUEUE_PAUSED, if paused { "true" } else { "false" }).await?;
-        both!(self, p => {
-            let mut c = p.acquire().await?;
-            event_insert(&mut *c, None, if paused { "queue_paused" } else { "queue_resumed" },
-                &serde_json::json!({}), now_ms).await
+        crate::named("queue_set_paused", async move {
+            self.setting_set(SETTING_QUEUE_PAUSED, if paused { "true" } else { "false" }).await?;
+            both!(self, p => {
+                let mut c = p.acquire().await?;
+                event_insert(&mut *c, None, if paused { "queue_paused" } else { "queue_resumed" },
+                    &serde_json::json!({}), now_ms).await
+            })
         })
+        .await
     }
 
     pub async fn jobs_for_client(&self, client: &ClientId) -> Result<Vec<JobRow>> {
-        let sql = sqlx::AssertSqlSafe(format!("SELECT {JOB_COLUMNS} FROM jobs j WHERE j.client_id = $1 ORDER BY j.id"));
-        both!(self, p => {
-            let rows = sqlx::query(sql).bind(client.as_str()).fetch_all(p).await?;
-            rows.iter().map(rows::job_from_row).collect()
+        crate::named("jobs_for_client", async move {
+            let sql =
+                sqlx::AssertSqlSafe(format!("SELECT {JOB_COLUMNS} FROM jobs j WHERE j.client_id = $1 ORDER BY j.id"));
+            both!(self, p => {
+                let rows = sqlx::query(sql).bind(client.as_str()).fetch_all(p).await?;
+                rows.iter().map(rows::job_from_row).collect()
+            })
         })
+        .await
     }
 
     pub async fn job_get(&self, id: JobId) -> Result<Option<JobRow>> {
-        let sql = sqlx::AssertSqlSafe(format!("SELECT {JOB_COLUMNS} FROM jobs j WHERE j.id = $1"));
-        both!(self, p => {
-            let row = sqlx::query(sql).bind(id.0).fetch_optional(p).await?;
-            row.as_ref().map(rows::job_from_row).transpose()
+        crate::named("job_get", async move {
+            let sql = sqlx::AssertSqlSafe(format!("SELECT {JOB_COLUMNS} FROM jobs j WHERE j.id = $1"));
+            both!(self, p => {
+                let row = sqlx::query(sql).bind(id.0).fetch_optional(p).await?;
+                row.as_ref().map(rows::job_from_row).transpose()
+            })
         })
+        .await
     }
 }
 
