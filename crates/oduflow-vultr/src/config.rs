@@ -39,11 +39,15 @@ pub const DEFAULT_BACKOFF_MAX_MS: u64 = 5_000;
 /// is re-enqueued with a scheduled time instead.
 pub const RETRY_AFTER_MAX_MS: u64 = 60_000;
 
-/// Page size for listings. Vultr's default is 100 and maximum 500
-/// (docs/vultr.md §2); 100 keeps each answer small and fast.
-pub const DEFAULT_PER_PAGE: u32 = 100;
+/// Page size for listings, the one default the library and the CLI share:
+/// Vultr's maximum (its own default is 100; docs/vultr.md §2), so that an
+/// inventory takes the fewest requests from the group's rate budget.
+pub const DEFAULT_PER_PAGE: u32 = PER_PAGE_MAX;
 
-/// Pages one listing may take. 1000 pages of 100 is 100 000 resources, far
+/// The largest page Vultr serves.
+pub const PER_PAGE_MAX: u32 = 500;
+
+/// Pages one listing may take. 1000 pages of 500 is 500 000 resources, far
 /// beyond any account we manage; the bound only stops a cursor that never
 /// ends (a server bug) from looping forever.
 pub const LIST_PAGES_MAX: u32 = 1_000;
@@ -67,7 +71,7 @@ pub struct VultrConfig {
     pub backoff_base_ms: u64,
     pub backoff_max_ms: u64,
     pub retry_after_max_ms: u64,
-    /// `per_page` sent with every listing (1..=500).
+    /// `per_page` sent with every listing (1..=[`PER_PAGE_MAX`]).
     pub per_page: u32,
     pub list_pages_max: u32,
 }

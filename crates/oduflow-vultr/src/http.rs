@@ -221,8 +221,8 @@ impl VultrClient {
         if cfg.read_attempts_max == 0 {
             return Err(VultrError::Config("read_attempts_max must be at least 1".into()));
         }
-        if !(1..=500).contains(&cfg.per_page) {
-            return Err(VultrError::Config("per_page must be within 1..=500".into()));
+        if !(1..=crate::PER_PAGE_MAX).contains(&cfg.per_page) {
+            return Err(VultrError::Config(format!("per_page must be within 1..={}", crate::PER_PAGE_MAX)));
         }
         let builder = || {
             reqwest::Client::builder()

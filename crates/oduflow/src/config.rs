@@ -126,7 +126,7 @@ impl Config {
             rate_group: env("ODUFLOW_RATE_GROUP")
                 .or(fc.rate_group)
                 .unwrap_or_else(|| oduflow_model::rate::DEFAULT_RATE_GROUP.into()),
-            per_page: env_num("ODUFLOW_PER_PAGE")?.or(fc.per_page).unwrap_or(500),
+            per_page: env_num("ODUFLOW_PER_PAGE")?.or(fc.per_page).unwrap_or(oduflow_vultr::DEFAULT_PER_PAGE),
             request_timeout_ms: env_num("ODUFLOW_REQUEST_TIMEOUT_MS")?.or(fc.request_timeout_ms).unwrap_or(30_000),
             concurrency: env_num("ODUFLOW_CONCURRENCY")?.or(fc.concurrency).unwrap_or(4),
             lease_ms: env_num("ODUFLOW_LEASE_MS")?.or(fc.lease_ms).unwrap_or(120_000),
@@ -147,7 +147,7 @@ impl Config {
             || cfg.concurrency == 0
             || cfg.lease_ms < 1
             || cfg.attempts_max < 1
-            || !(1..=500).contains(&cfg.per_page)
+            || !(1..=oduflow_vultr::PER_PAGE_MAX).contains(&cfg.per_page)
             || cfg.ready_wait_ms < 0
         {
             bail!(BadInput(

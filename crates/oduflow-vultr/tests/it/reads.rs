@@ -157,7 +157,9 @@ async fn mount_pages(server: &MockServer, route: &str, key: &str, pages: &[Vec<V
         let next = if n + 1 < pages.len() { format!("c{}", n + 1) } else { String::new() };
         let prev = if n > 0 { format!("p{n}") } else { String::new() };
         let body = json!({ key: items, "meta": {"total": 7, "links": {"next": next, "prev": prev}} });
-        let m = Mock::given(method("GET")).and(path(route)).and(query_param("per_page", "100"));
+        let m = Mock::given(method("GET"))
+            .and(path(route))
+            .and(query_param("per_page", oduflow_vultr::DEFAULT_PER_PAGE.to_string()));
         let m = if n == 0 {
             m.and(query_param_is_missing("cursor"))
         } else {
