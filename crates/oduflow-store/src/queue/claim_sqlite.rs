@@ -31,32 +31,14 @@ pub(super) async fn claim_next(p: &SqlitePool, worker: &str, now_ms: i64, lease_
         if !tried.insert(job.client_id.clone()) {
             continue;
         }
-        #[cfg(feature = "failpoints")]
-        if planted_bug("lease_overlap") {
-            // A planted bug (issue 12, hole 3): the old timed
-            // lease, taken once and never checked again.
-            let lease: (Option<String>, Option<i64>) =
-                sqlx::query_as("SELECT lease_owner, lease_until_ms FROM infra WHERE client_id = $1")
-                    .bind(job.client_id.as_str())
-                    .fetch_one(&mut *tx)
-                    .await?;
-            if lease.0.is_some() && lease.1.is_some_and(|u| u >= now_ms) {
-                continue;
-            }
-            sqlx::query("UPDATE infra SET lease_owner = $2, lease_until_ms = $3 WHERE client_id = $1")
-                .bind(job.client_id.as_str())
-                .bind(&token)
-                .bind(now_ms + lease_ms)
-                .execute(&mut *tx)
-                .await?;
-            let unfinished = count_start_sqlite(&mut tx, job.id).await?;
-            tx.commit().await?;
-            let hold =
-                std::sync::Arc::new(std::fs::File::open("/dev/null").map_err(|e| StoreError::Lock(e.to_string()))?);
-            let inner = ClaimInner::Sqlite { pool: p.clone(), lease_token: token, hold };
-            return Ok(Some(Claim { job, infra, unfinished_runs: unfinished, inner }));
-        }
-        let Some(hold) = try_lock_client(&locks, &job.client_id)? else { continue };
+        let hold = match planted_timed_lease(&mut tx, &job.client_id, now_ms).await? {
+            Some(true) => continue,
+            Some(false) => std::fs::File::open("/dev/null").map_err(|e| StoreError::Lock(e.to_string()))?,
+            None => match try_lock_client(&locks, &job.client_id)? {
+                Some(hold) => hold,
+                None => continue,
+            },
+        };
         sqlx::query("UPDATE infra SET lease_owner = $2, lease_until_ms = $3 WHERE client_id = $1")
             .bind(job.client_id.as_str())
             .bind(&token)
@@ -69,6 +51,28 @@ pub(super) async fn claim_next(p: &SqlitePool, worker: &str, now_ms: i64, lease_
         return Ok(Some(Claim { job, infra, unfinished_runs: unfinished, inner }));
     }
     tx.rollback().await?;
+    Ok(None)
+}
+
+/// Test builds with the planted bug `lease_overlap` (issue 12, hole 3): the
+/// old timed lease, taken once and never checked again, instead of the lock
+/// file. `Some(held)`: whether an unexpired lease names someone; `None`: the
+/// real protocol.
+#[cfg(feature = "failpoints")]
+async fn planted_timed_lease(c: &mut SqliteConnection, client: &ClientId, now_ms: i64) -> Result<Option<bool>> {
+    if !planted_bug("lease_overlap") {
+        return Ok(None);
+    }
+    let lease: (Option<String>, Option<i64>) =
+        sqlx::query_as("SELECT lease_owner, lease_until_ms FROM infra WHERE client_id = $1")
+            .bind(client.as_str())
+            .fetch_one(c)
+            .await?;
+    Ok(Some(lease.0.is_some() && lease.1.is_some_and(|u| u >= now_ms)))
+}
+
+#[cfg(not(feature = "failpoints"))]
+async fn planted_timed_lease(_: &mut SqliteConnection, _: &ClientId, _: i64) -> Result<Option<bool>> {
     Ok(None)
 }
 
