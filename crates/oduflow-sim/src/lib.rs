@@ -16,8 +16,9 @@
 //! deleted ones included, and counts create requests applied per label, so a
 //! test can prove that nothing was created twice.
 //!
-//! Time: lifecycles run on `tokio::time::Instant`, so a test may pause tokio's
-//! clock; wall-clock time is used only for the `date_created` strings and the
+//! Time: lifecycles run on `tokio::time::Instant` plus a skew a test moves
+//! with [`SimControl::advance`], so a test steps past a listing lag or a 404
+//! window instead of sleeping through it; wall-clock time is used only for the `date_created` strings and the
 //! ledger's timestamps, which nothing decides on.
 
 mod api;

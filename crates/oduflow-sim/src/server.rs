@@ -51,6 +51,13 @@ impl SimControl {
         self.shared.world().set_faults(faults);
         Ok(())
     }
+
+    /// Moves the simulator's clock forward by `by`: lifecycles, the 404
+    /// window, listing lag, attach locks and the rate window all see the
+    /// time pass at once. Tests use it instead of sleeping past a lag.
+    pub fn advance(&self, by: std::time::Duration) {
+        self.shared.world().advance(by);
+    }
 }
 
 /// A running simulator. Dropping it stops the server.
@@ -78,6 +85,11 @@ impl SimHandle {
 
     pub fn set_faults(&self, faults: Faults) -> Result<(), SimError> {
         self.control.set_faults(faults)
+    }
+
+    /// See [`SimControl::advance`].
+    pub fn advance(&self, by: std::time::Duration) {
+        self.control.advance(by);
     }
 
     /// Stops accepting, closes open connections and waits for the loop.

@@ -286,6 +286,9 @@ pub(crate) struct World {
     blocks: Vec<SimBlock>,
     domains: BTreeMap<String, Vec<SimRecord>>,
     ledger: Ledger,
+    /// How far a test has moved this simulator's clock ahead of tokio's
+    /// ([`crate::SimControl::advance`]).
+    skew: Duration,
 }
 
 fn ms(d: u64) -> Duration {
@@ -312,8 +315,19 @@ impl World {
             blocks: Vec::new(),
             domains,
             ledger: Ledger::default(),
+            skew: Duration::ZERO,
             cfg,
         }
+    }
+
+    /// The time every lifecycle, lag and rate window is read against:
+    /// tokio's clock plus what a test has advanced.
+    fn now(&self) -> Instant {
+        Instant::now() + self.skew
+    }
+
+    pub fn advance(&mut self, by: Duration) {
+        self.skew += by;
     }
 
     pub fn ledger(&self) -> Ledger {
@@ -346,7 +360,7 @@ impl World {
     /// (always two draws, so the stream position depends only on the number of
     /// requests), then applies the rate limit, authentication and the fault.
     pub fn gate(&mut self, route: &str, op: Op, key_fp: Option<&str>, needs_auth: bool, source: IpAddr) -> Gate {
-        let now = Instant::now();
+        let now = self.now();
         self.seq += 1;
         *self.ledger.requests.entry(route.to_owned()).or_default() += 1;
         let u_fault = self.fault_rng.next_f64();
@@ -599,7 +613,7 @@ impl World {
         let ledger_ix = self.ledger_push(ResourceKind::Instance, &id, &label, region, key_fp);
         let ip = self.next_ip;
         self.next_ip += 1;
-        let now = Instant::now();
+        let now = self.now();
         let inst = SimInstance {
             main_ip: format!("192.0.2.{}", ip % 254 + 1),
             id,
@@ -623,7 +637,7 @@ impl World {
     }
 
     pub fn instance_get(&self, id: &str) -> Reply {
-        let now = Instant::now();
+        let now = self.now();
         match self.instance_ix(id, now) {
             Some(ix) => Reply::json(200, json!({ "instance": self.instance_json(&self.instances[ix], now) })),
             None => Reply::error(404, "instance not found"),
@@ -631,7 +645,7 @@ impl World {
     }
 
     pub fn instance_list(&self, q: &BTreeMap<String, String>) -> Reply {
-        let now = Instant::now();
+        let now = self.now();
         let label = q.get("label");
         let items: Vec<Value> = self
             .instances
@@ -645,7 +659,7 @@ impl World {
     }
 
     pub fn instance_delete(&mut self, id: &str) -> Reply {
-        let now = Instant::now();
+        let now = self.now();
         let Some(ix) = self.instance_ix(id, now) else {
             return Reply::error(404, "instance not found");
         };
@@ -703,7 +717,7 @@ impl World {
         let label = obj.get("label").and_then(Value::as_str).unwrap_or("").to_owned();
         let id = self.new_id();
         let ledger_ix = self.ledger_push(ResourceKind::Block, &id, &label, region, key_fp);
-        let now = Instant::now();
+        let now = self.now();
         let b = SimBlock {
             mount_id: format!("{region}-{}", &id[..13].replace('-', "")),
             id,
@@ -723,7 +737,7 @@ impl World {
     }
 
     pub fn block_get(&self, id: &str) -> Reply {
-        let now = Instant::now();
+        let now = self.now();
         match self.block_ix(id, now) {
             Some(ix) => Reply::json(200, json!({ "block": self.block_json(&self.blocks[ix], now) })),
             None => Reply::error(404, "Invalid block storage ID"),
@@ -731,7 +745,7 @@ impl World {
     }
 
     pub fn block_list(&self, q: &BTreeMap<String, String>) -> Reply {
-        let now = Instant::now();
+        let now = self.now();
         let items: Vec<Value> = self
             .blocks
             .iter()
@@ -742,7 +756,7 @@ impl World {
     }
 
     pub fn block_attach(&mut self, id: &str, body: &Value) -> Reply {
-        let now = Instant::now();
+        let now = self.now();
         let Some(instance_id) = body.get("instance_id").and_then(Value::as_str) else {
             return Reply::error(400, "Missing instance_id.");
         };
@@ -775,7 +789,7 @@ impl World {
     }
 
     pub fn block_detach(&mut self, id: &str) -> Reply {
-        let now = Instant::now();
+        let now = self.now();
         let Some(bix) = self.block_ix(id, now) else {
             return Reply::error(404, "Invalid block storage ID");
         };
@@ -786,7 +800,7 @@ impl World {
     }
 
     pub fn block_delete(&mut self, id: &str) -> Reply {
-        let now = Instant::now();
+        let now = self.now();
         let Some(bix) = self.block_ix(id, now) else {
             return Reply::error(404, "Invalid block storage ID");
         };

@@ -132,6 +132,8 @@ async fn deleted_client_keeps_no_vm_when_delete_lands_mid_run(store: Store) -> R
     }
     let s2 = store.clone();
     let delete = tokio::spawn(async move { s2.client_delete("acme", now(), 3).await });
+    // Aim, not a condition: give the deletion time to commit (SQLite) or to
+    // queue behind the run's row lock (PostgreSQL) before the run goes on.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     hold.notify_one();
     run.await??;
@@ -183,7 +185,10 @@ async fn a_run_longer_than_its_lease_is_never_overlapped(store: Store) -> Result
     let p = Arc::new(MemoryProvider::new(key("k1")));
     let short = |c: &mut EngineConfig| c.lease_ms = 50;
     let a = worker_with(&store, p.clone(), short);
-    let b = worker_with(&store, p.clone(), short);
+    // Worker b lives ten minutes ahead: every lease worker a takes has long
+    // expired by b's clock, with no sleeping.
+    let b_clock = Arc::new(ManualClock::at(now() + 600_000));
+    let b = worker_on(&store, p.clone(), short, b_clock);
     let c = create(&store, "acme").await;
     let hold = Arc::new(tokio::sync::Notify::new());
     p.with(|s| s.hold_next_create = Some(hold.clone()));
@@ -195,7 +200,6 @@ async fn a_run_longer_than_its_lease_is_never_overlapped(store: Store) -> Result
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     // Far past the lease: another delivery of the same work must not start.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let mut dup = NewJob::for_client(&c.id, JobKind::Provision, 1, now(), 3);
     dup.identity_key = None;
     store.job_enqueue(&dup).await?;

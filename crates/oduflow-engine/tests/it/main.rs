@@ -52,6 +52,20 @@ fn worker_with(
     provider: Arc<MemoryProvider>,
     f: impl FnOnce(&mut EngineConfig),
 ) -> Worker<MemoryProvider> {
+    Worker::new(store.clone(), provider, test_config(f), Arc::new(SystemClock))
+}
+
+/// [`worker_with`], reading the time from a clock the test moves.
+fn worker_on(
+    store: &Store,
+    provider: Arc<MemoryProvider>,
+    f: impl FnOnce(&mut EngineConfig),
+    clock: Arc<ManualClock>,
+) -> Worker<MemoryProvider> {
+    Worker::new(store.clone(), provider, test_config(f), clock)
+}
+
+fn test_config(f: impl FnOnce(&mut EngineConfig)) -> EngineConfig {
     let mut cfg = EngineConfig {
         worker_id: "test".into(),
         poll_interval_ms: 0,
@@ -62,7 +76,7 @@ fn worker_with(
         ..EngineConfig::default()
     };
     f(&mut cfg);
-    Worker::new(store.clone(), provider, cfg, Arc::new(SystemClock))
+    cfg
 }
 
 fn spec() -> ClientSpec {

@@ -3,15 +3,22 @@
 use crate::*;
 use oduflow_model::KeyFingerprint;
 
+/// Lifecycles far longer than a test runs: only [`SimHandle::advance`]
+/// moves them, so no assertion depends on how fast the machine is.
 fn slow_lifecycle() -> SimConfig {
     SimConfig {
-        pending_ms: 300,
-        installing_ms: 300,
-        block_pending_ms: 200,
-        get_404_window_ms: 150,
-        list_lag_ms: 200,
+        pending_ms: 30_000,
+        installing_ms: 30_000,
+        block_pending_ms: 20_000,
+        get_404_window_ms: 15_000,
+        list_lag_ms: 20_000,
         ..SimConfig::default()
     }
+}
+
+/// Moves the simulator's clock `ms` milliseconds on.
+fn advance(sim: &SimHandle, ms: u64) {
+    sim.advance(Duration::from_millis(ms));
 }
 
 #[tokio::test]
@@ -31,16 +38,16 @@ async fn instance_moves_pending_then_installingbooting_then_ok_after_a_404_windo
     let (status, v) = body(api.get(&format!("/instances/{id}")).await).await;
     assert_eq!((status, v["error"].as_str(), v["status"].as_u64()), (404, Some("instance not found"), Some(404)));
 
-    sleep_ms(200).await; // t ≈ 200: past the window, still pending
+    advance(&sim, 20_000); // t = 20 s: past the window, still pending
     let (_, v) = body(api.get(&format!("/instances/{id}")).await).await;
     assert_eq!(v["instance"]["status"], "pending");
-    sleep_ms(250).await; // t ≈ 450
+    advance(&sim, 25_000); // t = 45 s
     let (_, v) = body(api.get(&format!("/instances/{id}")).await).await;
     assert_eq!(
         (v["instance"]["status"].as_str(), v["instance"]["server_status"].as_str()),
         (Some("active"), Some("installingbooting"))
     );
-    sleep_ms(300).await; // t ≈ 750
+    advance(&sim, 30_000); // t = 75 s
     let (_, v) = body(api.get(&format!("/instances/{id}")).await).await;
     assert_eq!(
         (v["instance"]["status"].as_str(), v["instance"]["server_status"].as_str()),
@@ -59,7 +66,7 @@ async fn listings_lag_filter_by_label_and_end_with_empty_cursors() {
     let (_, v) = body(api.get("/instances").await).await;
     assert_eq!(v["instances"].as_array().unwrap().len(), 0, "a fresh instance is not listed yet");
     assert_eq!(v["meta"]["links"]["next"], "");
-    sleep_ms(250).await;
+    advance(&sim, 25_000);
 
     let mut cursor = String::new();
     let mut seen = 0;
@@ -98,12 +105,12 @@ async fn delete_and_attach_answer_500_until_the_instance_is_ok_then_204_without_
     let api = Api::new(&sim);
     let vm = api.create_instance("vm").await;
     let blk = api.create_block("vol").await;
-    sleep_ms(200).await; // past the 404 window, instance pending
+    advance(&sim, 20_000); // past the 404 window, instance pending
 
     let (status, v) = body(api.delete(&format!("/instances/{vm}")).await).await;
     assert_eq!(status, 500);
     assert!(v["error"].as_str().unwrap().contains("not currently active"), "{v}");
-    sleep_ms(200).await; // t ≈ 400: installingbooting
+    advance(&sim, 20_000); // t = 40 s: installingbooting
     let (status, v) =
         body(api.post(&format!("/blocks/{blk}/attach"), json!({"instance_id": vm, "live": true})).await).await;
     assert_eq!(status, 500);
@@ -112,7 +119,7 @@ async fn delete_and_attach_answer_500_until_the_instance_is_ok_then_204_without_
     assert_eq!(status, 500);
     assert!(v["error"].as_str().unwrap().contains("currently locked"), "{v}");
 
-    sleep_ms(300).await; // t ≈ 700: ok
+    advance(&sim, 30_000); // t = 70 s: ok
     let r = api.post(&format!("/blocks/{blk}/attach"), json!({"instance_id": vm, "live": true})).await;
     assert_eq!(r.status(), 204);
     assert!(r.text().await.unwrap().is_empty(), "204 has no body");
@@ -151,7 +158,7 @@ async fn delete_and_attach_answer_500_until_the_instance_is_ok_then_204_without_
 
 #[tokio::test]
 async fn a_non_live_attach_locks_the_instance_for_a_while() {
-    let sim = start(SimConfig { attach_lock_ms: 300, ..SimConfig::default().instant() }).await;
+    let sim = start(SimConfig { attach_lock_ms: 30_000, ..SimConfig::default().instant() }).await;
     let api = Api::new(&sim);
     let vm = api.create_instance("vm").await;
     let blk = api.create_block("vol").await;
@@ -162,20 +169,20 @@ async fn a_non_live_attach_locks_the_instance_for_a_while() {
     let (_, v) = body(api.get(&format!("/instances/{vm}")).await).await;
     assert_eq!(v["instance"]["server_status"], "locked");
     assert_eq!(api.delete(&format!("/instances/{vm}")).await.status(), 500);
-    sleep_ms(350).await;
+    advance(&sim, 35_000);
     assert_eq!(api.delete(&format!("/instances/{vm}")).await.status(), 204);
 }
 
 #[tokio::test]
 async fn listings_keep_a_deleted_resource_for_the_lag() {
-    let sim = start(SimConfig { list_lag_ms: 200, ..SimConfig::default().instant() }).await;
+    let sim = start(SimConfig { list_lag_ms: 20_000, ..SimConfig::default().instant() }).await;
     let api = Api::new(&sim);
     let blk = api.create_block("vol").await;
-    sleep_ms(250).await;
+    advance(&sim, 25_000);
     assert_eq!(api.delete(&format!("/blocks/{blk}")).await.status(), 204);
     let (_, v) = body(api.get("/blocks").await).await;
     assert_eq!(v["blocks"].as_array().unwrap().len(), 1, "absence from a listing lags deletion too");
-    sleep_ms(250).await;
+    advance(&sim, 25_000);
     let (_, v) = body(api.get("/blocks").await).await;
     assert_eq!(v["blocks"].as_array().unwrap().len(), 0);
 }
@@ -241,7 +248,7 @@ async fn over_the_rate_the_sim_answers_429_with_retry_after() {
     }
     assert!(limited >= 5, "only {limited} of 12 back-to-back requests were limited at 5/s");
     assert_eq!(sim.ledger().responses_429_rate_limit, limited);
-    sleep_ms(1100).await;
+    advance(&sim, 1_100);
     assert_eq!(api.get("/account").await.status(), 200, "the bucket refills");
 }
 

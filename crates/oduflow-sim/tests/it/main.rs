@@ -68,7 +68,3 @@ pub async fn body(r: Response) -> (u16, Value) {
     let text = r.text().await.unwrap();
     (status, if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap() })
 }
-
-pub async fn sleep_ms(ms: u64) {
-    tokio::time::sleep(Duration::from_millis(ms)).await;
-}

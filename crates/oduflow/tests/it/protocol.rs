@@ -140,7 +140,7 @@ async fn duplicate_label_matches_block(store: Store) {
     // Both past the simulator's listing lag before the label search, so it
     // sees both (a search inside the lag can see one and adopt it; the
     // other is then an orphan for `reconcile --all`, not a duplicate block).
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    sim.advance(Duration::from_millis(400));
     settle(&w).await;
     let after = status(&store, "acme").await;
     assert_eq!(after.infra.blocked_reason, Some(BlockedReason::DuplicateMatches), "{after:?}");
@@ -174,13 +174,12 @@ async fn foreign_attachment_blocks(store: Store) {
     };
     let vol = c.infra.volume_id.clone().unwrap();
     p.block_detach(&vol).await.unwrap();
+    // Past the foreign instance's install, so it takes an attachment.
+    sim.advance(Duration::from_secs(1));
     let start = Instant::now();
-    loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if matches!(p.block_attach(&vol, &other).await, Outcome::Accepted(())) {
-            break;
-        }
+    while !matches!(p.block_attach(&vol, &other).await, Outcome::Accepted(())) {
         assert!(start.elapsed() < Duration::from_secs(10), "could not attach elsewhere");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     oduflow_engine::operator::reconcile(
         &store,
