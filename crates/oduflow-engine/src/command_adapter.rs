@@ -1,7 +1,7 @@
 //! An identity adapter that runs configured commands, for systems oduflow does
 //! not ship (a WireGuard peer, a Salt minion key). Each command gets the
 //! client in its environment (`ODUFLOW_CLIENT`, `ODUFLOW_CLIENT_ID`,
-//! `ODUFLOW_MAIN_IP`) and prints one JSON object on stdout:
+//! `ODUFLOW_MAIN_IP`, `ODUFLOW_V6_MAIN_IP`, `ODUFLOW_HOSTNAME`, `ODUFLOW_MOUNT_ID`) and prints one JSON object on stdout:
 //! `{"ok": true, "detail": "..."}` for ensure and remove, `{"present": bool,
 //! "detail": "..."}` for check. A non-zero exit, unreadable output or running
 //! past the timeout is a failure.
@@ -59,6 +59,9 @@ impl CommandAdapter {
             .env("ODUFLOW_CLIENT", &t.client)
             .env("ODUFLOW_CLIENT_ID", &t.client_id)
             .env("ODUFLOW_MAIN_IP", t.main_ip.as_deref().unwrap_or(""))
+            .env("ODUFLOW_V6_MAIN_IP", &t.outputs.v6_main_ip)
+            .env("ODUFLOW_HOSTNAME", &t.hostname)
+            .env("ODUFLOW_MOUNT_ID", &t.outputs.mount_id)
             .env_remove("VULTR_API_KEY")
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true);

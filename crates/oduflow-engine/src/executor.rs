@@ -17,6 +17,17 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
+/// Times the backup schedule is set without reading back before the client
+/// blocks `config_mismatch`: a set is repeatable, but not for ever.
+const BACKUP_SCHEDULE_SETS_MAX: i64 = 3;
+
+/// Where setting the backup schedule stands.
+enum Backups {
+    Done,
+    WaitUntil(i64),
+    Stuck(String),
+}
+
 /// Decisions per run. Each kind needs at most a read, an adoption and a
 /// bookkeeping step before the run ends with a side effect or a wait, so
 /// twelve is ample; reaching it just re-queues the job.
@@ -326,6 +337,21 @@ impl<'a, P: Provider> Converge<'a, P> {
         if self.side_effects > 0 {
             return Ok(Step::Finish(self.run.wait(self.now)));
         }
+        // Before the client's first create, whatever it would be: nothing is
+        // paid for a spec the catalog already refuses.
+        if kind != ResourceKind::Attach && view.cur.vm.is_none() && view.cur.volume.is_none() {
+            let problems = match self.run.preflight().await? {
+                Ok(problems) => problems,
+                Err(e) => {
+                    let now = self.now;
+                    return Ok(Step::Finish(self.run.preflight_read_failed(&e, now).await?));
+                }
+            };
+            if !problems.is_empty() {
+                let detail = format!("preflight: {}; nothing was created", problems.join("; "));
+                return Ok(Step::Finish(self.run.block(BlockedReason::PreflightFailed, detail)));
+            }
+        }
         self.side_effects += 1;
         self.run.check_fence().await?;
         let unsent = view.cur.receipt(kind).filter(|r| r.not_sent_ms.is_some()).cloned();
@@ -392,6 +418,15 @@ impl<'a, P: Provider> Converge<'a, P> {
     /// VM and volume ready: the other identities next, then the client.
     async fn ready(mut self) -> Result<Step<'a, P>, EngineError> {
         fail_step!("attach-confirmed");
+        // What this run's reads showed (both are read before Ready).
+        if let [(_, Seen::Present(vm)), (_, Seen::Present(vol))] = &self.seen {
+            self.run.infra.outputs = ServerOutputs { mount_id: vol.outputs.mount_id.clone(), ..vm.outputs.clone() };
+        }
+        match self.backup_schedule().await? {
+            Backups::Done => {}
+            Backups::WaitUntil(at) => return Ok(Step::Finish(self.run.wait(at))),
+            Backups::Stuck(detail) => return Ok(Step::Finish(self.run.block(BlockedReason::ConfigMismatch, detail))),
+        }
         if let Some(f) = self.run.adapters_present().await? {
             return Ok(Step::Finish(f));
         }
@@ -401,6 +436,46 @@ impl<'a, P: Provider> Converge<'a, P> {
         let ids = serde_json::json!({ "vm_id": self.run.infra.vm_id, "volume_id": self.run.infra.volume_id });
         self.run.event("ready", ids);
         Ok(Step::Finish(self.run.done()))
+    }
+
+    /// The backup schedule, which Vultr sets with a call of its own after
+    /// the create: read, set when it differs (a repeatable set, this run's
+    /// one side effect), and confirmed by the next run's read; after
+    /// [`BACKUP_SCHEDULE_SETS_MAX`] sets that never read back, the client
+    /// blocks with what Vultr shows.
+    async fn backup_schedule(&mut self) -> Result<Backups, EngineError> {
+        let (Some(want), Some(vm)) = (self.run.infra.spec.server.backups, self.run.infra.vm_id.clone()) else {
+            return Ok(Backups::Done);
+        };
+        let progress = &self.run.infra.progress;
+        if progress.get("backup_schedule").and_then(|v| v.as_str()) == Some(&want.to_string()) {
+            return Ok(Backups::Done);
+        }
+        let sets = progress.get("backup_schedule_sets").and_then(serde_json::Value::as_i64).unwrap_or(0);
+        let p = &self.run.w.provider;
+        let read = |e: provider::ProviderError| EngineError::ProviderRead(format!("backup schedule of {vm}: {e}"));
+        let have = p.backup_schedule_get(&vm).await.map_err(read)?;
+        if have == Some(want) {
+            self.run.infra.progress["backup_schedule"] = serde_json::json!(want.to_string());
+            self.run
+                .event("backup_schedule_confirmed", serde_json::json!({ "vm_id": vm, "schedule": want.to_string() }));
+            return Ok(Backups::Done);
+        }
+        if sets >= BACKUP_SCHEDULE_SETS_MAX {
+            let have = have.map_or_else(|| "backups off".to_owned(), |h| h.to_string());
+            return Ok(Backups::Stuck(format!(
+                "vm {vm}: backup schedule {want} set {sets} times, but Vultr reads back {have}"
+            )));
+        }
+        if self.side_effects > 0 {
+            return Ok(Backups::WaitUntil(self.now));
+        }
+        self.side_effects += 1;
+        self.run.check_fence().await?;
+        p.backup_schedule_set(&vm, &want).await.map_err(read)?;
+        self.run.infra.progress["backup_schedule_sets"] = serde_json::json!(sets + 1);
+        self.run.event("backup_schedule_set", serde_json::json!({ "vm_id": vm, "schedule": want.to_string() }));
+        Ok(Backups::WaitUntil(self.now + self.run.w.cfg.poll_interval_ms))
     }
 
     /// VM and volume gone: the other identities next (the VM's absence
@@ -597,26 +672,14 @@ impl<P: Provider> Run<'_, P> {
         let seen = match (kind, &r.resource_id) {
             (ResourceKind::Vm, Some(id)) => match p.instance_get(&VultrInstanceId(id.clone())).await? {
                 None => Seen::Missing,
-                Some(i) => Seen::Present(Facts {
-                    id: i.id.0.clone(),
-                    mismatch: decide::instance_mismatch(spec, &expect(&i.label), &i),
-                    ready: i.is_ready(),
-                    attached_to: None,
-                    state: format!("{}/{}", i.status, i.server_status),
-                }),
+                Some(i) => Seen::Present(instance_facts(spec, &expect(&i.label), i)),
             },
             (ResourceKind::Vm, None) => Seen::ByLabel(
                 p.instance_list_by_label(&r.label)
                     .await?
                     .into_iter()
                     .filter(|i| i.label == label)
-                    .map(|i| Facts {
-                        mismatch: decide::instance_mismatch(spec, label, &i),
-                        ready: i.is_ready(),
-                        state: format!("{}/{}", i.status, i.server_status),
-                        id: i.id.0,
-                        attached_to: None,
-                    })
+                    .map(|i| instance_facts(spec, label, i))
                     .collect(),
             ),
             (_, Some(id)) => match p.block_get(&VultrBlockId(id.clone())).await? {
@@ -636,6 +699,48 @@ impl<P: Provider> Run<'_, P> {
             ),
         };
         Ok(seen)
+    }
+
+    /// What the provider's catalog (cached per region for
+    /// [`crate::CATALOG_TTL_MS`]) says is wrong with the spec.
+    async fn preflight(&self) -> Result<Result<Vec<String>, provider::ProviderError>, EngineError> {
+        let w = self.w;
+        let region = &self.infra.spec.region;
+        let now = w.now_ms();
+        let catalog = match w.catalogs.get(region, now) {
+            Some(c) => c,
+            None => match w.provider.catalog(region).await {
+                Ok(c) => {
+                    w.catalogs.put(region, now, c.clone());
+                    c
+                }
+                Err(e) => return Ok(Err(e)),
+            },
+        };
+        self.halted()?;
+        let problems = catalog.problems(&self.infra.spec);
+        if !problems.is_empty() {
+            w.catalogs.forget(region);
+        }
+        Ok(Ok(problems))
+    }
+
+    /// The preflight's reads failed after their retries: counted like a
+    /// receipt's failed reads, and past the polling limit the client blocks
+    /// `provider_unavailable` (nothing was created).
+    async fn preflight_read_failed(mut self, e: &provider::ProviderError, now: i64) -> Result<Finish, EngineError> {
+        let w = self.w;
+        w.receipts
+            .audit(&self.infra.client_id, "preflight_read_failed", serde_json::json!({ "error": e.to_string() }), now)
+            .await?;
+        let n = self.infra.progress.get("preflight_read_failures").and_then(serde_json::Value::as_i64).unwrap_or(0) + 1;
+        self.infra.progress["preflight_read_failures"] = serde_json::json!(n);
+        if n >= w.cfg.observations_max {
+            let detail =
+                format!("preflight reads failed {n} times (the polling limit); last: {e}; nothing was created");
+            return Ok(self.block(BlockedReason::ProviderUnavailable, detail));
+        }
+        Ok(self.wait(now + poll_delay(w.cfg.poll_interval_ms, n)))
     }
 
     /// Claims a receipt, then sends the create or attach exactly once and
@@ -658,7 +763,8 @@ impl<P: Provider> Run<'_, P> {
         let resend = unsent.is_some();
         let label = unsent.map_or_else(|| Label::new_dispatch(&client, kind), |r| r.label);
         let digest = match kind {
-            ResourceKind::Vm => spec_digest(&(&spec.region, &spec.plan, spec.os_id)),
+            // Every field of the create POST (the server fields included).
+            ResourceKind::Vm => spec_digest(&(&spec.region, &spec.plan, &spec.image, &spec.server)),
             ResourceKind::Volume => spec_digest(&(&spec.region, spec.volume_gb, spec.volume_type)),
             ResourceKind::Attach => current::attach_digest(
                 vm.and_then(|r| r.resource_id.as_deref()),
@@ -695,14 +801,7 @@ impl<P: Provider> Run<'_, P> {
         // now.
         let outcome: Outcome<String> = match kind {
             ResourceKind::Vm => {
-                let req = InstanceRequest {
-                    region: spec.region.clone(),
-                    plan: spec.plan.clone(),
-                    os_id: spec.os_id,
-                    label: label.clone(),
-                    hostname: label.to_string(),
-                };
-                map_outcome(w.provider.instance_create(&req).await, |id| id.0)
+                map_outcome(w.provider.instance_create(&instance_request(&spec, &label)).await, |id| id.0)
             }
             ResourceKind::Volume => {
                 let req = BlockRequest {
@@ -769,14 +868,7 @@ impl<P: Provider> Run<'_, P> {
         let spec = &self.infra.spec;
         match kind {
             ResourceKind::Vm => {
-                let req = InstanceRequest {
-                    region: spec.region.clone(),
-                    plan: spec.plan.clone(),
-                    os_id: spec.os_id,
-                    label: r.label.clone(),
-                    hostname: r.label.to_string(),
-                };
-                let _ = self.w.provider.instance_create(&req).await;
+                let _ = self.w.provider.instance_create(&instance_request(spec, &r.label)).await;
             }
             _ => {
                 let req = BlockRequest {
@@ -803,7 +895,13 @@ impl<P: Provider> Run<'_, P> {
             _ => None,
         };
         self.halted()?;
-        Ok(IdentityTarget { client: name, client_id: self.infra.client_id.to_string(), main_ip })
+        Ok(IdentityTarget {
+            client: name,
+            client_id: self.infra.client_id.to_string(),
+            main_ip,
+            outputs: self.infra.outputs.clone(),
+            hostname: self.infra.spec.server.hostname.clone(),
+        })
     }
 
     /// Counts an adapter failure; past the limit, blocks naming the adapter.
@@ -990,13 +1088,41 @@ impl<P: Provider> Run<'_, P> {
     }
 }
 
+fn instance_facts(spec: &ClientSpec, label: &str, i: provider::Instance) -> Facts {
+    Facts {
+        mismatch: decide::instance_mismatch(spec, label, &i),
+        ready: i.is_ready(),
+        state: format!("{}/{}", i.status, i.server_status),
+        outputs: ServerOutputs { main_ip: i.main_ip, v6_main_ip: i.v6_main_ip, mount_id: String::new() },
+        id: i.id.0,
+        attached_to: None,
+    }
+}
+
 fn block_facts(spec: &ClientSpec, label: &str, b: provider::Block) -> Facts {
     Facts {
         mismatch: decide::block_mismatch(spec, label, &b),
         ready: b.status == "active",
         state: b.status.clone(),
         attached_to: b.attached_to_instance.map(|i| i.0),
+        outputs: ServerOutputs { mount_id: b.mount_id, ..ServerOutputs::default() },
         id: b.id.0,
+    }
+}
+
+/// The VM create for `spec` under `label`: one POST carries every field.
+fn instance_request(spec: &ClientSpec, label: &Label) -> InstanceRequest {
+    InstanceRequest {
+        region: spec.region.clone(),
+        plan: spec.plan.clone(),
+        image: spec.image.clone(),
+        label: label.clone(),
+        server: ServerSpec {
+            // A spec stored before hostnames existed: its VMs were created
+            // with the label as hostname, and keep it.
+            hostname: if spec.server.hostname.is_empty() { label.to_string() } else { spec.server.hostname.clone() },
+            ..spec.server.clone()
+        },
     }
 }
 

@@ -140,6 +140,37 @@ pub enum EngineError {
     /// the run sends nothing more.
     #[error("the run's claim on its client was lost: {0}")]
     ClaimLost(String),
+    /// A read outside any receipt's polling (the preflight's catalog, the
+    /// backup schedule) failed after its retries: the run fails and is
+    /// retried with backoff until `attempts_max`.
+    #[error("provider read failed: {0}")]
+    ProviderRead(String),
+}
+
+/// How long a worker reuses a region's catalog for preflights: regions,
+/// plans, images, SSH keys and firewall groups change rarely, and a client
+/// created in a burst of a hundred should not cost eight hundred reads.
+pub const CATALOG_TTL_MS: i64 = 300_000;
+
+/// The catalogs a worker has read, per region, with when it read them.
+#[derive(Default)]
+pub struct CatalogCache(std::sync::Mutex<std::collections::HashMap<String, (i64, oduflow_model::provider::Catalog)>>);
+
+impl CatalogCache {
+    pub(crate) fn get(&self, region: &str, now_ms: i64) -> Option<oduflow_model::provider::Catalog> {
+        let m = self.0.lock().expect("catalog cache poisoned");
+        m.get(region).filter(|(at, _)| now_ms - at < CATALOG_TTL_MS).map(|(_, c)| c.clone())
+    }
+
+    /// Drops a region's catalog: after a preflight refused a spec, the
+    /// operator's fix must be seen by the next one.
+    pub(crate) fn forget(&self, region: &str) {
+        self.0.lock().expect("catalog cache poisoned").remove(region);
+    }
+
+    pub(crate) fn put(&self, region: &str, now_ms: i64, c: oduflow_model::provider::Catalog) {
+        self.0.lock().expect("catalog cache poisoned").insert(region.to_owned(), (now_ms, c));
+    }
 }
 
 /// Activates the fail points named in `FAILPOINTS` for the life of the

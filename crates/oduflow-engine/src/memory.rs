@@ -42,10 +42,30 @@ pub struct MemoryState {
     pub unknown_unapplied_attaches: u32,
     /// DELETEs are answered 204 but not applied (the resource stays).
     pub deletes_not_applied: bool,
+    /// What `catalog` answers; `None`: [`MemoryState::usual_catalog`].
+    pub catalog: Option<Catalog>,
+    /// Backup schedules set, per instance id.
+    pub backup_schedules: BTreeMap<String, BackupSchedule>,
+    /// Every VM create request applied, in order.
+    pub instance_requests: Vec<InstanceRequest>,
+    /// Catalog reads (kept out of `calls`, which tests compare whole).
+    pub catalog_reads: u32,
     next_id: u64,
 }
 
 impl MemoryState {
+    /// A catalog with the tests' usual spec in it (ewr and ams with both
+    /// volume types, the vc2 plans, Ubuntu 24.04 and Debian 12).
+    pub fn usual_catalog() -> Catalog {
+        let both = vec!["block_storage_high_perf".to_owned(), "block_storage_storage_opt".to_owned()];
+        Catalog {
+            regions: [("ewr".to_owned(), both.clone()), ("ams".to_owned(), both)].into_iter().collect(),
+            available_plans: ["vc2-1c-1gb", "vc2-1c-2gb", "vc2-2c-4gb"].into_iter().map(str::to_owned).collect(),
+            os_ids: [2284, 2136].into_iter().collect(),
+            ..Catalog::default()
+        }
+    }
+
     /// Puts an active VM with this id and label, of the tests' usual spec
     /// (ewr, vc2-1c-1gb, os 2284), as if made outside the run under test.
     pub fn put_vm(&mut self, id: &str, label: &str) {
@@ -57,9 +77,13 @@ impl MemoryState {
                 region: "ewr".into(),
                 plan: "vc2-1c-1gb".into(),
                 os_id: 2284,
+                // Unknown: not held against it (a VM made outside the run
+                // under test, whose hostname the test does not care about).
+                hostname: String::new(),
                 status: "active".into(),
                 server_status: "ok".into(),
                 main_ip: "192.0.2.9".into(),
+                ..Instance::default()
             },
         );
     }
@@ -141,6 +165,13 @@ impl Provider for MemoryProvider {
             return Outcome::NotSent { reason: format!("request not sent: {e}") };
         }
         let outcome = self.create("POST /instances", req.label.as_str(), |s, id| {
+            s.instance_requests.push(req.clone());
+            let (os_id, app_id, image_id) = match &req.image {
+                ImageSource::Os(n) => (*n, 0, String::new()),
+                ImageSource::Snapshot(_) => (164, 0, String::new()),
+                ImageSource::App(n) => (186, *n, String::new()),
+                ImageSource::Image(i) => (186, 0, i.clone()),
+            };
             s.instances.insert(
                 id.clone(),
                 Instance {
@@ -148,10 +179,16 @@ impl Provider for MemoryProvider {
                     label: req.label.to_string(),
                     region: req.region.clone(),
                     plan: req.plan.clone(),
-                    os_id: req.os_id,
+                    os_id,
+                    app_id,
+                    image_id,
+                    hostname: req.server.hostname.clone(),
+                    tags: req.server.tags.clone(),
+                    firewall_group_id: req.server.firewall_group.clone().unwrap_or_default(),
                     status: if s.vms_stay_pending { "pending" } else { "active" }.into(),
                     server_status: if s.vms_stay_pending { "none" } else { "ok" }.into(),
                     main_ip: "192.0.2.1".into(),
+                    v6_main_ip: if req.server.ipv6 { "2001:db8::1".into() } else { String::new() },
                 },
             );
             VultrInstanceId(id)
@@ -235,6 +272,7 @@ impl Provider for MemoryProvider {
                     block_type: req.block_type.as_str().into(),
                     status: "active".into(),
                     attached_to_instance: None,
+                    mount_id: format!("{id}-mount"),
                 },
             );
             VultrBlockId(id)
@@ -297,6 +335,31 @@ impl Provider for MemoryProvider {
                 None => DeleteOutcome::NotFound,
             }
         }))
+    }
+
+    async fn catalog(&self, _region: &str) -> Result<Catalog, ProviderError> {
+        Self::guard_read().await?;
+        self.read_fault()?;
+        Ok(self.with(|s| {
+            s.catalog_reads += 1;
+            s.catalog.clone().unwrap_or_else(MemoryState::usual_catalog)
+        }))
+    }
+
+    async fn backup_schedule_set(&self, id: &VultrInstanceId, b: &BackupSchedule) -> Result<(), ProviderError> {
+        Self::guard_read().await?;
+        self.read_fault()?;
+        self.with(|s| {
+            s.calls.push("POST /instances/{id}/backup-schedule".into());
+            s.backup_schedules.insert(id.0.clone(), *b);
+        });
+        Ok(())
+    }
+
+    async fn backup_schedule_get(&self, id: &VultrInstanceId) -> Result<Option<BackupSchedule>, ProviderError> {
+        Self::guard_read().await?;
+        self.read_fault()?;
+        Ok(self.with(|s| s.backup_schedules.get(id.as_str()).copied()))
     }
 
     async fn block_delete(&self, id: &VultrBlockId) -> Result<DeleteOutcome, ProviderError> {

@@ -130,10 +130,7 @@ pub async fn adopt<P: Provider>(
             Some(b) => (b.label.clone(), block_mismatch(spec, &b.label, &b)),
         },
     };
-    if let Some(why) = mismatch {
-        return refused(format!("{} {id} does not match {name}'s spec: {why}", kind.as_str()));
-    }
-    // A label made by oduflow names the client and kind it was made for.
+    // Whose it is comes first, then whether it matches. A label made by oduflow names the client and kind it was made for.
     if let Some((owner, made_as)) = Label(label.clone()).owner()
         && (owner != c.id || made_as != kind)
     {
@@ -155,6 +152,9 @@ pub async fn adopt<P: Provider>(
             "{id} carries the label of dispatch {} (client {}); it is not {name}'s to adopt",
             other.operation_key, other.client_ref
         ));
+    }
+    if let Some(why) = mismatch {
+        return refused(format!("{} {id} does not match {name}'s spec: {why}", kind.as_str()));
     }
     let op = match receipt {
         Some(r) if r.resource_id.is_some() => {

@@ -26,6 +26,8 @@ pub struct Worker<P> {
     pub cfg: EngineConfig,
     pub clock: SharedClock,
     pub(crate) receipts: ReceiptWriter,
+    /// Preflight catalogs, shared by the worker's clones.
+    pub(crate) catalogs: Arc<crate::CatalogCache>,
     /// External identities (DNS, VPN, Salt, ...) ensured with the
     /// infrastructure and removed, each with its own confirmation, before a
     /// client counts as deleted.
@@ -40,6 +42,7 @@ impl<P> Clone for Worker<P> {
             cfg: self.cfg.clone(),
             clock: self.clock.clone(),
             receipts: self.receipts.clone(),
+            catalogs: self.catalogs.clone(),
             adapters: self.adapters.clone(),
         }
     }
@@ -48,7 +51,7 @@ impl<P> Clone for Worker<P> {
 impl<P: Provider> Worker<P> {
     pub fn new(store: Store, provider: Arc<P>, cfg: EngineConfig, clock: SharedClock) -> Self {
         let receipts = ReceiptWriter::new(store.clone());
-        Self { store, provider, cfg, clock, receipts, adapters: Arc::new(vec![]) }
+        Self { store, provider, cfg, clock, receipts, catalogs: Arc::default(), adapters: Arc::new(vec![]) }
     }
 
     pub fn with_adapters(mut self, adapters: Vec<Arc<dyn oduflow_model::identity::IdentityAdapter>>) -> Self {

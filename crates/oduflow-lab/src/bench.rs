@@ -761,9 +761,9 @@ async fn inventory(n: usize, out: &mut Section) -> Result<()> {
                         .instance_create(&InstanceRequest {
                             region: "ewr".into(),
                             plan: "vc2-1c-1gb".into(),
-                            os_id: 2284,
+                            image: oduflow_model::ImageSource::Os(2284),
                             label,
-                            hostname: "h".into(),
+                            server: oduflow_model::ServerSpec { hostname: "h".into(), ..Default::default() },
                         })
                         .await
                     {

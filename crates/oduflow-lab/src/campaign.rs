@@ -797,7 +797,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
     store.lineage().await?;
     let (sim, faults) = start_sim(p).await?;
     let mut s = Seed::new(exe, url.clone(), sim, p.seed)?;
-    let spec = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf")?;
+    let spec = campaign_spec()?;
     let names: Vec<String> = (0..p.clients).map(|i| format!("c{i}")).collect();
     for n in &names {
         store.client_create(&ClientName::parse(n)?, &spec, SystemClock.now_ms(), 20).await?;
@@ -1342,4 +1342,24 @@ async fn check_strict(
         }
     }
     Ok(())
+}
+
+/// A real server's spec (issue 15): an SSH key, user data, tags and IPv6,
+/// every field in the one create POST; the preflight reads the simulator's
+/// catalog before the first create. One spec for every client (the
+/// hostname given), so a flip's re-create matches it.
+fn campaign_spec() -> Result<ClientSpec, oduflow_model::SpecError> {
+    oduflow_model::SpecInput {
+        region: Some("ewr".into()),
+        plan: Some("vc2-1c-1gb".into()),
+        os_id: Some(2284),
+        volume_gb: Some(40),
+        hostname: Some("node.example.net".into()),
+        ssh_keys: Some(vec![oduflow_sim::catalog::SSH_KEYS[0].0.to_owned()]),
+        user_data: Some("#cloud-config\nhostname: {{oduflow.hostname}}\n".into()),
+        tags: Some(vec!["campaign".into()]),
+        ipv6: Some(true),
+        ..Default::default()
+    }
+    .resolve(&ClientName::parse("c0").expect("a valid name"), &oduflow_model::SpecDefaults::default())
 }

@@ -54,6 +54,9 @@ pub struct Facts {
     /// The provider's words for its state (`pending/none`, ...): evidence
     /// when it never becomes ready.
     pub state: String,
+    /// VM: its addresses; volume: its mount id.
+    #[serde(default)]
+    pub outputs: crate::ServerOutputs,
 }
 
 /// Deletion progress of the current dispatch of one kind.
@@ -345,8 +348,13 @@ fn decide_absent(i: &Inputs) -> Action {
     Action::Deleted
 }
 
-/// Why a VM does not match the spec, if it does not.
+/// Why a VM does not match the spec, if it does not: every field the
+/// instance object shows is checked (region, plan, label, image source,
+/// hostname, tags, firewall group, IPv6). SSH keys, user data, VPCs and
+/// the backup setting are not in the object: they are not verified here
+/// (docs/vultr.md, "What a found VM can be checked for").
 pub fn instance_mismatch(spec: &crate::ClientSpec, label: &str, inst: &crate::provider::Instance) -> Option<String> {
+    use crate::ImageSource;
     let mut why = vec![];
     if inst.region != spec.region {
         why.push(format!("region {} != {}", inst.region, spec.region));
@@ -354,11 +362,34 @@ pub fn instance_mismatch(spec: &crate::ClientSpec, label: &str, inst: &crate::pr
     if inst.plan != spec.plan {
         why.push(format!("plan {} != {}", inst.plan, spec.plan));
     }
-    if inst.os_id != spec.os_id {
-        why.push(format!("os_id {} != {}", inst.os_id, spec.os_id));
+    match &spec.image {
+        ImageSource::Os(n) if inst.os_id != *n => why.push(format!("os_id {} != {n}", inst.os_id)),
+        ImageSource::App(n) if inst.app_id != *n => why.push(format!("app_id {} != {n}", inst.app_id)),
+        ImageSource::Image(i) if inst.image_id != *i => why.push(format!("image_id {:?} != {i:?}", inst.image_id)),
+        // The instance object names no snapshot: a snapshot source cannot
+        // be checked once deployed.
+        _ => {}
     }
     if inst.label != label {
         why.push(format!("label {:?} != {label:?}", inst.label));
+    }
+    let s = &spec.server;
+    if !s.hostname.is_empty() && !inst.hostname.is_empty() && inst.hostname != s.hostname {
+        why.push(format!("hostname {:?} != {:?}", inst.hostname, s.hostname));
+    }
+    let mut have = inst.tags.clone();
+    let mut want = s.tags.clone();
+    have.sort();
+    want.sort();
+    if have != want {
+        why.push(format!("tags {have:?} != {want:?}"));
+    }
+    let firewall = s.firewall_group.as_deref().unwrap_or("");
+    if inst.firewall_group_id != firewall {
+        why.push(format!("firewall group {:?} != {firewall:?}", inst.firewall_group_id));
+    }
+    if s.ipv6 && inst.v6_main_ip.is_empty() && inst.is_ready() {
+        why.push("IPv6 asked for, but the instance has no IPv6 address".to_owned());
     }
     (!why.is_empty()).then(|| why.join("; "))
 }

@@ -17,6 +17,10 @@ pub struct IdentityTarget {
     pub client_id: String,
     /// The VM's main IP, when known (ensure needs it; check and remove do not).
     pub main_ip: Option<String>,
+    /// The VM's IPv6 address, its hostname and the volume's mount id, when
+    /// known (`""` for none).
+    pub outputs: crate::ServerOutputs,
+    pub hostname: String,
 }
 
 /// What a check found.

@@ -10,9 +10,11 @@ pub mod identity;
 pub mod ids;
 pub mod provider;
 pub mod rate;
+pub mod server;
 pub mod spec;
 pub mod state;
 
 pub use ids::*;
+pub use server::{BackupSchedule, ImageSource, ServerOutputs, ServerSpec, SpecDefaults, SpecInput};
 pub use spec::*;
 pub use state::*;

@@ -8,20 +8,24 @@
 //! (everything else, redirects included), and nothing downstream looks at HTTP
 //! status codes again.
 
-use crate::{KeyFingerprint, Label, VolumeType, VultrBlockId, VultrInstanceId};
+use crate::{ClientSpec, ImageSource, KeyFingerprint, Label, ServerSpec, VolumeType, VultrBlockId, VultrInstanceId};
 use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-/// A VM to create.
+/// A VM to create: everything goes into the one create POST (the backup
+/// schedule, set afterwards, excepted).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InstanceRequest {
     pub region: String,
     pub plan: String,
-    pub os_id: i64,
+    pub image: ImageSource,
     pub label: Label,
-    pub hostname: String,
+    /// Hostname, SSH keys, user data, tags, firewall group, IPv6, VPCs,
+    /// backups.
+    pub server: ServerSpec,
 }
 
 /// A block volume to create.
@@ -54,18 +58,28 @@ pub enum Outcome<T> {
 }
 
 /// What a read says about an instance.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Instance {
     pub id: VultrInstanceId,
     pub label: String,
     pub region: String,
     pub plan: String,
     pub os_id: i64,
+    /// 0 when the VM was not deployed from an application.
+    pub app_id: i64,
+    /// `""` when the VM was not deployed from an application image.
+    pub image_id: String,
+    pub hostname: String,
+    pub tags: Vec<String>,
+    /// `""` when none.
+    pub firewall_group_id: String,
     /// pending | active | suspended | resizing
     pub status: String,
     /// none | locked | installingbooting | ok
     pub server_status: String,
     pub main_ip: String,
+    /// `""` when IPv6 is off.
+    pub v6_main_ip: String,
 }
 
 impl Instance {
@@ -77,7 +91,7 @@ impl Instance {
 }
 
 /// What a read says about a block volume.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Block {
     pub id: VultrBlockId,
     pub label: String,
@@ -88,6 +102,67 @@ pub struct Block {
     pub status: String,
     /// `None` when Vultr answers `""`: the only way attachment is visible.
     pub attached_to_instance: Option<VultrInstanceId>,
+    /// The guest sees the volume as `/dev/disk/by-id/virtio-<mount_id>`;
+    /// `""` before Vultr assigns one.
+    pub mount_id: String,
+}
+
+/// What a preflight reads before anything is paid for (issue 15): the
+/// catalog for one region and the account's referenced objects.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Catalog {
+    /// Every region id with its options (`block_storage_high_perf`, ...).
+    pub regions: BTreeMap<String, Vec<String>>,
+    /// Plans sellable in the region now (`GET /regions/{id}/availability`).
+    pub available_plans: BTreeSet<String>,
+    pub os_ids: BTreeSet<i64>,
+    pub app_ids: BTreeSet<i64>,
+    pub app_images: BTreeSet<String>,
+    pub snapshots: BTreeSet<String>,
+    pub ssh_keys: BTreeSet<String>,
+    pub firewall_groups: BTreeSet<String>,
+}
+
+impl Catalog {
+    /// Why `spec` cannot be provisioned as it stands, one line per problem;
+    /// empty when every check passes. Nothing here is a guess: each line
+    /// names what the catalog lacks.
+    pub fn problems(&self, spec: &ClientSpec) -> Vec<String> {
+        let mut why = vec![];
+        match self.regions.get(&spec.region) {
+            None => why.push(format!("region {} does not exist", spec.region)),
+            Some(options) => {
+                let need = format!("block_storage_{}", spec.volume_type.as_str());
+                if !options.contains(&need) {
+                    why.push(format!(
+                        "region {} offers no {} block storage (its options: {})",
+                        spec.region,
+                        spec.volume_type.as_str(),
+                        options.join(", ")
+                    ));
+                }
+                if !self.available_plans.contains(&spec.plan) {
+                    why.push(format!("plan {} is not sold in region {} now", spec.plan, spec.region));
+                }
+            }
+        }
+        let image_ok = match &spec.image {
+            ImageSource::Os(n) => self.os_ids.contains(n),
+            ImageSource::App(n) => self.app_ids.contains(n),
+            ImageSource::Image(s) => self.app_images.contains(s),
+            ImageSource::Snapshot(s) => self.snapshots.contains(s),
+        };
+        if !image_ok {
+            why.push(format!("image source {} does not exist", spec.image));
+        }
+        for k in spec.server.ssh_keys.iter().filter(|k| !self.ssh_keys.contains(*k)) {
+            why.push(format!("ssh key {k} does not exist in the account"));
+        }
+        if let Some(f) = spec.server.firewall_group.as_ref().filter(|f| !self.firewall_groups.contains(*f)) {
+            why.push(format!("firewall group {f} does not exist in the account"));
+        }
+        why
+    }
 }
 
 /// The answer to a DELETE (or detach). DELETE may be repeated; deletion is
@@ -146,6 +221,21 @@ pub trait Provider: Send + Sync + 'static {
     fn block_attach(&self, id: &VultrBlockId, instance: &VultrInstanceId) -> impl Future<Output = Outcome<()>> + Send;
     fn block_detach(&self, id: &VultrBlockId) -> impl Future<Output = Result<DeleteOutcome, ProviderError>> + Send;
     fn block_delete(&self, id: &VultrBlockId) -> impl Future<Output = Result<DeleteOutcome, ProviderError>> + Send;
+
+    /// The reads a preflight needs for a client in `region`.
+    fn catalog(&self, region: &str) -> impl Future<Output = Result<Catalog, ProviderError>> + Send;
+    /// Sets the backup schedule of an instance (a repeatable set: sending it
+    /// again changes nothing).
+    fn backup_schedule_set(
+        &self,
+        id: &VultrInstanceId,
+        schedule: &crate::BackupSchedule,
+    ) -> impl Future<Output = Result<(), ProviderError>> + Send;
+    /// The instance's backup schedule, `None` when backups are off.
+    fn backup_schedule_get(
+        &self,
+        id: &VultrInstanceId,
+    ) -> impl Future<Output = Result<Option<crate::BackupSchedule>, ProviderError>> + Send;
 }
 
 /// Asked right before each request leaves for the provider: after the rate

@@ -36,6 +36,38 @@ pub enum SpecError {
     VolumeSize { gb: i64, min: i64, max: i64, kind: &'static str },
     #[error("volume type {0:?} is not one of high_perf, storage_opt")]
     VolumeType(String),
+    #[error("{0} is required")]
+    Missing(&'static str),
+    #[error("give exactly one image source: os_id, snapshot_id, app_id or image_id")]
+    ImageSources,
+    #[error("app id must be a positive integer, got {0}")]
+    AppId(i64),
+    #[error(
+        "image_id {0:?} is not a Vultr application image id (letters, digits and hyphens, e.g. openlitespeed-wordpress)"
+    )]
+    ImageId(String),
+    #[error("{field} {value:?} is not a Vultr id (a lowercase UUID, e.g. 3b8066a7-b438-455a-9688-44afc9a3597f)")]
+    NotAnId { field: &'static str, value: String },
+    #[error("{field}: {n} given, at most {max} allowed")]
+    TooMany { field: &'static str, n: usize, max: usize },
+    #[error("{field}: {value:?} is given twice")]
+    Duplicate { field: &'static str, value: String },
+    #[error(
+        "hostname {0:?} is not valid: at most 253 characters, dot-separated labels of lowercase letters, digits \
+         and hyphens, none starting or ending with a hyphen"
+    )]
+    Hostname(String),
+    #[error("tag {0:?} is not valid: 1 to 255 characters, no control characters")]
+    Tag(String),
+    #[error(
+        "backups {0:?} is not a schedule: daily:HOUR, weekly:DOW:HOUR (1 = Sunday), monthly:DOM:HOUR (1-28), \
+         daily_alt_even:HOUR, daily_alt_odd:HOUR (hours 0-23 UTC), or disabled"
+    )]
+    Backups(String),
+    #[error("user data is {0} bytes; at most {max} are allowed", max = crate::server::USER_DATA_MAX)]
+    UserDataSize(usize),
+    #[error("user data names {0}: the variables are client, hostname, region and plan, as {{{{oduflow.client}}}}")]
+    UserDataVariable(String),
 }
 
 /// A validated client name.
@@ -120,12 +152,17 @@ impl VolumeType {
 pub struct ClientSpec {
     pub region: String,
     pub plan: String,
-    pub os_id: i64,
+    pub image: crate::server::ImageSource,
     pub volume_gb: i64,
     pub volume_type: VolumeType,
+    /// Hostname, SSH keys, user data and the other server fields.
+    #[serde(default)]
+    pub server: crate::server::ServerSpec,
 }
 
 impl ClientSpec {
+    /// The spec with an OS image and no server fields (their defaults);
+    /// [`crate::server::SpecInput::resolve`] builds the full one.
     pub fn parse(region: &str, plan: &str, os_id: i64, volume_gb: i64, volume_type: &str) -> Result<Self, SpecError> {
         let region_ok = (3..=4).contains(&region.len()) && region.bytes().all(|b| b.is_ascii_lowercase());
         if !region_ok {
@@ -146,7 +183,14 @@ impl ClientSpec {
         if !(min..=max).contains(&volume_gb) {
             return Err(SpecError::VolumeSize { gb: volume_gb, min, max, kind: volume_type.as_str() });
         }
-        Ok(Self { region: region.to_owned(), plan: plan.to_owned(), os_id, volume_gb, volume_type })
+        Ok(Self {
+            region: region.to_owned(),
+            plan: plan.to_owned(),
+            image: crate::server::ImageSource::Os(os_id),
+            volume_gb,
+            volume_type,
+            server: crate::server::ServerSpec::default(),
+        })
     }
 }
 

@@ -67,7 +67,10 @@ str_enum!(
     /// connections failing past it (a revoked key, a wrong URL);
     /// `not_ready`: a resource short of ready past the readiness wait;
     /// `adapter_unconfigured`: an identity recorded as ensured whose adapter
-    /// is no longer configured.
+    /// is no longer configured; `preflight_failed`: the spec names
+    /// something the provider's catalog lacks (a region without the volume
+    /// type, a plan not sold there, an unknown image, SSH key or firewall
+    /// group), found before anything was created.
     BlockedReason {
         CreateRejected => "create_rejected",
         ConfigMismatch => "config_mismatch",
@@ -85,6 +88,7 @@ str_enum!(
         ProviderUnavailable => "provider_unavailable",
         NotReady => "not_ready",
         AdapterUnconfigured => "adapter_unconfigured",
+        PreflightFailed => "preflight_failed",
     }
 );
 

@@ -60,9 +60,28 @@ pub struct ClientView {
     pub generation: i64,
     pub region: String,
     pub plan: String,
-    pub os_id: i64,
+    /// The image source, e.g. `os_id 2284` or `snapshot_id <id>`.
+    pub image: String,
+    /// Set when the image source is an operating system.
+    pub os_id: Option<i64>,
     pub volume_gb: i64,
     pub volume_type: String,
+    pub hostname: String,
+    pub ssh_keys: Vec<String>,
+    pub tags: Vec<String>,
+    pub firewall_group: Option<String>,
+    pub ipv6: bool,
+    pub vpcs: Vec<String>,
+    /// The backup schedule, e.g. `weekly:1:3`; `null` when off.
+    pub backups: Option<String>,
+    /// Bytes of user data sent (its text is readable through Vultr's API,
+    /// and not repeated here).
+    pub user_data_bytes: usize,
+    /// Main IPv4, IPv6 and the volume's mount id as last seen ready (`""`
+    /// until then).
+    pub main_ip: String,
+    pub v6_main_ip: String,
+    pub mount_id: String,
     pub vm_id: Option<String>,
     pub volume_id: Option<String>,
     pub key_fingerprint: Option<String>,
@@ -83,9 +102,21 @@ impl From<&ClientRow> for ClientView {
             generation: i.generation,
             region: i.spec.region.clone(),
             plan: i.spec.plan.clone(),
-            os_id: i.spec.os_id,
+            image: i.spec.image.to_string(),
+            os_id: i.spec.image.os_id(),
             volume_gb: i.spec.volume_gb,
             volume_type: i.spec.volume_type.as_str().to_owned(),
+            hostname: i.spec.server.hostname.clone(),
+            ssh_keys: i.spec.server.ssh_keys.clone(),
+            tags: i.spec.server.tags.clone(),
+            firewall_group: i.spec.server.firewall_group.clone(),
+            ipv6: i.spec.server.ipv6,
+            vpcs: i.spec.server.vpcs.clone(),
+            backups: i.spec.server.backups.map(|b| b.to_string()),
+            user_data_bytes: i.spec.server.user_data.as_ref().map_or(0, String::len),
+            main_ip: i.outputs.main_ip.clone(),
+            v6_main_ip: i.outputs.v6_main_ip.clone(),
+            mount_id: i.outputs.mount_id.clone(),
             vm_id: i.vm_id.as_ref().map(|v| v.to_string()),
             volume_id: i.volume_id.as_ref().map(|v| v.to_string()),
             key_fingerprint: i.key_fingerprint.as_ref().map(|k| k.short().to_owned()),
@@ -151,7 +182,10 @@ pub struct Health {
 
 // ---- requests ------------------------------------------------------------
 
-/// Intent for a new client. The same rules as `oduflow client create`.
+/// Intent for a new client: the fields of `oduflow client create`, with the
+/// same rules. `profile` names a `[profile.NAME]` of the server's config
+/// file, whose fields the others override; without one, region, plan,
+/// volume_gb and exactly one image source are required.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClientCreate {
@@ -159,20 +193,59 @@ pub struct ClientCreate {
     /// end with a hyphen; at most 63 characters.
     #[schema(pattern = "^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$", min_length = 1, max_length = 63)]
     pub name: String,
+    #[serde(default)]
+    pub profile: Option<String>,
     /// Vultr region id, e.g. ewr.
+    #[serde(default)]
     #[schema(pattern = "^[a-z]{3,4}$")]
-    pub region: String,
+    pub region: Option<String>,
     /// Vultr plan id, e.g. vc2-1c-1gb.
+    #[serde(default)]
     #[schema(pattern = "^[a-z][a-z0-9-]{0,63}$")]
-    pub plan: String,
+    pub plan: Option<String>,
+    /// Image source: exactly one of os_id, snapshot_id, app_id, image_id.
+    #[serde(default)]
     #[schema(minimum = 1)]
-    pub os_id: i64,
+    pub os_id: Option<i64>,
+    #[serde(default)]
+    pub snapshot_id: Option<String>,
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub app_id: Option<i64>,
+    #[serde(default)]
+    pub image_id: Option<String>,
     /// 10..=10000 for high_perf, 40..=40000 for storage_opt.
+    #[serde(default)]
     #[schema(minimum = 10, maximum = 40000)]
-    pub volume_gb: i64,
+    pub volume_gb: Option<i64>,
     /// high_perf (default) or storage_opt.
     #[serde(default)]
     pub volume_type: Option<VolumeTypeParam>,
+    /// Vultr SSH key ids.
+    #[serde(default)]
+    pub ssh_keys: Option<Vec<String>>,
+    /// cloud-init user data (the text; base64 is done for you). The
+    /// variables {{oduflow.client}}, {{oduflow.hostname}}, {{oduflow.region}}
+    /// and {{oduflow.plan}} are substituted. Readable through Vultr's API and
+    /// inside the VM: no secrets.
+    #[serde(default)]
+    #[schema(max_length = 65536)]
+    pub user_data: Option<String>,
+    /// Default: `<name>.<hostname_domain>`, else the client's name.
+    #[serde(default)]
+    pub hostname: Option<String>,
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+    #[serde(default)]
+    pub firewall_group: Option<String>,
+    #[serde(default)]
+    pub ipv6: Option<bool>,
+    #[serde(default)]
+    pub vpcs: Option<Vec<String>>,
+    /// daily:HOUR, weekly:DOW:HOUR, monthly:DOM:HOUR, daily_alt_even:HOUR,
+    /// daily_alt_odd:HOUR (UTC), or disabled.
+    #[serde(default)]
+    pub backups: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, ToSchema)]
@@ -325,14 +398,42 @@ pub async fn clients_create(
     ApiJson(req): ApiJson<ClientCreate>,
 ) -> ApiResult<(StatusCode, Json<Accepted>)> {
     let name = oduflow_model::ClientName::parse(&req.name)?;
-    let volume_type = match req.volume_type.unwrap_or(VolumeTypeParam::HighPerf) {
-        VolumeTypeParam::HighPerf => "high_perf",
-        VolumeTypeParam::StorageOpt => "storage_opt",
-    };
-    let spec = ClientSpec::parse(&req.region, &req.plan, req.os_id, req.volume_gb, volume_type)?;
+    let spec = spec_of(&s, &name, req)?;
     let row = s.store().client_create(&name, &spec, s.now_ms(), s.attempts_max()).await?;
     let job_id = latest_queued_job(&s, &row).await?;
     Ok((StatusCode::CREATED, Json(Accepted { client: (&row).into(), job_id })))
+}
+
+/// The request over its profile, validated into a spec.
+fn spec_of(s: &AppState, name: &oduflow_model::ClientName, req: ClientCreate) -> ApiResult<ClientSpec> {
+    let base = match req.profile.as_deref() {
+        None => oduflow_model::SpecInput::default(),
+        Some(p) => s.profile(p).cloned().ok_or_else(|| {
+            ApiError::BadRequest(format!("no profile {p:?} (profiles: {})", s.profile_names().join(", ")))
+        })?,
+    };
+    let over = oduflow_model::SpecInput {
+        region: req.region,
+        plan: req.plan,
+        os_id: req.os_id,
+        snapshot_id: req.snapshot_id,
+        app_id: req.app_id,
+        image_id: req.image_id,
+        volume_gb: req.volume_gb,
+        volume_type: req.volume_type.map(|v| match v {
+            VolumeTypeParam::HighPerf => "high_perf".to_owned(),
+            VolumeTypeParam::StorageOpt => "storage_opt".to_owned(),
+        }),
+        ssh_keys: req.ssh_keys,
+        user_data: req.user_data,
+        hostname: req.hostname,
+        tags: req.tags,
+        firewall_group: req.firewall_group,
+        ipv6: req.ipv6,
+        vpcs: req.vpcs,
+        backups: req.backups,
+    };
+    Ok(base.overlay(over).resolve(name, s.spec_defaults())?)
 }
 
 /// Status, evidence, receipts, jobs and resolutions of one client.

@@ -250,22 +250,9 @@ pub(crate) async fn dashboard(State(s): State<AppState>, Extension(caller): Exte
     }
     b.push_str("</div>");
 
-    b.push_str("<h2>Clients</h2><table id=\"clients\"><tr><th>name</th><th>status</th><th>blocked reason</th><th>target</th><th>region / plan</th><th>vm</th><th>volume</th><th>updated</th></tr>");
+    b.push_str("<h2>Clients</h2><table id=\"clients\"><tr><th>name</th><th>status</th><th>blocked reason</th><th>target</th><th>region / plan</th><th>hostname</th><th>addresses</th><th>vm</th><th>volume (mount id)</th><th>updated</th></tr>");
     for c in &clients {
-        let i = &c.infra;
-        let _ = write!(
-            b,
-            "<tr data-client=\"{0}\"><td>{0}</td><td class=\"status-{1}\">{1}</td><td>{2}</td><td>{3}</td><td>{4} / {5}</td><td>{6}</td><td>{7}</td><td>{8}</td></tr>",
-            esc(&c.name),
-            esc(i.status.as_str()),
-            esc(i.blocked_reason.map(|r| r.as_str()).unwrap_or("-")),
-            esc(i.target.as_str()),
-            esc(&i.spec.region),
-            esc(&i.spec.plan),
-            esc(i.vm_id.as_ref().map(|v| v.as_str()).unwrap_or("-")),
-            esc(i.volume_id.as_ref().map(|v| v.as_str()).unwrap_or("-")),
-            esc(&utc(i.updated_ms)),
-        );
+        client_row(&mut b, c);
     }
     b.push_str("</table>");
 
@@ -285,6 +272,32 @@ pub(crate) async fn dashboard(State(s): State<AppState>, Extension(caller): Exte
     }
     b.push_str("</table>");
     Ok(html(StatusCode::OK, page("oduflow dashboard", &b, true)))
+}
+
+/// One row of the clients table.
+fn client_row(b: &mut String, c: &oduflow_store::ClientRow) {
+    let i = &c.infra;
+    let _ = write!(
+        b,
+        "<tr data-client=\"{0}\"><td>{0}</td><td class=\"status-{1}\">{1}</td><td>{2}</td><td>{3}</td><td>{4} / {5}</td><td>{9}</td><td>{10}</td><td>{6}</td><td>{7}{11}</td><td>{8}</td></tr>",
+        esc(&c.name),
+        esc(i.status.as_str()),
+        esc(i.blocked_reason.map(|r| r.as_str()).unwrap_or("-")),
+        esc(i.target.as_str()),
+        esc(&i.spec.region),
+        esc(&i.spec.plan),
+        esc(i.vm_id.as_ref().map(|v| v.as_str()).unwrap_or("-")),
+        esc(i.volume_id.as_ref().map(|v| v.as_str()).unwrap_or("-")),
+        esc(&utc(i.updated_ms)),
+        esc(&i.spec.server.hostname),
+        esc(&[i.outputs.main_ip.as_str(), i.outputs.v6_main_ip.as_str()]
+            .iter()
+            .filter(|a| !a.is_empty())
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" ")),
+        if i.outputs.mount_id.is_empty() { String::new() } else { format!(" ({})", esc(&i.outputs.mount_id)) },
+    );
 }
 
 /// Keeps the error type in one place for the dashboard's failures too.

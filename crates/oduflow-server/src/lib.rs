@@ -59,6 +59,9 @@ struct Inner {
     clock: SharedClock,
     /// Attempts given to the jobs this server enqueues.
     attempts_max: i32,
+    /// `[profile.NAME]` sets a create may name, and the hostname default.
+    profiles: std::collections::BTreeMap<String, oduflow_model::SpecInput>,
+    spec_defaults: oduflow_model::SpecDefaults,
 }
 
 impl AppState {
@@ -67,7 +70,33 @@ impl AppState {
     }
 
     pub fn with_clock(store: Store, provider: Arc<VultrClient>, attempts_max: i32, clock: SharedClock) -> Self {
-        Self { inner: Arc::new(Inner { store, provider, clock, attempts_max }) }
+        let (profiles, spec_defaults) = Default::default();
+        Self { inner: Arc::new(Inner { store, provider, clock, attempts_max, profiles, spec_defaults }) }
+    }
+
+    /// The profiles `POST /api/v1/clients` may name, and the defaults its
+    /// specs resolve with (as `oduflow client create` has them).
+    pub fn with_profiles(
+        mut self,
+        profiles: std::collections::BTreeMap<String, oduflow_model::SpecInput>,
+        defaults: oduflow_model::SpecDefaults,
+    ) -> Self {
+        let inner = Arc::get_mut(&mut self.inner).expect("profiles are set before the state is shared");
+        inner.profiles = profiles;
+        inner.spec_defaults = defaults;
+        self
+    }
+
+    pub fn profile(&self, name: &str) -> Option<&oduflow_model::SpecInput> {
+        self.inner.profiles.get(name)
+    }
+
+    pub fn profile_names(&self) -> Vec<&str> {
+        self.inner.profiles.keys().map(String::as_str).collect()
+    }
+
+    pub fn spec_defaults(&self) -> &oduflow_model::SpecDefaults {
+        &self.inner.spec_defaults
     }
 
     pub fn store(&self) -> &Store {

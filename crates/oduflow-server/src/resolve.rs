@@ -113,10 +113,6 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
             }
             out
         }
-        BlockedReason::ConfigMismatch => vec![
-            reconcile("after correcting the resource in the Vultr console so it matches the spec"),
-            r(format!("oduflow client delete {n}"), "to remove the client and its resources instead"),
-        ],
         BlockedReason::KnownResourceMissing => {
             let mut out = vec![
                 reconcile("to look for the recorded resource again (a 404 may be Vultr's lag)"),
@@ -130,13 +126,36 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
             out.extend(never_seen);
             out
         }
-        BlockedReason::ForeignAttachment => {
-            vec![reconcile("after detaching the volume from the other instance in the Vultr console")]
-        }
         BlockedReason::UncertainDelete => {
             let mut out = vec![reconcile("to observe again until a GET answers 404")];
             out.extend(never_seen);
             out
+        }
+        BlockedReason::ConfigMismatch
+        | BlockedReason::ForeignAttachment
+        | BlockedReason::CredentialChanged
+        | BlockedReason::DeleteRefused
+        | BlockedReason::ProviderUnavailable
+        | BlockedReason::NotReady
+        | BlockedReason::AdapterUnconfigured
+        | BlockedReason::PreflightFailed
+        | BlockedReason::AttemptsExhausted
+        | BlockedReason::AdapterFailed => fix_then_reconcile(reason, n),
+    }
+}
+
+/// The reasons an operator resolves by fixing something outside oduflow
+/// (the console, the key, the configuration), then reconciling.
+fn fix_then_reconcile(reason: BlockedReason, n: &str) -> Vec<Resolution> {
+    let r = |command: String, when: &str| Resolution { command, when: when.to_owned() };
+    let reconcile = |when: &str| r(format!("oduflow reconcile {n}"), when);
+    match reason {
+        BlockedReason::ConfigMismatch => vec![
+            reconcile("after correcting the resource in the Vultr console so it matches the spec"),
+            r(format!("oduflow client delete {n}"), "to remove the client and its resources instead"),
+        ],
+        BlockedReason::ForeignAttachment => {
+            vec![reconcile("after detaching the volume from the other instance in the Vultr console")]
         }
         BlockedReason::CredentialChanged => vec![
             reconcile("if VULTR_API_KEY is again the key this record is bound to (see the evidence): observes again"),
@@ -161,9 +180,21 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
             "after putting the adapter named in the evidence back into the configuration: it then removes the \
              identity it ensured",
         )],
+        BlockedReason::PreflightFailed => vec![
+            reconcile(
+                "after fixing what the evidence names in the Vultr account (an SSH key or firewall group created, \
+                 a plan back in stock): the preflight runs again on a fresh catalog; nothing was created",
+            ),
+            r(
+                format!("oduflow client delete {n}"),
+                "to drop the client instead (nothing was created, so it ends deleted at once), then create it \
+                 again with a spec the catalog accepts",
+            ),
+        ],
         BlockedReason::AttemptsExhausted | BlockedReason::AdapterFailed => {
             vec![reconcile("after fixing the cause in the last error (see the events): runs the job again")]
         }
+        _ => vec![],
     }
 }
 

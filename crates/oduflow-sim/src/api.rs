@@ -63,6 +63,13 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v2/blocks/{id}", get(block_get).delete(block_delete))
         .route("/v2/blocks/{id}/attach", post(block_attach))
         .route("/v2/blocks/{id}/detach", post(block_detach))
+        .route("/v2/os", get(os_list))
+        .route("/v2/regions/{id}/availability", get(region_availability))
+        .route("/v2/ssh-keys", get(|s: State<Arc<Shared>>, q: Q| catalog(s, q, "ssh_keys")))
+        .route("/v2/firewalls", get(|s: State<Arc<Shared>>, q: Q| catalog(s, q, "firewall_groups")))
+        .route("/v2/snapshots", get(|s: State<Arc<Shared>>, q: Q| catalog(s, q, "snapshots")))
+        .route("/v2/applications", get(|s: State<Arc<Shared>>, q: Q| catalog(s, q, "applications")))
+        .route("/v2/instances/{id}/backup-schedule", get(backup_schedule_get).post(backup_schedule_set))
         .route("/v2/domains/{domain}/records", get(dns_record_list).post(dns_record_create))
         .route("/v2/domains/{domain}/records/{id}", get(dns_record_get).delete(dns_record_delete))
         .route_layer(middleware::from_fn_with_state(shared.clone(), gate));
@@ -93,6 +100,16 @@ fn op_of(method: &Method, route: &str) -> Option<Op> {
         ("POST", "/v2/domains/{domain}/records") => Op::DnsRecordCreate,
         ("GET", "/v2/domains/{domain}/records/{id}") => Op::DnsRecordGet,
         ("DELETE", "/v2/domains/{domain}/records/{id}") => Op::DnsRecordDelete,
+        (
+            "GET",
+            "/v2/os"
+            | "/v2/ssh-keys"
+            | "/v2/firewalls"
+            | "/v2/snapshots"
+            | "/v2/applications"
+            | "/v2/regions/{id}/availability",
+        ) => Op::CatalogRead,
+        ("GET" | "POST", "/v2/instances/{id}/backup-schedule") => Op::BackupSchedule,
         _ => return None,
     };
     Some(op)
@@ -241,6 +258,24 @@ async fn account_get(State(s): State<Arc<Shared>>) -> Response {
 }
 async fn region_list(State(s): State<Arc<Shared>>, Query(q): Q) -> Response {
     render(s.world().region_list(&q))
+}
+async fn os_list(State(s): State<Arc<Shared>>, Query(q): Q) -> Response {
+    render(s.world().os_list(&q))
+}
+async fn region_availability(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
+    render(s.world().region_availability(&id))
+}
+async fn catalog(State(s): State<Arc<Shared>>, Query(q): Q, key: &'static str) -> Response {
+    render(s.world().catalog_list(key, &q))
+}
+async fn backup_schedule_get(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
+    render(s.world().backup_schedule_get(&id))
+}
+async fn backup_schedule_set(State(s): State<Arc<Shared>>, Path(id): Path<String>, body: Bytes) -> Response {
+    match parse(&body) {
+        Ok(v) => render(s.world().backup_schedule_set(&id, &v)),
+        Err(r) => render(r),
+    }
 }
 async fn plan_list(State(s): State<Arc<Shared>>, Query(q): Q) -> Response {
     render(s.world().plan_list(&q))

@@ -54,6 +54,9 @@ pub struct SimConfig {
     pub dns_domains: Vec<String>,
     /// Faults active from the start; replaceable at run time.
     pub faults: Faults,
+    /// Plans sold nowhere right now: left out of every
+    /// `GET /regions/{id}/availability` (a preflight must refuse them).
+    pub sold_out: Vec<String>,
 }
 
 impl Default for SimConfig {
@@ -71,6 +74,7 @@ impl Default for SimConfig {
             api_keys: Vec::new(),
             dns_domains: vec!["example.com".to_owned()],
             faults: Faults::default(),
+            sold_out: Vec::new(),
         }
     }
 }
@@ -117,6 +121,12 @@ pub enum Op {
     DnsRecordGet,
     DnsRecordList,
     DnsRecordDelete,
+    /// The read-only catalog a preflight reads: `GET /os`, `/ssh-keys`,
+    /// `/firewalls`, `/snapshots`, `/applications`,
+    /// `/regions/{id}/availability`.
+    CatalogRead,
+    /// `GET` or `POST /instances/{id}/backup-schedule`.
+    BackupSchedule,
 }
 
 /// The fault plan: the body of `POST /sim/faults`. Each request draws once;

@@ -22,6 +22,7 @@
 //! ledger's timestamps, which nothing decides on.
 
 mod api;
+pub mod catalog;
 mod config;
 mod rng;
 mod server;
@@ -30,4 +31,4 @@ mod world;
 
 pub use config::{DEFAULT_RATE_PER_SEC, Faults, Op, REDIRECT_STATUSES, SimConfig};
 pub use server::{Sim, SimControl, SimError, SimHandle, serve};
-pub use world::{FaultEvent, FaultKind, Ledger, LedgerResource, RequestRecord, ResourceKind};
+pub use world::{FaultEvent, FaultKind, Ledger, LedgerResource, RequestRecord, ResourceKind, sim_root_password};

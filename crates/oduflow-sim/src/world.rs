@@ -77,6 +77,16 @@ const OSES: &[(i64, &str)] = &[
     (2284, "Ubuntu 24.04 LTS x64"),
 ];
 
+/// How long after creation reads carry `default_password` (Vultr: "only
+/// available for ten minutes after deployment").
+const PASSWORD_VISIBLE: Duration = Duration::from_secs(600);
+
+/// The one-time root password the simulator gives an instance: derived from
+/// its id, so a test can search logs and databases for it.
+pub fn sim_root_password(instance_id: &str) -> String {
+    format!("Sim-root-{}!", &instance_id[..8.min(instance_id.len())])
+}
+
 const DNS_TYPES: &[&str] = &["A", "AAAA", "CNAME", "NS", "MX", "SRV", "TXT", "CAA", "SSHFP"];
 
 /// A simulated answer: status, optional JSON body, optional Retry-After.
@@ -190,6 +200,13 @@ pub struct Ledger {
     /// who asked what when.
     #[serde(default)]
     pub request_log: Vec<RequestRecord>,
+    /// The body of every instance create applied, in order: what a test
+    /// reads to see each server field reach Vultr.
+    #[serde(default)]
+    pub instance_create_bodies: Vec<Value>,
+    /// `POST /instances/{id}/backup-schedule` applied, per instance.
+    #[serde(default)]
+    pub backup_schedules_set: BTreeMap<String, u64>,
 }
 
 /// One /v2 request as it arrived.
@@ -218,9 +235,16 @@ struct SimInstance {
     region: String,
     plan: String,
     os_id: i64,
+    app_id: i64,
+    image_id: String,
     hostname: String,
     tags: Vec<String>,
+    firewall_group_id: String,
     main_ip: String,
+    /// `""` unless created with `enable_ipv6`.
+    v6_main_ip: String,
+    /// Set by `POST /instances/{id}/backup-schedule`.
+    backup_schedule: Option<Value>,
     created: Instant,
     created_wall: String,
     deleted: Option<Instant>,
@@ -520,7 +544,7 @@ impl World {
         let (vcpu, ram, disk, bw) = plan.map(|p| (p.1, p.2, p.3, p.4)).unwrap_or((1, 1024, 25, 1024));
         let os = OSES.iter().find(|o| o.0 == i.os_id).map(|o| o.1).unwrap_or("Custom");
         let booted = status != "pending";
-        json!({
+        let mut j = json!({
             "id": i.id,
             "os": os,
             "ram": ram,
@@ -537,21 +561,27 @@ impl World {
             "power_status": "running",
             "server_status": server_status,
             // Flat v6 fields: what the API really returns (docs/vultr.md §2).
-            "v6_network": "",
-            "v6_main_ip": "",
-            "v6_network_size": 0,
+            "v6_network": if i.v6_main_ip.is_empty() { "" } else { "2001:db8::" },
+            "v6_main_ip": i.v6_main_ip,
+            "v6_network_size": if i.v6_main_ip.is_empty() { 0 } else { 64 },
             "label": i.label,
             "internal_ip": "",
             "kvm": if booted { format!("https://my.vultr.com/subs/vps/novnc/api.php?data={}", i.id) } else { String::new() },
             "hostname": i.hostname,
             "os_id": i.os_id,
-            "app_id": 0,
-            "image_id": "",
-            "firewall_group_id": "",
-            "features": [],
+            "app_id": i.app_id,
+            "image_id": i.image_id,
+            "firewall_group_id": i.firewall_group_id,
+            "features": if i.v6_main_ip.is_empty() { json!([]) } else { json!(["ipv6"]) },
             "tags": i.tags,
             "user_scheme": "root",
-        })
+        });
+        // On the create answer and on reads for the first ten minutes
+        // (docs/vultr.md); one per instance, as Vultr's is.
+        if now.saturating_duration_since(i.created) < PASSWORD_VISIBLE {
+            j["default_password"] = json!(sim_root_password(&i.id));
+        }
+        j
     }
 
     fn block_json(&self, b: &SimBlock, now: Instant) -> Value {
@@ -596,11 +626,12 @@ impl World {
         if !PLANS.iter().any(|p| p.0 == plan && p.7.contains(&region)) {
             return Reply::error(400, "Invalid plan chosen.");
         }
-        let Some(os_id) = obj.get("os_id").and_then(Value::as_i64) else {
-            return Reply::error(400, "You must choose an os_id, iso_id, snapshot_id, app_id or image_id.");
+        let (os_id, app_id, image_id) = match crate::catalog::image_of(obj, OSES) {
+            Ok(image) => image,
+            Err(msg) => return Reply::error(400, &msg),
         };
-        if !OSES.iter().any(|o| o.0 == os_id) {
-            return Reply::error(400, "Invalid os_id.");
+        if let Err(msg) = crate::catalog::check_server_fields(obj, region) {
+            return Reply::error(400, &msg);
         }
         let str_field = |k: &str| obj.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
         let label = str_field("label");
@@ -611,6 +642,7 @@ impl World {
             .unwrap_or_default();
         let id = self.new_id();
         let ledger_ix = self.ledger_push(ResourceKind::Instance, &id, &label, region, key_fp);
+        self.ledger.instance_create_bodies.push(body.clone());
         let ip = self.next_ip;
         self.next_ip += 1;
         let now = self.now();
@@ -621,17 +653,24 @@ impl World {
             region: region.to_owned(),
             plan: plan.to_owned(),
             os_id,
+            app_id,
+            image_id,
             hostname: str_field("hostname"),
             tags,
+            firewall_group_id: str_field("firewall_group_id"),
+            v6_main_ip: if obj.get("enable_ipv6") == Some(&json!(true)) {
+                format!("2001:db8:{ip:x}::1")
+            } else {
+                String::new()
+            },
+            backup_schedule: None,
             created: now,
             created_wall: now_rfc3339(),
             deleted: None,
             locked_until: None,
             ledger_ix,
         };
-        let mut j = self.instance_json(&inst, now);
-        // Returned only at creation (docs/vultr.md §2).
-        j["default_password"] = json!("sim-Pa55word!");
+        let j = self.instance_json(&inst, now);
         self.instances.push(inst);
         Reply::json(202, json!({ "instance": j }))
     }
@@ -836,6 +875,66 @@ impl World {
             })
             .collect();
         paginate("regions", items, q)
+    }
+
+    pub fn os_list(&self, q: &BTreeMap<String, String>) -> Reply {
+        let mut items: Vec<Value> =
+            OSES.iter().map(|(id, name)| json!({ "id": id, "name": name, "arch": "x64", "family": "linux" })).collect();
+        for (id, name) in [(crate::catalog::OS_SNAPSHOT, "Snapshot"), (crate::catalog::OS_APPLICATION, "Application")] {
+            items.push(json!({ "id": id, "name": name, "arch": "x64", "family": name.to_lowercase() }));
+        }
+        paginate("os", items, q)
+    }
+
+    /// `GET /regions/{id}/availability`: the plans sellable there now.
+    pub fn region_availability(&self, region: &str) -> Reply {
+        if !REGIONS.iter().any(|r| r.0 == region) {
+            return Reply::error(404, "Invalid region.");
+        }
+        let plans: Vec<&str> = PLANS
+            .iter()
+            .filter(|p| p.7.contains(&region) && !self.cfg.sold_out.iter().any(|s| s == p.0))
+            .map(|p| p.0)
+            .collect();
+        Reply::json(200, json!({ "available_plans": plans }))
+    }
+
+    pub fn catalog_list(&self, key: &str, q: &BTreeMap<String, String>) -> Reply {
+        let items = match key {
+            "ssh_keys" => crate::catalog::ssh_keys_json(),
+            "firewall_groups" => crate::catalog::firewall_groups_json(),
+            "snapshots" => crate::catalog::snapshots_json(),
+            _ => crate::catalog::applications_json(),
+        };
+        paginate(key, items, q)
+    }
+
+    pub fn backup_schedule_set(&mut self, id: &str, body: &Value) -> Reply {
+        let now = self.now();
+        let Some(ix) = self.instance_ix(id, now) else {
+            return Reply::error(404, "instance not found");
+        };
+        let kinds = ["daily", "weekly", "monthly", "daily_alt_even", "daily_alt_odd"];
+        let Some(kind) = body.get("type").and_then(Value::as_str).filter(|k| kinds.contains(k)) else {
+            return Reply::error(400, "Invalid backup schedule type.");
+        };
+        let num = |k: &str, lo: i64, hi: i64| body.get(k).and_then(Value::as_i64).filter(|n| (lo..=hi).contains(n));
+        let (Some(hour), Some(dow), Some(dom)) = (num("hour", 0, 23), num("dow", 1, 7), num("dom", 1, 28)) else {
+            return Reply::error(400, "Invalid backup schedule.");
+        };
+        *self.ledger.backup_schedules_set.entry(id.to_owned()).or_default() += 1;
+        self.instances[ix].backup_schedule =
+            Some(json!({ "enabled": true, "type": kind, "hour": hour, "dow": dow, "dom": dom }));
+        Reply::json(200, json!({}))
+    }
+
+    pub fn backup_schedule_get(&self, id: &str) -> Reply {
+        let now = self.now();
+        let Some(ix) = self.instance_ix(id, now) else {
+            return Reply::error(404, "instance not found");
+        };
+        let s = self.instances[ix].backup_schedule.clone().unwrap_or_else(|| json!({ "enabled": false }));
+        Reply::json(200, json!({ "backup_schedule": s }))
     }
 
     pub fn plan_list(&self, q: &BTreeMap<String, String>) -> Reply {

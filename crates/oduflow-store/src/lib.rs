@@ -152,7 +152,7 @@ macro_rules! const_format_client_select {
             "SELECT c.id, c.name, c.created_ms, i.region, i.plan, i.os_id, i.volume_gb, i.volume_type, \
              i.target, i.generation, i.status, i.blocked_reason, i.blocked_detail, i.key_fingerprint, \
              i.vm_id, i.volume_id, i.vm_dispatch_generation, i.volume_dispatch_generation, \
-             i.attach_dispatch_generation, i.progress, i.updated_ms \
+             i.attach_dispatch_generation, i.progress, i.updated_ms, i.image, i.server, i.outputs \
              FROM clients c JOIN infra i ON i.client_id = c.id ",
             $tail
         )
@@ -182,7 +182,7 @@ impl BeginWrite for SqlitePool {
 }
 
 /// The migration this build needs (the last in [`Store::migrate`]).
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// The default database: a SQLite file in the working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://oduflow.db";
@@ -290,6 +290,7 @@ impl Store {
                     (4, "fencing", include_str!("../migrations/postgres/0004_fencing.sql")),
                     (5, "orphans", include_str!("../migrations/postgres/0005_orphans.sql")),
                     (6, "rate budget", include_str!("../migrations/postgres/0006_rate_budget.sql")),
+                    (7, "server spec", include_str!("../migrations/postgres/0007_server_spec.sql")),
                 ],
                 Db::Sqlite(_) => &[
                     (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
@@ -298,6 +299,7 @@ impl Store {
                     (4, "fencing", include_str!("../migrations/sqlite/0004_fencing.sql")),
                     (5, "orphans", include_str!("../migrations/sqlite/0005_orphans.sql")),
                     (6, "rate budget", include_str!("../migrations/sqlite/0006_rate_budget.sql")),
+                    (7, "server spec", include_str!("../migrations/sqlite/0007_server_spec.sql")),
                 ],
             };
             let migrator = Migrator::with_migrations(
@@ -374,6 +376,16 @@ impl Store {
     ) -> Result<ClientRow> {
         crate::named("client_create", async move {
             let id = oduflow_model::ClientId::new_v7();
+            // A spec without a hostname (built by `ClientSpec::parse`) gets
+            // the client's name: never the dispatch label.
+            let mut spec = spec.clone();
+            if spec.server.hostname.is_empty() {
+                spec.server.hostname = name.to_string();
+            }
+            let spec = &spec;
+            let os_id = spec.image.os_id().unwrap_or(0);
+            let image = serde_json::to_string(&spec.image).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let server = serde_json::to_string(&spec.server).map_err(|e| StoreError::Corrupt(e.to_string()))?;
             both!(self, p => {
                 let mut tx = crate::BeginWrite::begin_write(p).await?;
                 let exists: Option<(String, String, i64)> = sqlx::query_as(
@@ -388,9 +400,9 @@ impl Store {
                     // else is a name clash.
                     let same: i64 = sqlx::query_scalar(
                         "SELECT count(*) FROM infra WHERE client_id = $1 AND region = $2 AND plan = $3 AND os_id = $4 \
-                         AND volume_gb = $5 AND volume_type = $6")
-                        .bind(&id).bind(&spec.region).bind(&spec.plan).bind(spec.os_id)
-                        .bind(spec.volume_gb).bind(spec.volume_type.as_str())
+                         AND volume_gb = $5 AND volume_type = $6 AND coalesce(image, '') = $7 AND server = $8")
+                        .bind(&id).bind(&spec.region).bind(&spec.plan).bind(os_id)
+                        .bind(spec.volume_gb).bind(spec.volume_type.as_str()).bind(&image).bind(&server)
                         .fetch_one(&mut *tx).await?;
                     if target != Target::Absent.as_str() || same == 0 {
                         return Err(StoreError::ClientExists(name.to_string()));
@@ -419,15 +431,18 @@ impl Store {
                     .map_err(|e| unique_to(e, || StoreError::ClientExists(name.to_string())))?;
                 sqlx::query(
                     "INSERT INTO infra (client_id, region, plan, os_id, volume_gb, volume_type, target, \
-                     generation, status, updated_ms) VALUES ($1, $2, $3, $4, $5, $6, 'present', 1, 'pending', $7)",
+                     generation, status, updated_ms, image, server) \
+                     VALUES ($1, $2, $3, $4, $5, $6, 'present', 1, 'pending', $7, $8, $9)",
                 )
                 .bind(id.as_str())
                 .bind(&spec.region)
                 .bind(&spec.plan)
-                .bind(spec.os_id)
+                .bind(os_id)
                 .bind(spec.volume_gb)
                 .bind(spec.volume_type.as_str())
                 .bind(now_ms)
+                .bind(&image)
+                .bind(&server)
                 .execute(&mut *tx)
                 .await?;
                 let job = NewJob::for_client(&id, JobKind::Provision, 1, now_ms, attempts_max);

@@ -62,7 +62,7 @@ pub(crate) const INFRA_COLUMNS_PREFIXED: &str = "i.client_id AS i_client_id, i.r
     i.vm_dispatch_generation AS i_vm_dispatch_generation, \
     i.volume_dispatch_generation AS i_volume_dispatch_generation, \
     i.attach_dispatch_generation AS i_attach_dispatch_generation, i.progress AS i_progress, \
-    i.updated_ms AS i_updated_ms";
+    i.updated_ms AS i_updated_ms, i.image AS i_image, i.server AS i_server, i.outputs AS i_outputs";
 
 fn parse<T>(what: &str, s: &str, f: impl Fn(&str) -> Option<T>) -> Result<T> {
     f(s).ok_or_else(|| StoreError::Corrupt(format!("{what} {s:?}")))
@@ -96,6 +96,8 @@ pub struct InfraRow {
     /// Progress of the current target that is not a provider id (JSON).
     pub progress: serde_json::Value,
     pub updated_ms: i64,
+    /// Addresses and mount id, as last seen ready.
+    pub outputs: oduflow_model::ServerOutputs,
 }
 
 impl InfraRow {
@@ -115,10 +117,17 @@ pub(crate) fn infra_from_row(r: &impl RowExt, id_col: &str) -> Result<InfraRow> 
         spec: ClientSpec {
             region: r.text("region")?,
             plan: r.text("plan")?,
-            os_id: r.int("os_id")?,
+            image: match r.text_opt("image")? {
+                Some(j) => serde_json::from_str(&j).map_err(|e| StoreError::Corrupt(format!("image {j:?}: {e}")))?,
+                None => oduflow_model::ImageSource::Os(r.int("os_id")?),
+            },
             volume_gb: r.int("volume_gb")?,
             volume_type: VolumeType::parse(&volume_type)
                 .map_err(|_| StoreError::Corrupt(format!("volume_type {volume_type:?}")))?,
+            server: {
+                let j = r.text("server")?;
+                serde_json::from_str(&j).map_err(|e| StoreError::Corrupt(format!("server {e}")))?
+            },
         },
         target: parse("target", &r.text("target")?, Target::parse)?,
         generation: r.int("generation")?,
@@ -136,6 +145,10 @@ pub(crate) fn infra_from_row(r: &impl RowExt, id_col: &str) -> Result<InfraRow> 
         attach_dispatch_generation: r.int("attach_dispatch_generation")?,
         progress: json_col(&r.text("progress")?)?,
         updated_ms: r.int("updated_ms")?,
+        outputs: {
+            let j = r.text("outputs")?;
+            serde_json::from_str(&j).map_err(|e| StoreError::Corrupt(format!("outputs {e}")))?
+        },
     })
 }
 

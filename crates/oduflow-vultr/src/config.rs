@@ -52,6 +52,24 @@ pub const PER_PAGE_MAX: u32 = 500;
 /// ends (a server bug) from looping forever.
 pub const LIST_PAGES_MAX: u32 = 1_000;
 
+/// Receives the one-time root password Vultr gives each instance this
+/// client creates, once, right when the create answer is read. Vultr's
+/// password cannot be chosen and reads show it for about ten minutes; it is
+/// nowhere else in oduflow: not stored, logged, traced or put in an event.
+pub trait RootPasswordSink: Send + Sync {
+    fn take(&self, label: &oduflow_model::Label, id: &oduflow_model::VultrInstanceId, password: SecretString);
+}
+
+/// Where root passwords go: nowhere (dropped) unless a sink is set.
+#[derive(Clone, Default)]
+pub struct RootPassword(pub Option<std::sync::Arc<dyn RootPasswordSink>>);
+
+impl std::fmt::Debug for RootPassword {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "RootPassword(sink)" } else { "RootPassword(dropped)" })
+    }
+}
+
 /// How to reach Vultr and how hard to try. Build with [`VultrConfig::new`] and
 /// override fields with struct update syntax.
 #[derive(Debug, Clone)]
@@ -74,6 +92,8 @@ pub struct VultrConfig {
     /// `per_page` sent with every listing (1..=[`PER_PAGE_MAX`]).
     pub per_page: u32,
     pub list_pages_max: u32,
+    /// Where each new instance's root password goes (dropped by default).
+    pub root_password: RootPassword,
 }
 
 impl VultrConfig {
@@ -91,6 +111,7 @@ impl VultrConfig {
             retry_after_max_ms: RETRY_AFTER_MAX_MS,
             per_page: DEFAULT_PER_PAGE,
             list_pages_max: LIST_PAGES_MAX,
+            root_password: RootPassword::default(),
         }
     }
 }

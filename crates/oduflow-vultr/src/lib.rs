@@ -26,6 +26,7 @@
 
 mod account;
 pub mod budget;
+mod catalog;
 mod config;
 pub mod dns;
 pub mod dns_adapter;

@@ -3,9 +3,9 @@
 use crate::http::VultrClient;
 use crate::wire;
 use oduflow_model::provider::{
-    Block, BlockRequest, DeleteOutcome, Instance, InstanceRequest, Outcome, Provider, ProviderError,
+    Block, BlockRequest, Catalog, DeleteOutcome, Instance, InstanceRequest, Outcome, Provider, ProviderError,
 };
-use oduflow_model::{KeyFingerprint, Label, VultrBlockId, VultrInstanceId};
+use oduflow_model::{BackupSchedule, KeyFingerprint, Label, VultrBlockId, VultrInstanceId};
 use reqwest::Method;
 use std::collections::HashMap;
 
@@ -49,7 +49,14 @@ impl Provider for VultrClient {
 
     async fn instance_create(&self, req: &InstanceRequest) -> Outcome<VultrInstanceId> {
         let reply = self.post_once(&["instances"], &wire::instance_create_body(req)).await;
-        let outcome = Self::classify(reply, |a| wire::created_id(&a.body, "instance").map(VultrInstanceId));
+        let outcome = Self::classify(reply, |a| {
+            let id = wire::created_id(&a.body, "instance").map(VultrInstanceId)?;
+            // Handed over once, then dropped: never kept, logged or returned.
+            if let (Some(sink), Some(p)) = (&self.config().root_password.0, wire::created_password(&a.body)) {
+                sink.take(&req.label, &id, p);
+            }
+            Some(id)
+        });
         tracing::info!(label = %req.label, ?outcome, "instance create sent");
         outcome
     }
@@ -109,5 +116,17 @@ impl Provider for VultrClient {
 
     async fn block_delete(&self, id: &VultrBlockId) -> Result<DeleteOutcome, ProviderError> {
         Ok(self.delete_like(Method::DELETE, &["blocks", id.as_str()], None).await?)
+    }
+
+    async fn catalog(&self, region: &str) -> Result<Catalog, ProviderError> {
+        Ok(self.catalog_read(region).await?)
+    }
+
+    async fn backup_schedule_set(&self, id: &VultrInstanceId, schedule: &BackupSchedule) -> Result<(), ProviderError> {
+        Ok(self.backup_schedule_post(id, schedule).await?)
+    }
+
+    async fn backup_schedule_get(&self, id: &VultrInstanceId) -> Result<Option<BackupSchedule>, ProviderError> {
+        Ok(self.backup_schedule_read(id).await?)
     }
 }

@@ -147,26 +147,80 @@ pub(crate) enum OrphanCmd {
     },
 }
 
+/// A client's spec fields, as `client create` takes them.
+#[derive(clap::Args, Debug, Default)]
+pub(crate) struct SpecFlags {
+    /// A `[profile.NAME]` from the config file: its fields, under the flags.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Vultr region id, e.g. ewr.
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Vultr plan id, e.g. vc2-1c-1gb.
+    #[arg(long)]
+    pub plan: Option<String>,
+    /// Image source (exactly one): an operating system id, e.g. 2284...
+    #[arg(long = "os-id", allow_negative_numbers = true)]
+    pub os_id: Option<i64>,
+    /// ...or a snapshot id...
+    #[arg(long)]
+    pub snapshot: Option<String>,
+    /// ...or a marketplace application id...
+    #[arg(long, allow_negative_numbers = true)]
+    pub app: Option<i64>,
+    /// ...or a marketplace application image_id.
+    #[arg(long)]
+    pub image: Option<String>,
+    /// Block volume size in GB.
+    #[arg(long = "volume-gb", allow_negative_numbers = true)]
+    pub volume_gb: Option<i64>,
+    /// high_perf (10-10000 GB, the default) or storage_opt (40-40000 GB).
+    #[arg(long = "volume-type")]
+    pub volume_type: Option<String>,
+    /// A Vultr SSH key id installed for root (repeat for several).
+    #[arg(long = "ssh-key")]
+    pub ssh_keys: Vec<String>,
+    /// A cloud-init file sent as user data; {{oduflow.client}},
+    /// {{oduflow.hostname}}, {{oduflow.region}} and {{oduflow.plan}} are
+    /// substituted. Readable through Vultr's API and inside the VM: no secrets.
+    #[arg(long = "user-data")]
+    pub user_data: Option<std::path::PathBuf>,
+    /// Default: <name>.<hostname_domain>, else the client's name.
+    #[arg(long)]
+    pub hostname: Option<String>,
+    /// A tag (repeat for several).
+    #[arg(long = "tag")]
+    pub tags: Vec<String>,
+    /// A Vultr firewall group id.
+    #[arg(long = "firewall-group")]
+    pub firewall_group: Option<String>,
+    /// IPv6 on (`--ipv6`) or off (`--ipv6 false`).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub ipv6: Option<bool>,
+    /// A VPC id to attach (repeat for several).
+    #[arg(long = "vpc")]
+    pub vpcs: Vec<String>,
+    /// daily:HOUR, weekly:DOW:HOUR, monthly:DOM:HOUR, daily_alt_even:HOUR,
+    /// daily_alt_odd:HOUR (UTC), or disabled.
+    #[arg(long)]
+    pub backups: Option<String>,
+}
+
 #[derive(Subcommand)]
 pub(crate) enum ClientCmd {
-    /// Record intent (target present) and enqueue provisioning.
+    /// Record intent (target present) and enqueue provisioning. Fields come
+    /// from `--profile` (a `[profile.NAME]` of the config file), each flag
+    /// given overriding it. With VULTR_API_KEY set, the spec is checked
+    /// against Vultr's catalog first (region, volume type, plan, image, SSH
+    /// keys, firewall group).
     Create {
         name: String,
-        /// Vultr region id, e.g. ewr.
-        #[arg(long)]
-        region: String,
-        /// Vultr plan id, e.g. vc2-1c-1gb.
-        #[arg(long)]
-        plan: String,
-        /// Vultr operating system id, e.g. 2284.
-        #[arg(long = "os-id", allow_negative_numbers = true)]
-        os_id: i64,
-        /// Block volume size in GB.
-        #[arg(long = "volume-gb", allow_negative_numbers = true)]
-        volume_gb: i64,
-        /// high_perf (10-10000 GB) or storage_opt (40-40000 GB).
-        #[arg(long = "volume-type", default_value = "high_perf")]
-        volume_type: String,
+        #[command(flatten)]
+        spec: Box<SpecFlags>,
+        /// Skip the catalog check (the worker still makes it before the
+        /// first create).
+        #[arg(long = "no-preflight")]
+        no_preflight: bool,
         #[arg(long)]
         json: bool,
     },

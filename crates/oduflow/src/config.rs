@@ -32,6 +32,16 @@ struct FileConfig {
     /// Command adapters (`[[adapter]]`) for identities oduflow does not ship.
     #[serde(default)]
     adapter: Vec<oduflow_engine::command_adapter::CommandAdapterConfig>,
+    /// The domain a client's default hostname is under (`<client>.<domain>`);
+    /// unset: `[dns] domain`, else the bare client name.
+    hostname_domain: Option<String>,
+    /// Named sets of spec fields (`[profile.NAME]`); `user_data` names a file,
+    /// relative to this file's directory.
+    #[serde(default)]
+    profile: std::collections::BTreeMap<String, oduflow_model::SpecInput>,
+    /// A command that receives each new VM's one-time root password on its
+    /// standard input, once (argv, no shell). Unset: the password is dropped.
+    root_password_command: Option<Vec<String>>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -72,6 +82,10 @@ pub struct Config {
     pub attempts_max: i32,
     pub dns: Option<DnsConfig>,
     pub adapters: Vec<oduflow_engine::command_adapter::CommandAdapterConfig>,
+    /// Profiles by name, their user data files read.
+    pub profiles: std::collections::BTreeMap<String, oduflow_model::SpecInput>,
+    pub spec_defaults: oduflow_model::SpecDefaults,
+    pub root_password_command: Option<Vec<String>>,
 }
 
 /// Vultr's documented limit, per source address.
@@ -107,11 +121,18 @@ impl Config {
                 toml::from_str(&text).map_err(|e| BadInput(format!("config file {}: {}", p.display(), e.message())))?
             }
         };
+        let dir = file.as_deref().and_then(Path::parent).map(Path::to_owned).unwrap_or_default();
+        let profiles = read_profiles(fc.profile, &dir)?;
+        if fc.root_password_command.as_ref().is_some_and(|c| c.is_empty() || c[0].is_empty()) {
+            bail!(BadInput("root_password_command must name a program: [\"/path/to/program\", \"arg\", ...]".into()));
+        }
         if fc.api_key.is_some() {
             bail!(BadInput(
                 "config file sets api_key: the API key is a secret and is read only from VULTR_API_KEY".into()
             ));
         }
+        let hostname_domain =
+            env("ODUFLOW_HOSTNAME_DOMAIN").or(fc.hostname_domain).or_else(|| fc.dns.as_ref().map(|d| d.domain.clone()));
         let cfg = Config {
             database_url: env("ODUFLOW_DATABASE_URL")
                 .or(fc.database_url)
@@ -136,7 +157,10 @@ impl Config {
                 Some(domain) => Some(DnsConfig { domain, ttl: default_ttl() }),
                 None => fc.dns,
             },
+            spec_defaults: oduflow_model::SpecDefaults { hostname_domain },
             adapters: fc.adapter,
+            profiles,
+            root_password_command: fc.root_password_command,
         };
         for a in &cfg.adapters {
             oduflow_engine::command_adapter::CommandAdapter::new(a.clone()).map_err(BadInput)?;
@@ -180,7 +204,62 @@ impl Config {
         }
     }
 
+    /// The spec input for `client create`: the profile named (if any) with
+    /// `flags` over it.
+    pub fn spec_input(
+        &self,
+        profile: Option<&str>,
+        flags: oduflow_model::SpecInput,
+    ) -> Result<oduflow_model::SpecInput> {
+        let base = match profile {
+            None => oduflow_model::SpecInput::default(),
+            Some(p) => self.profiles.get(p).cloned().ok_or_else(|| {
+                let known: Vec<&str> = self.profiles.keys().map(String::as_str).collect();
+                BadInput(format!(
+                    "no profile {p:?} in the config file (profiles: {})",
+                    if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+                ))
+            })?,
+        };
+        Ok(base.overlay(flags))
+    }
+
     pub fn api_key(&self) -> Result<&SecretString> {
         self.api_key.as_ref().context("VULTR_API_KEY is not set: the worker needs the Vultr API key in its environment")
     }
+}
+
+/// Profiles with their `user_data` file read (relative to `dir`), each
+/// checked for a valid name.
+fn read_profiles(
+    profiles: std::collections::BTreeMap<String, oduflow_model::SpecInput>,
+    dir: &Path,
+) -> Result<std::collections::BTreeMap<String, oduflow_model::SpecInput>> {
+    let mut out = std::collections::BTreeMap::new();
+    for (name, mut p) in profiles {
+        if oduflow_model::ClientName::parse(&name).is_err() {
+            bail!(BadInput(format!("profile name {name:?}: use lowercase letters, digits and hyphens")));
+        }
+        if let Some(file) = &p.user_data {
+            p.user_data = Some(read_user_data(&dir.join(file)).map_err(|e| BadInput(format!("profile {name}: {e}")))?);
+        }
+        out.insert(name, p);
+    }
+    Ok(out)
+}
+
+/// A user data file's text: UTF-8, at most [`oduflow_model::server::USER_DATA_MAX`]
+/// bytes (checked again once its variables are substituted).
+pub fn read_user_data(path: &Path) -> std::result::Result<String, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("user data file {}: {e}", path.display()))?;
+    if meta.len() > oduflow_model::server::USER_DATA_MAX as u64 {
+        return Err(format!(
+            "user data file {} is {} bytes; at most {} are allowed",
+            path.display(),
+            meta.len(),
+            oduflow_model::server::USER_DATA_MAX
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| format!("user data file {}: {e}", path.display()))?;
+    String::from_utf8(bytes).map_err(|_| format!("user data file {} is not UTF-8 text", path.display()))
 }

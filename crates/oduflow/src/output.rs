@@ -58,13 +58,14 @@ pub(crate) async fn print_client(store: &Store, r: &ClientRow, json: bool, evide
     }
     println!("target:     {} (generation {})", i.target, i.generation);
     println!(
-        "spec:       region {} plan {} os {} volume {} GB {}",
+        "spec:       region {} plan {} {} volume {} GB {}",
         i.spec.region,
         i.spec.plan,
-        i.spec.os_id,
+        i.spec.image,
         i.spec.volume_gb,
         i.spec.volume_type.as_str()
     );
+    print_server(i);
     println!("key:        {}", i.key_fingerprint.as_ref().map(|k| k.short()).unwrap_or("(not bound yet)"));
     println!("vm:         {}", i.vm_id.as_ref().map(|v| v.as_str()).unwrap_or("-"));
     println!("volume:     {}", i.volume_id.as_ref().map(|v| v.as_str()).unwrap_or("-"));
@@ -238,4 +239,42 @@ pub(crate) fn peak_rss_kib() -> u64 {
             s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// The server fields of a spec and what the ready server shows.
+fn print_server(i: &oduflow_store::InfraRow) {
+    let sv = &i.spec.server;
+    println!("hostname:   {}", sv.hostname);
+    if !sv.ssh_keys.is_empty() {
+        println!("ssh keys:   {}", sv.ssh_keys.join(", "));
+    }
+    if !sv.tags.is_empty() {
+        println!("tags:       {}", sv.tags.join(", "));
+    }
+    if let Some(f) = &sv.firewall_group {
+        println!("firewall:   {f}");
+    }
+    if sv.ipv6 || !sv.vpcs.is_empty() {
+        println!(
+            "network:    ipv6 {}{}",
+            if sv.ipv6 { "on" } else { "off" },
+            if sv.vpcs.is_empty() { String::new() } else { format!(", vpcs {}", sv.vpcs.join(", ")) }
+        );
+    }
+    if let Some(b) = sv.backups {
+        println!("backups:    {b} (UTC)");
+    }
+    if let Some(u) = &sv.user_data {
+        println!("user data:  {} bytes", u.len());
+    }
+    let o = &i.outputs;
+    if !o.main_ip.is_empty() {
+        println!("ipv4:       {}", o.main_ip);
+    }
+    if !o.v6_main_ip.is_empty() {
+        println!("ipv6:       {}", o.v6_main_ip);
+    }
+    if !o.mount_id.is_empty() {
+        println!("mount:      /dev/disk/by-id/virtio-{}", o.mount_id);
+    }
 }

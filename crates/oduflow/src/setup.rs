@@ -45,11 +45,71 @@ pub(crate) fn provider(cfg: &Config, store: &Store, role: &str) -> Result<Arc<od
         rate_per_sec: cfg.rate_per_sec,
         per_page: cfg.per_page,
         request_timeout_ms: cfg.request_timeout_ms,
+        root_password: oduflow_vultr::RootPassword(
+            cfg.root_password_command
+                .clone()
+                .map(|argv| Arc::new(PasswordCommand { argv }) as Arc<dyn oduflow_vultr::RootPasswordSink>),
+        ),
         ..oduflow_vultr::VultrConfig::new(key)
     };
     let budget =
         oduflow_store::SharedBudget::new(store.clone(), &cfg.rate_group, &process_name(role)).map_err(BadInput)?;
     Ok(Arc::new(oduflow_vultr::VultrClient::with_budget(vc, Arc::new(budget)).map_err(|e| BadInput(e.to_string()))?))
+}
+
+/// How long the root password command may run before it is killed.
+const PASSWORD_COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `root_password_command`: run once per new VM, the password on its
+/// standard input (one line), `ODUFLOW_LABEL` and `ODUFLOW_INSTANCE_ID` in
+/// its environment, its output discarded. It runs beside the worker, so a
+/// slow one never delays the receipt; its exit status is logged, never the
+/// password.
+struct PasswordCommand {
+    argv: Vec<String>,
+}
+
+impl oduflow_vultr::RootPasswordSink for PasswordCommand {
+    fn take(&self, label: &oduflow_model::Label, id: &oduflow_model::VultrInstanceId, password: secrecy::SecretString) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(instance = %id, "root password dropped: no runtime to run root_password_command");
+            return;
+        };
+        let (argv, label, id) = (self.argv.clone(), label.to_string(), id.to_string());
+        rt.spawn(async move {
+            let outcome = tokio::time::timeout(PASSWORD_COMMAND_TIMEOUT, hand_over(&argv, &label, &id, password)).await;
+            match outcome {
+                Ok(Ok(status)) if status.success() => tracing::info!(instance = %id, "root password handed to root_password_command"),
+                Ok(Ok(status)) => tracing::warn!(instance = %id, %status, "root_password_command failed; the password is gone"),
+                Ok(Err(e)) => tracing::warn!(instance = %id, error = %e, "root_password_command could not run; the password is gone"),
+                Err(_) => tracing::warn!(instance = %id, "root_password_command ran past 30 s and was killed; the password is gone"),
+            }
+        });
+    }
+}
+
+async fn hand_over(
+    argv: &[String],
+    label: &str,
+    id: &str,
+    password: secrecy::SecretString,
+) -> std::io::Result<std::process::ExitStatus> {
+    use secrecy::ExposeSecret;
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .env("ODUFLOW_LABEL", label)
+        .env("ODUFLOW_INSTANCE_ID", id)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(password.expose_secret().as_bytes()).await?;
+        stdin.write_all(b"\n").await?;
+    }
+    child.wait().await
 }
 
 /// `<host>/<role>-<pid>`: how this process is named in the rate budget's

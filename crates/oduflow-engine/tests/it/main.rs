@@ -349,7 +349,10 @@ async fn key_change_blocks_before_any_request(store: Store) -> Result<()> {
 async fn failures_back_off_then_block(store: Store) -> Result<()> {
     failpoints_required();
     // Real backoff on a clock the test moves: 1 s, then 2 s (attempts_max 3).
-    let clock = Arc::new(ManualClock::at(now()));
+    // The clock starts after the job is queued (at the real now), so the
+    // job is due on it.
+    let c = create(&store, "acme").await;
+    let clock = Arc::new(ManualClock::at(now() + 1));
     let mut cfg = EngineConfig {
         worker_id: "test".into(),
         retry_base_ms: 1_000,
@@ -359,7 +362,6 @@ async fn failures_back_off_then_block(store: Store) -> Result<()> {
     };
     cfg.poll_interval_ms = 0;
     let w = Worker::new(store.clone(), Arc::new(MemoryProvider::new(key("k1"))), cfg, clock.clone());
-    let c = create(&store, "acme").await;
     let scenario = fail::FailScenario::setup();
     fail::cfg("job-claimed", "return").unwrap();
     let mut runs = 0;

@@ -23,7 +23,14 @@ fn known(id: &str, n: i64, seen: Seen) -> Resource {
 }
 
 fn ok(id: &str) -> Facts {
-    Facts { id: id.into(), mismatch: None, ready: true, attached_to: None, state: "active/ok".into() }
+    Facts {
+        id: id.into(),
+        mismatch: None,
+        ready: true,
+        attached_to: None,
+        state: "active/ok".into(),
+        outputs: Default::default(),
+    }
 }
 
 fn vol(id: &str, attached: Option<&str>) -> Facts {

@@ -91,9 +91,9 @@ impl H {
             .instance_create(&InstanceRequest {
                 region: c.infra.spec.region.clone(),
                 plan: c.infra.spec.plan.clone(),
-                os_id: c.infra.spec.os_id,
+                image: c.infra.spec.image.clone(),
                 label: Label::new_dispatch(&c.id, oduflow_model::ResourceKind::Vm),
-                hostname: client.into(),
+                server: oduflow_model::ServerSpec { hostname: client.into(), ..Default::default() },
             })
             .await;
         let Outcome::Accepted(id) = made else { panic!("{made:?}") };
@@ -103,7 +103,15 @@ impl H {
     }
 
     async fn fixture(&self) {
-        let spec = |plan: &str| ClientSpec::parse("ewr", plan, 2284, 40, "high_perf").unwrap();
+        // `bad-plan` names a VPC the account lacks: the preflight does not
+        // read VPCs, so the create goes out and Vultr answers 400.
+        let spec = |plan: &str| {
+            let mut s = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
+            if plan != "vc2-1c-1gb" {
+                s.server.vpcs = vec!["00000000-0000-4000-8000-000000000000".into()];
+            }
+            s
+        };
         let create = |name: &str, plan: &str| {
             let (store, name, spec) = (self.store.clone(), ClientName::parse(name).unwrap(), spec(plan));
             async move { store.client_create(&name, &spec, now_ms(), 5).await.unwrap() }
@@ -361,7 +369,10 @@ async fn openapi_document_describes_every_route_and_the_bearer_scheme() {
     let create = &doc["components"]["schemas"]["ClientCreate"];
     assert_eq!(create["additionalProperties"], json!(false), "unknown fields are refused: {create}");
     let required: Vec<&str> = create["required"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    assert_eq!(required, ["name", "region", "plan", "os_id", "volume_gb"]);
+    // A profile may give every spec field: only the name is required here
+    // (a body without a profile still needs region, plan, volume_gb and
+    // one image source, refused 400 otherwise).
+    assert_eq!(required, ["name"]);
     assert_eq!(doc, serde_json::from_str::<Value>(&oduflow_server::openapi_json()).unwrap());
 }
 
@@ -452,7 +463,7 @@ async fn interventions_show_reason_evidence_receipts_and_commands() {
     let case = |n: &str| cases.iter().find(|c| c["client"]["name"] == n).unwrap().clone();
     let bad = case("bad-plan");
     assert_eq!(bad["reason"], "create_rejected");
-    assert!(bad["evidence"].as_str().unwrap().contains("Invalid plan chosen"), "{bad}");
+    assert!(bad["evidence"].as_str().unwrap().contains("Invalid VPC."), "{bad}");
     let r = &bad["receipts"].as_array().unwrap()[0];
     assert_eq!((r["resource_kind"].as_str(), r["rejection_status"].as_i64()), (Some("vm"), Some(400)));
     assert_eq!(bad["resolutions"][0]["command"], "oduflow reconcile bad-plan --new-dispatch");
@@ -531,9 +542,9 @@ async fn adopt_verifies_the_resource_before_recording_it() {
         .instance_create(&InstanceRequest {
             region: "ewr".into(),
             plan: "vc2-1c-1gb".into(),
-            os_id: 2284,
+            image: oduflow_model::ImageSource::Os(2284),
             label: Label::from("made-in-the-console"),
-            hostname: "lost-create".into(),
+            server: oduflow_model::ServerSpec { hostname: "lost-create".into(), ..Default::default() },
         })
         .await;
     let Outcome::Accepted(id) = made else { panic!("{made:?}") };
@@ -1083,7 +1094,7 @@ async fn dashboard_in_headless_chromium_shows_states_interventions_commands_and_
     for name in ["bad-plan", "lost-create", "lost-again"] {
         assert!(dom.contains(&format!("<div class=\"case\" data-client=\"{name}\">")), "{name}");
     }
-    assert!(dom.contains("Invalid plan chosen."));
+    assert!(dom.contains("Invalid VPC."));
     assert!(dom.contains("rejected 400"));
     assert!(dom.contains("<code>oduflow reconcile bad-plan --new-dispatch</code>"));
     assert!(dom.contains("<code>oduflow abandon lost-create --kind vm --by WHO --reason WHY</code>"));

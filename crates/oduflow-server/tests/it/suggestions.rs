@@ -622,6 +622,29 @@ async fn provider_unavailable() {
 }
 
 #[tokio::test]
+async fn preflight_failed() {
+    let setup = || async {
+        let w = World::new().await;
+        // The catalog lacks the spec's plan: nothing may be created.
+        w.p.with(|s| {
+            let mut c = oduflow_engine::memory::MemoryState::usual_catalog();
+            c.available_plans.clear();
+            s.catalog = Some(c);
+        });
+        w.create().await;
+        w.drain().await;
+        w.p.with(|s| assert!(s.instances.is_empty() && s.blocks.is_empty(), "created despite the preflight"));
+        w
+    };
+    every_suggestion!(BlockedReason::PreflightFailed, setup(), |w, cmd| {
+        if cmd.contains("reconcile") {
+            // The plan is back in stock.
+            w.p.with(|s| s.catalog = None);
+        }
+    });
+}
+
+#[tokio::test]
 async fn not_ready() {
     let setup = || async {
         let w = World::new().await;
@@ -737,6 +760,7 @@ fn every_reason_is_covered() {
         BlockedReason::AdapterUnconfigured,
         BlockedReason::AdapterFailed,
         BlockedReason::AttemptsExhausted,
+        BlockedReason::PreflightFailed,
     ];
     for r in BlockedReason::ALL {
         assert!(covered.contains(r), "{r:?} has no suggestion test");

@@ -403,7 +403,7 @@ macro_rules! impl_conn {
                     "UPDATE infra SET status = $2, blocked_reason = $3, blocked_detail = $4, \
                      key_fingerprint = $5, vm_id = $6, volume_id = $7, vm_dispatch_generation = $8, \
                      volume_dispatch_generation = $9, attach_dispatch_generation = $10, progress = $11, \
-                     updated_ms = $12 WHERE client_id = $1 AND generation = $13",
+                     updated_ms = $12, outputs = $14 WHERE client_id = $1 AND generation = $13",
                 )
                 .bind(i.client_id.as_str())
                 .bind(i.status.as_str())
@@ -418,6 +418,7 @@ macro_rules! impl_conn {
                 .bind(i.progress.to_string())
                 .bind(now_ms)
                 .bind(i.generation)
+                .bind(serde_json::to_string(&i.outputs).map_err(|e| StoreError::Corrupt(e.to_string()))?)
                 .execute(&mut *self)
                 .await?;
                 Ok(())

@@ -44,9 +44,9 @@ pub fn instance_req(label: &str) -> InstanceRequest {
     InstanceRequest {
         region: "ewr".into(),
         plan: "vc2-1c-1gb".into(),
-        os_id: 2136,
+        image: oduflow_model::ImageSource::Os(2136),
         label: Label::from(label),
-        hostname: "client-a".into(),
+        server: oduflow_model::ServerSpec { hostname: "client-a".into(), ..Default::default() },
     }
 }
 

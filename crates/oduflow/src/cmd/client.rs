@@ -1,7 +1,7 @@
 //! `oduflow client create|delete|show|list`.
 
-use crate::cli::ClientCmd;
-use crate::config::Config;
+use crate::cli::{ClientCmd, SpecFlags};
+use crate::config::{BadInput, Config};
 use crate::output::{print_client, print_clients};
 use crate::setup::{now_ms, open};
 use anyhow::Result;
@@ -10,11 +10,14 @@ use oduflow_store::StoreError;
 
 pub async fn run(cfg: &Config, c: ClientCmd) -> Result<()> {
     match c {
-        ClientCmd::Create { name, region, plan, os_id, volume_gb, volume_type, json } => {
+        ClientCmd::Create { name, spec, no_preflight, json } => {
             // Validate everything before opening the database.
             let name = ClientName::parse(&name)?;
-            let spec = ClientSpec::parse(&region, &plan, os_id, volume_gb, &volume_type)?;
+            let spec = resolve(cfg, &name, *spec)?;
             let store = open(cfg).await?;
+            if !no_preflight {
+                preflight(cfg, &store, &spec).await?;
+            }
             let row = store.client_create(&name, &spec, now_ms(), cfg.attempts_max).await?;
             print_client(&store, &row, json, false).await
         }
@@ -35,4 +38,52 @@ pub async fn run(cfg: &Config, c: ClientCmd) -> Result<()> {
             print_clients(&store.client_list().await?, json)
         }
     }
+}
+
+/// The flags over the profile, validated into a spec.
+fn resolve(cfg: &Config, name: &ClientName, f: SpecFlags) -> Result<ClientSpec> {
+    let user_data = match &f.user_data {
+        None => None,
+        Some(path) => Some(crate::config::read_user_data(path).map_err(BadInput)?),
+    };
+    let list = |v: Vec<String>| (!v.is_empty()).then_some(v);
+    let flags = SpecInput {
+        region: f.region,
+        plan: f.plan,
+        os_id: f.os_id,
+        snapshot_id: f.snapshot,
+        app_id: f.app,
+        image_id: f.image,
+        volume_gb: f.volume_gb,
+        volume_type: f.volume_type,
+        ssh_keys: list(f.ssh_keys),
+        user_data,
+        hostname: f.hostname,
+        tags: list(f.tags),
+        firewall_group: f.firewall_group,
+        ipv6: f.ipv6,
+        vpcs: list(f.vpcs),
+        backups: f.backups,
+    };
+    Ok(cfg.spec_input(f.profile.as_deref(), flags)?.resolve(name, &cfg.spec_defaults)?)
+}
+
+/// The worker's preflight, made at once when a key is configured: a spec
+/// the catalog refuses is bad input (exit code 2), and nothing is stored.
+async fn preflight(cfg: &Config, store: &oduflow_store::Store, spec: &ClientSpec) -> Result<()> {
+    if cfg.api_key.is_none() {
+        eprintln!(
+            "note: VULTR_API_KEY is not set, so the spec was not checked against Vultr's catalog; the worker checks it before the first create"
+        );
+        return Ok(());
+    }
+    let provider = crate::setup::provider(cfg, store, "cli")?;
+    let catalog = provider.catalog_read(&spec.region).await.map_err(|e| {
+        anyhow::anyhow!("preflight could not read Vultr's catalog: {e} (use --no-preflight to skip the check)")
+    })?;
+    let problems = catalog.problems(spec);
+    if !problems.is_empty() {
+        return Err(BadInput(format!("preflight: {}; nothing was stored", problems.join("; "))).into());
+    }
+    Ok(())
 }

@@ -56,7 +56,8 @@ pub async fn serve(cfg: &Config, args: ServeArgs) -> Result<()> {
             tokio::time::sleep(RESTORE_CHECK_INTERVAL).await;
         }
     });
-    let state = oduflow_server::AppState::new(store, provider, cfg.attempts_max);
+    let state = oduflow_server::AppState::new(store, provider, cfg.attempts_max)
+        .with_profiles(cfg.profiles.clone(), cfg.spec_defaults.clone());
     eprintln!("oduflow serve: listening on http://{}/ (API under /api/v1, /metrics, /openapi.json)", args.listen);
     oduflow_server::serve(state, args.listen, async {
         let _ = tokio::signal::ctrl_c().await;

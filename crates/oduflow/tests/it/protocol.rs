@@ -131,9 +131,9 @@ async fn duplicate_label_matches_block(store: Store) {
         .instance_create(&InstanceRequest {
             region: "ewr".into(),
             plan: "vc2-1c-1gb".into(),
-            os_id: 2284,
+            image: oduflow_model::ImageSource::Os(2284),
             label: r.label.clone(),
-            hostname: "x".into(),
+            server: oduflow_model::ServerSpec { hostname: "x".into(), ..Default::default() },
         })
         .await;
     assert!(matches!(dup, Outcome::Accepted(_)), "{dup:?}");
@@ -163,9 +163,9 @@ async fn foreign_attachment_blocks(store: Store) {
         .instance_create(&InstanceRequest {
             region: "ewr".into(),
             plan: "vc2-1c-1gb".into(),
-            os_id: 2284,
+            image: oduflow_model::ImageSource::Os(2284),
             label: Label("foreign".into()),
-            hostname: "f".into(),
+            server: oduflow_model::ServerSpec { hostname: "f".into(), ..Default::default() },
         })
         .await
     {
