@@ -70,18 +70,19 @@ pub struct ClientView {
     pub ssh_keys: Vec<String>,
     pub tags: Vec<String>,
     pub firewall_group: Option<String>,
-    pub ipv6: bool,
+    /// IPv6 asked for.
+    pub enable_ipv6: bool,
     pub vpcs: Vec<String>,
     /// The backup schedule, e.g. `weekly:1:3`; `null` when off.
     pub backups: Option<String>,
     /// Bytes of user data sent (its text is readable through Vultr's API,
     /// and not repeated here).
     pub user_data_bytes: usize,
-    /// Main IPv4, IPv6 and the volume's mount id as last seen ready (`""`
-    /// until then).
-    pub main_ip: String,
-    pub v6_main_ip: String,
-    pub mount_id: String,
+    /// Main IPv4, IPv6 and the volume's mount id (the guest device is
+    /// `/dev/disk/by-id/virtio-<id>`) as last seen ready; `""` until then.
+    pub ipv4: String,
+    pub ipv6: String,
+    pub volume_mount_id: String,
     pub vm_id: Option<String>,
     pub volume_id: Option<String>,
     pub key_fingerprint: Option<String>,
@@ -110,13 +111,13 @@ impl From<&ClientRow> for ClientView {
             ssh_keys: i.spec.server.ssh_keys.clone(),
             tags: i.spec.server.tags.clone(),
             firewall_group: i.spec.server.firewall_group.clone(),
-            ipv6: i.spec.server.ipv6,
+            enable_ipv6: i.spec.server.ipv6,
             vpcs: i.spec.server.vpcs.clone(),
             backups: i.spec.server.backups.map(|b| b.to_string()),
             user_data_bytes: i.spec.server.user_data.as_ref().map_or(0, String::len),
-            main_ip: i.outputs.main_ip.clone(),
-            v6_main_ip: i.outputs.v6_main_ip.clone(),
-            mount_id: i.outputs.mount_id.clone(),
+            ipv4: i.outputs.main_ip.clone(),
+            ipv6: i.outputs.v6_main_ip.clone(),
+            volume_mount_id: i.outputs.mount_id.clone(),
             vm_id: i.vm_id.as_ref().map(|v| v.to_string()),
             volume_id: i.volume_id.as_ref().map(|v| v.to_string()),
             key_fingerprint: i.key_fingerprint.as_ref().map(|k| k.short().to_owned()),

@@ -925,7 +925,8 @@ impl World {
         *self.ledger.backup_schedules_set.entry(id.to_owned()).or_default() += 1;
         self.instances[ix].backup_schedule =
             Some(json!({ "enabled": true, "type": kind, "hour": hour, "dow": dow, "dom": dom }));
-        Reply::json(200, json!({}))
+        // 200 with no body, as the document has it.
+        Reply { status: 200, body: None, retry_after: None }
     }
 
     pub fn backup_schedule_get(&self, id: &str) -> Reply {

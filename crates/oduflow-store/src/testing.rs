@@ -461,6 +461,25 @@ pub async fn schema_columns(store: &Store) -> KitResult<Vec<(String, String)>> {
     Ok(cols)
 }
 
+/// Every value of every column of every table, as text, one per line: for
+/// tests that prove a secret was never stored anywhere.
+pub async fn all_text(store: &Store) -> KitResult<String> {
+    let mut out = String::new();
+    for (table, col) in schema_columns(store).await? {
+        let sql = match &store.db {
+            Db::Pg(..) => format!("SELECT string_agg(CAST({} AS text), E'\\n') FROM {}", ident(&col), ident(&table)),
+            Db::Sqlite(_) => {
+                format!("SELECT group_concat(CAST({} AS TEXT), char(10)) FROM {}", ident(&col), ident(&table))
+            }
+        };
+        let v: Option<String> =
+            crate::both!(store, p => sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(p).await)?;
+        out.push_str(&v.unwrap_or_default());
+        out.push('\n');
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

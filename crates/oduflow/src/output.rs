@@ -5,21 +5,10 @@ use oduflow_engine::operator;
 use oduflow_model::*;
 use oduflow_store::{ClientRow, Store};
 
+/// A client as `--json` shows it: the HTTP API's `ClientView`, so the two
+/// public shapes are one (never the store's row as it is).
 pub(crate) fn client_json(r: &ClientRow) -> serde_json::Value {
-    let i = &r.infra;
-    serde_json::json!({
-        "name": r.name,
-        "id": r.id,
-        "status": i.status,
-        "blocked_reason": i.blocked_reason,
-        "blocked_detail": i.blocked_detail,
-        "vm_id": i.vm_id,
-        "volume_id": i.volume_id,
-        "target": i.target,
-        "generation": i.generation,
-        "spec": i.spec,
-        "key_fingerprint": i.key_fingerprint.as_ref().map(|k| k.short().to_owned()),
-    })
+    serde_json::to_value(oduflow_server::api::ClientView::from(r)).unwrap_or_default()
 }
 
 pub(crate) async fn print_client(store: &Store, r: &ClientRow, json: bool, evidence: bool) -> Result<()> {

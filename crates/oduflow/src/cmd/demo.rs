@@ -33,11 +33,7 @@ pub async fn run(cfg: &Config, clients: usize, seed: u64, faults: bool) -> Resul
     if clients == 0 || clients > 10_000 {
         return Err(BadInput("--clients must be between 1 and 10000".into()).into());
     }
-    let dir = std::env::temp_dir().join(format!("oduflow-demo-{}-{}", std::process::id(), SystemClock.now_ms()));
-    std::fs::create_dir_all(&dir)?;
-    let db = dir.join("oduflow.db");
-    let store = Store::connect(&format!("sqlite://{}", db.display()), true).await?;
-    store.migrate().await?;
+    let (db, store) = fresh_store().await?;
 
     let key = "demo-key-not-secret";
     let sim = Sim::start(
@@ -74,9 +70,10 @@ pub async fn run(cfg: &Config, clients: usize, seed: u64, faults: bool) -> Resul
     );
     let started = Instant::now();
 
-    let spec = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf")?;
+    let profile = announce_profile(cfg);
     for i in 0..clients {
         let name = ClientName::parse(&format!("demo-{i:04}"))?;
+        let spec = profile.resolve(&name, &cfg.spec_defaults)?;
         store.client_create(&name, &spec, SystemClock.now_ms(), cfg.attempts_max).await?;
     }
     drive(&store, &worker, "provisioning").await?;
@@ -124,6 +121,7 @@ pub async fn run(cfg: &Config, clients: usize, seed: u64, faults: bool) -> Resul
         ledger.faults.len(),
         ledger.resources.len()
     );
+    print_live(&store, &ledger, &receipts).await?;
     let dup = per_key.values().filter(|n| **n > 1).count();
     let creates_dist: BTreeMap<u64, usize> = per_key.values().fold(BTreeMap::new(), |mut m, n| {
         *m.entry(*n).or_default() += 1;
@@ -134,6 +132,7 @@ pub async fn run(cfg: &Config, clients: usize, seed: u64, faults: bool) -> Resul
         creates_dist.iter().map(|(n, k)| format!("{n} -> {k}")).collect::<Vec<_>>().join(", ")
     );
     println!("  resources created without a receipt: {}", untracked.len());
+
     sim.shutdown().await;
     anyhow::ensure!(dup == 0, "{dup} operation keys were created more than once");
     anyhow::ensure!(untracked.is_empty(), "resources created without a receipt: {untracked:?}");
@@ -185,4 +184,68 @@ async fn drive<P: oduflow_model::provider::Provider>(store: &Store, worker: &Wor
         println!();
     }
     Ok(())
+}
+
+/// The demo's profile when the config file has none: what a real server
+/// needs to be reachable and bootstrapped.
+fn demo_profile() -> SpecInput {
+    SpecInput {
+        region: Some("ewr".into()),
+        plan: Some("vc2-1c-1gb".into()),
+        os_id: Some(2284),
+        volume_gb: Some(40),
+        ssh_keys: Some(vec![oduflow_sim::catalog::SSH_KEYS[0].0.to_owned()]),
+        user_data: Some("#cloud-config\nhostname: {{oduflow.hostname}}\nruncmd:\n  - echo {{oduflow.client}} > /etc/oduflow-client\n".into()),
+        tags: Some(vec!["demo".into()]),
+        ipv6: Some(true),
+        ..SpecInput::default()
+    }
+}
+
+/// Every client comes from one profile: the config file's `[profile.demo]`
+/// if there is one, else the built-in one (an SSH key of the simulated
+/// account, cloud-init user data naming the client, a tag, IPv6).
+fn announce_profile(cfg: &Config) -> SpecInput {
+    let (profile, from) = match cfg.profiles.get("demo") {
+        Some(p) => (p.clone(), "the config file's [profile.demo]"),
+        None => (demo_profile(), "the built-in demo profile"),
+    };
+    println!(
+        "clients from {from}: ssh keys {}, user data {} bytes, tags {}",
+        profile.ssh_keys.as_deref().unwrap_or_default().join(", "),
+        profile.user_data.as_deref().map_or(0, str::len),
+        profile.tags.as_deref().unwrap_or_default().join(", ")
+    );
+    profile
+}
+
+/// Each resource still live with the client whose receipt records it
+/// (nothing may be live that no record knows), and how many VM creates
+/// carried the profile's SSH key and user data.
+async fn print_live(store: &Store, ledger: &oduflow_sim::Ledger, receipts: &[oduflow_store::ReceiptRow]) -> Result<()> {
+    let names: BTreeMap<String, String> =
+        store.client_list().await?.into_iter().map(|c| (c.id.to_string(), c.name)).collect();
+    for r in ledger.resources.iter().filter(|r| r.deleted_at.is_none()) {
+        let owner =
+            receipts.iter().find(|x| x.label.as_str() == r.label || x.resource_id.as_deref() == Some(r.id.as_str()));
+        let client = match owner {
+            Some(x) => names.get(x.client_ref.as_str()).map_or(x.client_ref.to_string(), |n| n.clone()),
+            None => "NO RECEIPT".to_owned(),
+        };
+        println!("    still live: {:?} {} (label {}), recorded for {client}", r.kind, r.id, r.label);
+    }
+    let bodies = &ledger.instance_create_bodies;
+    let whole = bodies.iter().filter(|b| b.get("sshkey_id").is_some() && b.get("user_data").is_some()).count();
+    println!("  VM create bodies carrying the SSH key and the user data: {whole} of {}", bodies.len());
+    Ok(())
+}
+
+/// A fresh SQLite file in a directory of its own, migrated.
+async fn fresh_store() -> Result<(std::path::PathBuf, Store)> {
+    let dir = std::env::temp_dir().join(format!("oduflow-demo-{}-{}", std::process::id(), SystemClock.now_ms()));
+    std::fs::create_dir_all(&dir)?;
+    let db = dir.join("oduflow.db");
+    let store = Store::connect(&format!("sqlite://{}", db.display()), true).await?;
+    store.migrate().await?;
+    Ok((db, store))
 }

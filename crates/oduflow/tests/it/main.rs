@@ -3,6 +3,7 @@
 
 mod protocol;
 mod rate;
+mod servers;
 mod tidy;
 
 use oduflow_model::*;
