@@ -65,7 +65,19 @@ impl H {
         let provider = vultr(&sim);
         let token = auth::token_generate();
         store.api_token_create("tester", &auth::token_sha256(&token), 1).await.unwrap();
-        let state = AppState::new(store.clone(), provider.clone(), 5);
+        // One profile, `web`, as a config file's `[profile.web]` would give.
+        let web = oduflow_model::SpecInput {
+            region: Some("ewr".into()),
+            plan: Some("vc2-1c-1gb".into()),
+            os_id: Some(2284),
+            volume_gb: Some(40),
+            ssh_keys: Some(vec![oduflow_sim::catalog::SSH_KEYS[0].0.into()]),
+            tags: Some(vec!["web".into()]),
+            user_data: Some("#cloud-config\nhostname: {{oduflow.hostname}}\n".into()),
+            ..Default::default()
+        };
+        let state = AppState::new(store.clone(), provider.clone(), 5)
+            .with_profiles([("web".to_owned(), web)].into_iter().collect(), Default::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -260,6 +272,7 @@ async fn h_of(db: &oduflow_store::testing::TestDb) -> H {
 oduflow_store::on_both_stores!(
     super::h_of =>
     clients_create_show_list_delete,
+    clients_create_from_a_profile,
     metrics_show_jobs_dispatches_blocked_reasons_provider_calls_and_lag,
     bad_input_is_a_4xx_json_error_that_stores_nothing_and_calls_no_provider,
 );
@@ -377,6 +390,40 @@ async fn openapi_document_describes_every_route_and_the_bearer_scheme() {
 }
 
 // ---- clients -----------------------------------------------------------------
+
+/// `profile` names a set of fields the request's own override; an unknown
+/// profile (400), or a body that leaves a required field unset (422), stores
+/// nothing.
+async fn clients_create_from_a_profile(h: H) {
+    let (s, v) =
+        h.post("/api/v1/clients", json!({ "name": "acme", "profile": "web", "tags": ["db"], "ipv6": true })).await;
+    assert_eq!(s, 201, "{v}");
+    let c = &v["client"];
+    assert_eq!(
+        (c["region"].as_str(), c["plan"].as_str(), c["image"].as_str()),
+        (Some("ewr"), Some("vc2-1c-1gb"), Some("os_id 2284"))
+    );
+    assert_eq!(c["ssh_keys"], json!([oduflow_sim::catalog::SSH_KEYS[0].0]));
+    assert_eq!(
+        (c["tags"].clone(), c["enable_ipv6"].clone(), c["hostname"].clone()),
+        (json!(["db"]), json!(true), json!("acme"))
+    );
+    let row = h.store.client_get("acme").await.unwrap().unwrap();
+    assert_eq!(row.infra.spec.server.user_data.as_deref(), Some("#cloud-config\nhostname: acme\n"));
+    for (body, why) in [
+        (json!({ "name": "beta", "profile": "nope" }), "no profile \"nope\" (profiles: web)"),
+        (json!({ "name": "beta", "plan": "vc2-1c-1gb", "os_id": 2284, "volume_gb": 40 }), "region is required"),
+        (json!({ "name": "beta", "profile": "web", "snapshot_id": "x" }), "snapshot_id"),
+        (json!({ "name": "beta", "profile": "web", "user_data": "{{oduflow.token}}" }), "{{oduflow.token}}"),
+    ] {
+        let (s, v) = h.post("/api/v1/clients", body.clone()).await;
+        // 400 for a profile that does not exist, 422 for a spec that does
+        // not validate (the API's rule for every spec error).
+        assert!(matches!(s, 400 | 422), "{body}: {s} {v}");
+        assert!(v["error"]["message"].as_str().unwrap_or(&v.to_string()).contains(why), "{body}: {v}");
+    }
+    assert!(h.store.client_get("beta").await.unwrap().is_none());
+}
 
 async fn clients_create_show_list_delete(h: H) {
     let (s, v) = h.post("/api/v1/clients", create_body("acme")).await;

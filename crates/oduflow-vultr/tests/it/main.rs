@@ -8,6 +8,7 @@ mod openapi;
 mod reads;
 mod redirects;
 mod secrets;
+mod servers;
 mod sim_e2e;
 
 use oduflow_model::provider::{BlockRequest, InstanceRequest};
