@@ -167,7 +167,14 @@ async fn machine() -> Vec<String> {
         format!("{cores} cores ({cpu}), {mem_gib} GiB memory, Linux {}", kernel.trim()),
         pg,
         format!("{} at start, {date}{}", load(), commit.map(|c| format!(", commit {c}")).unwrap_or_default()),
-        "oduflow release build (`cargo run --release`), PostgreSQL on the same host over TCP 127.0.0.1, default settings (fsync and synchronous_commit on)".into(),
+        format!(
+            "oduflow {}, PostgreSQL on the same host over TCP 127.0.0.1, default settings (fsync and synchronous_commit on)",
+            if cfg!(debug_assertions) {
+                "debug build (figures not comparable)"
+            } else {
+                "release build (`cargo run --release`)"
+            }
+        ),
     ]
 }
 
@@ -511,33 +518,50 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// The apalis-postgres peer, a separate Cargo project (bench/apalis-peer):
 /// built here, run as a child process on a fresh database of the same server.
+/// A full run builds it optimised; the smoke run (the test command's, whose
+/// figures are not compared) in cargo's dev profile: 70 s from nothing
+/// instead of 154 s on two cores, measured. `scripts/test` builds it first,
+/// so that here cargo finds it fresh.
 struct Peer {
     bin: PathBuf,
 }
 
 impl Peer {
-    async fn build(dir: &Path) -> Result<Peer> {
+    async fn build(dir: &Path, release: bool) -> Result<Peer> {
         let manifest = dir.join("Cargo.toml");
         anyhow::ensure!(
             manifest.exists(),
             "{} not found (run from the repository's root, or pass --peer-dir)",
             manifest.display()
         );
-        // Canonical, so that cargo finds the build `scripts/test` made
+        // Canonical, so that every run finds the same build
         // (`crates/oduflow/../../bench/apalis-peer` is another path to it,
         // and cargo then built the whole peer again).
         let dir = &dir.canonicalize()?;
         let manifest = dir.join("Cargo.toml");
         let target = dir.join("target");
-        println!("  building the peer ({}) ...", dir.display());
-        let st = tokio::process::Command::new("cargo")
-            .args(["build", "--release", "--quiet", "--manifest-path"])
-            .arg(&manifest)
-            .env("CARGO_TARGET_DIR", &target)
-            .status()
-            .await?;
+        let profile = if release { "release" } else { "dev" };
+        println!("  building the peer ({}, {profile} profile) ...", dir.display());
+        let mut cargo = tokio::process::Command::new("cargo");
+        cargo.args(["build", "--profile", profile, "--quiet", "--manifest-path"]).arg(&manifest);
+        // Run from a test, this process carries cargo's and nextest's
+        // variables for the oduflow crate (CARGO_PKG_*, LD_LIBRARY_PATH,
+        // RUSTUP_TOOLCHAIN, ...); with them cargo found the peer that
+        // `scripts/test` built stale and built it all again (63 s).
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy();
+            let inherited = (k.starts_with("CARGO") && k != "CARGO_HOME")
+                || k.starts_with("NEXTEST")
+                || k.starts_with("RUSTUP_TOOLCHAIN")
+                || k == "LD_LIBRARY_PATH"
+                || k == "RUST_RECURSION_COUNT";
+            if inherited {
+                cargo.env_remove(k.as_ref());
+            }
+        }
+        let st = cargo.env("CARGO_TARGET_DIR", &target).status().await?;
         anyhow::ensure!(st.success(), "building the peer failed ({st})");
-        Ok(Peer { bin: target.join("release/apalis-peer") })
+        Ok(Peer { bin: target.join(if release { "release" } else { "debug" }).join("apalis-peer") })
     }
 
     async fn run(&self, jobs: usize, workers: usize) -> Result<f64> {
@@ -608,7 +632,7 @@ async fn queue(a: &BenchArgs, out: &mut Section) -> Result<()> {
         println!("  PEER SKIPPED (--no-peer): no apalis-postgres figures in this run");
         None
     } else {
-        match Peer::build(&a.peer_dir).await {
+        match Peer::build(&a.peer_dir, !a.smoke).await {
             Ok(p) => Some(p),
             Err(e) => {
                 println!("  PEER SKIPPED: {e:#}");

@@ -51,7 +51,7 @@ async fn drop_stale(conn: &mut sqlx::PgConnection) {
 /// (`scripts/test` also drops every test database when the suite ends).
 pub async fn fresh_pg_url() -> String {
     let admin = pg_admin_url();
-    let mut conn = match sqlx::PgConnection::connect(&admin).await {
+    let mut conn = match connect_waiting(&admin).await {
         Ok(c) => c,
         Err(e) => panic!(
             "PostgreSQL is required for this test but is not reachable at {admin} ({e}). \
@@ -175,7 +175,31 @@ fn ident(name: &str) -> String {
 }
 
 async fn admin() -> KitResult<sqlx::PgConnection> {
-    Ok(sqlx::PgConnection::connect(&pg_admin_url()).await?)
+    Ok(connect_waiting(&pg_admin_url()).await?)
+}
+
+/// How long a test waits for a PostgreSQL server that is at its connection
+/// limit. The suite runs three PostgreSQL campaigns beside the other tests,
+/// and their bursts can fill the server's 100 connections for some seconds;
+/// the pools wait 30 s on the same error (sqlx counts it transient), so the
+/// kit's own connections do too.
+const SERVER_FULL_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// One connection, waiting while the server answers "too many clients"
+/// (53300) or "starting up" (57P03), up to `SERVER_FULL_WAIT_MAX`; any other
+/// error at once.
+async fn connect_waiting(url: &str) -> Result<sqlx::PgConnection, sqlx::Error> {
+    let start = std::time::Instant::now();
+    loop {
+        match sqlx::PgConnection::connect(url).await {
+            Err(sqlx::Error::Database(e))
+                if matches!(e.code().as_deref(), Some("53300" | "57P03")) && start.elapsed() < SERVER_FULL_WAIT_MAX =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await
+            }
+            other => return other,
+        }
+    }
 }
 
 async fn current_database(p: &sqlx::PgPool) -> KitResult<String> {
@@ -277,7 +301,7 @@ pub async fn vacuum_analyze(store: &Store, tables: &[&str]) -> KitResult<()> {
 
 /// PostgreSQL: a table shaped like a queue row, for pgbench's ceiling run.
 pub async fn create_ceiling_table(url: &str) -> KitResult<()> {
-    let mut c = sqlx::PgConnection::connect(url).await?;
+    let mut c = connect_waiting(url).await?;
     sqlx::query(
         "CREATE TABLE ceiling (id bigserial PRIMARY KEY, kind text NOT NULL, payload jsonb NOT NULL, \
          created_at timestamptz NOT NULL DEFAULT now())",
