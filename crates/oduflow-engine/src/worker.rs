@@ -9,6 +9,12 @@ use oduflow_store::{Claim, Finish, JobNext, NewEvent, Store};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How long a worker keeps going while every step fails (the database
+/// unreachable, or at its connection limit past the pool's 30 s wait)
+/// before it stops with the last error: a service manager restarts it, and
+/// `--until-settled` ends instead of waiting for ever.
+pub const STORE_OUTAGE_MAX_MS: i64 = 5 * 60 * 1000;
+
 /// What one call of [`Worker::run_next`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RunOutcome {
@@ -223,14 +229,25 @@ impl<P: Provider> Worker<P> {
         until_settled: bool,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) -> Result<(), EngineError> {
+        // Since when every step has failed (the store unreachable or full):
+        // the worker backs off and keeps going, up to STORE_OUTAGE_MAX_MS.
+        let mut failing_since: Option<i64> = None;
         loop {
             if *stop.borrow() {
                 return Ok(());
             }
-            match self.run_next().await {
-                Ok(RunOutcome::Idle) => {
-                    let now = self.now_ms();
-                    let status = self.store.queue_status(now).await?;
+            let step = async {
+                match self.run_next().await? {
+                    RunOutcome::Idle => {
+                        let now = self.now_ms();
+                        Ok(Some((now, self.store.queue_status(now).await?)))
+                    }
+                    _ => Ok(None),
+                }
+            };
+            match step.await {
+                Ok(Some((now, status))) => {
+                    failing_since = None;
                     if until_settled && status.is_settled() {
                         return Ok(());
                     }
@@ -244,8 +261,14 @@ impl<P: Provider> Worker<P> {
                         _ = stop.changed() => {}
                     }
                 }
-                Ok(_) => {}
+                Ok(None) => failing_since = None,
                 Err(e) => {
+                    let e: EngineError = e;
+                    let since = *failing_since.get_or_insert_with(|| self.now_ms());
+                    if self.now_ms() - since >= STORE_OUTAGE_MAX_MS {
+                        tracing::error!(error = %error_chain(&e), "every step failed for {} s: stopping", STORE_OUTAGE_MAX_MS / 1000);
+                        return Err(e);
+                    }
                     // The store is unreachable or refused: back off, keep going.
                     tracing::error!(error = %error_chain(&e), "worker step failed");
                     tokio::time::sleep(Duration::from_millis(self.cfg.idle_ms.max(100))).await;

@@ -89,6 +89,9 @@ pub async fn run(a: BenchArgs) -> Result<()> {
     println!("machine: {}", machine.join("; "));
     let started = Instant::now();
     let mut doc = Section::default();
+    // The peer first: in the test command its build overlaps the campaigns'
+    // start, and the PostgreSQL benchmarks come after their first seeds.
+    let peer = if all || a.which == "queue" { Some(queue_peer(&a).await) } else { None };
     if all || a.which == "convergence" {
         doc.line("## 1. Convergence at Vultr's rate limit\n");
         doc.line("    cargo run --release -- bench convergence\n");
@@ -102,7 +105,7 @@ pub async fn run(a: BenchArgs) -> Result<()> {
     if all || a.which == "queue" {
         doc.line("\n## 2. Queue throughput (no-op jobs, PostgreSQL)\n");
         doc.line("    cargo run --release -- bench queue\n");
-        queue(&a, &mut doc).await?;
+        queue(&a, peer.flatten(), &mut doc).await?;
     }
     if all || a.which == "inventory" {
         doc.line("\n## 3. Inventory at scale\n");
@@ -520,8 +523,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// built here, run as a child process on a fresh database of the same server.
 /// A full run builds it optimised; the smoke run (the test command's, whose
 /// figures are not compared) in cargo's dev profile: 70 s from nothing
-/// instead of 154 s on two cores, measured. `scripts/test` builds it first,
-/// so that here cargo finds it fresh.
+/// instead of 154 s on two cores, measured. In the test command the smoke
+/// run builds it beside the campaigns, which mostly wait.
 struct Peer {
     bin: PathBuf,
 }
@@ -541,13 +544,13 @@ impl Peer {
         let manifest = dir.join("Cargo.toml");
         let target = dir.join("target");
         let profile = if release { "release" } else { "dev" };
-        println!("  building the peer ({}, {profile} profile) ...", dir.display());
+        println!("queue: building the apalis-postgres peer ({}, {profile} profile) ...", dir.display());
         let mut cargo = tokio::process::Command::new("cargo");
         cargo.args(["build", "--profile", profile, "--quiet", "--manifest-path"]).arg(&manifest);
         // Run from a test, this process carries cargo's and nextest's
         // variables for the oduflow crate (CARGO_PKG_*, LD_LIBRARY_PATH,
-        // RUSTUP_TOOLCHAIN, ...); with them cargo found the peer that
-        // `scripts/test` built stale and built it all again (63 s).
+        // RUSTUP_TOOLCHAIN, ...); with them cargo found a peer built from a
+        // shell stale and built it all again (63 s), and the other way round.
         for (k, _) in std::env::vars_os() {
             let k = k.to_string_lossy();
             let inherited = (k.starts_with("CARGO") && k != "CARGO_HOME")
@@ -622,24 +625,27 @@ fn find_pgbench() -> Option<PathBuf> {
 
 /// No-op jobs per second on PostgreSQL with 1, 4 and 16 workers; in the same
 /// run the apalis-postgres peer on the same server and pgbench's ceiling.
-async fn queue(a: &BenchArgs, out: &mut Section) -> Result<()> {
+/// The apalis-postgres peer built, or why not (printed).
+async fn queue_peer(a: &BenchArgs) -> Option<Peer> {
+    if a.no_peer {
+        println!("queue: PEER SKIPPED (--no-peer): no apalis-postgres figures in this run");
+        return None;
+    }
+    match Peer::build(&a.peer_dir, !a.smoke).await {
+        Ok(p) => Some(p),
+        Err(e) => {
+            println!("queue: PEER SKIPPED: {e:#}");
+            None
+        }
+    }
+}
+
+async fn queue(a: &BenchArgs, peer: Option<Peer>, out: &mut Section) -> Result<()> {
     let jobs = a.jobs.unwrap_or(if a.smoke { 500 } else { 20_000 });
     let clients = a.clients.unwrap_or(jobs);
     let repeat = a.repeat.unwrap_or(if a.smoke { 1 } else { 3 }).max(1);
     let secs = if a.smoke { 2 } else { 10 };
     println!("queue: {jobs} no-op jobs on PostgreSQL over {clients} clients, median of {repeat} runs per figure");
-    let peer = if a.no_peer {
-        println!("  PEER SKIPPED (--no-peer): no apalis-postgres figures in this run");
-        None
-    } else {
-        match Peer::build(&a.peer_dir, !a.smoke).await {
-            Ok(p) => Some(p),
-            Err(e) => {
-                println!("  PEER SKIPPED: {e:#}");
-                None
-            }
-        }
-    };
     let pgb = find_pgbench();
     if pgb.is_none() {
         println!("  PGBENCH SKIPPED: pgbench not found on PATH or under /usr/lib/postgresql/*/bin");

@@ -202,7 +202,32 @@ pub struct SpecDefaults {
     pub hostname_domain: Option<String>,
 }
 
+/// A request named a profile the configuration does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no profile {name:?} (profiles: {})", if known.is_empty() { "none".to_owned() } else { known.join(", ") })]
+pub struct UnknownProfile {
+    pub name: String,
+    pub known: Vec<String>,
+}
+
 impl SpecInput {
+    /// The named profile (none: an empty one) with `over` laid on it: what
+    /// `client create` and `POST /api/v1/clients` both resolve.
+    pub fn from_profile(
+        profiles: &std::collections::BTreeMap<String, SpecInput>,
+        profile: Option<&str>,
+        over: SpecInput,
+    ) -> Result<SpecInput, UnknownProfile> {
+        let base = match profile {
+            None => SpecInput::default(),
+            Some(p) => profiles
+                .get(p)
+                .cloned()
+                .ok_or_else(|| UnknownProfile { name: p.to_owned(), known: profiles.keys().cloned().collect() })?,
+        };
+        Ok(base.overlay(over))
+    }
+
     /// `self` with every field `over` sets replaced. An image source in
     /// `over` replaces the one here whichever field it uses.
     pub fn overlay(mut self, over: SpecInput) -> SpecInput {

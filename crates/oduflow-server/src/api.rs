@@ -407,12 +407,7 @@ pub async fn clients_create(
 
 /// The request over its profile, validated into a spec.
 fn spec_of(s: &AppState, name: &oduflow_model::ClientName, req: ClientCreate) -> ApiResult<ClientSpec> {
-    let base = match req.profile.as_deref() {
-        None => oduflow_model::SpecInput::default(),
-        Some(p) => s.profile(p).cloned().ok_or_else(|| {
-            ApiError::BadRequest(format!("no profile {p:?} (profiles: {})", s.profile_names().join(", ")))
-        })?,
-    };
+    let profile = req.profile.clone();
     let over = oduflow_model::SpecInput {
         region: req.region,
         plan: req.plan,
@@ -434,7 +429,9 @@ fn spec_of(s: &AppState, name: &oduflow_model::ClientName, req: ClientCreate) ->
         vpcs: req.vpcs,
         backups: req.backups,
     };
-    Ok(base.overlay(over).resolve(name, s.spec_defaults())?)
+    let input = oduflow_model::SpecInput::from_profile(s.profiles(), profile.as_deref(), over)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    Ok(input.resolve(name, s.spec_defaults())?)
 }
 
 /// Status, evidence, receipts, jobs and resolutions of one client.

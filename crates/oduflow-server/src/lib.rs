@@ -87,12 +87,8 @@ impl AppState {
         self
     }
 
-    pub fn profile(&self, name: &str) -> Option<&oduflow_model::SpecInput> {
-        self.inner.profiles.get(name)
-    }
-
-    pub fn profile_names(&self) -> Vec<&str> {
-        self.inner.profiles.keys().map(String::as_str).collect()
+    pub fn profiles(&self) -> &std::collections::BTreeMap<String, oduflow_model::SpecInput> {
+        &self.inner.profiles
     }
 
     pub fn spec_defaults(&self) -> &oduflow_model::SpecDefaults {

@@ -55,6 +55,12 @@ const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 /// the receipt writer needs another while it runs; the rest serve readers.
 const POOL_CONNECTIONS_MAX: u32 = 8;
 
+/// The tracing directive that keeps the database driver to its errors by
+/// default. sqlx warns of a statement over 1 s and of a connection that took
+/// 2 s to get: on a loaded server those lines came before a command's
+/// one-line error. `ODUFLOW_LOG=warn` (or `sqlx=warn`) brings them back.
+pub const DRIVER_LOG_DIRECTIVE: &str = "sqlx=error";
+
 /// Settings keys.
 pub const SETTING_QUEUE_PAUSED: &str = "queue_paused";
 

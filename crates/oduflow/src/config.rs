@@ -211,17 +211,8 @@ impl Config {
         profile: Option<&str>,
         flags: oduflow_model::SpecInput,
     ) -> Result<oduflow_model::SpecInput> {
-        let base = match profile {
-            None => oduflow_model::SpecInput::default(),
-            Some(p) => self.profiles.get(p).cloned().ok_or_else(|| {
-                let known: Vec<&str> = self.profiles.keys().map(String::as_str).collect();
-                BadInput(format!(
-                    "no profile {p:?} in the config file (profiles: {})",
-                    if known.is_empty() { "none".to_owned() } else { known.join(", ") }
-                ))
-            })?,
-        };
-        Ok(base.overlay(flags))
+        oduflow_model::SpecInput::from_profile(&self.profiles, profile, flags)
+            .map_err(|e| BadInput(format!("{e}; a profile is a [profile.NAME] table in the config file")).into())
     }
 
     pub fn api_key(&self) -> Result<&SecretString> {

@@ -33,7 +33,10 @@ fn main() -> ExitCode {
     };
     // The demo injects faults on purpose (429 bursts among them): the
     // adapter's warnings about them would bury its summary.
-    init_tracing(if matches!(cli.cmd, Cmd::Demo { .. }) { "warn,oduflow_vultr=error" } else { "warn" });
+    // The database driver's own warnings stay out of a command's output
+    // (see `oduflow_store::DRIVER_LOG_DIRECTIVE`).
+    let default = if matches!(cli.cmd, Cmd::Demo { .. }) { "warn,oduflow_vultr=error" } else { "warn" };
+    init_tracing(&format!("{default},{}", oduflow_store::DRIVER_LOG_DIRECTIVE));
     let _failpoints = oduflow_engine::fail_scenario();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let result = rt.block_on(run(cli));

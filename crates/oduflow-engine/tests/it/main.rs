@@ -30,6 +30,7 @@ oduflow_store::on_both_stores!(
     key_change_blocks_before_any_request,
     failures_back_off_then_block,
     flip_present_absent_present_converges,
+    a_worker_whose_every_step_fails_stops_at_the_outage_limit,
 );
 
 async fn open(url: &str) -> Store {
@@ -383,6 +384,28 @@ async fn failures_back_off_then_block(store: Store) -> Result<()> {
     assert_eq!(after.infra.blocked_reason, Some(BlockedReason::AttemptsExhausted));
     assert!(after.infra.blocked_detail.unwrap().contains("fail point job-claimed"));
     scenario.teardown();
+    Ok(())
+}
+
+/// A store that fails every step (closed here; unreachable or full in
+/// life): the worker backs off and keeps going, and stops with the error
+/// once STORE_OUTAGE_MAX_MS has passed on its clock, not before.
+async fn a_worker_whose_every_step_fails_stops_at_the_outage_limit(store: Store) -> Result<()> {
+    let clock = Arc::new(ManualClock::at(now()));
+    let w = worker_on(&store, Arc::new(MemoryProvider::new(key("k1"))), |c| c.idle_ms = 5, clock.clone());
+    store.close().await;
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    let run = tokio::spawn(async move { w.run(true, stop).await });
+    // Failing steps for a while on a clock that stands still: still going.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(!run.is_finished(), "the worker stopped before the outage limit");
+    clock.advance(oduflow_engine::STORE_OUTAGE_MAX_MS - 1_000);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(!run.is_finished(), "the worker stopped before the outage limit");
+    clock.advance(1_000);
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(20), run).await;
+    let err = ended.expect("the worker kept going past the outage limit")?.expect_err("a failing store is an error");
+    assert!(err.to_string().contains("closed") || format!("{err:?}").contains("Closed"), "{err:?}");
     Ok(())
 }
 
