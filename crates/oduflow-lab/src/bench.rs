@@ -523,8 +523,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// built here, run as a child process on a fresh database of the same server.
 /// A full run builds it optimised; the smoke run (the test command's, whose
 /// figures are not compared) in cargo's dev profile: 70 s from nothing
-/// instead of 154 s on two cores, measured. In the test command the smoke
-/// run builds it beside the campaigns, which mostly wait.
+/// instead of 154 s on two cores, measured. `scripts/test` builds it before
+/// the tests, so that here cargo finds it fresh.
 struct Peer {
     bin: PathBuf,
 }
