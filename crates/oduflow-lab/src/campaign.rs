@@ -251,7 +251,7 @@ pub async fn run(args: CampaignArgs) -> Result<()> {
                 println!("\nSEED {seed} FAILED: {e:#}");
                 println!("parameters: {}", serde_json::to_string(&params)?);
                 println!("rerun: {rerun}");
-                failures.push(seed);
+                failures.push(format!("{seed} ({})", first_line(&format!("{e:#}"), 400)));
                 if args.seed.is_none() && bug.is_none() {
                     use std::io::Write;
                     let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&args.failures_file)?;
@@ -296,7 +296,9 @@ pub async fn run(args: CampaignArgs) -> Result<()> {
         totals.resources
     );
     if !failures.is_empty() {
-        bail!("{} seed(s) failed: {failures:?}", failures.len());
+        // Each seed with the start of its reason: a log cut to its last
+        // lines still says what broke.
+        bail!("{} seed(s) failed: {}", failures.len(), failures.join("; "));
     }
     Ok(())
 }
@@ -1080,6 +1082,15 @@ async fn db_snapshot(store: &Store, dir: &std::path::Path) -> Result<String> {
 /// Puts the older copy back in place of the live database.
 async fn db_restore(store: &Store, url: &str, snap: &str) -> Result<()> {
     oduflow_store::testing::restore(store, url, snap).await.map_err(anyhow::Error::from_boxed)
+}
+
+/// The first line of `s`, at most `max` characters.
+fn first_line(s: &str, max: usize) -> String {
+    let line = s.lines().next().unwrap_or_default();
+    match line.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &line[..i]),
+        None => line.to_owned(),
+    }
 }
 
 /// The invariants of docs/protocol.md §8, against the database and the ledger.

@@ -55,6 +55,12 @@ macro_rules! sqlite_now_us {
 /// for a group's first row, `$now` the clock read after the row lock,
 /// `$max`/`$min` the backend's names for GREATEST/LEAST. `$2` is the
 /// interval, `$3` the furthest a slot may be ahead.
+///
+/// The update reads `$now` once, in a subquery, and derives the slot, the
+/// next slot and `last_us` from that one reading: PostgreSQL computes a SET
+/// list in the table's column order, so separate readings put `next_us`
+/// before the slot and left the next slot a few microseconds short of one
+/// interval (a volatile subquery is not flattened, so it is read once).
 macro_rules! reserve_sql {
     ($start:ident, $now:ident, $max:literal, $min:literal) => {
         concat!(
@@ -67,40 +73,19 @@ macro_rules! reserve_sql {
             ", ",
             $start!(),
             ", $2, 1, 0, 0, 0) \
-             ON CONFLICT (grp) DO UPDATE SET \
-               last_slot_us = ",
+             ON CONFLICT (grp) DO UPDATE SET (last_slot_us, next_us, last_us) = (\
+               SELECT s, s + ",
+            $max,
+            "($2, rate_budget.interval_us), n FROM (SELECT ",
             $max,
             "(",
             $min,
-            "(rate_budget.next_us, ",
-            $now!(),
-            " + $3), ",
-            $now!(),
-            ", \
-                 ",
+            "(rate_budget.next_us, n + $3), n, ",
             $min,
-            "(rate_budget.paused_until_us, ",
+            "(rate_budget.paused_until_us, n + $3)) AS s, n FROM (SELECT ",
             $now!(),
-            " + $3)), \
-               next_us = ",
-            $max,
-            "(",
-            $min,
-            "(rate_budget.next_us, ",
-            $now!(),
-            " + $3), ",
-            $now!(),
-            ", \
-                 ",
-            $min,
-            "(rate_budget.paused_until_us, ",
-            $now!(),
-            " + $3)) + ",
-            $max,
-            "($2, rate_budget.interval_us), \
-               last_us = ",
-            $now!(),
-            ", interval_us = $2, reservations = rate_budget.reservations + 1 \
+            " AS n) AS clock) AS slot), \
+               interval_us = $2, reservations = rate_budget.reservations + 1 \
              RETURNING last_slot_us, last_slot_us - last_us"
         )
     };
@@ -513,6 +498,26 @@ mod tests {
     /// processes ask for less: each slot is spaced by the larger of its own
     /// interval and the one before. And no slot or pause is ever more than
     /// `AHEAD_MAX` ahead of the clock (a clock stepped back, a bogus pause).
+    /// A reservation that finds its group idle gets "now" as its slot, and
+    /// the next one is a whole interval later: the slot and the group's next
+    /// slot come from one reading of the clock. (PostgreSQL computes the SET
+    /// list in column order, so two readings put `next_us` before the slot:
+    /// CI saw a gap of 19,995 µs at a 20,000 µs interval.)
+    #[tokio::test]
+    async fn a_slot_after_an_idle_spell_keeps_the_next_a_whole_interval_away() {
+        for (name, a, _b, _dir) in stores().await {
+            let budget = SharedBudget::new(a.clone(), "g1", "host/a-1").unwrap();
+            for round in 0..20 {
+                budget.reserve_us(20_000).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                let (idle, _) = budget.reserve_us(20_000).await.unwrap();
+                let (next, _) = budget.reserve_us(20_000).await.unwrap();
+                assert!(next - idle >= 20_000, "{name}, round {round}: {} µs after the idle slot", next - idle);
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_slower_rate_wins_and_nothing_is_far_ahead() {
         for (name, a, _b, _dir) in stores().await {
