@@ -61,7 +61,7 @@ pub fn attach_digest(vm_id: Option<&str>, volume_id: Option<&str>) -> String {
 /// Whether a receipt may still own a live resource: not confirmed deleted,
 /// not rejected, not abandoned, and not provably unsent.
 pub fn is_open(r: &ReceiptRow) -> bool {
-    r.deleted_ms.is_none() && r.rejection_status.is_none() && r.abandoned_by.is_none() && r.not_sent_ms.is_none()
+    r.is_open()
 }
 
 fn at(receipts: &[ReceiptRow], kind: ResourceKind, dg: i64) -> Option<&ReceiptRow> {

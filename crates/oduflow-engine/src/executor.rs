@@ -17,6 +17,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
+mod change;
+
 /// Times the backup schedule is set without reading back before the client
 /// blocks `config_mismatch`: a set is repeatable, but not for ever.
 const BACKUP_SCHEDULE_SETS_MAX: i64 = 3;
@@ -153,6 +155,8 @@ enum Step<'a, P> {
 struct View {
     receipts: Vec<ReceiptRow>,
     cur: current::Current,
+    /// The client's change receipts (read only once it was ever updated).
+    changes: Vec<oduflow_store::ChangeRow>,
 }
 
 impl View {
@@ -220,7 +224,11 @@ impl<'a, P: Provider> Converge<'a, P> {
             let id = cur.receipt(kind).filter(|r| r.deleted_ms.is_none()).and_then(|r| r.resource_id.clone());
             self.run.set_id(kind, id);
         }
-        Ok(View { receipts, cur })
+        let changes = match self.run.infra.spec_generation {
+            0 => vec![],
+            _ => self.run.w.store.changes_for_client(&self.run.infra.client_id).await?,
+        };
+        Ok(View { receipts, cur, changes })
     }
 
     /// The facts the decision is taken on.
@@ -234,17 +242,22 @@ impl<'a, P: Provider> Converge<'a, P> {
         let ready_wait = w.cfg.ready_wait();
         let overdue =
             |r: Option<&ReceiptRow>| r.is_some_and(|r| w.now_ms() - r.sent_ms.unwrap_or(r.claimed_ms) > ready_wait);
-        let resource = |r: Option<&ReceiptRow>, i: usize| Resource {
+        let infra = &self.run.infra;
+        let update_overdue = infra.spec_updated_ms.is_some_and(|at| w.now_ms() - at > ready_wait);
+        let resource = |r: Option<&ReceiptRow>, kind: ResourceKind| Resource {
             receipt: receipt_facts(r),
-            seen: self.seen[i].1.clone(),
+            seen: self.seen[slot(kind)].1.clone(),
             progress: progress_of(r),
             overdue: overdue(r),
+            updated: infra.spec_generation > 0,
+            change: view.change_of(infra, kind).map(|c| c.facts()).unwrap_or_default(),
+            update_overdue,
         };
         Inputs {
             target: self.target,
             key_changed,
-            vm: resource(view.cur.vm.as_ref(), 0),
-            volume: resource(view.cur.volume.as_ref(), 1),
+            vm: resource(view.cur.vm.as_ref(), ResourceKind::Vm),
+            volume: resource(view.cur.volume.as_ref(), ResourceKind::Volume),
             attach: receipt_facts(view.cur.attach.as_ref()),
             observations_max: w.cfg.observations_max,
         }
@@ -264,6 +277,9 @@ impl<'a, P: Provider> Converge<'a, P> {
                 self.run.w.receipts.mark_seen(&r.operation_key, self.run.w.now_ms()).await?;
                 Ok(Step::Next(self))
             }
+            Action::Change(kind) => self.change(kind, view).await,
+            Action::ConfirmChange(kind) => self.confirm_change(kind, view).await,
+            Action::CountChange(kind) => self.count_change(kind, view).await,
             Action::Wait => {
                 let at = self.now + self.run.w.cfg.poll_interval_ms;
                 Ok(Step::Finish(self.run.wait(at)))
@@ -1090,7 +1106,8 @@ impl<P: Provider> Run<'_, P> {
 
 fn instance_facts(spec: &ClientSpec, label: &str, i: provider::Instance) -> Facts {
     Facts {
-        mismatch: decide::instance_mismatch(spec, label, &i),
+        mismatch: decide::instance_fixed_mismatch(spec, label, &i),
+        drift: decide::instance_drift(spec, &i).map(Box::new),
         ready: i.is_ready(),
         state: format!("{}/{}", i.status, i.server_status),
         outputs: ServerOutputs { main_ip: i.main_ip, v6_main_ip: i.v6_main_ip, mount_id: String::new() },
@@ -1101,7 +1118,8 @@ fn instance_facts(spec: &ClientSpec, label: &str, i: provider::Instance) -> Fact
 
 fn block_facts(spec: &ClientSpec, label: &str, b: provider::Block) -> Facts {
     Facts {
-        mismatch: decide::block_mismatch(spec, label, &b),
+        mismatch: decide::block_fixed_mismatch(spec, label, &b),
+        drift: decide::block_drift(spec, &b).map(Box::new),
         ready: b.status == "active",
         state: b.status.clone(),
         attached_to: b.attached_to_instance.map(|i| i.0),

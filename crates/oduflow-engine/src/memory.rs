@@ -50,6 +50,12 @@ pub struct MemoryState {
     pub instance_requests: Vec<InstanceRequest>,
     /// Catalog reads (kept out of `calls`, which tests compare whole).
     pub catalog_reads: u32,
+    /// Changes (PATCH) applied whose answer is then lost.
+    pub lose_update_responses: u32,
+    /// The next change is refused with this status and message.
+    pub reject_next_update: Option<(u16, String)>,
+    /// Plans `GET /instances/{id}/upgrades` lists (empty: any other plan).
+    pub upgrade_plans: Vec<String>,
     next_id: u64,
 }
 
@@ -68,6 +74,16 @@ impl MemoryState {
 
     /// Puts an active VM with this id and label, of the tests' usual spec
     /// (ewr, vc2-1c-1gb, os 2284), as if made outside the run under test.
+    /// The answer to a change just applied: lost while
+    /// `lose_update_responses` lasts.
+    fn lost_update_outcome(&mut self) -> Outcome<()> {
+        if self.lose_update_responses > 0 {
+            self.lose_update_responses -= 1;
+            return Outcome::Unknown { reason: "connection reset after the change (memory provider)".into() };
+        }
+        Outcome::Accepted(())
+    }
+
     pub fn put_vm(&mut self, id: &str, label: &str) {
         self.instances.insert(
             id.to_owned(),
@@ -295,6 +311,71 @@ impl Provider for MemoryProvider {
             s.calls.push("GET /blocks".into());
             s.blocks.values().cloned().collect()
         }))
+    }
+
+    async fn instance_update(&self, id: &VultrInstanceId, change: &InstanceChange) -> Outcome<()> {
+        if let Err(e) = Self::guard().await {
+            return Outcome::NotSent { reason: format!("request not sent: {e}") };
+        }
+        self.with(|s| {
+            s.calls.push("PATCH /instances/{id}".into());
+            if let Some((status, message)) = s.reject_next_update.take() {
+                return Outcome::Rejected { status, message };
+            }
+            let Some(i) = s.instances.get_mut(id.as_str()) else {
+                return Outcome::Rejected { status: 404, message: "instance not found".into() };
+            };
+            if let Some(p) = &change.plan {
+                i.plan = p.clone();
+            }
+            if let Some(t) = &change.tags {
+                i.tags = t.clone();
+            }
+            if let Some(f) = &change.firewall_group_id {
+                i.firewall_group_id = f.clone();
+            }
+            s.lost_update_outcome()
+        })
+    }
+
+    async fn instance_upgrade_plans(&self, id: &VultrInstanceId) -> Result<Vec<String>, ProviderError> {
+        Self::guard_read().await?;
+        self.read_fault()?;
+        Ok(self.with(|s| {
+            s.calls.push("GET /instances/{id}/upgrades".into());
+            let current = s.instances.get(id.as_str()).map(|i| i.plan.clone()).unwrap_or_default();
+            if s.upgrade_plans.is_empty() {
+                ["vc2-1c-2gb", "vc2-2c-4gb", "vc2-4c-8gb"]
+                    .into_iter()
+                    .filter(|p| *p != current)
+                    .map(Into::into)
+                    .collect()
+            } else {
+                s.upgrade_plans.clone()
+            }
+        }))
+    }
+
+    async fn block_resize(&self, id: &VultrBlockId, size_gb: i64) -> Outcome<()> {
+        if let Err(e) = Self::guard().await {
+            return Outcome::NotSent { reason: format!("request not sent: {e}") };
+        }
+        self.with(|s| {
+            s.calls.push("PATCH /blocks/{id}".into());
+            if let Some((status, message)) = s.reject_next_update.take() {
+                return Outcome::Rejected { status, message };
+            }
+            match s.blocks.get_mut(id.as_str()) {
+                Some(b) if b.size_gb == size_gb => {
+                    Outcome::Rejected { status: 400, message: "Nothing to change".into() }
+                }
+                Some(b) => {
+                    b.size_gb = size_gb;
+                    s.lost_update_outcome()
+                }
+                None => Outcome::Rejected { status: 404, message: "Invalid block storage ID".into() },
+            }
+        })
     }
 
     async fn block_attach(&self, id: &VultrBlockId, instance: &VultrInstanceId) -> Outcome<()> {

@@ -16,6 +16,11 @@ impl ReceiptWriter {
         Self { ledger: ReceiptLedger::new(store) }
     }
 
+    /// The ledger itself, for the change receipts (crate::executor::change).
+    pub(crate) fn ledger(&self) -> &ReceiptLedger {
+        &self.ledger
+    }
+
     pub(crate) async fn claim(&self, r: &NewReceipt) -> oduflow_store::Result<()> {
         self.ledger.receipt_claim(r).await
     }

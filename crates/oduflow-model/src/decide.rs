@@ -57,6 +57,45 @@ pub struct Facts {
     /// VM: its addresses; volume: its mount id.
     #[serde(default)]
     pub outputs: crate::ServerOutputs,
+    /// What differs from the spec and can be changed in place (a VM's plan,
+    /// tags and firewall group; a volume's size, upwards). `mismatch` holds
+    /// the rest.
+    #[serde(default)]
+    pub drift: Option<Box<Drift>>,
+}
+
+/// A difference from the spec that a PATCH can remove.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Drift {
+    pub change: Change,
+    /// What differs, for evidence (`plan vc2-1c-1gb != vc2-2c-4gb`).
+    pub what: String,
+}
+
+/// The PATCH that removes a drift.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Change {
+    Instance(crate::provider::InstanceChange),
+    VolumeSize(i64),
+}
+
+/// What the change receipt of the current spec generation says, for one
+/// resource.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChangeFacts {
+    /// No change claimed for this resource at this spec generation.
+    #[default]
+    None,
+    /// Claimed, and its send provably never left the process: it may be
+    /// sent again on the same receipt, up to the polling limit.
+    NotSent { count: i64, reason: String },
+    /// Sent (accepted, or with an unknown outcome): only reads confirm it.
+    Sent { observations: i64 },
+    /// A definitive refusal of this very PATCH.
+    Rejected { status: u16, message: String },
+    /// A read showed the spec after the change.
+    Confirmed,
 }
 
 /// Deletion progress of the current dispatch of one kind.
@@ -79,6 +118,16 @@ pub struct Resource {
     /// Sent longer ago than the readiness wait: if it is still not ready,
     /// it is not going to be by itself.
     pub overdue: bool,
+    /// The spec was updated since the client was created: a drift is then
+    /// a change to make, not a change someone made behind oduflow's back.
+    #[serde(default)]
+    pub updated: bool,
+    /// The change receipt for this resource at the current spec generation.
+    #[serde(default)]
+    pub change: ChangeFacts,
+    /// The update was asked for longer ago than the readiness wait.
+    #[serde(default)]
+    pub update_overdue: bool,
 }
 
 /// The attach dispatch: receipt only; its confirmation is the volume's
@@ -112,6 +161,12 @@ pub enum Action {
     ConfirmDeleted(ResourceKind),
     /// Record that the resource has been seen (deletion bookkeeping).
     MarkSeen(ResourceKind),
+    /// Claim a change receipt and send the PATCH once.
+    Change(ResourceKind),
+    /// Record that a read shows the change made.
+    ConfirmChange(ResourceKind),
+    /// Count a read that does not show the change yet, then wait.
+    CountChange(ResourceKind),
     /// Nothing to do until the provider moves; look again later.
     Wait,
     Block(BlockedReason, String),
@@ -199,12 +254,50 @@ fn create_step(kind: ResourceKind, r: &Resource, max: i64) -> Have {
                 Have::Act(Action::CountObservation(kind))
             }
         }
-        (ReceiptFacts::Known { id, .. }, Seen::Present(f)) => match &f.mismatch {
-            Some(why) => {
+        (ReceiptFacts::Known { id, .. }, Seen::Present(f)) => match (&f.mismatch, &f.drift) {
+            (Some(why), _) => {
                 Have::Act(Action::Block(BlockedReason::ConfigMismatch, format!("{} {id}: {why}", kind.as_str())))
             }
-            None => Have::Verified(f.clone()),
+            (None, None) if matches!(r.change, ChangeFacts::Sent { .. } | ChangeFacts::NotSent { .. }) => {
+                Have::Act(Action::ConfirmChange(kind))
+            }
+            (None, None) => Have::Verified(f.clone()),
+            (None, Some(d)) => Have::Act(change_step(kind, id, r, f, d, max)),
         },
+    }
+}
+
+/// A resource that differs from the spec in what a PATCH can change. Until
+/// a read shows the change, the old value is accepted (the client waits,
+/// it is not blocked); once confirmed, a drift is someone else's change.
+fn change_step(kind: ResourceKind, id: &str, r: &Resource, f: &Facts, d: &Drift, max: i64) -> Action {
+    let what = format!("{} {id}: {}", kind.as_str(), d.what);
+    match &r.change {
+        // Never updated, or this generation's change was confirmed: changed
+        // behind oduflow's back (the console, say). `client update` to
+        // either value resolves it.
+        _ if !r.updated => Action::Block(BlockedReason::ConfigMismatch, what),
+        ChangeFacts::Confirmed => Action::Block(BlockedReason::ConfigMismatch, format!("{what} (after the change)")),
+        ChangeFacts::None | ChangeFacts::NotSent { .. } if !f.ready && r.update_overdue => Action::Block(
+            BlockedReason::NotReady,
+            format!("{what}: still {} past the readiness wait, so the change was not sent", f.state),
+        ),
+        // Vultr refuses a change while the server is locked or resizing.
+        ChangeFacts::None | ChangeFacts::NotSent { .. } if !f.ready => Action::Wait,
+        ChangeFacts::NotSent { count, reason } if *count >= max => Action::Block(
+            BlockedReason::ProviderUnavailable,
+            format!("{what}: the change could not connect to the provider {count} times; last: {reason}"),
+        ),
+        ChangeFacts::None | ChangeFacts::NotSent { .. } => Action::Change(kind),
+        ChangeFacts::Sent { observations } if *observations + 1 >= max => Action::Block(
+            BlockedReason::UncertainUpdate,
+            format!("{what}: the change was sent, and {max} reads since have not shown it"),
+        ),
+        ChangeFacts::Sent { .. } => Action::CountChange(kind),
+        ChangeFacts::Rejected { status, message } => Action::Block(
+            BlockedReason::UpdateRejected,
+            format!("{what}: the change was rejected with {status}: {message}"),
+        ),
     }
 }
 
@@ -354,13 +447,24 @@ fn decide_absent(i: &Inputs) -> Action {
 /// the backup setting are not in the object: they are not verified here
 /// (docs/vultr.md, "What a found VM can be checked for").
 pub fn instance_mismatch(spec: &crate::ClientSpec, label: &str, inst: &crate::provider::Instance) -> Option<String> {
+    let why: Vec<String> = [instance_fixed_mismatch(spec, label, inst), instance_drift(spec, inst).map(|d| d.what)]
+        .into_iter()
+        .flatten()
+        .collect();
+    (!why.is_empty()).then(|| why.join("; "))
+}
+
+/// What differs from the spec that no PATCH can change (region, image,
+/// label, hostname, IPv6).
+pub fn instance_fixed_mismatch(
+    spec: &crate::ClientSpec,
+    label: &str,
+    inst: &crate::provider::Instance,
+) -> Option<String> {
     use crate::ImageSource;
     let mut why = vec![];
     if inst.region != spec.region {
         why.push(format!("region {} != {}", inst.region, spec.region));
-    }
-    if inst.plan != spec.plan {
-        why.push(format!("plan {} != {}", inst.plan, spec.plan));
     }
     match &spec.image {
         ImageSource::Os(n) if inst.os_id != *n => why.push(format!("os_id {} != {n}", inst.os_id)),
@@ -377,31 +481,57 @@ pub fn instance_mismatch(spec: &crate::ClientSpec, label: &str, inst: &crate::pr
     if !s.hostname.is_empty() && !inst.hostname.is_empty() && inst.hostname != s.hostname {
         why.push(format!("hostname {:?} != {:?}", inst.hostname, s.hostname));
     }
-    let mut have = inst.tags.clone();
-    let mut want = s.tags.clone();
-    have.sort();
-    want.sort();
-    if have != want {
-        why.push(format!("tags {have:?} != {want:?}"));
-    }
-    let firewall = s.firewall_group.as_deref().unwrap_or("");
-    if inst.firewall_group_id != firewall {
-        why.push(format!("firewall group {:?} != {firewall:?}", inst.firewall_group_id));
-    }
     if s.ipv6 && inst.v6_main_ip.is_empty() && inst.is_ready() {
         why.push("IPv6 asked for, but the instance has no IPv6 address".to_owned());
     }
     (!why.is_empty()).then(|| why.join("; "))
 }
 
+/// What differs from the spec that PATCH /instances/{id} can change: the
+/// plan, the tags (as a set) and the firewall group.
+pub fn instance_drift(spec: &crate::ClientSpec, inst: &crate::provider::Instance) -> Option<Drift> {
+    let change = crate::provider::InstanceChange::between(spec, inst)?;
+    let mut why = vec![];
+    if change.plan.is_some() {
+        why.push(format!("plan {} != {}", inst.plan, spec.plan));
+    }
+    if change.tags.is_some() {
+        let mut have = inst.tags.clone();
+        let mut want = spec.server.tags.clone();
+        have.sort();
+        want.sort();
+        why.push(format!("tags {have:?} != {want:?}"));
+    }
+    if let Some(f) = &change.firewall_group_id {
+        why.push(format!("firewall group {:?} != {f:?}", inst.firewall_group_id));
+    }
+    Some(Drift { change: Change::Instance(change), what: why.join("; ") })
+}
+
+/// A volume smaller than the spec: PATCH /blocks/{id} can grow it.
+pub fn block_drift(spec: &crate::ClientSpec, b: &crate::provider::Block) -> Option<Drift> {
+    (b.size_gb < spec.volume_gb).then(|| Drift {
+        change: Change::VolumeSize(spec.volume_gb),
+        what: format!("size {} GB != {} GB", b.size_gb, spec.volume_gb),
+    })
+}
+
 /// Why a volume does not match the spec, if it does not.
 pub fn block_mismatch(spec: &crate::ClientSpec, label: &str, b: &crate::provider::Block) -> Option<String> {
+    let why: Vec<String> =
+        [block_fixed_mismatch(spec, label, b), block_drift(spec, b).map(|d| d.what)].into_iter().flatten().collect();
+    (!why.is_empty()).then(|| why.join("; "))
+}
+
+/// What differs from the spec that no PATCH can change: region, type,
+/// label, and a volume larger than the spec (volumes only grow).
+pub fn block_fixed_mismatch(spec: &crate::ClientSpec, label: &str, b: &crate::provider::Block) -> Option<String> {
     let mut why = vec![];
     if b.region != spec.region {
         why.push(format!("region {} != {}", b.region, spec.region));
     }
-    if b.size_gb != spec.volume_gb {
-        why.push(format!("size {} GB != {} GB", b.size_gb, spec.volume_gb));
+    if b.size_gb > spec.volume_gb {
+        why.push(format!("size {} GB != {} GB (volumes only grow)", b.size_gb, spec.volume_gb));
     }
     if !b.block_type.is_empty() && b.block_type != spec.volume_type.as_str() {
         why.push(format!("type {} != {}", b.block_type, spec.volume_type.as_str()));

@@ -13,6 +13,7 @@ pub mod rate;
 pub mod server;
 pub mod spec;
 pub mod state;
+pub mod update;
 
 pub use ids::*;
 pub use server::{BackupSchedule, ImageSource, ServerOutputs, ServerSpec, SpecDefaults, SpecInput};

@@ -37,6 +37,37 @@ pub struct BlockRequest {
     pub label: Label,
 }
 
+/// A change to a running VM: only the fields that differ from what a read
+/// showed (PATCH /instances/{id}; `tags` replaces the whole list).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceChange {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Vec<String>>,
+    /// `""` detaches the firewall group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firewall_group_id: Option<String>,
+}
+
+impl InstanceChange {
+    /// What must change for `inst` to show the spec's plan, tags and
+    /// firewall group; `None` when nothing differs.
+    pub fn between(spec: &ClientSpec, inst: &Instance) -> Option<Self> {
+        let mut have = inst.tags.clone();
+        let mut want = spec.server.tags.clone();
+        have.sort();
+        want.sort();
+        let firewall = spec.server.firewall_group.clone().unwrap_or_default();
+        let c = Self {
+            plan: (inst.plan != spec.plan).then(|| spec.plan.clone()),
+            tags: (have != want).then(|| spec.server.tags.clone()),
+            firewall_group_id: (inst.firewall_group_id != firewall).then_some(firewall),
+        };
+        (c != Self::default()).then_some(c)
+    }
+}
+
 /// The answer to a create or attach POST, which is sent exactly once.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
@@ -221,6 +252,22 @@ pub trait Provider: Send + Sync + 'static {
     fn block_attach(&self, id: &VultrBlockId, instance: &VultrInstanceId) -> impl Future<Output = Outcome<()>> + Send;
     fn block_detach(&self, id: &VultrBlockId) -> impl Future<Output = Result<DeleteOutcome, ProviderError>> + Send;
     fn block_delete(&self, id: &VultrBlockId) -> impl Future<Output = Result<DeleteOutcome, ProviderError>> + Send;
+
+    /// PATCH /instances/{id} with the change, sent once: an unknown outcome is
+    /// resolved by reading, never by sending again.
+    fn instance_update(
+        &self,
+        id: &VultrInstanceId,
+        change: &InstanceChange,
+    ) -> impl Future<Output = Outcome<()>> + Send;
+    /// The plans GET /instances/{id}/upgrades lists: the only targets Vultr
+    /// resizes an instance to.
+    fn instance_upgrade_plans(
+        &self,
+        id: &VultrInstanceId,
+    ) -> impl Future<Output = Result<Vec<String>, ProviderError>> + Send;
+    /// PATCH /blocks/{id} with `{size_gb}`, sent once.
+    fn block_resize(&self, id: &VultrBlockId, size_gb: i64) -> impl Future<Output = Outcome<()>> + Send;
 
     /// The reads a preflight needs for a client in `region`.
     fn catalog(&self, region: &str) -> impl Future<Output = Result<Catalog, ProviderError>> + Send;

@@ -89,6 +89,8 @@ str_enum!(
         NotReady => "not_ready",
         AdapterUnconfigured => "adapter_unconfigured",
         PreflightFailed => "preflight_failed",
+        UpdateRejected => "update_rejected",
+        UncertainUpdate => "uncertain_update",
     }
 );
 

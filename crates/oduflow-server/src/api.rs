@@ -137,6 +137,30 @@ pub struct ClientDetail {
     #[schema(value_type = Vec<Object>)]
     pub jobs: Vec<JobRow>,
     pub resolutions: Vec<Resolution>,
+    /// Change receipts (`client update`): one per resource and spec
+    /// generation, with the PATCH sent and what reads confirmed.
+    #[schema(value_type = Vec<Object>)]
+    pub changes: Vec<oduflow_store::ChangeRow>,
+}
+
+/// A change to a client's spec. Every field is optional; at least one is
+/// needed. In place: a larger `plan`, a larger `volume_gb`, `tags` (the
+/// whole list) and `firewall_group` (`""` detaches it); `region` only while
+/// nothing was created yet. What Vultr cannot do in place is answered 422.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClientUpdate {
+    #[serde(default)]
+    pub region: Option<String>,
+    #[serde(default)]
+    pub plan: Option<String>,
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub volume_gb: Option<i64>,
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+    #[serde(default)]
+    pub firewall_group: Option<String>,
 }
 
 /// The answer to a create or delete: the intent and its job are committed.
@@ -444,7 +468,33 @@ pub async fn clients_show(State(s): State<AppState>, ClientPath(name): ClientPat
     let receipts = s.store().receipts_for_client(&c.id).await?;
     let jobs = s.store().jobs_for_client(&c.id).await?;
     let resolutions = resolutions(&c, &receipts);
-    Ok(Json(ClientDetail { client: (&c).into(), receipts, jobs, resolutions }))
+    let changes = s.store().changes_for_client(&c.id).await?;
+    Ok(Json(ClientDetail { client: (&c).into(), receipts, jobs, resolutions, changes }))
+}
+
+/// Changes the client's spec in place and enqueues the change (a blocked
+/// client keeps its block until reconciled). Answered only after the new
+/// spec, the new generation and the job are committed.
+#[utoipa::path(patch, path = "/api/v1/clients/{name}", tag = "clients", request_body = ClientUpdate,
+    params(("name" = String, Path, description = "client name", example = "acme")),
+    responses((status = 202, body = Accepted), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn clients_update(
+    State(s): State<AppState>,
+    ClientPath(name): ClientPath,
+    ApiJson(req): ApiJson<ClientUpdate>,
+) -> ApiResult<(StatusCode, Json<Accepted>)> {
+    let update = oduflow_model::update::SpecUpdate {
+        region: req.region,
+        plan: req.plan,
+        volume_gb: req.volume_gb,
+        tags: req.tags,
+        firewall_group: req.firewall_group,
+    };
+    let row = s.store().client_update(name.as_str(), &update, s.now_ms(), s.attempts_max()).await?;
+    let job_id = latest_queued_job(&s, &row).await?;
+    Ok((StatusCode::ACCEPTED, Json(Accepted { client: (&row).into(), job_id })))
 }
 
 /// Sets the target to `absent` and enqueues deletion. Answered only after

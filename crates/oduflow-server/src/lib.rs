@@ -135,7 +135,7 @@ async fn method_not_allowed() -> ApiError {
 pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .route("/api/v1/clients", get(api::clients_list).post(api::clients_create))
-        .route("/api/v1/clients/{name}", get(api::clients_show).delete(api::clients_delete))
+        .route("/api/v1/clients/{name}", get(api::clients_show).delete(api::clients_delete).patch(api::clients_update))
         .route("/api/v1/clients/{name}/receipts", get(api::clients_receipts))
         .route("/api/v1/clients/{name}/events", get(api::clients_events))
         .route("/api/v1/clients/{name}/reconcile", post(api::clients_reconcile))

@@ -15,7 +15,7 @@ use utoipa::{Modify, OpenApi};
     info(title = "oduflow", description = "Operator API of oduflow: clients, interventions, actions, receipts, events, queue."),
     paths(
         api::health,
-        api::clients_list, api::clients_create, api::clients_show, api::clients_delete,
+        api::clients_list, api::clients_create, api::clients_show, api::clients_delete, api::clients_update,
         api::clients_receipts, api::clients_events,
         api::clients_reconcile, api::clients_adopt, api::clients_abandon,
         api::interventions, api::receipts, api::orphans, api::events,

@@ -131,6 +131,19 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
             out.extend(never_seen);
             out
         }
+        BlockedReason::UpdateRejected => vec![
+            r(
+                format!("oduflow client update {n} --plan PLAN"),
+                "with a value Vultr accepts (see the evidence: a plan only grows; or back to the plan it has)",
+            ),
+            reconcile(
+                "after fixing the cause Vultr gave: reads again, and sends the change once more on a new receipt",
+            ),
+        ],
+        BlockedReason::UncertainUpdate => vec![reconcile(
+            "after checking the server or volume in the Vultr console: reads again, and sends the change once more \
+             on a new receipt only if a read still shows the old value",
+        )],
         BlockedReason::ConfigMismatch
         | BlockedReason::ForeignAttachment
         | BlockedReason::CredentialChanged
@@ -152,6 +165,12 @@ fn fix_then_reconcile(reason: BlockedReason, n: &str) -> Vec<Resolution> {
     match reason {
         BlockedReason::ConfigMismatch => vec![
             reconcile("after correcting the resource in the Vultr console so it matches the spec"),
+            r(
+                format!("oduflow client update {n} --plan PLAN"),
+                "to make the spec say what the server now has (a plan grown in the console, say; --volume-gb, \
+                 --tag and --firewall-group likewise), or what it should have: a larger plan or volume, tags and \
+                 firewall group are then changed in place",
+            ),
             r(format!("oduflow client delete {n}"), "to remove the client and its resources instead"),
         ],
         BlockedReason::ForeignAttachment => {

@@ -58,9 +58,10 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v2/regions", get(region_list))
         .route("/v2/plans", get(plan_list))
         .route("/v2/instances", get(instance_list).post(instance_create))
-        .route("/v2/instances/{id}", get(instance_get).delete(instance_delete))
+        .route("/v2/instances/{id}", get(instance_get).delete(instance_delete).patch(instance_patch))
+        .route("/v2/instances/{id}/upgrades", get(instance_upgrades))
         .route("/v2/blocks", get(block_list).post(block_create))
-        .route("/v2/blocks/{id}", get(block_get).delete(block_delete))
+        .route("/v2/blocks/{id}", get(block_get).delete(block_delete).patch(block_patch))
         .route("/v2/blocks/{id}/attach", post(block_attach))
         .route("/v2/blocks/{id}/detach", post(block_detach))
         .route("/v2/os", get(os_list))
@@ -94,6 +95,8 @@ fn op_of(method: &Method, route: &str) -> Option<Op> {
         ("POST", "/v2/blocks") => Op::BlockCreate,
         ("GET", "/v2/blocks/{id}") => Op::BlockGet,
         ("DELETE", "/v2/blocks/{id}") => Op::BlockDelete,
+        ("PATCH", "/v2/instances/{id}") => Op::InstancePatch,
+        ("PATCH", "/v2/blocks/{id}") => Op::BlockPatch,
         ("POST", "/v2/blocks/{id}/attach") => Op::BlockAttach,
         ("POST", "/v2/blocks/{id}/detach") => Op::BlockDetach,
         ("GET", "/v2/domains/{domain}/records") => Op::DnsRecordList,
@@ -107,7 +110,8 @@ fn op_of(method: &Method, route: &str) -> Option<Op> {
             | "/v2/firewalls"
             | "/v2/snapshots"
             | "/v2/applications"
-            | "/v2/regions/{id}/availability",
+            | "/v2/regions/{id}/availability"
+            | "/v2/instances/{id}/upgrades",
         ) => Op::CatalogRead,
         ("GET" | "POST", "/v2/instances/{id}/backup-schedule") => Op::BackupSchedule,
         _ => return None,
@@ -294,6 +298,21 @@ async fn instance_get(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> R
 }
 async fn instance_delete(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
     render(s.world().instance_delete(&id))
+}
+async fn instance_patch(State(s): State<Arc<Shared>>, Path(id): Path<String>, body: Bytes) -> Response {
+    match parse(&body) {
+        Ok(v) => render(s.world().instance_patch(&id, &v)),
+        Err(r) => render(r),
+    }
+}
+async fn instance_upgrades(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
+    render(s.world().instance_upgrades(&id))
+}
+async fn block_patch(State(s): State<Arc<Shared>>, Path(id): Path<String>, body: Bytes) -> Response {
+    match parse(&body) {
+        Ok(v) => render(s.world().block_patch(&id, &v)),
+        Err(r) => render(r),
+    }
 }
 async fn block_list(State(s): State<Arc<Shared>>, Query(q): Q) -> Response {
     render(s.world().block_list(&q))

@@ -47,6 +47,9 @@ pub struct SimConfig {
     pub list_lag_ms: u64,
     /// A non-live attach restarts the instance: it is `locked` this long.
     pub attach_lock_ms: u64,
+    /// A plan change keeps the instance `resizing` this long; then it shows
+    /// the new plan.
+    pub resize_ms: u64,
     /// Keys accepted as `Authorization: Bearer <key>`; any other gets 401.
     /// Only their SHA-256 fingerprints are kept once the simulator starts.
     pub api_keys: Vec<SecretString>,
@@ -71,6 +74,7 @@ impl Default for SimConfig {
             get_404_window_ms: 100,
             list_lag_ms: 200,
             attach_lock_ms: 200,
+            resize_ms: 300,
             api_keys: Vec::new(),
             dns_domains: vec!["example.com".to_owned()],
             faults: Faults::default(),
@@ -95,6 +99,7 @@ impl SimConfig {
         self.get_404_window_ms = 0;
         self.list_lag_ms = 0;
         self.attach_lock_ms = 0;
+        self.resize_ms = 0;
         self
     }
 }
@@ -117,6 +122,10 @@ pub enum Op {
     BlockAttach,
     BlockDetach,
     BlockDelete,
+    /// `PATCH /instances/{id}`.
+    InstancePatch,
+    /// `PATCH /blocks/{id}`.
+    BlockPatch,
     DnsRecordCreate,
     DnsRecordGet,
     DnsRecordList,

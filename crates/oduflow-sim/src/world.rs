@@ -207,6 +207,12 @@ pub struct Ledger {
     /// `POST /instances/{id}/backup-schedule` applied, per instance.
     #[serde(default)]
     pub backup_schedules_set: BTreeMap<String, u64>,
+    /// Every `PATCH /instances/{id}` applied, in order: `{id, body}`.
+    #[serde(default)]
+    pub instance_patch_bodies: Vec<Value>,
+    /// Every `PATCH /blocks/{id}` applied, in order: `{id, body}`.
+    #[serde(default)]
+    pub block_patch_bodies: Vec<Value>,
 }
 
 /// One /v2 request as it arrived.
@@ -249,6 +255,9 @@ struct SimInstance {
     created_wall: String,
     deleted: Option<Instant>,
     locked_until: Option<Instant>,
+    /// A plan change in progress: the instance is `resizing` until then,
+    /// and shows the new plan after it.
+    resizing: Option<(Instant, String)>,
     ledger_ix: usize,
 }
 
@@ -527,7 +536,9 @@ impl World {
     /// (status, server_status) of an instance now.
     fn instance_state(&self, i: &SimInstance, now: Instant) -> (&'static str, &'static str) {
         let age = now.saturating_duration_since(i.created);
-        if age < ms(self.cfg.pending_ms) {
+        if i.resizing.as_ref().is_some_and(|(until, _)| now < *until) {
+            ("resizing", "locked")
+        } else if age < ms(self.cfg.pending_ms) {
             ("pending", "none")
         } else if age < ms(self.cfg.pending_ms + self.cfg.installing_ms) {
             ("active", "installingbooting")
@@ -538,9 +549,18 @@ impl World {
         }
     }
 
+    /// The plan an instance shows now: a resize's new plan once it is done.
+    fn plan_now(i: &SimInstance, now: Instant) -> &str {
+        match &i.resizing {
+            Some((until, plan)) if now >= *until => plan,
+            _ => &i.plan,
+        }
+    }
+
     fn instance_json(&self, i: &SimInstance, now: Instant) -> Value {
         let (status, server_status) = self.instance_state(i, now);
-        let plan = PLANS.iter().find(|p| p.0 == i.plan);
+        let plan_id = Self::plan_now(i, now);
+        let plan = PLANS.iter().find(|p| p.0 == plan_id);
         let (vcpu, ram, disk, bw) = plan.map(|p| (p.1, p.2, p.3, p.4)).unwrap_or((1, 1024, 25, 1024));
         let os = OSES.iter().find(|o| o.0 == i.os_id).map(|o| o.1).unwrap_or("Custom");
         let booted = status != "pending";
@@ -552,7 +572,7 @@ impl World {
             "main_ip": if booted { i.main_ip.as_str() } else { "0.0.0.0" },
             "vcpu_count": vcpu,
             "region": i.region,
-            "plan": i.plan,
+            "plan": plan_id,
             "date_created": i.created_wall,
             "status": status,
             "allowed_bandwidth": bw,
@@ -668,6 +688,7 @@ impl World {
             created_wall: now_rfc3339(),
             deleted: None,
             locked_until: None,
+            resizing: None,
             ledger_ix,
         };
         let j = self.instance_json(&inst, now);
@@ -723,6 +744,104 @@ impl World {
             }
         }
         Reply::no_content()
+    }
+
+    /// The plans an instance may move to: sold in its region, no smaller
+    /// in memory or disk (a disk never shrinks), not the one it has.
+    fn upgrades_of(&self, i: &SimInstance, now: Instant) -> Vec<&'static str> {
+        let current = Self::plan_now(i, now);
+        let Some(have) = PLANS.iter().find(|p| p.0 == current) else {
+            return vec![];
+        };
+        PLANS
+            .iter()
+            .filter(|p| p.0 != current && p.7.contains(&i.region.as_str()) && p.2 >= have.2 && p.3 >= have.3)
+            .map(|p| p.0)
+            .collect()
+    }
+
+    /// `GET /instances/{id}/upgrades` (OA:9559): only `plans` is modelled.
+    pub fn instance_upgrades(&self, id: &str) -> Reply {
+        let now = self.now();
+        match self.instance_ix(id, now) {
+            Some(ix) => {
+                let plans = self.upgrades_of(&self.instances[ix], now);
+                Reply::json(200, json!({ "upgrades": { "os": [], "applications": [], "plans": plans } }))
+            }
+            None => Reply::error(404, "instance not found"),
+        }
+    }
+
+    /// `PATCH /instances/{id}` (OA:7635): `plan` (an upgrade, listed by
+    /// [`Self::instance_upgrades`]; the instance is `resizing` for
+    /// `resize_ms`), `tags` (the whole list), `firewall_group_id` and
+    /// `label`. Any other field is refused: the simulator does not model it
+    /// (a reinstall, in particular, is never sent). Refused while the
+    /// instance is not `active / ok`; a PATCH that changes nothing is
+    /// answered 400 "Nothing to change", as Vultr answers one to a block
+    /// (docs/vultr.md §8; for instances our assumption).
+    pub fn instance_patch(&mut self, id: &str, body: &Value) -> Reply {
+        let now = self.now();
+        let Some(obj) = body.as_object() else {
+            return Reply::error(400, "Bad request.");
+        };
+        if let Some(k) = obj.keys().find(|k| !matches!(k.as_str(), "plan" | "tags" | "firewall_group_id" | "label")) {
+            return Reply::error(400, &format!("The simulator does not model changing {k}."));
+        }
+        let Some(ix) = self.instance_ix(id, now) else {
+            return Reply::error(404, "instance not found");
+        };
+        if self.instance_state(&self.instances[ix], now) != ("active", "ok") {
+            return Reply::error(500, "Unable to update server: Server is currently locked");
+        }
+        let region = self.instances[ix].region.clone();
+        if let Err(msg) = crate::catalog::check_server_fields(obj, &region) {
+            return Reply::error(400, &msg);
+        }
+        let tags: Option<Vec<String>> = match obj.get("tags") {
+            None => None,
+            Some(t) => match t.as_array().and_then(|a| a.iter().map(|t| t.as_str().map(str::to_owned)).collect()) {
+                Some(t) => Some(t),
+                None => return Reply::error(400, "tags must be a list of strings."),
+            },
+        };
+        let str_field = |k: &str| obj.get(k).map(|v| v.as_str().map(str::to_owned));
+        let (plan, firewall, label) = (str_field("plan"), str_field("firewall_group_id"), str_field("label"));
+        if [&plan, &firewall, &label].iter().any(|f| matches!(f, Some(None))) {
+            return Reply::error(400, "Bad request.");
+        }
+        let i = &self.instances[ix];
+        let current = Self::plan_now(i, now).to_owned();
+        let plan = plan.flatten().filter(|p| *p != current);
+        if let Some(p) = &plan
+            && !self.upgrades_of(i, now).contains(&p.as_str())
+        {
+            return Reply::error(400, "Invalid plan chosen.");
+        }
+        let tags = tags.filter(|t| *t != i.tags);
+        let firewall = firewall.flatten().filter(|f| *f != i.firewall_group_id);
+        let label = label.flatten().filter(|l| *l != i.label);
+        if plan.is_none() && tags.is_none() && firewall.is_none() && label.is_none() {
+            return Reply::error(400, "Nothing to change");
+        }
+        self.ledger.instance_patch_bodies.push(json!({ "id": id, "body": body }));
+        let resize_ms = self.cfg.resize_ms;
+        let i = &mut self.instances[ix];
+        i.plan = current;
+        if let Some(p) = plan {
+            i.resizing = Some((now + ms(resize_ms), p));
+        }
+        if let Some(t) = tags {
+            i.tags = t;
+        }
+        if let Some(f) = firewall {
+            i.firewall_group_id = f;
+        }
+        if let Some(l) = label {
+            i.label = l;
+        }
+        let j = self.instance_json(&self.instances[ix], now);
+        Reply::json(202, json!({ "instance": j }))
     }
 
     // ----- blocks -----
@@ -834,6 +953,60 @@ impl World {
         };
         if self.blocks[bix].attached_to.take().is_none() {
             return Reply::error(400, "Block storage volume is not currently attached to a server");
+        }
+        Reply::no_content()
+    }
+
+    /// `PATCH /blocks/{id}` (OA:3405): `size_gb` (grow only, within the
+    /// type's range) and `label`; 204. A PATCH that changes nothing is
+    /// answered 400 "Nothing to change" (TF#660).
+    pub fn block_patch(&mut self, id: &str, body: &Value) -> Reply {
+        let now = self.now();
+        let Some(obj) = body.as_object() else {
+            return Reply::error(400, "Bad request.");
+        };
+        if let Some(k) = obj.keys().find(|k| !matches!(k.as_str(), "size_gb" | "label")) {
+            return Reply::error(400, &format!("The simulator does not model changing {k}."));
+        }
+        let Some(bix) = self.block_ix(id, now) else {
+            return Reply::error(404, "Invalid block storage ID");
+        };
+        let b = &self.blocks[bix];
+        let size = match obj.get("size_gb") {
+            None => None,
+            Some(v) => match v.as_i64() {
+                Some(gb) if gb == b.size_gb => None,
+                Some(gb) => Some(gb),
+                None => return Reply::error(400, "size_gb must be an integer."),
+            },
+        };
+        let label = match obj.get("label") {
+            None => None,
+            Some(v) => match v.as_str() {
+                Some(l) if l == b.label => None,
+                Some(l) => Some(l.to_owned()),
+                None => return Reply::error(400, "label must be a string."),
+            },
+        };
+        if let Some(gb) = size {
+            let max = if b.block_type == "storage_opt" { 40_000 } else { 10_000 };
+            if gb < b.size_gb {
+                return Reply::error(400, "Block storage can only be resized to a larger size.");
+            }
+            if gb > max {
+                return Reply::error(400, &format!("Invalid size ({gb}GB) - Must be at most {max}GB."));
+            }
+        }
+        if size.is_none() && label.is_none() {
+            return Reply::error(400, "Nothing to change");
+        }
+        self.ledger.block_patch_bodies.push(json!({ "id": id, "body": body }));
+        let b = &mut self.blocks[bix];
+        if let Some(gb) = size {
+            b.size_gb = gb;
+        }
+        if let Some(l) = label {
+            b.label = l;
         }
         Reply::no_content()
     }

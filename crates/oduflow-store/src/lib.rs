@@ -21,6 +21,7 @@
 //! refuse to delete a receipt or change a recorded resource id.
 
 mod budget;
+mod changes;
 mod operator;
 mod orphans;
 mod queue;
@@ -32,6 +33,7 @@ pub mod testing;
 mod tokens;
 
 pub use budget::*;
+pub use changes::*;
 pub use operator::*;
 pub use orphans::*;
 pub use queue::*;
@@ -78,6 +80,16 @@ pub enum StoreError {
     ClientExists(String),
     #[error("no client named {0}")]
     ClientNotFound(String),
+    #[error(
+        "client {0} is still being deleted with its old spec: create it again with another spec once `client show {0}` says deleted"
+    )]
+    ClientStillDeleting(String),
+    #[error("client {0} is deleted or being deleted: `client create` it again with the spec it should have")]
+    ClientAbsent(String),
+    #[error("client {0} changed while the update was being made (a delete, a reconcile or another update): try again")]
+    ClientMoved(String),
+    #[error("{0}")]
+    UpdateRefused(#[from] oduflow_model::update::UpdateRefused),
     #[error("receipt {0} already exists")]
     ReceiptExists(String),
     #[error("receipt {operation_key} already records resource {recorded}; refusing {offered}")]
@@ -158,8 +170,8 @@ macro_rules! const_format_client_select {
             "SELECT c.id, c.name, c.created_ms, i.region, i.plan, i.os_id, i.volume_gb, i.volume_type, \
              i.target, i.generation, i.status, i.blocked_reason, i.blocked_detail, i.key_fingerprint, \
              i.vm_id, i.volume_id, i.vm_dispatch_generation, i.volume_dispatch_generation, \
-             i.attach_dispatch_generation, i.progress, i.updated_ms, i.image, i.server, i.outputs \
-             FROM clients c JOIN infra i ON i.client_id = c.id ",
+             i.attach_dispatch_generation, i.progress, i.updated_ms, i.image, i.server, i.outputs, \
+             i.spec_generation, i.spec_updated_ms FROM clients c JOIN infra i ON i.client_id = c.id ",
             $tail
         )
     };
@@ -188,7 +200,7 @@ impl BeginWrite for SqlitePool {
 }
 
 /// The migration this build needs (the last in [`Store::migrate`]).
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// The default database: a SQLite file in the working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://oduflow.db";
@@ -297,6 +309,7 @@ impl Store {
                     (5, "orphans", include_str!("../migrations/postgres/0005_orphans.sql")),
                     (6, "rate budget", include_str!("../migrations/postgres/0006_rate_budget.sql")),
                     (7, "server spec", include_str!("../migrations/postgres/0007_server_spec.sql")),
+                    (8, "changes", include_str!("../migrations/postgres/0008_changes.sql")),
                 ],
                 Db::Sqlite(_) => &[
                     (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
@@ -306,6 +319,7 @@ impl Store {
                     (5, "orphans", include_str!("../migrations/sqlite/0005_orphans.sql")),
                     (6, "rate budget", include_str!("../migrations/sqlite/0006_rate_budget.sql")),
                     (7, "server spec", include_str!("../migrations/sqlite/0007_server_spec.sql")),
+                    (8, "changes", include_str!("../migrations/sqlite/0008_changes.sql")),
                 ],
             };
             let migrator = Migrator::with_migrations(
@@ -394,30 +408,39 @@ impl Store {
             let server = serde_json::to_string(&spec.server).map_err(|e| StoreError::Corrupt(e.to_string()))?;
             both!(self, p => {
                 let mut tx = crate::BeginWrite::begin_write(p).await?;
-                let exists: Option<(String, String, i64)> = sqlx::query_as(
-                    "SELECT c.id, i.target, i.generation FROM clients c JOIN infra i ON i.client_id = c.id \
+                let exists: Option<(String, String, i64, String)> = sqlx::query_as(
+                    "SELECT c.id, i.target, i.generation, i.status FROM clients c JOIN infra i ON i.client_id = c.id \
                      WHERE c.name = $1")
                     .bind(name.as_str())
                     .fetch_optional(&mut *tx)
                     .await?;
-                if let Some((id, target, generation)) = exists {
+                if let Some((id, target, generation, status)) = exists {
                     // Creating a client whose target is `absent` with the same
-                    // spec sets it back to `present` (a target flip); anything
-                    // else is a name clash.
+                    // spec sets it back to `present` (a target flip); once it
+                    // is deleted, with any spec (nothing of it is left to
+                    // verify against the old one). Anything else is a name
+                    // clash.
                     let same: i64 = sqlx::query_scalar(
                         "SELECT count(*) FROM infra WHERE client_id = $1 AND region = $2 AND plan = $3 AND os_id = $4 \
                          AND volume_gb = $5 AND volume_type = $6 AND coalesce(image, '') = $7 AND server = $8")
                         .bind(&id).bind(&spec.region).bind(&spec.plan).bind(os_id)
                         .bind(spec.volume_gb).bind(spec.volume_type.as_str()).bind(&image).bind(&server)
                         .fetch_one(&mut *tx).await?;
-                    if target != Target::Absent.as_str() || same == 0 {
+                    let deleted = status == ClientStatus::Deleted.as_str();
+                    if target != Target::Absent.as_str() {
                         return Err(StoreError::ClientExists(name.to_string()));
+                    }
+                    if same == 0 && !deleted {
+                        return Err(StoreError::ClientStillDeleting(name.to_string()));
                     }
                     let generation = generation + 1;
                     sqlx::query(
                         "UPDATE infra SET target = 'present', generation = $2, status = 'pending', \
-                         blocked_reason = NULL, blocked_detail = NULL, updated_ms = $3 WHERE client_id = $1")
-                        .bind(&id).bind(generation).bind(now_ms)
+                         blocked_reason = NULL, blocked_detail = NULL, updated_ms = $3, region = $4, plan = $5, \
+                         os_id = $6, volume_gb = $7, volume_type = $8, image = $9, server = $10, \
+                         spec_generation = 0, spec_updated_ms = NULL WHERE client_id = $1")
+                        .bind(&id).bind(generation).bind(now_ms).bind(&spec.region).bind(&spec.plan).bind(os_id)
+                        .bind(spec.volume_gb).bind(spec.volume_type.as_str()).bind(&image).bind(&server)
                         .execute(&mut *tx).await?;
                     let id = oduflow_model::ClientId(id);
                     let job = NewJob::for_client(&id, JobKind::Provision, generation, now_ms, attempts_max);

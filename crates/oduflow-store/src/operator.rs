@@ -26,6 +26,11 @@ pub const SETTING_LINEAGE: &str = "lineage";
 impl Store {
     /// Observe again: clears a blocked state, bumps the generation (queued
     /// jobs become stale) and enqueues a fresh job for the current target.
+    /// A client blocked on a change (`uncertain_update`, `update_rejected`)
+    /// moves to a new spec generation: its change is read first and, if a
+    /// read still shows the old value, sent once on a new change receipt
+    /// (never again on the old one); an updated client's wait for its server
+    /// to be ready starts again.
     /// `advance` lists kinds whose dispatch generation moves on to at least
     /// the given one (a new operation key and label); the caller has
     /// established that this is allowed (a definitive rejection, or an
@@ -58,6 +63,9 @@ impl Store {
                      vm_dispatch_generation = CASE WHEN vm_dispatch_generation < $4 THEN $4 ELSE vm_dispatch_generation END, \
                      volume_dispatch_generation = CASE WHEN volume_dispatch_generation < $5 THEN $5 ELSE volume_dispatch_generation END, \
                      attach_dispatch_generation = CASE WHEN attach_dispatch_generation < $6 THEN $6 ELSE attach_dispatch_generation END, \
+                     spec_generation = CASE WHEN spec_generation > 0 \
+                       AND blocked_reason IN ('uncertain_update', 'update_rejected') THEN $2 ELSE spec_generation END, \
+                     spec_updated_ms = CASE WHEN spec_generation > 0 THEN $7 ELSE spec_updated_ms END, \
                      updated_ms = $7 \
                      WHERE client_id = $1")
                     .bind(&id).bind(generation).bind(status)

@@ -63,9 +63,15 @@ macro_rules! ledger_write {
     };
 }
 
+pub(crate) use {ledger_write, write_tx};
+
 impl ReceiptLedger {
     pub fn new(store: Store) -> Self {
         Self { store }
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
     }
 
     /// Commits a new receipt. Must happen before the request is sent.

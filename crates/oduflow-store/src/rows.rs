@@ -62,7 +62,8 @@ pub(crate) const INFRA_COLUMNS_PREFIXED: &str = "i.client_id AS i_client_id, i.r
     i.vm_dispatch_generation AS i_vm_dispatch_generation, \
     i.volume_dispatch_generation AS i_volume_dispatch_generation, \
     i.attach_dispatch_generation AS i_attach_dispatch_generation, i.progress AS i_progress, \
-    i.updated_ms AS i_updated_ms, i.image AS i_image, i.server AS i_server, i.outputs AS i_outputs";
+    i.updated_ms AS i_updated_ms, i.image AS i_image, i.server AS i_server, i.outputs AS i_outputs, \
+    i.spec_generation AS i_spec_generation, i.spec_updated_ms AS i_spec_updated_ms";
 
 fn parse<T>(what: &str, s: &str, f: impl Fn(&str) -> Option<T>) -> Result<T> {
     f(s).ok_or_else(|| StoreError::Corrupt(format!("{what} {s:?}")))
@@ -98,6 +99,10 @@ pub struct InfraRow {
     pub updated_ms: i64,
     /// Addresses and mount id, as last seen ready.
     pub outputs: oduflow_model::ServerOutputs,
+    /// The generation of the last `client update` (0: never updated).
+    pub spec_generation: i64,
+    /// When that update was asked for.
+    pub spec_updated_ms: Option<i64>,
 }
 
 impl InfraRow {
@@ -149,6 +154,8 @@ pub(crate) fn infra_from_row(r: &impl RowExt, id_col: &str) -> Result<InfraRow> 
             let j = r.text("outputs")?;
             serde_json::from_str(&j).map_err(|e| StoreError::Corrupt(format!("outputs {e}")))?
         },
+        spec_generation: r.int("spec_generation")?,
+        spec_updated_ms: r.int_opt("spec_updated_ms")?,
     })
 }
 
@@ -266,6 +273,17 @@ pub struct ReceiptRow {
     pub not_sent_reason: Option<String>,
     /// How many sends on this receipt could not connect.
     pub not_sent_count: i64,
+}
+
+impl ReceiptRow {
+    /// Whether the receipt may still own a live resource: not confirmed
+    /// deleted, not rejected, not abandoned, and not provably unsent.
+    pub fn is_open(&self) -> bool {
+        self.deleted_ms.is_none()
+            && self.rejection_status.is_none()
+            && self.abandoned_by.is_none()
+            && self.not_sent_ms.is_none()
+    }
 }
 
 pub(crate) const RECEIPT_COLUMNS: &str = "operation_key, client_ref, resource_kind, dispatch_generation, \

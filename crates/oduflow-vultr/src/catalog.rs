@@ -62,6 +62,17 @@ impl VultrClient {
         Ok(())
     }
 
+    /// `GET /instances/{id}/upgrades?type=plans`: the plans the instance
+    /// may be resized to.
+    pub async fn upgrade_plans_read(&self, id: &VultrInstanceId) -> Result<Vec<String>, VultrError> {
+        let q = [("type", "plans".to_owned())];
+        let a = self.request_retrying(Method::GET, &["instances", id.as_str(), "upgrades"], &q, None).await?;
+        if !a.is_success() {
+            return Err(a.to_error());
+        }
+        wire::upgrade_plans_of(&a.body).ok_or_else(|| VultrError::Decode("upgrades without a list of plans".to_owned()))
+    }
+
     /// `GET /instances/{id}/backup-schedule`; `None` when backups are off.
     pub async fn backup_schedule_read(&self, id: &VultrInstanceId) -> Result<Option<BackupSchedule>, VultrError> {
         let a = self.request_retrying(Method::GET, &["instances", id.as_str(), "backup-schedule"], &[], None).await?;

@@ -404,6 +404,11 @@ impl VultrClient {
         self.exchange(true, Method::POST, segments, &[], Some(body)).await
     }
 
+    /// Sends a change PATCH exactly once and hands back what came.
+    pub(crate) async fn patch_once(&self, segments: &[&str], body: &serde_json::Value) -> Reply {
+        self.exchange(true, Method::PATCH, segments, &[], Some(body)).await
+    }
+
     /// Classifies a create answer; `id` reads the new resource out of a 2xx.
     pub(crate) fn classify<T>(reply: Reply, id: impl FnOnce(&Answer) -> Option<T>) -> Outcome<T> {
         match reply {

@@ -3,7 +3,8 @@
 use crate::http::VultrClient;
 use crate::wire;
 use oduflow_model::provider::{
-    Block, BlockRequest, Catalog, DeleteOutcome, Instance, InstanceRequest, Outcome, Provider, ProviderError,
+    Block, BlockRequest, Catalog, DeleteOutcome, Instance, InstanceChange, InstanceRequest, Outcome, Provider,
+    ProviderError,
 };
 use oduflow_model::{BackupSchedule, KeyFingerprint, Label, VultrBlockId, VultrInstanceId};
 use reqwest::Method;
@@ -116,6 +117,26 @@ impl Provider for VultrClient {
 
     async fn block_delete(&self, id: &VultrBlockId) -> Result<DeleteOutcome, ProviderError> {
         Ok(self.delete_like(Method::DELETE, &["blocks", id.as_str()], None).await?)
+    }
+
+    async fn instance_update(&self, id: &VultrInstanceId, change: &InstanceChange) -> Outcome<()> {
+        let reply = self.patch_once(&["instances", id.as_str()], &wire::instance_update_body(change)).await;
+        // 202 with the instance as it was: the change shows only on later reads.
+        let outcome = Self::classify(reply, |_| Some(()));
+        tracing::info!(instance = %id, ?change, ?outcome, "instance update sent");
+        outcome
+    }
+
+    async fn instance_upgrade_plans(&self, id: &VultrInstanceId) -> Result<Vec<String>, ProviderError> {
+        Ok(self.upgrade_plans_read(id).await?)
+    }
+
+    async fn block_resize(&self, id: &VultrBlockId, size_gb: i64) -> Outcome<()> {
+        let reply = self.patch_once(&["blocks", id.as_str()], &wire::block_resize_body(size_gb)).await;
+        // 204 with no body.
+        let outcome = Self::classify(reply, |_| Some(()));
+        tracing::info!(block = %id, size_gb, ?outcome, "block resize sent");
+        outcome
     }
 
     async fn catalog(&self, region: &str) -> Result<Catalog, ProviderError> {

@@ -2,7 +2,7 @@
 //! are built here and nowhere else; the conformance test validates them
 //! against the document's request schemas.
 
-use oduflow_model::provider::{Block, BlockRequest, Instance, InstanceRequest};
+use oduflow_model::provider::{Block, BlockRequest, Instance, InstanceChange, InstanceRequest};
 use oduflow_model::{BackupSchedule, ImageSource, VultrBlockId, VultrInstanceId};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -61,6 +61,34 @@ pub(crate) fn block_create_body(req: &BlockRequest) -> Value {
         "label": req.label.as_str(),
         "block_type": req.block_type.as_str(),
     })
+}
+
+/// `update_instance_request`: only the fields that change (`tags` is the
+/// whole list: a PATCH replaces it).
+pub(crate) fn instance_update_body(c: &InstanceChange) -> Value {
+    let mut body = json!({});
+    if let Some(p) = &c.plan {
+        body["plan"] = json!(p);
+    }
+    if let Some(t) = &c.tags {
+        body["tags"] = json!(t);
+    }
+    if let Some(f) = &c.firewall_group_id {
+        body["firewall_group_id"] = json!(f);
+    }
+    body
+}
+
+/// `update_block_request` with only `size_gb`.
+pub(crate) fn block_resize_body(size_gb: i64) -> Value {
+    json!({ "size_gb": size_gb })
+}
+
+/// The `plans` of `get_instance_upgrades_200_response`.
+pub(crate) fn upgrade_plans_of(body: &[u8]) -> Option<Vec<String>> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    let plans = v.get("upgrades")?.get("plans")?.as_array()?;
+    plans.iter().map(|p| p.as_str().map(str::to_owned)).collect()
 }
 
 /// `attach_block_request`. `live: true` attaches without restarting the

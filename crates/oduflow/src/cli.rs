@@ -224,6 +224,33 @@ pub(crate) enum ClientCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Change a client's spec in place: a larger plan, a larger volume, its
+    /// tags or firewall group (before anything was created, any field).
+    /// Bumps the generation and enqueues the change; a blocked client stays
+    /// blocked until `oduflow reconcile NAME`.
+    Update {
+        name: String,
+        #[arg(long)]
+        region: Option<String>,
+        /// A larger plan (Vultr only upgrades; the worker checks its list of
+        /// upgrades before sending).
+        #[arg(long)]
+        plan: Option<String>,
+        /// A larger volume (volumes only grow).
+        #[arg(long)]
+        volume_gb: Option<i64>,
+        /// The whole list of tags (repeat the flag); replaces the old list.
+        #[arg(long = "tag")]
+        tags: Vec<String>,
+        /// Remove every tag.
+        #[arg(long, conflicts_with = "tags")]
+        no_tags: bool,
+        /// A firewall group id; "" detaches the group.
+        #[arg(long)]
+        firewall_group: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Set the target to absent: bumps the generation and enqueues deletion.
     Delete {
         name: String,

@@ -56,6 +56,9 @@ fn main() -> ExitCode {
                         StoreError::InvalidUrl { .. }
                             | StoreError::ClientExists(_)
                             | StoreError::ClientNotFound(_)
+                            | StoreError::ClientAbsent(_)
+                            | StoreError::ClientStillDeleting(_)
+                            | StoreError::UpdateRefused(_)
                             | StoreError::TokenExists(_)
                             | StoreError::TokenNotFound(_)
                     )

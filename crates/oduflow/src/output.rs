@@ -15,6 +15,7 @@ pub(crate) async fn print_client(store: &Store, r: &ClientRow, json: bool, evide
     let receipts = if evidence { store.receipts_for_client(&r.id).await? } else { vec![] };
     let adapters = if evidence { store.adapter_states(&r.id).await? } else { vec![] };
     let events = if evidence { store.events_for_client(&r.id).await? } else { vec![] };
+    let changes = if evidence { store.changes_for_client(&r.id).await? } else { vec![] };
     if json {
         let mut v = client_json(r);
         if r.infra.status == ClientStatus::Blocked {
@@ -25,6 +26,7 @@ pub(crate) async fn print_client(store: &Store, r: &ClientRow, json: bool, evide
             v["receipts"] = serde_json::to_value(&receipts)?;
             v["adapters"] = serde_json::to_value(&adapters)?;
             v["events"] = serde_json::to_value(&events)?;
+            v["changes"] = serde_json::to_value(&changes)?;
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -75,6 +77,12 @@ pub(crate) async fn print_client(store: &Store, r: &ClientRow, json: bool, evide
                 rc.observation_count,
                 rc.last_observation.as_deref().map(|o| format!(" (last: {o})")).unwrap_or_default()
             );
+        }
+        if !changes.is_empty() {
+            println!("changes:");
+            for c in &changes {
+                println!("  {}", c.summary());
+            }
         }
         if !adapters.is_empty() {
             println!("identities:");

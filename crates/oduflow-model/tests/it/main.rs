@@ -7,7 +7,15 @@ use oduflow_model::{BlockedReason as B, ResourceKind as K, Target};
 const MAX: i64 = 5;
 
 fn res(receipt: ReceiptFacts, seen: Seen) -> Resource {
-    Resource { receipt, seen, progress: DeleteProgress::default(), overdue: false }
+    Resource {
+        receipt,
+        seen,
+        progress: DeleteProgress::default(),
+        overdue: false,
+        updated: false,
+        change: ChangeFacts::None,
+        update_overdue: false,
+    }
 }
 
 fn none() -> Resource {
@@ -30,6 +38,7 @@ fn ok(id: &str) -> Facts {
         attached_to: None,
         state: "active/ok".into(),
         outputs: Default::default(),
+        drift: None,
     }
 }
 
@@ -258,4 +267,78 @@ fn never_dispatches_over_an_existing_receipt() {
             }
         }
     }
+}
+
+// ----- changes to a running client (issue 16) -----
+
+fn plan_drift(id: &str) -> Facts {
+    let change = oduflow_model::provider::InstanceChange { plan: Some("vc2-2c-4gb".into()), ..Default::default() };
+    Facts {
+        drift: Some(Box::new(Drift { change: Change::Instance(change), what: "plan vc2-1c-1gb != vc2-2c-4gb".into() })),
+        ..ok(id)
+    }
+}
+
+fn drifted_vm(change: ChangeFacts, facts: Facts) -> Resource {
+    Resource { updated: true, change, ..known("v-1", 0, Seen::Present(facts)) }
+}
+
+fn attached_volume() -> Resource {
+    known("b-1", 0, Seen::Present(vol("b-1", Some("v-1"))))
+}
+
+#[test]
+fn an_update_sends_one_change_once_the_server_is_ready() {
+    let i = present(drifted_vm(ChangeFacts::None, plan_drift("v-1")), attached_volume(), ReceiptFacts::None);
+    check(i, Action::Change(K::Vm));
+    // Locked or resizing: wait, and block only past the readiness wait.
+    let busy = Facts { ready: false, state: "active/locked".into(), ..plan_drift("v-1") };
+    let i = present(drifted_vm(ChangeFacts::None, busy.clone()), attached_volume(), ReceiptFacts::None);
+    check(i, Action::Wait);
+    let mut late = drifted_vm(ChangeFacts::None, busy);
+    late.update_overdue = true;
+    check_block(present(late, attached_volume(), ReceiptFacts::None), B::NotReady);
+}
+
+#[test]
+fn a_sent_change_is_confirmed_only_by_a_read_and_never_sent_again() {
+    let sent = |n| ChangeFacts::Sent { observations: n };
+    // The old value is accepted while the change is in flight: no block,
+    // no second PATCH, only reads up to the limit.
+    let i = present(drifted_vm(sent(0), plan_drift("v-1")), attached_volume(), ReceiptFacts::None);
+    check(i, Action::CountChange(K::Vm));
+    let i = present(drifted_vm(sent(MAX - 1), plan_drift("v-1")), attached_volume(), ReceiptFacts::None);
+    check_block(i, B::UncertainUpdate);
+    // The read shows the new value: confirm, then ready.
+    let i = present(drifted_vm(sent(2), ok("v-1")), attached_volume(), ReceiptFacts::None);
+    check(i, Action::ConfirmChange(K::Vm));
+    let i = present(drifted_vm(ChangeFacts::Confirmed, ok("v-1")), attached_volume(), ReceiptFacts::None);
+    check(i, Action::Ready);
+}
+
+#[test]
+fn a_drift_nobody_asked_for_blocks_and_a_rejected_change_blocks() {
+    // Never updated: someone changed it behind oduflow's back.
+    let mut i = present(drifted_vm(ChangeFacts::None, plan_drift("v-1")), attached_volume(), ReceiptFacts::None);
+    i.vm.updated = false;
+    check_block(i, B::ConfigMismatch);
+    // Changed again after this generation's change was confirmed.
+    let i = present(drifted_vm(ChangeFacts::Confirmed, plan_drift("v-1")), attached_volume(), ReceiptFacts::None);
+    check_block(i, B::ConfigMismatch);
+    let rejected = ChangeFacts::Rejected { status: 400, message: "Invalid plan chosen.".into() };
+    let i = present(drifted_vm(rejected, plan_drift("v-1")), attached_volume(), ReceiptFacts::None);
+    check_block(i, B::UpdateRejected);
+    // What no PATCH can change still blocks, whatever was asked.
+    let region = Facts { mismatch: Some("region ams != ewr".into()), ..plan_drift("v-1") };
+    let i = present(drifted_vm(ChangeFacts::None, region), attached_volume(), ReceiptFacts::None);
+    check_block(i, B::ConfigMismatch);
+}
+
+#[test]
+fn a_change_that_never_left_is_sent_again_up_to_the_limit() {
+    let unsent = |count| ChangeFacts::NotSent { count, reason: "connection refused".into() };
+    let i = present(drifted_vm(unsent(1), plan_drift("v-1")), attached_volume(), ReceiptFacts::None);
+    check(i, Action::Change(K::Vm));
+    let i = present(drifted_vm(unsent(MAX), plan_drift("v-1")), attached_volume(), ReceiptFacts::None);
+    check_block(i, B::ProviderUnavailable);
 }

@@ -169,6 +169,9 @@ impl World {
                 "WHO" => "ops".to_owned(),
                 "WHY" => "checked-the-console".to_owned(),
                 "ID" => id.clone().unwrap_or_else(|| panic!("{command}: no id for ID")),
+                // The plan the fix below leaves the server with (or an
+                // upgrade of the memory provider's).
+                "PLAN" => "vc2-2c-4gb".to_owned(),
                 w => {
                     assert!(!w.chars().any(|c| c.is_ascii_uppercase()), "{command}: unknown placeholder {w}");
                     w.to_owned()
@@ -207,6 +210,11 @@ impl World {
             )
             .await
             .map(drop),
+            ["oduflow", "client", "update", n, "--plan", plan] => {
+                let u = oduflow_model::update::SpecUpdate { plan: Some((*plan).to_owned()), ..Default::default() };
+                s.client_update(n, &u, t, 3).await.unwrap();
+                Ok(())
+            }
             ["oduflow", "client", "delete", n] => {
                 s.client_delete(n, t, 3).await.unwrap();
                 Ok(())
@@ -274,6 +282,39 @@ async fn ready_world() -> World {
     w.drain().await;
     assert_eq!(w.client().await.infra.status, ClientStatus::Ready);
     w
+}
+
+/// A plan the memory provider does not list as an upgrade.
+#[tokio::test]
+async fn update_rejected() {
+    let setup = || async {
+        let w = ready_world().await;
+        let u = oduflow_model::update::SpecUpdate { plan: Some("vc2-9c-9gb".into()), ..Default::default() };
+        w.store.client_update(NAME, &u, now(), 3).await.unwrap();
+        w
+    };
+    every_suggestion!(BlockedReason::UpdateRejected, setup(), |w, cmd| {
+        if cmd.contains("reconcile") {
+            // The cause fixed outside oduflow: Vultr now offers the plan.
+            w.p.with(|s| s.upgrade_plans = vec!["vc2-9c-9gb".into()]);
+        }
+    });
+}
+
+/// The PATCH was applied, its answer lost, and then the plan was put back
+/// (in the console, say): reads never show the change.
+#[tokio::test]
+async fn uncertain_update() {
+    let setup = || async {
+        let w = ready_world().await;
+        w.p.with(|s| s.lose_update_responses = 1);
+        let u = oduflow_model::update::SpecUpdate { plan: Some("vc2-2c-4gb".into()), ..Default::default() };
+        w.store.client_update(NAME, &u, now(), 3).await.unwrap();
+        w.step_until("the PATCH", |w| w.vm().is_some_and(|v| v.plan == "vc2-2c-4gb")).await;
+        w.p.with(|s| s.instances.values_mut().next().unwrap().plan = "vc2-1c-1gb".into());
+        w
+    };
+    every_suggestion!(BlockedReason::UncertainUpdate, setup(), |w, _cmd| ());
 }
 
 #[tokio::test]
@@ -761,6 +802,8 @@ fn every_reason_is_covered() {
         BlockedReason::AdapterFailed,
         BlockedReason::AttemptsExhausted,
         BlockedReason::PreflightFailed,
+        BlockedReason::UpdateRejected,
+        BlockedReason::UncertainUpdate,
     ];
     for r in BlockedReason::ALL {
         assert!(covered.contains(r), "{r:?} has no suggestion test");

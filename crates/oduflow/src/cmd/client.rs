@@ -1,4 +1,4 @@
-//! `oduflow client create|delete|show|list`.
+//! `oduflow client create|update|delete|show|list`.
 
 use crate::cli::{ClientCmd, SpecFlags};
 use crate::config::{BadInput, Config};
@@ -19,6 +19,25 @@ pub async fn run(cfg: &Config, c: ClientCmd) -> Result<()> {
                 preflight(cfg, &store, &spec).await?;
             }
             let row = store.client_create(&name, &spec, now_ms(), cfg.attempts_max).await?;
+            print_client(&store, &row, json, false).await
+        }
+        ClientCmd::Update { name, region, plan, volume_gb, tags, no_tags, firewall_group, json } => {
+            ClientName::parse(&name)?;
+            let update = oduflow_model::update::SpecUpdate {
+                region,
+                plan,
+                volume_gb,
+                tags: if no_tags { Some(vec![]) } else { (!tags.is_empty()).then_some(tags) },
+                firewall_group,
+            };
+            let store = open(cfg).await?;
+            let row = store.client_update(&name, &update, now_ms(), cfg.attempts_max).await?;
+            if row.infra.status == ClientStatus::Blocked && !json {
+                eprintln!(
+                    "note: {name} is blocked ({}): the new spec is recorded; `oduflow reconcile {name}` applies it",
+                    row.infra.blocked_reason.map_or("", |r| r.as_str())
+                );
+            }
             print_client(&store, &row, json, false).await
         }
         ClientCmd::Delete { name, json } => {

@@ -5,6 +5,7 @@ mod protocol;
 mod rate;
 mod servers;
 mod tidy;
+mod updates;
 
 use oduflow_model::*;
 use oduflow_store::*;

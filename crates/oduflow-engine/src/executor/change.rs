@@ -1,0 +1,164 @@
+//! Changes to a running server or volume (issue 16): one PATCH per change
+//! receipt, claimed and committed before it is sent, sent again only while
+//! provably never sent, and confirmed only by a read (see
+//! `oduflow_model::decide` for when each step is taken).
+
+use super::{Converge, Step, View, poll_delay, slot};
+use crate::{EngineError, fail_step};
+use oduflow_model::decide::{Change, Seen};
+use oduflow_model::provider::{Outcome, Provider};
+use oduflow_model::*;
+use oduflow_store::{ChangeAnswer, ChangeRow, NewChange};
+
+/// What Vultr's list of upgrades says of a plan change.
+enum Upgrade {
+    Offered,
+    Refused(BlockedReason, String),
+    ReadAgainAt(i64),
+}
+
+impl View {
+    /// The change receipt for `kind`'s current resource at the record's spec
+    /// generation.
+    pub(super) fn change_of(&self, infra: &oduflow_store::InfraRow, kind: ResourceKind) -> Option<&ChangeRow> {
+        let id = self.cur.receipt(kind)?.resource_id.as_deref()?;
+        let key = oduflow_store::change_key(&infra.client_id, kind, infra.spec_generation, id);
+        self.changes.iter().find(|c| c.operation_key == key)
+    }
+}
+
+impl<'a, P: Provider> Converge<'a, P> {
+    /// Sends the PATCH that removes the drift the last read showed: first
+    /// checked against Vultr's list of upgrades for a plan, then claimed on
+    /// its receipt (or sent again on it, if provably never sent).
+    pub(super) async fn change(mut self, kind: ResourceKind, view: &View) -> Result<Step<'a, P>, EngineError> {
+        if self.side_effects > 0 {
+            return Ok(Step::Finish(self.run.wait(self.now)));
+        }
+        let Seen::Present(f) = &self.seen[slot(kind)].1 else {
+            return Err(EngineError::Invariant("change without a read".into()));
+        };
+        let (id, d) = match &f.drift {
+            Some(d) => (f.id.clone(), (**d).clone()),
+            None => return Err(EngineError::Invariant("change without a drift".into())),
+        };
+        if let Change::Instance(c) = &d.change
+            && let Some(plan) = &c.plan
+        {
+            match self.upgrade_check(&id, plan).await? {
+                Upgrade::Offered => {}
+                Upgrade::Refused(reason, detail) => return Ok(Step::Finish(self.run.block(reason, detail))),
+                Upgrade::ReadAgainAt(at) => return Ok(Step::Finish(self.run.wait(at))),
+            }
+        }
+        self.side_effects += 1;
+        let w = self.run.w;
+        let client = self.run.infra.client_id.clone();
+        let key = match view.change_of(&self.run.infra, kind) {
+            Some(unsent) => unsent.operation_key.clone(),
+            None => {
+                let c = NewChange {
+                    client_ref: client.clone(),
+                    resource_kind: kind,
+                    resource_id: id.clone(),
+                    spec_generation: self.run.infra.spec_generation,
+                    change: serde_json::to_value(&d.change).unwrap_or_default(),
+                    key_fingerprint: w.provider.key_fingerprint(),
+                    claimed_ms: w.now_ms(),
+                };
+                w.receipts.ledger().change_claim(&c).await?
+            }
+        };
+        fail_step!("change-claimed");
+        self.run.check_fence().await?;
+        w.receipts.ledger().change_mark_sent(&key, &client, w.now_ms()).await?;
+        let outcome = match &d.change {
+            Change::Instance(c) => w.provider.instance_update(&VultrInstanceId(id.clone()), c).await,
+            Change::VolumeSize(gb) => w.provider.block_resize(&VultrBlockId(id.clone()), *gb).await,
+        };
+        fail_step!("change-sent");
+        self.run.halted()?;
+        let answer = match outcome {
+            Outcome::Accepted(()) => ChangeAnswer::Accepted,
+            // The read before the send showed the drift: "Nothing to change"
+            // now means it is gone (or going), so read again; never a
+            // definitive rejection.
+            Outcome::Rejected { message, .. } if message.to_ascii_lowercase().contains("nothing to change") => {
+                ChangeAnswer::NothingToChange
+            }
+            Outcome::Rejected { status, message } => ChangeAnswer::Rejected { status, message },
+            Outcome::Unknown { reason } => ChangeAnswer::Unknown(reason),
+            Outcome::NotSent { reason } => ChangeAnswer::NotSent(reason),
+        };
+        w.receipts.ledger().change_record(&key, &client, &answer, w.now_ms()).await?;
+        fail_step!("change-answer-recorded");
+        self.run.event("change_sent", serde_json::json!({ "kind": kind, "id": id, "change": d.change }));
+        if matches!(answer, ChangeAnswer::Rejected { .. }) {
+            return Ok(Step::Next(self));
+        }
+        let at = self.now + w.cfg.poll_interval_ms;
+        Ok(Step::Finish(self.run.wait(at)))
+    }
+
+    /// A plan Vultr does not list as an upgrade of this VM blocks
+    /// `update_rejected` before anything is sent (a plan only grows).
+    async fn upgrade_check(&mut self, id: &str, plan: &str) -> Result<Upgrade, EngineError> {
+        let w = self.run.w;
+        let plans = w.provider.instance_upgrade_plans(&VultrInstanceId(id.to_owned())).await;
+        self.run.halted()?;
+        Ok(match plans {
+            Ok(plans) if plans.iter().any(|p| p == plan) => Upgrade::Offered,
+            Ok(plans) => Upgrade::Refused(
+                BlockedReason::UpdateRejected,
+                format!(
+                    "vm {id}: plan {plan} is not among the upgrades Vultr offers for it ({}); a plan only grows, \
+                     and nothing was sent: `client update --plan` one of those, or back to the plan it has",
+                    if plans.is_empty() { "none".to_owned() } else { plans.join(", ") }
+                ),
+            ),
+            Err(e) => {
+                // Counted like the preflight's failed reads: past the polling
+                // limit the client blocks with the error as evidence.
+                let progress = &mut self.run.infra.progress;
+                let n = progress.get("upgrades_read_failures").and_then(serde_json::Value::as_i64).unwrap_or(0) + 1;
+                progress["upgrades_read_failures"] = serde_json::json!(n);
+                if n >= w.cfg.observations_max {
+                    let detail =
+                        format!("vm {id}: reading its upgrades failed {n} times (the polling limit); last: {e}");
+                    Upgrade::Refused(BlockedReason::ProviderUnavailable, detail)
+                } else {
+                    Upgrade::ReadAgainAt(self.now + poll_delay(w.cfg.poll_interval_ms, n))
+                }
+            }
+        })
+    }
+
+    /// A read shows the spec: the change is done.
+    pub(super) async fn confirm_change(mut self, kind: ResourceKind, view: &View) -> Result<Step<'a, P>, EngineError> {
+        let w = self.run.w;
+        let c = view
+            .change_of(&self.run.infra, kind)
+            .ok_or_else(|| EngineError::Invariant("confirm without a change".into()))?;
+        w.receipts.ledger().change_confirm(&c.operation_key, &self.run.infra.client_id, w.now_ms()).await?;
+        fail_step!("change-confirmed");
+        self.run
+            .event("change_confirmed", serde_json::json!({ "kind": kind, "id": c.resource_id, "change": c.change }));
+        Ok(Step::Next(self))
+    }
+
+    /// A read that does not show the change yet counts against the polling
+    /// limit; the run waits for the next poll.
+    pub(super) async fn count_change(self, kind: ResourceKind, view: &View) -> Result<Step<'a, P>, EngineError> {
+        let w = self.run.w;
+        let c = view
+            .change_of(&self.run.infra, kind)
+            .ok_or_else(|| EngineError::Invariant("count without a change".into()))?;
+        let summary = match &self.seen[slot(kind)].1 {
+            Seen::Present(f) => format!("{}: {}", f.state, f.drift.as_ref().map_or("", |d| d.what.as_str())),
+            other => format!("{other:?}"),
+        };
+        let n = w.receipts.ledger().change_observe(&c.operation_key, &summary).await?;
+        let at = self.now + poll_delay(w.cfg.poll_interval_ms, n);
+        Ok(Step::Finish(self.run.wait(at)))
+    }
+}

@@ -1,0 +1,152 @@
+//! Changing a client's spec (issue 16): what `client update` may change in
+//! place, and the one-line refusal for what Vultr cannot do in place.
+//!
+//! A running VM can move to a larger plan and change its tags and firewall
+//! group (PATCH /instances/{id}); a volume can grow (PATCH /blocks/{id}).
+//! Vultr cannot move a VM to another region, shrink a plan or a volume, or
+//! change the image without a reinstall, which wipes the disk and is out of
+//! scope. Before anything was created (a client blocked `create_rejected`
+//! or `preflight_failed`, say), every field may be corrected: the next
+//! dispatch sends the corrected spec.
+//!
+//! Pure: the store applies it inside the transaction that bumps the
+//! generation and enqueues the job.
+
+use crate::{ClientSpec, SpecError};
+use serde::{Deserialize, Serialize};
+
+/// The fields `client update` and `PATCH /api/v1/clients/{name}` take. A
+/// field left out keeps its value.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpecUpdate {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_gb: Option<i64>,
+    /// The whole list (Vultr's PATCH replaces it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Vec<String>>,
+    /// `""` detaches the firewall group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firewall_group: Option<String>,
+}
+
+/// Why an update is refused, in one line an operator can act on.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UpdateRefused {
+    #[error("nothing to change: give at least one of --region, --plan, --volume-gb, --tag, --firewall-group")]
+    Empty,
+    #[error("{0}")]
+    Invalid(#[from] SpecError),
+    #[error(
+        "region {from} -> {to}: Vultr cannot move a server to another region; create a new client in {to} \
+         and move the data"
+    )]
+    Region { from: String, to: String },
+    #[error(
+        "volume {from} GB -> {to} GB: Vultr volumes only grow; create a new client with the smaller volume \
+         and move the data"
+    )]
+    VolumeShrink { from: i64, to: i64 },
+    #[error("the spec already says so: nothing would change")]
+    Unchanged,
+}
+
+impl SpecUpdate {
+    /// The spec after the update, or why it is refused. `created`: the
+    /// client may own a server or volume already (an open receipt), so only
+    /// in-place changes are allowed. A plan downgrade is refused by the
+    /// engine, which reads Vultr's list of upgrades before sending.
+    pub fn apply(&self, spec: &ClientSpec, created: bool) -> Result<ClientSpec, UpdateRefused> {
+        if *self == Self::default() {
+            return Err(UpdateRefused::Empty);
+        }
+        let mut next = spec.clone();
+        if let Some(r) = &self.region {
+            if created && *r != spec.region {
+                return Err(UpdateRefused::Region { from: spec.region.clone(), to: r.clone() });
+            }
+            next.region = r.clone();
+        }
+        if let Some(p) = &self.plan {
+            next.plan = p.clone();
+        }
+        if let Some(gb) = self.volume_gb {
+            if created && gb < spec.volume_gb {
+                return Err(UpdateRefused::VolumeShrink { from: spec.volume_gb, to: gb });
+            }
+            next.volume_gb = gb;
+        }
+        if let Some(t) = &self.tags {
+            next.server.tags = t.clone();
+        }
+        if let Some(f) = &self.firewall_group {
+            next.server.firewall_group = (!f.is_empty()).then(|| f.clone());
+        }
+        // The same checks as a create's, through the same constructors.
+        let image_os = next.image.os_id().unwrap_or(1);
+        ClientSpec::parse(&next.region, &next.plan, image_os, next.volume_gb, next.volume_type.as_str())?;
+        next.server.check()?;
+        if next == *spec {
+            return Err(UpdateRefused::Unchanged);
+        }
+        Ok(next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> ClientSpec {
+        let mut s = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
+        s.server.hostname = "acme".into();
+        s
+    }
+
+    #[test]
+    fn in_place_changes_apply() {
+        let u = SpecUpdate {
+            plan: Some("vc2-2c-4gb".into()),
+            volume_gb: Some(80),
+            tags: Some(vec!["a".into()]),
+            firewall_group: Some("3b8066a7-b438-455a-9688-44afc9a3597f".into()),
+            ..SpecUpdate::default()
+        };
+        let next = u.apply(&spec(), true).unwrap();
+        assert_eq!((next.plan.as_str(), next.volume_gb), ("vc2-2c-4gb", 80));
+        assert_eq!(next.server.tags, vec!["a".to_owned()]);
+        assert!(next.server.firewall_group.is_some());
+        let detach = SpecUpdate { firewall_group: Some(String::new()), ..SpecUpdate::default() };
+        assert_eq!(detach.apply(&next, true).unwrap().server.firewall_group, None);
+    }
+
+    #[test]
+    fn what_vultr_cannot_do_in_place_is_refused_once_created() {
+        let region = SpecUpdate { region: Some("ams".into()), ..SpecUpdate::default() };
+        assert!(matches!(region.apply(&spec(), true), Err(UpdateRefused::Region { .. })));
+        // Before anything exists, a region can be corrected.
+        assert_eq!(region.apply(&spec(), false).unwrap().region, "ams");
+        let shrink = SpecUpdate { volume_gb: Some(20), ..SpecUpdate::default() };
+        let e = shrink.apply(&spec(), true).unwrap_err();
+        assert!(e.to_string().contains("only grow"), "{e}");
+        assert_eq!(SpecUpdate::default().apply(&spec(), true), Err(UpdateRefused::Empty));
+        let same = SpecUpdate { plan: Some("vc2-1c-1gb".into()), ..SpecUpdate::default() };
+        assert_eq!(same.apply(&spec(), true), Err(UpdateRefused::Unchanged));
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_create_checks() {
+        let plan = SpecUpdate { plan: Some("VC2".into()), ..SpecUpdate::default() };
+        assert!(matches!(plan.apply(&spec(), true), Err(UpdateRefused::Invalid(SpecError::Plan(_)))));
+        let big = SpecUpdate { volume_gb: Some(10_001), ..SpecUpdate::default() };
+        assert!(matches!(big.apply(&spec(), true), Err(UpdateRefused::Invalid(SpecError::VolumeSize { .. }))));
+        let fw = SpecUpdate { firewall_group: Some("nope".into()), ..SpecUpdate::default() };
+        assert!(matches!(fw.apply(&spec(), true), Err(UpdateRefused::Invalid(SpecError::NotAnId { .. }))));
+        let tag = SpecUpdate { tags: Some(vec![String::new()]), ..SpecUpdate::default() };
+        assert!(matches!(tag.apply(&spec(), true), Err(UpdateRefused::Invalid(SpecError::Tag(_)))));
+    }
+}

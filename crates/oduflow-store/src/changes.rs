@@ -1,0 +1,350 @@
+//! Changes to a running client (issue 16): `client update`, and the change
+//! receipts the engine claims before each PATCH.
+//!
+//! An update commits the new spec, bumps the generation (so a run in flight
+//! becomes a no-op at its finish) and enqueues the job in one transaction.
+//! A change receipt is keyed by client, resource and spec generation: it is
+//! committed before its PATCH leaves, on the receipt ledger's own
+//! connection, so a crash or a rollback cannot lose it, and nothing here
+//! deletes one or rewrites what it records (the schema's triggers refuse).
+
+use crate::queue::Conn;
+use crate::receipts::{ledger_write, write_tx};
+use crate::rows::{ClientRow, RowExt};
+use crate::{Db, ReceiptLedger, Result, Store, StoreError, both, queue};
+use oduflow_model::decide::ChangeFacts;
+use oduflow_model::update::SpecUpdate;
+use oduflow_model::*;
+use serde::Serialize;
+
+/// A change receipt to claim before its PATCH is sent.
+#[derive(Clone, Debug)]
+pub struct NewChange {
+    pub client_ref: ClientId,
+    pub resource_kind: ResourceKind,
+    pub resource_id: String,
+    pub spec_generation: i64,
+    /// The PATCH's content (JSON of the engine's change).
+    pub change: serde_json::Value,
+    pub key_fingerprint: KeyFingerprint,
+    pub claimed_ms: i64,
+}
+
+impl NewChange {
+    /// The receipt's key: one per client, resource and spec generation.
+    pub fn operation_key(&self) -> String {
+        change_key(&self.client_ref, self.resource_kind, self.spec_generation, &self.resource_id)
+    }
+}
+
+/// The key of the change receipt for this resource at this spec generation.
+pub fn change_key(client: &ClientId, kind: ResourceKind, spec_generation: i64, resource_id: &str) -> String {
+    format!("change:{client}:{}:{spec_generation}:{resource_id}", kind.as_str())
+}
+
+/// One change receipt, as `client show` and the engine read it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ChangeRow {
+    pub operation_key: String,
+    pub resource_kind: ResourceKind,
+    pub resource_id: String,
+    pub spec_generation: i64,
+    pub change: serde_json::Value,
+    pub claimed_ms: i64,
+    pub sent_ms: Option<i64>,
+    pub not_sent_ms: Option<i64>,
+    pub not_sent_count: i64,
+    pub not_sent_reason: Option<String>,
+    /// `accepted`, `unknown: <why>`, `nothing_to_change` or `rejected`.
+    pub outcome: Option<String>,
+    pub rejection_status: Option<i64>,
+    pub rejection_message: Option<String>,
+    pub observation_count: i64,
+    pub last_observation: Option<String>,
+    pub confirmed_ms: Option<i64>,
+}
+
+impl ChangeRow {
+    /// What the decision needs to know of it.
+    pub fn facts(&self) -> ChangeFacts {
+        if self.confirmed_ms.is_some() {
+            ChangeFacts::Confirmed
+        } else if let (Some(status), Some(message)) = (self.rejection_status, &self.rejection_message) {
+            ChangeFacts::Rejected { status: u16::try_from(status).unwrap_or(0), message: message.clone() }
+        } else if self.not_sent_ms.is_some() {
+            let reason = self.not_sent_reason.clone().unwrap_or_default();
+            ChangeFacts::NotSent { count: self.not_sent_count, reason }
+        } else {
+            // Claimed and maybe sent (a crash between the claim and the
+            // send cannot be told from a lost answer): only reads tell.
+            ChangeFacts::Sent { observations: self.observation_count }
+        }
+    }
+
+    /// One line for `client show`.
+    pub fn summary(&self) -> String {
+        let state = match self.facts() {
+            ChangeFacts::Confirmed => "confirmed by a read".to_owned(),
+            ChangeFacts::Rejected { status, message } => format!("rejected with {status}: {message}"),
+            ChangeFacts::NotSent { count, reason } => format!("not sent ({count} times): {reason}"),
+            ChangeFacts::Sent { observations } => format!(
+                "{}; {observations} read(s) since",
+                self.outcome.as_deref().unwrap_or("claimed, outcome unknown")
+            ),
+            ChangeFacts::None => String::new(),
+        };
+        format!(
+            "{} {} at spec generation {}: {} — {state}",
+            self.resource_kind.as_str(),
+            self.resource_id,
+            self.spec_generation,
+            self.change
+        )
+    }
+}
+
+const CHANGE_COLUMNS: &str = "operation_key, resource_kind, resource_id, spec_generation, change, claimed_ms, \
+    sent_ms, not_sent_ms, not_sent_count, not_sent_reason, outcome, rejection_status, rejection_message, \
+    observation_count, last_observation, confirmed_ms";
+
+fn change_from_row(r: &impl RowExt) -> Result<ChangeRow> {
+    let kind = r.text("resource_kind")?;
+    let change = r.text("change")?;
+    Ok(ChangeRow {
+        operation_key: r.text("operation_key")?,
+        resource_kind: ResourceKind::parse(&kind).ok_or_else(|| StoreError::Corrupt(format!("kind {kind:?}")))?,
+        resource_id: r.text("resource_id")?,
+        spec_generation: r.int("spec_generation")?,
+        change: serde_json::from_str(&change).map_err(|e| StoreError::Corrupt(format!("change {e}")))?,
+        claimed_ms: r.int("claimed_ms")?,
+        sent_ms: r.int_opt("sent_ms")?,
+        not_sent_ms: r.int_opt("not_sent_ms")?,
+        not_sent_count: r.int("not_sent_count")?,
+        not_sent_reason: r.text_opt("not_sent_reason")?,
+        outcome: r.text_opt("outcome")?,
+        rejection_status: r.int_opt("rejection_status")?,
+        rejection_message: r.text_opt("rejection_message")?,
+        observation_count: r.int("observation_count")?,
+        last_observation: r.text_opt("last_observation")?,
+        confirmed_ms: r.int_opt("confirmed_ms")?,
+    })
+}
+
+/// How a change's PATCH was answered, as recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChangeAnswer {
+    Accepted,
+    /// The outcome is unknown; only reads will tell.
+    Unknown(String),
+    /// "Nothing to change": whatever a read showed before, it now shows the
+    /// change (or something else did it); read again.
+    NothingToChange,
+    Rejected {
+        status: u16,
+        message: String,
+    },
+    /// Provably never left: it may be sent again on this receipt.
+    NotSent(String),
+}
+
+/// The blocks a `client update` lifts: the new spec is their fix.
+fn update_resolves(r: BlockedReason) -> bool {
+    matches!(
+        r,
+        BlockedReason::UpdateRejected
+            | BlockedReason::UncertainUpdate
+            | BlockedReason::ConfigMismatch
+            | BlockedReason::NotReady
+    )
+}
+
+impl Store {
+    /// Changes a client's spec: the new spec, a new generation and the job,
+    /// in one transaction. Refused, changing nothing, when the client does
+    /// not exist, is being deleted, or the change cannot be made in place
+    /// (see [`SpecUpdate::apply`]). A client blocked on a change, or
+    /// `config_mismatch` or `not_ready`, is unblocked: the update is its fix.
+    /// Any other block stays: the operator's `reconcile` (with
+    /// `--new-dispatch` after a rejected create) sends the corrected spec.
+    pub async fn client_update(&self, name: &str, u: &SpecUpdate, now_ms: i64, attempts_max: i32) -> Result<ClientRow> {
+        crate::named("client_update", async move {
+            let client = self.client_get(name).await?.ok_or_else(|| StoreError::ClientNotFound(name.to_owned()))?;
+            if client.infra.target == Target::Absent {
+                return Err(StoreError::ClientAbsent(name.to_owned()));
+            }
+            // Something may exist at the provider: an open receipt of a VM
+            // or a volume (a recorded id, or an outcome not yet known).
+            let created = self
+                .receipts_for_client(&client.id)
+                .await?
+                .iter()
+                .any(|r| r.resource_kind != ResourceKind::Attach && r.is_open());
+            let spec = u.apply(&client.infra.spec, created)?;
+            let image = serde_json::to_string(&spec.image).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let server = serde_json::to_string(&spec.server).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            both!(self, p => {
+                let mut tx = crate::BeginWrite::begin_write(p).await?;
+                // The generation read before must still be current: a flip
+                // or another update in between is answered as a conflict.
+                let generation = client.infra.generation + 1;
+                // A block the update itself resolves (a change refused or
+                // not seen, a server that differs from the spec) is lifted;
+                // any other stays until `reconcile`.
+                let blocked = client.infra.status == ClientStatus::Blocked
+                    && !client.infra.blocked_reason.is_some_and(update_resolves);
+                let n = sqlx::query(
+                    "UPDATE infra SET region = $3, plan = $4, os_id = $5, volume_gb = $6, image = $7, server = $8, \
+                     generation = $2, spec_generation = $2, spec_updated_ms = $9, updated_ms = $9, \
+                     status = CASE WHEN $10 THEN status ELSE 'provisioning' END, \
+                     blocked_reason = CASE WHEN $10 THEN blocked_reason END, \
+                     blocked_detail = CASE WHEN $10 THEN blocked_detail END \
+                     WHERE client_id = $1 AND generation = $2 - 1 AND target = 'present'")
+                    .bind(client.id.as_str()).bind(generation).bind(&spec.region).bind(&spec.plan)
+                    .bind(spec.image.os_id().unwrap_or(0)).bind(spec.volume_gb).bind(&image).bind(&server)
+                    .bind(now_ms).bind(blocked)
+                    .execute(&mut *tx).await?.rows_affected();
+                if n == 0 {
+                    return Err(StoreError::ClientMoved(name.to_owned()));
+                }
+                if !blocked {
+                    let job = queue::NewJob::for_client(&client.id, JobKind::Provision, generation, now_ms, attempts_max);
+                    queue::job_insert(&mut *tx, &job).await?;
+                }
+                queue::event_insert(&mut *tx, Some(&client.id), "client_update_requested",
+                    &serde_json::json!({ "generation": generation, "update": u, "blocked": blocked }), now_ms).await?;
+                tx.commit().await?;
+            });
+            self.client_get(name).await?.ok_or_else(|| StoreError::ClientNotFound(name.to_owned()))
+        })
+        .await
+    }
+
+    /// Every change receipt of a client, oldest first.
+    pub async fn changes_for_client(&self, client: &ClientId) -> Result<Vec<ChangeRow>> {
+        crate::named("changes_for_client", async move {
+            let sql = sqlx::AssertSqlSafe(format!(
+                "SELECT {CHANGE_COLUMNS} FROM change_receipts WHERE client_ref = $1 ORDER BY claimed_ms, operation_key"
+            ));
+            both!(self, p => {
+                let rows = sqlx::query(sql).bind(client.as_str()).fetch_all(p).await?;
+                rows.iter().map(change_from_row).collect()
+            })
+        })
+        .await
+    }
+}
+
+impl ReceiptLedger {
+    /// Commits a change receipt. Must happen before its PATCH is sent; a
+    /// receipt that exists already is refused (`ReceiptExists`).
+    pub async fn change_claim(&self, c: &NewChange) -> Result<String> {
+        crate::named("change_claim", async move {
+            let key = c.operation_key();
+            ledger_write!(self.store(), tx => {
+                let n = sqlx::query(
+                    "INSERT INTO change_receipts (operation_key, client_ref, resource_kind, resource_id, \
+                     spec_generation, change, key_fingerprint, claimed_ms) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING")
+                    .bind(&key).bind(c.client_ref.as_str()).bind(c.resource_kind.as_str()).bind(&c.resource_id)
+                    .bind(c.spec_generation).bind(c.change.to_string()).bind(c.key_fingerprint.as_str())
+                    .bind(c.claimed_ms)
+                    .execute(&mut *tx).await?.rows_affected();
+                if n == 0 {
+                    return Err(StoreError::ReceiptExists(key));
+                }
+                (*tx).event_insert(Some(&c.client_ref), "change_claimed", &serde_json::json!({
+                    "operation_key": key, "kind": c.resource_kind, "id": c.resource_id, "change": c.change,
+                }), c.claimed_ms).await?;
+            });
+            Ok(key)
+        })
+        .await
+    }
+
+    /// Records that the PATCH is about to leave (cleared "not sent" marks:
+    /// from here on it may have been applied).
+    pub async fn change_mark_sent(&self, key: &str, client: &ClientId, now_ms: i64) -> Result<()> {
+        crate::named("change_mark_sent", async move {
+            ledger_write!(self.store(), tx => {
+                let n = sqlx::query("UPDATE change_receipts SET sent_ms = COALESCE(sent_ms, $2), not_sent_ms = NULL \
+                     WHERE operation_key = $1")
+                    .bind(key).bind(now_ms).execute(&mut *tx).await?.rows_affected();
+                if n == 0 {
+                    return Err(StoreError::ReceiptNotFound(key.to_owned()));
+                }
+                (*tx).event_insert(Some(client), "request_sent", &serde_json::json!({ "operation_key": key }), now_ms)
+                    .await?;
+            });
+            Ok(())
+        })
+        .await
+    }
+
+    /// Records how the PATCH was answered.
+    pub async fn change_record(&self, key: &str, client: &ClientId, answer: &ChangeAnswer, now_ms: i64) -> Result<()> {
+        crate::named("change_record", async move {
+            let (outcome, status, message, not_sent) = match answer {
+                ChangeAnswer::Accepted => ("accepted".to_owned(), None, None, None),
+                ChangeAnswer::Unknown(why) => (format!("unknown: {why}"), None, None, None),
+                ChangeAnswer::NothingToChange => ("nothing_to_change".to_owned(), None, None, None),
+                ChangeAnswer::Rejected { status, message } => {
+                    ("rejected".to_owned(), Some(i64::from(*status)), Some(message.clone()), None)
+                }
+                ChangeAnswer::NotSent(why) => ("not_sent".to_owned(), None, None, Some(why.clone())),
+            };
+            ledger_write!(self.store(), tx => {
+                let n = match &not_sent {
+                    Some(why) => sqlx::query(
+                        "UPDATE change_receipts SET not_sent_ms = $2, not_sent_reason = $3, \
+                         not_sent_count = not_sent_count + 1 WHERE operation_key = $1 AND rejection_status IS NULL")
+                        .bind(key).bind(now_ms).bind(why).execute(&mut *tx).await?.rows_affected(),
+                    None => sqlx::query(
+                        "UPDATE change_receipts SET outcome = $2, rejection_status = $3, rejection_message = $4 \
+                         WHERE operation_key = $1 AND rejection_status IS NULL")
+                        .bind(key).bind(&outcome).bind(status).bind(&message)
+                        .execute(&mut *tx).await?.rows_affected(),
+                };
+                if n == 0 {
+                    return Err(StoreError::ReceiptNotFound(key.to_owned()));
+                }
+                (*tx).event_insert(Some(client), "change_answered", &serde_json::json!({
+                    "operation_key": key, "outcome": outcome, "status": status, "message": message, "reason": not_sent,
+                }), now_ms).await?;
+            });
+            Ok(())
+        })
+        .await
+    }
+
+    /// Counts one read that did not show the change; returns the count.
+    pub async fn change_observe(&self, key: &str, summary: &str) -> Result<i64> {
+        crate::named("change_observe", async move {
+            Ok(ledger_write!(self.store(), tx => {
+                sqlx::query_scalar::<_, i64>(
+                    "UPDATE change_receipts SET observation_count = observation_count + 1, last_observation = $2 \
+                     WHERE operation_key = $1 RETURNING observation_count")
+                    .bind(key).bind(summary)
+                    .fetch_optional(&mut *tx).await?
+                    .ok_or_else(|| StoreError::ReceiptNotFound(key.to_owned()))?
+            }))
+        })
+        .await
+    }
+
+    /// Records that a read showed the change (once).
+    pub async fn change_confirm(&self, key: &str, client: &ClientId, now_ms: i64) -> Result<()> {
+        crate::named("change_confirm", async move {
+            ledger_write!(self.store(), tx => {
+                let n = sqlx::query("UPDATE change_receipts SET confirmed_ms = $2 WHERE operation_key = $1 \
+                     AND confirmed_ms IS NULL AND rejection_status IS NULL")
+                    .bind(key).bind(now_ms).execute(&mut *tx).await?.rows_affected();
+                if n == 1 {
+                    (*tx).event_insert(Some(client), "change_confirmed", &serde_json::json!({ "operation_key": key }),
+                        now_ms).await?;
+                }
+            });
+            Ok(())
+        })
+        .await
+    }
+}

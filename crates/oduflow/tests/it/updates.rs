@@ -1,0 +1,243 @@
+//! Changing a running client (issue 16), end to end through the CLI, a
+//! worker process and the simulator: one PATCH per change receipt, confirmed
+//! by a read, never a second allocation; what Vultr cannot do in place is
+//! refused before anything is stored.
+
+use super::*;
+use oduflow_sim::{Faults, Op};
+
+oduflow_store::on_both_stores!(
+    super::super::env_of =>
+    an_update_grows_plan_volume_and_tags_with_one_patch_each,
+    what_cannot_change_in_place_is_refused_and_changes_nothing,
+    a_plan_that_is_not_an_upgrade_blocks_before_any_patch,
+    a_lost_patch_answer_is_resolved_by_reading_never_by_resending,
+    a_rejected_spec_is_corrected_by_update_and_reconcile,
+);
+
+fn create(env: &Env, name: &str, extra: &[&str]) {
+    let mut args = vec![
+        "client",
+        "create",
+        name,
+        "--region",
+        "ewr",
+        "--plan",
+        "vc2-1c-1gb",
+        "--os-id",
+        "2284",
+        "--volume-gb",
+        "40",
+    ];
+    args.extend_from_slice(extra);
+    env.ok(&args);
+}
+
+fn settle(env: &Env) {
+    let o = env.run(&["worker", "--until-settled"]);
+    assert!(o.status.success(), "worker: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn show(env: &Env, name: &str) -> serde_json::Value {
+    serde_json::from_str(&env.ok(&["client", "show", name, "--json"])).unwrap()
+}
+
+/// `client update --plan --volume-gb --tag`: the generation moves on, one
+/// PATCH per resource reaches the simulator, each is confirmed by a read,
+/// the client ends ready on the new spec, and nothing was created twice.
+async fn an_update_grows_plan_volume_and_tags_with_one_patch_each(env: Env) {
+    env.ok(&["init"]);
+    create(&env, "acme", &["--tag", "web"]);
+    settle(&env);
+    let before = show(&env, "acme");
+    assert_eq!(before["status"], "ready", "{before}");
+    let out =
+        env.ok(&["client", "update", "acme", "--plan", "vc2-2c-4gb", "--volume-gb", "80", "--tag", "db", "--json"]);
+    let asked: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(asked["generation"], before["generation"].as_i64().unwrap() + 1, "{out}");
+    assert_eq!(asked["status"], "provisioning", "{out}");
+    settle(&env);
+    let after = show(&env, "acme");
+    assert_eq!(after["status"], "ready", "{after}");
+    assert_eq!(after["vm_id"], before["vm_id"], "the same server, changed in place");
+    assert_eq!(after["volume_id"], before["volume_id"]);
+    let ledger = env.sim.ledger();
+    assert!(ledger.creates_per_label.values().all(|n| *n == 1), "{:?}", ledger.creates_per_label);
+    assert_eq!(ledger.creates_per_label.len(), 2, "one VM, one volume");
+    assert_eq!(ledger.instance_patch_bodies.len(), 1, "{:?}", ledger.instance_patch_bodies);
+    let body = &ledger.instance_patch_bodies[0]["body"];
+    assert_eq!(body, &serde_json::json!({ "plan": "vc2-2c-4gb", "tags": ["db"] }), "only what changes");
+    assert_eq!(ledger.block_patch_bodies.len(), 1, "{:?}", ledger.block_patch_bodies);
+    assert_eq!(ledger.block_patch_bodies[0]["body"], serde_json::json!({ "size_gb": 80 }));
+    let changes = after["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 2, "{after}");
+    assert!(changes.iter().all(|c| c["confirmed_ms"].is_i64() && c["sent_ms"].is_i64()), "{after}");
+    let text = env.ok(&["client", "show", "acme"]);
+    assert!(text.contains("changes:") && text.contains("confirmed by a read"), "{text}");
+    // Another worker pass changes nothing more.
+    settle(&env);
+    assert_eq!(env.sim.ledger().instance_patch_bodies.len(), 1);
+}
+
+/// A region change, a smaller volume, a bad plan id, an update that changes
+/// nothing or names no client: exit code 2, one line saying why, and the
+/// record as it was (no generation, no job).
+async fn what_cannot_change_in_place_is_refused_and_changes_nothing(env: Env) {
+    env.ok(&["init"]);
+    create(&env, "acme", &[]);
+    settle(&env);
+    let before = show(&env, "acme");
+    let cases: [(&[&str], &str); 6] = [
+        (&["--region", "ams"], "another region"),
+        (&["--volume-gb", "20"], "only grow"),
+        (&["--plan", "VC2"], "plan"),
+        (&["--plan", "vc2-1c-1gb"], "nothing would change"),
+        (&[], "nothing to change"),
+        (&["--firewall-group", "nope"], "firewall_group"),
+    ];
+    for (flags, why) in cases {
+        let mut args = vec!["client", "update", "acme"];
+        args.extend_from_slice(flags);
+        let o = env.run(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(why), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
+    let o = env.run(&["client", "update", "nobody", "--plan", "vc2-2c-4gb"]);
+    assert_eq!(o.status.code(), Some(2));
+    let after = show(&env, "acme");
+    assert_eq!(after["generation"], before["generation"]);
+    assert_eq!(after["status"], "ready");
+    let jobs = env.store().await.queue_status(i64::MAX).await.unwrap();
+    assert!(jobs.is_settled(), "{jobs:?}");
+    // A deleted client is created again, not updated.
+    env.ok(&["client", "delete", "acme"]);
+    let o = env.run(&["client", "update", "acme", "--plan", "vc2-2c-4gb"]);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("client create"));
+}
+
+/// A plan Vultr does not offer as an upgrade (a smaller one): the worker
+/// reads the list of upgrades, sends no PATCH, and blocks
+/// `update_rejected` with the plans it could take.
+async fn a_plan_that_is_not_an_upgrade_blocks_before_any_patch(env: Env) {
+    env.ok(&["init"]);
+    env.ok(&[
+        "client",
+        "create",
+        "acme",
+        "--region",
+        "ewr",
+        "--plan",
+        "vc2-1c-2gb",
+        "--os-id",
+        "2284",
+        "--volume-gb",
+        "40",
+    ]);
+    settle(&env);
+    env.ok(&["client", "update", "acme", "--plan", "vc2-1c-1gb"]);
+    settle(&env);
+    let v = show(&env, "acme");
+    assert_eq!(v["status"], "blocked", "{v}");
+    assert_eq!(v["blocked_reason"], "update_rejected", "{v}");
+    let detail = v["blocked_detail"].as_str().unwrap();
+    assert!(
+        detail.contains("vc2-1c-1gb") && detail.contains("vc2-2c-4gb") && detail.contains("nothing was sent"),
+        "{detail}"
+    );
+    assert!(env.sim.ledger().instance_patch_bodies.is_empty());
+    assert!(v["resolve"].to_string().contains("client update acme --plan"), "{v}");
+    // Back to the plan it has: ready again, still without a PATCH.
+    env.ok(&["client", "update", "acme", "--plan", "vc2-1c-2gb"]);
+    env.ok(&["reconcile", "acme"]);
+    settle(&env);
+    assert_eq!(show(&env, "acme")["status"], "ready");
+    assert!(env.sim.ledger().instance_patch_bodies.is_empty());
+}
+
+/// The PATCH is applied but its answer lost (a 500 after applying): the
+/// worker reads until the resize shows, confirms, and never sends it again.
+async fn a_lost_patch_answer_is_resolved_by_reading_never_by_resending(env: Env) {
+    env.ok(&["init"]);
+    create(&env, "acme", &[]);
+    settle(&env);
+    let lost = Faults {
+        lost_5xx: 1.0,
+        ops: vec![Op::InstancePatch, Op::BlockPatch],
+        faults_max: Some(2),
+        ..Faults::default()
+    };
+    env.sim.set_faults(lost).unwrap();
+    env.ok(&["client", "update", "acme", "--plan", "vc2-2c-4gb", "--volume-gb", "50"]);
+    settle(&env);
+    let v = show(&env, "acme");
+    assert_eq!(v["status"], "ready", "{v}");
+    let ledger = env.sim.ledger();
+    assert_eq!(ledger.faults.len(), 2, "both answers were lost: {:?}", ledger.faults);
+    assert_eq!(ledger.instance_patch_bodies.len(), 1);
+    assert_eq!(ledger.block_patch_bodies.len(), 1);
+    assert_eq!(ledger.requests.get("PATCH /v2/instances/{id}").copied(), Some(1), "{:?}", ledger.requests);
+    assert_eq!(ledger.requests.get("PATCH /v2/blocks/{id}").copied(), Some(1), "{:?}", ledger.requests);
+    let changes = v["changes"].as_array().unwrap();
+    assert!(changes.iter().all(|c| c["outcome"].as_str().unwrap().starts_with("unknown")), "{v}");
+    assert!(changes.iter().all(|c| c["confirmed_ms"].is_i64()), "{v}");
+}
+
+/// A spec Vultr refuses (a region it does not have): the client blocks
+/// before anything is created (the worker's preflight catches it; a create
+/// answered 400 is corrected the same way, then `reconcile --new-dispatch`); `client update --region` corrects it (a
+/// region may change while nothing exists) and `reconcile` sends the
+/// corrected spec. A deleted client's name is created again with another
+/// spec.
+async fn a_rejected_spec_is_corrected_by_update_and_reconcile(env: Env) {
+    env.ok(&["init"]);
+    env.ok(&[
+        "client",
+        "create",
+        "typo",
+        "--region",
+        "zzz",
+        "--plan",
+        "vc2-1c-1gb",
+        "--os-id",
+        "2284",
+        "--volume-gb",
+        "40",
+        "--no-preflight",
+    ]);
+    settle(&env);
+    let v = show(&env, "typo");
+    assert_eq!(
+        (v["status"].as_str(), v["blocked_reason"].as_str()),
+        (Some("blocked"), Some("preflight_failed")),
+        "{v}"
+    );
+    env.ok(&["client", "update", "typo", "--region", "ewr"]);
+    env.ok(&["reconcile", "typo"]);
+    settle(&env);
+    let v = show(&env, "typo");
+    assert_eq!(v["status"], "ready", "{v}");
+    assert_eq!(v["region"], "ewr", "{v}");
+    env.ok(&["client", "delete", "typo"]);
+    settle(&env);
+    assert_eq!(show(&env, "typo")["status"], "deleted");
+    env.ok(&[
+        "client",
+        "create",
+        "typo",
+        "--region",
+        "ams",
+        "--plan",
+        "vc2-1c-2gb",
+        "--os-id",
+        "2284",
+        "--volume-gb",
+        "50",
+    ]);
+    settle(&env);
+    let v = show(&env, "typo");
+    assert_eq!(v["status"], "ready", "{v}");
+    assert_eq!((v["region"].as_str(), v["plan"].as_str()), (Some("ams"), Some("vc2-1c-2gb")), "{v}");
+}
