@@ -206,7 +206,9 @@ impl H {
     /// what "changes nothing" is checked against.
     async fn footprint(&self) -> (Vec<i64>, usize, u64) {
         let mut counts = vec![];
-        for t in ["clients", "infra", "jobs", "dispatch_receipts", "events", "settings", "api_tokens"] {
+        for t in
+            ["clients", "infra", "jobs", "dispatch_receipts", "change_receipts", "events", "settings", "api_tokens"]
+        {
             counts.push(oduflow_store::testing::table_count(&self.store, t).await);
         }
         let provider_calls = self.provider.stats().snapshot().requests.len();
@@ -247,6 +249,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/v1/clients"),
     ("GET", "/api/v1/clients/acme"),
     ("DELETE", "/api/v1/clients/acme"),
+    ("PATCH", "/api/v1/clients/acme"),
     ("GET", "/api/v1/clients/acme/receipts"),
     ("GET", "/api/v1/clients/acme/events"),
     ("POST", "/api/v1/clients/acme/reconcile"),
@@ -272,6 +275,7 @@ async fn h_of(db: &oduflow_store::testing::TestDb) -> H {
 oduflow_store::on_both_stores!(
     super::h_of =>
     clients_create_show_list_delete,
+    clients_update_changes_the_spec_and_refuses_what_cannot_change,
     clients_create_from_a_profile,
     metrics_show_jobs_dispatches_blocked_reasons_provider_calls_and_lag,
     bad_input_is_a_4xx_json_error_that_stores_nothing_and_calls_no_provider,
@@ -423,6 +427,48 @@ async fn clients_create_from_a_profile(h: H) {
         assert!(v["error"]["message"].as_str().unwrap_or(&v.to_string()).contains(why), "{body}: {v}");
     }
     assert!(h.store.client_get("beta").await.unwrap().is_none());
+}
+
+/// PATCH /api/v1/clients/{name} (issue 16): answered 202 once the new spec,
+/// the new generation and the job are committed; bad input is a 4xx JSON
+/// error that changes nothing; a deleted client is a conflict.
+async fn clients_update_changes_the_spec_and_refuses_what_cannot_change(h: H) {
+    let (s, v) = h.post("/api/v1/clients", create_body("acme")).await;
+    assert_eq!(s, 201, "{v}");
+    let update = json!({ "plan": "vc2-2c-4gb", "volume_gb": 80, "tags": ["web"] });
+    let (s, v) = h.call(Method::PATCH, "/api/v1/clients/acme", Some(update)).await;
+    assert_eq!(s, 202, "{v}");
+    assert_eq!((v["client"]["plan"].as_str(), v["client"]["volume_gb"].as_i64()), (Some("vc2-2c-4gb"), Some(80)));
+    assert_eq!(v["client"]["generation"], 2, "{v}");
+    let fresh = Store::connect(&h.db_url, false).await.unwrap();
+    let c = fresh.client_get("acme").await.unwrap().unwrap();
+    assert_eq!((c.infra.spec.plan.as_str(), c.infra.spec.server.tags.clone()), ("vc2-2c-4gb", vec!["web".to_owned()]));
+    let jobs = fresh.jobs_for_client(&c.id).await.unwrap();
+    assert_eq!(v["job_id"], jobs.last().unwrap().id.0, "acknowledged with its committed job");
+    assert_eq!(jobs.last().unwrap().generation, 2);
+    let before = h.footprint().await;
+    for (body, status, code) in [
+        (json!({}), 422, "invalid_input"),
+        (json!({ "plan": "VC2" }), 422, "invalid_input"),
+        (json!({ "plan": "vc2-2c-4gb" }), 422, "invalid_input"),
+        (json!({ "volume_gb": 10_001 }), 422, "invalid_input"),
+        (json!({ "volume_gb": "80" }), 422, "invalid_input"),
+        (json!({ "bogus": 1 }), 422, "invalid_input"),
+    ] {
+        assert_error(&h.call(Method::PATCH, "/api/v1/clients/acme", Some(body.clone())).await, status, code);
+    }
+    assert_error(
+        &h.call(Method::PATCH, "/api/v1/clients/nobody", Some(json!({ "plan": "vc2-2c-4gb" }))).await,
+        404,
+        "not_found",
+    );
+    assert_eq!(h.footprint().await, before, "refusals change nothing");
+    h.call(Method::DELETE, "/api/v1/clients/acme", None).await;
+    assert_error(
+        &h.call(Method::PATCH, "/api/v1/clients/acme", Some(json!({ "plan": "vc2-4c-8gb" }))).await,
+        409,
+        "conflict",
+    );
 }
 
 async fn clients_create_show_list_delete(h: H) {

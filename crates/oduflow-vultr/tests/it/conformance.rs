@@ -3,7 +3,7 @@
 
 use crate::openapi::doc;
 use crate::*;
-use oduflow_model::provider::Provider;
+use oduflow_model::provider::{InstanceChange, Provider};
 use oduflow_model::{VultrBlockId, VultrInstanceId};
 use oduflow_sim::{Sim, SimConfig};
 use oduflow_vultr::DnsRecordRequest;
@@ -22,6 +22,7 @@ fn template(path: &str) -> &'static str {
         ["blocks", _, "attach"] => "/blocks/{block-id}/attach",
         ["blocks", _, "detach"] => "/blocks/{block-id}/detach",
         ["instances", _, "backup-schedule"] => "/instances/{instance-id}/backup-schedule",
+        ["instances", _, "upgrades"] => "/instances/{instance-id}/upgrades",
         ["regions", _, "availability"] => "/regions/{region-id}/availability",
         ["os"] => "/os",
         ["applications"] => "/applications",
@@ -91,6 +92,22 @@ async fn every_request_body_the_adapter_sends_conforms() {
     c.block_create(&BlockRequest { block_type: oduflow_model::VolumeType::StorageOpt, ..block_req("oduflow-c") }).await;
     c.block_attach(&VultrBlockId::from("b-1"), &VultrInstanceId::from("i-1")).await;
     c.block_detach(&VultrBlockId::from("b-1")).await.unwrap();
+    // The changes (issue 16): each field alone, all together, a detach of
+    // the firewall group, a volume growth.
+    let changes = [
+        InstanceChange { plan: Some("vc2-2c-4gb".into()), ..InstanceChange::default() },
+        InstanceChange { tags: Some(vec![]), ..InstanceChange::default() },
+        InstanceChange { firewall_group_id: Some(String::new()), ..InstanceChange::default() },
+        InstanceChange {
+            plan: Some("vc2-2c-4gb".into()),
+            tags: Some(vec!["web".into()]),
+            firewall_group_id: Some("1a2b3c4d-5e6f-4a0b-8c9d-0e1f2a3b4c5d".into()),
+        },
+    ];
+    for change in &changes {
+        c.instance_update(&VultrInstanceId::from("i-1"), change).await;
+    }
+    c.block_resize(&VultrBlockId::from("b-1"), 80).await;
     let a = DnsRecordRequest {
         name: "www".into(),
         record_type: "A".into(),
@@ -121,7 +138,7 @@ async fn every_request_body_the_adapter_sends_conforms() {
         assert_eq!(req.headers.get("content-type").unwrap(), "application/json");
         checked += 1;
     }
-    assert_eq!(checked, 7 + 4 + 2, "every POST carried a body");
+    assert_eq!(checked, 7 + 4 + 2 + 5, "every POST and PATCH carried a body");
 }
 
 #[tokio::test]
@@ -159,6 +176,13 @@ async fn every_simulator_answer_conforms_to_its_operation() {
         ("POST", "/blocks/{block}/attach", json!({"instance_id": "{instance}", "live": true}), 204),
         ("GET", "/blocks/{block}", Value::Null, 200),
         ("POST", "/blocks/{block}/detach", json!({"live": true}), 204),
+        // Changes (issue 16): an upgrade, tags, a volume growth, and what
+        // changes nothing.
+        ("GET", "/instances/{instance}/upgrades?type=plans", Value::Null, 200),
+        ("PATCH", "/instances/{instance}", json!({"plan": "vc2-2c-4gb", "tags": ["web"]}), 202),
+        ("PATCH", "/instances/{instance}", json!({"tags": ["web"]}), 400),
+        ("PATCH", "/blocks/{block}", json!({"size_gb": 20}), 204),
+        ("PATCH", "/blocks/{block}", json!({"size_gb": 20}), 400),
         ("POST", "/domains/example.com/records", json!({"name": "www", "type": "A", "data": "192.0.2.1"}), 201),
         ("GET", "/domains/example.com/records", Value::Null, 200),
         ("GET", "/domains/example.com/records/{record}", Value::Null, 200),
