@@ -1,10 +1,13 @@
 //! An identity adapter that runs configured commands, for systems oduflow does
 //! not ship (a WireGuard peer, a Salt minion key). Each command gets the
 //! client in its environment (`ODUFLOW_CLIENT`, `ODUFLOW_CLIENT_ID`,
-//! `ODUFLOW_MAIN_IP`, `ODUFLOW_V6_MAIN_IP`, `ODUFLOW_HOSTNAME`, `ODUFLOW_MOUNT_ID`) and prints one JSON object on stdout:
-//! `{"ok": true, "detail": "..."}` for ensure and remove, `{"present": bool,
-//! "detail": "..."}` for check. A non-zero exit, unreadable output or running
-//! past the timeout is a failure.
+//! `ODUFLOW_MAIN_IP`, `ODUFLOW_V6_MAIN_IP`, `ODUFLOW_HOSTNAME`, `ODUFLOW_MOUNT_ID`,
+//! `ODUFLOW_PLAN`, `ODUFLOW_VOLUME_GB`) and prints one JSON object on stdout:
+//! `{"ok": true, "detail": "..."}` for ensure, remove and update,
+//! `{"present": bool, "detail": "..."}` for check. A non-zero exit,
+//! unreadable output or running past the timeout is a failure. The optional
+//! `update` command runs once a change to the server or volume has been
+//! confirmed (issue 16: grow the filesystem onto a larger volume, say).
 
 use oduflow_model::identity::*;
 use serde::Deserialize;
@@ -18,6 +21,9 @@ pub struct CommandAdapterConfig {
     pub ensure: Vec<String>,
     pub check: Vec<String>,
     pub remove: Vec<String>,
+    /// Optional: run after a confirmed change, with the new facts.
+    #[serde(default)]
+    pub update: Vec<String>,
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
 }
@@ -62,6 +68,8 @@ impl CommandAdapter {
             .env("ODUFLOW_V6_MAIN_IP", &t.outputs.v6_main_ip)
             .env("ODUFLOW_HOSTNAME", &t.hostname)
             .env("ODUFLOW_MOUNT_ID", &t.outputs.mount_id)
+            .env("ODUFLOW_PLAN", &t.plan)
+            .env("ODUFLOW_VOLUME_GB", t.volume_gb.to_string())
             .env_remove("VULTR_API_KEY")
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true);
@@ -119,5 +127,18 @@ impl IdentityAdapter for CommandAdapter {
                 _ => Err(format!("remove refused: {}", a.detail)),
             }
         })
+    }
+
+    fn update<'a>(&'a self, t: &'a IdentityTarget) -> Option<BoxFuture<'a, Result<String, String>>> {
+        if self.cfg.update.is_empty() {
+            return None;
+        }
+        Some(Box::pin(async move {
+            let a = self.run(&self.cfg.update, t).await?;
+            match a.ok {
+                Some(true) => Ok(a.detail),
+                _ => Err(format!("update refused: {}", a.detail)),
+            }
+        }))
     }
 }

@@ -446,6 +446,9 @@ impl<'a, P: Provider> Converge<'a, P> {
         if let Some(f) = self.run.adapters_present().await? {
             return Ok(Step::Finish(f));
         }
+        if let Some(f) = self.run.adapters_update().await? {
+            return Ok(Step::Finish(f));
+        }
         self.run.infra.status = ClientStatus::Ready;
         self.run.infra.blocked_reason = None;
         self.run.infra.blocked_detail = None;
@@ -917,6 +920,8 @@ impl<P: Provider> Run<'_, P> {
             main_ip,
             outputs: self.infra.outputs.clone(),
             hostname: self.infra.spec.server.hostname.clone(),
+            plan: self.infra.spec.plan.clone(),
+            volume_gb: self.infra.spec.volume_gb,
         })
     }
 

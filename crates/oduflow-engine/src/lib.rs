@@ -205,12 +205,17 @@ pub const FAIL_POINTS: &[&str] = &[
     "delete-sent",
     "get-404-recorded",
     "adapter-removed",
+    "change-claimed",
+    "change-sent",
+    "change-answer-recorded",
+    "change-confirmed",
     "main-tx-commit",
 ];
 
 /// Test builds only: `ODUFLOW_PLANTED_BUG=<name>` switches on a deliberate
 /// protocol violation (`resend_after_lost`: re-send a create whose answer was
-/// lost; `forget_receipt`: send creates without a receipt), so the fault
+/// lost; `forget_receipt`: send creates without a receipt; `resend_change`:
+/// send a change's PATCH again while its outcome is unknown), so the fault
 /// campaign can show that it catches such bugs.
 #[cfg(feature = "failpoints")]
 pub fn planted_bug(name: &str) -> bool {

@@ -106,6 +106,10 @@ struct Params {
     /// A client taken through ready and deleted, then brought back and
     /// deleted again while its re-provisioning runs roll back.
     churn: bool,
+    /// `client update`s (a larger plan or volume, other tags) while the
+    /// workers run (issue 16).
+    #[serde(default)]
+    updates: usize,
 }
 
 /// SplitMix64: small, seedable, good enough for drawing parameters.
@@ -168,6 +172,8 @@ impl Params {
             key_change: r.chance(0.15),
             restore: r.chance(0.15),
             churn: r.chance(0.5),
+            // Drawn last, so every earlier parameter of a seed is as it was.
+            updates: if r.chance(0.8) { r.range(1, 4) as usize } else { 0 },
         }
         .fix()
     }
@@ -203,6 +209,9 @@ struct Totals {
     reconciles_during_runs: u64,
     /// Of those: adoptions, abandonments and rotations.
     adopts_abandons_rotations: (u64, u64, u64),
+    /// `client update`s accepted during runs; PATCH requests that reached
+    /// the simulator; change receipts confirmed by a read.
+    updates: (u64, u64, u64),
 }
 
 pub async fn run(args: CampaignArgs) -> Result<()> {
@@ -263,38 +272,7 @@ pub async fn run(args: CampaignArgs) -> Result<()> {
             }
         }
     }
-    let secs = started.elapsed().as_secs_f64();
-    println!(
-        "campaign: {} seeds in {secs:.0} s; {} failed; faults injected {}, worker crashes {}, uncertain outcomes resolved by label {}, restores {} (orphans reported {})",
-        totals.seeds,
-        failures.len(),
-        totals.faults,
-        totals.crashes,
-        totals.adopted_by_label,
-        totals.restores,
-        totals.orphans_reported
-    );
-    println!(
-        "during runs: target flips {}, operator actions {} (adopt {}, abandon {}, rotate {}), workers paused past their lease {} (mid-run, their client deleted {}; until it was reported deleted {}), claim connections terminated {}",
-        totals.flips_during_runs,
-        totals.reconciles_during_runs,
-        totals.adopts_abandons_rotations.0,
-        totals.adopts_abandons_rotations.1,
-        totals.adopts_abandons_rotations.2,
-        totals.pauses,
-        totals.pauses_mid_run,
-        totals.pauses_until_deleted,
-        totals.terminations
-    );
-    println!(
-        "clients: ready {}, deleted {}, blocked {} {:?}; provider requests {} for {} resources",
-        totals.ready,
-        totals.deleted,
-        totals.blocked.values().sum::<u64>(),
-        totals.blocked,
-        totals.requests,
-        totals.resources
-    );
+    print_totals(&totals, failures.len(), started.elapsed().as_secs_f64());
     if !failures.is_empty() {
         // Each seed with the start of its reason: a log cut to its last
         // lines still says what broke.
@@ -318,6 +296,7 @@ struct Seed<'a> {
     terminations: u64,
     flips: u64,
     reconciles: u64,
+    updates: u64,
     /// Of the operator actions: adoptions, abandonments, rotations.
     acts: (u64, u64, u64),
     /// Rotations to the round's key during runs.
@@ -341,6 +320,7 @@ struct Interference {
     reconciles: usize,
     pauses: usize,
     terminations: usize,
+    updates: usize,
     /// Bring the first client back (it is deleted) and delete it again
     /// while its re-provisioning run is in flight; every worker's runs roll
     /// back after their side effect most of the time.
@@ -348,6 +328,25 @@ struct Interference {
 }
 
 impl Seed<'_> {
+    /// Adds what this seed did and saw to the campaign's totals.
+    fn add_to(&self, totals: &mut Totals, ledger: &Ledger) {
+        totals.seeds += 1;
+        totals.pauses += self.pauses;
+        totals.pauses_mid_run += self.pauses_mid_run;
+        totals.pauses_until_deleted += self.pauses_until_deleted;
+        totals.terminations += self.terminations;
+        totals.flips_during_runs += self.flips;
+        totals.updates.0 += self.updates;
+        totals.reconciles_during_runs += self.reconciles;
+        totals.adopts_abandons_rotations.0 += self.acts.0;
+        totals.adopts_abandons_rotations.1 += self.acts.1;
+        totals.adopts_abandons_rotations.2 += self.acts.2;
+        totals.faults += ledger.faults.len() as u64;
+        totals.crashes += self.crashes;
+        totals.requests += ledger.requests.values().sum::<u64>();
+        totals.resources += ledger.resources.len() as u64;
+    }
+
     /// Runs `n` worker processes until they exit (settled, crashed, or killed
     /// at the timeout).
     async fn workers(
@@ -506,6 +505,7 @@ impl Seed<'_> {
             Reconcile,
             Pause,
             Terminate,
+            Update,
         }
         let span = deadline.as_millis().max(1) as u64;
         let mut plan: Vec<(u64, Act)> = vec![];
@@ -514,6 +514,7 @@ impl Seed<'_> {
             (what.reconciles, Act::Reconcile),
             (what.pauses, Act::Pause),
             (what.terminations, Act::Terminate),
+            (what.updates, Act::Update),
         ] {
             for _ in 0..n {
                 plan.push((self.rng.next() % span, act));
@@ -544,23 +545,7 @@ impl Seed<'_> {
             match act {
                 Act::Flip => {
                     let n = &names[pick(&mut self.rng, names.len())];
-                    let c = store.client_get(n).await?.context("client")?;
-                    match c.infra.target {
-                        Target::Present => drop(store.client_delete(n, SystemClock.now_ms(), 20).await?),
-                        Target::Absent => {
-                            drop(store.client_create(&ClientName::parse(n)?, spec, SystemClock.now_ms(), 20).await?)
-                        }
-                    }
-                    self.flips += 1;
-                    // A deleted client brought back and deleted again while
-                    // its re-provisioning run is in flight: the schedule under
-                    // which a VM created at a new dispatch generation used to
-                    // outlive its client (issue 12, hole 1).
-                    if c.infra.status == ClientStatus::Deleted && self.rng.chance(0.8) {
-                        tokio::time::sleep(Duration::from_millis(50 + self.rng.next() % 300)).await;
-                        store.client_delete(n, SystemClock.now_ms(), 20).await?;
-                        self.flips += 1;
-                    }
+                    self.flip(store, n).await?;
                 }
                 Act::Reconcile => {
                     let blocked: Vec<_> = store
@@ -625,7 +610,63 @@ impl Seed<'_> {
                         .map_err(anyhow::Error::from_boxed)?;
                     self.terminations += n;
                 }
+                Act::Update => {
+                    let n = &names[pick(&mut self.rng, names.len())];
+                    self.update_a_client(store, n).await?;
+                }
             }
+        }
+        Ok(())
+    }
+
+    /// Flips one client's target. A client that was deleted and is brought
+    /// back is, most of the time, deleted again while its re-provisioning
+    /// run is in flight: the schedule under which a VM created at a new
+    /// dispatch generation used to outlive its client (issue 12, hole 1).
+    async fn flip(&mut self, store: &Store, n: &str) -> Result<()> {
+        let c = store.client_get(n).await?.context("client")?;
+        match c.infra.target {
+            Target::Present => drop(store.client_delete(n, SystemClock.now_ms(), 20).await?),
+            // The spec it has now (an update may have changed it): the same
+            // spec brings it back even while deleting.
+            Target::Absent => {
+                drop(store.client_create(&ClientName::parse(n)?, &c.infra.spec, SystemClock.now_ms(), 20).await?)
+            }
+        }
+        self.flips += 1;
+        if c.infra.status == ClientStatus::Deleted && self.rng.chance(0.8) {
+            tokio::time::sleep(Duration::from_millis(50 + self.rng.next() % 300)).await;
+            store.client_delete(n, SystemClock.now_ms(), 20).await?;
+            self.flips += 1;
+        }
+        Ok(())
+    }
+
+    /// `client update` on one client while the workers run: the next larger
+    /// plan, a larger volume, or other tags (drawn). A refusal (the client is
+    /// being deleted, moved on meanwhile, or the plan is the largest) is what
+    /// an operator would see: fine; a store error is not.
+    async fn update_a_client(&mut self, store: &Store, name: &str) -> Result<()> {
+        const PLANS: [&str; 3] = ["vc2-1c-1gb", "vc2-1c-2gb", "vc2-2c-4gb"];
+        let Some(c) = store.client_get(name).await? else { return Ok(()) };
+        let spec = &c.infra.spec;
+        let mut u = oduflow_model::update::SpecUpdate::default();
+        match self.rng.next() % 3 {
+            0 => {
+                let next = PLANS.iter().position(|p| *p == spec.plan).and_then(|i| PLANS.get(i + 1));
+                u.plan = Some(next.map_or_else(|| spec.plan.clone(), |p| (*p).to_owned()));
+            }
+            1 => u.volume_gb = Some(spec.volume_gb + 10),
+            _ => u.tags = Some(vec![format!("t{}", self.rng.next() % 5)]),
+        }
+        match store.client_update(name, &u, SystemClock.now_ms(), 20).await {
+            Ok(_) => self.updates += 1,
+            Err(
+                oduflow_store::StoreError::UpdateRefused(_)
+                | oduflow_store::StoreError::ClientAbsent(_)
+                | oduflow_store::StoreError::ClientMoved(_),
+            ) => {}
+            Err(e) => return Err(e.into()),
         }
         Ok(())
     }
@@ -788,6 +829,7 @@ impl<'a> Seed<'a> {
             pauses_until_deleted: 0,
             terminations: 0,
             flips: 0,
+            updates: 0,
             reconciles: 0,
             acts: (0, 0, 0),
             rotations: vec![],
@@ -897,6 +939,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         let t = Instant::now();
         // Flips and operator actions land while the workers run.
         let what = Interference {
+            updates: p.updates,
             flips: p.flips,
             reconciles: p.reconciles,
             pauses: p.pauses,
@@ -1033,20 +1076,8 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
     }
     check(&store, &ledger, &orphans_reported, restored, totals).await?;
     check_strict(&store, &ledger, &orphans_reported, provider(&s.sim, KEY)?.as_ref(), &s.rotations).await?;
-    totals.seeds += 1;
-    totals.pauses += s.pauses;
-    totals.pauses_mid_run += s.pauses_mid_run;
-    totals.pauses_until_deleted += s.pauses_until_deleted;
-    totals.terminations += s.terminations;
-    totals.flips_during_runs += s.flips;
-    totals.reconciles_during_runs += s.reconciles;
-    totals.adopts_abandons_rotations.0 += s.acts.0;
-    totals.adopts_abandons_rotations.1 += s.acts.1;
-    totals.adopts_abandons_rotations.2 += s.acts.2;
-    totals.faults += ledger.faults.len() as u64;
-    totals.crashes += s.crashes;
-    totals.requests += ledger.requests.values().sum::<u64>();
-    totals.resources += ledger.resources.len() as u64;
+    check_changes(&store, &ledger, provider(&s.sim, KEY)?.as_ref(), restored, totals).await?;
+    s.add_to(totals, &ledger);
     s.sim.shutdown().await;
     drop_db(&store).await;
     Ok(())
@@ -1082,6 +1113,45 @@ async fn db_snapshot(store: &Store, dir: &std::path::Path) -> Result<String> {
 /// Puts the older copy back in place of the live database.
 async fn db_restore(store: &Store, url: &str, snap: &str) -> Result<()> {
     oduflow_store::testing::restore(store, url, snap).await.map_err(anyhow::Error::from_boxed)
+}
+
+/// The campaign's summary lines.
+fn print_totals(totals: &Totals, failed: usize, secs: f64) {
+    println!(
+        "campaign: {} seeds in {secs:.0} s; {} failed; faults injected {}, worker crashes {}, uncertain outcomes resolved by label {}, restores {} (orphans reported {})",
+        totals.seeds,
+        failed,
+        totals.faults,
+        totals.crashes,
+        totals.adopted_by_label,
+        totals.restores,
+        totals.orphans_reported
+    );
+    println!(
+        "during runs: target flips {}, operator actions {} (adopt {}, abandon {}, rotate {}), workers paused past their lease {} (mid-run, their client deleted {}; until it was reported deleted {}), claim connections terminated {}",
+        totals.flips_during_runs,
+        totals.reconciles_during_runs,
+        totals.adopts_abandons_rotations.0,
+        totals.adopts_abandons_rotations.1,
+        totals.adopts_abandons_rotations.2,
+        totals.pauses,
+        totals.pauses_mid_run,
+        totals.pauses_until_deleted,
+        totals.terminations
+    );
+    println!(
+        "updates during runs {} (PATCH requests {}, changes confirmed by a read {})",
+        totals.updates.0, totals.updates.1, totals.updates.2
+    );
+    println!(
+        "clients: ready {}, deleted {}, blocked {} {:?}; provider requests {} for {} resources",
+        totals.ready,
+        totals.deleted,
+        totals.blocked.values().sum::<u64>(),
+        totals.blocked,
+        totals.requests,
+        totals.resources
+    );
 }
 
 /// The first line of `s`, at most `max` characters.
@@ -1196,6 +1266,66 @@ async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: boo
     let resources = ledger.resources.len().max(1) as u64;
     if requests / resources > REQUESTS_PER_RESOURCE_MAX {
         bail!("provider calls unbounded: {requests} requests for {resources} resources");
+    }
+    Ok(())
+}
+
+/// The invariants of issue 16, on changes: at most one PATCH request per
+/// change receipt, and every ready client's server and volume as its last
+/// asked spec says (plan, tags, firewall group, size), read from the
+/// provider. (Not after a restore: the change receipts of the discarded
+/// timeline are gone.)
+async fn check_changes(
+    store: &Store,
+    ledger: &Ledger,
+    p: &VultrClient,
+    restored: bool,
+    totals: &mut Totals,
+) -> Result<()> {
+    use oduflow_model::provider::Provider as _;
+    let mut changes = vec![];
+    for c in store.client_list().await? {
+        changes.extend(store.changes_for_client(&c.id).await?);
+    }
+    totals.updates.2 += changes.iter().filter(|c| c.confirmed_ms.is_some()).count() as u64;
+    let patches: Vec<&oduflow_sim::RequestRecord> = ledger.request_log.iter().filter(|r| r.method == "PATCH").collect();
+    totals.updates.1 += patches.len() as u64;
+    let mut per_resource: HashMap<&str, u64> = HashMap::new();
+    for r in &patches {
+        *per_resource.entry(r.resource_id.as_deref().unwrap_or("")).or_default() += 1;
+    }
+    for (id, n) in per_resource.iter().filter(|_| !restored) {
+        let receipts = changes.iter().filter(|c| c.resource_id == *id && c.sent_ms.is_some()).count() as u64;
+        if *n > receipts {
+            bail!("invariant 11: {n} PATCH requests reached the provider for {id}, {receipts} change receipts sent");
+        }
+    }
+    for c in store.client_list().await? {
+        let i = &c.infra;
+        if i.status != ClientStatus::Ready {
+            continue;
+        }
+        let (Some(vm), Some(vol)) = (&i.vm_id, &i.volume_id) else { continue };
+        let inst = p.instance_get(vm).await?.context("ready without its VM")?;
+        let block = p.block_get(vol).await?.context("ready without its volume")?;
+        let mut have = inst.tags.clone();
+        let mut want = i.spec.server.tags.clone();
+        have.sort();
+        want.sort();
+        let fw = i.spec.server.firewall_group.clone().unwrap_or_default();
+        if inst.plan != i.spec.plan || have != want || inst.firewall_group_id != fw || block.size_gb != i.spec.volume_gb
+        {
+            bail!(
+                "invariant 12: {} is ready but has plan {} tags {have:?} firewall {:?} volume {} GB; its spec says \
+                 plan {} tags {want:?} firewall {fw:?} volume {} GB",
+                c.name,
+                inst.plan,
+                inst.firewall_group_id,
+                block.size_gb,
+                i.spec.plan,
+                i.spec.volume_gb
+            );
+        }
     }
     Ok(())
 }

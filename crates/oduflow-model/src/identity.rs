@@ -21,6 +21,9 @@ pub struct IdentityTarget {
     /// known (`""` for none).
     pub outputs: crate::ServerOutputs,
     pub hostname: String,
+    /// The plan and volume size of the spec (after a change: the new ones).
+    pub plan: String,
+    pub volume_gb: i64,
 }
 
 /// What a check found.
@@ -38,4 +41,10 @@ pub trait IdentityAdapter: Send + Sync + 'static {
     fn check<'a>(&'a self, t: &'a IdentityTarget) -> BoxFuture<'a, Result<Presence, String>>;
     /// Removes the identity. Must be safe to repeat.
     fn remove<'a>(&'a self, t: &'a IdentityTarget) -> BoxFuture<'a, Result<String, String>>;
+    /// After a change to the server or volume has been confirmed by a read
+    /// (growing the filesystem onto a larger volume, say): `None` when the
+    /// adapter has nothing to do then. Must be safe to repeat.
+    fn update<'a>(&'a self, _t: &'a IdentityTarget) -> Option<BoxFuture<'a, Result<String, String>>> {
+        None
+    }
 }

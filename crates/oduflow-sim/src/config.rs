@@ -48,7 +48,7 @@ pub struct SimConfig {
     /// A non-live attach restarts the instance: it is `locked` this long.
     pub attach_lock_ms: u64,
     /// A plan change keeps the instance `resizing` this long; then it shows
-    /// the new plan.
+    /// the new plan. A block shows its new size after as long.
     pub resize_ms: u64,
     /// Keys accepted as `Authorization: Bearer <key>`; any other gets 401.
     /// Only their SHA-256 fingerprints are kept once the simulator starts.

@@ -273,6 +273,8 @@ struct SimBlock {
     created: Instant,
     created_wall: String,
     deleted: Option<Instant>,
+    /// A resize in progress: the new size shows from then on.
+    resizing: Option<(Instant, i64)>,
     ledger_ix: usize,
 }
 
@@ -604,15 +606,24 @@ impl World {
         j
     }
 
+    /// A block's size now: a resize's new size once it is done.
+    fn size_now(b: &SimBlock, now: Instant) -> i64 {
+        match b.resizing {
+            Some((until, gb)) if now >= until => gb,
+            _ => b.size_gb,
+        }
+    }
+
     fn block_json(&self, b: &SimBlock, now: Instant) -> Value {
         let status = if now < b.created + ms(self.cfg.block_pending_ms) { "pending" } else { "active" };
+        let size_gb = Self::size_now(b, now);
         json!({
             "id": b.id,
             "date_created": b.created_wall,
             // high_perf is $1/10 GB a month, storage_opt $1/40 GB; rounded up.
-            "cost": if b.block_type == "storage_opt" { (b.size_gb + 39) / 40 } else { (b.size_gb + 9) / 10 },
+            "cost": if b.block_type == "storage_opt" { (size_gb + 39) / 40 } else { (size_gb + 9) / 10 },
             "status": status,
-            "size_gb": b.size_gb,
+            "size_gb": size_gb,
             "region": b.region,
             "attached_to_instance": b.attached_to.as_deref().unwrap_or(""),
             "label": b.label,
@@ -887,6 +898,7 @@ impl World {
             created: now,
             created_wall: now_rfc3339(),
             deleted: None,
+            resizing: None,
             ledger_ix,
         };
         let j = self.block_json(&b, now);
@@ -958,7 +970,7 @@ impl World {
     }
 
     /// `PATCH /blocks/{id}` (OA:3405): `size_gb` (grow only, within the
-    /// type's range) and `label`; 204. A PATCH that changes nothing is
+    /// type's range; the new size shows after `resize_ms`) and `label`; 204. A PATCH that changes nothing is
     /// answered 400 "Nothing to change" (TF#660).
     pub fn block_patch(&mut self, id: &str, body: &Value) -> Reply {
         let now = self.now();
@@ -972,10 +984,11 @@ impl World {
             return Reply::error(404, "Invalid block storage ID");
         };
         let b = &self.blocks[bix];
+        let current = Self::size_now(b, now);
         let size = match obj.get("size_gb") {
             None => None,
             Some(v) => match v.as_i64() {
-                Some(gb) if gb == b.size_gb => None,
+                Some(gb) if gb == current => None,
                 Some(gb) => Some(gb),
                 None => return Reply::error(400, "size_gb must be an integer."),
             },
@@ -990,7 +1003,7 @@ impl World {
         };
         if let Some(gb) = size {
             let max = if b.block_type == "storage_opt" { 40_000 } else { 10_000 };
-            if gb < b.size_gb {
+            if gb < current {
                 return Reply::error(400, "Block storage can only be resized to a larger size.");
             }
             if gb > max {
@@ -1001,9 +1014,11 @@ impl World {
             return Reply::error(400, "Nothing to change");
         }
         self.ledger.block_patch_bodies.push(json!({ "id": id, "body": body }));
+        let resize_ms = self.cfg.resize_ms;
         let b = &mut self.blocks[bix];
+        b.size_gb = current;
         if let Some(gb) = size {
-            b.size_gb = gb;
+            b.resizing = Some((now + ms(resize_ms), gb));
         }
         if let Some(l) = label {
             b.label = l;

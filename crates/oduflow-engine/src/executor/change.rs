@@ -3,12 +3,12 @@
 //! provably never sent, and confirmed only by a read (see
 //! `oduflow_model::decide` for when each step is taken).
 
-use super::{Converge, Step, View, poll_delay, slot};
+use super::{Converge, Run, Step, View, poll_delay, slot};
 use crate::{EngineError, fail_step};
 use oduflow_model::decide::{Change, Seen};
 use oduflow_model::provider::{Outcome, Provider};
 use oduflow_model::*;
-use oduflow_store::{ChangeAnswer, ChangeRow, NewChange};
+use oduflow_store::{ChangeAnswer, ChangeRow, Finish, NewChange};
 
 /// What Vultr's list of upgrades says of a plan change.
 enum Upgrade {
@@ -153,6 +153,18 @@ impl<'a, P: Provider> Converge<'a, P> {
         let c = view
             .change_of(&self.run.infra, kind)
             .ok_or_else(|| EngineError::Invariant("count without a change".into()))?;
+        // A planted bug, for proving the campaign catches a PATCH sent twice
+        // on one receipt (as a client that retries a timed-out PATCH would).
+        #[cfg(feature = "failpoints")]
+        if crate::planted_bug("resend_change")
+            && let Seen::Present(f) = &self.seen[slot(kind)].1
+            && let Some(d) = &f.drift
+        {
+            let _ = match &d.change {
+                Change::Instance(ch) => w.provider.instance_update(&VultrInstanceId(f.id.clone()), ch).await,
+                Change::VolumeSize(gb) => w.provider.block_resize(&VultrBlockId(f.id.clone()), *gb).await,
+            };
+        }
         let summary = match &self.seen[slot(kind)].1 {
             Seen::Present(f) => format!("{}: {}", f.state, f.drift.as_ref().map_or("", |d| d.what.as_str())),
             other => format!("{other:?}"),
@@ -160,5 +172,44 @@ impl<'a, P: Provider> Converge<'a, P> {
         let n = w.receipts.ledger().change_observe(&c.operation_key, &summary).await?;
         let at = self.now + poll_delay(w.cfg.poll_interval_ms, n);
         Ok(Step::Finish(self.run.wait(at)))
+    }
+}
+
+impl<P: Provider> Run<'_, P> {
+    /// Once per spec generation with a confirmed change, each adapter's
+    /// `update` (a command adapter's optional `update` command), with the new
+    /// facts. A failure counts like the adapter's other failures (blocking
+    /// `adapter_failed` at the limit); `None` once done or nothing to do.
+    pub(super) async fn adapters_update(&mut self) -> Result<Option<Finish>, EngineError> {
+        let w = self.w;
+        let generation = self.infra.spec_generation;
+        let done = self.infra.progress.get("updated_generation").and_then(serde_json::Value::as_i64);
+        if generation == 0 || done == Some(generation) || w.adapters.is_empty() {
+            return Ok(None);
+        }
+        let changes = w.store.changes_for_client(&self.infra.client_id).await?;
+        let confirmed = changes.iter().any(|c| c.spec_generation == generation && c.confirmed_ms.is_some());
+        if confirmed {
+            let t = self.identity_target(true).await?;
+            for a in w.adapters.iter() {
+                let Some(update) = a.update(&t) else { continue };
+                self.check_fence().await?;
+                let now = w.now_ms();
+                let result = update.await;
+                self.halted()?;
+                match result {
+                    Ok(detail) => {
+                        self.event("adapter_updated", serde_json::json!({ "adapter": a.name(), "detail": detail }))
+                    }
+                    Err(e) => {
+                        // The identity stays ensured; the failure is counted.
+                        let run = std::mem::replace(self, self.clone_shallow());
+                        return Ok(Some(run.adapter_failed(a.name(), "ensured", format!("update: {e}"), now).await?));
+                    }
+                }
+            }
+        }
+        self.infra.progress["updated_generation"] = serde_json::json!(generation);
+        Ok(None)
     }
 }

@@ -141,6 +141,15 @@ async fn every_request_body_the_adapter_sends_conforms() {
     assert_eq!(checked, 7 + 4 + 2 + 5, "every POST and PATCH carried a body");
 }
 
+/// `s` with each `{name}` replaced by the id recorded under that name.
+fn fill(s: &str, ids: &std::collections::HashMap<&str, String>) -> String {
+    let mut s = s.to_owned();
+    for (k, v) in ids {
+        s = s.replace(&format!("{{{k}}}"), v);
+    }
+    s
+}
+
 #[tokio::test]
 async fn every_simulator_answer_conforms_to_its_operation() {
     let cfg = SimConfig { rate_per_sec: 1000, ..SimConfig::default().instant() };
@@ -192,13 +201,6 @@ async fn every_simulator_answer_conforms_to_its_operation() {
         ("GET", "/instances/{instance}", Value::Null, 404),
         ("POST", "/instances", json!({"region": "nowhere", "plan": "vc2-1c-1gb", "os_id": 2136}), 400),
     ];
-    let fill = |s: &str, ids: &std::collections::HashMap<&str, String>| {
-        let mut s = s.to_owned();
-        for (k, v) in ids {
-            s = s.replace(&format!("{{{k}}}"), v);
-        }
-        s
-    };
     for (m, p, body, want) in steps {
         let p = fill(p, &ids);
         let mut req = http.request(m.parse().unwrap(), format!("{}{p}", sim.base_url)).bearer_auth(KEY);

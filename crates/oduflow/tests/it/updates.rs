@@ -13,6 +13,8 @@ oduflow_store::on_both_stores!(
     a_plan_that_is_not_an_upgrade_blocks_before_any_patch,
     a_lost_patch_answer_is_resolved_by_reading_never_by_resending,
     a_rejected_spec_is_corrected_by_update_and_reconcile,
+    a_worker_killed_at_every_change_step_loses_nothing_and_sends_no_second_patch,
+    an_adapters_update_command_runs_once_after_a_confirmed_change,
 );
 
 fn create(env: &Env, name: &str, extra: &[&str]) {
@@ -240,4 +242,77 @@ async fn a_rejected_spec_is_corrected_by_update_and_reconcile(env: Env) {
     let v = show(&env, "typo");
     assert_eq!(v["status"], "ready", "{v}");
     assert_eq!((v["region"].as_str(), v["plan"].as_str()), (Some("ams"), Some("vc2-1c-2gb")), "{v}");
+}
+
+/// A worker SIGKILLed at each step of a change: the next worker finds the
+/// receipt and never sends a second PATCH on it. Killed between the claim
+/// and the send, the outcome cannot be told from a lost answer: reads that
+/// never show the change block `uncertain_update`, and `reconcile` sends it
+/// once on a new receipt.
+async fn a_worker_killed_at_every_change_step_loses_nothing_and_sends_no_second_patch(env: Env) {
+    failpoints_required();
+    env.ok(&["init"]);
+    let points = ["change-claimed", "change-sent", "change-answer-recorded", "change-confirmed"];
+    for (i, point) in points.iter().enumerate() {
+        let name = format!("c{i}");
+        create(&env, &name, &[]);
+        settle(&env);
+        env.ok(&["client", "update", &name, "--volume-gb", "60"]);
+        let o = env
+            .cmd(&["worker", "--until-settled", "--concurrency", "1"])
+            .env("ODUFLOW_CRASH_AT", point)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{point}: the worker was not killed there");
+        settle(&env);
+        let mut v = show(&env, &name);
+        if *point == "change-claimed" {
+            assert_eq!(v["blocked_reason"], "uncertain_update", "after a crash at {point}: {v}");
+            env.ok(&["reconcile", &name]);
+            settle(&env);
+            v = show(&env, &name);
+        }
+        assert_eq!(v["status"], "ready", "after a crash at {point}: {v}");
+        let vol = v["volume_id"].as_str().unwrap().to_owned();
+        let ledger = env.sim.ledger();
+        let patches =
+            ledger.request_log.iter().filter(|r| r.method == "PATCH" && r.resource_id.as_deref() == Some(&vol)).count();
+        let receipts = v["changes"].as_array().unwrap();
+        let sent = receipts.iter().filter(|c| c["sent_ms"].is_i64()).count();
+        assert_eq!(patches, 1, "{point}: one PATCH reached the simulator: {:?}", ledger.block_patch_bodies);
+        assert!(patches <= sent, "{point}: {patches} PATCHes for {sent} sent receipts");
+        assert!(receipts.iter().any(|c| c["confirmed_ms"].is_i64()), "{point}: {v}");
+    }
+    let ledger = env.sim.ledger();
+    assert!(ledger.creates_per_label.values().all(|n| *n == 1), "{:?}", ledger.creates_per_label);
+}
+
+/// A command adapter's optional `update` command (grow the filesystem, say)
+/// runs once the change is confirmed by a read, with the new facts in its
+/// environment, and not again on later passes.
+async fn an_adapters_update_command_runs_once_after_a_confirmed_change(env: Env) {
+    let log = env.dir.path().join("updates.log");
+    let ok = r#"echo '{"ok": true, "detail": "done"}'"#;
+    let present = r#"echo '{"present": true, "detail": "there"}'"#;
+    let update = format!(
+        r#"echo "$ODUFLOW_CLIENT $ODUFLOW_PLAN $ODUFLOW_VOLUME_GB $ODUFLOW_MOUNT_ID" >> {}; {ok}"#,
+        log.display()
+    );
+    let toml = format!(
+        "[[adapter]]\nname = \"fs\"\nensure = [\"sh\", \"-c\", {ok:?}]\ncheck = [\"sh\", \"-c\", {present:?}]\n\
+         remove = [\"sh\", \"-c\", {ok:?}]\nupdate = [\"sh\", \"-c\", {update:?}]\n"
+    );
+    std::fs::write(env.dir.path().join("oduflow.toml"), toml).unwrap();
+    env.ok(&["init"]);
+    create(&env, "acme", &[]);
+    settle(&env);
+    assert!(!log.exists(), "no change yet, no update");
+    env.ok(&["client", "update", "acme", "--volume-gb", "60"]);
+    settle(&env);
+    settle(&env);
+    let v = show(&env, "acme");
+    assert_eq!(v["status"], "ready", "{v}");
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let mount = v["volume_mount_id"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(lines.trim(), format!("acme vc2-1c-1gb 60 {mount}").trim(), "{lines}");
 }
