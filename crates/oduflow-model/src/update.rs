@@ -32,6 +32,9 @@ pub struct SpecUpdate {
     /// `""` detaches the firewall group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firewall_group: Option<String>,
+    /// Another image source, as asked (`os_id 2136`): always refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 /// Why an update is refused, in one line an operator can act on.
@@ -53,6 +56,11 @@ pub enum UpdateRefused {
     VolumeShrink { from: i64, to: i64 },
     #[error("the spec already says so: nothing would change")]
     Unchanged,
+    #[error(
+        "{0}: changing the image means a reinstall, which wipes the server's disk; oduflow does not do that \
+         (out of scope): create a new client with that image and move the data"
+    )]
+    Image(String),
 }
 
 impl SpecUpdate {
@@ -63,6 +71,9 @@ impl SpecUpdate {
     pub fn apply(&self, spec: &ClientSpec, created: bool) -> Result<ClientSpec, UpdateRefused> {
         if *self == Self::default() {
             return Err(UpdateRefused::Empty);
+        }
+        if let Some(image) = &self.image {
+            return Err(UpdateRefused::Image(image.clone()));
         }
         let mut next = spec.clone();
         if let Some(r) = &self.region {
@@ -134,6 +145,9 @@ mod tests {
         let e = shrink.apply(&spec(), true).unwrap_err();
         assert!(e.to_string().contains("only grow"), "{e}");
         assert_eq!(SpecUpdate::default().apply(&spec(), true), Err(UpdateRefused::Empty));
+        let image = SpecUpdate { image: Some("os_id 2136".into()), ..SpecUpdate::default() };
+        let e = image.apply(&spec(), false).unwrap_err();
+        assert!(e.to_string().contains("reinstall") && e.to_string().contains("out of scope"), "{e}");
         let same = SpecUpdate { plan: Some("vc2-1c-1gb".into()), ..SpecUpdate::default() };
         assert_eq!(same.apply(&spec(), true), Err(UpdateRefused::Unchanged));
     }

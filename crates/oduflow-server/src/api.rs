@@ -161,6 +161,15 @@ pub struct ClientUpdate {
     pub tags: Option<Vec<String>>,
     #[serde(default)]
     pub firewall_group: Option<String>,
+    /// Refused with 422: another image means a reinstall (out of scope).
+    #[serde(default)]
+    pub os_id: Option<i64>,
+    #[serde(default)]
+    pub snapshot_id: Option<String>,
+    #[serde(default)]
+    pub app_id: Option<i64>,
+    #[serde(default)]
+    pub image_id: Option<String>,
 }
 
 /// The answer to a create or delete: the intent and its job are committed.
@@ -485,12 +494,22 @@ pub async fn clients_update(
     ClientPath(name): ClientPath,
     ApiJson(req): ApiJson<ClientUpdate>,
 ) -> ApiResult<(StatusCode, Json<Accepted>)> {
+    let image = [
+        req.os_id.map(|n| format!("os_id {n}")),
+        req.snapshot_id.map(|s| format!("snapshot_id {s}")),
+        req.app_id.map(|n| format!("app_id {n}")),
+        req.image_id.map(|i| format!("image_id {i}")),
+    ]
+    .into_iter()
+    .flatten()
+    .next();
     let update = oduflow_model::update::SpecUpdate {
         region: req.region,
         plan: req.plan,
         volume_gb: req.volume_gb,
         tags: req.tags,
         firewall_group: req.firewall_group,
+        image,
     };
     let row = s.store().client_update(name.as_str(), &update, s.now_ms(), s.attempts_max()).await?;
     let job_id = latest_queued_job(&s, &row).await?;

@@ -248,6 +248,15 @@ pub(crate) enum ClientCmd {
         /// A firewall group id; "" detaches the group.
         #[arg(long)]
         firewall_group: Option<String>,
+        /// Refused: another image means a reinstall (out of scope).
+        #[arg(long, hide = true)]
+        os_id: Option<i64>,
+        #[arg(long, hide = true)]
+        snapshot: Option<String>,
+        #[arg(long, hide = true)]
+        app: Option<i64>,
+        #[arg(long, hide = true)]
+        image: Option<String>,
         #[arg(long)]
         json: bool,
     },

@@ -26,6 +26,7 @@ oduflow_store::on_both_stores!(
     pause_stops_claiming,
     lost_response_is_adopted_never_resent,
     rejection_blocks_without_resend,
+    a_rejected_create_is_corrected_by_update_and_a_new_dispatch,
     receipts_cannot_be_deleted_or_rewritten,
     key_change_blocks_before_any_request,
     failures_back_off_then_block,
@@ -286,6 +287,37 @@ async fn rejection_blocks_without_resend(store: Store) -> Result<()> {
     let r = &store.receipts_for_client(&c.id).await?[0];
     assert_eq!(r.rejection_status, Some(400));
     p.with(|s| assert_eq!(s.calls, vec!["POST /instances".to_owned()]));
+    Ok(())
+}
+
+/// Issue 16, item 4: a create refused for its spec (here its plan) is
+/// corrected with `client update` (allowed: nothing exists), and
+/// `reconcile --new-dispatch` sends the corrected spec under a new label;
+/// the refused dispatch is never sent again.
+async fn a_rejected_create_is_corrected_by_update_and_a_new_dispatch(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    p.with(|s| s.reject_next_create = Some((400, "Invalid plan chosen.".into())));
+    let w = worker(&store, p.clone());
+    let c = create(&store, "acme").await;
+    drain(&w, 50).await;
+    assert_eq!(status(&store, "acme").await.infra.blocked_reason, Some(BlockedReason::CreateRejected));
+    let u = oduflow_model::update::SpecUpdate { plan: Some("vc2-2c-4gb".into()), ..Default::default() };
+    let updated = store.client_update("acme", &u, now(), 3).await?;
+    assert_eq!(updated.infra.status, ClientStatus::Blocked, "a rejected create stays blocked until reconciled");
+    oduflow_engine::operator::reconcile(&store, p.as_ref(), "acme", true, actor("ops")).await?;
+    drain(&w, 50).await;
+    let after = status(&store, "acme").await;
+    assert_eq!(after.infra.status, ClientStatus::Ready, "{after:?}");
+    let receipts = store.receipts_for_client(&c.id).await?;
+    let vms: Vec<_> = receipts.iter().filter(|r| r.resource_kind == ResourceKind::Vm).collect();
+    assert_eq!(vms.len(), 2, "the refused dispatch and a new one");
+    assert_ne!(vms[0].label, vms[1].label);
+    p.with(|s| {
+        assert_eq!(s.calls.iter().filter(|c| *c == "POST /instances").count(), 2, "{:?}", s.calls);
+        assert_eq!(s.instance_requests.len(), 1, "one create applied");
+        assert_eq!(s.instance_requests[0].plan, "vc2-2c-4gb", "the corrected spec was sent");
+        assert_eq!(s.instances.values().next().map(|i| i.plan.as_str()), Some("vc2-2c-4gb"));
+    });
     Ok(())
 }
 

@@ -454,6 +454,7 @@ async fn clients_update_changes_the_spec_and_refuses_what_cannot_change(h: H) {
         (json!({ "volume_gb": 10_001 }), 422, "invalid_input"),
         (json!({ "volume_gb": "80" }), 422, "invalid_input"),
         (json!({ "bogus": 1 }), 422, "invalid_input"),
+        (json!({ "os_id": 2136 }), 422, "invalid_input"),
     ] {
         assert_error(&h.call(Method::PATCH, "/api/v1/clients/acme", Some(body.clone())).await, status, code);
     }

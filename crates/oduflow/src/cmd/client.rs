@@ -21,14 +21,37 @@ pub async fn run(cfg: &Config, c: ClientCmd) -> Result<()> {
             let row = store.client_create(&name, &spec, now_ms(), cfg.attempts_max).await?;
             print_client(&store, &row, json, false).await
         }
-        ClientCmd::Update { name, region, plan, volume_gb, tags, no_tags, firewall_group, json } => {
+        ClientCmd::Update {
+            name,
+            region,
+            plan,
+            volume_gb,
+            tags,
+            no_tags,
+            firewall_group,
+            os_id,
+            snapshot,
+            app,
+            image,
+            json,
+        } => {
             ClientName::parse(&name)?;
+            let image = [
+                os_id.map(|n| format!("--os-id {n}")),
+                snapshot.map(|s| format!("--snapshot {s}")),
+                app.map(|n| format!("--app {n}")),
+                image.map(|i| format!("--image {i}")),
+            ]
+            .into_iter()
+            .flatten()
+            .next();
             let update = oduflow_model::update::SpecUpdate {
                 region,
                 plan,
                 volume_gb,
                 tags: if no_tags { Some(vec![]) } else { (!tags.is_empty()).then_some(tags) },
                 firewall_group,
+                image,
             };
             let store = open(cfg).await?;
             let row = store.client_update(&name, &update, now_ms(), cfg.attempts_max).await?;

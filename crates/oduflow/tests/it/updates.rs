@@ -89,8 +89,9 @@ async fn what_cannot_change_in_place_is_refused_and_changes_nothing(env: Env) {
     create(&env, "acme", &[]);
     settle(&env);
     let before = show(&env, "acme");
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 7] = [
         (&["--region", "ams"], "another region"),
+        (&["--os-id", "2136"], "reinstall"),
         (&["--volume-gb", "20"], "only grow"),
         (&["--plan", "VC2"], "plan"),
         (&["--plan", "vc2-1c-1gb"], "nothing would change"),
