@@ -18,19 +18,13 @@ oduflow_store::on_both_stores!(
 );
 
 fn create(env: &Env, name: &str, extra: &[&str]) {
-    let mut args = vec![
-        "client",
-        "create",
-        name,
-        "--region",
-        "ewr",
-        "--plan",
-        "vc2-1c-1gb",
-        "--os-id",
-        "2284",
-        "--volume-gb",
-        "40",
-    ];
+    create_in(env, name, ["ewr", "vc2-1c-1gb", "40"], extra);
+}
+
+/// `client create NAME` in a region, with a plan and a volume size.
+fn create_in(env: &Env, name: &str, [region, plan, gb]: [&str; 3], extra: &[&str]) {
+    let mut args = vec!["client", "create", name, "--region", region, "--plan", plan, "--os-id", "2284"];
+    args.extend(["--volume-gb", gb]);
     args.extend_from_slice(extra);
     env.ok(&args);
 }
@@ -126,19 +120,7 @@ async fn what_cannot_change_in_place_is_refused_and_changes_nothing(env: Env) {
 /// `update_rejected` with the plans it could take.
 async fn a_plan_that_is_not_an_upgrade_blocks_before_any_patch(env: Env) {
     env.ok(&["init"]);
-    env.ok(&[
-        "client",
-        "create",
-        "acme",
-        "--region",
-        "ewr",
-        "--plan",
-        "vc2-1c-2gb",
-        "--os-id",
-        "2284",
-        "--volume-gb",
-        "40",
-    ]);
+    create_in(&env, "acme", ["ewr", "vc2-1c-2gb", "40"], &[]);
     settle(&env);
     env.ok(&["client", "update", "acme", "--plan", "vc2-1c-1gb"]);
     settle(&env);
@@ -196,20 +178,7 @@ async fn a_lost_patch_answer_is_resolved_by_reading_never_by_resending(env: Env)
 /// spec.
 async fn a_rejected_spec_is_corrected_by_update_and_reconcile(env: Env) {
     env.ok(&["init"]);
-    env.ok(&[
-        "client",
-        "create",
-        "typo",
-        "--region",
-        "zzz",
-        "--plan",
-        "vc2-1c-1gb",
-        "--os-id",
-        "2284",
-        "--volume-gb",
-        "40",
-        "--no-preflight",
-    ]);
+    create_in(&env, "typo", ["zzz", "vc2-1c-1gb", "40"], &["--no-preflight"]);
     settle(&env);
     let v = show(&env, "typo");
     assert_eq!(
@@ -226,19 +195,7 @@ async fn a_rejected_spec_is_corrected_by_update_and_reconcile(env: Env) {
     env.ok(&["client", "delete", "typo"]);
     settle(&env);
     assert_eq!(show(&env, "typo")["status"], "deleted");
-    env.ok(&[
-        "client",
-        "create",
-        "typo",
-        "--region",
-        "ams",
-        "--plan",
-        "vc2-1c-2gb",
-        "--os-id",
-        "2284",
-        "--volume-gb",
-        "50",
-    ]);
+    create_in(&env, "typo", ["ams", "vc2-1c-2gb", "50"], &[]);
     settle(&env);
     let v = show(&env, "typo");
     assert_eq!(v["status"], "ready", "{v}");
