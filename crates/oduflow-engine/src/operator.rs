@@ -666,3 +666,34 @@ pub async fn orphan_delete<P: Provider>(
             .into(),
     })
 }
+
+/// Before `client update --plan` is recorded: when the client's VM is
+/// recorded and `plan` is neither its spec's plan, nor the plan the VM has,
+/// nor among the upgrades Vultr lists for it (GET /instances/{id}/upgrades), why the update cannot
+/// be made in place (a plan only grows). `None`: nothing to refuse here (the
+/// worker checks the list again before it sends anything).
+pub async fn plan_refusal<P: Provider>(store: &Store, provider: &P, name: &str, plan: &str) -> Result<Option<String>> {
+    let c = client(store, name).await?;
+    let Some(vm) = c.infra.vm_id.clone().filter(|_| c.infra.spec.plan != plan) else {
+        return Ok(None);
+    };
+    // Bound to another key: no request (the worker blocks it
+    // `credential_changed` before anything is sent).
+    if check_key(&c, provider).is_err() {
+        return Ok(None);
+    }
+    // Back to the plan the server has is no change at Vultr.
+    if provider.instance_get(&vm).await?.is_some_and(|i| i.plan == plan) {
+        return Ok(None);
+    }
+    let plans = provider.instance_upgrade_plans(&vm).await?;
+    if plans.iter().any(|p| p == plan) {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "plan {} -> {plan}: Vultr offers vm {vm} only these upgrades: {} (a plan only grows; to move to a smaller \
+         one, create a new client and move the data)",
+        c.infra.spec.plan,
+        if plans.is_empty() { "none".to_owned() } else { plans.join(", ") }
+    )))
+}

@@ -511,6 +511,14 @@ pub async fn clients_update(
         firewall_group: req.firewall_group,
         image,
     };
+    if let Some(plan) = &update.plan {
+        match operator::plan_refusal(s.store(), s.provider().as_ref(), name.as_str(), plan).await {
+            Ok(Some(why)) => return Err(ApiError::InvalidInput(why)),
+            // Not checked now: the worker checks before it sends anything.
+            Ok(None) | Err(operator::OperatorError::Provider(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     let row = s.store().client_update(name.as_str(), &update, s.now_ms(), s.attempts_max()).await?;
     let job_id = latest_queued_job(&s, &row).await?;
     Ok((StatusCode::ACCEPTED, Json(Accepted { client: (&row).into(), job_id })))

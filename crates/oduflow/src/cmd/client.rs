@@ -54,6 +54,9 @@ pub async fn run(cfg: &Config, c: ClientCmd) -> Result<()> {
                 image,
             };
             let store = open(cfg).await?;
+            if let Some(plan) = &update.plan {
+                plan_check(cfg, &store, &name, plan).await?;
+            }
             let row = store.client_update(&name, &update, now_ms(), cfg.attempts_max).await?;
             if row.infra.status == ClientStatus::Blocked && !json {
                 eprintln!(
@@ -108,6 +111,29 @@ fn resolve(cfg: &Config, name: &ClientName, f: SpecFlags) -> Result<ClientSpec> 
         backups: f.backups,
     };
     Ok(cfg.spec_input(f.profile.as_deref(), flags)?.resolve(name, &cfg.spec_defaults)?)
+}
+
+/// With a key configured and the client's VM recorded: a plan Vultr does
+/// not list among its upgrades is bad input (exit code 2), and nothing is
+/// stored. A failed read only says so: the worker checks again before it
+/// sends anything.
+async fn plan_check(cfg: &Config, store: &oduflow_store::Store, name: &str, plan: &str) -> Result<()> {
+    if cfg.api_key.is_none() {
+        return Ok(());
+    }
+    let provider = crate::setup::provider(cfg, store, "cli")?;
+    match oduflow_engine::operator::plan_refusal(store, provider.as_ref(), name, plan).await {
+        Ok(None) => Ok(()),
+        Ok(Some(why)) => Err(BadInput(format!("{why}; nothing was stored")).into()),
+        Err(oduflow_engine::operator::OperatorError::Provider(e)) => {
+            eprintln!(
+                "note: the plan was not checked against Vultr's list of upgrades ({e}); the worker checks it before sending"
+            );
+            Ok(())
+        }
+        Err(oduflow_engine::operator::OperatorError::Store(e)) => Err(e.into()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The worker's preflight, made at once when a key is configured: a spec

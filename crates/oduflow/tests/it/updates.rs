@@ -115,14 +115,24 @@ async fn what_cannot_change_in_place_is_refused_and_changes_nothing(env: Env) {
     assert!(String::from_utf8_lossy(&o.stderr).contains("client create"));
 }
 
-/// A plan Vultr does not offer as an upgrade (a smaller one): the worker
-/// reads the list of upgrades, sends no PATCH, and blocks
+/// A plan Vultr does not offer as an upgrade (a smaller one): `client
+/// update` refuses it when it can read the list (a key configured); recorded
+/// without one, the worker reads the list, sends no PATCH, and blocks
 /// `update_rejected` with the plans it could take.
 async fn a_plan_that_is_not_an_upgrade_blocks_before_any_patch(env: Env) {
     env.ok(&["init"]);
     create_in(&env, "acme", ["ewr", "vc2-1c-2gb", "40"], &[]);
     settle(&env);
-    env.ok(&["client", "update", "acme", "--plan", "vc2-1c-1gb"]);
+    // The command reads the list first: a smaller plan is bad input.
+    let o = env.run(&["client", "update", "acme", "--plan", "vc2-1c-1gb"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("only grows") && err.contains("vc2-2c-4gb") && err.contains("nothing was stored"), "{err}");
+    assert_eq!(show(&env, "acme")["plan"], "vc2-1c-2gb");
+    // Without a key to read the list, it is recorded, and the worker refuses it.
+    let o =
+        env.cmd(&["client", "update", "acme", "--plan", "vc2-1c-1gb"]).env_remove("VULTR_API_KEY").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     settle(&env);
     let v = show(&env, "acme");
     assert_eq!(v["status"], "blocked", "{v}");
