@@ -1009,6 +1009,10 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
             restored = true;
         }
     }
+    // The harness's connections of the rounds go back before it reconnects
+    // (shadowing would keep them open to the end of the seed, one pool more
+    // against the server's limit).
+    store.close().await;
     let store = Store::connect(&url, false).await?;
     if restored {
         // The operator who restored a backup declares it (detection from the

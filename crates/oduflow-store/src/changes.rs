@@ -180,6 +180,10 @@ impl Store {
                 .iter()
                 .any(|r| r.resource_kind != ResourceKind::Attach && r.is_open());
             let spec = u.apply(&client.infra.spec, created)?;
+            // What the check above allowed because nothing existed yet must
+            // still hold once the record is locked: a run may have claimed a
+            // create meanwhile.
+            let in_place = u.apply(&client.infra.spec, true);
             let image = serde_json::to_string(&spec.image).map_err(|e| StoreError::Corrupt(e.to_string()))?;
             let server = serde_json::to_string(&spec.server).map_err(|e| StoreError::Corrupt(e.to_string()))?;
             both!(self, p => {
@@ -205,6 +209,16 @@ impl Store {
                     .execute(&mut *tx).await?.rows_affected();
                 if n == 0 {
                     return Err(StoreError::ClientMoved(name.to_owned()));
+                }
+                if !created && let Err(refused) = &in_place {
+                    let open: i64 = sqlx::query_scalar(
+                        "SELECT count(*) FROM dispatch_receipts WHERE client_ref = $1 AND resource_kind <> 'attach' \
+                         AND deleted_ms IS NULL AND rejection_status IS NULL AND abandoned_by IS NULL \
+                         AND not_sent_ms IS NULL")
+                        .bind(client.id.as_str()).fetch_one(&mut *tx).await?;
+                    if open > 0 {
+                        return Err(StoreError::UpdateRefused(refused.clone()));
+                    }
                 }
                 if !blocked {
                     let job = queue::NewJob::for_client(&client.id, JobKind::Provision, generation, now_ms, attempts_max);

@@ -34,6 +34,7 @@ oduflow_store::on_both_stores!(
     claimed_clients_are_skipped,
     failures_back_off_then_fail_and_block,
     receipts_cannot_be_deleted_or_repointed,
+    change_receipts_are_claimed_once_and_never_rewritten,
     fences_see_moved_records_and_lost_leases,
     database_errors_name_the_operation
 );
@@ -140,6 +141,53 @@ async fn receipts_cannot_be_deleted_or_repointed(store: Store) {
     }
     let r = store.receipt_get(&key).await.unwrap().unwrap();
     assert_eq!(r.resource_id.as_deref(), Some("vm-1"));
+}
+
+/// A change receipt (issue 16) is claimed once per client, resource and
+/// spec generation; what it recorded (its change, its send, a rejection, a
+/// confirmation) is never rewritten, and it is never deleted.
+async fn change_receipts_are_claimed_once_and_never_rewritten(store: Store) {
+    let store = &store;
+    let c = client(store, "acme").await;
+    let ledger = ReceiptLedger::new(store.clone());
+    let change = NewChange {
+        client_ref: c.clone(),
+        resource_kind: ResourceKind::Vm,
+        resource_id: "vm-1".into(),
+        spec_generation: 2,
+        change: serde_json::json!({ "instance": { "plan": "vc2-2c-4gb" } }),
+        key_fingerprint: KeyFingerprint("f".into()),
+        claimed_ms: 1,
+    };
+    let key = ledger.change_claim(&change).await.unwrap();
+    assert!(matches!(ledger.change_claim(&change).await, Err(StoreError::ReceiptExists(_))), "claimed twice");
+    ledger.change_mark_sent(&key, &c, 2).await.unwrap();
+    ledger.change_record(&key, &c, &ChangeAnswer::Unknown("lost".into()), 3).await.unwrap();
+    assert_eq!(ledger.change_observe(&key, "resizing").await.unwrap(), 1);
+    ledger.change_confirm(&key, &c, 4).await.unwrap();
+    for sql in [
+        "DELETE FROM change_receipts",
+        "UPDATE change_receipts SET change = '{}'",
+        "UPDATE change_receipts SET resource_id = 'other'",
+        "UPDATE change_receipts SET sent_ms = NULL",
+        "UPDATE change_receipts SET confirmed_ms = 99",
+    ] {
+        assert!(execute_raw(store, sql).await.is_err(), "{sql} was allowed");
+    }
+    let rows = store.changes_for_client(&c).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].sent_ms, rows[0].confirmed_ms), (Some(2), Some(4)));
+    assert_eq!(rows[0].facts(), oduflow_model::decide::ChangeFacts::Confirmed);
+    // A rejection is kept as it was.
+    let other = NewChange { spec_generation: 3, ..change };
+    let key = ledger.change_claim(&other).await.unwrap();
+    let no = ChangeAnswer::Rejected { status: 400, message: "Invalid plan chosen.".into() };
+    ledger.change_record(&key, &c, &no, 5).await.unwrap();
+    assert!(
+        execute_raw(store, "UPDATE change_receipts SET rejection_status = 422 WHERE spec_generation = 3")
+            .await
+            .is_err()
+    );
 }
 
 /// While a claim lives, its fence reads `Held` exactly while the record is
