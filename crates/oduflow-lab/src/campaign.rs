@@ -840,7 +840,7 @@ impl<'a> Seed<'a> {
 async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &mut Totals) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let url = fresh_db(store_kind, dir.path()).await?;
-    let store = Store::connect(&url, true).await?;
+    let store = Store::connect_sized(&url, true, HARNESS_CONNECTIONS).await?;
     store.migrate().await?;
     store.lineage().await?;
     let (sim, faults) = start_sim(p).await?;
@@ -1013,7 +1013,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
     // (shadowing would keep them open to the end of the seed, one pool more
     // against the server's limit).
     store.close().await;
-    let store = Store::connect(&url, false).await?;
+    let store = Store::connect_sized(&url, false, HARNESS_CONNECTIONS).await?;
     if restored {
         // The operator who restored a backup declares it (detection from the
         // hosts' high-water marks is only a safety net: a worker killed right
@@ -1157,6 +1157,12 @@ fn print_totals(totals: &Totals, failed: usize, secs: f64) {
         totals.resources
     );
 }
+
+/// The harness's own pool: its reads, flips and operator actions are one at
+/// a time, and two PostgreSQL campaigns' seeds (up to four worker processes
+/// each) with the other tests beside them reach the server's 100
+/// connections.
+const HARNESS_CONNECTIONS: u32 = 4;
 
 /// The first line of `s`, at most `max` characters.
 fn first_line(s: &str, max: usize) -> String {
