@@ -249,7 +249,15 @@ impl<'a, P: Provider> Converge<'a, P> {
             seen: self.seen[slot(kind)].1.clone(),
             progress: progress_of(r),
             overdue: overdue(r),
-            updated: infra.spec_generation > 0,
+            // Updated, and this resource's part of the spec is not what it
+            // was created with, or an update already changed it: a drift is
+            // then a change to make. Otherwise (an update of the other part
+            // only) it is someone else's change, and blocks.
+            updated: infra.spec_generation > 0
+                && r.is_some_and(|r| {
+                    r.spec_digest != create_digest(&infra.spec, kind)
+                        || view.changes.iter().any(|c| Some(&c.resource_id) == r.resource_id.as_ref())
+                }),
             change: view.change_of(infra, kind).map(|c| c.facts()).unwrap_or_default(),
             update_overdue,
         };
@@ -782,13 +790,11 @@ impl<P: Provider> Run<'_, P> {
         let resend = unsent.is_some();
         let label = unsent.map_or_else(|| Label::new_dispatch(&client, kind), |r| r.label);
         let digest = match kind {
-            // Every field of the create POST (the server fields included).
-            ResourceKind::Vm => spec_digest(&(&spec.region, &spec.plan, &spec.image, &spec.server)),
-            ResourceKind::Volume => spec_digest(&(&spec.region, spec.volume_gb, spec.volume_type)),
             ResourceKind::Attach => current::attach_digest(
                 vm.and_then(|r| r.resource_id.as_deref()),
                 volume.and_then(|r| r.resource_id.as_deref()),
             ),
+            _ => create_digest(&spec, kind),
         };
         #[cfg(feature = "failpoints")]
         let forget = crate::planted_bug("forget_receipt") && kind != ResourceKind::Attach;
@@ -1106,6 +1112,15 @@ impl<P: Provider> Run<'_, P> {
             return Ok(self.wait(now + poll_delay(w.cfg.poll_interval_ms, n)));
         }
         Ok(self.wait(now + w.cfg.poll_interval_ms))
+    }
+}
+
+/// The digest of what a VM's or a volume's create asks for: every field of
+/// its POST (a VM's server fields included).
+fn create_digest(spec: &ClientSpec, kind: ResourceKind) -> String {
+    match kind {
+        ResourceKind::Vm => spec_digest(&(&spec.region, &spec.plan, &spec.image, &spec.server)),
+        _ => spec_digest(&(&spec.region, spec.volume_gb, spec.volume_type)),
     }
 }
 

@@ -455,19 +455,7 @@ pub async fn inventory<P: Provider>(store: &Store, provider: &P, now_ms: i64) ->
         }
     }
     if after_restore {
-        // A restored copy cannot prove a create "not sent" any more: the
-        // attempt after the backup may have gone out. Such receipts are
-        // resolved by their label, never sent again blindly.
-        let writer = ReceiptWriter::new(store.clone());
-        for r in receipts.iter().filter(|r| r.not_sent_ms.is_some()) {
-            writer.doubt_not_sent(&r.operation_key, now_ms).await?;
-        }
-        // A restored copy may say `ready` about a VM deleted since the
-        // backup, or `deleted` about nothing: every record not yet deleted
-        // observes again before it is trusted.
-        for c in clients.values().filter(|c| c.infra.status != ClientStatus::Deleted) {
-            store.client_reconcile(&c.name, &[], "inventory after restore", now_ms, 20).await?;
-        }
+        trust_nothing_restored(store, &receipts, clients.values(), now_ms).await?;
     }
     store
         .restore_clear(
@@ -665,6 +653,30 @@ pub async fn orphan_delete<P: Provider>(
         note: "DELETE accepted, but the provider still shows it; `oduflow reconcile --all` confirms once it is gone"
             .into(),
     })
+}
+
+/// After a restore, before the queue runs again. A restored copy cannot
+/// prove a create "not sent" any more: the attempt after the backup may
+/// have gone out. Such receipts are resolved by their label, never sent
+/// again blindly; changes too (issue 16: a PATCH recorded as unsent may
+/// have left). And it may say `ready` about a VM deleted since the backup,
+/// or `deleted` about nothing: every record not yet deleted observes again
+/// before it is trusted.
+async fn trust_nothing_restored<'c>(
+    store: &Store,
+    receipts: &[ReceiptRow],
+    clients: impl Iterator<Item = &'c ClientRow>,
+    now_ms: i64,
+) -> Result<()> {
+    let writer = ReceiptWriter::new(store.clone());
+    for r in receipts.iter().filter(|r| r.not_sent_ms.is_some()) {
+        writer.doubt_not_sent(&r.operation_key, now_ms).await?;
+    }
+    writer.ledger().change_doubt_open(now_ms).await?;
+    for c in clients.filter(|c| c.infra.status != ClientStatus::Deleted) {
+        store.client_reconcile(&c.name, &[], "inventory after restore", now_ms, 20).await?;
+    }
+    Ok(())
 }
 
 /// Before `client update --plan` is recorded: when the client's VM is

@@ -74,9 +74,14 @@ impl ChangeRow {
         } else if self.not_sent_ms.is_some() {
             let reason = self.not_sent_reason.clone().unwrap_or_default();
             ChangeFacts::NotSent { count: self.not_sent_count, reason }
+        } else if self.sent_ms.is_none() {
+            // The send is committed on the receipt before the PATCH leaves:
+            // without it, nothing left (a worker stopped after the claim).
+            // A restored copy doubts this first (`change_doubt_open`).
+            let reason = "claimed, but the worker stopped before sending".to_owned();
+            ChangeFacts::NotSent { count: self.not_sent_count, reason }
         } else {
-            // Claimed and maybe sent (a crash between the claim and the
-            // send cannot be told from a lost answer): only reads tell.
+            // Sent, or about to be: only reads tell.
             ChangeFacts::Sent { observations: self.observation_count }
         }
     }
@@ -179,7 +184,14 @@ impl Store {
                 .await?
                 .iter()
                 .any(|r| r.resource_kind != ResourceKind::Attach && r.is_open());
-            let spec = u.apply(&client.infra.spec, created)?;
+            // Back to what the spec says, while the server differs from it
+            // (`config_mismatch`: changed behind oduflow's back): the update
+            // is the operator's word that the spec stands, so it is sent.
+            let mismatch = client.infra.blocked_reason == Some(BlockedReason::ConfigMismatch);
+            let spec = match u.apply(&client.infra.spec, created) {
+                Err(oduflow_model::update::UpdateRefused::Unchanged) if mismatch => client.infra.spec.clone(),
+                other => other?,
+            };
             // What the check above allowed because nothing existed yet must
             // still hold once the record is locked: a run may have claimed a
             // create meanwhile.
@@ -202,15 +214,24 @@ impl Store {
                      status = CASE WHEN $10 THEN status ELSE 'provisioning' END, \
                      blocked_reason = CASE WHEN $10 THEN blocked_reason END, \
                      blocked_detail = CASE WHEN $10 THEN blocked_detail END \
-                     WHERE client_id = $1 AND generation = $2 - 1 AND target = 'present'")
+                     WHERE client_id = $1 AND generation = $2 - 1 AND target = 'present' \
+                     AND status = $11 AND coalesce(blocked_reason, '') = $12")
                     .bind(client.id.as_str()).bind(generation).bind(&spec.region).bind(&spec.plan)
                     .bind(spec.image.os_id().unwrap_or(0)).bind(spec.volume_gb).bind(&image).bind(&server)
                     .bind(now_ms).bind(blocked)
+                    // A run's finish writes the status without a new
+                    // generation: the status read above must still hold, or
+                    // a block this update must not lift could be lifted.
+                    .bind(client.infra.status.as_str())
+                    .bind(client.infra.blocked_reason.map_or("", |r| r.as_str()))
                     .execute(&mut *tx).await?.rows_affected();
                 if n == 0 {
                     return Err(StoreError::ClientMoved(name.to_owned()));
                 }
-                if !created && let Err(refused) = &in_place {
+                if !created
+                    && let Err(refused) = &in_place
+                    && *refused != oduflow_model::update::UpdateRefused::Unchanged
+                {
                     let open: i64 = sqlx::query_scalar(
                         "SELECT count(*) FROM dispatch_receipts WHERE client_ref = $1 AND resource_kind <> 'attach' \
                          AND deleted_ms IS NULL AND rejection_status IS NULL AND abandoned_by IS NULL \
@@ -326,6 +347,29 @@ impl ReceiptLedger {
                 }), now_ms).await?;
             });
             Ok(())
+        })
+        .await
+    }
+
+    /// After a restore: the copy cannot prove any open change "not sent"
+    /// any more (a send after the backup may have gone out), so every change
+    /// receipt neither confirmed nor rejected counts as sent from now on:
+    /// only reads resolve it. Returns how many were doubted.
+    pub async fn change_doubt_open(&self, now_ms: i64) -> Result<u64> {
+        crate::named("change_doubt_open", async move {
+            Ok(ledger_write!(self.store(), tx => {
+                let n = sqlx::query(
+                    "UPDATE change_receipts SET not_sent_ms = NULL, sent_ms = COALESCE(sent_ms, $1) \
+                     WHERE confirmed_ms IS NULL AND rejection_status IS NULL \
+                     AND (not_sent_ms IS NOT NULL OR sent_ms IS NULL)")
+                    .bind(now_ms).execute(&mut *tx).await?.rows_affected();
+                if n > 0 {
+                    (*tx).event_insert(None, "changes_not_sent_doubted", &serde_json::json!({
+                        "count": n, "why": "restored copy: a send after the backup may have gone out",
+                    }), now_ms).await?;
+                }
+                n
+            }))
         })
         .await
     }

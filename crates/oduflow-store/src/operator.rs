@@ -26,7 +26,8 @@ pub const SETTING_LINEAGE: &str = "lineage";
 impl Store {
     /// Observe again: clears a blocked state, bumps the generation (queued
     /// jobs become stale) and enqueues a fresh job for the current target.
-    /// A client blocked on a change (`uncertain_update`, `update_rejected`)
+    /// A client blocked on a change (`uncertain_update`, `update_rejected`,
+    /// or `provider_unavailable`, which a change that cannot connect ends in)
     /// moves to a new spec generation: its change is read first and, if a
     /// read still shows the old value, sent once on a new change receipt
     /// (never again on the old one); an updated client's wait for its server
@@ -64,7 +65,8 @@ impl Store {
                      volume_dispatch_generation = CASE WHEN volume_dispatch_generation < $5 THEN $5 ELSE volume_dispatch_generation END, \
                      attach_dispatch_generation = CASE WHEN attach_dispatch_generation < $6 THEN $6 ELSE attach_dispatch_generation END, \
                      spec_generation = CASE WHEN spec_generation > 0 \
-                       AND blocked_reason IN ('uncertain_update', 'update_rejected') THEN $2 ELSE spec_generation END, \
+                       AND blocked_reason IN ('uncertain_update', 'update_rejected', 'provider_unavailable') \
+                       THEN $2 ELSE spec_generation END, \
                      spec_updated_ms = CASE WHEN spec_generation > 0 THEN $7 ELSE spec_updated_ms END, \
                      updated_ms = $7 \
                      WHERE client_id = $1")

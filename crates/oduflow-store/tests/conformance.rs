@@ -161,6 +161,10 @@ async fn change_receipts_are_claimed_once_and_never_rewritten(store: Store) {
     };
     let key = ledger.change_claim(&change).await.unwrap();
     assert!(matches!(ledger.change_claim(&change).await, Err(StoreError::ReceiptExists(_))), "claimed twice");
+    // Claimed, never marked sent: provably unsent; a restored copy doubts it.
+    let facts = |rows: Vec<ChangeRow>| rows[0].facts();
+    let unsent = facts(store.changes_for_client(&c).await.unwrap());
+    assert!(matches!(unsent, oduflow_model::decide::ChangeFacts::NotSent { .. }), "{unsent:?}");
     ledger.change_mark_sent(&key, &c, 2).await.unwrap();
     ledger.change_record(&key, &c, &ChangeAnswer::Unknown("lost".into()), 3).await.unwrap();
     assert_eq!(ledger.change_observe(&key, "resizing").await.unwrap(), 1);
@@ -188,6 +192,13 @@ async fn change_receipts_are_claimed_once_and_never_rewritten(store: Store) {
             .await
             .is_err()
     );
+    // After a restore nothing open counts as unsent: only reads resolve it.
+    let open = NewChange { spec_generation: 4, ..other };
+    ledger.change_claim(&open).await.unwrap();
+    assert_eq!(ledger.change_doubt_open(6).await.unwrap(), 1, "only the open receipt");
+    let rows = store.changes_for_client(&c).await.unwrap();
+    let doubted = rows.iter().find(|r| r.spec_generation == 4).unwrap();
+    assert_eq!(doubted.facts(), oduflow_model::decide::ChangeFacts::Sent { observations: 0 });
 }
 
 /// While a claim lives, its fence reads `Held` exactly while the record is

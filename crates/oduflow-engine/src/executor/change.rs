@@ -119,9 +119,14 @@ impl<'a, P: Provider> Converge<'a, P> {
             Err(e) => {
                 // Counted like the preflight's failed reads: past the polling
                 // limit the client blocks with the error as evidence.
+                // Counted per spec generation: an update or a reconcile
+                // starts the count again.
+                let generation = self.run.infra.spec_generation;
                 let progress = &mut self.run.infra.progress;
-                let n = progress.get("upgrades_read_failures").and_then(serde_json::Value::as_i64).unwrap_or(0) + 1;
-                progress["upgrades_read_failures"] = serde_json::json!(n);
+                let failures = progress.get("upgrades_read_failures");
+                let counted = failures.filter(|f| f["generation"].as_i64() == Some(generation));
+                let n = counted.and_then(|f| f["count"].as_i64()).unwrap_or(0) + 1;
+                progress["upgrades_read_failures"] = serde_json::json!({ "generation": generation, "count": n });
                 if n >= w.cfg.observations_max {
                     let detail =
                         format!("vm {id}: reading its upgrades failed {n} times (the polling limit); last: {e}");
@@ -183,12 +188,15 @@ impl<P: Provider> Run<'_, P> {
     pub(super) async fn adapters_update(&mut self) -> Result<Option<Finish>, EngineError> {
         let w = self.w;
         let generation = self.infra.spec_generation;
-        let done = self.infra.progress.get("updated_generation").and_then(serde_json::Value::as_i64);
-        if generation == 0 || done == Some(generation) || w.adapters.is_empty() {
+        let done = self.infra.progress.get("updated_generation").and_then(serde_json::Value::as_i64).unwrap_or(0);
+        if generation == 0 || done >= generation || w.adapters.is_empty() {
             return Ok(None);
         }
+        // Any change confirmed since the adapters last ran: one confirmed at
+        // an earlier generation counts too (a reconcile or another update
+        // may have moved the generation on before the client was ready).
         let changes = w.store.changes_for_client(&self.infra.client_id).await?;
-        let confirmed = changes.iter().any(|c| c.spec_generation == generation && c.confirmed_ms.is_some());
+        let confirmed = changes.iter().any(|c| c.spec_generation > done && c.confirmed_ms.is_some());
         if confirmed {
             let t = self.identity_target(true).await?;
             for a in w.adapters.iter() {

@@ -15,6 +15,7 @@ oduflow_store::on_both_stores!(
     a_rejected_spec_is_corrected_by_update_and_reconcile,
     a_worker_killed_at_every_change_step_loses_nothing_and_sends_no_second_patch,
     an_adapters_update_command_runs_once_after_a_confirmed_change,
+    a_console_change_to_what_no_update_touched_blocks_and_is_not_reverted,
 );
 
 fn create(env: &Env, name: &str, extra: &[&str]) {
@@ -213,10 +214,9 @@ async fn a_rejected_spec_is_corrected_by_update_and_reconcile(env: Env) {
 }
 
 /// A worker SIGKILLed at each step of a change: the next worker finds the
-/// receipt and never sends a second PATCH on it. Killed between the claim
-/// and the send, the outcome cannot be told from a lost answer: reads that
-/// never show the change block `uncertain_update`, and `reconcile` sends it
-/// once on a new receipt.
+/// receipt and never sends a second PATCH on it. Killed after the claim but
+/// before the send was recorded, nothing left (the send is committed before
+/// the PATCH leaves): the next worker sends it, once, on the same receipt.
 async fn a_worker_killed_at_every_change_step_loses_nothing_and_sends_no_second_patch(env: Env) {
     failpoints_required();
     env.ok(&["init"]);
@@ -233,13 +233,7 @@ async fn a_worker_killed_at_every_change_step_loses_nothing_and_sends_no_second_
             .unwrap();
         assert!(!o.status.success(), "{point}: the worker was not killed there");
         settle(&env);
-        let mut v = show(&env, &name);
-        if *point == "change-claimed" {
-            assert_eq!(v["blocked_reason"], "uncertain_update", "after a crash at {point}: {v}");
-            env.ok(&["reconcile", &name]);
-            settle(&env);
-            v = show(&env, &name);
-        }
+        let v = show(&env, &name);
         assert_eq!(v["status"], "ready", "after a crash at {point}: {v}");
         let vol = v["volume_id"].as_str().unwrap().to_owned();
         let ledger = env.sim.ledger();
@@ -283,4 +277,37 @@ async fn an_adapters_update_command_runs_once_after_a_confirmed_change(env: Env)
     let lines = std::fs::read_to_string(&log).unwrap();
     let mount = v["volume_mount_id"].as_str().unwrap_or_default().to_owned();
     assert_eq!(lines.trim(), format!("acme vc2-1c-1gb 60 {mount}").trim(), "{lines}");
+}
+
+/// An update of the volume only, after someone changed the server's tags in
+/// the console: the tags are not reverted behind the operator's back; the
+/// client blocks `config_mismatch` naming them, and `client update --tag`
+/// to the console's value resolves it without a PATCH.
+async fn a_console_change_to_what_no_update_touched_blocks_and_is_not_reverted(env: Env) {
+    use oduflow_model::provider::{InstanceChange, Provider};
+    env.ok(&["init"]);
+    create(&env, "acme", &[]);
+    settle(&env);
+    let vm = show(&env, "acme")["vm_id"].as_str().unwrap().to_owned();
+    let console = oduflow_vultr::VultrClient::new(oduflow_vultr::VultrConfig {
+        base_url: env.sim.base_url.clone(),
+        rate_per_sec: 1000,
+        ..oduflow_vultr::VultrConfig::new(secrecy::SecretString::from(KEY.to_owned()))
+    })
+    .unwrap();
+    let tags = InstanceChange { tags: Some(vec!["console".into()]), ..InstanceChange::default() };
+    let o = console.instance_update(&oduflow_model::VultrInstanceId(vm), &tags).await;
+    assert!(matches!(o, oduflow_model::provider::Outcome::Accepted(())), "{o:?}");
+    env.ok(&["client", "update", "acme", "--volume-gb", "60"]);
+    settle(&env);
+    let v = show(&env, "acme");
+    assert_eq!(v["blocked_reason"], "config_mismatch", "{v}");
+    assert!(v["blocked_detail"].as_str().unwrap().contains("console"), "{v}");
+    assert_eq!(env.sim.ledger().instance_patch_bodies.len(), 1, "only the console's PATCH");
+    env.ok(&["client", "update", "acme", "--tag", "console"]);
+    settle(&env);
+    let v = show(&env, "acme");
+    assert_eq!(v["status"], "ready", "{v}");
+    assert_eq!(env.sim.ledger().instance_patch_bodies.len(), 1, "still only the console's PATCH");
+    assert_eq!(env.sim.ledger().block_patch_bodies.len(), 1, "the volume grew once");
 }
