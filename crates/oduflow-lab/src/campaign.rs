@@ -360,6 +360,24 @@ impl Seed<'_> {
         self.workers_with(n, key, crash_prob, faults, deadline, None).await
     }
 
+    /// PostgreSQL: waits (at most [`SESSIONS_WAIT_MAX`]) until the server
+    /// has room for this round's worker processes, so campaigns side by side
+    /// with the other tests do not fill its connections (the other tests'
+    /// pools then time out, or stall).
+    async fn room_for_workers(&self, store: &Store, n: usize) -> Result<()> {
+        let t = Instant::now();
+        while let Some((used, max)) =
+            oduflow_store::testing::pg_sessions(store).await.map_err(anyhow::Error::from_boxed)?
+        {
+            let need = (n as i64) * WORKER_SESSIONS;
+            if used + need <= max * SESSIONS_SHARE_PERCENT / 100 || t.elapsed() > SESSIONS_WAIT_MAX {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(())
+    }
+
     /// Runs `n` worker processes, doing `interfere` to them and to the
     /// records while they run.
     async fn workers_with(
@@ -371,6 +389,9 @@ impl Seed<'_> {
         deadline: Duration,
         interfere: Option<(Interference, &Store, &[String], &ClientSpec)>,
     ) -> Result<Vec<String>> {
+        if let Some((_, store, ..)) = &interfere {
+            self.room_for_workers(store, n).await?;
+        }
         let mut children = vec![];
         for _ in 0..n {
             let mut c = tokio::process::Command::new(self.exe);
@@ -1157,6 +1178,15 @@ fn print_totals(totals: &Totals, failed: usize, secs: f64) {
         totals.resources
     );
 }
+
+/// Connections one campaign worker process may open (its pool of 2N + 4 at
+/// `--concurrency 2`, and its claim connections).
+const WORKER_SESSIONS: i64 = 10;
+/// A round's workers start only while the server's sessions, theirs
+/// included, stay under this share of its `max_connections`...
+const SESSIONS_SHARE_PERCENT: i64 = 70;
+/// ...or once they have waited this long (then they start anyway).
+const SESSIONS_WAIT_MAX: Duration = Duration::from_secs(20);
 
 /// The harness's own pool: its reads, flips and operator actions are one at
 /// a time, and two PostgreSQL campaigns' seeds (up to four worker processes

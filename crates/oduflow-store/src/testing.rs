@@ -348,6 +348,17 @@ pub async fn terminate_idle_in_transaction(store: &Store) -> KitResult<u64> {
     Ok(n.len() as u64)
 }
 
+/// PostgreSQL: the server's client sessions now (every database), and its
+/// `max_connections`; `None` on SQLite.
+pub async fn pg_sessions(store: &Store) -> KitResult<Option<(i64, i64)>> {
+    let Db::Pg(p, _) = &store.db else { return Ok(None) };
+    let used: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'")
+        .fetch_one(p)
+        .await?;
+    let max: String = sqlx::query_scalar("SHOW max_connections").fetch_one(p).await?;
+    Ok(Some((used, max.parse().unwrap_or(100))))
+}
+
 /// PostgreSQL: terminates one session, and waits (bounded) until it is gone.
 pub async fn pg_terminate(store: &Store, pid: i32) -> KitResult<()> {
     let Db::Pg(p, _) = &store.db else { return Ok(()) };
