@@ -10,6 +10,14 @@ use oduflow_model::provider::{Outcome, Provider};
 use oduflow_model::*;
 use oduflow_store::{ChangeAnswer, ChangeRow, Finish, NewChange};
 
+/// The one PATCH a change is: the instance's or the block's.
+async fn send<P: Provider>(p: &P, id: &str, change: &Change) -> Outcome<()> {
+    match change {
+        Change::Instance(c) => p.instance_update(&VultrInstanceId(id.to_owned()), c).await,
+        Change::VolumeSize(gb) => p.block_resize(&VultrBlockId(id.to_owned()), *gb).await,
+    }
+}
+
 /// What Vultr's list of upgrades says of a plan change.
 enum Upgrade {
     Offered,
@@ -72,10 +80,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         fail_step!("change-claimed");
         self.run.check_fence().await?;
         w.receipts.ledger().change_mark_sent(&key, &client, w.now_ms()).await?;
-        let outcome = match &d.change {
-            Change::Instance(c) => w.provider.instance_update(&VultrInstanceId(id.clone()), c).await,
-            Change::VolumeSize(gb) => w.provider.block_resize(&VultrBlockId(id.clone()), *gb).await,
-        };
+        let outcome = send(w.provider.as_ref(), &id, &d.change).await;
         fail_step!("change-sent");
         self.run.halted()?;
         let answer = match outcome {
@@ -165,10 +170,7 @@ impl<'a, P: Provider> Converge<'a, P> {
             && let Seen::Present(f) = &self.seen[slot(kind)].1
             && let Some(d) = &f.drift
         {
-            let _ = match &d.change {
-                Change::Instance(ch) => w.provider.instance_update(&VultrInstanceId(f.id.clone()), ch).await,
-                Change::VolumeSize(gb) => w.provider.block_resize(&VultrBlockId(f.id.clone()), *gb).await,
-            };
+            let _ = send(w.provider.as_ref(), &f.id, &d.change).await;
         }
         let summary = match &self.seen[slot(kind)].1 {
             Seen::Present(f) => format!("{}: {}", f.state, f.drift.as_ref().map_or("", |d| d.what.as_str())),
