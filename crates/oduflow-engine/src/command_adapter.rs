@@ -1,13 +1,22 @@
 //! An identity adapter that runs configured commands, for systems oduflow does
 //! not ship (a WireGuard peer, a Salt minion key). Each command gets the
 //! client in its environment (`ODUFLOW_CLIENT`, `ODUFLOW_CLIENT_ID`,
-//! `ODUFLOW_MAIN_IP`, `ODUFLOW_V6_MAIN_IP`, `ODUFLOW_HOSTNAME`, `ODUFLOW_MOUNT_ID`,
-//! `ODUFLOW_PLAN`, `ODUFLOW_VOLUME_GB`) and prints one JSON object on stdout:
-//! `{"ok": true, "detail": "..."}` for ensure, remove and update,
-//! `{"present": bool, "detail": "..."}` for check. A non-zero exit,
+//! `ODUFLOW_MAIN_IP`, `ODUFLOW_V6_MAIN_IP`, `ODUFLOW_HOSTNAME`,
+//! `ODUFLOW_DNS_NAME`, `ODUFLOW_MOUNT_ID`, `ODUFLOW_PLAN`, `ODUFLOW_VOLUME_GB`,
+//! `ODUFLOW_IDENTITY_ID`, `ODUFLOW_PHASE`) and prints one JSON object on
+//! stdout: `{"ok": true, "detail": "...", "id": "..."}` for ensure, remove and
+//! update, `{"present": bool, "detail": "..."}` for check. A non-zero exit,
 //! unreadable output or running past the timeout is a failure. The optional
 //! `update` command runs once a change to the server or volume has been
 //! confirmed (issue 16: grow the filesystem onto a larger volume, say).
+//!
+//! Ownership (issue 17): the `id` an ensure prints (a WireGuard public key, a
+//! Salt minion id: whatever names what the script made) is recorded durably
+//! and handed back to every later command as `ODUFLOW_IDENTITY_ID`, so a
+//! script removes what it made and nothing else. A removal gets the facts
+//! recorded when the identity was last ensured (`ODUFLOW_MAIN_IP` is the
+//! address the VM had, although the VM is gone by then); `ODUFLOW_PHASE` is
+//! `ensure` or `remove`, so a check knows which question it answers.
 
 use oduflow_model::identity::*;
 use serde::Deserialize;
@@ -44,6 +53,14 @@ struct Answer {
     present: Option<bool>,
     #[serde(default)]
     detail: String,
+    /// What an ensure made (recorded, and handed back as
+    /// `ODUFLOW_IDENTITY_ID`).
+    id: Option<String>,
+}
+
+/// The identity id recorded for the client (`""` for none).
+fn recorded_id(own: &dyn Ownership) -> String {
+    own.get().get("id").and_then(serde_json::Value::as_str).unwrap_or("").to_owned()
 }
 
 impl CommandAdapter {
@@ -59,7 +76,7 @@ impl CommandAdapter {
         Ok(Self { cfg })
     }
 
-    async fn run(&self, argv: &[String], t: &IdentityTarget) -> Result<Answer, String> {
+    async fn run(&self, argv: &[String], t: &IdentityTarget, own: &dyn Ownership) -> Result<Answer, String> {
         let mut cmd = tokio::process::Command::new(&argv[0]);
         cmd.args(&argv[1..])
             .env("ODUFLOW_CLIENT", &t.client)
@@ -67,6 +84,9 @@ impl CommandAdapter {
             .env("ODUFLOW_MAIN_IP", t.main_ip.as_deref().unwrap_or(""))
             .env("ODUFLOW_V6_MAIN_IP", &t.outputs.v6_main_ip)
             .env("ODUFLOW_HOSTNAME", &t.hostname)
+            .env("ODUFLOW_DNS_NAME", &t.dns_name)
+            .env("ODUFLOW_IDENTITY_ID", recorded_id(own))
+            .env("ODUFLOW_PHASE", if t.removing { "remove" } else { "ensure" })
             .env("ODUFLOW_MOUNT_ID", &t.outputs.mount_id)
             .env("ODUFLOW_PLAN", &t.plan)
             .env("ODUFLOW_VOLUME_GB", t.volume_gb.to_string())
@@ -98,19 +118,23 @@ impl IdentityAdapter for CommandAdapter {
         &self.cfg.name
     }
 
-    fn ensure<'a>(&'a self, t: &'a IdentityTarget) -> BoxFuture<'a, Result<String, String>> {
+    fn ensure<'a>(&'a self, t: &'a IdentityTarget, own: &'a dyn Ownership) -> Step<'a, String> {
         Box::pin(async move {
-            let a = self.run(&self.cfg.ensure, t).await?;
-            match a.ok {
-                Some(true) => Ok(a.detail),
-                _ => Err(format!("ensure refused: {}", a.detail)),
+            let a = self.run(&self.cfg.ensure, t, own).await?;
+            if a.ok != Some(true) {
+                return Err(format!("ensure refused: {}", a.detail).into());
             }
+            // What the script made is recorded before anything depends on it.
+            if let Some(id) = a.id.filter(|id| *id != recorded_id(own)) {
+                own.put(serde_json::json!({ "id": id })).await?;
+            }
+            Ok(a.detail)
         })
     }
 
-    fn check<'a>(&'a self, t: &'a IdentityTarget) -> BoxFuture<'a, Result<Presence, String>> {
+    fn check<'a>(&'a self, t: &'a IdentityTarget, own: &'a dyn Ownership) -> Step<'a, Presence> {
         Box::pin(async move {
-            let a = self.run(&self.cfg.check, t).await?;
+            let a = self.run(&self.cfg.check, t, own).await?;
             match a.present {
                 Some(true) => Ok(Presence::Present(a.detail)),
                 Some(false) => Ok(Presence::Absent),
@@ -119,25 +143,25 @@ impl IdentityAdapter for CommandAdapter {
         })
     }
 
-    fn remove<'a>(&'a self, t: &'a IdentityTarget) -> BoxFuture<'a, Result<String, String>> {
+    fn remove<'a>(&'a self, t: &'a IdentityTarget, own: &'a dyn Ownership) -> Step<'a, String> {
         Box::pin(async move {
-            let a = self.run(&self.cfg.remove, t).await?;
+            let a = self.run(&self.cfg.remove, t, own).await?;
             match a.ok {
                 Some(true) => Ok(a.detail),
-                _ => Err(format!("remove refused: {}", a.detail)),
+                _ => Err(format!("remove refused: {}", a.detail).into()),
             }
         })
     }
 
-    fn update<'a>(&'a self, t: &'a IdentityTarget) -> Option<BoxFuture<'a, Result<String, String>>> {
+    fn update<'a>(&'a self, t: &'a IdentityTarget, own: &'a dyn Ownership) -> Option<Step<'a, String>> {
         if self.cfg.update.is_empty() {
             return None;
         }
         Some(Box::pin(async move {
-            let a = self.run(&self.cfg.update, t).await?;
+            let a = self.run(&self.cfg.update, t, own).await?;
             match a.ok {
                 Some(true) => Ok(a.detail),
-                _ => Err(format!("update refused: {}", a.detail)),
+                _ => Err(format!("update refused: {}", a.detail).into()),
             }
         }))
     }

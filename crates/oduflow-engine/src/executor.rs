@@ -9,7 +9,6 @@
 use crate::current::{self, spec_digest};
 use crate::{EngineError, Worker, fail_step};
 use oduflow_model::decide::{self, Action, DeleteProgress, Facts, Inputs, ReceiptFacts, Resource, Seen};
-use oduflow_model::identity::{IdentityTarget, Presence};
 use oduflow_model::provider::{BlockRequest, DeleteOutcome, InstanceRequest, Outcome, Provider, SendGuard};
 use oduflow_model::*;
 use oduflow_store::{Fence, Finish, Footing, IdSource, InfraRow, JobNext, NewEvent, NewReceipt, ReceiptRow};
@@ -18,6 +17,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 mod change;
+mod identities;
 
 /// Times the backup schedule is set without reading back before the client
 /// blocks `config_mismatch`: a set is repeatable, but not for ever.
@@ -34,11 +34,6 @@ enum Backups {
 /// bookkeeping step before the run ends with a side effect or a wait, so
 /// twelve is ample; reaching it just re-queues the job.
 const STEPS_MAX: usize = 12;
-
-/// Failed steps of one identity adapter before its client is blocked
-/// `adapter_failed`: enough to ride out a flaky command or API, few enough
-/// that an operator hears of a broken one within minutes.
-const ADAPTER_FAILURES_MAX: i64 = 5;
 
 struct Run<'a, P> {
     w: &'a Worker<P>,
@@ -905,146 +900,6 @@ impl<P: Provider> Run<'_, P> {
                 let _ = self.w.provider.block_create(&req).await;
             }
         }
-    }
-
-    async fn identity_target(&self, with_ip: bool) -> Result<IdentityTarget, EngineError> {
-        let name = self
-            .w
-            .store
-            .client_get_by_id(&self.infra.client_id)
-            .await?
-            .map(|c| c.name)
-            .ok_or_else(|| EngineError::Invariant("client vanished".into()))?;
-        let main_ip = match (&self.infra.vm_id, with_ip) {
-            (Some(vm), true) => self.w.provider.instance_get(vm).await.ok().flatten().map(|i| i.main_ip),
-            _ => None,
-        };
-        self.halted()?;
-        Ok(IdentityTarget {
-            client: name,
-            client_id: self.infra.client_id.to_string(),
-            main_ip,
-            outputs: self.infra.outputs.clone(),
-            hostname: self.infra.spec.server.hostname.clone(),
-            plan: self.infra.spec.plan.clone(),
-            volume_gb: self.infra.spec.volume_gb,
-        })
-    }
-
-    /// Counts an adapter failure; past the limit, blocks naming the adapter.
-    async fn adapter_failed(
-        mut self,
-        adapter: &str,
-        state: &str,
-        error: String,
-        now: i64,
-    ) -> Result<Finish, EngineError> {
-        let n = self.w.receipts.adapter_fail(&self.infra.client_id, adapter, state, &error, now).await?;
-        if n >= ADAPTER_FAILURES_MAX {
-            let detail = format!("adapter {adapter}: {error} ({n} attempts)");
-            self.infra.status = ClientStatus::Blocked;
-            self.infra.blocked_reason = Some(BlockedReason::AdapterFailed);
-            self.infra.blocked_detail = Some(detail.clone());
-            self.event("blocked", serde_json::json!({ "reason": BlockedReason::AdapterFailed, "detail": detail }));
-            return Ok(self.done());
-        }
-        let at = now + self.w.cfg.poll_interval_ms * n;
-        Ok(self.wait(at))
-    }
-
-    /// Ensures the next adapter whose identity is not yet confirmed present.
-    /// `None` once every adapter is ensured.
-    async fn adapters_present(&mut self) -> Result<Option<Finish>, EngineError> {
-        let w = self.w;
-        if w.adapters.is_empty() {
-            return Ok(None);
-        }
-        let states = w.store.adapter_states(&self.infra.client_id).await?;
-        for a in w.adapters.iter() {
-            if states.iter().any(|s| s.adapter == a.name() && s.state == "ensured") {
-                continue;
-            }
-            self.check_fence().await?;
-            let t = self.identity_target(true).await?;
-            let now = w.now_ms();
-            let run = std::mem::replace(self, self.clone_shallow());
-            let ensured = a.ensure(&t).await;
-            run.halted()?;
-            let ensured = match ensured {
-                Err(e) => return Ok(Some(run.adapter_failed(a.name(), "ensuring", e, now).await?)),
-                Ok(d) => d,
-            };
-            let checked = a.check(&t).await;
-            run.halted()?;
-            return Ok(Some(match checked {
-                Ok(Presence::Present(d)) => {
-                    w.receipts.adapter_set(&run.infra.client_id, a.name(), "ensured", &d, now).await?;
-                    run.wait(now)
-                }
-                Ok(Presence::Absent) => {
-                    run.adapter_failed(a.name(), "ensuring", format!("absent after ensure ({ensured})"), now).await?
-                }
-                Err(e) => run.adapter_failed(a.name(), "ensuring", e, now).await?,
-            }));
-        }
-        Ok(None)
-    }
-
-    /// Removes the next adapter whose identity is not yet confirmed absent.
-    /// `None` once every adapter's check has reported absence.
-    async fn adapters_absent(&mut self) -> Result<Option<Finish>, EngineError> {
-        let w = self.w;
-        let states = w.store.adapter_states(&self.infra.client_id).await?;
-        // An identity this client may still have whose adapter is no longer
-        // configured: nothing here can remove it, so the client is not
-        // deleted; the evidence names it.
-        let orphaned: Vec<&oduflow_store::AdapterStateRow> = states
-            .iter()
-            .filter(|s| s.state != "removed" && !w.adapters.iter().any(|a| a.name() == s.adapter))
-            .collect();
-        if !orphaned.is_empty() {
-            let names: Vec<String> =
-                orphaned.iter().map(|s| format!("{} ({}: {})", s.adapter, s.state, s.detail)).collect();
-            let detail = format!(
-                "identities recorded for this client whose adapter is no longer configured: {}",
-                names.join("; ")
-            );
-            let run = std::mem::replace(self, self.clone_shallow());
-            return Ok(Some(run.block(BlockedReason::AdapterUnconfigured, detail)));
-        }
-        if w.adapters.is_empty() {
-            return Ok(None);
-        }
-        for a in w.adapters.iter() {
-            if states.iter().any(|s| s.adapter == a.name() && s.state == "removed") {
-                continue;
-            }
-            self.check_fence().await?;
-            let t = self.identity_target(false).await?;
-            let now = w.now_ms();
-            let run = std::mem::replace(self, self.clone_shallow());
-            let removed = a.remove(&t).await;
-            run.halted()?;
-            if let Err(e) = removed {
-                return Ok(Some(run.adapter_failed(a.name(), "removing", e, now).await?));
-            }
-            fail_step!("adapter-removed");
-            let checked = a.check(&t).await;
-            run.halted()?;
-            return Ok(Some(match checked {
-                Ok(Presence::Absent) => {
-                    w.receipts
-                        .adapter_set(&run.infra.client_id, a.name(), "removed", "check reports absence", now)
-                        .await?;
-                    run.wait(now)
-                }
-                Ok(Presence::Present(d)) => {
-                    run.adapter_failed(a.name(), "removing", format!("still present after remove: {d}"), now).await?
-                }
-                Err(e) => run.adapter_failed(a.name(), "removing", e, now).await?,
-            }));
-        }
-        Ok(None)
     }
 
     fn clone_shallow(&self) -> Self {

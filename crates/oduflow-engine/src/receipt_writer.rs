@@ -85,9 +85,10 @@ impl ReceiptWriter {
         adapter: &str,
         state: &str,
         detail: &str,
+        facts: Option<&serde_json::Value>,
         now_ms: i64,
     ) -> oduflow_store::Result<()> {
-        self.ledger.adapter_set(client, adapter, state, detail, now_ms).await
+        self.ledger.adapter_set(client, adapter, state, detail, facts, now_ms).await
     }
 
     pub(crate) async fn adapter_fail(

@@ -10,20 +10,75 @@ use std::pin::Pin;
 /// A boxed future, so adapters can be held as trait objects.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Whom an identity belongs to.
+/// Whom an identity belongs to, and the facts it is ensured with. For a
+/// removal these are the facts recorded when the identity was last ensured
+/// (the VM is usually gone by then).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IdentityTarget {
     pub client: String,
     pub client_id: String,
-    /// The VM's main IP, when known (ensure needs it; check and remove do not).
+    /// The VM's main IP, when known (ensure needs it).
     pub main_ip: Option<String>,
     /// The VM's IPv6 address, its hostname and the volume's mount id, when
     /// known (`""` for none).
     pub outputs: crate::ServerOutputs,
     pub hostname: String,
+    /// The name of the client's DNS records, relative to the DNS domain
+    /// (the spec's `dns_name`, else the client's name).
+    pub dns_name: String,
     /// The plan and volume size of the spec (after a change: the new ones).
     pub plan: String,
     pub volume_gb: i64,
+    /// The client is being deleted: a check answers whether anything of the
+    /// identity is left, not whether it is right.
+    pub removing: bool,
+}
+
+/// Test builds install the engine's crash points here, so an adapter can
+/// name the steps of its own protocol (`reached("dns-record-created")`)
+/// and a test can kill the worker exactly there.
+static STEP_HOOK: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new();
+
+pub fn set_step_hook(f: fn(&str)) {
+    let _ = STEP_HOOK.set(f);
+}
+
+/// An adapter reached a named step (a no-op unless a hook is installed).
+pub fn reached(step: &str) {
+    if let Some(f) = STEP_HOOK.get() {
+        f(step);
+    }
+}
+
+impl IdentityTarget {
+    /// The facts recorded with an ensured identity: when they differ from a
+    /// later run's, the identity is ensured again (a new address, a new DNS
+    /// name), and a removal gets them back. (Plan and volume size are not
+    /// among them: a change to those runs the adapters' `update`.)
+    pub fn facts(&self) -> serde_json::Value {
+        serde_json::json!({
+            "main_ip": self.main_ip.as_deref().unwrap_or(""),
+            "v6_main_ip": self.outputs.v6_main_ip,
+            "mount_id": self.outputs.mount_id,
+            "hostname": self.hostname,
+            "dns_name": self.dns_name,
+        })
+    }
+
+    /// `self` with the recorded facts in place of the current ones (each
+    /// fact the record lacks keeps its current value).
+    pub fn with_facts(mut self, f: &serde_json::Value) -> Self {
+        let s = |k: &str| f.get(k).and_then(serde_json::Value::as_str).map(str::to_owned);
+        if let Some(ip) = s("main_ip").filter(|ip| !ip.is_empty()) {
+            self.main_ip = Some(ip);
+        }
+        macro_rules! take {
+            ($($k:literal => $dst:expr),*) => { $( if let Some(v) = s($k) { $dst = v; } )* };
+        }
+        take!("v6_main_ip" => self.outputs.v6_main_ip, "mount_id" => self.outputs.mount_id,
+            "hostname" => self.hostname, "dns_name" => self.dns_name);
+        self
+    }
 }
 
 /// What a check found.
@@ -33,18 +88,83 @@ pub enum Presence {
     Absent,
 }
 
+/// Why an adapter step did not succeed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdapterError {
+    /// A failed step: tried again with backoff; past the limit the client
+    /// blocks `adapter_failed`.
+    Failed(String),
+    /// Not done and not failed: a lost answer being resolved. Comes back
+    /// after a poll interval; the adapter bounds how many times (and then
+    /// answers `Blocked`).
+    Pending(String),
+    /// Only an operator can decide: the client blocks with this reason.
+    Blocked(crate::BlockedReason, String),
+}
+
+impl From<String> for AdapterError {
+    fn from(s: String) -> Self {
+        Self::Failed(s)
+    }
+}
+
+impl From<&str> for AdapterError {
+    fn from(s: &str) -> Self {
+        Self::Failed(s.to_owned())
+    }
+}
+
+impl std::fmt::Display for AdapterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Failed(s) | Self::Pending(s) => f.write_str(s),
+            Self::Blocked(r, s) => write!(f, "{r}: {s}"),
+        }
+    }
+}
+
+/// An adapter's durable record of what it owns for one client (a DNS
+/// record's id, a create whose answer is awaited): kept by oduflow, given
+/// back on every later step, whichever worker runs it.
+pub trait Ownership: Send + Sync {
+    /// What was recorded; `Value::Null` when nothing was.
+    fn get(&self) -> serde_json::Value;
+    /// Records `v` durably before it returns (an independent commit that
+    /// survives the job rolling back). Refused when another run recorded
+    /// something since this one read: this run is stale and must stop.
+    fn put(&self, v: serde_json::Value) -> BoxFuture<'_, Result<(), String>>;
+}
+
+/// An [`Ownership`] held in memory only: for tests and for adapters run
+/// outside a worker (a benchmark).
+#[derive(Default)]
+pub struct MemoryOwnership(std::sync::Mutex<serde_json::Value>);
+
+impl Ownership for MemoryOwnership {
+    fn get(&self) -> serde_json::Value {
+        self.0.lock().expect("not poisoned").clone()
+    }
+    fn put(&self, v: serde_json::Value) -> BoxFuture<'_, Result<(), String>> {
+        *self.0.lock().expect("not poisoned") = v;
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// The answer of an adapter step.
+pub type Step<'a, T> = BoxFuture<'a, Result<T, AdapterError>>;
+
 pub trait IdentityAdapter: Send + Sync + 'static {
     /// A stable name: the key of its state and the subject of its events.
     fn name(&self) -> &str;
     /// Creates or updates the identity. Must be safe to repeat.
-    fn ensure<'a>(&'a self, t: &'a IdentityTarget) -> BoxFuture<'a, Result<String, String>>;
-    fn check<'a>(&'a self, t: &'a IdentityTarget) -> BoxFuture<'a, Result<Presence, String>>;
+    fn ensure<'a>(&'a self, t: &'a IdentityTarget, own: &'a dyn Ownership) -> Step<'a, String>;
+    fn check<'a>(&'a self, t: &'a IdentityTarget, own: &'a dyn Ownership) -> Step<'a, Presence>;
     /// Removes the identity. Must be safe to repeat.
-    fn remove<'a>(&'a self, t: &'a IdentityTarget) -> BoxFuture<'a, Result<String, String>>;
+    fn remove<'a>(&'a self, t: &'a IdentityTarget, own: &'a dyn Ownership) -> Step<'a, String>;
     /// After a change to the server or volume has been confirmed by a read
     /// (growing the filesystem onto a larger volume, say): `None` when the
     /// adapter has nothing to do then. Must be safe to repeat.
-    fn update<'a>(&'a self, _t: &'a IdentityTarget) -> Option<BoxFuture<'a, Result<String, String>>> {
+    fn update<'a>(&'a self, _t: &'a IdentityTarget, _own: &'a dyn Ownership) -> Option<Step<'a, String>> {
         None
     }
 }

@@ -193,6 +193,9 @@ pub struct SpecInput {
     pub vpcs: Option<Vec<String>>,
     /// A schedule (see [`BackupSchedule`]) or `disabled`.
     pub backups: Option<String>,
+    /// The DNS record name, relative to `[dns] domain` (default: the
+    /// client's name).
+    pub dns_name: Option<String>,
 }
 
 /// Defaults for what neither a profile nor the request gives.
@@ -253,7 +256,8 @@ impl SpecInput {
             firewall_group,
             ipv6,
             vpcs,
-            backups
+            backups,
+            dns_name
         );
         self
     }
@@ -294,6 +298,10 @@ impl SpecInput {
             backups,
         };
         spec.server.check()?;
+        if let Some(d) = &self.dns_name {
+            crate::spec::check_dns_name(d)?;
+            spec.dns_name = (d != name.as_str()).then(|| d.clone());
+        }
         Ok(spec)
     }
 

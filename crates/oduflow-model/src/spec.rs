@@ -64,6 +64,11 @@ pub enum SpecError {
          daily_alt_even:HOUR, daily_alt_odd:HOUR (hours 0-23 UTC), or disabled"
     )]
     Backups(String),
+    #[error(
+        "DNS name {0:?} is not valid: dot-separated labels of lowercase letters, digits and hyphens, each \
+         starting with a letter, relative to the DNS domain (mail, vpn.eu)"
+    )]
+    DnsName(String),
     #[error("user data is {0} bytes; at most {max} are allowed", max = crate::server::USER_DATA_MAX)]
     UserDataSize(usize),
     #[error("user data names {0}: the variables are client, hostname, region and plan, as {{{{oduflow.client}}}}")]
@@ -158,6 +163,18 @@ pub struct ClientSpec {
     /// Hostname, SSH keys, user data and the other server fields.
     #[serde(default)]
     pub server: crate::server::ServerSpec,
+    /// The name of the client's DNS records in `[dns] domain` (relative:
+    /// `mail`, `vpn.eu`); `None`: the client's name. Changeable at any time
+    /// (`client update --dns-name`): the records are renamed in place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns_name: Option<String>,
+}
+
+/// A DNS record name relative to its zone: dot-separated host labels (the
+/// client-name rules for each), at most 253 characters in all.
+pub fn check_dns_name(name: &str) -> Result<(), SpecError> {
+    let ok = !name.is_empty() && name.len() <= 253 && name.split('.').all(|l| ClientName::parse(l).is_ok());
+    if ok { Ok(()) } else { Err(SpecError::DnsName(name.to_owned())) }
 }
 
 impl ClientSpec {
@@ -190,6 +207,7 @@ impl ClientSpec {
             volume_gb,
             volume_type,
             server: crate::server::ServerSpec::default(),
+            dns_name: None,
         })
     }
 }

@@ -70,7 +70,11 @@ str_enum!(
     /// is no longer configured; `preflight_failed`: the spec names
     /// something the provider's catalog lacks (a region without the volume
     /// type, a plan not sold there, an unknown image, SSH key or firewall
-    /// group), found before anything was created.
+    /// group), found before anything was created; `dns_record_foreign`: a
+    /// DNS record with the client's DNS name that oduflow did not create
+    /// (never touched: adopt it or choose another name);
+    /// `uncertain_dns_record`: a DNS record create whose answer was lost,
+    /// and the zone shows no single record it could be.
     BlockedReason {
         CreateRejected => "create_rejected",
         ConfigMismatch => "config_mismatch",
@@ -91,6 +95,8 @@ str_enum!(
         PreflightFailed => "preflight_failed",
         UpdateRejected => "update_rejected",
         UncertainUpdate => "uncertain_update",
+        DnsRecordForeign => "dns_record_foreign",
+        UncertainDnsRecord => "uncertain_dns_record",
     }
 );
 

@@ -32,6 +32,10 @@ pub struct SpecUpdate {
     /// `""` detaches the firewall group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firewall_group: Option<String>,
+    /// The client's DNS record name (relative to `[dns] domain`); `""`: back
+    /// to the client's name. Renames the records in place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns_name: Option<String>,
     /// Another image source, as asked (`os_id 2136`): always refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
@@ -40,7 +44,9 @@ pub struct SpecUpdate {
 /// Why an update is refused, in one line an operator can act on.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum UpdateRefused {
-    #[error("nothing to change: give at least one of --region, --plan, --volume-gb, --tag, --firewall-group")]
+    #[error(
+        "nothing to change: give at least one of --region, --plan, --volume-gb, --tag, --firewall-group, --dns-name"
+    )]
     Empty,
     #[error("{0}")]
     Invalid(#[from] SpecError),
@@ -96,6 +102,12 @@ impl SpecUpdate {
         }
         if let Some(f) = &self.firewall_group {
             next.server.firewall_group = (!f.is_empty()).then(|| f.clone());
+        }
+        if let Some(d) = &self.dns_name {
+            if !d.is_empty() {
+                crate::spec::check_dns_name(d)?;
+            }
+            next.dns_name = (!d.is_empty()).then(|| d.clone());
         }
         // The same checks as a create's, through the same constructors.
         let image_os = next.image.os_id().unwrap_or(1);
@@ -160,6 +172,10 @@ mod tests {
         assert!(matches!(big.apply(&spec(), true), Err(UpdateRefused::Invalid(SpecError::VolumeSize { .. }))));
         let fw = SpecUpdate { firewall_group: Some("nope".into()), ..SpecUpdate::default() };
         assert!(matches!(fw.apply(&spec(), true), Err(UpdateRefused::Invalid(SpecError::NotAnId { .. }))));
+        let dns = SpecUpdate { dns_name: Some("Mail".into()), ..SpecUpdate::default() };
+        assert!(matches!(dns.apply(&spec(), true), Err(UpdateRefused::Invalid(SpecError::DnsName(_)))));
+        let dns = SpecUpdate { dns_name: Some("mail.eu".into()), ..SpecUpdate::default() };
+        assert_eq!(dns.apply(&spec(), true).unwrap().dns_name.as_deref(), Some("mail.eu"));
         let tag = SpecUpdate { tags: Some(vec![String::new()]), ..SpecUpdate::default() };
         assert!(matches!(tag.apply(&spec(), true), Err(UpdateRefused::Invalid(SpecError::Tag(_)))));
     }

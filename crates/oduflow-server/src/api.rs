@@ -67,6 +67,8 @@ pub struct ClientView {
     pub volume_gb: i64,
     pub volume_type: String,
     pub hostname: String,
+    /// The DNS record name (relative to the DNS domain).
+    pub dns_name: String,
     pub ssh_keys: Vec<String>,
     pub tags: Vec<String>,
     pub firewall_group: Option<String>,
@@ -108,6 +110,7 @@ impl From<&ClientRow> for ClientView {
             volume_gb: i.spec.volume_gb,
             volume_type: i.spec.volume_type.as_str().to_owned(),
             hostname: i.spec.server.hostname.clone(),
+            dns_name: i.spec.dns_name.clone().unwrap_or_else(|| r.name.clone()),
             ssh_keys: i.spec.server.ssh_keys.clone(),
             tags: i.spec.server.tags.clone(),
             firewall_group: i.spec.server.firewall_group.clone(),
@@ -161,6 +164,10 @@ pub struct ClientUpdate {
     pub tags: Option<Vec<String>>,
     #[serde(default)]
     pub firewall_group: Option<String>,
+    /// Another DNS record name (`""`: the client's name); the records are
+    /// renamed in place.
+    #[serde(default)]
+    pub dns_name: Option<String>,
     /// Refused with 422: another image means a reinstall (out of scope).
     #[serde(default)]
     pub os_id: Option<i64>,
@@ -280,6 +287,10 @@ pub struct ClientCreate {
     /// daily_alt_odd:HOUR (UTC), or disabled.
     #[serde(default)]
     pub backups: Option<String>,
+    /// The DNS record name, relative to the configured DNS domain (default:
+    /// the client's name).
+    #[serde(default)]
+    pub dns_name: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, ToSchema)]
@@ -461,6 +472,7 @@ fn spec_of(s: &AppState, name: &oduflow_model::ClientName, req: ClientCreate) ->
         ipv6: req.ipv6,
         vpcs: req.vpcs,
         backups: req.backups,
+        dns_name: req.dns_name,
     };
     let input = oduflow_model::SpecInput::from_profile(s.profiles(), profile.as_deref(), over)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
@@ -509,6 +521,7 @@ pub async fn clients_update(
         volume_gb: req.volume_gb,
         tags: req.tags,
         firewall_group: req.firewall_group,
+        dns_name: req.dns_name,
         image,
     };
     if let Some(plan) = &update.plan {

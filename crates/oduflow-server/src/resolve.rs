@@ -144,6 +144,32 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
             "after checking the server or volume in the Vultr console: reads again, and sends the change once more \
              on a new receipt only if a read still shows the old value",
         )],
+        BlockedReason::DnsRecordForeign => {
+            let id = c.infra.blocked_detail.as_deref().and_then(foreign_record_id).unwrap_or("ID");
+            vec![
+                r(
+                    format!("oduflow adopt {n} --kind dns --id {id}"),
+                    "to make that record the client's: oduflow then points it at the VM and deletes it with the \
+                     client",
+                ),
+                r(
+                    format!("oduflow client update {n} --dns-name NAME"),
+                    "to give the client another DNS name; that record is not touched",
+                ),
+                reconcile("after removing or renaming that record yourself in the Vultr console"),
+            ]
+        }
+        BlockedReason::UncertainDnsRecord => vec![
+            reconcile("to list the zone once more (the record may have appeared)"),
+            r(
+                format!("oduflow adopt {n} --kind dns --id ID"),
+                "if the Vultr console shows the record oduflow created: it is recorded as the client's",
+            ),
+            r(
+                format!("oduflow abandon {n} --kind dns --by WHO --reason WHY"),
+                "only if the Vultr console shows no such record: the next run creates it",
+            ),
+        ],
         BlockedReason::ConfigMismatch
         | BlockedReason::ForeignAttachment
         | BlockedReason::CredentialChanged
@@ -217,9 +243,23 @@ fn fix_then_reconcile(reason: BlockedReason, n: &str) -> Vec<Resolution> {
     }
 }
 
+/// The record a `dns_record_foreign` block names (`... record ID (A ...`).
+fn foreign_record_id(detail: &str) -> Option<&str> {
+    let rest = &detail[detail.find("record ")? + "record ".len()..];
+    let id = rest.split_whitespace().next()?;
+    (!id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')).then_some(id)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn record_id_from_foreign_evidence() {
+        let d = "adapter dns: record 3f2c-9a (A mail.example.com -> 192.0.2.7, ttl 300) exists";
+        assert_eq!(foreign_record_id(d), Some("3f2c-9a"));
+        assert_eq!(foreign_record_id("nothing"), None);
+    }
 
     #[test]
     fn ids_from_duplicate_evidence() {

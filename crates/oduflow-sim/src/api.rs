@@ -72,7 +72,10 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v2/applications", get(|s: State<Arc<Shared>>, q: Q| catalog(s, q, "applications")))
         .route("/v2/instances/{id}/backup-schedule", get(backup_schedule_get).post(backup_schedule_set))
         .route("/v2/domains/{domain}/records", get(dns_record_list).post(dns_record_create))
-        .route("/v2/domains/{domain}/records/{id}", get(dns_record_get).delete(dns_record_delete))
+        .route(
+            "/v2/domains/{domain}/records/{id}",
+            get(dns_record_get).delete(dns_record_delete).patch(dns_record_patch),
+        )
         .route_layer(middleware::from_fn_with_state(shared.clone(), gate));
     Router::new()
         .merge(v2)
@@ -103,6 +106,7 @@ fn op_of(method: &Method, route: &str) -> Option<Op> {
         ("POST", "/v2/domains/{domain}/records") => Op::DnsRecordCreate,
         ("GET", "/v2/domains/{domain}/records/{id}") => Op::DnsRecordGet,
         ("DELETE", "/v2/domains/{domain}/records/{id}") => Op::DnsRecordDelete,
+        ("PATCH", "/v2/domains/{domain}/records/{id}") => Op::DnsRecordPatch,
         (
             "GET",
             "/v2/os"
@@ -355,6 +359,16 @@ async fn dns_record_create(
 }
 async fn dns_record_get(State(s): State<Arc<Shared>>, Path((domain, id)): Path<(String, String)>) -> Response {
     render(s.world().dns_record_get(&domain, &id))
+}
+async fn dns_record_patch(
+    State(s): State<Arc<Shared>>,
+    Path((domain, id)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    match parse(&body) {
+        Ok(v) => render(s.world().dns_record_patch(&domain, &id, &v)),
+        Err(r) => render(r),
+    }
 }
 async fn dns_record_delete(State(s): State<Arc<Shared>>, Path((domain, id)): Path<(String, String)>) -> Response {
     render(s.world().dns_record_delete(&domain, &id))

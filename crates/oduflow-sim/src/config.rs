@@ -130,6 +130,8 @@ pub enum Op {
     DnsRecordGet,
     DnsRecordList,
     DnsRecordDelete,
+    /// `PATCH /domains/{domain}/records/{id}`.
+    DnsRecordPatch,
     /// The read-only catalog a preflight reads: `GET /os`, `/ssh-keys`,
     /// `/firewalls`, `/snapshots`, `/applications`,
     /// `/regions/{id}/availability`.

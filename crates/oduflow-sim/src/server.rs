@@ -52,6 +52,12 @@ impl SimControl {
         Ok(())
     }
 
+    /// Gives a VM another main IP (see `World::instance_set_main_ip`);
+    /// `false` when there is no such VM.
+    pub fn set_instance_main_ip(&self, id: &str, ip: &str) -> bool {
+        self.shared.world().instance_set_main_ip(id, ip)
+    }
+
     /// Moves the simulator's clock forward by `by`: lifecycles, the 404
     /// window, listing lag, attach locks and the rate window all see the
     /// time pass at once. Tests use it instead of sleeping past a lag.

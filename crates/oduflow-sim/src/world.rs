@@ -213,6 +213,9 @@ pub struct Ledger {
     /// Every `PATCH /blocks/{id}` applied, in order: `{id, body}`.
     #[serde(default)]
     pub block_patch_bodies: Vec<Value>,
+    /// Every `PATCH /domains/{d}/records/{id}` body, with the id.
+    #[serde(default)]
+    pub dns_patch_bodies: Vec<Value>,
 }
 
 /// One /v2 request as it arrived.
@@ -1193,6 +1196,48 @@ impl World {
         };
         let items = rs.iter().filter(|r| !r.deleted).map(Self::record_json).collect();
         paginate("records", items, q)
+    }
+
+    /// `update_dns_domain_record_request`: name, data, ttl and priority,
+    /// each optional (the type cannot change); 204.
+    pub fn dns_record_patch(&mut self, domain: &str, id: &str, body: &Value) -> Reply {
+        let Some(obj) = body.as_object() else {
+            return Reply::error(400, "Invalid request body.");
+        };
+        if let Some(k) = obj.keys().find(|k| !["name", "data", "ttl", "priority"].contains(&k.as_str())) {
+            return Reply::error(400, &format!("Invalid field: {k}."));
+        }
+        self.ledger.dns_patch_bodies.push(json!({ "id": id, "body": body }));
+        let found = self.domains.get_mut(domain).and_then(|rs| rs.iter_mut().find(|r| r.id == id && !r.deleted));
+        let Some(r) = found else {
+            return Reply::error(404, "Record not found.");
+        };
+        let s = |k: &str| obj.get(k).and_then(Value::as_str).map(str::to_owned);
+        if let Some(n) = s("name") {
+            r.name = n;
+        }
+        if let Some(d) = s("data") {
+            r.data = d;
+        }
+        if let Some(t) = obj.get("ttl").and_then(Value::as_i64) {
+            r.ttl = t;
+        }
+        if let Some(p) = obj.get("priority").and_then(Value::as_i64) {
+            r.priority = p;
+        }
+        Reply::no_content()
+    }
+
+    /// A test's stand-in for an address that changed under a running VM
+    /// (Vultr moves none on its own; a reinstall or a reserved IP can).
+    pub fn instance_set_main_ip(&mut self, id: &str, ip: &str) -> bool {
+        match self.instances.iter_mut().find(|i| i.id == id) {
+            Some(i) => {
+                i.main_ip = ip.to_owned();
+                true
+            }
+            None => false,
+        }
     }
 
     pub fn dns_record_delete(&mut self, domain: &str, id: &str) -> Reply {

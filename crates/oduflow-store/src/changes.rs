@@ -160,6 +160,8 @@ fn update_resolves(r: BlockedReason) -> bool {
             | BlockedReason::UncertainUpdate
             | BlockedReason::ConfigMismatch
             | BlockedReason::NotReady
+            // Another DNS name: checked again on the next run.
+            | BlockedReason::DnsRecordForeign
     )
 }
 
@@ -210,7 +212,7 @@ impl Store {
                     && !client.infra.blocked_reason.is_some_and(update_resolves);
                 let n = sqlx::query(
                     "UPDATE infra SET region = $3, plan = $4, os_id = $5, volume_gb = $6, image = $7, server = $8, \
-                     generation = $2, spec_generation = $2, spec_updated_ms = $9, updated_ms = $9, \
+                     dns_name = $13, generation = $2, spec_generation = $2, spec_updated_ms = $9, updated_ms = $9, \
                      status = CASE WHEN $10 THEN status ELSE 'provisioning' END, \
                      blocked_reason = CASE WHEN $10 THEN blocked_reason END, \
                      blocked_detail = CASE WHEN $10 THEN blocked_detail END \
@@ -224,6 +226,7 @@ impl Store {
                     // a block this update must not lift could be lifted.
                     .bind(client.infra.status.as_str())
                     .bind(client.infra.blocked_reason.map_or("", |r| r.as_str()))
+                    .bind(&spec.dns_name)
                     .execute(&mut *tx).await?.rows_affected();
                 if n == 0 {
                     return Err(StoreError::ClientMoved(name.to_owned()));

@@ -171,7 +171,7 @@ macro_rules! const_format_client_select {
              i.target, i.generation, i.status, i.blocked_reason, i.blocked_detail, i.key_fingerprint, \
              i.vm_id, i.volume_id, i.vm_dispatch_generation, i.volume_dispatch_generation, \
              i.attach_dispatch_generation, i.progress, i.updated_ms, i.image, i.server, i.outputs, \
-             i.spec_generation, i.spec_updated_ms FROM clients c JOIN infra i ON i.client_id = c.id ",
+             i.spec_generation, i.spec_updated_ms, i.dns_name FROM clients c JOIN infra i ON i.client_id = c.id ",
             $tail
         )
     };
@@ -200,7 +200,7 @@ impl BeginWrite for SqlitePool {
 }
 
 /// The migration this build needs (the last in [`Store::migrate`]).
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// The default database: a SQLite file in the working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://oduflow.db";
@@ -310,6 +310,7 @@ impl Store {
                     (6, "rate budget", include_str!("../migrations/postgres/0006_rate_budget.sql")),
                     (7, "server spec", include_str!("../migrations/postgres/0007_server_spec.sql")),
                     (8, "changes", include_str!("../migrations/postgres/0008_changes.sql")),
+                    (9, "identity ownership", include_str!("../migrations/postgres/0009_identity_ownership.sql")),
                 ],
                 Db::Sqlite(_) => &[
                     (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
@@ -320,6 +321,7 @@ impl Store {
                     (6, "rate budget", include_str!("../migrations/sqlite/0006_rate_budget.sql")),
                     (7, "server spec", include_str!("../migrations/sqlite/0007_server_spec.sql")),
                     (8, "changes", include_str!("../migrations/sqlite/0008_changes.sql")),
+                    (9, "identity ownership", include_str!("../migrations/sqlite/0009_identity_ownership.sql")),
                 ],
             };
             let migrator = Migrator::with_migrations(
@@ -422,9 +424,11 @@ impl Store {
                     // clash.
                     let same: i64 = sqlx::query_scalar(
                         "SELECT count(*) FROM infra WHERE client_id = $1 AND region = $2 AND plan = $3 AND os_id = $4 \
-                         AND volume_gb = $5 AND volume_type = $6 AND coalesce(image, '') = $7 AND server = $8")
+                         AND volume_gb = $5 AND volume_type = $6 AND coalesce(image, '') = $7 AND server = $8 \
+                         AND coalesce(dns_name, '') = $9")
                         .bind(&id).bind(&spec.region).bind(&spec.plan).bind(os_id)
                         .bind(spec.volume_gb).bind(spec.volume_type.as_str()).bind(&image).bind(&server)
+                        .bind(spec.dns_name.as_deref().unwrap_or(""))
                         .fetch_one(&mut *tx).await?;
                     let deleted = status == ClientStatus::Deleted.as_str();
                     if target != Target::Absent.as_str() {
@@ -438,9 +442,10 @@ impl Store {
                         "UPDATE infra SET target = 'present', generation = $2, status = 'pending', \
                          blocked_reason = NULL, blocked_detail = NULL, updated_ms = $3, region = $4, plan = $5, \
                          os_id = $6, volume_gb = $7, volume_type = $8, image = $9, server = $10, \
-                         spec_generation = 0, spec_updated_ms = NULL WHERE client_id = $1")
+                         spec_generation = 0, spec_updated_ms = NULL, dns_name = $11 WHERE client_id = $1")
                         .bind(&id).bind(generation).bind(now_ms).bind(&spec.region).bind(&spec.plan).bind(os_id)
                         .bind(spec.volume_gb).bind(spec.volume_type.as_str()).bind(&image).bind(&server)
+                        .bind(&spec.dns_name)
                         .execute(&mut *tx).await?;
                     let id = oduflow_model::ClientId(id);
                     let job = NewJob::for_client(&id, JobKind::Provision, generation, now_ms, attempts_max);
@@ -460,8 +465,8 @@ impl Store {
                     .map_err(|e| unique_to(e, || StoreError::ClientExists(name.to_string())))?;
                 sqlx::query(
                     "INSERT INTO infra (client_id, region, plan, os_id, volume_gb, volume_type, target, \
-                     generation, status, updated_ms, image, server) \
-                     VALUES ($1, $2, $3, $4, $5, $6, 'present', 1, 'pending', $7, $8, $9)",
+                     generation, status, updated_ms, image, server, dns_name) \
+                     VALUES ($1, $2, $3, $4, $5, $6, 'present', 1, 'pending', $7, $8, $9, $10)",
                 )
                 .bind(id.as_str())
                 .bind(&spec.region)
@@ -472,6 +477,7 @@ impl Store {
                 .bind(now_ms)
                 .bind(&image)
                 .bind(&server)
+                .bind(&spec.dns_name)
                 .execute(&mut *tx)
                 .await?;
                 let job = NewJob::for_client(&id, JobKind::Provision, 1, now_ms, attempts_max);

@@ -333,28 +333,69 @@ impl ReceiptLedger {
         .await
     }
 
-    /// Records where an adapter's identity stands (independent commit).
+    /// Records where an adapter's identity stands (independent commit);
+    /// with `facts`, the facts it was ensured with too.
     pub async fn adapter_set(
         &self,
         client: &ClientId,
         adapter: &str,
         state: &str,
         detail: &str,
+        facts: Option<&serde_json::Value>,
         now_ms: i64,
     ) -> Result<()> {
         crate::named("adapter_set", async move {
+            let facts = facts.map(serde_json::Value::to_string);
             ledger_write!(&self.store, tx => {
                 sqlx::query(
-                    "INSERT INTO adapter_state (client_id, adapter, state, detail, failures, updated_ms) \
-                     VALUES ($1, $2, $3, $4, 0, $5) ON CONFLICT (client_id, adapter) \
-                     DO UPDATE SET state = excluded.state, detail = excluded.detail, failures = 0, updated_ms = excluded.updated_ms")
-                    .bind(client.as_str()).bind(adapter).bind(state).bind(detail).bind(now_ms)
+                    "INSERT INTO adapter_state (client_id, adapter, state, detail, failures, updated_ms, facts) \
+                     VALUES ($1, $2, $3, $4, 0, $5, coalesce($6, '{}')) ON CONFLICT (client_id, adapter) \
+                     DO UPDATE SET state = excluded.state, detail = excluded.detail, failures = 0, \
+                     updated_ms = excluded.updated_ms, facts = coalesce($6, adapter_state.facts)")
+                    .bind(client.as_str()).bind(adapter).bind(state).bind(detail).bind(now_ms).bind(&facts)
                     .execute(&mut *tx).await?;
                 (*tx).event_insert(Some(client), "adapter_state", &serde_json::json!({
                     "adapter": adapter, "state": state, "detail": detail,
                 }), now_ms).await?;
             });
             Ok(())
+        })
+        .await
+    }
+
+    /// Replaces what an adapter records it owns for a client, if
+    /// `owned_version` is still `expected` (0: nothing recorded yet).
+    /// Returns the new version, or `None` when another run recorded since
+    /// (independent commit; the ownership's own event is its audit).
+    pub async fn adapter_owned_put(
+        &self,
+        client: &ClientId,
+        adapter: &str,
+        owned: &serde_json::Value,
+        expected: i64,
+        now_ms: i64,
+    ) -> Result<Option<i64>> {
+        crate::named("adapter_owned_put", async move {
+            let text = owned.to_string();
+            Ok(ledger_write!(&self.store, tx => {
+                let v: Option<i64> = sqlx::query_scalar(
+                    "INSERT INTO adapter_state (client_id, adapter, state, detail, failures, updated_ms, owned, owned_version) \
+                     VALUES ($1, $2, 'ensuring', '', 0, $3, $4, 1) ON CONFLICT (client_id, adapter) \
+                     DO UPDATE SET owned = excluded.owned, owned_version = adapter_state.owned_version + 1, \
+                     updated_ms = excluded.updated_ms WHERE adapter_state.owned_version = $5 \
+                     RETURNING owned_version")
+                    .bind(client.as_str()).bind(adapter).bind(now_ms).bind(&text).bind(expected)
+                    .fetch_optional(&mut *tx).await?;
+                // A first record with a stale expectation (another run
+                // inserted the row meanwhile) is refused the same way.
+                let v = v.filter(|v| *v == expected + 1);
+                if v.is_some() {
+                    (*tx).event_insert(Some(client), "adapter_owned", &serde_json::json!({
+                        "adapter": adapter, "owned": owned,
+                    }), now_ms).await?;
+                }
+                v
+            }))
         })
         .await
     }
@@ -417,18 +458,32 @@ pub struct AdapterStateRow {
     pub detail: String,
     pub failures: i64,
     pub updated_ms: i64,
+    /// What the adapter records it owns (`{}`: nothing yet).
+    pub owned: serde_json::Value,
+    pub owned_version: i64,
+    /// The facts the identity was last ensured with (`{}`: never).
+    pub facts: serde_json::Value,
 }
+
+/// adapter, state, detail, failures, updated_ms, owned, owned_version, facts.
+type AdapterStateTuple = (String, String, String, i64, i64, String, i64, String);
 
 impl Store {
     pub async fn adapter_states(&self, client: &ClientId) -> Result<Vec<AdapterStateRow>> {
         crate::named("adapter_states", async move {
             both!(self, p => {
-                let rows: Vec<(String, String, String, i64, i64)> = sqlx::query_as(
-                    "SELECT adapter, state, detail, failures, updated_ms FROM adapter_state WHERE client_id = $1 ORDER BY adapter")
+                let rows: Vec<AdapterStateTuple> = sqlx::query_as(
+                    "SELECT adapter, state, detail, failures, updated_ms, owned, owned_version, facts \
+                     FROM adapter_state WHERE client_id = $1 ORDER BY adapter")
                     .bind(client.as_str()).fetch_all(p).await?;
-                Ok(rows.into_iter().map(|(adapter, state, detail, failures, updated_ms)| AdapterStateRow {
-                    adapter, state, detail, failures, updated_ms,
-                }).collect())
+                rows.into_iter().map(|(adapter, state, detail, failures, updated_ms, owned, owned_version, facts)| {
+                    let json = |what: &str, t: &str| serde_json::from_str(t)
+                        .map_err(|e| StoreError::Corrupt(format!("adapter_state {adapter} {what}: {e}")));
+                    Ok(AdapterStateRow {
+                        owned: json("owned", &owned)?, facts: json("facts", &facts)?,
+                        adapter, state, detail, failures, updated_ms, owned_version,
+                    })
+                }).collect()
             })
         })
         .await

@@ -63,7 +63,7 @@ pub(crate) const INFRA_COLUMNS_PREFIXED: &str = "i.client_id AS i_client_id, i.r
     i.volume_dispatch_generation AS i_volume_dispatch_generation, \
     i.attach_dispatch_generation AS i_attach_dispatch_generation, i.progress AS i_progress, \
     i.updated_ms AS i_updated_ms, i.image AS i_image, i.server AS i_server, i.outputs AS i_outputs, \
-    i.spec_generation AS i_spec_generation, i.spec_updated_ms AS i_spec_updated_ms";
+    i.spec_generation AS i_spec_generation, i.spec_updated_ms AS i_spec_updated_ms, i.dns_name AS i_dns_name";
 
 fn parse<T>(what: &str, s: &str, f: impl Fn(&str) -> Option<T>) -> Result<T> {
     f(s).ok_or_else(|| StoreError::Corrupt(format!("{what} {s:?}")))
@@ -133,6 +133,7 @@ pub(crate) fn infra_from_row(r: &impl RowExt, id_col: &str) -> Result<InfraRow> 
                 let j = r.text("server")?;
                 serde_json::from_str(&j).map_err(|e| StoreError::Corrupt(format!("server {e}")))?
             },
+            dns_name: r.text_opt("dns_name")?,
         },
         target: parse("target", &r.text("target")?, Target::parse)?,
         generation: r.int("generation")?,

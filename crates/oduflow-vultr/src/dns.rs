@@ -1,7 +1,7 @@
-//! DNS records of a Vultr-hosted domain. Kept apart from compute and storage:
-//! DNS will get its own trait in the model crate, and these types move behind
-//! it then. A record create is sent once and classified like a VM create, so a
-//! lost answer never becomes a duplicate record.
+//! DNS records of a Vultr-hosted domain. Kept apart from compute and storage
+//! (the DNS identity adapter is their only user). A record create is sent
+//! once and classified like a VM create, so a lost answer never becomes a
+//! duplicate record; a PATCH sets name, data and TTL, so it may be repeated.
 
 use crate::{VultrClient, VultrError};
 use oduflow_model::provider::{DeleteOutcome, Outcome};
@@ -40,6 +40,15 @@ pub struct DnsRecordRequest {
     /// Only for MX and SRV.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub priority: Option<i64>,
+}
+
+/// What a record PATCH sets (`update_dns_domain_record_request`; the type
+/// cannot be changed).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DnsRecordPatch {
+    pub name: String,
+    pub data: String,
+    pub ttl: i64,
 }
 
 /// A record as Vultr shows it (`dns-record`).
@@ -82,6 +91,14 @@ impl VultrClient {
     /// Every page of the domain's records.
     pub async fn dns_record_list(&self, domain: &str) -> Result<Vec<DnsRecord>, VultrError> {
         self.list_all(&["domains", domain, "records"], "records", &[]).await
+    }
+
+    /// `PATCH /domains/{domain}/records/{id}` (204): the record's name, data
+    /// and TTL set in place, its id kept. Sent once per call; repeatable.
+    pub async fn dns_record_patch(&self, domain: &str, id: &DnsRecordId, p: &DnsRecordPatch) -> Outcome<()> {
+        let body = serde_json::to_value(p).expect("a record patch always serializes");
+        let reply = self.patch_once(&["domains", domain, "records", id.as_str()], &body).await;
+        Self::classify(reply, |_| Some(()))
     }
 
     pub async fn dns_record_delete(&self, domain: &str, id: &DnsRecordId) -> Result<DeleteOutcome, VultrError> {

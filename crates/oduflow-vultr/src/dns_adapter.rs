@@ -1,92 +1,563 @@
-//! The DNS identity: an A record `<client>.<domain>` pointing at the VM's main
-//! IP, through Vultr's DNS API. Ensure is check-first (an existing record with
-//! the right data is kept, a stale one is replaced); remove deletes every A
-//! record of that name; absence is established by a later listing.
+//! The DNS identity: the client's A record (and AAAA with IPv6) at its DNS
+//! name in `[dns] domain`, pointing at the VM's addresses (issue 17).
+//!
+//! Vultr's records carry no label or tag, so ownership is kept by record id,
+//! in the client's durable ownership record ([`Ownership`]), written before
+//! anything depends on it:
+//! - a create is recorded (`sent`) before its POST can leave; its answer's id
+//!   is recorded next. A lost answer is resolved by a zone listing taken
+//!   after it: exactly one record with the expected name, type and data is
+//!   the one sent; none after [`LOST_CREATE_LISTINGS_MAX`] listings, or
+//!   several, blocks `uncertain_dns_record` with the evidence;
+//! - oduflow changes (PATCH) and deletes only records whose id it recorded;
+//! - before creating, the name must be free: a record of a conflicting type
+//!   (A, AAAA, CNAME) at that name that oduflow did not record is never
+//!   touched, and the client blocks `dns_record_foreign` naming it.
+//!
+//! Reads are by id (GET /domains/{d}/records/{id}). Vultr cannot filter a
+//! listing by name, so the "is the name free" check reads one zone view
+//! shared by every client of this process and at most
+//! [`ZONE_VIEW_FRESH_MS`] old; a lost create forces a listing of its own
+//! (also shared with every other lost create waiting for one).
 
 use crate::VultrClient;
-use crate::dns::{DnsRecord, DnsRecordRequest};
+use crate::dns::{DnsRecord, DnsRecordId, DnsRecordPatch, DnsRecordRequest};
+use oduflow_model::BlockedReason;
 use oduflow_model::identity::*;
-use oduflow_model::provider::Outcome;
+use oduflow_model::provider::{DeleteOutcome, Outcome};
+use serde::{Deserialize, Serialize};
+
+/// How old the shared zone listing may be when it decides that a name is
+/// free: a record an operator adds within this window before oduflow's
+/// create is not seen (a race no check can close: it could equally be added
+/// right after). One listing serves every client created meanwhile.
+pub const ZONE_VIEW_FRESH_MS: i64 = 60_000;
+
+/// Zone listings, each taken after a create's answer was lost and a poll
+/// interval apart, that find no record for it before the client blocks
+/// `uncertain_dns_record`. Vultr applies a record create at once (no listing
+/// lag is documented for DNS), so three listings over several seconds are
+/// ample; the bound only keeps an unexplained absence from looping.
+pub const LOST_CREATE_LISTINGS_MAX: u32 = 3;
+
+/// A GET 404 for a record created this recently is not yet taken as proof
+/// that it is gone (a fresh resource can 404 for a while, docs/vultr.md §7).
+pub const RECORD_GET_LAG_MS: i64 = 60_000;
+
+/// The adapter's steps a test can kill a worker at (`ODUFLOW_CRASH_AT`):
+/// after a create is recorded and before it is sent; after its answer came
+/// and before its id is recorded; after a DELETE was answered and before that
+/// is recorded.
+pub const STEPS: [&str; 3] = ["dns-record-claimed", "dns-record-created", "dns-record-deleted"];
+
+/// Record types that cannot share a name with the client's A/AAAA records
+/// without changing where that name resolves.
+const CONFLICTING: [&str; 3] = ["A", "AAAA", "CNAME"];
+
+/// What the DNS adapter records it owns for one client.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owned {
+    #[serde(default)]
+    pub records: Vec<OwnedRecord>,
+}
+
+/// One record oduflow created or was told to adopt, or a create it sent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnedRecord {
+    #[serde(rename = "type")]
+    pub rtype: String,
+    /// Name, data and TTL as last written (created, patched or adopted).
+    pub name: String,
+    pub data: String,
+    pub ttl: i64,
+    /// Vultr's id; `None` while a create's answer is awaited or was lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Wall-clock ms when the create was recorded, before it was sent.
+    pub claimed_ms: i64,
+    /// Why the create's outcome is unknown, and when its answer came back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_ms: Option<i64>,
+    /// Zone listings taken since that found no record for the lost create.
+    #[serde(default)]
+    pub listings: u32,
+    /// Who adopted this record (`oduflow adopt --kind dns`), when it was
+    /// not created by oduflow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopted_by: Option<String>,
+    /// A DELETE was answered; a GET 404 confirms it.
+    #[serde(default)]
+    pub deleting: bool,
+}
+
+impl Owned {
+    pub fn from_value(v: &serde_json::Value) -> Result<Self, String> {
+        if v.is_null() || v.as_object().is_some_and(|o| o.is_empty()) {
+            return Ok(Self::default());
+        }
+        serde_json::from_value(v.clone()).map_err(|e| format!("the recorded DNS ownership is unreadable: {e}"))
+    }
+
+    pub fn to_value(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("ownership always serializes")
+    }
+
+    fn owns(&self, id: &str) -> bool {
+        self.records.iter().any(|r| r.id.as_deref() == Some(id))
+    }
+
+    /// Records `rec` as owned (an operator's adoption): refused when a record
+    /// of that type is owned already. A lost create of that type is
+    /// replaced (the operator found it, or it is settled by this one).
+    pub fn adopt(&mut self, rec: &DnsRecord, by: &str, now_ms: i64) -> Result<(), String> {
+        if let Some(o) = self.records.iter().find(|o| o.rtype == rec.record_type && o.id.is_some()) {
+            return Err(format!(
+                "this client already owns {} record {} ({} -> {}); it owns one per type",
+                o.rtype,
+                o.id.as_deref().unwrap_or(""),
+                o.name,
+                o.data
+            ));
+        }
+        self.records.retain(|o| o.rtype != rec.record_type);
+        self.records.push(OwnedRecord {
+            rtype: rec.record_type.clone(),
+            name: rec.name.clone(),
+            data: rec.data.clone(),
+            ttl: rec.ttl,
+            id: Some(rec.id.0.clone()),
+            claimed_ms: now_ms,
+            lost: None,
+            lost_ms: None,
+            listings: 0,
+            adopted_by: Some(by.to_owned()),
+            deleting: false,
+        });
+        Ok(())
+    }
+
+    /// Gives up the creates whose outcome is unknown (an operator attests
+    /// that Vultr has no such record): the next run creates again. Returns
+    /// what was given up.
+    pub fn abandon_lost(&mut self) -> Vec<OwnedRecord> {
+        let (lost, keep): (Vec<_>, Vec<_>) = self.records.drain(..).partition(|r| r.id.is_none());
+        self.records = keep;
+        lost
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// One zone listing and when it was started.
+#[derive(Clone)]
+struct ZoneView {
+    taken_ms: i64,
+    records: std::sync::Arc<Vec<DnsRecord>>,
+}
 
 pub struct DnsAdapter {
     client: VultrClient,
     domain: String,
     ttl: i64,
+    /// The shared zone view; the lock also makes concurrent refreshes one.
+    view: tokio::sync::Mutex<Option<ZoneView>>,
 }
 
 impl DnsAdapter {
     pub fn new(client: VultrClient, domain: String, ttl: i64) -> Self {
-        Self { client, domain, ttl }
+        Self { client, domain, ttl, view: tokio::sync::Mutex::new(None) }
     }
 
-    async fn records(&self, name: &str) -> Result<Vec<DnsRecord>, String> {
-        Ok(self
+    pub fn domain(&self) -> &str {
+        &self.domain
+    }
+
+    fn fqdn(&self, name: &str) -> String {
+        format!("{name}.{}", self.domain)
+    }
+
+    /// A zone listing started at or after `min_taken_ms`: the shared one
+    /// when it is recent enough, else a new one (which then is shared).
+    async fn zone(&self, min_taken_ms: i64) -> Result<ZoneView, String> {
+        let mut v = self.view.lock().await;
+        if let Some(z) = v.as_ref().filter(|z| z.taken_ms >= min_taken_ms) {
+            return Ok(z.clone());
+        }
+        let taken_ms = now_ms();
+        let records = self
             .client
             .dns_record_list(&self.domain)
             .await
-            .map_err(|e| format!("listing {} records: {e}", self.domain))?
-            .into_iter()
-            .filter(|r| r.record_type == "A" && r.name == name)
-            .collect())
+            .map_err(|e| format!("listing the {} zone: {e}", self.domain))?;
+        let z = ZoneView { taken_ms, records: std::sync::Arc::new(records) };
+        *v = Some(z.clone());
+        Ok(z)
+    }
+
+    /// The record by id; `Ok(None)` on 404.
+    pub async fn record(&self, id: &str) -> Result<Option<DnsRecord>, String> {
+        self.client
+            .dns_record_get(&self.domain, &DnsRecordId(id.to_owned()))
+            .await
+            .map_err(|e| format!("reading record {id} of {}: {e}", self.domain))
+    }
+
+    async fn save(own: &dyn Ownership, o: &Owned) -> Result<(), AdapterError> {
+        own.put(o.to_value()).await.map_err(AdapterError::Failed)
+    }
+
+    /// The records the client should have: A at its main IP, AAAA at its
+    /// IPv6 address when it has one.
+    fn wanted(t: &IdentityTarget) -> Result<Vec<(&'static str, String)>, AdapterError> {
+        let ip = t.main_ip.as_deref().filter(|ip| !ip.is_empty()).ok_or("the VM's main IP is not known yet")?;
+        let mut out = vec![("A", ip.to_owned())];
+        if !t.outputs.v6_main_ip.is_empty() {
+            out.push(("AAAA", t.outputs.v6_main_ip.clone()));
+        }
+        Ok(out)
+    }
+
+    /// Settles every create whose answer was lost, by a zone listing taken
+    /// after the answer came back (see the module notes).
+    async fn resolve_lost(&self, t: &IdentityTarget, o: &mut Owned, own: &dyn Ownership) -> Result<(), AdapterError> {
+        for i in 0..o.records.len() {
+            if o.records[i].id.is_some() {
+                continue;
+            }
+            let rec = o.records[i].clone();
+            let z = self.zone(rec.lost_ms.unwrap_or(rec.claimed_ms) + 1).await?;
+            let found: Vec<&DnsRecord> = z
+                .records
+                .iter()
+                .filter(|r| r.record_type == rec.rtype && r.name == rec.name && r.data == rec.data && !o.owns(&r.id.0))
+                .collect();
+            let what = format!("{} {} -> {}", rec.rtype, self.fqdn(&rec.name), rec.data);
+            let why = rec.lost.clone().unwrap_or_else(|| "the worker stopped before its answer was recorded".into());
+            match found.as_slice() {
+                [one] => {
+                    o.records[i].id = Some(one.id.0.clone());
+                    o.records[i].lost = None;
+                    Self::save(own, o).await?;
+                }
+                [] if rec.listings + 1 >= LOST_CREATE_LISTINGS_MAX => {
+                    return Err(AdapterError::Blocked(
+                        BlockedReason::UncertainDnsRecord,
+                        format!(
+                            "the create of {what} may have reached Vultr ({why}), and {} zone listings since show \
+                             no such record; if the Vultr console shows none either: oduflow abandon {} --kind dns \
+                             --by NAME --reason WHY (the next run creates it), else oduflow adopt {} --kind dns \
+                             --id RECORD_ID",
+                            rec.listings + 1,
+                            t.client,
+                            t.client
+                        ),
+                    ));
+                }
+                [] => {
+                    o.records[i].listings += 1;
+                    Self::save(own, o).await?;
+                    return Err(AdapterError::Pending(format!(
+                        "the create of {what} may have reached Vultr ({why}); zone listing {} of {} shows no such \
+                         record yet",
+                        rec.listings + 1,
+                        LOST_CREATE_LISTINGS_MAX
+                    )));
+                }
+                many => {
+                    let ids: Vec<&str> = many.iter().map(|r| r.id.as_str()).collect();
+                    return Err(AdapterError::Blocked(
+                        BlockedReason::UncertainDnsRecord,
+                        format!(
+                            "the create of {what} may have reached Vultr ({why}), and {} records match it: {}; \
+                             oduflow adopt {} --kind dns --id RECORD_ID for the one oduflow made (the others are \
+                             not touched)",
+                            many.len(),
+                            ids.join(", "),
+                            t.client
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A record of a conflicting type at `name` that this client does not
+    /// own, from a zone view at most [`ZONE_VIEW_FRESH_MS`] old.
+    async fn foreign(&self, t: &IdentityTarget, name: &str, o: &Owned) -> Result<(), AdapterError> {
+        let z = self.zone(now_ms() - ZONE_VIEW_FRESH_MS).await?;
+        let Some(r) = z
+            .records
+            .iter()
+            .find(|r| r.name == name && CONFLICTING.contains(&r.record_type.as_str()) && !o.owns(&r.id.0))
+        else {
+            return Ok(());
+        };
+        Err(AdapterError::Blocked(
+            BlockedReason::DnsRecordForeign,
+            format!(
+                "record {} ({} {} -> {}, ttl {}) exists and oduflow did not create it; it is not touched. To make \
+                 it this client's (oduflow then points it at the VM and deletes it with the client): oduflow adopt \
+                 {c} --kind dns --id {}; or give the client another DNS name: oduflow client update {c} --dns-name \
+                 NAME",
+                r.id,
+                r.record_type,
+                self.fqdn(&r.name),
+                r.data,
+                r.ttl,
+                r.id,
+                c = t.client
+            ),
+        ))
+    }
+
+    /// Creates one record: recorded as sent before the POST can leave, its
+    /// id recorded from the answer.
+    async fn create(&self, o: &mut Owned, own: &dyn Ownership, rtype: &str, name: &str, data: &str) -> Step0 {
+        o.records.push(OwnedRecord {
+            rtype: rtype.to_owned(),
+            name: name.to_owned(),
+            data: data.to_owned(),
+            ttl: self.ttl,
+            id: None,
+            claimed_ms: now_ms(),
+            lost: None,
+            lost_ms: None,
+            listings: 0,
+            adopted_by: None,
+            deleting: false,
+        });
+        Self::save(own, o).await?;
+        reached("dns-record-claimed");
+        let req = DnsRecordRequest {
+            name: name.to_owned(),
+            record_type: rtype.to_owned(),
+            data: data.to_owned(),
+            ttl: Some(self.ttl),
+            priority: None,
+        };
+        let outcome = self.client.dns_record_create(&self.domain, &req).await;
+        reached("dns-record-created");
+        let last = o.records.len() - 1;
+        let what = format!("{rtype} {} -> {data}", self.fqdn(name));
+        match outcome {
+            Outcome::Accepted(r) => {
+                o.records[last].id = Some(r.id.0.clone());
+                Self::save(own, o).await?;
+                self.view_add(r).await;
+                Ok(format!("{what} (record created)"))
+            }
+            Outcome::Unknown { reason } => {
+                o.records[last].lost = Some(reason.clone());
+                o.records[last].lost_ms = Some(now_ms());
+                Self::save(own, o).await?;
+                Err(AdapterError::Pending(format!(
+                    "the create of {what} got no answer ({reason}); a zone listing decides"
+                )))
+            }
+            Outcome::Rejected { status, message } => {
+                o.records.pop();
+                Self::save(own, o).await?;
+                Err(AdapterError::Failed(format!("the create of {what} was rejected with {status}: {message}")))
+            }
+            Outcome::NotSent { reason } => {
+                o.records.pop();
+                Self::save(own, o).await?;
+                Err(AdapterError::Failed(format!("the create of {what} was not sent: {reason}")))
+            }
+        }
+    }
+
+    /// A record this process created goes into the shared view, so another
+    /// client's check sees it before the next listing.
+    async fn view_add(&self, r: DnsRecord) {
+        if let Some(z) = self.view.lock().await.as_mut() {
+            let mut v = (*z.records).clone();
+            v.push(r);
+            z.records = std::sync::Arc::new(v);
+        }
+    }
+
+    /// Brings an owned record to the wanted name, data and TTL with one
+    /// PATCH by id (its id is kept). `Ok(false)`: Vultr no longer has it.
+    async fn patch(
+        &self,
+        o: &mut Owned,
+        own: &dyn Ownership,
+        i: usize,
+        name: &str,
+        data: &str,
+    ) -> Result<bool, AdapterError> {
+        let id = o.records[i].id.clone().expect("only records with an id are patched");
+        let p = DnsRecordPatch { name: name.to_owned(), data: data.to_owned(), ttl: self.ttl };
+        match self.client.dns_record_patch(&self.domain, &DnsRecordId(id.clone()), &p).await {
+            Outcome::Accepted(()) => {
+                let r = &mut o.records[i];
+                (r.name, r.data, r.ttl) = (p.name, p.data, p.ttl);
+                Self::save(own, o).await?;
+                Ok(true)
+            }
+            Outcome::Rejected { status: 404, .. } => Ok(false),
+            Outcome::Rejected { status, message } => {
+                Err(AdapterError::Failed(format!("the update of record {id} was rejected with {status}: {message}")))
+            }
+            Outcome::Unknown { reason } | Outcome::NotSent { reason } => Err(AdapterError::Failed(format!(
+                "the update of record {id} got no answer ({reason}); sent again later"
+            ))),
+        }
+    }
+
+    /// Drops an owned record Vultr answers 404 for, unless it is too fresh
+    /// for a 404 to prove anything. `true` when dropped.
+    async fn forget_gone(o: &mut Owned, own: &dyn Ownership, i: usize) -> Result<bool, AdapterError> {
+        if now_ms() - o.records[i].claimed_ms < RECORD_GET_LAG_MS && !o.records[i].deleting {
+            return Ok(false);
+        }
+        o.records.remove(i);
+        Self::save(own, o).await?;
+        Ok(true)
+    }
+
+    async fn ensure_one(
+        &self,
+        t: &IdentityTarget,
+        o: &mut Owned,
+        own: &dyn Ownership,
+        rtype: &str,
+        data: &str,
+    ) -> Step0 {
+        let name = t.dns_name.as_str();
+        let what = format!("{rtype} {} -> {data}", self.fqdn(name));
+        if let Some(i) = o.records.iter().position(|r| r.rtype == rtype && !r.deleting) {
+            let r = &o.records[i];
+            if (r.name.as_str(), r.data.as_str(), r.ttl) == (name, data, self.ttl) {
+                return Ok(format!("{what} (record {}, kept)", r.id.as_deref().unwrap_or("")));
+            }
+            if r.name != name {
+                self.foreign(t, name, o).await?;
+            }
+            if self.patch(o, own, i, name, data).await? {
+                return Ok(format!("{what} (record {}, updated in place)", o.records[i].id.as_deref().unwrap_or("")));
+            }
+            // Gone at Vultr (deleted in the console, say): a new one.
+            if !Self::forget_gone(o, own, i).await? {
+                return Err(AdapterError::Failed(format!(
+                    "record {} answers 404; read again later",
+                    o.records[i].id.as_deref().unwrap_or("")
+                )));
+            }
+        }
+        self.foreign(t, name, o).await?;
+        self.create(o, own, rtype, name, data).await
     }
 }
+
+type Step0 = Result<String, AdapterError>;
 
 impl IdentityAdapter for DnsAdapter {
     fn name(&self) -> &str {
         "dns"
     }
 
-    fn ensure<'a>(&'a self, t: &'a IdentityTarget) -> BoxFuture<'a, Result<String, String>> {
+    fn ensure<'a>(&'a self, t: &'a IdentityTarget, own: &'a dyn Ownership) -> Step<'a, String> {
         Box::pin(async move {
-            let ip = t.main_ip.as_deref().ok_or("the VM's main IP is not known yet")?;
-            let existing = self.records(&t.client).await?;
-            if existing.iter().any(|r| r.data == ip) {
-                return Ok(format!("{}.{} A {ip} (kept)", t.client, self.domain));
+            let mut o = Owned::from_value(&own.get())?;
+            let wanted = Self::wanted(t)?;
+            self.resolve_lost(t, &mut o, own).await?;
+            let mut done = Vec::new();
+            for (rtype, data) in &wanted {
+                done.push(self.ensure_one(t, &mut o, own, rtype, data).await?);
             }
-            for r in &existing {
-                let _ = self.client.dns_record_delete(&self.domain, &r.id).await;
+            // A type no longer wanted (an address that went away): deleted,
+            // by id, as it is oduflow's.
+            let stale: Vec<usize> = (0..o.records.len())
+                .filter(|i| !o.records[*i].deleting && !wanted.iter().any(|(w, _)| *w == o.records[*i].rtype))
+                .collect();
+            for i in stale.into_iter().rev() {
+                self.delete_one(&mut o, own, i).await?;
             }
-            let req = DnsRecordRequest {
-                name: t.client.clone(),
-                record_type: "A".into(),
-                data: ip.to_owned(),
-                ttl: Some(self.ttl),
-                priority: None,
-            };
-            match self.client.dns_record_create(&self.domain, &req).await {
-                Outcome::Accepted(r) => Ok(format!("{}.{} A {ip} (record {})", t.client, self.domain, r.id.as_str())),
-                // Whatever happened, the next check decides (a record is
-                // cheap and found by name, so a repeat does no harm).
-                Outcome::Unknown { reason } => Ok(format!("create outcome unknown ({reason}); check decides")),
-                Outcome::Rejected { status, message } => Err(format!("DNS record rejected with {status}: {message}")),
-                // Nothing reached Vultr: this ensure failed and created nothing.
-                Outcome::NotSent { reason } => Err(format!("DNS record create not sent: {reason}")),
-            }
+            Ok(done.join("; "))
         })
     }
 
-    fn check<'a>(&'a self, t: &'a IdentityTarget) -> BoxFuture<'a, Result<Presence, String>> {
+    fn check<'a>(&'a self, t: &'a IdentityTarget, own: &'a dyn Ownership) -> Step<'a, Presence> {
         Box::pin(async move {
-            let found = self.records(&t.client).await?;
-            Ok(match found.first() {
-                None => Presence::Absent,
-                Some(r) => {
-                    Presence::Present(format!("{}.{} A {} ({} record(s))", t.client, self.domain, r.data, found.len()))
+            let mut o = Owned::from_value(&own.get())?;
+            let mut seen = Vec::new();
+            let mut i = 0;
+            while i < o.records.len() {
+                let Some(id) = o.records[i].id.clone() else {
+                    // A create whose outcome is unknown: it may exist.
+                    seen.push(None);
+                    i += 1;
+                    continue;
+                };
+                match self.record(&id).await? {
+                    Some(r) => seen.push(Some(r)),
+                    None if Self::forget_gone(&mut o, own, i).await? => continue,
+                    None => seen.push(None),
                 }
-            })
+                i += 1;
+            }
+            if t.removing {
+                return Ok(match seen.len() {
+                    0 => Presence::Absent,
+                    n => Presence::Present(format!("{n} record(s) of this client still at Vultr or uncertain")),
+                });
+            }
+            let wanted = Self::wanted(t)?;
+            let all = wanted.iter().all(|(rtype, data)| {
+                seen.iter()
+                    .flatten()
+                    .any(|r| r.record_type == *rtype && r.name == t.dns_name && r.data == *data && r.ttl == self.ttl)
+            });
+            if !all {
+                return Ok(Presence::Absent);
+            }
+            let shown: Vec<String> = seen
+                .iter()
+                .flatten()
+                .map(|r| format!("{} {} -> {} (record {})", r.record_type, self.fqdn(&r.name), r.data, r.id))
+                .collect();
+            Ok(Presence::Present(shown.join("; ")))
         })
     }
 
-    fn remove<'a>(&'a self, t: &'a IdentityTarget) -> BoxFuture<'a, Result<String, String>> {
+    fn remove<'a>(&'a self, t: &'a IdentityTarget, own: &'a dyn Ownership) -> Step<'a, String> {
         Box::pin(async move {
-            let found = self.records(&t.client).await?;
-            for r in &found {
-                self.client
-                    .dns_record_delete(&self.domain, &r.id)
-                    .await
-                    .map_err(|e| format!("deleting record {}: {e}", r.id.as_str()))?;
+            let mut o = Owned::from_value(&own.get())?;
+            // A lost create must be found to be deleted.
+            self.resolve_lost(t, &mut o, own).await?;
+            let n = o.records.len();
+            for i in 0..n {
+                if !o.records[i].deleting {
+                    self.delete_one(&mut o, own, i).await?;
+                }
             }
-            Ok(format!("{} record(s) deleted", found.len()))
+            Ok(format!("{n} record(s) deleted by id"))
         })
+    }
+}
+
+impl DnsAdapter {
+    /// One DELETE by id of an owned record; marked `deleting` once answered
+    /// (the check's GET 404 then drops it).
+    async fn delete_one(&self, o: &mut Owned, own: &dyn Ownership, i: usize) -> Result<(), AdapterError> {
+        let id = o.records[i].id.clone().expect("lost creates are resolved first");
+        match self.client.dns_record_delete(&self.domain, &DnsRecordId(id.clone())).await {
+            Ok(DeleteOutcome::Sent | DeleteOutcome::NotFound) => {
+                reached("dns-record-deleted");
+                o.records[i].deleting = true;
+                Self::save(own, o).await
+            }
+            Ok(DeleteOutcome::Refused { status, message }) => {
+                Err(AdapterError::Failed(format!("deleting record {id}: refused with {status}: {message}")))
+            }
+            Err(e) => Err(AdapterError::Failed(format!("deleting record {id}: {e}"))),
+        }
     }
 }

@@ -38,6 +38,6 @@ mod wire;
 
 pub use account::{Account, Plan, Region};
 pub use config::*;
-pub use dns::{DnsRecord, DnsRecordId, DnsRecordRequest};
+pub use dns::{DnsRecord, DnsRecordId, DnsRecordPatch, DnsRecordRequest};
 pub use error::VultrError;
 pub use http::VultrClient;

@@ -55,7 +55,8 @@ pub(crate) enum Cmd {
     /// Record a named resource for an uncertain dispatch, after verification.
     Adopt {
         name: String,
-        #[arg(long, value_parser = ["vm", "volume"])]
+        /// vm, volume, or dns (a DNS record at the client's DNS name).
+        #[arg(long, value_parser = ["vm", "volume", "dns"])]
         kind: String,
         #[arg(long)]
         id: String,
@@ -65,7 +66,8 @@ pub(crate) enum Cmd {
     /// Give up an uncertain dispatch, on a recorded attestation.
     Abandon {
         name: String,
-        #[arg(long, value_parser = ["vm", "volume", "attach"])]
+        /// vm, volume, attach, or dns (record creates whose outcome is unknown).
+        #[arg(long, value_parser = ["vm", "volume", "attach", "dns"])]
         kind: String,
         /// Who attests (required).
         #[arg(long)]
@@ -204,6 +206,47 @@ pub(crate) struct SpecFlags {
     /// daily_alt_odd:HOUR (UTC), or disabled.
     #[arg(long)]
     pub backups: Option<String>,
+    /// The name of the client's DNS records in `[dns] domain` (mail,
+    /// vpn.eu); default: the client's name.
+    #[arg(long = "dns-name")]
+    pub dns_name: Option<String>,
+}
+
+/// What `client update` changes.
+#[derive(clap::Args, Debug, Default)]
+pub(crate) struct UpdateFlags {
+    #[arg(long)]
+    pub region: Option<String>,
+    /// A larger plan (Vultr only upgrades; the worker checks its list of
+    /// upgrades before sending).
+    #[arg(long)]
+    pub plan: Option<String>,
+    /// A larger volume (volumes only grow).
+    #[arg(long)]
+    pub volume_gb: Option<i64>,
+    /// The whole list of tags (repeat the flag); replaces the old list.
+    #[arg(long = "tag")]
+    pub tags: Vec<String>,
+    /// Remove every tag.
+    #[arg(long, conflicts_with = "tags")]
+    pub no_tags: bool,
+    /// A firewall group id; "" detaches the group.
+    #[arg(long)]
+    pub firewall_group: Option<String>,
+    /// Another DNS record name ("" for the client's name): the records
+    /// oduflow owns are renamed in place, after checking that the new
+    /// name is free.
+    #[arg(long = "dns-name")]
+    pub dns_name: Option<String>,
+    /// Refused: another image means a reinstall (out of scope).
+    #[arg(long, hide = true)]
+    pub os_id: Option<i64>,
+    #[arg(long, hide = true)]
+    pub snapshot: Option<String>,
+    #[arg(long, hide = true)]
+    pub app: Option<i64>,
+    #[arg(long, hide = true)]
+    pub image: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -225,38 +268,14 @@ pub(crate) enum ClientCmd {
         json: bool,
     },
     /// Change a client's spec in place: a larger plan, a larger volume, its
-    /// tags or firewall group (before anything was created, any field).
+    /// tags, firewall group or DNS name (before anything was created, any
+    /// field).
     /// Bumps the generation and enqueues the change; a blocked client stays
     /// blocked until `oduflow reconcile NAME`.
     Update {
         name: String,
-        #[arg(long)]
-        region: Option<String>,
-        /// A larger plan (Vultr only upgrades; the worker checks its list of
-        /// upgrades before sending).
-        #[arg(long)]
-        plan: Option<String>,
-        /// A larger volume (volumes only grow).
-        #[arg(long)]
-        volume_gb: Option<i64>,
-        /// The whole list of tags (repeat the flag); replaces the old list.
-        #[arg(long = "tag")]
-        tags: Vec<String>,
-        /// Remove every tag.
-        #[arg(long, conflicts_with = "tags")]
-        no_tags: bool,
-        /// A firewall group id; "" detaches the group.
-        #[arg(long)]
-        firewall_group: Option<String>,
-        /// Refused: another image means a reinstall (out of scope).
-        #[arg(long, hide = true)]
-        os_id: Option<i64>,
-        #[arg(long, hide = true)]
-        snapshot: Option<String>,
-        #[arg(long, hide = true)]
-        app: Option<i64>,
-        #[arg(long, hide = true)]
-        image: Option<String>,
+        #[command(flatten)]
+        change: Box<UpdateFlags>,
         #[arg(long)]
         json: bool,
     },

@@ -200,11 +200,15 @@ impl<P: Provider> Run<'_, P> {
         let changes = w.store.changes_for_client(&self.infra.client_id).await?;
         let confirmed = changes.iter().any(|c| c.spec_generation > done && c.confirmed_ms.is_some());
         if confirmed {
-            let t = self.identity_target(true).await?;
+            let t = self.identity_target(false).await?;
+            let states = w.store.adapter_states(&self.infra.client_id).await?;
             for a in w.adapters.iter() {
-                let Some(update) = a.update(&t) else { continue };
-                self.check_fence().await?;
                 let now = w.now_ms();
+                let row = states.iter().find(|s| s.adapter == a.name());
+                let own =
+                    super::identities::StoredOwnership::new(&w.receipts, &self.infra.client_id, a.name(), row, now);
+                let Some(update) = a.update(&t, &own) else { continue };
+                self.check_fence().await?;
                 let result = update.await;
                 self.halted()?;
                 match result {

@@ -49,7 +49,11 @@ impl oduflow_model::identity::IdentityAdapter for TestAdapter {
     fn name(&self) -> &str {
         "vpn"
     }
-    fn ensure<'a>(&'a self, _t: &'a identity::IdentityTarget) -> identity::BoxFuture<'a, Result<String, String>> {
+    fn ensure<'a>(
+        &'a self,
+        _t: &'a identity::IdentityTarget,
+        _own: &'a dyn identity::Ownership,
+    ) -> identity::Step<'a, String> {
         Box::pin(async move {
             *self.present.lock().unwrap() = true;
             Ok("peer added".into())
@@ -58,7 +62,8 @@ impl oduflow_model::identity::IdentityAdapter for TestAdapter {
     fn check<'a>(
         &'a self,
         _t: &'a identity::IdentityTarget,
-    ) -> identity::BoxFuture<'a, Result<identity::Presence, String>> {
+        _own: &'a dyn identity::Ownership,
+    ) -> identity::Step<'a, identity::Presence> {
         Box::pin(async move {
             if self.fail_check.load(std::sync::atomic::Ordering::SeqCst) {
                 return Err("check failed".into());
@@ -70,7 +75,11 @@ impl oduflow_model::identity::IdentityAdapter for TestAdapter {
             })
         })
     }
-    fn remove<'a>(&'a self, _t: &'a identity::IdentityTarget) -> identity::BoxFuture<'a, Result<String, String>> {
+    fn remove<'a>(
+        &'a self,
+        _t: &'a identity::IdentityTarget,
+        _own: &'a dyn identity::Ownership,
+    ) -> identity::Step<'a, String> {
         Box::pin(async move {
             self.removes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             *self.present.lock().unwrap() = false;

@@ -7,7 +7,7 @@
 
 use oduflow_engine::memory::MemoryProvider;
 use oduflow_engine::{EngineConfig, RunOutcome, SystemClock, Worker, operator};
-use oduflow_model::identity::{BoxFuture, IdentityAdapter, IdentityTarget, Presence};
+use oduflow_model::identity::{IdentityAdapter, IdentityTarget, Ownership, Presence, Step};
 use oduflow_model::provider::Instance;
 use oduflow_model::*;
 use oduflow_server::resolve::{Resolution, resolutions};
@@ -38,7 +38,7 @@ impl IdentityAdapter for Vpn {
     fn name(&self) -> &str {
         "vpn"
     }
-    fn ensure<'a>(&'a self, _t: &'a IdentityTarget) -> BoxFuture<'a, Result<String, String>> {
+    fn ensure<'a>(&'a self, _t: &'a IdentityTarget, _own: &'a dyn Ownership) -> Step<'a, String> {
         Box::pin(async move {
             if self.failing.load(Ordering::SeqCst) {
                 return Err("peer API answered 503".into());
@@ -47,12 +47,12 @@ impl IdentityAdapter for Vpn {
             Ok("peer added".into())
         })
     }
-    fn check<'a>(&'a self, _t: &'a IdentityTarget) -> BoxFuture<'a, Result<Presence, String>> {
+    fn check<'a>(&'a self, _t: &'a IdentityTarget, _own: &'a dyn Ownership) -> Step<'a, Presence> {
         Box::pin(async move {
             Ok(if *self.present.lock().unwrap() { Presence::Present("peer".into()) } else { Presence::Absent })
         })
     }
-    fn remove<'a>(&'a self, _t: &'a IdentityTarget) -> BoxFuture<'a, Result<String, String>> {
+    fn remove<'a>(&'a self, _t: &'a IdentityTarget, _own: &'a dyn Ownership) -> Step<'a, String> {
         Box::pin(async move {
             *self.present.lock().unwrap() = false;
             Ok("peer removed".into())

@@ -21,21 +21,21 @@ pub async fn run(cfg: &Config, c: ClientCmd) -> Result<()> {
             let row = store.client_create(&name, &spec, now_ms(), cfg.attempts_max).await?;
             print_client(&store, &row, json, false).await
         }
-        ClientCmd::Update {
-            name,
-            region,
-            plan,
-            volume_gb,
-            tags,
-            no_tags,
-            firewall_group,
-            os_id,
-            snapshot,
-            app,
-            image,
-            json,
-        } => {
+        ClientCmd::Update { name, change, json } => {
             ClientName::parse(&name)?;
+            let crate::cli::UpdateFlags {
+                region,
+                plan,
+                volume_gb,
+                tags,
+                no_tags,
+                firewall_group,
+                dns_name,
+                os_id,
+                snapshot,
+                app,
+                image,
+            } = *change;
             let image = [
                 os_id.map(|n| format!("--os-id {n}")),
                 snapshot.map(|s| format!("--snapshot {s}")),
@@ -51,6 +51,7 @@ pub async fn run(cfg: &Config, c: ClientCmd) -> Result<()> {
                 volume_gb,
                 tags: if no_tags { Some(vec![]) } else { (!tags.is_empty()).then_some(tags) },
                 firewall_group,
+                dns_name,
                 image,
             };
             let store = open(cfg).await?;
@@ -109,6 +110,7 @@ fn resolve(cfg: &Config, name: &ClientName, f: SpecFlags) -> Result<ClientSpec> 
         ipv6: f.ipv6,
         vpcs: list(f.vpcs),
         backups: f.backups,
+        dns_name: f.dns_name,
     };
     Ok(cfg.spec_input(f.profile.as_deref(), flags)?.resolve(name, &cfg.spec_defaults)?)
 }

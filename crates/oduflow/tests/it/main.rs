@@ -1014,6 +1014,7 @@ async fn token_commands_and_serve() {
 }
 
 // After the macros and helpers above, which it uses.
+mod dns;
 mod identities;
 
 /// A small run of every benchmark: figures printed, not asserted (the full

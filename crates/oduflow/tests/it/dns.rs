@@ -1,0 +1,292 @@
+//! The DNS identity owns its records by id (issue 17), on both stores, through
+//! the simulator's DNS API: an operator's record with the client's name is
+//! never touched; a lost create is resolved without a duplicate; a changed
+//! address is updated in place; IPv6 gets an AAAA record; a worker killed at
+//! each of the adapter's steps resumes with nothing lost or duplicated.
+
+use super::*;
+use oduflow_vultr::{DnsRecord, DnsRecordRequest, VultrClient, VultrConfig};
+
+const ZONE: &str = "example.com";
+
+fn configure(env: &Env) {
+    std::fs::write(env.dir.path().join("oduflow.toml"), format!("[dns]\ndomain = \"{ZONE}\"\nttl = 120\n")).unwrap();
+}
+
+fn vultr(env: &Env) -> VultrClient {
+    VultrClient::new(VultrConfig {
+        base_url: env.sim.base_url.clone(),
+        rate_per_sec: 1000,
+        ..VultrConfig::new(secrecy::SecretString::from(KEY.to_owned()))
+    })
+    .unwrap()
+}
+
+/// The zone's records with this name, any type.
+async fn records(env: &Env, name: &str) -> Vec<DnsRecord> {
+    let mut v: Vec<DnsRecord> =
+        vultr(env).dns_record_list(ZONE).await.unwrap().into_iter().filter(|r| r.name == name).collect();
+    v.sort_by(|a, b| a.record_type.cmp(&b.record_type));
+    v
+}
+
+/// An operator's own record, made outside oduflow.
+async fn operator_record(env: &Env, name: &str, rtype: &str, data: &str) -> DnsRecord {
+    let req = DnsRecordRequest {
+        name: name.into(),
+        record_type: rtype.into(),
+        data: data.into(),
+        ttl: Some(300),
+        priority: None,
+    };
+    match vultr(env).dns_record_create(ZONE, &req).await {
+        oduflow_model::provider::Outcome::Accepted(r) => r,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn create(env: &Env, name: &str, extra: &[&str]) {
+    let mut args =
+        vec!["client", "create", name, "--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"];
+    args.extend_from_slice(extra);
+    env.ok(&args);
+}
+
+fn settle(env: &Env) {
+    let o = env.cmd(&["worker", "--until-settled"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn show(env: &Env, name: &str) -> serde_json::Value {
+    serde_json::from_str(&env.ok(&["client", "show", name, "--json"])).unwrap()
+}
+
+/// The VM's main IP as the simulator shows it.
+async fn vm_ip(env: &Env, v: &serde_json::Value) -> String {
+    let vm = v["vm_id"].as_str().unwrap();
+    let i = oduflow_model::provider::Provider::instance_get(&vultr(env), &VultrInstanceId(vm.to_owned()))
+        .await
+        .unwrap()
+        .unwrap();
+    i.main_ip
+}
+
+/// DNS requests by route, as the simulator counted them.
+fn dns_requests(env: &Env) -> std::collections::BTreeMap<String, u64> {
+    env.sim.ledger().requests.into_iter().filter(|(k, _)| k.contains("/domains/")).collect()
+}
+
+oduflow_store::on_both_stores!(
+    super::env_of =>
+    an_operators_record_with_the_clients_name_is_never_touched,
+    adopting_the_operators_record_makes_it_the_clients,
+    a_lost_record_create_is_resolved_without_a_duplicate,
+    a_changed_address_is_updated_in_place,
+    ipv6_gets_an_aaaa_record_and_both_go_with_the_client,
+    killed_during_record_creation_and_removal_resumes,
+    command_adapters_get_the_recorded_identity_on_removal,
+);
+
+async fn an_operators_record_with_the_clients_name_is_never_touched(env: Env) {
+    configure(&env);
+    env.ok(&["init"]);
+    let mine = operator_record(&env, "mail", "A", "198.51.100.7").await;
+    // A TXT record at the name does not conflict with an A record.
+    let txt = operator_record(&env, "mail", "TXT", "v=spf1 -all").await;
+    create(&env, "mail", &[]);
+    settle(&env);
+    let v = show(&env, "mail");
+    assert_eq!(v["status"], "blocked", "{v}");
+    assert_eq!(v["blocked_reason"], "dns_record_foreign", "{v}");
+    let detail = v["blocked_detail"].as_str().unwrap();
+    assert!(detail.contains(mine.id.as_str()) && detail.contains("198.51.100.7"), "names the record: {detail}");
+    assert!(detail.contains("oduflow adopt mail --kind dns --id") && detail.contains("--dns-name"), "{detail}");
+    assert_eq!(records(&env, "mail").await, vec![mine.clone(), txt.clone()], "nothing created or changed at the name");
+
+    // Another DNS name: the client's own record there; the operator's stay.
+    env.ok(&["client", "update", "mail", "--dns-name", "mail-vm"]);
+    env.ok(&["reconcile", "mail"]);
+    settle(&env);
+    let v = show(&env, "mail");
+    assert_eq!(v["status"], "ready", "{v}");
+    let ip = vm_ip(&env, &v).await;
+    let own = records(&env, "mail-vm").await;
+    assert_eq!(own.len(), 1, "{own:?}");
+    assert_eq!((own[0].record_type.as_str(), own[0].data.as_str(), own[0].ttl), ("A", ip.as_str(), 120));
+
+    env.ok(&["client", "delete", "mail"]);
+    settle(&env);
+    assert_eq!(show(&env, "mail")["status"], "deleted");
+    assert!(records(&env, "mail-vm").await.is_empty(), "the client's record went with it");
+    assert_eq!(records(&env, "mail").await, vec![mine.clone(), txt.clone()], "the operator's records are untouched");
+    let touched = env.sim.ledger().dns_patch_bodies;
+    assert!(touched.iter().all(|p| p["id"] != mine.id.as_str() && p["id"] != txt.id.as_str()), "{touched:?}");
+}
+
+async fn adopting_the_operators_record_makes_it_the_clients(env: Env) {
+    configure(&env);
+    env.ok(&["init"]);
+    let theirs = operator_record(&env, "www", "A", "198.51.100.8").await;
+    create(&env, "www", &[]);
+    settle(&env);
+    assert_eq!(show(&env, "www")["blocked_reason"], "dns_record_foreign");
+    // Bad input changes nothing: an id that does not exist, one at another name.
+    let other = operator_record(&env, "ftp", "A", "198.51.100.9").await;
+    for id in ["00000000-0000-4000-8000-000000000000", other.id.as_str(), "not an id"] {
+        let o = env.cmd(&["adopt", "www", "--kind", "dns", "--id", id]).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{id}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    assert_eq!(show(&env, "www")["blocked_reason"], "dns_record_foreign");
+    env.ok(&["adopt", "www", "--kind", "dns", "--id", theirs.id.as_str()]);
+    settle(&env);
+    let v = show(&env, "www");
+    assert_eq!(v["status"], "ready", "{v}");
+    let ip = vm_ip(&env, &v).await;
+    let now = records(&env, "www").await;
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_eq!((now[0].id.as_str(), now[0].data.as_str()), (theirs.id.as_str(), ip.as_str()), "updated in place");
+    env.ok(&["client", "delete", "www"]);
+    settle(&env);
+    assert_eq!(show(&env, "www")["status"], "deleted");
+    assert!(records(&env, "www").await.is_empty(), "an adopted record is the client's: deleted with it");
+    assert_eq!(records(&env, "ftp").await, vec![other]);
+}
+
+async fn a_lost_record_create_is_resolved_without_a_duplicate(env: Env) {
+    configure(&env);
+    env.ok(&["init"]);
+    env.sim
+        .set_faults(oduflow_sim::Faults {
+            lost_drop: 1.0,
+            ops: vec![oduflow_sim::Op::DnsRecordCreate],
+            faults_max: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
+    create(&env, "acme", &[]);
+    settle(&env);
+    let v = show(&env, "acme");
+    assert_eq!(v["status"], "ready", "{v}");
+    assert_eq!(env.sim.ledger().faults.len(), 1, "the create's answer was lost");
+    let rs = records(&env, "acme").await;
+    assert_eq!(rs.len(), 1, "one record, no duplicate: {rs:?}");
+    assert_eq!(rs[0].data, vm_ip(&env, &v).await);
+    let reqs = dns_requests(&env);
+    assert_eq!(reqs.get("POST /v2/domains/{domain}/records"), Some(&1), "sent once: {reqs:?}");
+    let dns = &v["adapters"].as_array().unwrap()[0];
+    assert_eq!(dns["owned"]["records"][0]["id"], rs[0].id.as_str(), "{dns}");
+}
+
+async fn a_changed_address_is_updated_in_place(env: Env) {
+    configure(&env);
+    env.ok(&["init"]);
+    create(&env, "acme", &[]);
+    settle(&env);
+    let v = show(&env, "acme");
+    let before = records(&env, "acme").await;
+    assert_eq!(before.len(), 1);
+    assert!(env.sim.control().set_instance_main_ip(v["vm_id"].as_str().unwrap(), "203.0.113.9"));
+    env.ok(&["reconcile", "acme"]);
+    settle(&env);
+    assert_eq!(show(&env, "acme")["status"], "ready");
+    let after = records(&env, "acme").await;
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!((after[0].id.as_str(), after[0].data.as_str()), (before[0].id.as_str(), "203.0.113.9"));
+    let reqs = dns_requests(&env);
+    assert_eq!(reqs.get("POST /v2/domains/{domain}/records"), Some(&1), "{reqs:?}");
+    assert_eq!(reqs.get("PATCH /v2/domains/{domain}/records/{id}"), Some(&1), "{reqs:?}");
+}
+
+async fn ipv6_gets_an_aaaa_record_and_both_go_with_the_client(env: Env) {
+    configure(&env);
+    env.ok(&["init"]);
+    create(&env, "acme", &["--ipv6"]);
+    settle(&env);
+    let v = show(&env, "acme");
+    assert_eq!(v["status"], "ready", "{v}");
+    let rs = records(&env, "acme").await;
+    let types: Vec<&str> = rs.iter().map(|r| r.record_type.as_str()).collect();
+    assert_eq!(types, ["A", "AAAA"], "{rs:?}");
+    assert_eq!(rs[1].data, v["ipv6"].as_str().unwrap(), "{v}");
+    assert!(rs[1].data.contains(':'));
+    env.ok(&["client", "delete", "acme"]);
+    settle(&env);
+    assert_eq!(show(&env, "acme")["status"], "deleted");
+    assert!(records(&env, "acme").await.is_empty());
+}
+
+/// Kills the worker at `point`; `true` if it was killed there.
+fn killed_at(env: &Env, point: &str) -> bool {
+    let o = env.cmd(&["worker", "--until-settled", "--concurrency", "1"]).env("ODUFLOW_CRASH_AT", point).output().unwrap();
+    !o.status.success()
+}
+
+async fn killed_during_record_creation_and_removal_resumes(env: Env) {
+    failpoints_required();
+    configure(&env);
+    env.ok(&["init"]);
+    // After the answer came and before its id was recorded: the next run
+    // finds exactly that record by a zone listing.
+    create(&env, "c1", &[]);
+    assert!(killed_at(&env, "dns-record-created"));
+    settle(&env);
+    assert_eq!(show(&env, "c1")["status"], "ready");
+    assert_eq!(records(&env, "c1").await.len(), 1, "no duplicate");
+
+    // After the create was recorded and before it was sent: nothing can
+    // tell whether it left, the listings find nothing, and the client
+    // blocks with the evidence; the operator's abandon lets it create.
+    create(&env, "c2", &[]);
+    assert!(killed_at(&env, "dns-record-claimed"));
+    settle(&env);
+    let v = show(&env, "c2");
+    assert_eq!(v["blocked_reason"], "uncertain_dns_record", "{v}");
+    assert!(v["blocked_detail"].as_str().unwrap().contains("oduflow abandon c2 --kind dns"), "{v}");
+    assert!(records(&env, "c2").await.is_empty());
+    env.ok(&["abandon", "c2", "--kind", "dns", "--by", "ops", "--reason", "console shows no c2 record"]);
+    settle(&env);
+    assert_eq!(show(&env, "c2")["status"], "ready");
+    assert_eq!(records(&env, "c2").await.len(), 1);
+    let o = env.cmd(&["abandon", "c2", "--kind", "dns", "--by", "ops", "--reason", "again"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "nothing left to abandon");
+
+    // After a DELETE was answered and before that was recorded.
+    env.ok(&["client", "delete", "c1"]);
+    assert!(killed_at(&env, "dns-record-deleted"));
+    assert_ne!(show(&env, "c1")["status"], "deleted");
+    settle(&env);
+    assert_eq!(show(&env, "c1")["status"], "deleted");
+    assert!(records(&env, "c1").await.is_empty());
+    let reqs = dns_requests(&env);
+    // c1's once; c2's killed one never left, so only the one after the abandon.
+    assert_eq!(reqs.get("POST /v2/domains/{domain}/records"), Some(&2), "{reqs:?}");
+}
+
+async fn command_adapters_get_the_recorded_identity_on_removal(env: Env) {
+    let fx = env.dir.path().join("identities");
+    std::fs::create_dir_all(&fx).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/identity.sh");
+    let toml = format!(
+        "[[adapter]]\nname = \"vpn\"\nensure = [\"sh\", \"{script}\", \"vpn\", \"ensure\"]\n\
+         check = [\"sh\", \"{script}\", \"vpn\", \"check\"]\nremove = [\"sh\", \"{script}\", \"vpn\", \"remove\"]\n"
+    );
+    std::fs::write(env.dir.path().join("oduflow.toml"), toml).unwrap();
+    env.ok(&["init"]);
+    create(&env, "acme", &[]);
+    let run = || {
+        let o = env.cmd(&["worker", "--until-settled"]).env("FIXTURE_DIR", &fx).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    run();
+    let v = show(&env, "acme");
+    assert_eq!(v["status"], "ready", "{v}");
+    let ip = vm_ip(&env, &v).await;
+    let vpn = &v["adapters"].as_array().unwrap()[0];
+    assert_eq!(vpn["owned"]["id"], "vpn-key-acme", "what ensure made is recorded: {vpn}");
+    assert_eq!(vpn["facts"]["main_ip"], ip.as_str(), "{vpn}");
+    env.ok(&["client", "delete", "acme"]);
+    run();
+    assert_eq!(show(&env, "acme")["status"], "deleted");
+    let seen = std::fs::read_to_string(fx.join("vpn-acme.removed")).unwrap();
+    assert_eq!(seen.trim(), format!("remove {ip} vpn-key-acme"), "the VM was gone, its recorded facts were not");
+}
