@@ -19,7 +19,7 @@ const KEY: &str = "bench-key";
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// convergence | queue | inventory | budget | all
+    /// convergence | queue | inventory | budget | dns | all
     #[arg(default_value = "all")]
     which: String,
     /// Small sizes, for the test command's smoke run.
@@ -59,10 +59,10 @@ pub struct BenchArgs {
 
 /// The Markdown a benchmark contributes to BENCHMARKS.md.
 #[derive(Default)]
-struct Section(String);
+pub(crate) struct Section(String);
 
 impl Section {
-    fn line(&mut self, l: &str) {
+    pub(crate) fn line(&mut self, l: &str) {
         self.0.push_str(l);
         self.0.push('\n');
     }
@@ -77,10 +77,12 @@ pub async fn run(a: BenchArgs) -> Result<()> {
         };
     }
     let all = a.which == "all";
-    if !all && !["convergence", "queue", "inventory", "budget"].contains(&a.which.as_str()) {
-        return Err(
-            BadInput(format!("unknown benchmark {:?}: convergence, queue, inventory, budget or all", a.which)).into()
-        );
+    if !all && !["convergence", "queue", "inventory", "budget", "dns"].contains(&a.which.as_str()) {
+        return Err(BadInput(format!(
+            "unknown benchmark {:?}: convergence, queue, inventory, budget, dns or all",
+            a.which
+        ))
+        .into());
     }
     if a.workers.is_empty() || a.workers.contains(&0) {
         return Err(BadInput("--workers takes counts >= 1, e.g. 1,4,16".into()).into());
@@ -111,6 +113,11 @@ pub async fn run(a: BenchArgs) -> Result<()> {
         doc.line("\n## 3. Inventory at scale\n");
         doc.line("    cargo run --release -- bench inventory\n");
         inventory(a.inventory_clients.unwrap_or(if a.smoke { 200 } else { 10_000 }), &mut doc).await?;
+    }
+    if all || a.which == "dns" {
+        doc.line("\n## 4. DNS calls per client, one zone\n");
+        doc.line("    cargo run --release -- bench dns\n");
+        crate::bench_dns::dns(if a.smoke { 200 } else { 10_000 }, &mut doc).await?;
     }
     println!("benchmarks took {:.0} s", started.elapsed().as_secs_f64());
     if let Some(path) = &a.write {

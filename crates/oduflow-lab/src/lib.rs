@@ -11,6 +11,7 @@
 //! executable they run in.
 
 pub mod bench;
+mod bench_dns;
 pub mod campaign;
 
 /// An argument the laboratory refuses: exit code 2, as for any bad input.

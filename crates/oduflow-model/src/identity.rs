@@ -57,9 +57,9 @@ impl IdentityTarget {
     /// among them: a change to those runs the adapters' `update`.)
     pub fn facts(&self) -> serde_json::Value {
         serde_json::json!({
-            "main_ip": self.main_ip.as_deref().unwrap_or(""),
-            "v6_main_ip": self.outputs.v6_main_ip,
-            "mount_id": self.outputs.mount_id,
+            "ipv4": self.main_ip.as_deref().unwrap_or(""),
+            "ipv6": self.outputs.v6_main_ip,
+            "volume_mount_id": self.outputs.mount_id,
             "hostname": self.hostname,
             "dns_name": self.dns_name,
         })
@@ -69,13 +69,13 @@ impl IdentityTarget {
     /// fact the record lacks keeps its current value).
     pub fn with_facts(mut self, f: &serde_json::Value) -> Self {
         let s = |k: &str| f.get(k).and_then(serde_json::Value::as_str).map(str::to_owned);
-        if let Some(ip) = s("main_ip").filter(|ip| !ip.is_empty()) {
+        if let Some(ip) = s("ipv4").filter(|ip| !ip.is_empty()) {
             self.main_ip = Some(ip);
         }
         macro_rules! take {
             ($($k:literal => $dst:expr),*) => { $( if let Some(v) = s($k) { $dst = v; } )* };
         }
-        take!("v6_main_ip" => self.outputs.v6_main_ip, "mount_id" => self.outputs.mount_id,
+        take!("ipv6" => self.outputs.v6_main_ip, "volume_mount_id" => self.outputs.mount_id,
             "hostname" => self.hostname, "dns_name" => self.dns_name);
         self
     }
@@ -166,5 +166,44 @@ pub trait IdentityAdapter: Send + Sync + 'static {
     /// adapter has nothing to do then. Must be safe to repeat.
     fn update<'a>(&'a self, _t: &'a IdentityTarget, _own: &'a dyn Ownership) -> Option<Step<'a, String>> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_removal_gets_the_facts_recorded_at_ensure() {
+        let ensured = IdentityTarget {
+            client: "acme".into(),
+            client_id: "c-1".into(),
+            main_ip: Some("192.0.2.7".into()),
+            outputs: crate::ServerOutputs {
+                main_ip: "192.0.2.7".into(),
+                v6_main_ip: "2001:db8::7".into(),
+                mount_id: "m".into(),
+            },
+            hostname: "acme.example.com".into(),
+            dns_name: "mail".into(),
+            plan: "vc2-1c-1gb".into(),
+            volume_gb: 40,
+            removing: false,
+        };
+        let facts = ensured.facts();
+        // The VM is gone: no address now.
+        let now = IdentityTarget {
+            main_ip: None,
+            outputs: crate::ServerOutputs::default(),
+            removing: true,
+            ..ensured.clone()
+        };
+        let back = now.clone().with_facts(&facts);
+        assert_eq!(back.main_ip.as_deref(), Some("192.0.2.7"));
+        assert_eq!((back.outputs.v6_main_ip.as_str(), back.dns_name.as_str()), ("2001:db8::7", "mail"));
+        assert!(back.removing);
+        // Recorded before facts existed: the current ones stay.
+        assert_eq!(now.clone().with_facts(&serde_json::json!({})), now);
+        assert_ne!(IdentityTarget { main_ip: Some("192.0.2.8".into()), ..ensured.clone() }.facts(), facts);
     }
 }

@@ -144,32 +144,7 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
             "after checking the server or volume in the Vultr console: reads again, and sends the change once more \
              on a new receipt only if a read still shows the old value",
         )],
-        BlockedReason::DnsRecordForeign => {
-            let id = c.infra.blocked_detail.as_deref().and_then(foreign_record_id).unwrap_or("ID");
-            vec![
-                r(
-                    format!("oduflow adopt {n} --kind dns --id {id}"),
-                    "to make that record the client's: oduflow then points it at the VM and deletes it with the \
-                     client",
-                ),
-                r(
-                    format!("oduflow client update {n} --dns-name NAME"),
-                    "to give the client another DNS name; that record is not touched",
-                ),
-                reconcile("after removing or renaming that record yourself in the Vultr console"),
-            ]
-        }
-        BlockedReason::UncertainDnsRecord => vec![
-            reconcile("to list the zone once more (the record may have appeared)"),
-            r(
-                format!("oduflow adopt {n} --kind dns --id ID"),
-                "if the Vultr console shows the record oduflow created: it is recorded as the client's",
-            ),
-            r(
-                format!("oduflow abandon {n} --kind dns --by WHO --reason WHY"),
-                "only if the Vultr console shows no such record: the next run creates it",
-            ),
-        ],
+        BlockedReason::DnsRecordForeign | BlockedReason::UncertainDnsRecord => dns_resolutions(c, reason, n),
         BlockedReason::ConfigMismatch
         | BlockedReason::ForeignAttachment
         | BlockedReason::CredentialChanged
@@ -239,6 +214,41 @@ fn fix_then_reconcile(reason: BlockedReason, n: &str) -> Vec<Resolution> {
         BlockedReason::AttemptsExhausted | BlockedReason::AdapterFailed => {
             vec![reconcile("after fixing the cause in the last error (see the events): runs the job again")]
         }
+        _ => vec![],
+    }
+}
+
+/// The ways out of the DNS adapter's blocks (issue 17).
+fn dns_resolutions(c: &ClientRow, reason: BlockedReason, n: &str) -> Vec<Resolution> {
+    let r = |command: String, when: &str| Resolution { command, when: when.to_owned() };
+    let reconcile = |when: &str| r(format!("oduflow reconcile {n}"), when);
+    match reason {
+        BlockedReason::DnsRecordForeign => {
+            let id = c.infra.blocked_detail.as_deref().and_then(foreign_record_id).unwrap_or("ID");
+            vec![
+                r(
+                    format!("oduflow adopt {n} --kind dns --id {id}"),
+                    "to make that record the client's: oduflow then points it at the VM and deletes it with the \
+                     client",
+                ),
+                r(
+                    format!("oduflow client update {n} --dns-name NAME"),
+                    "to give the client another DNS name; that record is not touched",
+                ),
+                reconcile("after removing or renaming that record yourself in the Vultr console"),
+            ]
+        }
+        BlockedReason::UncertainDnsRecord => vec![
+            reconcile("to list the zone once more (the record may have appeared)"),
+            r(
+                format!("oduflow adopt {n} --kind dns --id ID"),
+                "if the Vultr console shows the record oduflow created: it is recorded as the client's",
+            ),
+            r(
+                format!("oduflow abandon {n} --kind dns --by WHO --reason WHY"),
+                "only if the Vultr console shows no such record: the next run creates it",
+            ),
+        ],
         _ => vec![],
     }
 }

@@ -468,18 +468,10 @@ impl Store {
                      generation, status, updated_ms, image, server, dns_name) \
                      VALUES ($1, $2, $3, $4, $5, $6, 'present', 1, 'pending', $7, $8, $9, $10)",
                 )
-                .bind(id.as_str())
-                .bind(&spec.region)
-                .bind(&spec.plan)
-                .bind(os_id)
-                .bind(spec.volume_gb)
-                .bind(spec.volume_type.as_str())
-                .bind(now_ms)
-                .bind(&image)
-                .bind(&server)
-                .bind(&spec.dns_name)
-                .execute(&mut *tx)
-                .await?;
+                .bind(id.as_str()).bind(&spec.region).bind(&spec.plan).bind(os_id)
+                .bind(spec.volume_gb).bind(spec.volume_type.as_str()).bind(now_ms)
+                .bind(&image).bind(&server).bind(&spec.dns_name)
+                .execute(&mut *tx).await?;
                 let job = NewJob::for_client(&id, JobKind::Provision, 1, now_ms, attempts_max);
                 queue::job_insert(&mut *tx, &job).await?;
                 queue::event_insert(&mut *tx, Some(&id), "client_created", &serde_json::json!({

@@ -35,6 +35,7 @@ oduflow_store::on_both_stores!(
     failures_back_off_then_fail_and_block,
     receipts_cannot_be_deleted_or_repointed,
     change_receipts_are_claimed_once_and_never_rewritten,
+    adapter_ownership_is_written_by_compare_and_set,
     fences_see_moved_records_and_lost_leases,
     database_errors_name_the_operation
 );
@@ -146,6 +147,30 @@ async fn receipts_cannot_be_deleted_or_repointed(store: Store) {
 /// A change receipt (issue 16) is claimed once per client, resource and
 /// spec generation; what it recorded (its change, its send, a rejection, a
 /// confirmation) is never rewritten, and it is never deleted.
+/// Issue 17: what an identity adapter owns is replaced only by a writer that
+/// read the current version; a stale one is refused and changes nothing.
+async fn adapter_ownership_is_written_by_compare_and_set(store: Store) {
+    let store = &store;
+    let c = client(store, "acme").await;
+    let ledger = ReceiptLedger::new(store.clone());
+    let first = serde_json::json!({ "records": [{ "type": "A", "id": "r-1" }] });
+    assert_eq!(ledger.adapter_owned_put(&c, "dns", &first, 0, 1).await.unwrap(), Some(1));
+    // Another run that read nothing (version 0) is now stale.
+    let stale = serde_json::json!({ "records": [] });
+    assert_eq!(ledger.adapter_owned_put(&c, "dns", &stale, 0, 2).await.unwrap(), None);
+    let second = serde_json::json!({ "records": [{ "type": "A", "id": "r-2" }] });
+    assert_eq!(ledger.adapter_owned_put(&c, "dns", &second, 1, 3).await.unwrap(), Some(2));
+    assert_eq!(ledger.adapter_owned_put(&c, "dns", &stale, 1, 4).await.unwrap(), None);
+    let facts = serde_json::json!({ "ipv4": "192.0.2.1" });
+    ledger.adapter_set(&c, "dns", "ensured", "ok", Some(&facts), 5).await.unwrap();
+    // A state change without facts keeps the recorded ones and the ownership.
+    ledger.adapter_set(&c, "dns", "removed", "gone", None, 6).await.unwrap();
+    let rows = store.adapter_states(&c).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].owned.clone(), rows[0].owned_version), (second, 2));
+    assert_eq!((rows[0].state.as_str(), rows[0].facts.clone()), ("removed", facts));
+}
+
 async fn change_receipts_are_claimed_once_and_never_rewritten(store: Store) {
     let store = &store;
     let c = client(store, "acme").await;

@@ -804,6 +804,10 @@ fn every_reason_is_covered() {
         BlockedReason::PreflightFailed,
         BlockedReason::UpdateRejected,
         BlockedReason::UncertainUpdate,
+        // Through the DNS adapter and the simulator's DNS API, running the
+        // suggested commands: crates/oduflow/tests/it/dns.rs.
+        BlockedReason::DnsRecordForeign,
+        BlockedReason::UncertainDnsRecord,
     ];
     for r in BlockedReason::ALL {
         assert!(covered.contains(r), "{r:?} has no suggestion test");

@@ -46,8 +46,19 @@ async fn operator_record(env: &Env, name: &str, rtype: &str, data: &str) -> DnsR
 }
 
 fn create(env: &Env, name: &str, extra: &[&str]) {
-    let mut args =
-        vec!["client", "create", name, "--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"];
+    let mut args = vec![
+        "client",
+        "create",
+        name,
+        "--region",
+        "ewr",
+        "--plan",
+        "vc2-1c-1gb",
+        "--os-id",
+        "2284",
+        "--volume-gb",
+        "40",
+    ];
     args.extend_from_slice(extra);
     env.ok(&args);
 }
@@ -69,6 +80,21 @@ async fn vm_ip(env: &Env, v: &serde_json::Value) -> String {
         .unwrap()
         .unwrap();
     i.main_ip
+}
+
+/// Runs the resolution `client show` suggests that starts with `prefix`,
+/// its placeholders filled in.
+fn run_suggested(env: &Env, v: &serde_json::Value, prefix: &str, fill: &[(&str, &str)]) {
+    let cmds: Vec<&str> = v["resolve"].as_array().unwrap().iter().map(|r| r["command"].as_str().unwrap()).collect();
+    let cmd = cmds.iter().find(|c| c.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix:?} in {cmds:?}"));
+    let mut args: Vec<String> = cmd.split_whitespace().skip(1).map(str::to_owned).collect();
+    for a in &mut args {
+        if let Some((_, to)) = fill.iter().find(|(from, _)| a == from) {
+            *a = (*to).to_owned();
+        }
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    env.ok(&args);
 }
 
 /// DNS requests by route, as the simulator counted them.
@@ -103,9 +129,9 @@ async fn an_operators_record_with_the_clients_name_is_never_touched(env: Env) {
     assert!(detail.contains("oduflow adopt mail --kind dns --id") && detail.contains("--dns-name"), "{detail}");
     assert_eq!(records(&env, "mail").await, vec![mine.clone(), txt.clone()], "nothing created or changed at the name");
 
-    // Another DNS name: the client's own record there; the operator's stay.
-    env.ok(&["client", "update", "mail", "--dns-name", "mail-vm"]);
-    env.ok(&["reconcile", "mail"]);
+    // Another DNS name (the suggested command): the client's own record
+    // there; the operator's stay.
+    run_suggested(&env, &v, "oduflow client update mail --dns-name", &[("NAME", "mail-vm")]);
     settle(&env);
     let v = show(&env, "mail");
     assert_eq!(v["status"], "ready", "{v}");
@@ -136,8 +162,10 @@ async fn adopting_the_operators_record_makes_it_the_clients(env: Env) {
         let o = env.cmd(&["adopt", "www", "--kind", "dns", "--id", id]).output().unwrap();
         assert_eq!(o.status.code(), Some(2), "{id}: {}", String::from_utf8_lossy(&o.stderr));
     }
-    assert_eq!(show(&env, "www")["blocked_reason"], "dns_record_foreign");
-    env.ok(&["adopt", "www", "--kind", "dns", "--id", theirs.id.as_str()]);
+    let v = show(&env, "www");
+    assert_eq!(v["blocked_reason"], "dns_record_foreign");
+    // The suggestion names the record: run as it is.
+    run_suggested(&env, &v, &format!("oduflow adopt www --kind dns --id {}", theirs.id), &[]);
     settle(&env);
     let v = show(&env, "www");
     assert_eq!(v["status"], "ready", "{v}");
@@ -217,7 +245,8 @@ async fn ipv6_gets_an_aaaa_record_and_both_go_with_the_client(env: Env) {
 
 /// Kills the worker at `point`; `true` if it was killed there.
 fn killed_at(env: &Env, point: &str) -> bool {
-    let o = env.cmd(&["worker", "--until-settled", "--concurrency", "1"]).env("ODUFLOW_CRASH_AT", point).output().unwrap();
+    let o =
+        env.cmd(&["worker", "--until-settled", "--concurrency", "1"]).env("ODUFLOW_CRASH_AT", point).output().unwrap();
     !o.status.success()
 }
 
@@ -243,7 +272,7 @@ async fn killed_during_record_creation_and_removal_resumes(env: Env) {
     assert_eq!(v["blocked_reason"], "uncertain_dns_record", "{v}");
     assert!(v["blocked_detail"].as_str().unwrap().contains("oduflow abandon c2 --kind dns"), "{v}");
     assert!(records(&env, "c2").await.is_empty());
-    env.ok(&["abandon", "c2", "--kind", "dns", "--by", "ops", "--reason", "console shows no c2 record"]);
+    run_suggested(&env, &v, "oduflow abandon c2 --kind dns", &[("WHO", "ops"), ("WHY", "console-shows-none")]);
     settle(&env);
     assert_eq!(show(&env, "c2")["status"], "ready");
     assert_eq!(records(&env, "c2").await.len(), 1);
@@ -283,7 +312,7 @@ async fn command_adapters_get_the_recorded_identity_on_removal(env: Env) {
     let ip = vm_ip(&env, &v).await;
     let vpn = &v["adapters"].as_array().unwrap()[0];
     assert_eq!(vpn["owned"]["id"], "vpn-key-acme", "what ensure made is recorded: {vpn}");
-    assert_eq!(vpn["facts"]["main_ip"], ip.as_str(), "{vpn}");
+    assert_eq!(vpn["facts"]["ipv4"], ip.as_str(), "{vpn}");
     env.ok(&["client", "delete", "acme"]);
     run();
     assert_eq!(show(&env, "acme")["status"], "deleted");
