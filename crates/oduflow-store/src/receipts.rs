@@ -387,9 +387,12 @@ impl ReceiptLedger {
                     .bind(client.as_str()).bind(adapter).bind(now_ms).bind(&text).bind(expected)
                     .fetch_optional(&mut *tx).await?;
                 // A first record with a stale expectation (another run
-                // inserted the row meanwhile) is refused the same way.
-                let v = v.filter(|v| *v == expected + 1);
-                if v.is_some() {
+                // inserted the row meanwhile, or the row is gone while the
+                // writer read one) is refused the same way: rolled back.
+                if v != Some(expected + 1) {
+                    return Ok(None);
+                }
+                {
                     (*tx).event_insert(Some(client), "adapter_owned", &serde_json::json!({
                         "adapter": adapter, "owned": owned,
                     }), now_ms).await?;
@@ -484,6 +487,21 @@ impl Store {
                         adapter, state, detail, failures, updated_ms, owned_version,
                     })
                 }).collect()
+            })
+        })
+        .await
+    }
+
+    /// The clients whose `adapter` ownership record names `id` (as its
+    /// `"id"` or a record's): a record one client owns is adopted by no other.
+    pub async fn adapter_owners_of(&self, adapter: &str, id: &str) -> Result<Vec<ClientId>> {
+        crate::named("adapter_owners_of", async move {
+            let needle = format!("%{}%", serde_json::json!({ "id": id }).to_string().trim_matches(['{', '}']));
+            both!(self, p => {
+                let rows: Vec<String> = sqlx::query_scalar(
+                    "SELECT client_id FROM adapter_state WHERE adapter = $1 AND owned LIKE $2 ORDER BY client_id")
+                    .bind(adapter).bind(&needle).fetch_all(p).await?;
+                Ok(rows.into_iter().map(ClientId).collect())
             })
         })
         .await

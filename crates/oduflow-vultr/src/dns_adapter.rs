@@ -66,6 +66,11 @@ pub struct Owned {
 pub struct OwnedRecord {
     #[serde(rename = "type")]
     pub rtype: String,
+    /// The zone it is in (`""`: recorded before zones were: the configured
+    /// one). A changed `[dns] domain` moves the client's records: created in
+    /// the new zone, then deleted by id in this one.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub zone: String,
     /// Name, data and TTL as last written (created, patched or adopted).
     pub name: String,
     pub data: String,
@@ -80,14 +85,20 @@ pub struct OwnedRecord {
     pub lost: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_ms: Option<i64>,
-    /// Zone listings taken since that found no record for the lost create.
+    /// Zone listings taken since that found no record for the lost create,
+    /// and when the last one started (the next must start later).
     #[serde(default)]
     pub listings: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listed_ms: Option<i64>,
     /// Who adopted this record (`oduflow adopt --kind dns`), when it was
     /// not created by oduflow.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adopted_by: Option<String>,
-    /// A DELETE was answered; a GET 404 confirms it.
+    /// A DELETE is recorded before it is sent (`delete_sent`), and
+    /// `deleting` once Vultr answered it; a GET 404 then confirms it.
+    #[serde(default)]
+    pub delete_sent: bool,
     #[serde(default)]
     pub deleting: bool,
 }
@@ -111,7 +122,7 @@ impl Owned {
     /// Records `rec` as owned (an operator's adoption): refused when a record
     /// of that type is owned already. A lost create of that type is
     /// replaced (the operator found it, or it is settled by this one).
-    pub fn adopt(&mut self, rec: &DnsRecord, by: &str, now_ms: i64) -> Result<(), String> {
+    pub fn adopt(&mut self, zone: &str, rec: &DnsRecord, by: &str, now_ms: i64) -> Result<(), String> {
         if let Some(o) = self.records.iter().find(|o| o.rtype == rec.record_type && o.id.is_some()) {
             return Err(format!(
                 "this client already owns {} record {} ({} -> {}); it owns one per type",
@@ -121,9 +132,13 @@ impl Owned {
                 o.data
             ));
         }
-        self.records.retain(|o| o.rtype != rec.record_type);
+        // A lost create of this type is settled by this record only if it is
+        // that create (same name and data); else it stays to be resolved.
+        self.records
+            .retain(|o| !(o.rtype == rec.record_type && o.name == rec.name && same_data(&o.rtype, &o.data, &rec.data)));
         self.records.push(OwnedRecord {
             rtype: rec.record_type.clone(),
+            zone: zone.to_owned(),
             name: rec.name.clone(),
             data: rec.data.clone(),
             ttl: rec.ttl,
@@ -132,19 +147,34 @@ impl Owned {
             lost: None,
             lost_ms: None,
             listings: 0,
+            listed_ms: None,
             adopted_by: Some(by.to_owned()),
+            delete_sent: false,
             deleting: false,
         });
         Ok(())
     }
 
-    /// Gives up the creates whose outcome is unknown (an operator attests
-    /// that Vultr has no such record): the next run creates again. Returns
-    /// what was given up.
+    /// Gives up the creates whose outcome is unknown and that a zone listing
+    /// has looked for (an operator attests that Vultr has no such record):
+    /// the next run creates again. A create still in flight (no listing
+    /// yet) is kept. Returns what was given up.
     pub fn abandon_lost(&mut self) -> Vec<OwnedRecord> {
-        let (lost, keep): (Vec<_>, Vec<_>) = self.records.drain(..).partition(|r| r.id.is_none());
+        let (lost, keep): (Vec<_>, Vec<_>) = self.records.drain(..).partition(|r| r.id.is_none() && r.listings > 0);
         self.records = keep;
         lost
+    }
+}
+
+/// Whether two record data are the same: addresses compared as addresses
+/// (`2001:db8::1` and `2001:0db8:0::1` are one), anything else as text.
+pub fn same_data(rtype: &str, a: &str, b: &str) -> bool {
+    match rtype {
+        "A" | "AAAA" => match (a.parse::<std::net::IpAddr>(), b.parse::<std::net::IpAddr>()) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => a == b,
+        },
+        _ => a == b,
     }
 }
 
@@ -180,6 +210,11 @@ impl DnsAdapter {
         format!("{name}.{}", self.domain)
     }
 
+    /// The zone an owned record is in.
+    fn zone_of<'r>(&'r self, r: &'r OwnedRecord) -> &'r str {
+        if r.zone.is_empty() { &self.domain } else { &r.zone }
+    }
+
     /// A zone listing started at or after `min_taken_ms`: the shared one
     /// when it is recent enough, else a new one (which then is shared).
     async fn zone(&self, min_taken_ms: i64) -> Result<ZoneView, String> {
@@ -198,12 +233,16 @@ impl DnsAdapter {
         Ok(z)
     }
 
-    /// The record by id; `Ok(None)` on 404.
+    /// The record by id in the configured zone; `Ok(None)` on 404.
     pub async fn record(&self, id: &str) -> Result<Option<DnsRecord>, String> {
+        self.record_in(&self.domain, id).await
+    }
+
+    async fn record_in(&self, zone: &str, id: &str) -> Result<Option<DnsRecord>, String> {
         self.client
-            .dns_record_get(&self.domain, &DnsRecordId(id.to_owned()))
+            .dns_record_get(zone, &DnsRecordId(id.to_owned()))
             .await
-            .map_err(|e| format!("reading record {id} of {}: {e}", self.domain))
+            .map_err(|e| format!("reading record {id} of {zone}: {e}"))
     }
 
     async fn save(own: &dyn Ownership, o: &Owned) -> Result<(), AdapterError> {
@@ -228,12 +267,34 @@ impl DnsAdapter {
             if o.records[i].id.is_some() {
                 continue;
             }
+            if o.records[i].lost_ms.is_none() {
+                // The worker stopped before the answer was recorded: the
+                // create may have been applied until now.
+                o.records[i].lost_ms = Some(now_ms());
+            }
             let rec = o.records[i].clone();
-            let z = self.zone(rec.lost_ms.unwrap_or(rec.claimed_ms) + 1).await?;
+            if self.zone_of(&rec) != self.domain {
+                return Err(AdapterError::Blocked(
+                    BlockedReason::UncertainDnsRecord,
+                    format!(
+                        "a create in zone {} (no longer the configured one) may have reached Vultr; adopt or \
+                         abandon it with that zone configured",
+                        rec.zone
+                    ),
+                ));
+            }
+            let after = rec.lost_ms.unwrap_or(rec.claimed_ms).max(rec.listed_ms.unwrap_or(0));
+            let z = self.zone(after + 1).await?;
+            o.records[i].listed_ms = Some(z.taken_ms);
             let found: Vec<&DnsRecord> = z
                 .records
                 .iter()
-                .filter(|r| r.record_type == rec.rtype && r.name == rec.name && r.data == rec.data && !o.owns(&r.id.0))
+                .filter(|r| {
+                    r.record_type == rec.rtype
+                        && r.name == rec.name
+                        && same_data(&rec.rtype, &r.data, &rec.data)
+                        && !o.owns(&r.id.0)
+                })
                 .collect();
             let what = format!("{} {} -> {}", rec.rtype, self.fqdn(&rec.name), rec.data);
             let why = rec.lost.clone().unwrap_or_else(|| "the worker stopped before its answer was recorded".into());
@@ -320,6 +381,7 @@ impl DnsAdapter {
     async fn create(&self, o: &mut Owned, own: &dyn Ownership, rtype: &str, name: &str, data: &str) -> Step0 {
         o.records.push(OwnedRecord {
             rtype: rtype.to_owned(),
+            zone: self.domain.clone(),
             name: name.to_owned(),
             data: data.to_owned(),
             ttl: self.ttl,
@@ -328,7 +390,9 @@ impl DnsAdapter {
             lost: None,
             lost_ms: None,
             listings: 0,
+            listed_ms: None,
             adopted_by: None,
+            delete_sent: false,
             deleting: false,
         });
         Self::save(own, o).await?;
@@ -347,9 +411,14 @@ impl DnsAdapter {
         match outcome {
             Outcome::Accepted(r) => {
                 o.records[last].id = Some(r.id.0.clone());
-                Self::save(own, o).await?;
+                let id = r.id.0.clone();
                 self.view_add(r).await;
-                Ok(format!("{what} (record created)"))
+                Self::save(own, o).await.map_err(|e| {
+                    AdapterError::Failed(format!(
+                        "{what}: record {id} created, but {e}; the run that recorded since resolves it"
+                    ))
+                })?;
+                Ok(format!("{what} (record {id} created)"))
             }
             Outcome::Unknown { reason } => {
                 o.records[last].lost = Some(reason.clone());
@@ -375,9 +444,15 @@ impl DnsAdapter {
     /// A record this process created goes into the shared view, so another
     /// client's check sees it before the next listing.
     async fn view_add(&self, r: DnsRecord) {
+        self.view_edit(|v| v.push(r)).await;
+    }
+
+    /// The shared view after a change this process made (a create, a
+    /// PATCH, a DELETE), so it does not wait for the next listing.
+    async fn view_edit(&self, f: impl FnOnce(&mut Vec<DnsRecord>)) {
         if let Some(z) = self.view.lock().await.as_mut() {
             let mut v = (*z.records).clone();
-            v.push(r);
+            f(&mut v);
             z.records = std::sync::Arc::new(v);
         }
     }
@@ -397,8 +472,14 @@ impl DnsAdapter {
         match self.client.dns_record_patch(&self.domain, &DnsRecordId(id.clone()), &p).await {
             Outcome::Accepted(()) => {
                 let r = &mut o.records[i];
-                (r.name, r.data, r.ttl) = (p.name, p.data, p.ttl);
+                (r.name, r.data, r.ttl) = (p.name.clone(), p.data.clone(), p.ttl);
                 Self::save(own, o).await?;
+                self.view_edit(|v| {
+                    for r in v.iter_mut().filter(|r| r.id.0 == id) {
+                        (r.name, r.data, r.ttl) = (p.name.clone(), p.data.clone(), p.ttl);
+                    }
+                })
+                .await;
                 Ok(true)
             }
             Outcome::Rejected { status: 404, .. } => Ok(false),
@@ -432,9 +513,10 @@ impl DnsAdapter {
     ) -> Step0 {
         let name = t.dns_name.as_str();
         let what = format!("{rtype} {} -> {data}", self.fqdn(name));
-        if let Some(i) = o.records.iter().position(|r| r.rtype == rtype && !r.deleting) {
+        let here = |r: &OwnedRecord| r.rtype == rtype && !r.deleting && self.zone_of(r) == self.domain;
+        if let Some(i) = o.records.iter().position(here) {
             let r = &o.records[i];
-            if (r.name.as_str(), r.data.as_str(), r.ttl) == (name, data, self.ttl) {
+            if r.name == name && same_data(rtype, &r.data, data) && r.ttl == self.ttl {
                 return Ok(format!("{what} (record {}, kept)", r.id.as_deref().unwrap_or("")));
             }
             if r.name != name {
@@ -475,7 +557,10 @@ impl IdentityAdapter for DnsAdapter {
             // A type no longer wanted (an address that went away): deleted,
             // by id, as it is oduflow's.
             let stale: Vec<usize> = (0..o.records.len())
-                .filter(|i| !o.records[*i].deleting && !wanted.iter().any(|(w, _)| *w == o.records[*i].rtype))
+                .filter(|i| {
+                    let r = &o.records[*i];
+                    !r.deleting && (self.zone_of(r) != self.domain || !wanted.iter().any(|(w, _)| *w == r.rtype))
+                })
                 .collect();
             for i in stale.into_iter().rev() {
                 self.delete_one(&mut o, own, i).await?;
@@ -496,7 +581,8 @@ impl IdentityAdapter for DnsAdapter {
                     i += 1;
                     continue;
                 };
-                match self.record(&id).await? {
+                let zone = self.zone_of(&o.records[i]).to_owned();
+                match self.record_in(&zone, &id).await? {
                     Some(r) => seen.push(Some(r)),
                     None if Self::forget_gone(&mut o, own, i).await? => continue,
                     None => seen.push(None),
@@ -511,9 +597,12 @@ impl IdentityAdapter for DnsAdapter {
             }
             let wanted = Self::wanted(t)?;
             let all = wanted.iter().all(|(rtype, data)| {
-                seen.iter()
-                    .flatten()
-                    .any(|r| r.record_type == *rtype && r.name == t.dns_name && r.data == *data && r.ttl == self.ttl)
+                seen.iter().flatten().any(|r| {
+                    r.record_type == *rtype
+                        && r.name == t.dns_name
+                        && same_data(rtype, &r.data, data)
+                        && r.ttl == self.ttl
+                })
             });
             if !all {
                 return Ok(Presence::Absent);
@@ -548,11 +637,24 @@ impl DnsAdapter {
     /// (the check's GET 404 then drops it).
     async fn delete_one(&self, o: &mut Owned, own: &dyn Ownership, i: usize) -> Result<(), AdapterError> {
         let id = o.records[i].id.clone().expect("lost creates are resolved first");
-        match self.client.dns_record_delete(&self.domain, &DnsRecordId(id.clone())).await {
+        let zone = self.zone_of(&o.records[i]).to_owned();
+        // A 404 after an earlier DELETE of ours confirms it; a 404 to the
+        // first one, so soon after the create, proves nothing yet.
+        let earlier = o.records[i].delete_sent;
+        if !earlier {
+            o.records[i].delete_sent = true;
+            Self::save(own, o).await?;
+        }
+        match self.client.dns_record_delete(&zone, &DnsRecordId(id.clone())).await {
+            Ok(DeleteOutcome::NotFound) if !earlier && now_ms() - o.records[i].claimed_ms < RECORD_GET_LAG_MS => {
+                Err(AdapterError::Pending(format!("record {id} answers 404 to its DELETE so soon after its create")))
+            }
             Ok(DeleteOutcome::Sent | DeleteOutcome::NotFound) => {
                 reached("dns-record-deleted");
                 o.records[i].deleting = true;
-                Self::save(own, o).await
+                Self::save(own, o).await?;
+                self.view_edit(|v| v.retain(|r| r.id.0 != id)).await;
+                Ok(())
             }
             Ok(DeleteOutcome::Refused { status, message }) => {
                 Err(AdapterError::Failed(format!("deleting record {id}: refused with {status}: {message}")))

@@ -57,6 +57,21 @@ impl DnsOwnership {
         let vultr = provider(cfg, &store, "cli")?;
         refuse_if_restored(&store).await?;
         let row = store.client_get(name).await?.ok_or_else(|| StoreError::ClientNotFound(name.to_owned()))?;
+        // Only a client the machine has stopped for: a run in flight may be
+        // creating a record this very moment.
+        let dns_block = matches!(
+            row.infra.blocked_reason,
+            Some(BlockedReason::DnsRecordForeign | BlockedReason::UncertainDnsRecord)
+        );
+        if row.infra.status != ClientStatus::Blocked || !dns_block {
+            return Err(BadInput(format!(
+                "{name} is {} ({}), not blocked dns_record_foreign or uncertain_dns_record: its DNS records are the \
+                 machine's to settle; nothing was recorded",
+                row.infra.status.as_str(),
+                row.infra.blocked_reason.map_or("no block", |r| r.as_str())
+            ))
+            .into());
+        }
         let states = store.adapter_states(&row.id).await?;
         let st = states.iter().find(|s| s.adapter == "dns");
         let owned = Owned::from_value(st.map_or(&serde_json::Value::Null, |s| &s.owned)).map_err(BadInput)?;
@@ -114,7 +129,15 @@ pub async fn adopt_dns(cfg: &Config, name: &str, id: &str, by: &str) -> Result<(
         ))
         .into());
     }
-    d.owned.adopt(&rec, by, now_ms()).map_err(|e| BadInput(format!("{e}; nothing was recorded")))?;
+    let owners = d.store.adapter_owners_of("dns", id).await?;
+    if let Some(other) = owners.iter().find(|c| **c != d.row.id) {
+        return Err(BadInput(format!(
+            "record {id} is owned by another client ({other}): a record belongs to one client; give {name} another \
+             --dns-name; nothing was recorded"
+        ))
+        .into());
+    }
+    d.owned.adopt(&domain, &rec, by, now_ms()).map_err(|e| BadInput(format!("{e}; nothing was recorded")))?;
     let detail = serde_json::json!({ "by": by, "record": id, "type": rec.record_type, "data": rec.data });
     d.save(cfg, "dns_record_adopted", detail, by).await
 }

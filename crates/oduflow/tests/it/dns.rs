@@ -173,6 +173,17 @@ async fn adopting_the_operators_record_makes_it_the_clients(env: Env) {
     let now = records(&env, "www").await;
     assert_eq!(now.len(), 1, "{now:?}");
     assert_eq!((now[0].id.as_str(), now[0].data.as_str()), (theirs.id.as_str(), ip.as_str()), "updated in place");
+    // A record one client owns is adopted by no other, and a client that is
+    // not blocked for its DNS adopts nothing (a run may be creating).
+    create(&env, "web", &["--dns-name", "www"]);
+    settle(&env);
+    assert_eq!(show(&env, "web")["blocked_reason"], "dns_record_foreign");
+    for who in ["web", "www"] {
+        let o = env.cmd(&["adopt", who, "--kind", "dns", "--id", theirs.id.as_str()]).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{who}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    assert_eq!(records(&env, "www").await, now, "untouched by the refusals");
+    env.ok(&["client", "delete", "web"]);
     env.ok(&["client", "delete", "www"]);
     settle(&env);
     assert_eq!(show(&env, "www")["status"], "deleted");
