@@ -111,6 +111,7 @@ oduflow_store::on_both_stores!(
     ipv6_gets_an_aaaa_record_and_both_go_with_the_client,
     killed_during_record_creation_and_removal_resumes,
     command_adapters_get_the_recorded_identity_on_removal,
+    a_changed_zone_does_not_forget_the_records_in_the_old_one,
 );
 
 async fn an_operators_record_with_the_clients_name_is_never_touched(env: Env) {
@@ -329,4 +330,20 @@ async fn command_adapters_get_the_recorded_identity_on_removal(env: Env) {
     assert_eq!(show(&env, "acme")["status"], "deleted");
     let seen = std::fs::read_to_string(fx.join("vpn-acme.removed")).unwrap();
     assert_eq!(seen.trim(), format!("remove {ip} vpn-key-acme"), "the VM was gone, its recorded facts were not");
+}
+
+/// The review's first finding: records did not know their zone, so after
+/// `[dns] domain` changed, a removal sent its DELETE to the new zone, took
+/// the 404 for success and forgot the record in the old one.
+async fn a_changed_zone_does_not_forget_the_records_in_the_old_one(env: Env) {
+    configure(&env);
+    env.ok(&["init"]);
+    create(&env, "acme", &[]);
+    settle(&env);
+    assert_eq!(records(&env, "acme").await.len(), 1);
+    std::fs::write(env.dir.path().join("oduflow.toml"), "[dns]\ndomain = \"example.org\"\nttl = 120\n").unwrap();
+    env.ok(&["client", "delete", "acme"]);
+    settle(&env);
+    assert_eq!(show(&env, "acme")["status"], "deleted");
+    assert!(records(&env, "acme").await.is_empty(), "the record in example.com went with the client");
 }

@@ -34,6 +34,7 @@ async fn start_sim() -> oduflow_sim::SimHandle {
         get_404_window_ms: 100,
         list_lag_ms: 100,
         rate_per_sec: 1000,
+        dns_domains: vec!["example.com".into(), "example.org".into()],
         ..oduflow_sim::SimConfig::default()
     }
     .with_key(KEY);
