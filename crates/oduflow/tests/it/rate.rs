@@ -108,10 +108,14 @@ async fn fleet_shares_one_budget(mut env: Env, workers: usize, clients: usize) {
     assert_eq!(l.responses_429_rate_limit, 0, "the fleet went over Vultr's limit");
     assert!(l.busiest_second <= 30, "{} requests in one second", l.busiest_second);
     assert!(!kills.is_empty(), "no scanner was still running when killed: the kill was not exercised");
-    // Generous: the point is "not stalled", not a speed.
+    // The point is "not stalled", not a speed: a killed process's
+    // reservation must not hold the others past one bounded ask of the
+    // budget. (2 s was too tight on a loaded 2-core machine: 3.3 s in the
+    // clean-clone run at 16c3a52, while the campaigns started beside it.)
+    let bound = oduflow_vultr::budget::BUDGET_ASK_TIMEOUT.as_millis() as i64;
     assert!(
-        longest_gap_after_kill < 2_000,
-        "the others stalled {longest_gap_after_kill} ms after a process was killed"
+        longest_gap_after_kill < bound,
+        "the others stalled {longest_gap_after_kill} ms after a process was killed (bound {bound} ms)"
     );
     // Every process of the group shows in the budget's usage.
     let usage = store.budget_usage().await.unwrap();
