@@ -67,8 +67,9 @@ pub struct OwnedRecord {
     #[serde(rename = "type")]
     pub rtype: String,
     /// The zone it is in (`""`: recorded before zones were: the configured
-    /// one). A changed `[dns] domain` moves the client's records: created in
-    /// the new zone, then deleted by id in this one.
+    /// one). After a changed `[dns] domain`, reads and DELETEs still go here;
+    /// the next ensure creates the record in the new zone and deletes this
+    /// one by id.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub zone: String,
     /// Name, data and TTL as last written (created, patched or adopted).
