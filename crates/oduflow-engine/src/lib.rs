@@ -16,9 +16,11 @@ mod executor;
 pub mod memory;
 pub mod operator;
 mod receipt_writer;
+mod run_stats;
 mod worker;
 
 pub use receipt_writer::ReceiptWriter;
+pub use run_stats::{HistogramSnapshot, RunResult, RunStats};
 pub use worker::*;
 
 use std::sync::Arc;

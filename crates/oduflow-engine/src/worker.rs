@@ -38,6 +38,8 @@ pub struct Worker<P> {
     /// infrastructure and removed, each with its own confirmation, before a
     /// client counts as deleted.
     pub adapters: Arc<Vec<Arc<dyn oduflow_model::identity::IdentityAdapter>>>,
+    /// This process's runs, for its `/metrics`.
+    pub stats: Arc<crate::RunStats>,
 }
 
 impl<P> Clone for Worker<P> {
@@ -50,6 +52,7 @@ impl<P> Clone for Worker<P> {
             receipts: self.receipts.clone(),
             catalogs: self.catalogs.clone(),
             adapters: self.adapters.clone(),
+            stats: self.stats.clone(),
         }
     }
 }
@@ -60,7 +63,16 @@ impl<P: Provider> Worker<P> {
         // An adapter's own steps are crash points too (test builds only).
         #[cfg(feature = "failpoints")]
         oduflow_model::identity::set_step_hook(crate::crash_if_asked);
-        Self { store, provider, cfg, clock, receipts, catalogs: Arc::default(), adapters: Arc::new(vec![]) }
+        Self {
+            store,
+            provider,
+            cfg,
+            clock,
+            receipts,
+            catalogs: Arc::default(),
+            adapters: Arc::new(vec![]),
+            stats: Arc::default(),
+        }
     }
 
     pub fn with_adapters(mut self, adapters: Vec<Arc<dyn oduflow_model::identity::IdentityAdapter>>) -> Self {
@@ -81,10 +93,21 @@ impl<P: Provider> Worker<P> {
         let cref = claim.claim_ref();
         let kind = claim.job.kind;
         tracing::debug!(job = %cref.job_id, kind = %kind, client = %cref.client_id, generation = cref.generation, "claimed");
+        self.stats.started(now - claim.job.run_after_ms);
+        let started = std::time::Instant::now();
         let this = self.clone();
         let result = tokio::spawn(async move { this.run_claimed(claim).await }).await;
         let error = match result {
-            Ok(Ok(next)) => return Ok(RunOutcome::Ran { job: cref.job_id, kind, next }),
+            Ok(Ok(next)) => {
+                let result = match next {
+                    JobNext::Done => crate::RunResult::Done,
+                    JobNext::Stale => crate::RunResult::Stale,
+                    JobNext::RunAgainAt(_) => crate::RunResult::RunAgain,
+                    JobNext::Exhausted => crate::RunResult::Exhausted,
+                };
+                self.stats.ended(result, started.elapsed());
+                return Ok(RunOutcome::Ran { job: cref.job_id, kind, next });
+            }
             Ok(Err(e)) => error_chain(&e),
             Err(join) => {
                 let msg = match join.try_into_panic() {
@@ -98,6 +121,7 @@ impl<P: Provider> Worker<P> {
                 error_chain(&EngineError::Panicked(msg))
             }
         };
+        self.stats.ended(crate::RunResult::Failed, started.elapsed());
         tracing::warn!(job = %cref.job_id, error = %error, "job run failed; its main transaction was rolled back");
         self.store.job_record_failure(&cref, &error, self.now_ms(), self.cfg.retry_base_ms).await?;
         Ok(RunOutcome::Failed { job: cref.job_id, error })

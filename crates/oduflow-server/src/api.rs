@@ -15,6 +15,7 @@ use oduflow_engine::operator;
 use oduflow_model::{BlockedReason, ClientId, ClientSpec, ClientStatus, ResourceKind, Target};
 use oduflow_store::{ClientRow, EventRow, JobRow, ReceiptRow};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
 use utoipa::{IntoParams, ToSchema};
 
@@ -525,7 +526,7 @@ pub async fn clients_update(
         image,
     };
     if let Some(plan) = &update.plan {
-        match operator::plan_refusal(s.store(), s.provider().as_ref(), name.as_str(), plan).await {
+        match operator::plan_refusal(s.store(), s.acting_provider()?.as_ref(), name.as_str(), plan).await {
             Ok(Some(why)) => return Err(ApiError::InvalidInput(why)),
             // Not checked now: the worker checks before it sends anything.
             Ok(None) | Err(operator::OperatorError::Provider(_)) => {}
@@ -590,7 +591,7 @@ pub async fn clients_reconcile(
     refuse_if_restored(&s).await?;
     let row = operator::reconcile(
         s.store(),
-        s.provider().as_ref(),
+        s.acting_provider()?.as_ref(),
         name.as_str(),
         req.new_dispatch,
         operator::Actor { by: &caller.actor(), now_ms: s.now_ms(), attempts_max: s.attempts_max() },
@@ -624,7 +625,7 @@ pub async fn clients_adopt(
     client_or_404(&s, name.as_str()).await?;
     let row = operator::adopt(
         s.store(),
-        s.provider().as_ref(),
+        s.acting_provider()?.as_ref(),
         name.as_str(),
         kind,
         &req.id,
@@ -815,4 +816,106 @@ pub async fn queue_resume(State(s): State<AppState>) -> ApiResult<Json<QueueView
     }
     s.store().queue_set_paused(false, s.now_ms()).await?;
     Ok(Json(queue_view(&s).await?))
+}
+
+/// `POST /api/v1/credentials/rotate`'s body: the new key, in the body
+/// only (never in a URL), held in memory, never stored or echoed.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RotateRequest {
+    /// The new Vultr API key.
+    #[schema(example = "NEWKEY0123456789")]
+    pub api_key: String,
+}
+
+impl std::fmt::Debug for RotateRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RotateRequest").finish_non_exhaustive()
+    }
+}
+
+/// What a rotation did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RotateView {
+    /// The clients whose records were rebound to the new key.
+    pub rebound: Vec<String>,
+    /// The new key's short fingerprint (never the key).
+    pub key_fingerprint: String,
+}
+
+/// Longest API key accepted in a rotation body: Vultr's are 36 characters.
+const API_KEY_LEN_MAX: usize = 256;
+
+/// `oduflow credentials rotate` over HTTP: with the new key, proves
+/// ownership of every recorded resource of every record bound to another
+/// key, then rebinds them; refused (409, nothing rebound) when any cannot be
+/// proven. The key is first checked with `GET /account` (422 if Vultr
+/// refuses it). On success this server acts with the new key from then on.
+#[utoipa::path(post, path = "/api/v1/credentials/rotate", tag = "actions", request_body = RotateRequest,
+    responses((status = 200, body = RotateView), (status = 401, body = ErrorBody),
+        (status = 409, description = "read-only server, a pending restore, or ownership not proven (nothing rebound)",
+            body = ErrorBody),
+        (status = 422, description = "the key is malformed or Vultr refused it", body = ErrorBody),
+        (status = 502, body = ErrorBody)))]
+pub async fn credentials_rotate(
+    State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiJson(req): ApiJson<RotateRequest>,
+) -> ApiResult<Json<RotateView>> {
+    let key = req.api_key.trim();
+    if key.is_empty() || key.len() > API_KEY_LEN_MAX || !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ApiError::InvalidInput(format!(
+            "api_key must be 1 to {API_KEY_LEN_MAX} printable ASCII characters without spaces"
+        )));
+    }
+    let current = s.acting_provider()?;
+    refuse_if_restored(&s).await?;
+    let new = Arc::new(
+        current
+            .with_key(secrecy::SecretString::from(key.to_owned()))
+            .map_err(|e| ApiError::InvalidInput(format!("api_key: {e}")))?,
+    );
+    match new.account_get().await {
+        Ok(_) => {}
+        Err(oduflow_vultr::VultrError::Status { status: 401 | 403, .. }) => {
+            return Err(ApiError::InvalidInput(format!(
+                "Vultr refused the new key (fingerprint {}) on GET /account; nothing was rebound",
+                new.fingerprint().short()
+            )));
+        }
+        Err(e) => return Err(ApiError::Provider(e.into())),
+    }
+    let actor = operator::Actor { by: &caller.actor(), now_ms: s.now_ms(), attempts_max: s.attempts_max() };
+    match operator::credentials_rotate(s.store(), new.as_ref(), actor).await? {
+        Ok(rebound) => {
+            let key_fingerprint = new.fingerprint().short().to_string();
+            s.replace_provider(new);
+            tracing::info!(key = %key_fingerprint, rebound = rebound.len(), "API key rotated; serve acts with the new key");
+            Ok(Json(RotateView { rebound, key_fingerprint }))
+        }
+        Err(unproven) => {
+            let list: Vec<String> = unproven
+                .iter()
+                .map(|u| format!("{} {} {}: {}", u.client, u.kind.as_str(), u.resource, u.why))
+                .collect();
+            Err(ApiError::Refused(format!(
+                "rotation refused, nothing rebound; the new key could not prove ownership of: {}",
+                list.join("; ")
+            )))
+        }
+    }
+}
+
+/// `oduflow reconcile --all` over HTTP: compares the provider's inventory
+/// under oduflow's label prefix with the receipts, from list pages, records
+/// orphans, and clears a pending restore when it completes.
+#[utoipa::path(post, path = "/api/v1/inventory", tag = "actions",
+    responses((status = 200, body = Object, description = "instances_listed, blocks_listed, orphans, missing, unrecorded"),
+        (status = 401, body = ErrorBody), (status = 409, description = "read-only server", body = ErrorBody),
+        (status = 502, body = ErrorBody)))]
+pub async fn inventory(State(s): State<AppState>) -> ApiResult<Json<operator::Inventory>> {
+    let provider = s.acting_provider()?;
+    let inv = operator::inventory(s.store(), provider.as_ref(), s.now_ms()).await?;
+    provider.flush_budget().await;
+    Ok(Json(inv))
 }

@@ -35,6 +35,13 @@ pub enum ApiError {
     /// The protocol does not allow this action now; the message says why.
     #[error("{0}")]
     Refused(String),
+    /// This server was started without a Vultr API key: it serves reads
+    /// only.
+    #[error(
+        "this oduflow serve was started without a Vultr API key and serves reads only (dashboard, GET routes, \
+         /metrics); set VULTR_API_KEY and restart it to act, or use the oduflow command where the key is"
+    )]
+    ReadOnly,
     /// The database failed; the cause is logged, not shown.
     #[error("the database is unavailable; try again")]
     Store(#[source] StoreError),
@@ -53,7 +60,8 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// Stable machine-readable code: bad_request, invalid_input,
     /// unsupported_media_type, payload_too_large, unauthorized, not_found,
-    /// method_not_allowed, conflict, refused, unavailable, provider_error.
+    /// method_not_allowed, conflict, refused, read_only, unavailable,
+    /// provider_error.
     pub code: String,
     /// Human-readable explanation; never internal detail.
     pub message: String,
@@ -71,6 +79,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
             ApiError::Refused(_) => "refused",
+            ApiError::ReadOnly => "read_only",
             ApiError::Store(_) => "unavailable",
             ApiError::Provider(_) => "provider_error",
         }
@@ -85,7 +94,7 @@ impl ApiError {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Conflict(_) | ApiError::Refused(_) => StatusCode::CONFLICT,
+            ApiError::Conflict(_) | ApiError::Refused(_) | ApiError::ReadOnly => StatusCode::CONFLICT,
             // Not the caller's fault and worth retrying.
             ApiError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Provider(_) => StatusCode::BAD_GATEWAY,

@@ -26,6 +26,7 @@ mod openapi;
 pub mod resolve;
 
 pub use error::{ApiError, ErrorBody};
+pub use metrics::{WorkerMetrics, serve_worker_metrics, worker_text};
 pub use openapi::openapi_json;
 
 use axum::Router;
@@ -53,9 +54,12 @@ pub struct AppState {
 
 struct Inner {
     store: Store,
-    /// For operator actions that must ask the provider (reconcile, adopt).
-    /// Its request counters feed `/metrics`.
-    provider: Arc<VultrClient>,
+    /// For operator actions that must ask the provider (reconcile, adopt,
+    /// the inventory, key rotation); its request counters feed `/metrics`.
+    /// `None`: started without a key, the server is read-only. Replaced by a
+    /// successful `POST /api/v1/credentials/rotate`, so the server acts with
+    /// the key every record is bound to from then on.
+    provider: std::sync::RwLock<Option<Arc<VultrClient>>>,
     clock: SharedClock,
     /// Attempts given to the jobs this server enqueues.
     attempts_max: i32,
@@ -70,7 +74,19 @@ impl AppState {
     }
 
     pub fn with_clock(store: Store, provider: Arc<VultrClient>, attempts_max: i32, clock: SharedClock) -> Self {
+        Self::build(store, Some(provider), attempts_max, clock)
+    }
+
+    /// A server without a Vultr API key: the dashboard, every read and
+    /// `/metrics` work; every action (any POST, PATCH or DELETE under
+    /// `/api/v1`) answers 409 `read_only`, before it touches anything.
+    pub fn read_only(store: Store, attempts_max: i32) -> Self {
+        Self::build(store, None, attempts_max, Arc::new(SystemClock))
+    }
+
+    fn build(store: Store, provider: Option<Arc<VultrClient>>, attempts_max: i32, clock: SharedClock) -> Self {
         let (profiles, spec_defaults) = Default::default();
+        let provider = std::sync::RwLock::new(provider);
         Self { inner: Arc::new(Inner { store, provider, clock, attempts_max, profiles, spec_defaults }) }
     }
 
@@ -99,8 +115,25 @@ impl AppState {
         &self.inner.store
     }
 
-    pub fn provider(&self) -> &Arc<VultrClient> {
-        &self.inner.provider
+    /// The provider client, or `None` on a read-only server.
+    pub fn provider(&self) -> Option<Arc<VultrClient>> {
+        self.inner.provider.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The provider client for an action; a read-only server never gets
+    /// here (its actions are refused first), but says why if it did.
+    pub(crate) fn acting_provider(&self) -> Result<Arc<VultrClient>, ApiError> {
+        self.provider().ok_or(ApiError::ReadOnly)
+    }
+
+    /// From now on, actions use `provider` (after a key rotation proved it).
+    pub(crate) fn replace_provider(&self, provider: Arc<VultrClient>) {
+        *self.inner.provider.write().unwrap_or_else(|p| p.into_inner()) = Some(provider);
+    }
+
+    /// True when started without a key.
+    pub fn is_read_only(&self) -> bool {
+        self.provider().is_none()
     }
 
     pub fn now_ms(&self) -> i64 {
@@ -121,6 +154,20 @@ async fn log_request(req: Request, next: Next) -> Response {
     let resp = next.run(req).await;
     tracing::debug!(%method, %path, status = resp.status().as_u16(), ms = started.elapsed().as_millis() as u64, "http request");
     resp
+}
+
+/// A read-only server (no key) refuses every action before anything runs:
+/// reads (GET, HEAD) pass.
+async fn refuse_actions_when_read_only(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    use axum::response::IntoResponse;
+    if state.is_read_only() && !matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD) {
+        return ApiError::ReadOnly.into_response();
+    }
+    next.run(req).await
 }
 
 async fn not_found() -> ApiError {
@@ -148,8 +195,13 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/queue", get(api::queue))
         .route("/api/v1/queue/pause", post(api::queue_pause))
         .route("/api/v1/queue/resume", post(api::queue_resume))
+        .route("/api/v1/inventory", post(api::inventory))
+        .route("/api/v1/credentials/rotate", post(api::credentials_rotate))
         .route("/openapi.json", get(openapi::serve_openapi))
         .route("/metrics", get(metrics::metrics))
+        // Layers run outermost last-added first: the token is checked before
+        // the read-only refusal, so an anonymous caller learns nothing.
+        .route_layer(middleware::from_fn_with_state(state.clone(), refuse_actions_when_read_only))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_bearer));
     let dashboard = Router::new()
         .route("/", get(dashboard::dashboard))

@@ -18,7 +18,10 @@ use crate::error::ApiResult;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
+use oduflow_engine::{HistogramSnapshot, RunResult, RunStats};
 use oduflow_model::{BlockedReason, ClientStatus, JobState};
+use oduflow_store::Store;
+use oduflow_vultr::stats::StatsSnapshot;
 use std::fmt::Write;
 
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -35,6 +38,15 @@ impl Out {
         let _ = writeln!(self.0, "# HELP {name} {help}");
         let _ = writeln!(self.0, "# TYPE {name} {kind}");
     }
+    fn histogram(&mut self, name: &str, help: &str, h: &HistogramSnapshot) {
+        self.head(name, "histogram", help);
+        for (bound, n) in &h.buckets {
+            let le = if bound.is_infinite() { "+Inf".to_owned() } else { bound.to_string() };
+            self.sample(&format!("{name}_bucket"), &[("le", &le)], n);
+        }
+        self.sample(&format!("{name}_sum"), &[], h.sum_seconds);
+        self.sample(&format!("{name}_count"), &[], h.count);
+    }
     fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
         self.0.push_str(name);
         if !labels.is_empty() {
@@ -46,17 +58,133 @@ impl Out {
 }
 
 pub(crate) async fn metrics(State(s): State<AppState>) -> ApiResult<impl IntoResponse> {
-    let now_ms = s.now_ms();
-    let store = s.store();
+    let mut o = Out(String::new());
+    database(&mut o, s.store(), s.now_ms()).await?;
+    if let Some(provider) = s.provider() {
+        process(
+            &mut o,
+            &provider.stats().snapshot(),
+            "this oduflow serve process (operator actions only; workers count their own)",
+        );
+    }
+    Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], o.0))
+}
+
+/// A worker's `/metrics` (`oduflow worker --metrics-listen`): the database's
+/// figures, as `serve` shows them, this process's Vultr requests and rate
+/// budget waits under the same names as `serve`'s, and its job runs.
+pub async fn worker_text(
+    store: &Store,
+    provider: &StatsSnapshot,
+    runs: &RunStats,
+    now_ms: i64,
+) -> Result<String, oduflow_store::StoreError> {
+    let mut o = Out(String::new());
+    database(&mut o, store, now_ms).await?;
+    process(&mut o, provider, "this oduflow worker process");
+    run_metrics(&mut o, runs);
+    Ok(o.0)
+}
+
+/// What one worker process serves on `--metrics-listen`.
+#[derive(Clone)]
+pub struct WorkerMetrics {
+    pub store: Store,
+    pub provider: std::sync::Arc<oduflow_vultr::VultrClient>,
+    pub runs: std::sync::Arc<RunStats>,
+    pub clock: oduflow_engine::SharedClock,
+}
+
+async fn worker_metrics(State(w): State<WorkerMetrics>) -> axum::response::Response {
+    match worker_text(&w.store, &w.provider.stats().snapshot(), &w.runs, w.clock.now_ms()).await {
+        Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
+        Err(e) => crate::ApiError::from(e).into_response(),
+    }
+}
+
+/// Serves a worker's `/metrics` (and `/health`) on `listener` until
+/// `shutdown` completes. No token: the figures carry no secret and no
+/// client name; bind it to an address only the scraper reaches.
+pub async fn serve_worker_metrics(
+    w: WorkerMetrics,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = axum::Router::new()
+        .route("/metrics", axum::routing::get(worker_metrics))
+        .route("/health", axum::routing::get(|| async { "ok\n" }))
+        .fallback(|| async { crate::ApiError::NotFound("no such route: a worker serves /metrics and /health".into()) })
+        .with_state(w);
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+}
+
+/// This process's job runs (workers only).
+fn run_metrics(o: &mut Out, runs: &RunStats) {
+    o.head("oduflow_runs_total", "counter", "Job runs of this worker process, by how they ended.");
+    for r in RunResult::ALL {
+        o.sample("oduflow_runs_total", &[("outcome", r.as_str())], runs.runs(r));
+    }
+    o.head("oduflow_runs_in_flight", "gauge", "Job runs of this worker process under way now.");
+    o.sample("oduflow_runs_in_flight", &[], runs.in_flight());
+    o.histogram(
+        "oduflow_run_duration_seconds",
+        "How long this worker process's job runs took, claim to commit.",
+        &runs.run_seconds.snapshot(),
+    );
+    o.histogram(
+        "oduflow_run_claim_lag_seconds",
+        "How long a job this worker process claimed had been runnable (past its scheduled time) before the claim.",
+        &runs.claim_lag_seconds.snapshot(),
+    );
+}
+
+/// This process's Vultr client: requests by route and status, and its
+/// waits for the rate budget. `who` says which process, in the help texts.
+fn process(o: &mut Out, provider: &StatsSnapshot, who: &str) {
+    o.head(
+        "oduflow_provider_requests_total",
+        "counter",
+        &format!(
+            "Vultr API requests sent by {who}, by method, route template and status (transport_error when no answer was read)."
+        ),
+    );
+    for (series, n) in &provider.requests {
+        o.sample(
+            "oduflow_provider_requests_total",
+            &[("method", &series.method), ("route", &series.route), ("status", &series.status)],
+            n,
+        );
+    }
+    o.head(
+        "oduflow_provider_rate_limiter_waits_total",
+        "counter",
+        &format!("Vultr requests of {who} that waited for a slot in the rate budget."),
+    );
+    o.sample("oduflow_provider_rate_limiter_waits_total", &[], provider.limiter_waits);
+    o.head(
+        "oduflow_provider_rate_limiter_wait_seconds_total",
+        "counter",
+        &format!("Time the Vultr requests of {who} spent waiting for a slot in the rate budget."),
+    );
+    o.sample("oduflow_provider_rate_limiter_wait_seconds_total", &[], provider.limiter_wait.as_secs_f64());
+    o.head(
+        "oduflow_provider_budget_refusals_total",
+        "counter",
+        &format!(
+            "Vultr requests of {who} not sent because no slot could be had (budget unreachable, or a wait bound)."
+        ),
+    );
+    o.sample("oduflow_provider_budget_refusals_total", &[], provider.budget_refusals);
+}
+
+/// The database's figures: the same whichever process serves them.
+async fn database(o: &mut Out, store: &Store, now_ms: i64) -> Result<(), oduflow_store::StoreError> {
     let counts = store.client_status_counts().await?;
     let stats = store.stats(now_ms).await?;
     let queue = store.queue_status(now_ms).await?;
     let restore_pending = store.restore_pending().await?.is_some();
-    let provider = s.provider().stats().snapshot();
     let groups = store.budget_groups().await?;
     let usage = store.budget_usage().await?;
-
-    let mut o = Out(String::new());
     o.head("oduflow_clients", "gauge", "Clients by status (database).");
     for st in ClientStatus::ALL {
         let n = counts.iter().find(|(s, _)| s == st).map_or(0, |(_, n)| *n);
@@ -98,37 +226,6 @@ pub(crate) async fn metrics(State(s): State<AppState>) -> ApiResult<impl IntoRes
     for (kind, outcome, n) in &stats.dispatches_by_outcome {
         o.sample("oduflow_dispatches", &[("kind", kind), ("outcome", outcome)], n);
     }
-    o.head(
-        "oduflow_provider_requests_total",
-        "counter",
-        "Vultr API requests sent by this oduflow serve process (operator actions only; workers count their own), \
-         by method, route template and status (transport_error when no answer was read).",
-    );
-    for (series, n) in &provider.requests {
-        o.sample(
-            "oduflow_provider_requests_total",
-            &[("method", &series.method), ("route", &series.route), ("status", &series.status)],
-            n,
-        );
-    }
-    o.head(
-        "oduflow_provider_rate_limiter_waits_total",
-        "counter",
-        "Vultr requests of this serve process that waited for a slot in the rate budget.",
-    );
-    o.sample("oduflow_provider_rate_limiter_waits_total", &[], provider.limiter_waits);
-    o.head(
-        "oduflow_provider_rate_limiter_wait_seconds_total",
-        "counter",
-        "Time this serve process's Vultr requests spent waiting for a slot in the rate budget.",
-    );
-    o.sample("oduflow_provider_rate_limiter_wait_seconds_total", &[], provider.limiter_wait.as_secs_f64());
-    o.head(
-        "oduflow_provider_budget_refusals_total",
-        "counter",
-        "Vultr requests of this serve process not sent because no slot could be had (budget unreachable, or a wait bound).",
-    );
-    o.sample("oduflow_provider_budget_refusals_total", &[], provider.budget_refusals);
     o.head(
         "oduflow_rate_budget_waits_total",
         "counter",
@@ -189,7 +286,7 @@ pub(crate) async fn metrics(State(s): State<AppState>) -> ApiResult<impl IntoRes
             o.sample(name, &[("group", group)], v[i]);
         }
     }
-    Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], o.0))
+    Ok(())
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ use utoipa::{Modify, OpenApi};
         api::clients_reconcile, api::clients_adopt, api::clients_abandon,
         api::interventions, api::receipts, api::orphans, api::events,
         api::queue, api::queue_pause, api::queue_resume,
+        api::inventory, api::credentials_rotate,
     ),
     components(schemas(ErrorBody, ErrorDetail, Resolution)),
     modifiers(&Bearer),

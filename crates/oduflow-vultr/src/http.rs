@@ -276,6 +276,16 @@ impl VultrClient {
         url
     }
 
+    /// The same client (endpoint, settings, rate budget, counters) with
+    /// another API key: for a key rotation.
+    pub fn with_key(&self, api_key: secrecy::SecretString) -> Result<Self, VultrError> {
+        let cfg = VultrConfig { api_key, ..self.inner.cfg.clone() };
+        let mut next = Self::with_budget(cfg, self.inner.budget.clone())?;
+        let inner = Arc::get_mut(&mut next.inner).expect("not shared yet");
+        inner.stats = self.inner.stats.clone();
+        Ok(next)
+    }
+
     /// The rate group this client's requests count against.
     pub fn rate_group(&self) -> &str {
         self.inner.budget.group()

@@ -33,6 +33,11 @@ pub(crate) enum Cmd {
         /// Jobs run side by side in this process (default from config: 4).
         #[arg(long)]
         concurrency: Option<usize>,
+        /// Serve Prometheus metrics (and /health) on this address, e.g.
+        /// 127.0.0.1:9464. No token is asked: bind it where only the scraper
+        /// reaches.
+        #[arg(long, value_name = "ADDR")]
+        metrics_listen: Option<std::net::SocketAddr>,
     },
     /// Queue control.
     #[command(subcommand)]

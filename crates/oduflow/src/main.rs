@@ -10,6 +10,7 @@ mod config;
 mod lineage;
 mod output;
 mod setup;
+mod signals;
 
 use anyhow::Result;
 use clap::Parser;
@@ -106,7 +107,9 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Init => cmd::init::run(&cfg).await,
         Cmd::Client(c) => cmd::client::run(&cfg, c).await,
         Cmd::Queue(q) => cmd::queue::run(&cfg, q).await,
-        Cmd::Worker { until_settled, concurrency } => cmd::worker::run(&cfg, until_settled, concurrency).await,
+        Cmd::Worker { until_settled, concurrency, metrics_listen } => {
+            cmd::worker::run(&cfg, until_settled, concurrency, metrics_listen).await
+        }
         Cmd::Demo { clients, seed, no_faults } => cmd::demo::run(&cfg, clients, seed, !no_faults).await,
         Cmd::Sim(args) => cmd::sim::run(&cfg, args).await,
         #[cfg(feature = "lab")]

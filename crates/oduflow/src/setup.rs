@@ -16,6 +16,23 @@ pub(crate) async fn open(cfg: &Config) -> Result<Store> {
     Ok(Store::connect(&cfg.database_url, false).await?)
 }
 
+/// A database URL fit to print: any password in it replaced by `***`.
+pub(crate) fn redacted_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let (authority, path) = rest.split_once('/').map_or((rest, None), |(a, p)| (a, Some(p)));
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{user}:***@{host}"),
+            None => authority.to_owned(),
+        },
+        None => authority.to_owned(),
+    };
+    match path {
+        Some(p) => format!("{scheme}://{authority}/{p}"),
+        None => format!("{scheme}://{authority}"),
+    }
+}
+
 /// Operator actions that act on the provider wait, like the queue, until a
 /// restored copy has been reconciled with the provider's inventory (this
 /// host's high-water mark tells, or a declared restore).
@@ -137,4 +154,19 @@ pub(crate) fn identity_adapters(
         out.push(Arc::new(oduflow_engine::command_adapter::CommandAdapter::new(a.clone()).map_err(BadInput)?));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn passwords_never_print() {
+        use super::redacted_url;
+        assert_eq!(
+            redacted_url("postgres://u:s3cret@db:5432/x?sslmode=require"),
+            "postgres://u:***@db:5432/x?sslmode=require"
+        );
+        assert_eq!(redacted_url("postgres://u@db/x"), "postgres://u@db/x");
+        assert_eq!(redacted_url("sqlite:///var/lib/oduflow/o.db"), "sqlite:///var/lib/oduflow/o.db");
+        assert_eq!(redacted_url("postgres://u:p@ss@db/x"), "postgres://u:***@db/x");
+    }
 }

@@ -3,7 +3,7 @@
 //! glue: configuration, the provider for operator actions, Ctrl-C.
 
 use crate::config::{BadInput, Config};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use oduflow_engine::{Clock, SystemClock};
 use std::net::SocketAddr;
@@ -39,13 +39,23 @@ const RESTORE_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_se
 
 pub async fn serve(cfg: &Config, args: ServeArgs) -> Result<()> {
     let store = crate::setup::open(cfg).await?;
-    // Operator actions (reconcile, adopt) ask the provider, so the key is
-    // needed here as it is for `oduflow reconcile`.
-    let provider = crate::setup::provider(cfg, &store, "serve")?;
+    // Operator actions (reconcile, adopt, the inventory, a key rotation) ask
+    // the provider and need the key; without it the server is read-only:
+    // the dashboard, every read and /metrics, and a 409 `read_only` for any
+    // action.
+    let provider = match &cfg.api_key {
+        Some(_) => Some(crate::setup::provider(cfg, &store, "serve")?),
+        None => None,
+    };
     // This host compares the database with its memory of it too, at start
     // and every few seconds, so a restored copy is caught (and the API's
     // provider actions refuse) even where no worker runs.
     crate::lineage::check(&store, SystemClock.now_ms()).await?;
+    // Bound before anything says it listens: a busy address is one error
+    // line, exit 1, and nothing else printed.
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("oduflow serve: cannot listen on {}", args.listen))?;
     let watch_store = store.clone();
     tokio::spawn(async move {
         tokio::time::sleep(RESTORE_CHECK_INTERVAL).await;
@@ -56,13 +66,25 @@ pub async fn serve(cfg: &Config, args: ServeArgs) -> Result<()> {
             tokio::time::sleep(RESTORE_CHECK_INTERVAL).await;
         }
     });
-    let state = oduflow_server::AppState::new(store, provider, cfg.attempts_max)
-        .with_profiles(cfg.profiles.clone(), cfg.spec_defaults.clone());
-    eprintln!("oduflow serve: listening on http://{}/ (API under /api/v1, /metrics, /openapi.json)", args.listen);
-    oduflow_server::serve(state, args.listen, async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await?;
+    let state = match &provider {
+        Some(p) => oduflow_server::AppState::new(store, p.clone(), cfg.attempts_max),
+        None => oduflow_server::AppState::read_only(store, cfg.attempts_max),
+    }
+    .with_profiles(cfg.profiles.clone(), cfg.spec_defaults.clone());
+    let mode = match &provider {
+        Some(p) => format!("key {}, rate group {}", p.fingerprint().short(), p.rate_group()),
+        None => "READ-ONLY: VULTR_API_KEY is not set, actions answer 409 read_only".to_owned(),
+    };
+    eprintln!(
+        "oduflow serve: listening on http://{}/ (API under /api/v1, /metrics, /openapi.json); database {}; {mode}",
+        listener.local_addr()?,
+        crate::setup::redacted_url(&cfg.database_url),
+    );
+    let stop = crate::signals::install("serve")?;
+    oduflow_server::serve_on(state, listener, crate::signals::stopped(stop)).await?;
+    if let Some(p) = provider {
+        p.flush_budget().await;
+    }
     Ok(())
 }
 

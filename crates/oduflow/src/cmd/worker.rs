@@ -14,7 +14,24 @@ use std::sync::Arc;
 /// How often a running worker checks this host's high-water mark.
 const LINEAGE_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
-pub async fn run(cfg: &Config, until_settled: bool, concurrency: Option<usize>) -> Result<()> {
+/// How long a stopping worker (SIGTERM or SIGINT) lets its runs under way
+/// finish. A run makes one side effect plus bounded reads, each under the
+/// request timeout (30 s by default), so runs end well within it; the
+/// service units give the process 90 s (`TimeoutStopSec`) before a SIGKILL.
+/// Runs still under way when it ends are cut as a crash would cut them
+/// (safe by the protocol: every create's receipt is committed before it is
+/// sent), and the worker exits 1 saying so.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
+pub async fn run(
+    cfg: &Config,
+    until_settled: bool,
+    concurrency: Option<usize>,
+    metrics_listen: Option<std::net::SocketAddr>,
+) -> Result<()> {
+    // First: a signal during start-up stops the worker before its first
+    // claim, rather than killing it.
+    let stop = crate::signals::install("worker")?;
     let mut engine = cfg.engine();
     if let Some(n) = concurrency {
         if n == 0 {
@@ -40,7 +57,49 @@ pub async fn run(cfg: &Config, until_settled: bool, concurrency: Option<usize>) 
         .into());
     }
     let adapters = identity_adapters(cfg, provider.as_ref())?;
+    // Bound before the first claim: a busy address is one line, and no job
+    // has been touched.
+    let metrics_listener = match metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("oduflow worker: cannot listen on {addr} for --metrics-listen"))?,
+        ),
+        None => None,
+    };
     let worker = Worker::new(store.clone(), provider.clone(), engine, Arc::new(SystemClock)).with_adapters(adapters);
+    let metrics_at = match metrics_listener {
+        Some(listener) => {
+            let at = listener.local_addr()?;
+            let m = oduflow_server::WorkerMetrics {
+                store: store.clone(),
+                provider: provider.clone(),
+                runs: worker.stats.clone(),
+                clock: Arc::new(SystemClock),
+            };
+            // Serves until the process ends: a scrape while the worker
+            // drains still answers.
+            tokio::spawn(async move {
+                if let Err(e) = oduflow_server::serve_worker_metrics(m, listener, std::future::pending()).await {
+                    tracing::error!(error = %e, "worker metrics listener failed");
+                }
+            });
+            format!("metrics on http://{at}/metrics")
+        }
+        None => "no metrics listener (--metrics-listen ADDR)".to_owned(),
+    };
+    let started = format!(
+        "oduflow worker {}: database {}, Vultr {} (key {}), rate group {} at {}/s, {} run(s) at once, {metrics_at}",
+        worker.cfg.worker_id,
+        crate::setup::redacted_url(&cfg.database_url),
+        cfg.vultr_url,
+        provider.fingerprint().short(),
+        provider.rate_group(),
+        cfg.rate_per_sec,
+        worker.cfg.concurrency,
+    );
+    tracing::info!("{started}");
+    eprintln!("{started}");
     // Keep this host's high-water mark fresh, and stop if the database turns
     // out to be a restored copy while running.
     let watch_store = store.clone();
@@ -52,23 +111,46 @@ pub async fn run(cfg: &Config, until_settled: bool, concurrency: Option<usize>) 
             }
         }
     });
+    let stats = worker.stats.clone();
     tokio::select! {
-        r = run_worker(worker, until_settled) => r?,
+        r = drain(worker, until_settled, stop) => r?,
         why = watch => anyhow::bail!("restore pending ({}): run `oduflow reconcile --all`", why.unwrap_or_default()),
     }
     provider.flush_budget().await;
     lineage::check(&store, now_ms()).await?;
+    eprintln!(
+        "oduflow worker: stopped ({} run(s) done, {} to run again, {} failed)",
+        stats.runs(oduflow_engine::RunResult::Done),
+        stats.runs(oduflow_engine::RunResult::RunAgain),
+        stats.runs(oduflow_engine::RunResult::Failed)
+    );
     Ok(())
 }
 
-/// Runs `worker` until Ctrl-C (or settled).
-pub(crate) async fn run_worker<P: Provider>(worker: Worker<P>, until_settled: bool) -> Result<()> {
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            let _ = tx.send(true);
-        }
-    });
-    worker.run(until_settled, rx).await.context("worker")?;
-    Ok(())
+/// Runs `worker` until settled (with `until_settled`) or until `stop`
+/// turns: then no job is claimed any more and the runs under way finish and
+/// commit (which ends their claims: a PostgreSQL transaction, a SQLite
+/// lease), within [`SHUTDOWN_GRACE`].
+async fn drain<P: Provider>(
+    worker: Worker<P>,
+    until_settled: bool,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<()> {
+    let stats = worker.stats.clone();
+    let stopped = crate::signals::stopped(stop.clone());
+    let work = worker.run(until_settled, stop);
+    tokio::pin!(work);
+    tokio::select! {
+        r = &mut work => return Ok(r.context("worker")?),
+        _ = stopped => {}
+    }
+    match tokio::time::timeout(SHUTDOWN_GRACE, &mut work).await {
+        Ok(r) => Ok(r.context("worker")?),
+        Err(_) => anyhow::bail!(
+            "{} run(s) still under way after {} s were cut, as a crash would cut them (safe by the protocol: \
+             each create's receipt is committed before it is sent); the next worker takes their jobs up",
+            stats.in_flight(),
+            SHUTDOWN_GRACE.as_secs()
+        ),
+    }
 }

@@ -4,6 +4,7 @@
 mod protocol;
 mod rate;
 mod servers;
+mod service;
 mod tidy;
 mod updates;
 

@@ -1,0 +1,233 @@
+//! Running oduflow as a service (issue 18): a worker stops gracefully on
+//! SIGTERM or SIGINT and leaves nothing claimed, a second signal stops it at
+//! once, its `/metrics` are scraped and parsed while it runs, and `serve`
+//! without a key serves the dashboard read-only.
+
+use super::*;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+
+oduflow_store::on_both_stores!(
+    super::env_of =>
+    sigterm_mid_run_finishes_the_run_releases_everything_and_the_next_worker_continues_at_once,
+    a_second_signal_stops_at_once,
+    worker_metrics_are_scraped_and_parsed_while_it_runs,
+);
+
+/// Sends `sig` (`TERM`, `INT`) to a child process.
+fn signal(child: &std::process::Child, sig: &str) {
+    let ok = Command::new("kill").args([&format!("-{sig}"), &child.id().to_string()]).status().unwrap().success();
+    assert!(ok, "kill -{sig} failed");
+}
+
+/// Waits for `child` to exit, at most `bound`; its exit status, and how long.
+fn wait_bounded(child: &mut std::process::Child, bound: Duration) -> (std::process::ExitStatus, Duration) {
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return (st, start.elapsed());
+        }
+        if start.elapsed() > bound {
+            let _ = child.kill();
+            panic!("the process did not exit within {bound:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until the run of the `noop` job that records `noop_started` has
+/// begun (its marker is committed on its own).
+async fn wait_started(store: &Store, n: usize) {
+    let start = Instant::now();
+    while store.events_by_kind("noop_started").await.unwrap().len() < n {
+        assert!(start.elapsed() < Duration::from_secs(30), "the worker never started the job");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The hole (issue 18): SIGTERM, what systemd sends, killed the worker
+/// outright. Now the run under way finishes and commits, nothing stays
+/// claimed, the process exits 0, and the next worker (with a lease far
+/// longer than the test) takes the same client's next job at once.
+async fn sigterm_mid_run_finishes_the_run_releases_everything_and_the_next_worker_continues_at_once(env: Env) {
+    env.ok(&["init"]);
+    let store = env.store().await;
+    let clients = settled_clients(&store, 1).await;
+    env.ok(&["worker", "--until-settled"]);
+    let first = store.job_enqueue(&noop_job(&clients[0], 1500)).await.unwrap().id();
+
+    let mut child = env
+        .cmd(&["worker", "--concurrency", "1"])
+        .env("ODUFLOW_LEASE_MS", "600000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_started(&store, 1).await;
+    signal(&child, "TERM");
+    let (status, took) = wait_bounded(&mut child, Duration::from_secs(60));
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(status.code(), Some(0), "a SIGTERM'd worker must exit 0; stderr:\n{err}");
+    assert!(err.contains("SIGTERM: stopping gracefully"), "{err}");
+    println!("SIGTERM to exit: {took:?} (the run under way slept 1.5 s)");
+
+    // The run under way finished and committed: not cut, not left to a lease.
+    let j = store.job_get(first).await.unwrap().unwrap();
+    assert_eq!(j.state, JobState::Done, "the run under way was not let finish");
+    assert_eq!(store.events_by_kind("noop_ran").await.unwrap().len(), 1);
+    assert_eq!(oduflow_store::testing::sqlite_lease_holders(&store).await.unwrap(), vec![], "a lease was left");
+    assert!(!oduflow_store::testing::sqlite_client_locked(&store, &clients[0]).unwrap());
+    assert_eq!(oduflow_store::testing::pg_idle_in_transaction_pids(&store).await.unwrap(), Vec::<i32>::new());
+
+    // The next worker continues at once: its lease is 10 minutes, so a
+    // claim left behind would hold this job far past the bound.
+    let next = store.job_enqueue(&noop_job(&clients[0], 0)).await.unwrap().id();
+    let start = Instant::now();
+    let o = env.cmd(&["worker", "--until-settled"]).env("ODUFLOW_LEASE_MS", "600000").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(store.job_get(next).await.unwrap().unwrap().state, JobState::Done);
+    assert!(start.elapsed() < Duration::from_secs(60), "the next worker waited {:?}", start.elapsed());
+
+    // SIGINT (Ctrl-C) does the same.
+    let third = store.job_enqueue(&noop_job(&clients[0], 500)).await.unwrap().id();
+    let mut child = env.cmd(&["worker"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    wait_started(&store, 3).await;
+    signal(&child, "INT");
+    let (status, _) = wait_bounded(&mut child, Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert_eq!(store.job_get(third).await.unwrap().unwrap().state, JobState::Done);
+}
+
+/// A second signal ends the worker at once (exit 128 + the signal), even
+/// with a run under way: safe by the protocol, like a kill.
+async fn a_second_signal_stops_at_once(env: Env) {
+    env.ok(&["init"]);
+    let store = env.store().await;
+    let clients = settled_clients(&store, 1).await;
+    env.ok(&["worker", "--until-settled"]);
+    let job = store.job_enqueue(&noop_job(&clients[0], 60_000)).await.unwrap().id();
+    let mut child = env.cmd(&["worker"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    wait_started(&store, 1).await;
+    signal(&child, "TERM");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(child.try_wait().unwrap().is_none(), "the first signal must wait for the run under way");
+    signal(&child, "TERM");
+    let (status, took) = wait_bounded(&mut child, Duration::from_secs(10));
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(status.code(), Some(128 + 15), "{err}");
+    assert!(err.contains("second signal"), "{err}");
+    println!("second SIGTERM to exit: {took:?}");
+    // Cut like a crash: its main transaction never committed.
+    assert_eq!(store.job_get(job).await.unwrap().unwrap().state, JobState::Queued);
+    assert!(store.events_by_kind("noop_ran").await.unwrap().is_empty());
+}
+
+/// One HTTP/1.0 GET; the body of a 200.
+fn http_get(addr: &str, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_owned()
+}
+
+/// The Prometheus text format, parsed strictly: every sample line is
+/// `name{labels} value` with a numeric value, and every metric name was
+/// declared by a `# TYPE` line before its samples.
+fn parse_prometheus(text: &str) -> BTreeMap<String, f64> {
+    let mut types = BTreeMap::new();
+    let mut samples = BTreeMap::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap();
+            assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+            types.insert(name.to_owned(), kind.to_owned());
+            continue;
+        }
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap();
+        let v: f64 = value.parse().unwrap_or_else(|_| panic!("not a number in {line:?}"));
+        let name = series.split('{').next().unwrap();
+        let base = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(name);
+        assert!(types.contains_key(name) || types.contains_key(base), "no # TYPE for {name}");
+        if let Some(labels) = series.strip_prefix(name).filter(|l| !l.is_empty()) {
+            assert!(labels.starts_with('{') && labels.ends_with('}'), "{line}");
+        }
+        samples.insert(series.to_owned(), v);
+    }
+    samples
+}
+
+/// `oduflow worker --metrics-listen`: runs by outcome, run duration, claim
+/// lag and the provider's requests by route template and status, under
+/// `serve`'s names, scraped while the worker runs.
+async fn worker_metrics_are_scraped_and_parsed_while_it_runs(env: Env) {
+    env.ok(&["init"]);
+    for name in ["m1", "m2"] {
+        env.ok(&[
+            "client",
+            "create",
+            name,
+            "--region",
+            "ewr",
+            "--plan",
+            "vc2-1c-1gb",
+            "--os-id",
+            "2284",
+            "--volume-gb",
+            "40",
+        ]);
+    }
+    let mut child = env
+        .cmd(&["worker", "--metrics-listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The start-up line names the database, the Vultr URL, the key's
+    // fingerprint (never the key), the rate group and the metrics address.
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let started = lines
+        .by_ref()
+        .map(|l| l.unwrap())
+        .find(|l| l.starts_with("oduflow worker "))
+        .expect("no start-up line on stderr");
+    for part in ["database ", &env.sim.base_url, "(key ", "rate group default", "metrics on http://"] {
+        assert!(started.contains(part), "{part:?} missing from {started:?}");
+    }
+    assert!(!started.contains(KEY), "the key was printed: {started}");
+    let addr = started.split("metrics on http://").nth(1).unwrap().split('/').next().unwrap().to_owned();
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+
+    let store = env.store().await;
+    let start = Instant::now();
+    while !store.client_list().await.unwrap().iter().all(|c| c.infra.status == ClientStatus::Ready) {
+        assert!(start.elapsed() < Duration::from_secs(60), "clients never became ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let m = parse_prometheus(&http_get(&addr, "/metrics"));
+    let get = |k: &str| *m.get(k).unwrap_or_else(|| panic!("{k} missing; have {:#?}", m.keys().collect::<Vec<_>>()));
+    assert!(get("oduflow_runs_total{outcome=\"done\"}") >= 2.0);
+    assert!(get("oduflow_runs_total{outcome=\"run_again\"}") >= 1.0);
+    assert_eq!(get("oduflow_runs_total{outcome=\"failed\"}"), 0.0);
+    assert!(get("oduflow_run_duration_seconds_count") >= 3.0);
+    assert_eq!(get("oduflow_run_duration_seconds_bucket{le=\"+Inf\"}"), get("oduflow_run_duration_seconds_count"));
+    assert!(m.contains_key("oduflow_run_claim_lag_seconds_bucket{le=\"1\"}"));
+    assert_eq!(get("oduflow_clients{status=\"ready\"}"), 2.0);
+    assert!(m.contains_key("oduflow_queue_lag_seconds"));
+    assert_eq!(get("oduflow_provider_requests_total{method=\"POST\",route=\"/v2/instances\",status=\"202\"}"), 2.0);
+    assert!(get("oduflow_provider_requests_total{method=\"GET\",route=\"/v2/instances/{id}\",status=\"200\"}") >= 2.0);
+    assert!(m.contains_key("oduflow_provider_rate_limiter_waits_total"));
+    assert!(http_get(&addr, "/health").starts_with("ok"));
+
+    signal(&child, "TERM");
+    let (status, _) = wait_bounded(&mut child, Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0));
+}
