@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod actions;
 mod suggestions;
 
 /// Recognisable, so a leak is easy to spot in any text.
@@ -57,10 +58,20 @@ impl H {
     }
 
     async fn start_on(dir: tempfile::TempDir, db_url: String) -> H {
+        H::start_with_sim(dir, db_url, |c| c).await
+    }
+
+    /// As `start_on`, with the simulator's configuration adjusted by `sim`.
+    async fn start_with_sim(
+        dir: tempfile::TempDir,
+        db_url: String,
+        sim: impl FnOnce(oduflow_sim::SimConfig) -> oduflow_sim::SimConfig,
+    ) -> H {
         let store = Store::connect(&db_url, true).await.unwrap();
         store.migrate().await.unwrap();
-        let sim_cfg =
-            oduflow_sim::SimConfig { rate_per_sec: 1000, ..oduflow_sim::SimConfig::default() }.with_key(KEY).instant();
+        let sim_cfg = sim(oduflow_sim::SimConfig { rate_per_sec: 1000, ..oduflow_sim::SimConfig::default() }
+            .with_key(KEY)
+            .instant());
         let sim = oduflow_sim::Sim::start(sim_cfg, "127.0.0.1:0".parse().unwrap()).await.unwrap();
         let provider = vultr(&sim);
         let token = auth::token_generate();
@@ -261,6 +272,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/v1/queue"),
     ("POST", "/api/v1/queue/pause"),
     ("POST", "/api/v1/queue/resume"),
+    ("POST", "/api/v1/inventory"),
+    ("POST", "/api/v1/credentials/rotate"),
     ("GET", "/openapi.json"),
     ("GET", "/metrics"),
 ];

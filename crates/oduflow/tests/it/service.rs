@@ -124,16 +124,99 @@ async fn a_second_signal_stops_at_once(env: Env) {
     assert!(store.events_by_kind("noop_ran").await.unwrap().is_empty());
 }
 
-/// One HTTP/1.0 GET; the body of a 200.
-fn http_get(addr: &str, path: &str) -> String {
+/// One HTTP/1.0 request (with a bearer token if given): status and body.
+fn http(addr: &str, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let body = if method == "GET" { "" } else { "{}" };
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     let (head, body) = out.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"), "{head}");
-    body.to_owned()
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, body.to_owned())
+}
+
+/// The body of a 200 to a GET.
+fn http_get(addr: &str, path: &str) -> String {
+    let (status, body) = http(addr, "GET", path, None);
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// Item 4 and 7 of issue 18: `serve` without VULTR_API_KEY starts (it used
+/// to refuse: "the worker needs the Vultr API key"), says it is read-only,
+/// serves the dashboard and reads, and refuses actions with 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_without_a_key_starts_read_only_and_serves_the_dashboard() {
+    let env = Env::sqlite().await;
+    env.ok(&["init"]);
+    env.ok(&[
+        "client",
+        "create",
+        "acme",
+        "--region",
+        "ewr",
+        "--plan",
+        "vc2-1c-1gb",
+        "--os-id",
+        "2284",
+        "--volume-gb",
+        "40",
+    ]);
+    let token = env.ok(&["token", "create", "ops"]).trim().to_owned();
+    let mut child = env
+        .cmd(&["serve", "--listen", "127.0.0.1:0"])
+        .env_remove("VULTR_API_KEY")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let line = lines.by_ref().map(|l| l.unwrap()).find(|l| l.contains("listening on")).expect("no listening line");
+    assert!(line.contains("READ-ONLY"), "{line}");
+    let addr = line.split("http://").nth(1).unwrap().split('/').next().unwrap().to_owned();
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+
+    assert_eq!(http(&addr, "GET", "/health", None).0, 200);
+    let (status, page) = http(&addr, "GET", "/", Some(&token));
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("acme") && page.contains("<html"), "{page}");
+    let (status, list) = http(&addr, "GET", "/api/v1/clients", Some(&token));
+    assert_eq!(status, 200);
+    assert!(list.contains("\"acme\""), "{list}");
+    let (status, body) = http(&addr, "POST", "/api/v1/clients/acme/reconcile", Some(&token));
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("read_only"), "{body}");
+    signal(&child, "TERM");
+    let (status, _) = wait_bounded(&mut child, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0));
+}
+
+/// `serve` on an address in use fails with one line naming it, exit 1,
+/// and never says it listens (it used to print "listening on" first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_on_a_busy_address_fails_before_saying_it_listens() {
+    let env = Env::sqlite().await;
+    env.ok(&["init"]);
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let o = env.run(&["serve", "--listen", &addr]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+    assert!(!err.contains("listening on"), "{err}");
+    // The worker's metrics listener too, before any claim.
+    let o = env.run(&["worker", "--metrics-listen", &addr]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
 }
 
 /// The Prometheus text format, parsed strictly: every sample line is

@@ -1,0 +1,159 @@
+//! Issue 18: `serve` without a key is read-only, and the actions that
+//! existed only on the command line — the inventory (`reconcile --all`) and
+//! `credentials rotate` — have endpoints.
+
+use super::*;
+
+/// A second key of the same simulated account.
+const KEY2: &str = "vultr-key-SECOND-51c2e0";
+
+/// Every action route: what a read-only server must refuse.
+const ACTIONS: &[(&str, &str)] = &[
+    ("POST", "/api/v1/clients"),
+    ("DELETE", "/api/v1/clients/acme"),
+    ("PATCH", "/api/v1/clients/acme"),
+    ("POST", "/api/v1/clients/acme/reconcile"),
+    ("POST", "/api/v1/clients/acme/adopt"),
+    ("POST", "/api/v1/clients/acme/abandon"),
+    ("POST", "/api/v1/queue/pause"),
+    ("POST", "/api/v1/queue/resume"),
+    ("POST", "/api/v1/inventory"),
+    ("POST", "/api/v1/credentials/rotate"),
+];
+
+#[tokio::test]
+async fn serve_without_a_key_serves_the_dashboard_reads_and_metrics_and_refuses_every_action() {
+    let h = H::start().await;
+    h.store.client_create(&ClientName::parse("acme").unwrap(), &spec(), now_ms(), 5).await.unwrap();
+    // The same database, served by a second server started without a key.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let state = AppState::read_only(h.store.clone(), 5);
+    assert!(state.is_read_only());
+    tokio::spawn(oduflow_server::serve_on(state, listener, std::future::pending()));
+    let get = |path: &str| h.http.get(format!("{base}{path}")).bearer_auth(&h.token).send();
+
+    let page = get("/").await.unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    assert!(page.text().await.unwrap().contains("acme"));
+    let (s, v) = json_of(get("/api/v1/clients").await.unwrap()).await;
+    assert_eq!(s, 200);
+    assert_eq!(v.as_array().unwrap().len(), 1);
+    assert_eq!(get("/api/v1/queue").await.unwrap().status().as_u16(), 200);
+    assert_eq!(get("/openapi.json").await.unwrap().status().as_u16(), 200);
+    let metrics = get("/metrics").await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("oduflow_clients{status=\"pending\"} 1"), "{metrics}");
+
+    let before = h.footprint().await;
+    for (method, path) in ACTIONS {
+        let method = Method::from_bytes(method.as_bytes()).unwrap();
+        let url = format!("{base}{path}");
+        // Without a token: 401 first; a read-only server tells anonymous
+        // callers nothing more.
+        let anon = json_of(h.http.request(method.clone(), &url).json(&create_body("x")).send().await.unwrap()).await;
+        assert_error(&anon, 401, "unauthorized");
+        let got = json_of(
+            h.http.request(method.clone(), &url).bearer_auth(&h.token).json(&create_body("x")).send().await.unwrap(),
+        )
+        .await;
+        assert_error(&got, 409, "read_only");
+        assert!(got.1["error"]["message"].as_str().unwrap().contains("VULTR_API_KEY"), "{method} {path}: {}", got.1);
+    }
+    let after = h.footprint().await;
+    assert_eq!(after.0, before.0, "a refused action changed the database");
+    assert_eq!(after.2, before.2, "a refused action reached the provider");
+}
+
+fn spec() -> ClientSpec {
+    ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap()
+}
+
+#[tokio::test]
+async fn inventory_endpoint_reports_orphans_and_clears_a_pending_restore() {
+    let h = H::start().await;
+    h.store.client_create(&ClientName::parse("acme").unwrap(), &spec(), now_ms(), 5).await.unwrap();
+    h.drain().await;
+    let orphan = h.orphan_of("acme").await;
+    h.store.restore_declare("test restore", now_ms()).await.unwrap();
+    let (s, q) = h.get("/api/v1/queue").await;
+    assert_eq!(s, 200);
+    assert!(q["restore_pending"].is_string(), "{q}");
+    // Provider actions wait for the inventory while the restore is pending.
+    assert_error(&h.post("/api/v1/clients/acme/reconcile", json!({})).await, 409, "refused");
+
+    let (s, inv) = h.post("/api/v1/inventory", json!({})).await;
+    assert_eq!(s, 200, "{inv}");
+    assert_eq!(inv["instances_listed"], 2, "{inv}");
+    assert_eq!(inv["blocks_listed"], 1, "{inv}");
+    let orphans = inv["orphans"].as_array().unwrap();
+    assert!(orphans.iter().any(|o| o["id"] == orphan.as_str()), "{inv}");
+    assert!(inv["missing"].as_array().unwrap().is_empty(), "{inv}");
+    let (_, q) = h.get("/api/v1/queue").await;
+    assert!(q["restore_pending"].is_null(), "the inventory did not clear the restore: {q}");
+    assert_eq!(h.post("/api/v1/clients/acme/reconcile", json!({})).await.0, 200);
+    // The same orphan is listed where the CLI's `orphan list` reads.
+    let (_, listed) = h.get("/api/v1/orphans").await;
+    assert!(listed.as_array().unwrap().iter().any(|o| o["resource_id"] == orphan.as_str()), "{listed}");
+    // A body is not needed, and an unknown field in one is refused.
+    let r = h.http.post(h.url("/api/v1/inventory")).bearer_auth(&h.token).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+}
+
+#[tokio::test]
+async fn credentials_rotate_endpoint_proves_rebinds_and_serve_acts_with_the_new_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = oduflow_store::testing::sqlite_url(dir.path());
+    let h = H::start_with_sim(dir, url, |c| c.with_key(KEY2)).await;
+    h.store.client_create(&ClientName::parse("acme").unwrap(), &spec(), now_ms(), 5).await.unwrap();
+    h.drain().await;
+    let before = h.store.client_get("acme").await.unwrap().unwrap().infra.key_fingerprint.unwrap();
+
+    // Bad bodies: refused before anything is asked or written.
+    let prints = h.footprint().await;
+    for body in [
+        json!({}),
+        json!({ "api_key": "" }),
+        json!({ "api_key": "a b" }),
+        json!({ "api_key": 5 }),
+        json!({ "api_key": KEY2, "extra": 1 }),
+        json!({ "api_key": "k".repeat(300) }),
+    ] {
+        let got = h.post("/api/v1/credentials/rotate", body.clone()).await;
+        assert!(got.0 == 422 || got.0 == 400, "{body}: {got:?}");
+        assert!(!got.1.to_string().contains(KEY2), "the key was echoed: {}", got.1);
+    }
+    assert_eq!(h.footprint().await.0, prints.0);
+    // A key Vultr refuses: 422, nothing rebound, and the key not echoed.
+    let got = h.post("/api/v1/credentials/rotate", json!({ "api_key": "not-a-key-of-this-account" })).await;
+    assert_error(&got, 422, "invalid_input");
+    assert!(!got.1.to_string().contains("not-a-key-of-this-account"));
+    assert_eq!(h.store.client_get("acme").await.unwrap().unwrap().infra.key_fingerprint.unwrap(), before);
+
+    let (s, v) = h.post("/api/v1/credentials/rotate", json!({ "api_key": KEY2 })).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["rebound"], json!(["acme"]));
+    assert!(!v.to_string().contains(KEY2), "the key was echoed: {v}");
+    let after = h.store.client_get("acme").await.unwrap().unwrap().infra.key_fingerprint.unwrap();
+    assert_ne!(after, before);
+    assert_eq!(v["key_fingerprint"], after.short());
+    // The hole (issue 18): serve kept its old key after a rotation, so its
+    // next provider action was refused as made with the wrong key.
+    let (s, v) = h.post("/api/v1/clients/acme/reconcile", json!({})).await;
+    assert_eq!(s, 200, "serve still acts with the old key: {v}");
+    // Rotating again to the same key rebinds nothing.
+    let (s, v) = h.post("/api/v1/credentials/rotate", json!({ "api_key": KEY2 })).await;
+    assert_eq!((s, v["rebound"].clone()), (200, json!([])));
+}
+
+#[tokio::test]
+async fn the_new_routes_are_in_the_openapi_document() {
+    let h = H::start().await;
+    let (s, doc) = h.get("/openapi.json").await;
+    assert_eq!(s, 200);
+    for path in ["/api/v1/inventory", "/api/v1/credentials/rotate"] {
+        let op = &doc["paths"][path]["post"];
+        assert!(op.is_object(), "{path} missing from the OpenAPI document");
+        assert!(op["responses"]["200"].is_object() && op["responses"]["409"].is_object(), "{path}: {op}");
+    }
+    assert!(doc["components"]["schemas"]["RotateRequest"]["properties"]["api_key"].is_object());
+}
