@@ -52,6 +52,15 @@ struct RunGuard {
     stop: Mutex<Option<Stop>>,
 }
 
+/// How an observation reads (see `Converge::read_via`).
+#[derive(Clone, Copy, Debug)]
+enum Via {
+    /// Its own request: GET by id, or a label search.
+    Get,
+    /// The bulk view, from a listing that started after `after_ms`.
+    View { after_ms: i64 },
+}
+
 #[derive(Clone)]
 enum Stop {
     Superseded,
@@ -110,6 +119,9 @@ async fn converge_guarded<P: Provider>(
         let view = c.view().await?;
         let action = decide::decide(&c.inputs(&view));
         tracing::debug!(client = %c.run.infra.client_id, ?action, "decided");
+        if c.confirm_by_get(&action) {
+            continue;
+        }
         c = match c.act(action, &view).await? {
             Step::Next(c) => c,
             Step::Finish(f) => return Ok(f),
@@ -131,6 +143,12 @@ struct Converge<'a, P> {
     seen: [(Option<OperationKey>, Seen); 2],
     /// When each of those reads was made.
     read_at: [i64; 2],
+    /// Whether each of those reads came from the bulk view (a listing)
+    /// rather than a GET by id.
+    from_view: [bool; 2],
+    /// Set once a decision taken on the bulk view had to be confirmed: that
+    /// resource is read by id for the rest of the run.
+    must_get: [bool; 2],
     /// Provider calls with side effects made by this run (at most one).
     side_effects: u32,
 }
@@ -196,7 +214,17 @@ impl<'a, P: Provider> Converge<'a, P> {
             Target::Absent => ClientStatus::Deleting,
         };
         let seen = [(None, Seen::NotRead), (None, Seen::NotRead)];
-        Ok(Self { run, now, target, current_key, seen, read_at: [0; 2], side_effects: 0 })
+        Ok(Self {
+            run,
+            now,
+            target,
+            current_key,
+            seen,
+            read_at: [0; 2],
+            from_view: [false; 2],
+            must_get: [false; 2],
+            side_effects: 0,
+        })
     }
 
     /// Reads the receipts again. Receipts are the source of truth for ids
@@ -269,7 +297,10 @@ impl<'a, P: Provider> Converge<'a, P> {
     /// One action, one function.
     async fn act(self, action: Action, view: &View) -> Result<Step<'a, P>, EngineError> {
         match action {
-            Action::Observe(kind) => self.observe(kind, view.receipt(kind, "observe")?).await,
+            Action::Observe(kind) => {
+                let attach_sent = view.cur.attach.as_ref().map(|a| a.sent_ms.unwrap_or(a.claimed_ms));
+                self.observe(kind, view.receipt(kind, "observe")?, attach_sent).await
+            }
             Action::CountObservation(kind) => self.count_observation(kind, view.receipt(kind, "count")?).await,
             Action::Adopt(kind, id) => self.adopt(kind, id, view.receipt(kind, "adopt")?).await,
             Action::Dispatch(kind) => self.dispatch(kind, view).await,
@@ -294,7 +325,12 @@ impl<'a, P: Provider> Converge<'a, P> {
     }
 
     /// Reads the resource (by id, or by label while its id is unknown).
-    async fn observe(mut self, kind: ResourceKind, r: ReceiptRow) -> Result<Step<'a, P>, EngineError> {
+    async fn observe(
+        mut self,
+        kind: ResourceKind,
+        r: ReceiptRow,
+        attach_sent: Option<i64>,
+    ) -> Result<Step<'a, P>, EngineError> {
         let w = self.run.w;
         #[cfg(feature = "failpoints")]
         if crate::planted_bug("resend_after_lost")
@@ -308,11 +344,25 @@ impl<'a, P: Provider> Converge<'a, P> {
             self.run.resend_planted_bug(kind, &r).await;
         }
         let at = w.now_ms();
-        let observed = self.run.observe(kind, &r).await;
+        let via = self.read_via(kind, &r, attach_sent);
+        let observed = self.run.observe(kind, &r, via).await;
         self.run.halted()?;
+        let observed = observed.map(|(seen, from_view)| {
+            self.from_view[slot(kind)] = from_view;
+            seen
+        });
         match observed {
-            Ok(s @ Seen::Present(_)) if r.seen_ms.is_none() => {
+            // Only a GET by id establishes that a resource has been seen
+            // (deletion bookkeeping): a listing may show a new resource
+            // while GET by id and DELETE still answer 404.
+            Ok(s @ Seen::Present(_)) if r.seen_ms.is_none() && !self.from_view[slot(kind)] => {
                 w.receipts.mark_seen(&r.operation_key, w.now_ms()).await?;
+                self.seen[slot(kind)].1 = s;
+            }
+            // A listing showed it: it exists (its outcome is known), though
+            // it is not yet "seen" for deletion's bookkeeping.
+            Ok(s @ Seen::Present(_)) if r.listed_ms.is_none() && self.from_view[slot(kind)] => {
+                w.receipts.mark_listed(&r.operation_key, w.now_ms()).await?;
                 self.seen[slot(kind)].1 = s;
             }
             Ok(s) => self.seen[slot(kind)].1 = s,
@@ -320,6 +370,49 @@ impl<'a, P: Provider> Converge<'a, P> {
         }
         self.read_at[slot(kind)] = at;
         Ok(Step::Next(self))
+    }
+
+    /// How this observation may read (issue 19, docs/protocol.md §3.6).
+    /// By id, the bulk view only while the client is first provisioned
+    /// (target present, never updated) and no decision of this run had to
+    /// be confirmed, from a listing that started after the create (and,
+    /// for the volume, the attach) was sent and at most one poll interval
+    /// before this run. A label search always uses a listing started during
+    /// this run: a counted absence must come from a listing of its own.
+    fn read_via(&self, kind: ResourceKind, r: &ReceiptRow, attach_sent: Option<i64>) -> Via {
+        let w = self.run.w;
+        if !w.cfg.bulk_view {
+            return Via::Get;
+        }
+        if r.resource_id.is_none() {
+            return Via::View { after_ms: self.now - 1 };
+        }
+        let first_provisioning = self.target == Target::Present && self.run.infra.spec_generation == 0;
+        if !first_provisioning || self.must_get[slot(kind)] {
+            return Via::Get;
+        }
+        let sent = r.sent_ms.unwrap_or(r.claimed_ms);
+        let attach = if kind == ResourceKind::Volume { attach_sent.unwrap_or(0) } else { 0 };
+        Via::View { after_ms: sent.max(attach).max(self.now - w.cfg.poll_interval_ms) }
+    }
+
+    /// A block or a counted observation is never decided on the bulk view:
+    /// a listing lags, so what it shows may be older than the truth. The
+    /// resources it showed are read by id, and the decision taken again.
+    fn confirm_by_get(&mut self, action: &Action) -> bool {
+        if !matches!(action, Action::Block(..) | Action::CountObservation(_)) {
+            return false;
+        }
+        let mut again = false;
+        for i in 0..2 {
+            if self.from_view[i] && !matches!(self.seen[i].1, Seen::NotRead | Seen::ByLabel(_)) {
+                self.must_get[i] = true;
+                self.from_view[i] = false;
+                self.seen[i].1 = Seen::NotRead;
+                again = true;
+            }
+        }
+        again
     }
 
     /// A fruitless observation counts against the receipt's polling limit;
@@ -682,8 +775,70 @@ impl<P: Provider> Run<'_, P> {
         self.done()
     }
 
-    /// One read of a resource: by id when known, else by label.
-    async fn observe(&mut self, kind: ResourceKind, r: &ReceiptRow) -> Result<Seen, provider::ProviderError> {
+    /// One read of a resource: by id when known, else by label; through
+    /// the bulk view when `via` allows it. Whether it came from the view.
+    async fn observe(
+        &mut self,
+        kind: ResourceKind,
+        r: &ReceiptRow,
+        via: Via,
+    ) -> Result<(Seen, bool), provider::ProviderError> {
+        if let Via::View { after_ms } = via {
+            match self.observe_in_view(kind, r, after_ms).await {
+                Ok(Some(seen)) => return Ok((seen, true)),
+                // Not in the listing: only a GET by id can tell.
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "bulk view listing failed; reading by id");
+                }
+            }
+        }
+        Ok((self.observe_by_request(kind, r).await?, false))
+    }
+
+    /// The read from the bulk view: `None` when the listing does not show
+    /// the resource by its id (a label search's answer is always `Some`).
+    async fn observe_in_view(
+        &mut self,
+        kind: ResourceKind,
+        r: &ReceiptRow,
+        after_ms: i64,
+    ) -> Result<Option<Seen>, provider::ProviderError> {
+        let w = self.w;
+        let spec = &self.infra.spec;
+        let label = r.label.as_str();
+        let by_operator = r.resource_id_source == Some(IdSource::AdoptedByOperator);
+        let expect = |found: &str| if by_operator { found.to_owned() } else { label.to_owned() };
+        let now = || w.now_ms();
+        Ok(match (kind, &r.resource_id) {
+            (ResourceKind::Vm, id) => {
+                let snap = w.view.instances(w.provider.as_ref(), after_ms, now).await?;
+                match id {
+                    Some(id) => snap.get(id).map(|i| Seen::Present(instance_facts(spec, &expect(&i.label), i.clone()))),
+                    None => Some(Seen::ByLabel(
+                        snap.with_label(label).into_iter().map(|i| instance_facts(spec, label, i)).collect(),
+                    )),
+                }
+            }
+            (_, id) => {
+                let snap = w.view.blocks(w.provider.as_ref(), after_ms, now).await?;
+                match id {
+                    Some(id) => snap.get(id).map(|b| Seen::Present(block_facts(spec, &expect(&b.label), b.clone()))),
+                    None => Some(Seen::ByLabel(
+                        snap.with_label(label).into_iter().map(|b| block_facts(spec, label, b)).collect(),
+                    )),
+                }
+            }
+        })
+    }
+
+    /// One read of a resource by its own request: GET by id when known,
+    /// else a label search.
+    async fn observe_by_request(
+        &mut self,
+        kind: ResourceKind,
+        r: &ReceiptRow,
+    ) -> Result<Seen, provider::ProviderError> {
         let spec = &self.infra.spec;
         let p = &self.w.provider;
         let label = r.label.as_str();

@@ -13,12 +13,14 @@
 pub mod command_adapter;
 pub mod current;
 mod executor;
+mod fleet_view;
 pub mod memory;
 pub mod operator;
 mod receipt_writer;
 mod run_stats;
 mod worker;
 
+pub use fleet_view::FleetView;
 pub use receipt_writer::ReceiptWriter;
 pub use run_stats::{HistogramSnapshot, RunResult, RunStats};
 pub use worker::*;
@@ -52,6 +54,10 @@ pub struct EngineConfig {
     /// volume short of active) before the client blocks `not_ready`. Zero:
     /// derived from the polling limit (see [`EngineConfig::ready_wait`]).
     pub ready_wait_ms: i64,
+    /// Watch first provisioning through shared listings of instances and
+    /// blocks (the bulk view, issue 19) rather than a GET by id per
+    /// resource per poll. Label searches share one listing per kind.
+    pub bulk_view: bool,
 }
 
 impl EngineConfig {
@@ -83,6 +89,7 @@ impl Default for EngineConfig {
             idle_ms: 200,
             concurrency: 4,
             ready_wait_ms: 0,
+            bulk_view: true,
         }
     }
 }

@@ -220,9 +220,10 @@ pub async fn abandon(
     let (Some(r), dg) = current_receipt(store, &c, kind).await? else {
         return refused(format!("{name} has no current {} dispatch", kind.as_str()));
     };
-    // An id the provider answered with but that no GET ever showed is as
-    // uncertain as no id: Vultr may have dropped it, or it may still come.
-    if (r.resource_id.is_some() && r.seen_ms.is_some()) || r.rejection_status.is_some() {
+    // An id the provider answered with but that no GET (nor a listing)
+    // ever showed is as uncertain as no id: Vultr may have dropped it, or it
+    // may still come.
+    if (r.resource_id.is_some() && (r.seen_ms.is_some() || r.listed_ms.is_some())) || r.rejection_status.is_some() {
         return refused(format!(
             "the current {} dispatch of {name} has a known outcome; only an uncertain one can be abandoned",
             kind.as_str()

@@ -67,6 +67,10 @@ impl ReceiptWriter {
         self.ledger.receipt_observe(key, summary).await
     }
 
+    pub(crate) async fn mark_listed(&self, key: &OperationKey, now_ms: i64) -> oduflow_store::Result<()> {
+        self.ledger.receipt_mark_listed(key, now_ms).await
+    }
+
     pub(crate) async fn mark_seen(&self, key: &OperationKey, now_ms: i64) -> oduflow_store::Result<()> {
         self.ledger.receipt_mark_seen(key, now_ms).await
     }

@@ -40,6 +40,8 @@ pub struct Worker<P> {
     pub adapters: Arc<Vec<Arc<dyn oduflow_model::identity::IdentityAdapter>>>,
     /// This process's runs, for its `/metrics`.
     pub stats: Arc<crate::RunStats>,
+    /// The bulk view of instances and blocks, shared by this process's runs.
+    pub view: Arc<crate::FleetView>,
 }
 
 impl<P> Clone for Worker<P> {
@@ -53,6 +55,7 @@ impl<P> Clone for Worker<P> {
             catalogs: self.catalogs.clone(),
             adapters: self.adapters.clone(),
             stats: self.stats.clone(),
+            view: self.view.clone(),
         }
     }
 }
@@ -72,6 +75,7 @@ impl<P: Provider> Worker<P> {
             catalogs: Arc::default(),
             adapters: Arc::new(vec![]),
             stats: Arc::default(),
+            view: Arc::default(),
         }
     }
 

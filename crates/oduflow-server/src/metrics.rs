@@ -183,8 +183,6 @@ async fn database(o: &mut Out, store: &Store, now_ms: i64) -> Result<(), oduflow
     let stats = store.stats(now_ms).await?;
     let queue = store.queue_status(now_ms).await?;
     let restore_pending = store.restore_pending().await?.is_some();
-    let groups = store.budget_groups().await?;
-    let usage = store.budget_usage().await?;
     o.head("oduflow_clients", "gauge", "Clients by status (database).");
     for st in ClientStatus::ALL {
         let n = counts.iter().find(|(s, _)| s == st).map_or(0, |(_, n)| *n);
@@ -226,6 +224,13 @@ async fn database(o: &mut Out, store: &Store, now_ms: i64) -> Result<(), oduflow
     for (kind, outcome, n) in &stats.dispatches_by_outcome {
         o.sample("oduflow_dispatches", &[("kind", kind), ("outcome", outcome)], n);
     }
+    budget(o, store).await
+}
+
+/// The rate budget of the whole fleet, from the database.
+async fn budget(o: &mut Out, store: &Store) -> Result<(), oduflow_store::StoreError> {
+    let groups = store.budget_groups().await?;
+    let usage = store.budget_usage().await?;
     o.head(
         "oduflow_rate_budget_waits_total",
         "counter",

@@ -200,7 +200,7 @@ impl BeginWrite for SqlitePool {
 }
 
 /// The migration this build needs (the last in [`Store::migrate`]).
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// The default database: a SQLite file in the working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://oduflow.db";
@@ -311,6 +311,7 @@ impl Store {
                     (7, "server spec", include_str!("../migrations/postgres/0007_server_spec.sql")),
                     (8, "changes", include_str!("../migrations/postgres/0008_changes.sql")),
                     (9, "identity ownership", include_str!("../migrations/postgres/0009_identity_ownership.sql")),
+                    (10, "listed", include_str!("../migrations/postgres/0010_listed.sql")),
                 ],
                 Db::Sqlite(_) => &[
                     (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
@@ -322,6 +323,7 @@ impl Store {
                     (7, "server spec", include_str!("../migrations/sqlite/0007_server_spec.sql")),
                     (8, "changes", include_str!("../migrations/sqlite/0008_changes.sql")),
                     (9, "identity ownership", include_str!("../migrations/sqlite/0009_identity_ownership.sql")),
+                    (10, "listed", include_str!("../migrations/sqlite/0010_listed.sql")),
                 ],
             };
             let migrator = Migrator::with_migrations(

@@ -227,6 +227,19 @@ impl ReceiptLedger {
         .await
     }
 
+    /// Records that a listing showed the resource by its id (first time
+    /// only; issue 19).
+    pub async fn receipt_mark_listed(&self, key: &OperationKey, now_ms: i64) -> Result<()> {
+        crate::named("receipt_mark_listed", async move {
+            ledger_write!(&self.store, tx => {
+                sqlx::query("UPDATE dispatch_receipts SET listed_ms = $2 WHERE operation_key = $1 AND listed_ms IS NULL")
+                    .bind(key.as_str()).bind(now_ms).execute(&mut *tx).await?;
+            });
+            Ok(())
+        })
+        .await
+    }
+
     /// Records that a GET showed the resource (first time only).
     pub async fn receipt_mark_seen(&self, key: &OperationKey, now_ms: i64) -> Result<()> {
         crate::named("receipt_mark_seen", async move {
@@ -319,11 +332,11 @@ impl ReceiptLedger {
             ledger_write!(&self.store, tx => {
                 let client: String = sqlx::query_scalar(
                     "UPDATE dispatch_receipts SET abandoned_by = $2, abandoned_reason = $3 \
-                     WHERE operation_key = $1 AND (resource_id IS NULL OR seen_ms IS NULL) AND abandoned_by IS NULL \
+                     WHERE operation_key = $1 AND (resource_id IS NULL OR (seen_ms IS NULL AND listed_ms IS NULL)) AND abandoned_by IS NULL \
                      AND rejection_status IS NULL RETURNING client_ref")
                     .bind(key.as_str()).bind(by).bind(reason)
                     .fetch_optional(&mut *tx).await?
-                    .ok_or_else(|| StoreError::ReceiptNotFound(format!("{key} (uncertain: no id, or one never seen; not abandoned)")))?;
+                    .ok_or_else(|| StoreError::ReceiptNotFound(format!("{key} (uncertain: no id, or one never seen nor listed; not abandoned)")))?;
                 (*tx).event_insert(Some(&ClientId(client)), "dispatch_abandoned", &serde_json::json!({
                     "operation_key": key, "by": by, "reason": reason,
                 }), now_ms).await?;

@@ -266,6 +266,9 @@ pub struct ReceiptRow {
     pub abandoned_by: Option<String>,
     pub abandoned_reason: Option<String>,
     pub seen_ms: Option<i64>,
+    /// When a listing (the bulk view) first showed the resource by its id
+    /// (issue 19): it exists, so its outcome is known; not `seen_ms`.
+    pub listed_ms: Option<i64>,
     pub delete_sent_ms: Option<i64>,
     pub deleted_ms: Option<i64>,
     /// Set when the last send provably never left the process (no
@@ -289,7 +292,7 @@ impl ReceiptRow {
 
 pub(crate) const RECEIPT_COLUMNS: &str = "operation_key, client_ref, resource_kind, dispatch_generation, \
     label, region, spec_digest, key_fingerprint, claimed_ms, sent_ms, resource_id, resource_id_source, \
-    rejection_status, rejection_message, observation_count, observation_base, last_observation, abandoned_by, abandoned_reason, seen_ms, delete_sent_ms, deleted_ms, \
+    rejection_status, rejection_message, observation_count, observation_base, last_observation, abandoned_by, abandoned_reason, seen_ms, listed_ms, delete_sent_ms, deleted_ms, \
     not_sent_ms, not_sent_reason, not_sent_count";
 
 pub(crate) fn receipt_from_row(r: &impl RowExt) -> Result<ReceiptRow> {
@@ -317,6 +320,7 @@ pub(crate) fn receipt_from_row(r: &impl RowExt) -> Result<ReceiptRow> {
         abandoned_by: r.text_opt("abandoned_by")?,
         abandoned_reason: r.text_opt("abandoned_reason")?,
         seen_ms: r.int_opt("seen_ms")?,
+        listed_ms: r.int_opt("listed_ms")?,
         delete_sent_ms: r.int_opt("delete_sent_ms")?,
         deleted_ms: r.int_opt("deleted_ms")?,
         not_sent_ms: r.int_opt("not_sent_ms")?,

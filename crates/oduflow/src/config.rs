@@ -25,6 +25,7 @@ struct FileConfig {
     lease_ms: Option<i64>,
     attempts_max: Option<i32>,
     ready_wait_ms: Option<i64>,
+    bulk_view: Option<bool>,
     /// Refused with a clear message if present.
     api_key: Option<toml::Value>,
     /// The DNS identity: an A record `<client>.<domain>` for each client.
@@ -80,6 +81,9 @@ pub struct Config {
     /// limit (observations_max x poll_interval_ms x 6).
     pub ready_wait_ms: i64,
     pub attempts_max: i32,
+    /// Watch first provisioning through shared listings (issue 19); on by
+    /// default, `ODUFLOW_BULK_VIEW=false` or `bulk_view = false` turns it off.
+    pub bulk_view: bool,
     pub dns: Option<DnsConfig>,
     pub adapters: Vec<oduflow_engine::command_adapter::CommandAdapterConfig>,
     /// Profiles by name, their user data files read.
@@ -95,6 +99,16 @@ const VULTR_RATE_LIMIT: u32 = 30;
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct BadInput(pub String);
+
+/// A boolean setting from the environment: true/false (also 1/0, on/off).
+fn env_bool(name: &str) -> Result<Option<bool>> {
+    match env(name).map(|v| v.to_ascii_lowercase()) {
+        None => Ok(None),
+        Some(v) if matches!(v.as_str(), "true" | "1" | "on" | "yes") => Ok(Some(true)),
+        Some(v) if matches!(v.as_str(), "false" | "0" | "off" | "no") => Ok(Some(false)),
+        Some(v) => bail!(BadInput(format!("{name}={v:?}: use true or false"))),
+    }
+}
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
@@ -153,6 +167,7 @@ impl Config {
             lease_ms: env_num("ODUFLOW_LEASE_MS")?.or(fc.lease_ms).unwrap_or(120_000),
             attempts_max: env_num("ODUFLOW_ATTEMPTS_MAX")?.or(fc.attempts_max).unwrap_or(10),
             ready_wait_ms: env_num("ODUFLOW_READY_WAIT_MS")?.or(fc.ready_wait_ms).unwrap_or(0),
+            bulk_view: env_bool("ODUFLOW_BULK_VIEW")?.or(fc.bulk_view).unwrap_or(true),
             dns: match env("ODUFLOW_DNS_DOMAIN") {
                 Some(domain) => Some(DnsConfig { domain, ttl: default_ttl() }),
                 None => fc.dns,
@@ -200,6 +215,7 @@ impl Config {
             lease_ms: self.lease_ms,
             attempts_max: self.attempts_max,
             ready_wait_ms: self.ready_wait_ms,
+            bulk_view: self.bulk_view,
             ..Default::default()
         }
     }

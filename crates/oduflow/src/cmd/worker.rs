@@ -68,26 +68,7 @@ pub async fn run(
         None => None,
     };
     let worker = Worker::new(store.clone(), provider.clone(), engine, Arc::new(SystemClock)).with_adapters(adapters);
-    let metrics_at = match metrics_listener {
-        Some(listener) => {
-            let at = listener.local_addr()?;
-            let m = oduflow_server::WorkerMetrics {
-                store: store.clone(),
-                provider: provider.clone(),
-                runs: worker.stats.clone(),
-                clock: Arc::new(SystemClock),
-            };
-            // Serves until the process ends: a scrape while the worker
-            // drains still answers.
-            tokio::spawn(async move {
-                if let Err(e) = oduflow_server::serve_worker_metrics(m, listener, std::future::pending()).await {
-                    tracing::error!(error = %e, "worker metrics listener failed");
-                }
-            });
-            format!("metrics on http://{at}/metrics")
-        }
-        None => "no metrics listener (--metrics-listen ADDR)".to_owned(),
-    };
+    let metrics_at = serve_metrics(metrics_listener, &worker)?;
     let started = format!(
         "oduflow worker {}: database {}, Vultr {} (key {}), rate group {} at {}/s, {} run(s) at once, {metrics_at}",
         worker.cfg.worker_id,
@@ -127,6 +108,31 @@ pub async fn run(
     Ok(())
 }
 
+/// Serves the worker's `/metrics` on `listener`, until the process ends (a
+/// scrape while the worker drains still answers); where, for the start-up
+/// line.
+fn serve_metrics(
+    listener: Option<tokio::net::TcpListener>,
+    worker: &Worker<oduflow_vultr::VultrClient>,
+) -> Result<String> {
+    let Some(listener) = listener else {
+        return Ok("no metrics listener (--metrics-listen ADDR)".to_owned());
+    };
+    let at = listener.local_addr()?;
+    let m = oduflow_server::WorkerMetrics {
+        store: worker.store.clone(),
+        provider: worker.provider.clone(),
+        runs: worker.stats.clone(),
+        clock: Arc::new(SystemClock),
+    };
+    tokio::spawn(async move {
+        if let Err(e) = oduflow_server::serve_worker_metrics(m, listener, std::future::pending()).await {
+            tracing::error!(error = %e, "worker metrics listener failed");
+        }
+    });
+    Ok(format!("metrics on http://{at}/metrics"))
+}
+
 /// Runs `worker` until settled (with `until_settled`) or until `stop`
 /// turns: then no job is claimed any more and the runs under way finish and
 /// commit (which ends their claims: a PostgreSQL transaction, a SQLite
@@ -141,11 +147,11 @@ async fn drain<P: Provider>(
     let work = worker.run(until_settled, stop);
     tokio::pin!(work);
     tokio::select! {
-        r = &mut work => return Ok(r.context("worker")?),
+        r = &mut work => return r.context("worker"),
         _ = stopped => {}
     }
     match tokio::time::timeout(SHUTDOWN_GRACE, &mut work).await {
-        Ok(r) => Ok(r.context("worker")?),
+        Ok(r) => r.context("worker"),
         Err(_) => anyhow::bail!(
             "{} run(s) still under way after {} s were cut, as a crash would cut them (safe by the protocol: \
              each create's receipt is committed before it is sent); the next worker takes their jobs up",
