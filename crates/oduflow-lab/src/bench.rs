@@ -19,7 +19,7 @@ const KEY: &str = "bench-key";
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// convergence | queue | inventory | budget | dns | all
+    /// convergence | bulk | queue | inventory | budget | dns | all
     #[arg(default_value = "all")]
     which: String,
     /// Small sizes, for the test command's smoke run.
@@ -48,6 +48,11 @@ pub struct BenchArgs {
     /// Where the peer's Cargo project is.
     #[arg(long, default_value = "bench/apalis-peer")]
     peer_dir: PathBuf,
+    /// Fleet sizes of the bulk-view benchmark, each with the rate it runs at
+    /// (requests/s; the simulator's 429 threshold is scaled with it), as
+    /// SIZE@RATE.
+    #[arg(long, value_delimiter = ',', default_value = "500@25,5000@100")]
+    bulk: Vec<String>,
     /// Clients for the inventory benchmark (default 10,000; 200 with --smoke).
     #[arg(long)]
     inventory_clients: Option<usize>,
@@ -55,6 +60,22 @@ pub struct BenchArgs {
     /// `<!-- bench:begin -->` and `<!-- bench:end -->` markers, or the whole file).
     #[arg(long)]
     write: Option<PathBuf>,
+}
+
+impl BenchArgs {
+    /// `--bulk` as (clients, rate) pairs.
+    fn bulk_sizes(&self) -> Result<Vec<(usize, u32)>> {
+        self.bulk
+            .iter()
+            .map(|s| {
+                let parse = || -> Option<(usize, u32)> {
+                    let (n, r) = s.split_once('@')?;
+                    Some((n.parse().ok().filter(|n| *n > 0)?, r.parse().ok().filter(|r| (1..=1000).contains(r))?))
+                };
+                parse().ok_or_else(|| BadInput(format!("--bulk {s:?}: use SIZE@RATE, e.g. 500@25")).into())
+            })
+            .collect()
+    }
 }
 
 /// The Markdown a benchmark contributes to BENCHMARKS.md.
@@ -77,9 +98,9 @@ pub async fn run(a: BenchArgs) -> Result<()> {
         };
     }
     let all = a.which == "all";
-    if !all && !["convergence", "queue", "inventory", "budget", "dns"].contains(&a.which.as_str()) {
+    if !all && !["convergence", "bulk", "queue", "inventory", "budget", "dns"].contains(&a.which.as_str()) {
         return Err(BadInput(format!(
-            "unknown benchmark {:?}: convergence, queue, inventory, budget, dns or all",
+            "unknown benchmark {:?}: convergence, bulk, queue, inventory, budget, dns or all",
             a.which
         ))
         .into());
@@ -98,6 +119,12 @@ pub async fn run(a: BenchArgs) -> Result<()> {
         doc.line("## 1. Convergence at Vultr's rate limit\n");
         doc.line("    cargo run --release -- bench convergence\n");
         convergence(if a.smoke { 20 } else { 500 }, if a.smoke { 8 } else { 32 }, &mut doc).await?;
+    }
+    if all || a.which == "bulk" {
+        doc.line("\n## 1c. The bulk view: calls per client before and after (issue 19)\n");
+        doc.line("    cargo run --release -- bench bulk\n");
+        let sizes: Vec<(usize, u32)> = if a.smoke { vec![(20, 25)] } else { a.bulk_sizes()? };
+        crate::bench_bulk::bulk(&sizes, if a.smoke { 8 } else { 32 }, &mut doc).await?;
     }
     if all || a.which == "budget" {
         doc.line("\n## 1b. The rate budget's own cost\n");
@@ -215,16 +242,31 @@ async fn settle<P: Provider>(w: &Worker<P>) -> Result<()> {
 }
 
 /// One convergence run's figures.
-struct Converged {
-    processes: usize,
-    provision_s: f64,
-    delete_s: f64,
-    calls_provision: u64,
-    calls_total: u64,
-    r429: u64,
-    busiest_second: u64,
-    counts: Vec<(ClientStatus, i64)>,
-    routes: String,
+pub(crate) struct Converged {
+    pub processes: usize,
+    pub provision_s: f64,
+    pub delete_s: f64,
+    pub calls_provision: u64,
+    pub calls_total: u64,
+    pub r429: u64,
+    pub busiest_second: u64,
+    pub counts: Vec<(ClientStatus, i64)>,
+    pub routes: String,
+    /// The largest peak RSS of any worker process, KiB.
+    pub peak_rss_kib: u64,
+}
+
+/// One convergence run's settings.
+#[derive(Clone, Copy)]
+pub(crate) struct Fleet {
+    pub n: usize,
+    pub processes: usize,
+    pub in_flight: usize,
+    /// The rate budget (requests/s); the simulator answers 429 above
+    /// `rate * 30 / 25` (Vultr's 30 at the default 25).
+    pub rate: u32,
+    /// The bulk view (issue 19) on or off.
+    pub bulk: bool,
 }
 
 /// Provisions then deletes `n` clients with 1 and with 4 worker processes
@@ -237,7 +279,7 @@ async fn convergence(n: usize, in_flight: usize, out: &mut Section) -> Result<()
     let rate = oduflow_vultr::DEFAULT_RATE_PER_SEC;
     let mut runs = Vec::new();
     for processes in [1, 4] {
-        let r = converge_with(n, processes, in_flight).await?;
+        let r = converge_with(Fleet { n, processes, in_flight, rate, bulk: true }).await?;
         let bound_s = r.calls_total as f64 / f64::from(rate);
         let wall = r.provision_s + r.delete_s;
         println!(
@@ -294,10 +336,11 @@ async fn convergence(n: usize, in_flight: usize, out: &mut Section) -> Result<()
     Ok(())
 }
 
-async fn converge_with(n: usize, processes: usize, in_flight: usize) -> Result<Converged> {
+pub(crate) async fn converge_with(f: Fleet) -> Result<Converged> {
+    let Fleet { n, processes, in_flight, rate, bulk } = f;
     let sim = Sim::start(
         SimConfig {
-            rate_per_sec: oduflow_sim::DEFAULT_RATE_PER_SEC,
+            rate_per_sec: oduflow_sim::DEFAULT_RATE_PER_SEC * rate / oduflow_vultr::DEFAULT_RATE_PER_SEC,
             // Compressed but realistic: pending, then installing, then ok;
             // a new resource answers 404 and is missing from listings briefly.
             pending_ms: 2_000,
@@ -331,29 +374,37 @@ async fn converge_with(n: usize, processes: usize, in_flight: usize) -> Result<C
                     .env("ODUFLOW_POLL_INTERVAL_MS", "2000")
                     .env("ODUFLOW_STATE_DIR", state.path())
                     .env("ODUFLOW_LOG", "error")
-                    .env_remove("ODUFLOW_RATE_PER_SEC")
+                    .env("ODUFLOW_RATE_PER_SEC", rate.to_string())
+                    .env("ODUFLOW_BULK_VIEW", bulk.to_string())
+                    .env("ODUFLOW_PRINT_PEAK_RSS", "1")
                     .env_remove("ODUFLOW_RATE_GROUP")
                     .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
                     .spawn()?)
             })
             .collect()
     };
     let wait = |children: Vec<tokio::process::Child>| async move {
+        let mut rss = 0u64;
         for c in children {
             let o = c.wait_with_output().await?;
-            anyhow::ensure!(o.status.success(), "a worker failed: {}", String::from_utf8_lossy(&o.stderr));
+            let err = String::from_utf8_lossy(&o.stderr);
+            anyhow::ensure!(o.status.success(), "a worker failed: {err}");
+            let peak =
+                err.lines().filter_map(|l| l.strip_prefix("oduflow: peak RSS ")?.strip_suffix(" KiB")?.parse().ok());
+            rss = rss.max(peak.max().unwrap_or(0));
         }
-        Ok::<(), anyhow::Error>(())
+        Ok::<u64, anyhow::Error>(rss)
     };
     let t = Instant::now();
-    wait(fleet()?).await?;
+    let rss_provision = wait(fleet()?).await?;
     let provision_s = t.elapsed().as_secs_f64();
     let calls_provision: u64 = sim.ledger().requests.values().sum();
     for i in 0..n {
         store.client_delete(&format!("b{i}"), SystemClock.now_ms(), 10).await?;
     }
     let t = Instant::now();
-    wait(fleet()?).await?;
+    let rss_delete = wait(fleet()?).await?;
     let delete_s = t.elapsed().as_secs_f64();
     let l = sim.ledger();
     let counts = store.client_status_counts().await?;
@@ -373,6 +424,7 @@ async fn converge_with(n: usize, processes: usize, in_flight: usize) -> Result<C
         busiest_second: l.busiest_second,
         counts,
         routes,
+        peak_rss_kib: rss_provision.max(rss_delete),
     })
 }
 

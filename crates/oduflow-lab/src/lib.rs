@@ -11,6 +11,7 @@
 //! executable they run in.
 
 pub mod bench;
+mod bench_bulk;
 mod bench_dns;
 pub mod campaign;
 
