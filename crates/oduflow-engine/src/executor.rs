@@ -52,6 +52,16 @@ struct RunGuard {
     stop: Mutex<Option<Stop>>,
 }
 
+/// A planted bug (test builds only), for proving the campaign catches it: a
+/// listing's sighting taken as the GET's, which deletion's bookkeeping
+/// trusts (a 404 inside the post-create window then "confirms" a deletion).
+fn listing_taken_as_seen() -> bool {
+    #[cfg(feature = "failpoints")]
+    return crate::planted_bug("listing_taken_as_seen");
+    #[cfg(not(feature = "failpoints"))]
+    false
+}
+
 /// How an observation reads (see `Converge::read_via`).
 #[derive(Clone, Copy, Debug)]
 enum Via {
@@ -355,7 +365,7 @@ impl<'a, P: Provider> Converge<'a, P> {
             // Only a GET by id establishes that a resource has been seen
             // (deletion bookkeeping): a listing may show a new resource
             // while GET by id and DELETE still answer 404.
-            Ok(s @ Seen::Present(_)) if r.seen_ms.is_none() && !self.from_view[slot(kind)] => {
+            Ok(s @ Seen::Present(_)) if r.seen_ms.is_none() && (!self.from_view[slot(kind)] || listing_taken_as_seen()) => {
                 w.receipts.mark_seen(&r.operation_key, w.now_ms()).await?;
                 self.seen[slot(kind)].1 = s;
             }
