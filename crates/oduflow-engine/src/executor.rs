@@ -365,7 +365,9 @@ impl<'a, P: Provider> Converge<'a, P> {
             // Only a GET by id establishes that a resource has been seen
             // (deletion bookkeeping): a listing may show a new resource
             // while GET by id and DELETE still answer 404.
-            Ok(s @ Seen::Present(_)) if r.seen_ms.is_none() && (!self.from_view[slot(kind)] || listing_taken_as_seen()) => {
+            Ok(s @ Seen::Present(_))
+                if r.seen_ms.is_none() && (!self.from_view[slot(kind)] || listing_taken_as_seen()) =>
+            {
                 w.receipts.mark_seen(&r.operation_key, w.now_ms()).await?;
                 self.seen[slot(kind)].1 = s;
             }

@@ -1,0 +1,113 @@
+//! The bulk view (issue 19): first provisioning is watched through shared
+//! listings, not a GET by id per resource per poll; deletion keeps its GETs
+//! by id; a listing's sighting is recorded as `listed_ms`, never as the
+//! GET's `seen_ms`, and ends abandonment.
+
+use super::*;
+use std::collections::BTreeMap;
+
+oduflow_store::on_both_stores!(
+    super::env_of =>
+    provisioning_reads_through_shared_listings_and_deletion_reads_by_id,
+);
+
+const CLIENTS: usize = 6;
+
+/// A poll interval longer than the simulator's listing lag (100 ms here), as
+/// Vultr's 5 s default is: a resource is in the listing at its first look.
+/// (Shorter, it is not yet, and is read by id: absence proves nothing.)
+const POLL: (&str, &str) = ("ODUFLOW_POLL_INTERVAL_MS", "300");
+
+fn requests(env: &Env) -> BTreeMap<String, u64> {
+    env.sim.ledger().requests.into_iter().collect()
+}
+
+fn count(m: &BTreeMap<String, u64>, route: &str) -> u64 {
+    m.get(route).copied().unwrap_or(0)
+}
+
+fn minus(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    a.iter().map(|(k, v)| (k.clone(), v - b.get(k).copied().unwrap_or(0))).collect()
+}
+
+fn create_all(env: &Env, prefix: &str) {
+    for i in 0..CLIENTS {
+        env.ok(&[
+            "client",
+            "create",
+            &format!("{prefix}{i}"),
+            "--region",
+            "ewr",
+            "--plan",
+            "vc2-1c-1gb",
+            "--os-id",
+            "2284",
+            "--volume-gb",
+            "40",
+        ]);
+    }
+}
+
+async fn statuses(store: &Store, prefix: &str) -> Vec<ClientStatus> {
+    let all = store.client_list().await.unwrap();
+    all.into_iter().filter(|c| c.name.starts_with(prefix)).map(|c| c.infra.status).collect()
+}
+
+async fn provisioning_reads_through_shared_listings_and_deletion_reads_by_id(env: Env) {
+    env.ok(&["init"]);
+    let store = env.store().await;
+
+    // The view off: as before issue 19, readiness costs GETs by id.
+    create_all(&env, "off");
+    let before = requests(&env);
+    let o =
+        env.cmd(&["worker", "--until-settled"]).env("ODUFLOW_BULK_VIEW", "false").env(POLL.0, POLL.1).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(statuses(&store, "off").await.iter().all(|s| *s == ClientStatus::Ready));
+    let off = minus(&requests(&env), &before);
+    assert!(count(&off, "GET /v2/instances/{id}") >= CLIENTS as u64, "{off:?}");
+    assert!(count(&off, "GET /v2/blocks/{id}") >= CLIENTS as u64, "{off:?}");
+
+    // The view on (the default): a few listings instead; a GET by id only
+    // where a listing cannot decide (a resource not yet listed, a count).
+    create_all(&env, "on");
+    let before = requests(&env);
+    let o = env.cmd(&["worker", "--until-settled"]).env(POLL.0, POLL.1).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(statuses(&store, "on").await.iter().all(|s| *s == ClientStatus::Ready));
+    let on = minus(&requests(&env), &before);
+    let by_id = |m: &BTreeMap<String, u64>| count(m, "GET /v2/instances/{id}") + count(m, "GET /v2/blocks/{id}");
+    assert!(by_id(&on) * 3 <= by_id(&off), "GETs by id: {} with the view, {} without: {on:?}", by_id(&on), by_id(&off));
+    assert!(count(&on, "GET /v2/instances") >= 1 && count(&on, "GET /v2/blocks") >= 1, "{on:?}");
+    let calls: u64 = on.values().sum();
+    let calls_off: u64 = off.values().sum();
+    println!("provisioning {CLIENTS} clients: {calls_off} calls with the view off, {calls} with it on: {on:?}");
+    assert!(calls < calls_off, "the view saved nothing: {calls} vs {calls_off}");
+
+    // A listing showed them: listed, not seen; and no longer abandonable.
+    let c = store.client_get("on0").await.unwrap().unwrap();
+    let receipts = store.receipts_for_client(&c.id).await.unwrap();
+    for r in receipts.iter().filter(|r| r.resource_kind != ResourceKind::Attach) {
+        assert!(r.listed_ms.is_some() && r.seen_ms.is_none(), "{r:?}");
+    }
+    // (Refused by the protocol: exit 1, as every refusal.)
+    let o = env.run(&["abandon", "on0", "--kind", "vm", "--by", "test", "--reason", "checked"]);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("known outcome"));
+
+    // Deletion reads by id: the first sighting, then the 404 that confirms.
+    for i in 0..CLIENTS {
+        env.ok(&["client", "delete", &format!("on{i}")]);
+    }
+    let before = requests(&env);
+    env.ok(&["worker", "--until-settled"]);
+    assert!(statuses(&store, "on").await.iter().all(|s| *s == ClientStatus::Deleted));
+    let del = minus(&requests(&env), &before);
+    assert!(count(&del, "GET /v2/instances/{id}") >= 2 * CLIENTS as u64, "{del:?}");
+    assert!(count(&del, "GET /v2/blocks/{id}") >= 2 * CLIENTS as u64, "{del:?}");
+    let receipts = store.receipts_for_client(&c.id).await.unwrap();
+    for r in receipts.iter().filter(|r| r.resource_kind != ResourceKind::Attach) {
+        assert!(r.seen_ms.is_some() && r.deleted_ms.is_some(), "{r:?}");
+    }
+    assert!(env.sim.ledger().resources.iter().all(|r| r.deleted_at.is_some() || !r.label.contains(c.id.as_str())));
+}
