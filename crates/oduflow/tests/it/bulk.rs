@@ -111,3 +111,88 @@ async fn provisioning_reads_through_shared_listings_and_deletion_reads_by_id(env
     }
     assert!(env.sim.ledger().resources.iter().all(|r| r.deleted_at.is_some() || !r.label.contains(c.id.as_str())));
 }
+
+/// A simulator whose new resources answer GET (and DELETE) 404 for 4 s while
+/// listings show them at once: the window in which a listing's sighting
+/// must not count as the GET's.
+async fn env_404_of(db: &oduflow_store::testing::TestDb) -> Env {
+    let cfg = oduflow_sim::SimConfig {
+        pending_ms: 100,
+        installing_ms: 100,
+        get_404_window_ms: 4_000,
+        list_lag_ms: 0,
+        rate_per_sec: 1000,
+        ..oduflow_sim::SimConfig::default()
+    }
+    .with_key(KEY);
+    let sim = oduflow_sim::Sim::start(cfg, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    Env { dir: tempfile::tempdir().unwrap(), url: db.url.clone(), sim }
+}
+
+oduflow_store::on_both_stores!(
+    super::env_404_of =>
+    a_listing_sighting_never_lets_a_404_confirm_a_deletion,
+);
+
+/// The hole the `listing_taken_as_seen` planted bug re-opens: a VM the
+/// listing showed, deleted while GET still answers 404 (the post-create
+/// window). Were the listing's sighting taken as the GET's, the 404s would
+/// "confirm" the deletion and the VM, visible a moment later, would be
+/// forgotten. Deletion waits for a GET to show it, then deletes it.
+async fn a_listing_sighting_never_lets_a_404_confirm_a_deletion(env: Env) {
+    env.ok(&["init"]);
+    let store = env.store().await;
+    env.ok(&[
+        "client",
+        "create",
+        "w",
+        "--region",
+        "ewr",
+        "--plan",
+        "vc2-1c-1gb",
+        "--os-id",
+        "2284",
+        "--volume-gb",
+        "40",
+    ]);
+    let c = store.client_get("w").await.unwrap().unwrap();
+    let mut worker = env
+        .cmd(&["worker"])
+        .env(POLL.0, POLL.1)
+        .env("ODUFLOW_OBSERVATIONS_MAX", "60")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let listed = loop {
+        let rs = store.receipts_for_client(&c.id).await.unwrap();
+        if let Some(r) = rs.iter().find(|r| r.resource_kind == ResourceKind::Vm && r.listed_ms.is_some()) {
+            break r.clone();
+        }
+        assert!(start.elapsed() < Duration::from_secs(3), "the view never listed the VM: {rs:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    super::service::service_stop(&mut worker);
+    println!("listed, not yet seen by a GET: {:?} / {:?}", listed.listed_ms, listed.seen_ms);
+    env.ok(&["client", "delete", "w"]);
+    let o = env
+        .cmd(&["worker", "--until-settled"])
+        .env(POLL.0, POLL.1)
+        .env("ODUFLOW_OBSERVATIONS_MAX", "60")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let c = store.client_get("w").await.unwrap().unwrap();
+    assert_eq!(c.infra.status, ClientStatus::Deleted, "{:?}", c.infra);
+    // Past the window: whatever was created is gone, not merely unseen.
+    tokio::time::sleep(Duration::from_millis(4_200u64.saturating_sub(start.elapsed().as_millis() as u64))).await;
+    let live: Vec<_> = env
+        .sim
+        .ledger()
+        .resources
+        .into_iter()
+        .filter(|r| r.label.contains(c.id.as_str()) && r.deleted_at.is_none())
+        .collect();
+    assert!(live.is_empty(), "deleted client w still has live resources: {live:?}");
+}

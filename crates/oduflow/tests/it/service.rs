@@ -14,6 +14,13 @@ oduflow_store::on_both_stores!(
     worker_metrics_are_scraped_and_parsed_while_it_runs,
 );
 
+/// Stops a worker process gracefully (SIGTERM) and waits for it.
+pub(super) fn service_stop(child: &mut std::process::Child) {
+    signal(child, "TERM");
+    let (status, _) = wait_bounded(child, Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}
+
 /// Sends `sig` (`TERM`, `INT`) to a child process.
 fn signal(child: &std::process::Child, sig: &str) {
     let ok = Command::new("kill").args([&format!("-{sig}"), &child.id().to_string()]).status().unwrap().success();
