@@ -104,6 +104,7 @@ async fn run(cli: Cli) -> Result<()> {
     let cfg = Config::load(cli.config.as_deref())?;
     match cli.cmd {
         Cmd::Init => cmd::init::run(&cfg).await,
+        Cmd::Check { json } => cmd::check::run(&cfg, json).await,
         Cmd::Client(c) => cmd::client::run(&cfg, c).await,
         Cmd::Queue(q) => cmd::queue::run(&cfg, q).await,
         Cmd::Worker { until_settled, concurrency } => cmd::worker::run(&cfg, until_settled, concurrency).await,

@@ -1015,6 +1015,7 @@ async fn token_commands_and_serve() {
 }
 
 // After the macros and helpers above, which it uses.
+mod check;
 mod dns;
 mod identities;
 
