@@ -30,6 +30,9 @@ const CHECK_CALL_SLACK: Duration = Duration::from_secs(10);
 /// 30 s busy timeout), so their errors, which say more, come first.
 const DATABASE_CHECK_TIMEOUT: Duration = Duration::from_secs(40);
 
+/// One connection to the database, before the pool's own (longer) wait.
+const DATABASE_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// One line of the report.
 #[derive(Debug, Serialize)]
 pub(crate) struct Check {
@@ -89,8 +92,12 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut s = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
+        // The driver's errors repeat their source in their own message.
+        let text = c.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
         cause = c.source();
     }
     s
@@ -104,6 +111,18 @@ fn secs(d: Duration) -> u64 {
 /// checks that need it cannot run.
 async fn database(cfg: &Config) -> (Check, Result<Store, String>) {
     let url = oduflow_store::redact_url(&cfg.database_url);
+    let unreachable =
+        |detail: String| (fail("database", format!("{url}: {detail}")), Err("database unreachable".into()));
+    let not_ready =
+        |e: StoreError| (fail("database", e.to_string()), Err("database not initialized or not migrated".into()));
+    // One connection first: its error says why (refused, authentication, no
+    // such database), where the pool's would only say it timed out waiting.
+    match tokio::time::timeout(DATABASE_PROBE_TIMEOUT, Store::probe(&cfg.database_url)).await {
+        Err(_) => return unreachable(format!("no connection within {} s", secs(DATABASE_PROBE_TIMEOUT))),
+        Ok(Err(e @ StoreError::NotInitialized(_))) => return not_ready(e),
+        Ok(Err(e)) => return unreachable(chain(&e)),
+        Ok(Ok(())) => {}
+    }
     let opened = tokio::time::timeout(DATABASE_CHECK_TIMEOUT, async {
         let store = Store::connect(&cfg.database_url, false).await?;
         let version = store.schema_version().await?;
@@ -113,21 +132,15 @@ async fn database(cfg: &Config) -> (Check, Result<Store, String>) {
     let want = oduflow_store::SCHEMA_VERSION;
     match opened {
         Ok(Ok((store, have))) if have == want => (pass("database", format!("{url} schema {have} (latest)")), Ok(store)),
+        // A newer oduflow migrated it (a rolling upgrade): this one still
+        // works on it, as every command does.
         Ok(Ok((store, have))) => {
-            store.close().await;
-            let line =
-                format!("{url} schema {have} is newer than this oduflow's {want}: run the oduflow that migrated it");
-            (fail("database", line), Err("database newer than this oduflow".into()))
+            (pass("database", format!("{url} schema {have} (newer than this oduflow's {want})")), Ok(store))
         }
         // Their messages name `oduflow init`.
-        Ok(Err(e @ (StoreError::NotInitialized(_) | StoreError::MigrationsPending { .. }))) => {
-            (fail("database", e.to_string()), Err("database not initialized or not migrated".into()))
-        }
-        Ok(Err(e)) => (fail("database", format!("{url}: {}", chain(&e))), Err("database unreachable".into())),
-        Err(_) => (
-            fail("database", format!("{url}: no answer within {} s", secs(DATABASE_CHECK_TIMEOUT))),
-            Err("database unreachable".into()),
-        ),
+        Ok(Err(e @ (StoreError::NotInitialized(_) | StoreError::MigrationsPending { .. }))) => not_ready(e),
+        Ok(Err(e)) => unreachable(chain(&e)),
+        Err(_) => unreachable(format!("no answer within {} s", secs(DATABASE_CHECK_TIMEOUT))),
     }
 }
 

@@ -124,6 +124,32 @@ async fn check_names_oduflow_init_for_an_unmigrated_or_older_database(env: Env) 
     }
 }
 
+/// A database nothing answers for: its line says why at once (not after the
+/// pool's 30 s wait), and every check that needs it says it was skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_says_why_the_database_is_unreachable_and_what_it_skipped() {
+    let env = Env::sqlite().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let started = Instant::now();
+    let o = env
+        .cmd(&["check", "--json"])
+        .env("ODUFLOW_DATABASE_URL", format!("postgres://oduflow@127.0.0.1:{port}/oduflow"))
+        .output()
+        .unwrap();
+    let (code, checks) = report(&o);
+    assert_eq!(code, Some(1), "{checks:?}");
+    let db = line(&checks, "database");
+    assert!(!db.1 && db.2.contains("Connection refused"), "{db:?}");
+    for name in ["vultr-url", "vultr-key", "rate-group", "restore"] {
+        let c = line(&checks, name);
+        assert!(!c.1 && c.2.starts_with("skipped: database unreachable"), "{c:?}");
+    }
+    for name in ["adapters", "root-password", "dns"] {
+        assert!(line(&checks, name).1, "{checks:?}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_fails_the_key_line_for_a_refused_key() {
     let env = Env::sqlite().await;
