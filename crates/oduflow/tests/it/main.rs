@@ -1016,6 +1016,7 @@ async fn token_commands_and_serve() {
 
 // After the macros and helpers above, which it uses.
 mod check;
+mod deploy;
 mod dns;
 mod identities;
 
