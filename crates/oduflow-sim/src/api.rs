@@ -71,6 +71,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v2/snapshots", get(|s: State<Arc<Shared>>, q: Q| catalog(s, q, "snapshots")))
         .route("/v2/applications", get(|s: State<Arc<Shared>>, q: Q| catalog(s, q, "applications")))
         .route("/v2/instances/{id}/backup-schedule", get(backup_schedule_get).post(backup_schedule_set))
+        .route("/v2/domains/{domain}", get(dns_domain_get))
         .route("/v2/domains/{domain}/records", get(dns_record_list).post(dns_record_create))
         .route(
             "/v2/domains/{domain}/records/{id}",
@@ -102,6 +103,7 @@ fn op_of(method: &Method, route: &str) -> Option<Op> {
         ("PATCH", "/v2/blocks/{id}") => Op::BlockPatch,
         ("POST", "/v2/blocks/{id}/attach") => Op::BlockAttach,
         ("POST", "/v2/blocks/{id}/detach") => Op::BlockDetach,
+        ("GET", "/v2/domains/{domain}") => Op::DnsDomainGet,
         ("GET", "/v2/domains/{domain}/records") => Op::DnsRecordList,
         ("POST", "/v2/domains/{domain}/records") => Op::DnsRecordCreate,
         ("GET", "/v2/domains/{domain}/records/{id}") => Op::DnsRecordGet,
@@ -342,6 +344,9 @@ async fn block_attach(State(s): State<Arc<Shared>>, Path(id): Path<String>, body
 async fn block_detach(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
     // The body (`{"live": bool}`) changes nothing the simulator shows.
     render(s.world().block_detach(&id))
+}
+async fn dns_domain_get(State(s): State<Arc<Shared>>, Path(domain): Path<String>) -> Response {
+    render(s.world().dns_domain_get(&domain))
 }
 async fn dns_record_list(State(s): State<Arc<Shared>>, Path(domain): Path<String>, Query(q): Q) -> Response {
     render(s.world().dns_record_list(&domain, &q))

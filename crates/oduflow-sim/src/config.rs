@@ -126,6 +126,8 @@ pub enum Op {
     InstancePatch,
     /// `PATCH /blocks/{id}`.
     BlockPatch,
+    /// `GET /domains/{domain}` (`oduflow check`).
+    DnsDomainGet,
     DnsRecordCreate,
     DnsRecordGet,
     DnsRecordList,

@@ -1190,6 +1190,18 @@ impl World {
         }
     }
 
+    /// `GET /domains/{domain}`: the zone, or 404 for one the account
+    /// does not hold.
+    pub fn dns_domain_get(&self, domain: &str) -> Reply {
+        if !self.domains.contains_key(domain) {
+            return Reply::error(404, "Domain not found.");
+        }
+        Reply::json(
+            200,
+            json!({ "domain": { "domain": domain, "date_created": "2024-01-01T00:00:00+00:00", "dns_sec": "disabled" } }),
+        )
+    }
+
     pub fn dns_record_list(&self, domain: &str, q: &BTreeMap<String, String>) -> Reply {
         let Some(rs) = self.domains.get(domain) else {
             return Reply::error(404, "Domain not found.");

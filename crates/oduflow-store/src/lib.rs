@@ -286,6 +286,33 @@ impl Store {
         .await
     }
 
+    /// Opens one connection and closes it, without a pool: the driver's own
+    /// error (connection refused, authentication failed, no such database)
+    /// where a pool would only say that it timed out waiting, after 30 s.
+    /// Changes nothing: a missing SQLite file is not created. For
+    /// `oduflow check`; the caller bounds the wait.
+    pub async fn probe(url: &str) -> Result<()> {
+        use sqlx::Connection;
+        crate::named("probe", async move {
+            match Self::check_url(url)? {
+                Backend::Postgres => {
+                    let opts = PgConnectOptions::from_str(url).expect("checked");
+                    sqlx::PgConnection::connect_with(&opts).await?.close().await?;
+                }
+                Backend::Sqlite => {
+                    let opts = SqliteConnectOptions::from_str(url).expect("checked").create_if_missing(false);
+                    let conn = sqlx::SqliteConnection::connect_with(&opts).await.map_err(|e| match e {
+                        sqlx::Error::Database(_) => StoreError::NotInitialized(redact_url(url)),
+                        e => StoreError::Db(e),
+                    })?;
+                    conn.close().await?;
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
     pub fn backend(&self) -> Backend {
         match &self.db {
             Db::Pg(..) => Backend::Postgres,

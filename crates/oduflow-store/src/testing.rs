@@ -265,6 +265,16 @@ pub async fn execute_raw(store: &Store, sql: &str) -> Result<(), String> {
     crate::both!(store, p => sqlx::query(sql).execute(p).await.map(|_| ()).map_err(|e| e.to_string()))
 }
 
+/// Forgets every migration after `version`, so the database reads as one an
+/// older oduflow migrated (`oduflow check` and every command must then name
+/// `oduflow init`). The tables stay as they are.
+pub async fn schema_rewind(store: &Store, version: i64) -> KitResult<()> {
+    crate::both!(store, p => {
+        sqlx::query("DELETE FROM _sqlx_migrations WHERE version > $1").bind(version).execute(p).await?;
+    });
+    Ok(())
+}
+
 /// Moves the client's generation on as another writer would (a `client
 /// delete` landing mid-run), unless the record is locked: PostgreSQL gives
 /// up after [`BUMP_LOCK_TIMEOUT_MS`] on a claim's row lock. Whether it moved.

@@ -72,6 +72,16 @@ struct Envelope {
     record: DnsRecord,
 }
 
+/// A DNS domain (zone) of the account, as `GET /domains/{domain}` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DnsDomain {
+    pub domain: String,
+    #[serde(default)]
+    pub date_created: String,
+    #[serde(default)]
+    pub dns_sec: String,
+}
+
 impl VultrClient {
     /// `POST /domains/{domain}/records`, sent once (201 with the record).
     pub async fn dns_record_create(&self, domain: &str, req: &DnsRecordRequest) -> Outcome<DnsRecord> {
@@ -80,6 +90,17 @@ impl VultrClient {
         Self::classify(reply, |a| {
             serde_json::from_slice::<Envelope>(&a.body).ok().map(|e| e.record).filter(|r| !r.id.0.is_empty())
         })
+    }
+
+    /// `GET /domains/{domain}`: the zone, `Ok(None)` on 404 (not in this
+    /// account). Read by `oduflow check`.
+    pub async fn dns_domain_get(&self, domain: &str) -> Result<Option<DnsDomain>, VultrError> {
+        #[derive(Deserialize)]
+        struct DomainEnvelope {
+            domain: DnsDomain,
+        }
+        let env: Option<DomainEnvelope> = self.get_one(&["domains", domain]).await?;
+        Ok(env.map(|e| e.domain))
     }
 
     /// `Ok(None)` on 404.

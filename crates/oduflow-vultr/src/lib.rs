@@ -36,8 +36,8 @@ mod provider;
 pub mod stats;
 mod wire;
 
-pub use account::{Account, Plan, Region};
+pub use account::{Account, AccountProbe, Plan, Region};
 pub use config::*;
-pub use dns::{DnsRecord, DnsRecordId, DnsRecordPatch, DnsRecordRequest};
+pub use dns::{DnsDomain, DnsRecord, DnsRecordId, DnsRecordPatch, DnsRecordRequest};
 pub use error::VultrError;
 pub use http::VultrClient;

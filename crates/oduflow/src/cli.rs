@@ -22,6 +22,14 @@ pub(crate) struct Cli {
 pub(crate) enum Cmd {
     /// Create or migrate the database. Running it again is harmless.
     Init,
+    /// Preflight, one line per check: the database (at this binary's
+    /// schema), Vultr's base URL and the key, the rate group, the restore
+    /// state, the adapters' commands, the DNS zone. Exit 0 if all pass, 1 if
+    /// any fails.
+    Check {
+        #[arg(long)]
+        json: bool,
+    },
     /// Record intent for clients and look at them.
     #[command(subcommand)]
     Client(ClientCmd),

@@ -67,31 +67,15 @@ pub async fn check(store: &Store, now_ms: i64) -> Result<Option<String>> {
         }
         return Ok(store.restore_pending().await?);
     }
-    // "<mark> <stamp>": the highest event id seen, and what that event was.
-    let remembered = std::fs::read_to_string(&file).unwrap_or_default();
-    let mut words = remembered.split_whitespace();
-    let seen: i64 = words.next().and_then(|s| s.parse().ok()).unwrap_or(0);
-    let seen_stamp = words.next().map(str::to_owned);
+    let (seen, seen_stamp) = remembered(&file);
     let mark = store.high_water_mark().await?;
-    // A restored copy that took a few writes before anyone compared can
-    // reach (or pass) the remembered mark again; the event at that id is
-    // then another one: the history diverged.
-    let diverged = match &seen_stamp {
-        Some(stamp) if seen > 0 && mark >= seen => store.event_stamp(seen).await?.as_deref() != Some(stamp.as_str()),
-        _ => false,
-    };
-    if (mark < seen || diverged) && store.restore_pending().await?.is_none() {
-        let why = if diverged {
-            format!(
-                "the database's event {seen} is not the one this host saw: restored from a backup, then written to?"
-            )
-        } else {
-            format!(
-                "database high-water mark {mark} is below {seen}, seen earlier by this host: restored from a backup?"
-            )
-        };
-        store.restore_declare(&why, now_ms).await?;
+    let behind = behind(store, seen, seen_stamp.as_deref(), mark).await?;
+    if let Some(b) = &behind
+        && store.restore_pending().await?.is_none()
+    {
+        store.restore_declare(&b.why, now_ms).await?;
     }
+    let diverged = behind.as_ref().is_some_and(|b| b.diverged);
     if !diverged && (mark > seen || (mark == seen && seen_stamp.is_none())) {
         // Best effort: a host that cannot remember still runs, and an
         // operator can declare a restore by hand.
@@ -102,4 +86,64 @@ pub async fn check(store: &Store, now_ms: i64) -> Result<Option<String>> {
         let _ = f.unlock();
     }
     Ok(store.restore_pending().await?)
+}
+
+/// This host's memory of a lineage: "<mark> <stamp>", the highest event id
+/// seen and what that event was (0 and none when the file is missing).
+fn remembered(file: &std::path::Path) -> (i64, Option<String>) {
+    let remembered = std::fs::read_to_string(file).unwrap_or_default();
+    let mut words = remembered.split_whitespace();
+    let seen: i64 = words.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    (seen, words.next().map(str::to_owned))
+}
+
+/// Why a database at high-water mark `mark` is an older copy than the one
+/// this host saw (`seen`, and the stamp of the event at it).
+struct Behind {
+    /// The event at `seen` is another one: the history diverged.
+    diverged: bool,
+    why: String,
+}
+
+async fn behind(store: &Store, seen: i64, seen_stamp: Option<&str>, mark: i64) -> Result<Option<Behind>> {
+    // A restored copy that took a few writes before anyone compared can
+    // reach (or pass) the remembered mark again; the event at that id is
+    // then another one: the history diverged.
+    let diverged = match seen_stamp {
+        Some(stamp) if seen > 0 && mark >= seen => store.event_stamp(seen).await?.as_deref() != Some(stamp),
+        _ => false,
+    };
+    Ok(if diverged {
+        Some(Behind {
+            diverged,
+            why: format!(
+                "the database's event {seen} is not the one this host saw: restored from a backup, then written to?"
+            ),
+        })
+    } else if mark < seen {
+        Some(Behind {
+            diverged,
+            why: format!(
+                "database high-water mark {mark} is below {seen}, seen earlier by this host: restored from a backup?"
+            ),
+        })
+    } else {
+        None
+    })
+}
+
+/// What `oduflow check` reports: the restore pending (declared, or what
+/// this host's memory shows and the next worker or `serve` here would
+/// declare), the database's high-water mark and this host's. Reads only:
+/// declares nothing and writes no memory file.
+pub async fn peek(store: &Store) -> Result<(Option<String>, i64, i64)> {
+    let mark = store.high_water_mark().await?;
+    if let Some(why) = store.restore_pending().await? {
+        return Ok((Some(why), mark, 0));
+    }
+    let (seen, seen_stamp) = remembered(&state_dir().join(format!("lineage-{}", store.lineage().await?)));
+    let why = behind(store, seen, seen_stamp.as_deref(), mark).await?.map(|b| {
+        format!("not declared yet, but {}: the next worker or `oduflow serve` on this host will declare it", b.why)
+    });
+    Ok((why, mark, seen))
 }

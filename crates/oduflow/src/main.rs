@@ -8,6 +8,7 @@ mod cli;
 mod cmd;
 mod config;
 mod lineage;
+mod logs;
 mod output;
 mod setup;
 mod signals;
@@ -37,7 +38,14 @@ fn main() -> ExitCode {
     // The database driver's own warnings stay out of a command's output
     // (see `oduflow_store::DRIVER_LOG_DIRECTIVE`).
     let default = if matches!(cli.cmd, Cmd::Demo { .. }) { "warn,oduflow_vultr=error" } else { "warn" };
-    init_tracing(&format!("{default},{}", oduflow_store::DRIVER_LOG_DIRECTIVE));
+    let format = match logs::LogFormat::from_env() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("oduflow: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    logs::init(&format!("{default},{}", oduflow_store::DRIVER_LOG_DIRECTIVE), format);
     let _failpoints = oduflow_engine::fail_scenario();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let result = rt.block_on(run(cli));
@@ -74,13 +82,6 @@ fn chain(e: &anyhow::Error) -> String {
     e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ")
 }
 
-/// `ODUFLOW_LOG` (tracing filter syntax), else `default`.
-fn init_tracing(default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("ODUFLOW_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
-}
-
 #[cfg(feature = "lab")]
 fn lab_bad_input(e: &anyhow::Error) -> bool {
     e.downcast_ref::<oduflow_lab::BadInput>().is_some()
@@ -105,6 +106,7 @@ async fn run(cli: Cli) -> Result<()> {
     let cfg = Config::load(cli.config.as_deref())?;
     match cli.cmd {
         Cmd::Init => cmd::init::run(&cfg).await,
+        Cmd::Check { json } => cmd::check::run(&cfg, json).await,
         Cmd::Client(c) => cmd::client::run(&cfg, c).await,
         Cmd::Queue(q) => cmd::queue::run(&cfg, q).await,
         Cmd::Worker { until_settled, concurrency, metrics_listen } => {

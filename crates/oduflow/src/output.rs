@@ -275,3 +275,23 @@ fn print_server(i: &oduflow_store::InfraRow) {
         println!("mount:      /dev/disk/by-id/virtio-{}", o.mount_id);
     }
 }
+
+/// `oduflow check`'s report: `ok    NAME  DETAIL` / `FAIL  NAME  DETAIL`,
+/// or `{"ok": BOOL, "checks": [{"name", "ok", "detail"}]}`.
+pub(crate) fn print_checks(checks: &[crate::cmd::check::Check], json: bool) -> Result<()> {
+    if json {
+        #[derive(serde::Serialize)]
+        struct Report<'a> {
+            ok: bool,
+            checks: &'a [crate::cmd::check::Check],
+        }
+        let report = Report { ok: checks.iter().all(|c| c.ok), checks };
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    let width = checks.iter().map(|c| c.name.len()).max().unwrap_or(0);
+    for c in checks {
+        println!("{:<6}{:<width$}  {}", if c.ok { "ok" } else { "FAIL" }, c.name, c.detail);
+    }
+    Ok(())
+}

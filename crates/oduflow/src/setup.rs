@@ -48,6 +48,14 @@ pub(crate) async fn refuse_if_restored(store: &Store) -> Result<()> {
 /// budget in the database, shared with every other process of the group.
 /// `role` names this process in the budget's metrics.
 pub(crate) fn provider(cfg: &Config, store: &Store, role: &str) -> Result<Arc<oduflow_vultr::VultrClient>> {
+    check_scheme(cfg)?;
+    let vc = vultr_config(cfg, cfg.api_key()?.clone())?;
+    provider_with(cfg, vc, store, role)
+}
+
+/// Refuses a base URL whose scheme is not https (or http, for a local
+/// simulator).
+pub(crate) fn check_scheme(cfg: &Config) -> Result<()> {
     let scheme = cfg.vultr_url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
     if !matches!(scheme.as_deref(), Some("https" | "http")) {
         return Err(BadInput(format!(
@@ -56,8 +64,13 @@ pub(crate) fn provider(cfg: &Config, store: &Store, role: &str) -> Result<Arc<od
         ))
         .into());
     }
-    let key = cfg.api_key()?.clone();
-    let vc = oduflow_vultr::VultrConfig {
+    Ok(())
+}
+
+/// The adapter's settings from the configuration, with `key`.
+pub(crate) fn vultr_config(cfg: &Config, key: secrecy::SecretString) -> Result<oduflow_vultr::VultrConfig> {
+    check_scheme(cfg)?;
+    Ok(oduflow_vultr::VultrConfig {
         base_url: cfg.vultr_url.clone(),
         rate_per_sec: cfg.rate_per_sec,
         per_page: cfg.per_page,
@@ -68,7 +81,17 @@ pub(crate) fn provider(cfg: &Config, store: &Store, role: &str) -> Result<Arc<od
                 .map(|argv| Arc::new(PasswordCommand { argv }) as Arc<dyn oduflow_vultr::RootPasswordSink>),
         ),
         ..oduflow_vultr::VultrConfig::new(key)
-    };
+    })
+}
+
+/// A client with these settings, its requests taking their slots from the
+/// rate group's budget in `store`.
+pub(crate) fn provider_with(
+    cfg: &Config,
+    vc: oduflow_vultr::VultrConfig,
+    store: &Store,
+    role: &str,
+) -> Result<Arc<oduflow_vultr::VultrClient>> {
     let budget =
         oduflow_store::SharedBudget::new(store.clone(), &cfg.rate_group, &process_name(role)).map_err(BadInput)?;
     Ok(Arc::new(oduflow_vultr::VultrClient::with_budget(vc, Arc::new(budget)).map_err(|e| BadInput(e.to_string()))?))

@@ -267,3 +267,49 @@ async fn a_retry_after_the_run_lost_its_claim_is_never_sent() {
     assert!(matches!(&outcome, Outcome::NotSent { reason } if reason.contains("claim lost")), "{outcome:?}");
     assert_eq!(server.received_requests().await.unwrap().len(), 1, "only the first GET left");
 }
+
+/// `GET /account` tells a refused key from a base URL that is not Vultr's
+/// API and from one where nothing answers (`oduflow check`): each is its own
+/// case, so the preflight can name the right culprit.
+#[tokio::test]
+async fn the_account_probe_tells_a_refused_key_from_a_url_that_is_not_vultr() {
+    use oduflow_vultr::AccountProbe;
+    async fn probe(answer: ResponseTemplate) -> AccountProbe {
+        let server = MockServer::start().await;
+        Mock::given(path("/v2/account")).respond_with(answer).mount(&server).await;
+        client(&format!("{}/v2", server.uri())).account_probe().await
+    }
+    let json = |status: u16, v: Value| ResponseTemplate::new(status).set_body_json(v);
+    let html =
+        |status: u16| ResponseTemplate::new(status).set_body_raw("<html><body>Not Found</body></html>", "text/html");
+    let account =
+        json!({"account": {"name": "n", "email": "e@example.com", "acls": [], "balance": 0, "pending_charges": 0}});
+    assert!(matches!(probe(json(200, account)).await, AccountProbe::Accepted(a) if a.email == "e@example.com"));
+    let refused = json!({"error": "Invalid API token.", "status": 401});
+    assert_eq!(
+        probe(json(401, refused)).await,
+        AccountProbe::KeyRefused { status: 401, message: "Invalid API token.".into() }
+    );
+    let forbidden = json!({"error": "Unauthorized IP address", "status": 403});
+    assert!(matches!(probe(json(403, forbidden)).await, AccountProbe::KeyRefused { status: 403, .. }));
+    // An HTML 404 (a web server, or the wrong path), an HTML 401 (a proxy's
+    // login), an HTML 200, a 2xx without an account, Vultr's JSON with a 404
+    // (an API root without /account), a redirect.
+    for answer in [
+        html(404),
+        html(401),
+        html(200),
+        json(200, json!({"ok": true})),
+        json(404, json!({"error": "Not found.", "status": 404})),
+        html(302).insert_header("Location", "https://example.com/"),
+    ] {
+        let p = probe(answer).await;
+        assert!(matches!(p, AccountProbe::NotVultr(_)), "{p:?}");
+    }
+    let down = json!({"error": "Internal server error.", "status": 500});
+    assert!(matches!(probe(json(500, down)).await, AccountProbe::Unavailable { status: 500, .. }));
+    // Nothing listening.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let p = client(&format!("http://127.0.0.1:{port}/v2")).account_probe().await;
+    assert!(matches!(p, AccountProbe::Unreachable(_)), "{p:?}");
+}

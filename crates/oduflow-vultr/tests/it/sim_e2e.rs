@@ -172,6 +172,9 @@ async fn account_regions_plans_and_dns_through_the_adapter() {
         ttl: Some(120),
         priority: None,
     };
+    let zone = c.dns_domain_get("example.com").await.unwrap().expect("the simulated account holds example.com");
+    assert_eq!(zone.domain, "example.com");
+    assert_eq!(c.dns_domain_get("not-ours.example").await.unwrap(), None, "a zone the account does not hold");
     let Outcome::Accepted(rec) = c.dns_record_create("example.com", &req).await else { panic!() };
     assert_eq!((rec.name.as_str(), rec.data.as_str(), rec.ttl), ("app", "192.0.2.44", 120));
     assert_eq!(c.dns_record_get("example.com", &rec.id).await.unwrap(), Some(rec.clone()));

@@ -1017,6 +1017,8 @@ async fn token_commands_and_serve() {
 
 // After the macros and helpers above, which it uses.
 mod bulk;
+mod check;
+mod deploy;
 mod dns;
 mod identities;
 
