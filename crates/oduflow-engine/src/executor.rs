@@ -67,8 +67,9 @@ fn listing_taken_as_seen() -> bool {
 enum Via {
     /// Its own request: GET by id, or a label search.
     Get,
-    /// The bulk view, from a listing that started after `after_ms`.
-    View { after_ms: i64 },
+    /// The bulk view, from a listing that started after `after_ms` (the
+    /// worker's clock) and, if given, at or after `since` (monotonic).
+    View { after_ms: i64, since: Option<std::time::Instant> },
 }
 
 #[derive(Clone)]
@@ -159,6 +160,13 @@ struct Converge<'a, P> {
     /// Set once a decision taken on the bulk view had to be confirmed: that
     /// resource is read by id for the rest of the run.
     must_get: [bool; 2],
+    /// When the run started, on this process's monotonic clock.
+    started: std::time::Instant,
+    /// The client is being provisioned for the first time: target present,
+    /// never updated, pending or provisioning when the run began (not a
+    /// reconcile of a ready or blocked client). Only then may reads by id
+    /// come from the bulk view.
+    first_provisioning: bool,
     /// Provider calls with side effects made by this run (at most one).
     side_effects: u32,
 }
@@ -219,6 +227,9 @@ impl<'a, P: Provider> Converge<'a, P> {
             run.infra.key_fingerprint = Some(bound);
         }
         let target = run.infra.target;
+        let first_provisioning = target == Target::Present
+            && run.infra.spec_generation == 0
+            && matches!(infra0.status, ClientStatus::Pending | ClientStatus::Provisioning);
         run.infra.status = match target {
             Target::Present => ClientStatus::Provisioning,
             Target::Absent => ClientStatus::Deleting,
@@ -233,6 +244,8 @@ impl<'a, P: Provider> Converge<'a, P> {
             read_at: [0; 2],
             from_view: [false; 2],
             must_get: [false; 2],
+            started: std::time::Instant::now(),
+            first_provisioning,
             side_effects: 0,
         })
     }
@@ -397,21 +410,36 @@ impl<'a, P: Provider> Converge<'a, P> {
             return Via::Get;
         }
         if r.resource_id.is_none() {
-            return Via::View { after_ms: self.now - 1 };
+            // A listing of this run's own (started after it began, on this
+            // process's monotonic clock: a wall-clock step cannot make an
+            // older listing count again).
+            return Via::View { after_ms: i64::MIN, since: Some(self.started) };
         }
-        let first_provisioning = self.target == Target::Present && self.run.infra.spec_generation == 0;
-        if !first_provisioning || self.must_get[slot(kind)] {
+        // A deletion of this very dispatch still in flight reads by id.
+        let deleting = r.delete_sent_ms.is_some() && r.deleted_ms.is_none();
+        if !self.first_provisioning || deleting || self.must_get[slot(kind)] {
             return Via::Get;
         }
+        // After the create and the attach were sent (for either resource:
+        // the VM read that lets the client be ready must postdate the
+        // attach too), and within a poll interval of this run.
         let sent = r.sent_ms.unwrap_or(r.claimed_ms);
-        let attach = if kind == ResourceKind::Volume { attach_sent.unwrap_or(0) } else { 0 };
-        Via::View { after_ms: sent.max(attach).max(self.now - w.cfg.poll_interval_ms) }
+        Via::View { after_ms: sent.max(attach_sent.unwrap_or(0)).max(self.now - w.cfg.poll_interval_ms), since: None }
     }
 
     /// A block or a counted observation is never decided on the bulk view:
     /// a listing lags, so what it shows may be older than the truth. The
     /// resources it showed are read by id, and the decision taken again.
     fn confirm_by_get(&mut self, action: &Action) -> bool {
+        // Ready is decided on the volume's attachment; its outputs come from
+        // the VM read, which must then show the VM ready.
+        let vm_not_ready = matches!(&self.seen[0].1, Seen::Present(f) if !f.ready);
+        if *action == Action::Ready && self.from_view[0] && vm_not_ready {
+            self.must_get[0] = true;
+            self.from_view[0] = false;
+            self.seen[0].1 = Seen::NotRead;
+            return true;
+        }
         if !matches!(action, Action::Block(..) | Action::CountObservation(_)) {
             return false;
         }
@@ -795,8 +823,8 @@ impl<P: Provider> Run<'_, P> {
         r: &ReceiptRow,
         via: Via,
     ) -> Result<(Seen, bool), provider::ProviderError> {
-        if let Via::View { after_ms } = via {
-            match self.observe_in_view(kind, r, after_ms).await {
+        if let Via::View { after_ms, since } = via {
+            match self.observe_in_view(kind, r, after_ms, since).await {
                 Ok(Some(seen)) => return Ok((seen, true)),
                 // Not in the listing: only a GET by id can tell.
                 Ok(None) => {}
@@ -815,6 +843,7 @@ impl<P: Provider> Run<'_, P> {
         kind: ResourceKind,
         r: &ReceiptRow,
         after_ms: i64,
+        since: Option<std::time::Instant>,
     ) -> Result<Option<Seen>, provider::ProviderError> {
         let w = self.w;
         let spec = &self.infra.spec;
@@ -824,7 +853,7 @@ impl<P: Provider> Run<'_, P> {
         let now = || w.now_ms();
         Ok(match (kind, &r.resource_id) {
             (ResourceKind::Vm, id) => {
-                let snap = w.view.instances(w.provider.as_ref(), after_ms, now).await?;
+                let snap = w.view.instances(w.provider.as_ref(), after_ms, since, now).await?;
                 match id {
                     Some(id) => snap.get(id).map(|i| Seen::Present(instance_facts(spec, &expect(&i.label), i.clone()))),
                     None => Some(Seen::ByLabel(
@@ -833,7 +862,7 @@ impl<P: Provider> Run<'_, P> {
                 }
             }
             (_, id) => {
-                let snap = w.view.blocks(w.provider.as_ref(), after_ms, now).await?;
+                let snap = w.view.blocks(w.provider.as_ref(), after_ms, since, now).await?;
                 match id {
                     Some(id) => snap.get(id).map(|b| Seen::Present(block_facts(spec, &expect(&b.label), b.clone()))),
                     None => Some(Seen::ByLabel(

@@ -49,20 +49,29 @@ impl Listed for Block {
 pub(crate) struct Snapshot<T> {
     /// When the listing's first page was asked for (the worker's clock).
     pub started_ms: i64,
+    /// The same instant on this process's monotonic clock.
+    pub started_at: std::time::Instant,
     items: Vec<T>,
     by_id: HashMap<String, usize>,
     by_label: HashMap<String, Vec<usize>>,
 }
 
 impl<T: Listed> Snapshot<T> {
-    fn new(started_ms: i64, items: Vec<T>) -> Self {
-        let mut by_id = HashMap::with_capacity(items.len());
+    fn new(started_ms: i64, started_at: std::time::Instant, listed: Vec<T>) -> Self {
+        let mut by_id = HashMap::with_capacity(listed.len());
         let mut by_label: HashMap<String, Vec<usize>> = HashMap::new();
-        for (i, it) in items.iter().enumerate() {
-            by_id.insert(it.id().to_owned(), i);
-            by_label.entry(it.label().to_owned()).or_default().push(i);
+        let mut items = Vec::with_capacity(listed.len());
+        for it in listed {
+            // Pages that drift may repeat an item: once is enough (twice
+            // would read as two resources under one label).
+            if by_id.contains_key(it.id()) {
+                continue;
+            }
+            by_id.insert(it.id().to_owned(), items.len());
+            by_label.entry(it.label().to_owned()).or_default().push(items.len());
+            items.push(it);
         }
-        Self { started_ms, items, by_id, by_label }
+        Self { started_ms, started_at, items, by_id, by_label }
     }
 
     pub fn get(&self, id: &str) -> Option<&T> {
@@ -78,6 +87,10 @@ impl<T: Listed> Snapshot<T> {
         self.items.len()
     }
 }
+
+/// The longest a run waits for a listing (its own or another run's) before
+/// it reads by id instead.
+pub const VIEW_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The newest snapshot of one kind, refreshed single-flight.
 struct Slot<T> {
@@ -97,6 +110,7 @@ impl<T: Listed> Slot<T> {
     async fn get<F, Fut>(
         &self,
         after_ms: i64,
+        since: Option<std::time::Instant>,
         now: impl Fn() -> i64,
         list: F,
     ) -> Result<Arc<Snapshot<T>>, ProviderError>
@@ -104,15 +118,23 @@ impl<T: Listed> Slot<T> {
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = Result<Vec<T>, ProviderError>>,
     {
-        let mut cur = self.cur.lock().await;
-        if let Some(s) = cur.as_ref().filter(|s| s.started_ms > after_ms) {
-            return Ok(s.clone());
-        }
-        let started_ms = now();
-        let items = list().await?;
-        let s = Arc::new(Snapshot::new(started_ms, items));
-        *cur = Some(s.clone());
-        Ok(s)
+        let get = async {
+            let mut cur = self.cur.lock().await;
+            let fits = |s: &&Arc<Snapshot<T>>| s.started_ms > after_ms && since.is_none_or(|t| s.started_at >= t);
+            if let Some(s) = cur.as_ref().filter(fits) {
+                return Ok(s.clone());
+            }
+            let (started_ms, started_at) = (now(), std::time::Instant::now());
+            let items = list().await?;
+            let s = Arc::new(Snapshot::new(started_ms, started_at, items));
+            *cur = Some(s.clone());
+            Ok(s)
+        };
+        // Bounded: past it the run reads by id instead (a listing held up by
+        // the rate budget must not hold every waiting run).
+        tokio::time::timeout(VIEW_WAIT_MAX, get).await.unwrap_or_else(|_| {
+            Err(ProviderError::Transport(format!("bulk view: no listing within {} s", VIEW_WAIT_MAX.as_secs())))
+        })
     }
 }
 
@@ -135,10 +157,11 @@ impl FleetView {
         &self,
         p: &P,
         after_ms: i64,
+        since: Option<std::time::Instant>,
         now: impl Fn() -> i64,
     ) -> Result<Arc<Snapshot<Instance>>, ProviderError> {
         self.instances
-            .get(after_ms, now, || {
+            .get(after_ms, since, now, || {
                 self.refreshes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 p.instance_list()
             })
@@ -149,10 +172,11 @@ impl FleetView {
         &self,
         p: &P,
         after_ms: i64,
+        since: Option<std::time::Instant>,
         now: impl Fn() -> i64,
     ) -> Result<Arc<Snapshot<Block>>, ProviderError> {
         self.blocks
-            .get(after_ms, now, || {
+            .get(after_ms, since, now, || {
                 self.refreshes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 p.block_list()
             })
@@ -189,26 +213,40 @@ mod tests {
         let list = |lists: Arc<AtomicU32>| async move {
             lists.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            Ok(vec![It("a".into(), "l".into()), It("b".into(), "l".into())])
+            Ok::<_, ProviderError>(vec![It("a".into(), "l".into()), It("b".into(), "l".into())])
         };
         let now = |c: Arc<AtomicI64>| move || c.load(Ordering::SeqCst);
-        let s = slot.get(50, now(clock.clone()), || list(lists.clone())).await.unwrap();
+        let s = slot.get(50, None, now(clock.clone()), || list(lists.clone())).await.unwrap();
         assert_eq!((s.started_ms, s.len(), s.with_label("l").len()), (100, 2, 2));
         assert!(s.get("a").is_some() && s.get("c").is_none());
         // Started at 100: good for anything asked after 99, not after 100.
-        slot.get(99, now(clock.clone()), || list(lists.clone())).await.unwrap();
+        slot.get(99, None, now(clock.clone()), || list(lists.clone())).await.unwrap();
         assert_eq!(lists.load(Ordering::SeqCst), 1);
+        // A run that began after it needs a listing of its own, whatever
+        // the wall clock says (it may have stepped back).
+        let later = std::time::Instant::now();
+        let s2 = slot.get(0, Some(later), now(clock.clone()), || list(lists.clone())).await.unwrap();
+        assert!(s2.started_at >= later);
+        assert_eq!(lists.load(Ordering::SeqCst), 2);
         clock.store(200, Ordering::SeqCst);
         // Eight runs ask at once for a listing newer than 100: one refresh.
         let mut tasks = vec![];
         for _ in 0..8 {
             let (slot, clock, lists) = (slot.clone(), clock.clone(), lists.clone());
-            tasks
-                .push(tokio::spawn(async move { slot.get(100, now(clock), || list(lists)).await.unwrap().started_ms }));
+            tasks.push(tokio::spawn(async move {
+                slot.get(100, None, now(clock), || list(lists)).await.unwrap().started_ms
+            }));
         }
         for t in tasks {
             assert_eq!(t.await.unwrap(), 200);
         }
-        assert_eq!(lists.load(Ordering::SeqCst), 2);
+        assert_eq!(lists.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn a_repeated_item_is_kept_once() {
+        let s =
+            Snapshot::new(1, std::time::Instant::now(), vec![It("a".into(), "l".into()), It("a".into(), "l".into())]);
+        assert_eq!((s.len(), s.with_label("l").len()), (1, 1));
     }
 }

@@ -220,17 +220,23 @@ pub async fn abandon(
     let (Some(r), dg) = current_receipt(store, &c, kind).await? else {
         return refused(format!("{name} has no current {} dispatch", kind.as_str()));
     };
-    // An id the provider answered with but that no GET (nor a listing)
-    // ever showed is as uncertain as no id: Vultr may have dropped it, or it
-    // may still come.
-    if (r.resource_id.is_some() && (r.seen_ms.is_some() || r.listed_ms.is_some())) || r.rejection_status.is_some() {
+    // An id the provider answered with but that no GET ever showed is as
+    // uncertain as no id: Vultr may have dropped it, or it may still come.
+    // One a listing showed exists (issue 19): it is abandoned only once its
+    // client is being deleted and GET answers 404 (deleted behind oduflow's
+    // back, or still inside the post-create window: the attestation says
+    // which, and the label stays watched).
+    let listed_gone = c.infra.target == Target::Absent;
+    if (r.resource_id.is_some() && (r.seen_ms.is_some() || (r.listed_ms.is_some() && !listed_gone)))
+        || r.rejection_status.is_some()
+    {
         return refused(format!(
             "the current {} dispatch of {name} has a known outcome; only an uncertain one can be abandoned",
             kind.as_str()
         ));
     }
     let writer = ReceiptWriter::new(store.clone());
-    writer.abandon(&r.operation_key, by, reason, now_ms).await?;
+    writer.abandon(&r.operation_key, by, reason, listed_gone, now_ms).await?;
     Ok(store.client_reconcile(name, &[(kind, dg + 1)], by, now_ms, attempts_max).await?)
 }
 

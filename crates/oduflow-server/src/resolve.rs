@@ -58,7 +58,7 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
                 && x.resource_kind != ResourceKind::Attach
                 && oduflow_engine::current::is_open(x)
                 && x.seen_ms.is_none()
-                && !(x.resource_id.is_some() && x.listed_ms.is_some())
+                && !(x.resource_id.is_some() && x.listed_ms.is_some() && c.infra.target == oduflow_model::Target::Present)
                 && x.rejection_status.is_none()
         })
         .map(|x| {

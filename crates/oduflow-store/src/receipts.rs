@@ -326,15 +326,24 @@ impl ReceiptLedger {
     }
 
     /// Records an operator's attestation that an uncertain dispatch is
-    /// abandoned. Its label stays watched by inventory passes.
-    pub async fn receipt_abandon(&self, key: &OperationKey, by: &str, reason: &str, now_ms: i64) -> Result<()> {
+    /// abandoned. Its label stays watched by inventory passes. A resource a
+    /// listing showed (`listed_ms`) is abandoned only with `listed_gone`:
+    /// its client is being deleted and every GET answers 404.
+    pub async fn receipt_abandon(
+        &self,
+        key: &OperationKey,
+        by: &str,
+        reason: &str,
+        listed_gone: bool,
+        now_ms: i64,
+    ) -> Result<()> {
         crate::named("receipt_abandon", async move {
             ledger_write!(&self.store, tx => {
                 let client: String = sqlx::query_scalar(
                     "UPDATE dispatch_receipts SET abandoned_by = $2, abandoned_reason = $3 \
-                     WHERE operation_key = $1 AND (resource_id IS NULL OR (seen_ms IS NULL AND listed_ms IS NULL)) AND abandoned_by IS NULL \
-                     AND rejection_status IS NULL RETURNING client_ref")
-                    .bind(key.as_str()).bind(by).bind(reason)
+                     WHERE operation_key = $1 AND (resource_id IS NULL OR (seen_ms IS NULL AND (listed_ms IS NULL OR $4))) \
+                     AND abandoned_by IS NULL AND rejection_status IS NULL RETURNING client_ref")
+                    .bind(key.as_str()).bind(by).bind(reason).bind(listed_gone)
                     .fetch_optional(&mut *tx).await?
                     .ok_or_else(|| StoreError::ReceiptNotFound(format!("{key} (uncertain: no id, or one never seen nor listed; not abandoned)")))?;
                 (*tx).event_insert(Some(&ClientId(client)), "dispatch_abandoned", &serde_json::json!({

@@ -196,3 +196,70 @@ async fn a_listing_sighting_never_lets_a_404_confirm_a_deletion(env: Env) {
         .collect();
     assert!(live.is_empty(), "deleted client w still has live resources: {live:?}");
 }
+
+oduflow_store::on_both_stores!(
+    super::env_of =>
+    a_listed_vm_deleted_behind_oduflows_back_can_be_abandoned_once_its_client_is_deleted,
+);
+
+/// Review finding (issue 19): a client made ready through the view has
+/// resources a listing showed but no GET saw. When its VM is deleted in the
+/// console, deletion sees only 404s and blocks `uncertain_delete`; the
+/// resolving abandon must then be allowed (it is refused while the client
+/// is wanted present), or the client is stuck for good.
+async fn a_listed_vm_deleted_behind_oduflows_back_can_be_abandoned_once_its_client_is_deleted(env: Env) {
+    use oduflow_model::provider::Provider;
+    env.ok(&["init"]);
+    let store = env.store().await;
+    env.ok(&[
+        "client",
+        "create",
+        "gone",
+        "--region",
+        "ewr",
+        "--plan",
+        "vc2-1c-1gb",
+        "--os-id",
+        "2284",
+        "--volume-gb",
+        "40",
+    ]);
+    let o = env.cmd(&["worker", "--until-settled"]).env(POLL.0, POLL.1).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let c = store.client_get("gone").await.unwrap().unwrap();
+    assert_eq!(c.infra.status, ClientStatus::Ready);
+    let vm = c.infra.vm_id.clone().unwrap();
+    let vm_receipt = |rs: &[ReceiptRow]| rs.iter().find(|r| r.resource_kind == ResourceKind::Vm).cloned().unwrap();
+    let r = vm_receipt(&store.receipts_for_client(&c.id).await.unwrap());
+    assert!(r.listed_ms.is_some() && r.seen_ms.is_none(), "{r:?}");
+    // Wanted present: the listed VM cannot be abandoned.
+    let o = env.run(&["abandon", "gone", "--kind", "vm", "--by", "test", "--reason", "checked"]);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+
+    // Deleted in the console.
+    let p = oduflow_vultr::VultrClient::new(oduflow_vultr::VultrConfig {
+        base_url: env.sim.base_url.clone(),
+        rate_per_sec: 1000,
+        ..oduflow_vultr::VultrConfig::new(secrecy::SecretString::from(KEY.to_owned()))
+    })
+    .unwrap();
+    p.instance_delete(&vm).await.unwrap();
+    env.ok(&["client", "delete", "gone"]);
+    env.ok(&["worker", "--until-settled"]);
+    let c = store.client_get("gone").await.unwrap().unwrap();
+    assert_eq!(c.infra.blocked_reason, Some(BlockedReason::UncertainDelete), "{:?}", c.infra);
+    let show = env.ok(&["client", "show", "gone"]);
+    assert!(show.contains("oduflow abandon gone --kind vm"), "the resolving command is not offered:\n{show}");
+    env.ok(&["abandon", "gone", "--kind", "vm", "--by", "test", "--reason", "deleted in the console"]);
+    env.ok(&["worker", "--until-settled"]);
+    let c = store.client_get("gone").await.unwrap().unwrap();
+    assert_eq!(c.infra.status, ClientStatus::Deleted, "{:?}", c.infra);
+    let live: Vec<_> = env
+        .sim
+        .ledger()
+        .resources
+        .into_iter()
+        .filter(|r| r.label.contains(c.id.as_str()) && r.deleted_at.is_none())
+        .collect();
+    assert!(live.is_empty(), "{live:?}");
+}
