@@ -46,6 +46,8 @@ fn main() -> ExitCode {
     }
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // `oduflow client list | head -1`: the reader has what it wanted.
+        Err(e) if e.downcast_ref::<output::StdoutClosed>().is_some() => ExitCode::SUCCESS,
         Err(e) => {
             let bad_input = e.downcast_ref::<BadInput>().is_some()
                 || lab_bad_input(&e)

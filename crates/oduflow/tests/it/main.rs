@@ -1017,6 +1017,7 @@ async fn token_commands_and_serve() {
 // After the macros and helpers above, which it uses.
 mod dns;
 mod identities;
+mod service;
 
 /// A small run of every benchmark: figures printed, not asserted (the full
 /// sizes and targets are in BENCHMARKS.md).
