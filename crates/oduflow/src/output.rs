@@ -183,17 +183,45 @@ pub(crate) fn print_clients(rows: &[ClientRow], json: bool) -> Result<()> {
         outln!("{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(());
     }
-    outln!("{:<24} {:<13} {:<22} {:<38} VOLUME", "NAME", "STATUS", "BLOCKED", "VM")?;
-    for r in rows {
-        let i = &r.infra;
-        outln!(
-            "{:<24} {:<13} {:<22} {:<38} {}",
-            r.name,
-            i.status,
-            i.blocked_reason.map(|b| b.as_str()).unwrap_or("-"),
-            i.vm_id.as_ref().map(|v| v.as_str()).unwrap_or("-"),
-            i.volume_id.as_ref().map(|v| v.as_str()).unwrap_or("-"),
-        )?;
+    let cells: Vec<[String; 5]> = rows
+        .iter()
+        .map(|r| {
+            let i = &r.infra;
+            [
+                r.name.clone(),
+                i.status.as_str().to_owned(),
+                i.blocked_reason.map_or("-", |b| b.as_str()).to_owned(),
+                i.vm_id.as_ref().map_or("-", |v| v.as_str()).to_owned(),
+                i.volume_id.as_ref().map_or("-", |v| v.as_str()).to_owned(),
+            ]
+        })
+        .collect();
+    print_table(["NAME", "STATUS", "BLOCKED", "VM", "VOLUME"], &cells)
+}
+
+/// A table for people: each column as wide as its widest cell (the
+/// header's included), two spaces apart, the last one unpadded.
+pub(crate) fn print_table<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> Result<()> {
+    let mut widths = header.map(|h| h.chars().count());
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; N]| {
+        let mut l = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 < N {
+                l.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+            } else {
+                l.push_str(cell);
+            }
+        }
+        l
+    };
+    outln!("{}", line(header))?;
+    for row in rows {
+        outln!("{}", line(row.each_ref().map(String::as_str)))?;
     }
     Ok(())
 }

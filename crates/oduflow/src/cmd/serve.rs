@@ -88,11 +88,14 @@ pub async fn token(cfg: &Config, cmd: TokenCmd) -> Result<()> {
             if json {
                 outln!("{}", serde_json::to_string_pretty(&rows)?)?;
             } else {
-                outln!("{:<32} {:<14} REVOKED_MS", "NAME", "CREATED_MS")?;
-                for r in rows {
-                    let revoked = r.revoked_ms.map_or_else(|| "-".to_owned(), |v| v.to_string());
-                    outln!("{:<32} {:<14} {}", r.name, r.created_ms, revoked)?;
-                }
+                let cells: Vec<[String; 3]> = rows
+                    .into_iter()
+                    .map(|r| {
+                        let revoked = r.revoked_ms.map_or_else(|| "-".to_owned(), |v| v.to_string());
+                        [r.name, r.created_ms.to_string(), revoked]
+                    })
+                    .collect();
+                crate::output::print_table(["NAME", "CREATED_MS", "REVOKED_MS"], &cells)?;
             }
         }
         TokenCmd::Revoke { name } => {
