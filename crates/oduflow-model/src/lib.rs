@@ -13,6 +13,7 @@ pub mod rate;
 pub mod server;
 pub mod spec;
 pub mod state;
+pub mod time;
 pub mod update;
 
 pub use ids::*;

@@ -41,21 +41,11 @@ pub(crate) fn esc(s: &str) -> String {
     o
 }
 
-/// `2026-11-29 19:55:08 UTC` from epoch milliseconds (UTC, proleptic
-/// Gregorian; Howard Hinnant's days-to-civil).
+/// `2026-11-29 19:55:08 UTC` from epoch milliseconds (the calendar is
+/// `oduflow_model::time`'s, shared with the CLI's RFC 3339 times).
 fn utc(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem % 3600 / 60, rem % 60)
+    let c = oduflow_model::time::Civil::from_epoch_ms(ms);
+    format!("{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC", c.year, c.month, c.day, c.hour, c.minute, c.second)
 }
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;background:#fafafa}\

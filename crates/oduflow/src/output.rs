@@ -146,7 +146,7 @@ pub(crate) async fn print_client(store: &Store, r: &ClientRow, json: bool, evide
         }
         outln!("events (latest last):")?;
         for e in events.iter().rev().take(15).rev() {
-            outln!("  {} {:<28} {}", e.at_ms, e.kind, e.detail)?;
+            outln!("  {} {:<28} {}", time::rfc3339(e.at_ms), e.kind, e.detail)?;
         }
     }
     Ok(())

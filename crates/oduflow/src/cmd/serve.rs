@@ -7,6 +7,7 @@ use crate::output::outln;
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use oduflow_engine::{Clock, SystemClock};
+use oduflow_model::time::rfc3339;
 use std::net::SocketAddr;
 
 #[derive(Args)]
@@ -91,11 +92,11 @@ pub async fn token(cfg: &Config, cmd: TokenCmd) -> Result<()> {
                 let cells: Vec<[String; 3]> = rows
                     .into_iter()
                     .map(|r| {
-                        let revoked = r.revoked_ms.map_or_else(|| "-".to_owned(), |v| v.to_string());
-                        [r.name, r.created_ms.to_string(), revoked]
+                        let revoked = r.revoked_ms.map_or_else(|| "-".to_owned(), rfc3339);
+                        [r.name, rfc3339(r.created_ms), revoked]
                     })
                     .collect();
-                crate::output::print_table(["NAME", "CREATED_MS", "REVOKED_MS"], &cells)?;
+                crate::output::print_table(["NAME", "CREATED", "REVOKED"], &cells)?;
             }
         }
         TokenCmd::Revoke { name } => {

@@ -133,3 +133,59 @@ async fn client_list_columns_are_aligned() {
     env.ok(&["token", "revoke", "a"]);
     assert_aligned(&env.ok(&["token", "list"]));
 }
+
+/// Seconds since the epoch of an RFC 3339 UTC time `YYYY-MM-DDTHH:MM:SSZ`,
+/// counted day by day (not the formatter's algorithm).
+fn epoch_secs(t: &str) -> i64 {
+    let b = t.as_bytes();
+    assert!(t.len() == 20 && b[4] == b'-' && b[7] == b'-' && b[10] == b'T' && b[13] == b':' && b[16] == b':', "{t}");
+    assert!(t.ends_with('Z'), "{t}");
+    let n = |r: std::ops::Range<usize>| t[r].parse::<i64>().unwrap();
+    let (y, m, d, h, mi, s) = (n(0..4), n(5..7), n(8..10), n(11..13), n(14..16), n(17..19));
+    let leap = |y: i64| (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let month_len = |mo: i64| match mo {
+        2 if leap(y) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    assert!((1..=12).contains(&m) && (1..=month_len(m)).contains(&d) && h < 24 && mi < 60 && s < 60, "{t}");
+    let days = (1970..y).map(|y| if leap(y) { 366 } else { 365 }).sum::<i64>() + (1..m).map(month_len).sum::<i64>() + d - 1;
+    days * 86_400 + h * 3600 + mi * 60 + s
+}
+
+/// People read times as RFC 3339 UTC (`client show`'s events, `token
+/// list`); `--json` keeps the epoch milliseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn times_are_shown_in_rfc_3339_utc_and_json_keeps_milliseconds() {
+    let env = Env::sqlite().await;
+    env.ok(&["init"]);
+    create(&env, "acme");
+    env.ok(&["client", "delete", "acme"]);
+    let v: serde_json::Value = serde_json::from_str(&env.ok(&["client", "show", "acme", "--json"])).unwrap();
+    let events = v["events"].as_array().unwrap();
+    assert!(events.len() >= 2, "{v}");
+    let text = env.ok(&["client", "show", "acme"]);
+    let lines: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("events")).skip(1).collect();
+    assert_eq!(lines.len(), events.len(), "{text}");
+    for (line, e) in lines.iter().zip(events) {
+        let at_ms = e["at_ms"].as_i64().expect("--json keeps the raw number");
+        let shown = line.split_whitespace().next().unwrap();
+        assert_eq!(epoch_secs(shown), at_ms.div_euclid(1000), "{line}");
+        assert!(line.contains(e["kind"].as_str().unwrap()), "{line}");
+    }
+    env.ok(&["token", "create", "alice"]);
+    env.ok(&["token", "create", "bob"]);
+    env.ok(&["token", "revoke", "bob"]);
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&env.ok(&["token", "list", "--json"])).unwrap();
+    let text = env.ok(&["token", "list"]);
+    for r in &rows {
+        let line = text.lines().find(|l| l.split_whitespace().next() == r["name"].as_str()).expect(&text);
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(epoch_secs(cols[1]), r["created_ms"].as_i64().unwrap().div_euclid(1000), "{line}");
+        match r["revoked_ms"].as_i64() {
+            Some(ms) => assert_eq!(epoch_secs(cols[2]), ms.div_euclid(1000), "{line}"),
+            None => assert_eq!(cols[2], "-", "{line}"),
+        }
+    }
+}
