@@ -2,7 +2,7 @@
 //! The API key is read only from the environment and held as a secret; a key
 //! in the file is refused, because files get copied, committed and backed up.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use secrecy::SecretString;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -215,8 +215,16 @@ impl Config {
             .map_err(|e| BadInput(format!("{e}; a profile is a [profile.NAME] table in the config file")).into())
     }
 
-    pub fn api_key(&self) -> Result<&SecretString> {
-        self.api_key.as_ref().context("VULTR_API_KEY is not set: the worker needs the Vultr API key in its environment")
+    /// The API key, for `oduflow COMMAND`; without one, bad set-up (exit
+    /// code 2) naming the command.
+    pub fn api_key(&self, command: &str) -> Result<&SecretString> {
+        self.api_key.as_ref().ok_or_else(|| {
+            BadInput(format!(
+                "oduflow {command} needs the Vultr API key: set VULTR_API_KEY in its environment (it is never read \
+                 from a file)"
+            ))
+            .into()
+        })
     }
 }
 

@@ -17,7 +17,7 @@ pub async fn adopt(cfg: &Config, name: &str, kind: &str, id: &str, by: &str) -> 
     ClientName::parse(name)?;
     let kind = ResourceKind::parse(kind).expect("clap checked");
     let store = open(cfg).await?;
-    let provider = provider(cfg, &store, "cli")?;
+    let provider = provider(cfg, &store, "adopt")?;
     refuse_if_restored(&store).await?;
     let actor = Actor { by, now_ms: now_ms(), attempts_max: cfg.attempts_max };
     let row = operator::adopt(&store, provider.as_ref(), name, kind, id, actor).await?;
@@ -48,13 +48,14 @@ struct DnsOwnership {
 }
 
 impl DnsOwnership {
-    async fn load(cfg: &Config, name: &str) -> Result<Self> {
+    /// `command` (`adopt`, `abandon`) names the command in a refusal.
+    async fn load(cfg: &Config, name: &str, command: &str) -> Result<Self> {
         ClientName::parse(name)?;
         let Some(dns) = &cfg.dns else {
             return Err(BadInput("no [dns] domain is configured: this client has no DNS identity".into()).into());
         };
         let store = open(cfg).await?;
-        let vultr = provider(cfg, &store, "cli")?;
+        let vultr = provider(cfg, &store, command)?;
         refuse_if_restored(&store).await?;
         let row = store.client_get(name).await?.ok_or_else(|| StoreError::ClientNotFound(name.to_owned()))?;
         // Only a client the machine has stopped for: a run in flight may be
@@ -105,7 +106,7 @@ pub async fn adopt_dns(cfg: &Config, name: &str, id: &str, by: &str) -> Result<(
     if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
         return Err(BadInput(format!("--id {id:?} is not a DNS record id (letters, digits and hyphens)")).into());
     }
-    let mut d = DnsOwnership::load(cfg, name).await?;
+    let mut d = DnsOwnership::load(cfg, name, "adopt").await?;
     let domain = d.adapter.domain().to_owned();
     let rec = d
         .adapter
@@ -149,7 +150,7 @@ pub async fn abandon_dns(cfg: &Config, name: &str, by: &str, reason: &str) -> Re
     if by.trim().is_empty() || reason.trim().is_empty() {
         return Err(BadInput("--by and --reason must not be empty: they are the attestation".into()).into());
     }
-    let mut d = DnsOwnership::load(cfg, name).await?;
+    let mut d = DnsOwnership::load(cfg, name, "abandon").await?;
     let lost = d.owned.abandon_lost();
     if lost.is_empty() {
         return Err(BadInput(format!(

@@ -4,9 +4,14 @@
 //! them, attestations, the simulator's help, backups, and the warnings a
 //! worker logs at the default level.
 
-use super::Env;
+use super::{Env, table_counts};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+
+oduflow_store::on_both_stores!(
+    super::super::env_of =>
+    commands_that_need_the_key_name_themselves_and_change_nothing,
+);
 
 fn create(env: &Env, name: &str) {
     env.ok(&[
@@ -188,4 +193,35 @@ async fn times_are_shown_in_rfc_3339_utc_and_json_keeps_milliseconds() {
             None => assert_eq!(cols[2], "-", "{line}"),
         }
     }
+}
+
+/// Every command that talks to Vultr, run without VULTR_API_KEY: one line
+/// naming the command and the variable, exit code 2 (bad set-up), and
+/// nothing stored or sent.
+async fn commands_that_need_the_key_name_themselves_and_change_nothing(env: Env) {
+    env.ok(&["init"]);
+    create(&env, "acme");
+    let store = env.store().await;
+    let before = (table_counts(&store).await, env.sim.ledger().request_log.len());
+    let id = "0b1e2c3d-0000-4000-8000-000000000000";
+    let cases: [(&[&str], &str); 9] = [
+        (&["reconcile", "acme"], "oduflow reconcile"),
+        (&["reconcile", "--all"], "oduflow reconcile"),
+        (&["adopt", "acme", "--kind", "vm", "--id", id], "oduflow adopt"),
+        (&["adopt", "acme", "--kind", "dns", "--id", id], "oduflow adopt"),
+        (&["abandon", "acme", "--kind", "dns", "--by", "alice", "--reason", "checked"], "oduflow abandon"),
+        (&["credentials", "rotate"], "oduflow credentials rotate"),
+        (&["orphan", "adopt", id], "oduflow orphan adopt"),
+        (&["orphan", "delete", id, "--by", "alice", "--reason", "checked"], "oduflow orphan delete"),
+        (&["worker", "--until-settled"], "oduflow worker"),
+    ];
+    for (args, command) in cases {
+        let o = env.cmd(args).env_remove("VULTR_API_KEY").env("ODUFLOW_DNS_DOMAIN", "example.com").output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(&format!("{command} needs the Vultr API key")) && err.contains("VULTR_API_KEY"), "{err}");
+        assert!(o.stdout.is_empty(), "{args:?}");
+    }
+    assert_eq!((table_counts(&store).await, env.sim.ledger().request_log.len()), before);
 }
