@@ -225,3 +225,41 @@ async fn commands_that_need_the_key_name_themselves_and_change_nothing(env: Env)
     }
     assert_eq!((table_counts(&store).await, env.sim.ledger().request_log.len()), before);
 }
+
+/// A value outside its range names the setting (its environment variable
+/// and its key in oduflow.toml) and the range, from either source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_setting_out_of_range_is_named_with_its_range() {
+    let env = Env::sqlite().await;
+    env.ok(&["init"]);
+    let settings = [
+        ("ODUFLOW_POLL_INTERVAL_MS", "poll_interval_ms", "-1"),
+        ("ODUFLOW_OBSERVATIONS_MAX", "observations_max", "0"),
+        ("ODUFLOW_RATE_PER_SEC", "rate_per_sec", "0"),
+        ("ODUFLOW_PER_PAGE", "per_page", "501"),
+        ("ODUFLOW_PER_PAGE", "per_page", "-1"),
+        ("ODUFLOW_REQUEST_TIMEOUT_MS", "request_timeout_ms", "0"),
+        ("ODUFLOW_CONCURRENCY", "concurrency", "0"),
+        ("ODUFLOW_LEASE_MS", "lease_ms", "0"),
+        ("ODUFLOW_LEASE_MS", "lease_ms", "9223372036854775807"),
+        ("ODUFLOW_ATTEMPTS_MAX", "attempts_max", "0"),
+        ("ODUFLOW_ATTEMPTS_MAX", "attempts_max", "4294967296"),
+        ("ODUFLOW_READY_WAIT_MS", "ready_wait_ms", "-5"),
+    ];
+    let file = env.dir.path().join("bad.toml");
+    for (var, key, value) in settings {
+        let from_env = env.cmd(&["client", "list"]).env(var, value).output().unwrap();
+        std::fs::write(&file, format!("{key} = {value}\n")).unwrap();
+        // The environment wins over the file: the harness's own settings go.
+        let from_file =
+            env.cmd(&["--config", file.to_str().unwrap(), "client", "list"]).env_remove(var).output().unwrap();
+        for (source, o) in [("environment", from_env), ("file", from_file)] {
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{var}={value} ({source}): {err}");
+            assert_eq!(err.trim().lines().count(), 1, "{err}");
+            assert!(err.contains(var) && err.contains(key), "{var}={value} ({source}) does not name the setting: {err}");
+            assert!(err.contains(value), "{var}={value} ({source}): the value is not shown: {err}");
+            assert!(err.contains(" to ") || err.contains("at least"), "{var}={value} ({source}): no range: {err}");
+        }
+    }
+}
