@@ -72,6 +72,9 @@ pub enum StoreError {
     InvalidUrl { url: String, why: String },
     #[error("the database at {0} has not been initialized; run `oduflow init`")]
     NotInitialized(String),
+    /// The PostgreSQL server answers, but has no database of that name.
+    #[error("database {name:?} does not exist at {url}: create it (createdb {name}), then run `oduflow init`")]
+    DatabaseMissing { url: String, name: String },
     #[error(
         "the database at {url} has schema version {have}; this oduflow needs {want}: run `oduflow init` to migrate it"
     )]
@@ -237,11 +240,19 @@ impl Store {
             let store = match Self::check_url(url)? {
                 Backend::Postgres => {
                     let opts = PgConnectOptions::from_str(url).expect("checked");
+                    let name = opts.get_database().unwrap_or_default().to_owned();
                     let pool = PgPoolOptions::new()
                         .max_connections(max_connections)
                         .acquire_timeout(Duration::from_secs(30))
                         .connect_with(opts)
-                        .await?;
+                        .await
+                        .map_err(|e| match e {
+                            // invalid_catalog_name: said once, with what to do.
+                            sqlx::Error::Database(d) if d.code().as_deref() == Some("3D000") => {
+                                StoreError::DatabaseMissing { url: redact_url(url), name }
+                            }
+                            e => StoreError::Db(e),
+                        })?;
                     let claims = queue::ClaimConns::new(max_connections as usize);
                     Store { db: Db::Pg(pool, claims) }
                 }

@@ -71,8 +71,20 @@ fn main() -> ExitCode {
     }
 }
 
+/// The error and its causes on one line, each said once: a driver's error
+/// often repeats its source's text ("error returned from database: X: X").
 fn chain(e: &anyhow::Error) -> String {
-    e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ")
+    let mut line = String::new();
+    for c in e.chain().map(|c| c.to_string()) {
+        if line.contains(&c) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&c);
+    }
+    line
 }
 
 /// `ODUFLOW_LOG` (tracing filter syntax), else `default`.

@@ -263,3 +263,21 @@ async fn a_setting_out_of_range_is_named_with_its_range() {
         }
     }
 }
+
+/// A PostgreSQL URL naming a database the server does not have: one line
+/// that says so once, exit code 1 like the other connection failures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_postgres_database_is_reported_once() {
+    let env = Env::sqlite().await;
+    let admin = oduflow_store::testing::pg_admin_url();
+    let name = format!("odf_missing_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
+    for args in [&["client", "list"][..], &["init"]] {
+        let o = env.cmd(args).env("ODUFLOW_DATABASE_URL", &url).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert_eq!(err.matches("does not exist").count(), 1, "{err}");
+        assert!(err.contains(&name), "{err}");
+    }
+}
