@@ -612,10 +612,8 @@ pub async fn clients_adopt(
     ApiJson(req): ApiJson<AdoptRequest>,
 ) -> ApiResult<Json<ClientView>> {
     // Vultr ids are hyphenated UUIDs; anything else is refused before the
-    // provider is asked.
-    if req.id.len() != 36 || uuid::Uuid::try_parse(&req.id).is_err() {
-        return Err(ApiError::InvalidInput(format!("id {:?} is not a Vultr resource id (a UUID)", req.id)));
-    }
+    // provider is asked (the CLI's `adopt` checks the same rule).
+    oduflow_model::check_resource_id(&req.id).map_err(ApiError::InvalidInput)?;
     let kind = match req.kind {
         AdoptKind::Vm => ResourceKind::Vm,
         AdoptKind::Volume => ResourceKind::Volume,

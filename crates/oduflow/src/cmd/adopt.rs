@@ -11,6 +11,9 @@ use oduflow_store::StoreError;
 use oduflow_vultr::dns_adapter::{DnsAdapter, Owned};
 
 pub async fn adopt(cfg: &Config, name: &str, kind: &str, id: &str, by: &str) -> Result<()> {
+    // Vultr's instance, block and DNS record ids are UUIDs: the API's rule,
+    // checked before the database or the provider is asked.
+    check_resource_id(id).map_err(|e| BadInput(format!("--id: {e}; nothing was recorded")))?;
     if kind == "dns" {
         return adopt_dns(cfg, name, id, by).await;
     }
@@ -103,9 +106,6 @@ impl DnsOwnership {
 /// client's DNS name becomes the client's (oduflow then points it at the VM
 /// and deletes it with the client).
 pub async fn adopt_dns(cfg: &Config, name: &str, id: &str, by: &str) -> Result<()> {
-    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
-        return Err(BadInput(format!("--id {id:?} is not a DNS record id (letters, digits and hyphens)")).into());
-    }
     let mut d = DnsOwnership::load(cfg, name, "adopt").await?;
     let domain = d.adapter.domain().to_owned();
     let rec = d

@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 oduflow_store::on_both_stores!(
     super::super::env_of =>
     commands_that_need_the_key_name_themselves_and_change_nothing,
+    adopt_refuses_an_id_that_is_not_a_uuid_before_anything_is_touched,
 );
 
 fn create(env: &Env, name: &str) {
@@ -223,6 +224,33 @@ async fn commands_that_need_the_key_name_themselves_and_change_nothing(env: Env)
         assert!(err.contains(&format!("{command} needs the Vultr API key")) && err.contains("VULTR_API_KEY"), "{err}");
         assert!(o.stdout.is_empty(), "{args:?}");
     }
+    assert_eq!((table_counts(&store).await, env.sim.ledger().request_log.len()), before);
+}
+
+/// A Vultr resource id is a UUID for every kind `adopt` takes; anything
+/// else is refused as the API refuses it (exit code 2, one line), before
+/// the database or the provider is asked.
+async fn adopt_refuses_an_id_that_is_not_a_uuid_before_anything_is_touched(env: Env) {
+    env.ok(&["init"]);
+    create(&env, "acme");
+    let store = env.store().await;
+    let before = (table_counts(&store).await, env.sim.ledger().request_log.len());
+    let not_ids = ["xyz", "abc-123", "0b1e2c3d00004000800000000000000", "0b1e2c3d-0000-4000-8000-00000000000g", ""];
+    for kind in ["vm", "volume", "dns"] {
+        for id in not_ids {
+            let mut cmd = env.cmd(&["adopt", "acme", "--kind", kind, "--id", id]);
+            let o = cmd.env("ODUFLOW_DNS_DOMAIN", "example.com").output().unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{kind} {id:?}: {err}");
+            assert_eq!(err.trim().lines().count(), 1, "{err}");
+            assert!(err.contains("UUID"), "{kind} {id:?}: {err}");
+        }
+    }
+    // The rule is the API's.
+    for id in not_ids {
+        assert!(oduflow_model::check_resource_id(id).is_err(), "{id:?}");
+    }
+    assert!(oduflow_model::check_resource_id("0b1e2c3d-0000-4000-8000-000000000000").is_ok());
     assert_eq!((table_counts(&store).await, env.sim.ledger().request_log.len()), before);
 }
 
