@@ -23,8 +23,7 @@ const EVENTS_LIMIT_DEFAULT: i64 = 100;
 /// Most events one request may ask for: bounds the answer's size.
 const EVENTS_LIMIT_MAX: i64 = 1000;
 /// Longest attestation fields: a name and a sentence or two, not a document.
-const BY_LEN_MAX: usize = 100;
-const REASON_LEN_MAX: usize = 1000;
+use oduflow_model::audit::{BY_LEN_MAX, REASON_LEN_MAX};
 /// Longest event kind filter (kinds are short snake_case words).
 const EVENT_KIND_LEN_MAX: usize = 64;
 
@@ -388,20 +387,10 @@ async fn latest_queued_job(s: &AppState, c: &ClientRow) -> ApiResult<Option<i64>
         .map(|j| j.id.0))
 }
 
-/// Free text recorded in the audit trail: trimmed, bounded, no control
-/// characters (which would garble terminals and logs reading it back).
+/// Free text recorded in the audit trail (`oduflow_model::audit`: the CLI's
+/// rule too): trimmed, bounded, no control characters.
 fn attestation(field: &str, v: &str, max: usize) -> ApiResult<String> {
-    let t = v.trim();
-    if t.is_empty() {
-        return Err(ApiError::InvalidInput(format!("{field} must not be empty")));
-    }
-    if t.chars().count() > max {
-        return Err(ApiError::InvalidInput(format!("{field} is longer than {max} characters")));
-    }
-    if t.chars().any(char::is_control) {
-        return Err(ApiError::InvalidInput(format!("{field} must not contain control characters")));
-    }
-    Ok(t.to_owned())
+    oduflow_model::audit::attestation(field, v, max).map_err(ApiError::InvalidInput)
 }
 
 // ---- handlers ------------------------------------------------------------

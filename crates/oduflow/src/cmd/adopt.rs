@@ -28,6 +28,8 @@ pub async fn adopt(cfg: &Config, name: &str, kind: &str, id: &str, by: &str) -> 
 }
 
 pub async fn abandon(cfg: &Config, name: &str, kind: &str, by: &str, reason: &str) -> Result<()> {
+    let (by, reason) = attestation(by, reason)?;
+    let (by, reason) = (by.as_str(), reason.as_str());
     if kind == "dns" {
         return abandon_dns(cfg, name, by, reason).await;
     }
@@ -38,6 +40,15 @@ pub async fn abandon(cfg: &Config, name: &str, kind: &str, by: &str, reason: &st
     let actor = Actor { by, now_ms: now_ms(), attempts_max: cfg.attempts_max };
     let row = operator::abandon(&store, name, kind, reason, actor).await?;
     print_client(&store, &row, false, false).await
+}
+
+/// `--by` and `--reason`, trimmed, by the API's rule (not empty, bounded,
+/// no control characters); anything else is bad input, before anything is
+/// opened.
+pub(crate) fn attestation(by: &str, reason: &str) -> Result<(String, String)> {
+    use oduflow_model::audit::{BY_LEN_MAX, REASON_LEN_MAX, attestation};
+    let bad = |e: String| BadInput(format!("{e}: --by WHO and --reason WHY are the attestation; nothing was recorded"));
+    Ok((attestation("--by", by, BY_LEN_MAX).map_err(bad)?, attestation("--reason", reason, REASON_LEN_MAX).map_err(bad)?))
 }
 
 /// The client's DNS ownership record as the store holds it, and the
@@ -147,9 +158,6 @@ pub async fn adopt_dns(cfg: &Config, name: &str, id: &str, by: &str) -> Result<(
 /// none of the records whose create had an unknown outcome; the next run
 /// creates them.
 pub async fn abandon_dns(cfg: &Config, name: &str, by: &str, reason: &str) -> Result<()> {
-    if by.trim().is_empty() || reason.trim().is_empty() {
-        return Err(BadInput("--by and --reason must not be empty: they are the attestation".into()).into());
-    }
     let mut d = DnsOwnership::load(cfg, name, "abandon").await?;
     let lost = d.owned.abandon_lost();
     if lost.is_empty() {

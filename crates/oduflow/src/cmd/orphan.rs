@@ -22,6 +22,7 @@ pub async fn run(cfg: &Config, c: OrphanCmd) -> Result<()> {
             print_client(&store, &row, false, false).await
         }
         OrphanCmd::Delete { id, by, reason, json } => {
+            let (by, reason) = crate::cmd::adopt::attestation(&by, &reason)?;
             let store = open(cfg).await?;
             let provider = provider(cfg, &store, "orphan delete")?;
             refuse_if_restored(&store).await?;

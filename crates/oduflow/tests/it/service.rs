@@ -12,6 +12,7 @@ oduflow_store::on_both_stores!(
     super::super::env_of =>
     commands_that_need_the_key_name_themselves_and_change_nothing,
     adopt_refuses_an_id_that_is_not_a_uuid_before_anything_is_touched,
+    abandon_without_an_attestation_is_bad_input,
 );
 
 fn create(env: &Env, name: &str) {
@@ -251,6 +252,35 @@ async fn adopt_refuses_an_id_that_is_not_a_uuid_before_anything_is_touched(env: 
         assert!(oduflow_model::check_resource_id(id).is_err(), "{id:?}");
     }
     assert!(oduflow_model::check_resource_id("0b1e2c3d-0000-4000-8000-000000000000").is_ok());
+    assert_eq!((table_counts(&store).await, env.sim.ledger().request_log.len()), before);
+}
+
+/// `--by` and `--reason` are the attestation: empty or blank is bad input
+/// (exit code 2, one line) for every kind, and for `orphan delete`, and
+/// nothing is recorded.
+async fn abandon_without_an_attestation_is_bad_input(env: Env) {
+    env.ok(&["init"]);
+    create(&env, "acme");
+    let store = env.store().await;
+    let before = (table_counts(&store).await, env.sim.ledger().request_log.len());
+    for kind in ["vm", "volume", "attach", "dns"] {
+        for (by, reason) in [("", "checked"), ("  ", "checked"), ("alice", ""), ("alice", " \t ")] {
+            let o = env
+                .cmd(&["abandon", "acme", "--kind", kind, "--by", by, "--reason", reason])
+                .env("ODUFLOW_DNS_DOMAIN", "example.com")
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{kind} {by:?} {reason:?}: {err}");
+            assert_eq!(err.trim().lines().count(), 1, "{err}");
+        }
+    }
+    // `orphan delete` takes the same attestation.
+    let id = "0b1e2c3d-0000-4000-8000-000000000000";
+    for (by, reason) in [("", "checked"), ("alice", "  ")] {
+        let o = env.run(&["orphan", "delete", id, "--by", by, "--reason", reason]);
+        assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    }
     assert_eq!((table_counts(&store).await, env.sim.ledger().request_log.len()), before);
 }
 
