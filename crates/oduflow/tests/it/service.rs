@@ -4,7 +4,7 @@
 //! them, attestations, the simulator's help, backups, and the warnings a
 //! worker logs at the default level.
 
-use super::{Env, table_counts};
+use super::{BIN, Env, table_counts};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
@@ -338,4 +338,14 @@ async fn a_missing_postgres_database_is_reported_once() {
         assert_eq!(err.matches("does not exist").count(), 1, "{err}");
         assert!(err.contains(&name), "{err}");
     }
+}
+
+/// `oduflow sim --help` says the simulator accepts only the key in
+/// VULTR_API_KEY.
+#[test]
+fn sim_help_names_the_only_key_it_accepts() {
+    let o = Command::new(BIN).args(["sim", "--help"]).output().unwrap();
+    assert!(o.status.success());
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(help.contains("VULTR_API_KEY") && help.contains("only"), "{help}");
 }
