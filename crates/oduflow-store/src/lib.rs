@@ -121,6 +121,8 @@ pub enum StoreError {
     },
     #[error("migration failed")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("oduflow backup copies SQLite databases; back up PostgreSQL with pg_dump")]
+    BackupUnsupported,
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -354,6 +356,25 @@ impl Store {
                 Db::Sqlite(p) => migrator.run(p).await?,
             }
             Ok(())
+        })
+        .await
+    }
+
+    /// Writes a consistent copy of a SQLite database to `path`, a file that
+    /// must not exist (`VACUUM INTO`: one read transaction, so a commit made
+    /// meanwhile is wholly in the copy or not at all, and writers go on;
+    /// a plain copy of the file can miss commits still in the WAL). SQLite
+    /// does not fsync the copy: the caller does. PostgreSQL is refused:
+    /// `pg_dump` is its tool.
+    pub async fn sqlite_backup_into(&self, path: &str) -> Result<()> {
+        crate::named("sqlite_backup_into", async move {
+            match &self.db {
+                Db::Sqlite(p) => {
+                    sqlx::query("VACUUM INTO $1").bind(path).execute(p).await?;
+                    Ok(())
+                }
+                Db::Pg(..) => Err(StoreError::BackupUnsupported),
+            }
         })
         .await
     }

@@ -86,6 +86,12 @@ pub(crate) enum Cmd {
     /// Database restore safety.
     #[command(subcommand)]
     Restore(RestoreCmd),
+    /// Write a consistent copy of the SQLite database to FILE (VACUUM INTO),
+    /// safe while workers run; for PostgreSQL use pg_dump.
+    Backup {
+        /// A file that does not exist yet.
+        file: PathBuf,
+    },
     /// Benchmarks: convergence at the rate limit, queue throughput, inventory at scale.
     #[cfg(feature = "lab")]
     Bench(oduflow_lab::bench::BenchArgs),

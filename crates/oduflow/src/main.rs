@@ -63,6 +63,7 @@ fn main() -> ExitCode {
                             | StoreError::UpdateRefused(_)
                             | StoreError::TokenExists(_)
                             | StoreError::TokenNotFound(_)
+                            | StoreError::BackupUnsupported
                     )
                 );
             eprintln!("oduflow: {}", chain(&e));
@@ -141,5 +142,6 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Credentials(c) => cmd::credentials::run(&cfg, c).await,
         Cmd::Orphan(c) => cmd::orphan::run(&cfg, c).await,
         Cmd::Restore(c) => cmd::restore::run(&cfg, c).await,
+        Cmd::Backup { file } => cmd::backup::run(&cfg, &file).await,
     }
 }

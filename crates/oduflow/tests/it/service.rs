@@ -349,3 +349,66 @@ fn sim_help_names_the_only_key_it_accepts() {
     let help = String::from_utf8_lossy(&o.stdout);
     assert!(help.contains("VULTR_API_KEY") && help.contains("only"), "{help}");
 }
+
+/// `oduflow backup FILE` on SQLite: a consistent copy (`VACUUM INTO`) taken
+/// while another process writes, which opens and holds every client
+/// committed before it began. On PostgreSQL it refuses, naming pg_dump.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_copies_a_sqlite_database_while_it_is_written() {
+    let env = Env::sqlite().await;
+    env.ok(&["init"]);
+    let store = env.store().await;
+    let spec = oduflow_model::ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
+    for i in 0..50 {
+        let name = oduflow_model::ClientName::parse(&format!("before-{i}")).unwrap();
+        store.client_create(&name, &spec, 1, 3).await.unwrap();
+    }
+    // A writer that goes on through the backup.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (store, spec, stop) = (store.clone(), spec.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let name = oduflow_model::ClientName::parse(&format!("during-{n}")).unwrap();
+                store.client_create(&name, &spec, 1, 3).await.unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    while store.client_get("during-3").await.unwrap().is_none() {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let copy = env.dir.path().join("copy.db");
+    let out = env.ok(&["backup", copy.to_str().unwrap()]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written = writer.await.unwrap();
+    assert!(out.contains(copy.to_str().unwrap()), "{out}");
+    let copied = oduflow_store::Store::connect(&format!("sqlite://{}", copy.display()), false).await.unwrap();
+    let names: Vec<String> = copied.client_list().await.unwrap().into_iter().map(|c| c.name).collect();
+    for i in 0..50 {
+        assert!(names.contains(&format!("before-{i}")), "before-{i} missing from the copy");
+    }
+    let during = names.iter().filter(|n| n.starts_with("during-")).count();
+    assert!(during >= 4 && during <= written, "{during} of {written} written during the backup");
+    // One writer, one commit after the other: the snapshot holds a prefix.
+    for i in 0..during {
+        assert!(names.contains(&format!("during-{i}")), "during-{i} missing, {during} in the copy");
+    }
+    // Every client in the copy has its intent and its job: no torn write.
+    for c in copied.client_list().await.unwrap() {
+        assert_eq!(c.infra.generation, 1, "{}", c.name);
+    }
+    assert_eq!(copied.queue_status(i64::MAX).await.unwrap().queued as usize, names.len());
+    // Refused: an existing file, and a PostgreSQL database.
+    let o = env.run(&["backup", copy.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    let pg = oduflow_store::testing::pg_admin_url();
+    let mut cmd = env.cmd(&["backup", env.dir.path().join("pg.db").to_str().unwrap()]);
+    let o = cmd.env("ODUFLOW_DATABASE_URL", pg).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("pg_dump") && err.trim().lines().count() == 1, "{err}");
+    assert!(!env.dir.path().join("pg.db").exists());
+}
