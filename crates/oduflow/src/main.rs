@@ -92,7 +92,11 @@ fn chain(e: &anyhow::Error) -> String {
 fn init_tracing(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("ODUFLOW_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    // Colours only for a terminal: a service's log (journald, a file) gets
+    // plain `key=value` text, not escape codes.
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal();
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
 }
 
 #[cfg(feature = "lab")]

@@ -31,7 +31,9 @@ pub async fn run(cfg: &Config, until_settled: bool, concurrency: Option<usize>) 
     // accepts the key (GET /account). A wrong URL or key would otherwise turn
     // every unbound client's create into a rejection; here it is one line
     // and nothing is sent.
-    if let Err(e) = provider.account_get().await {
+    // Its refusal is the one line that reports a failure here: the
+    // adapter's warnings about it would repeat it.
+    if let Err(e) = oduflow_vultr::failures_reported_by_caller(provider.account_get()).await {
         return Err(BadInput(format!(
             "preflight: GET {}/account failed with the configured key ({}): {e}; nothing was sent",
             cfg.vultr_url.trim_end_matches('/'),

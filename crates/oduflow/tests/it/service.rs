@@ -4,7 +4,7 @@
 //! them, attestations, the simulator's help, backups, and the warnings a
 //! worker logs at the default level.
 
-use super::{BIN, Env, table_counts};
+use super::{BIN, Env, KEY, table_counts};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
@@ -139,6 +139,53 @@ async fn client_list_columns_are_aligned() {
     env.ok(&["token", "create", "a-much-longer-token-name-than-the-other"]);
     env.ok(&["token", "revoke", "a"]);
     assert_aligned(&env.ok(&["token", "list"]));
+}
+
+/// The worker's warnings reach standard error at the default level (warn):
+/// one line per 5xx, naming the method and the route (a template, never an
+/// id), and one when a client becomes blocked, naming it, the reason and
+/// the evidence. Neither the key nor an answer's body is in them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_5xx_and_a_block_are_logged_at_the_default_level() {
+    let env = Env::sqlite().await;
+    let (err, answered_500) = ready_blocked_and_pending(&env).await;
+    let five: Vec<&str> = err.lines().filter(|l| l.contains("WARN") && l.contains("500") && l.contains("POST")).collect();
+    assert!(answered_500 >= 1 && five.len() == answered_500, "{answered_500} answers 500:\n{err}");
+    for l in five {
+        assert!(l.split_whitespace().any(|w| w == "route=/v2/instances"), "{l}");
+    }
+    let v: serde_json::Value = serde_json::from_str(&env.ok(&["client", "show", "lost", "--json"])).unwrap();
+    let detail = v["blocked_detail"].as_str().unwrap();
+    let blocked: Vec<&str> = err.lines().filter(|l| l.contains("WARN") && l.contains("blocked")).collect();
+    assert_eq!(blocked.len(), 1, "{err}");
+    assert!(
+        blocked[0].contains("client=lost") && blocked[0].contains("uncertain_create") && blocked[0].contains(detail),
+        "{err}"
+    );
+    assert!(!err.contains(KEY), "the key was logged: {err}");
+}
+
+/// `client show` prints, for a blocked client, the very commands the
+/// dashboard and the API suggest (`oduflow_server::resolve`), in its text
+/// and in `--json`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_show_prints_the_commands_that_resolve_a_block() {
+    let env = Env::sqlite().await;
+    ready_blocked_and_pending(&env).await;
+    let store = env.store().await;
+    let row = store.client_get("lost").await.unwrap().unwrap();
+    let receipts = store.receipts_for_client(&row.id).await.unwrap();
+    let want = oduflow_server::resolve::resolutions(&row, &receipts);
+    assert!(want.len() >= 2, "{want:?}");
+    let text = env.ok(&["client", "show", "lost"]);
+    for r in &want {
+        assert!(text.lines().any(|l| l.contains(&r.command) && l.contains(&r.when)), "{} missing:\n{text}", r.command);
+    }
+    let v: serde_json::Value = serde_json::from_str(&env.ok(&["client", "show", "lost", "--json"])).unwrap();
+    let cmds: Vec<&str> = v["resolve"].as_array().unwrap().iter().map(|r| r["command"].as_str().unwrap()).collect();
+    assert_eq!(cmds, want.iter().map(|r| r.command.as_str()).collect::<Vec<_>>());
+    // A client that is not blocked has nothing to resolve.
+    assert!(!env.ok(&["client", "show", "ready-one"]).contains("oduflow reconcile"));
 }
 
 /// Seconds since the epoch of an RFC 3339 UTC time `YYYY-MM-DDTHH:MM:SSZ`,
