@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod service;
 mod suggestions;
 
 /// Recognisable, so a leak is easy to spot in any text.
