@@ -161,18 +161,7 @@ pub(crate) async fn dashboard(State(s): State<AppState>, Extension(caller): Exte
         let _ = write!(b, "<div class=\"{class}\" data-status=\"{0}\"><b>{n}</b>{0}</div>", esc(st.as_str()));
     }
     b.push_str("</div>");
-    let _ = write!(
-        b,
-        "<p id=\"queue\">Queue: {} &middot; {} queued ({} runnable) &middot; {} done &middot; {} failed{}</p>",
-        if queue.paused { "<b>paused</b>" } else { "running" },
-        queue.queued,
-        queue.runnable,
-        queue.done,
-        queue.failed,
-        restore
-            .map(|w| format!(" &middot; <b class=\"status-blocked\">restore pending: {}</b> (run <code>oduflow reconcile --all</code>)", esc(&w)))
-            .unwrap_or_default()
-    );
+    b.push_str(&queue_line(&queue, restore.as_deref()));
 
     let _ = write!(b, "<h2>Intervention queue ({})</h2><div id=\"interventions\">", cases.len());
     if cases.is_empty() {
@@ -262,6 +251,32 @@ pub(crate) async fn dashboard(State(s): State<AppState>, Extension(caller): Exte
     }
     b.push_str("</table>");
     Ok(html(StatusCode::OK, page("oduflow dashboard", &b, true)))
+}
+
+/// Whether the queue claims jobs, and if not why and what starts it again:
+/// a restore pending stops it as surely as a pause (the workers claim
+/// nothing until `oduflow reconcile --all`), so it never reads "running"
+/// beside it. Then the counts.
+fn queue_line(queue: &oduflow_store::QueueStatus, restore: Option<&str>) -> String {
+    let mut why = vec![];
+    if let Some(w) = restore {
+        why.push(format!(
+            "restore pending ({}): it claims nothing until <code>oduflow reconcile --all</code> has run",
+            esc(w)
+        ));
+    }
+    if queue.paused {
+        why.push("paused: <code>oduflow queue resume</code> starts it again".to_owned());
+    }
+    let state = if why.is_empty() {
+        "running".to_owned()
+    } else {
+        format!("<b class=\"status-blocked\">stopped</b> &mdash; {}", why.join("; "))
+    };
+    format!(
+        "<p id=\"queue\">Queue: {state} &middot; {} queued ({} runnable) &middot; {} done &middot; {} failed</p>",
+        queue.queued, queue.runnable, queue.done, queue.failed
+    )
 }
 
 /// One row of the clients table.
