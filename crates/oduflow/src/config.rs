@@ -227,12 +227,15 @@ impl Config {
         for a in &cfg.adapters {
             oduflow_engine::command_adapter::CommandAdapter::new(a.clone()).map_err(BadInput)?;
         }
-        oduflow_model::rate::check_group(&cfg.rate_group).map_err(BadInput)?;
+        oduflow_model::rate::check_group(&cfg.rate_group)
+            .map_err(|e| BadInput(format!("ODUFLOW_RATE_GROUP (rate_group in the config file): {e}")))?;
         // Vultr answers 429 above 30 requests in a second per source address,
         // and a 429 to a create leaves its outcome unknown.
         if cfg.rate_per_sec > VULTR_RATE_LIMIT && cfg.vultr_url.trim_end_matches('/') == "https://api.vultr.com/v2" {
             bail!(BadInput(format!(
-                "rate_per_sec {} is above Vultr's limit of {VULTR_RATE_LIMIT} requests per second (per source address, for the whole rate group)",
+                "rate_per_sec {} is above Vultr's limit of {VULTR_RATE_LIMIT} requests per second (per source address, \
+                 for the whole rate group): ODUFLOW_RATE_PER_SEC (rate_per_sec in the config file) must be 1 to \
+                 {VULTR_RATE_LIMIT} for api.vultr.com",
                 cfg.rate_per_sec
             )));
         }

@@ -367,6 +367,20 @@ async fn a_setting_out_of_range_is_named_with_its_range() {
             assert!(err.contains(" to ") || err.contains("at least"), "{var}={value} ({source}): no range: {err}");
         }
     }
+    // Vultr's own limit, for Vultr itself, and a rate group's name.
+    let o = env
+        .cmd(&["client", "list"])
+        .env("ODUFLOW_RATE_PER_SEC", "31")
+        .env("ODUFLOW_VULTR_URL", "https://api.vultr.com/v2")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("ODUFLOW_RATE_PER_SEC") && err.contains("rate_per_sec") && err.contains("1 to 30"), "{err}");
+    let o = env.cmd(&["client", "list"]).env("ODUFLOW_RATE_GROUP", "host a").output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("ODUFLOW_RATE_GROUP") && err.contains("rate_group") && err.contains("1 to 64"), "{err}");
 }
 
 /// A PostgreSQL URL naming a database the server does not have: one line
