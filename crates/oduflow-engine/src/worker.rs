@@ -147,7 +147,8 @@ impl<P: Provider> Worker<P> {
     async fn log_blocked(&self, client: &ClientId, reason: Option<BlockedReason>) {
         match self.store.client_get_by_id(client).await {
             Ok(Some(c))
-                if c.infra.status == ClientStatus::Blocked && reason.is_none_or(|r| c.infra.blocked_reason == Some(r)) =>
+                if c.infra.status == ClientStatus::Blocked
+                    && reason.is_none_or(|r| c.infra.blocked_reason == Some(r)) =>
             {
                 tracing::warn!(
                     client = %c.name,
@@ -159,7 +160,9 @@ impl<P: Provider> Worker<P> {
                 );
             }
             Ok(_) => {}
-            Err(e) => tracing::warn!(client_id = %client, error = %e, "a client was blocked; its record could not be read back"),
+            Err(e) => {
+                tracing::warn!(client_id = %client, error = %e, "a client was blocked; its record could not be read back")
+            }
         }
     }
 

@@ -137,8 +137,7 @@ const REQUEST_TIMEOUT_MS: Num =
     Num { env: "ODUFLOW_REQUEST_TIMEOUT_MS", key: "request_timeout_ms", default: 30_000, min: 1, max: DAY_MS };
 const CONCURRENCY: Num = Num { env: "ODUFLOW_CONCURRENCY", key: "concurrency", default: 4, min: 1, max: 1024 };
 const LEASE_MS: Num = Num { env: "ODUFLOW_LEASE_MS", key: "lease_ms", default: 120_000, min: 1, max: 7 * DAY_MS };
-const ATTEMPTS_MAX: Num =
-    Num { env: "ODUFLOW_ATTEMPTS_MAX", key: "attempts_max", default: 10, min: 1, max: 1_000_000 };
+const ATTEMPTS_MAX: Num = Num { env: "ODUFLOW_ATTEMPTS_MAX", key: "attempts_max", default: 10, min: 1, max: 1_000_000 };
 const READY_WAIT_MS: Num =
     Num { env: "ODUFLOW_READY_WAIT_MS", key: "ready_wait_ms", default: 0, min: 0, max: 30 * DAY_MS };
 

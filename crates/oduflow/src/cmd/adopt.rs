@@ -48,7 +48,10 @@ pub async fn abandon(cfg: &Config, name: &str, kind: &str, by: &str, reason: &st
 pub(crate) fn attestation(by: &str, reason: &str) -> Result<(String, String)> {
     use oduflow_model::audit::{BY_LEN_MAX, REASON_LEN_MAX, attestation};
     let bad = |e: String| BadInput(format!("{e}: --by WHO and --reason WHY are the attestation; nothing was recorded"));
-    Ok((attestation("--by", by, BY_LEN_MAX).map_err(bad)?, attestation("--reason", reason, REASON_LEN_MAX).map_err(bad)?))
+    Ok((
+        attestation("--by", by, BY_LEN_MAX).map_err(bad)?,
+        attestation("--reason", reason, REASON_LEN_MAX).map_err(bad)?,
+    ))
 }
 
 /// The client's DNS ownership record as the store holds it, and the

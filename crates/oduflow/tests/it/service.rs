@@ -121,7 +121,8 @@ async fn ready_blocked_and_pending(env: &Env) -> (String, usize) {
     let answered_500 = log[before..].iter().filter(|r| r.method == "POST" && r.route == "/v2/instances").count();
     env.sim.set_faults(oduflow_sim::Faults::default()).unwrap();
     create(env, &"p".repeat(63));
-    let show = |n: &str| -> serde_json::Value { serde_json::from_str(&env.ok(&["client", "show", n, "--json"])).unwrap() };
+    let show =
+        |n: &str| -> serde_json::Value { serde_json::from_str(&env.ok(&["client", "show", n, "--json"])).unwrap() };
     assert_eq!(show("ready-one")["status"], "ready");
     assert_eq!(show("lost")["blocked_reason"], "uncertain_create");
     (err, answered_500)
@@ -149,7 +150,8 @@ async fn client_list_columns_are_aligned() {
 async fn a_5xx_and_a_block_are_logged_at_the_default_level() {
     let env = Env::sqlite().await;
     let (err, answered_500) = ready_blocked_and_pending(&env).await;
-    let five: Vec<&str> = err.lines().filter(|l| l.contains("WARN") && l.contains("500") && l.contains("POST")).collect();
+    let five: Vec<&str> =
+        err.lines().filter(|l| l.contains("WARN") && l.contains("500") && l.contains("POST")).collect();
     assert!(answered_500 >= 1 && five.len() == answered_500, "{answered_500} answers 500:\n{err}");
     for l in five {
         assert!(l.split_whitespace().any(|w| w == "route=/v2/instances"), "{l}");
@@ -204,7 +206,8 @@ fn epoch_secs(t: &str) -> i64 {
         _ => 31,
     };
     assert!((1..=12).contains(&m) && (1..=month_len(m)).contains(&d) && h < 24 && mi < 60 && s < 60, "{t}");
-    let days = (1970..y).map(|y| if leap(y) { 366 } else { 365 }).sum::<i64>() + (1..m).map(month_len).sum::<i64>() + d - 1;
+    let days =
+        (1970..y).map(|y| if leap(y) { 366 } else { 365 }).sum::<i64>() + (1..m).map(month_len).sum::<i64>() + d - 1;
     days * 86_400 + h * 3600 + mi * 60 + s
 }
 
@@ -362,7 +365,10 @@ async fn a_setting_out_of_range_is_named_with_its_range() {
             let err = String::from_utf8_lossy(&o.stderr);
             assert_eq!(o.status.code(), Some(2), "{var}={value} ({source}): {err}");
             assert_eq!(err.trim().lines().count(), 1, "{err}");
-            assert!(err.contains(var) && err.contains(key), "{var}={value} ({source}) does not name the setting: {err}");
+            assert!(
+                err.contains(var) && err.contains(key),
+                "{var}={value} ({source}) does not name the setting: {err}"
+            );
             assert!(err.contains(value), "{var}={value} ({source}): the value is not shown: {err}");
             assert!(err.contains(" to ") || err.contains("at least"), "{var}={value} ({source}): no range: {err}");
         }
