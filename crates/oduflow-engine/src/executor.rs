@@ -1223,3 +1223,18 @@ fn map_outcome<T>(o: Outcome<T>, f: impl FnOnce(T) -> String) -> Outcome<String>
         Outcome::NotSent { reason } => Outcome::NotSent { reason },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The README's figure for a stuck create at the defaults (poll
+    /// interval 5 s, 60 observations): the waits after the 1st to the 59th
+    /// observation, the 60th being the one that blocks.
+    #[test]
+    fn the_readmes_polling_budget_is_the_codes() {
+        let waits: i64 = (1..60).map(|n| super::poll_delay(5_000, n)).sum();
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+        let said = format!("{} x 5 s = {},{:03} s", waits / 5_000, waits / 1_000_000, waits / 1000 % 1000);
+        assert!(readme.contains(&said), "README.md should say {said:?}");
+        assert!(readme.contains(&format!("17 min {} s", waits / 1000 - 17 * 60)));
+    }
+}

@@ -127,7 +127,11 @@ impl<P: Provider> Worker<P> {
         };
         self.stats.ended(crate::RunResult::Failed, started.elapsed());
         tracing::warn!(job = %cref.job_id, error = %error, "job run failed; its main transaction was rolled back");
-        self.store.job_record_failure(&cref, &error, self.now_ms(), self.cfg.retry_base_ms).await?;
+        let state = self.store.job_record_failure(&cref, &error, self.now_ms(), self.cfg.retry_base_ms).await?;
+        if state == JobState::Failed {
+            // Its last attempt: the store blocked the client attempts_exhausted.
+            self.log_blocked(&cref.client_id, Some(BlockedReason::AttemptsExhausted)).await;
+        }
         Ok(RunOutcome::Failed { job: cref.job_id, error })
     }
 
@@ -150,10 +154,44 @@ impl<P: Provider> Worker<P> {
             }
         };
         let next = finish.next.clone();
+        let blocks = finish.infra.as_ref().is_some_and(|i| {
+            i.status == ClientStatus::Blocked
+                && (infra.status != ClientStatus::Blocked || infra.blocked_reason != i.blocked_reason)
+        });
+        let client = infra.client_id.clone();
         let applied = claim.apply(&finish, self.now_ms()).await?;
         fail_step!("main-tx-commit");
         applied.commit().await?;
+        if blocks {
+            self.log_blocked(&client, None).await;
+        }
         Ok(next)
+    }
+
+    /// Logs at warn (the default level) that a client is blocked, as its
+    /// committed record says: its name, the reason and the evidence. A block
+    /// waits for an operator, so it must show without asking for more logs.
+    /// `reason`: only if blocked for that one.
+    async fn log_blocked(&self, client: &ClientId, reason: Option<BlockedReason>) {
+        match self.store.client_get_by_id(client).await {
+            Ok(Some(c))
+                if c.infra.status == ClientStatus::Blocked
+                    && reason.is_none_or(|r| c.infra.blocked_reason == Some(r)) =>
+            {
+                tracing::warn!(
+                    client = %c.name,
+                    client_id = %client,
+                    reason = c.infra.blocked_reason.map_or("-", |r| r.as_str()),
+                    detail = c.infra.blocked_detail.as_deref().unwrap_or("-"),
+                    "client blocked: `oduflow client show {}` names the commands that resolve it",
+                    c.name
+                );
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(client_id = %client, error = %e, "a client was blocked; its record could not be read back")
+            }
+        }
     }
 
     async fn decide_run(&self, claim: &Claim, purpose_matches: bool) -> Result<Finish, EngineError> {

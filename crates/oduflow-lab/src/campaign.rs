@@ -407,6 +407,11 @@ impl Seed<'_> {
                 .env("ODUFLOW_ATTEMPTS_MAX", "20")
                 .env("ODUFLOW_READY_WAIT_MS", "5000")
                 .env("ODUFLOW_STATE_DIR", self.state_dir.path())
+                // The adapter warns of every 429, 5xx and lost exchange, and
+                // the faults drawn here make hundreds: kept out of the piped
+                // stderr, read only once a worker ends, so no worker blocks
+                // on a full pipe meanwhile.
+                .env("ODUFLOW_LOG", format!("warn,oduflow_vultr=error,{}", oduflow_store::DRIVER_LOG_DIRECTIVE))
                 .env_remove("FAILPOINTS")
                 .env_remove("ODUFLOW_CRASH_AT")
                 .stdout(Stdio::null())

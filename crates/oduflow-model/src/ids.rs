@@ -58,6 +58,17 @@ string_id!(
     KeyFingerprint
 );
 
+/// Vultr's ids for instances, blocks and DNS records are hyphenated UUIDs:
+/// the one rule an operator's `--id` (CLI) or `"id"` (API) is checked
+/// against, before anything is asked of the store or the provider.
+pub fn check_resource_id(id: &str) -> Result<(), String> {
+    if id.len() == 36 && uuid::Uuid::try_parse(id).is_ok() {
+        Ok(())
+    } else {
+        Err(format!("id {id:?} is not a Vultr resource id (a UUID)"))
+    }
+}
+
 /// The label prefix of every resource oduflow creates. Inventory passes search
 /// for it, so it must never change once resources exist.
 pub const LABEL_PREFIX: &str = "oduflow-";

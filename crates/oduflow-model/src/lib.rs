@@ -5,6 +5,7 @@
 //! Invariant: this crate performs no IO and reads no clock. Anything that
 //! depends on time takes `now_ms` as a parameter.
 
+pub mod audit;
 pub mod decide;
 pub mod identity;
 pub mod ids;
@@ -13,6 +14,7 @@ pub mod rate;
 pub mod server;
 pub mod spec;
 pub mod state;
+pub mod time;
 pub mod update;
 
 pub use ids::*;

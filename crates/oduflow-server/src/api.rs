@@ -24,8 +24,7 @@ const EVENTS_LIMIT_DEFAULT: i64 = 100;
 /// Most events one request may ask for: bounds the answer's size.
 const EVENTS_LIMIT_MAX: i64 = 1000;
 /// Longest attestation fields: a name and a sentence or two, not a document.
-const BY_LEN_MAX: usize = 100;
-const REASON_LEN_MAX: usize = 1000;
+use oduflow_model::audit::{BY_LEN_MAX, REASON_LEN_MAX};
 /// Longest event kind filter (kinds are short snake_case words).
 const EVENT_KIND_LEN_MAX: usize = 64;
 
@@ -389,20 +388,10 @@ async fn latest_queued_job(s: &AppState, c: &ClientRow) -> ApiResult<Option<i64>
         .map(|j| j.id.0))
 }
 
-/// Free text recorded in the audit trail: trimmed, bounded, no control
-/// characters (which would garble terminals and logs reading it back).
+/// Free text recorded in the audit trail (`oduflow_model::audit`: the CLI's
+/// rule too): trimmed, bounded, no control characters.
 fn attestation(field: &str, v: &str, max: usize) -> ApiResult<String> {
-    let t = v.trim();
-    if t.is_empty() {
-        return Err(ApiError::InvalidInput(format!("{field} must not be empty")));
-    }
-    if t.chars().count() > max {
-        return Err(ApiError::InvalidInput(format!("{field} is longer than {max} characters")));
-    }
-    if t.chars().any(char::is_control) {
-        return Err(ApiError::InvalidInput(format!("{field} must not contain control characters")));
-    }
-    Ok(t.to_owned())
+    oduflow_model::audit::attestation(field, v, max).map_err(ApiError::InvalidInput)
 }
 
 // ---- handlers ------------------------------------------------------------
@@ -613,10 +602,8 @@ pub async fn clients_adopt(
     ApiJson(req): ApiJson<AdoptRequest>,
 ) -> ApiResult<Json<ClientView>> {
     // Vultr ids are hyphenated UUIDs; anything else is refused before the
-    // provider is asked.
-    if req.id.len() != 36 || uuid::Uuid::try_parse(&req.id).is_err() {
-        return Err(ApiError::InvalidInput(format!("id {:?} is not a Vultr resource id (a UUID)", req.id)));
-    }
+    // provider is asked (the CLI's `adopt` checks the same rule).
+    oduflow_model::check_resource_id(&req.id).map_err(ApiError::InvalidInput)?;
     let kind = match req.kind {
         AdoptKind::Vm => ResourceKind::Vm,
         AdoptKind::Volume => ResourceKind::Volume,

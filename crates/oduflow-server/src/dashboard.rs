@@ -41,21 +41,11 @@ pub(crate) fn esc(s: &str) -> String {
     o
 }
 
-/// `2026-11-29 19:55:08 UTC` from epoch milliseconds (UTC, proleptic
-/// Gregorian; Howard Hinnant's days-to-civil).
+/// `2026-11-29 19:55:08 UTC` from epoch milliseconds (the calendar is
+/// `oduflow_model::time`'s, shared with the CLI's RFC 3339 times).
 fn utc(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem % 3600 / 60, rem % 60)
+    let c = oduflow_model::time::Civil::from_epoch_ms(ms);
+    format!("{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC", c.year, c.month, c.day, c.hour, c.minute, c.second)
 }
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;background:#fafafa}\
@@ -171,18 +161,7 @@ pub(crate) async fn dashboard(State(s): State<AppState>, Extension(caller): Exte
         let _ = write!(b, "<div class=\"{class}\" data-status=\"{0}\"><b>{n}</b>{0}</div>", esc(st.as_str()));
     }
     b.push_str("</div>");
-    let _ = write!(
-        b,
-        "<p id=\"queue\">Queue: {} &middot; {} queued ({} runnable) &middot; {} done &middot; {} failed{}</p>",
-        if queue.paused { "<b>paused</b>" } else { "running" },
-        queue.queued,
-        queue.runnable,
-        queue.done,
-        queue.failed,
-        restore
-            .map(|w| format!(" &middot; <b class=\"status-blocked\">restore pending: {}</b> (run <code>oduflow reconcile --all</code>)", esc(&w)))
-            .unwrap_or_default()
-    );
+    b.push_str(&queue_line(&queue, restore.as_deref()));
 
     let _ = write!(b, "<h2>Intervention queue ({})</h2><div id=\"interventions\">", cases.len());
     if cases.is_empty() {
@@ -272,6 +251,32 @@ pub(crate) async fn dashboard(State(s): State<AppState>, Extension(caller): Exte
     }
     b.push_str("</table>");
     Ok(html(StatusCode::OK, page("oduflow dashboard", &b, true)))
+}
+
+/// Whether the queue claims jobs, and if not why and what starts it again:
+/// a restore pending stops it as surely as a pause (the workers claim
+/// nothing until `oduflow reconcile --all`), so it never reads "running"
+/// beside it. Then the counts.
+fn queue_line(queue: &oduflow_store::QueueStatus, restore: Option<&str>) -> String {
+    let mut why = vec![];
+    if let Some(w) = restore {
+        why.push(format!(
+            "restore pending ({}): it claims nothing until <code>oduflow reconcile --all</code> has run",
+            esc(w)
+        ));
+    }
+    if queue.paused {
+        why.push("paused: <code>oduflow queue resume</code> starts it again".to_owned());
+    }
+    let state = if why.is_empty() {
+        "running".to_owned()
+    } else {
+        format!("<b class=\"status-blocked\">stopped</b> &mdash; {}", why.join("; "))
+    };
+    format!(
+        "<p id=\"queue\">Queue: {state} &middot; {} queued ({} runnable) &middot; {} done &middot; {} failed</p>",
+        queue.queued, queue.runnable, queue.done, queue.failed
+    )
 }
 
 /// One row of the clients table.

@@ -72,6 +72,9 @@ pub enum StoreError {
     InvalidUrl { url: String, why: String },
     #[error("the database at {0} has not been initialized; run `oduflow init`")]
     NotInitialized(String),
+    /// The PostgreSQL server answers, but has no database of that name.
+    #[error("database {name:?} does not exist at {url}: create it (createdb {name}), then run `oduflow init`")]
+    DatabaseMissing { url: String, name: String },
     #[error(
         "the database at {url} has schema version {have}; this oduflow needs {want}: run `oduflow init` to migrate it"
     )]
@@ -118,6 +121,8 @@ pub enum StoreError {
     },
     #[error("migration failed")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("oduflow backup copies SQLite databases; back up PostgreSQL with pg_dump")]
+    BackupUnsupported,
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -237,11 +242,19 @@ impl Store {
             let store = match Self::check_url(url)? {
                 Backend::Postgres => {
                     let opts = PgConnectOptions::from_str(url).expect("checked");
+                    let name = opts.get_database().unwrap_or_default().to_owned();
                     let pool = PgPoolOptions::new()
                         .max_connections(max_connections)
                         .acquire_timeout(Duration::from_secs(30))
                         .connect_with(opts)
-                        .await?;
+                        .await
+                        .map_err(|e| match e {
+                            // invalid_catalog_name: said once, with what to do.
+                            sqlx::Error::Database(d) if d.code().as_deref() == Some("3D000") => {
+                                StoreError::DatabaseMissing { url: redact_url(url), name }
+                            }
+                            e => StoreError::Db(e),
+                        })?;
                     let claims = queue::ClaimConns::new(max_connections as usize);
                     Store { db: Db::Pg(pool, claims) }
                 }
@@ -372,6 +385,25 @@ impl Store {
                 Db::Sqlite(p) => migrator.run(p).await?,
             }
             Ok(())
+        })
+        .await
+    }
+
+    /// Writes a consistent copy of a SQLite database to `path`, a file that
+    /// must not exist (`VACUUM INTO`: one read transaction, so a commit made
+    /// meanwhile is wholly in the copy or not at all, and writers go on;
+    /// a plain copy of the file can miss commits still in the WAL). SQLite
+    /// does not fsync the copy: the caller does. PostgreSQL is refused:
+    /// `pg_dump` is its tool.
+    pub async fn sqlite_backup_into(&self, path: &str) -> Result<()> {
+        crate::named("sqlite_backup_into", async move {
+            match &self.db {
+                Db::Sqlite(p) => {
+                    sqlx::query("VACUUM INTO $1").bind(path).execute(p).await?;
+                    Ok(())
+                }
+                Db::Pg(..) => Err(StoreError::BackupUnsupported),
+            }
         })
         .await
     }

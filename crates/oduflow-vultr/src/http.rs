@@ -44,6 +44,30 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+tokio::task_local! {
+    /// Set by [`failures_reported_by_caller`].
+    static REPORTED_BY_CALLER: ();
+}
+
+/// Runs `f` with this crate's warnings about failed exchanges (429, 5xx, no
+/// connection) lowered to debug: for a caller that reports the failure
+/// itself, in one line (the worker's check of its footing at start, whose
+/// refusal names the error).
+pub async fn failures_reported_by_caller<F: std::future::Future>(f: F) -> F::Output {
+    REPORTED_BY_CALLER.scope((), f).await
+}
+
+/// `tracing::warn!`, or `debug!` inside [`failures_reported_by_caller`].
+macro_rules! warn_unless_reported {
+    ($($t:tt)*) => {
+        if REPORTED_BY_CALLER.try_with(|_| ()).is_ok() {
+            tracing::debug!($($t)*)
+        } else {
+            tracing::warn!($($t)*)
+        }
+    };
+}
+
 /// Longest piece of a non-JSON error body we quote in a message: enough to
 /// recognise an nginx error page, short enough for a log line.
 const BODY_EXCERPT_CHARS_MAX: usize = 200;
@@ -366,47 +390,71 @@ impl VultrClient {
             }
         };
         let ms = started.elapsed().as_millis() as u64;
-        if let Reply::Answer(a) = &reply
-            && a.status == 429
-        {
-            // Vultr counts per source address: the whole group pauses,
-            // for as long as it asks (within our bound).
-            let pause = a
-                .retry_after
-                .unwrap_or(crate::budget::PAUSE_MIN)
-                .max(crate::budget::PAUSE_MIN)
-                .min(Duration::from_millis(inner.cfg.retry_after_max_ms));
-            // This process at once; the group through the database.
-            inner.turnstile.pause_locally(pause);
-            tracing::warn!(
-                %method, %route, pause_ms = pause.as_millis() as u64, group = inner.budget.group(),
-                "vultr answered 429: pausing the rate group"
-            );
-            let recorded = tokio::time::timeout(crate::budget::BUDGET_ASK_TIMEOUT, inner.budget.pause(pause))
-                .await
-                .unwrap_or_else(|_| Err("no answer in time".into()));
-            if let Err(e) = recorded {
-                tracing::warn!(error = %e, "the rate group could not be paused");
-            }
-        }
-        let status = match &reply {
+        self.note_reply(&method, segments, &route, &reply, ms).await;
+        reply
+    }
+
+    /// What an exchange tells beyond its answer. A 429 pauses the rate
+    /// group. A 429, a 5xx and an exchange that failed are logged at warn
+    /// (the default level: an operator sees a provider in trouble), one line
+    /// each, naming the method, the route as a template (never an id), the
+    /// status or the kind of failure: never the key, never a body. Inside
+    /// [`failures_reported_by_caller`] those lines are debug. Everything
+    /// else is debug.
+    async fn note_reply(&self, method: &Method, segments: &[&str], route: &str, reply: &Reply, ms: u64) {
+        let inner = &self.inner;
+        let template = crate::stats::route_template(inner.base.path(), segments);
+        let status = match reply {
             Reply::Answer(a) => Some(a.status),
             Reply::NotSent(_) | Reply::Transport(_) | Reply::Stopped(_) => None,
         };
-        inner.stats.record_request(method.as_str(), crate::stats::route_template(inner.base.path(), segments), status);
-        match &reply {
-            Reply::Answer(a) => {
-                tracing::debug!(%method, %route, status = a.status, ms, "vultr request")
+        inner.stats.record_request(method.as_str(), template.clone(), status);
+        match reply {
+            Reply::Answer(a) if a.status == 429 => {
+                // Vultr counts per source address: the whole group pauses,
+                // for as long as it asks (within our bound).
+                let pause = a
+                    .retry_after
+                    .unwrap_or(crate::budget::PAUSE_MIN)
+                    .max(crate::budget::PAUSE_MIN)
+                    .min(Duration::from_millis(inner.cfg.retry_after_max_ms));
+                // This process at once; the group through the database.
+                inner.turnstile.pause_locally(pause);
+                warn_unless_reported!(
+                    %method, route = %template, status = 429, pause_ms = pause.as_millis() as u64,
+                    group = inner.budget.group(), "vultr answered 429: pausing the rate group"
+                );
+                let recorded = tokio::time::timeout(crate::budget::BUDGET_ASK_TIMEOUT, inner.budget.pause(pause))
+                    .await
+                    .unwrap_or_else(|_| Err("no answer in time".into()));
+                if let Err(e) = recorded {
+                    tracing::warn!(error = %e, "the rate group could not be paused");
+                }
             }
+            Reply::Answer(a) if a.status >= 500 => {
+                warn_unless_reported!(%method, route = %template, status = a.status, ms, "vultr answered {}", a.status)
+            }
+            Reply::Answer(a) => tracing::debug!(%method, %route, status = a.status, ms, "vultr request"),
             Reply::NotSent(e) => {
-                tracing::debug!(%method, %route, error = %e, ms, "vultr request not sent")
+                tracing::debug!(%method, %route, error = %e, ms, "vultr request not sent");
+                warn_unless_reported!(
+                    %method, route = %template, error = "connect", ms,
+                    "vultr request not sent: no connection could be established"
+                );
             }
             Reply::Transport(e) => {
-                tracing::debug!(%method, %route, error = %e, ms, "vultr request failed")
+                tracing::debug!(%method, %route, error = %e, ms, "vultr request failed");
+                let kind = if e.starts_with("timeout") {
+                    "timeout"
+                } else if e.starts_with("answer ") {
+                    "answer cut short"
+                } else {
+                    "connection failed"
+                };
+                warn_unless_reported!(%method, route = %template, error = kind, ms, "vultr request failed: {kind}");
             }
             Reply::Stopped(_) => {}
         }
-        reply
     }
 
     /// Sends a create or attach POST exactly once and hands back what came.

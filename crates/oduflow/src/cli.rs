@@ -99,6 +99,12 @@ pub(crate) enum Cmd {
     /// Database restore safety.
     #[command(subcommand)]
     Restore(RestoreCmd),
+    /// Write a consistent copy of the SQLite database to FILE (VACUUM INTO),
+    /// safe while workers run; for PostgreSQL use pg_dump.
+    Backup {
+        /// A file that does not exist yet.
+        file: PathBuf,
+    },
     /// Benchmarks: convergence at the rate limit, queue throughput, inventory at scale.
     #[cfg(feature = "lab")]
     Bench(oduflow_lab::bench::BenchArgs),
@@ -112,6 +118,10 @@ pub(crate) enum Cmd {
     #[cfg(not(feature = "lab"))]
     Campaign(NotBuilt),
     /// Serve the Vultr API simulator (API under /v2, controls under /sim).
+    ///
+    /// It accepts only the API key in VULTR_API_KEY, which must be set (any
+    /// other key is answered 401): run workers with that same key and
+    /// ODUFLOW_VULTR_URL=http://LISTEN/v2.
     Sim(crate::cmd::sim::SimArgs),
     /// Serve the HTTP API, the dashboard and Prometheus metrics.
     Serve(crate::cmd::serve::ServeArgs),

@@ -2,7 +2,7 @@
 //! The API key is read only from the environment and held as a secret; a key
 //! in the file is refused, because files get copied, committed and backed up.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use secrecy::SecretString;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -15,15 +15,17 @@ pub const DEFAULT_CONFIG_FILE: &str = "oduflow.toml";
 struct FileConfig {
     database_url: Option<String>,
     vultr_url: Option<String>,
+    // Numbers are read as TOML's own integers and checked against their
+    // range here (`Num`), so a refusal names the setting.
     poll_interval_ms: Option<i64>,
     observations_max: Option<i64>,
-    rate_per_sec: Option<u32>,
+    rate_per_sec: Option<i64>,
     rate_group: Option<String>,
-    per_page: Option<u32>,
-    request_timeout_ms: Option<u64>,
-    concurrency: Option<usize>,
+    per_page: Option<i64>,
+    request_timeout_ms: Option<i64>,
+    concurrency: Option<i64>,
     lease_ms: Option<i64>,
-    attempts_max: Option<i32>,
+    attempts_max: Option<i64>,
     ready_wait_ms: Option<i64>,
     bulk_view: Option<bool>,
     /// Refused with a clear message if present.
@@ -114,10 +116,71 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-fn env_num<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
-    match env(name) {
-        None => Ok(None),
-        Some(v) => v.parse().map(Some).map_err(|_| BadInput(format!("{name}={v:?} is not a valid number")).into()),
+const DAY_MS: i64 = 24 * 3600 * 1000;
+
+/// A numeric setting: its environment variable, its key in the config file,
+/// its default and the values it may take. The upper bounds keep the
+/// arithmetic made with them (deadlines, backoff, pool sizes) in range.
+struct Num {
+    env: &'static str,
+    key: &'static str,
+    default: i64,
+    min: i64,
+    max: i64,
+}
+
+const POLL_INTERVAL_MS: Num =
+    Num { env: "ODUFLOW_POLL_INTERVAL_MS", key: "poll_interval_ms", default: 5_000, min: 0, max: DAY_MS };
+const OBSERVATIONS_MAX: Num =
+    Num { env: "ODUFLOW_OBSERVATIONS_MAX", key: "observations_max", default: 60, min: 1, max: 1_000_000 };
+const RATE_PER_SEC: Num = Num {
+    env: "ODUFLOW_RATE_PER_SEC",
+    key: "rate_per_sec",
+    default: oduflow_vultr::DEFAULT_RATE_PER_SEC as i64,
+    min: 1,
+    max: 1_000_000,
+};
+const PER_PAGE: Num = Num {
+    env: "ODUFLOW_PER_PAGE",
+    key: "per_page",
+    default: oduflow_vultr::DEFAULT_PER_PAGE as i64,
+    min: 1,
+    max: oduflow_vultr::PER_PAGE_MAX as i64,
+};
+const REQUEST_TIMEOUT_MS: Num =
+    Num { env: "ODUFLOW_REQUEST_TIMEOUT_MS", key: "request_timeout_ms", default: 30_000, min: 1, max: DAY_MS };
+const CONCURRENCY: Num = Num { env: "ODUFLOW_CONCURRENCY", key: "concurrency", default: 4, min: 1, max: 1024 };
+const LEASE_MS: Num = Num { env: "ODUFLOW_LEASE_MS", key: "lease_ms", default: 120_000, min: 1, max: 7 * DAY_MS };
+const ATTEMPTS_MAX: Num = Num { env: "ODUFLOW_ATTEMPTS_MAX", key: "attempts_max", default: 10, min: 1, max: 1_000_000 };
+const READY_WAIT_MS: Num =
+    Num { env: "ODUFLOW_READY_WAIT_MS", key: "ready_wait_ms", default: 0, min: 0, max: 30 * DAY_MS };
+
+impl Num {
+    /// The environment's value, else the file's, else the default; outside
+    /// `min..=max` (or not a whole number), one line naming the variable,
+    /// the key and the range.
+    fn read(&self, file_value: Option<i64>, file: Option<&Path>) -> Result<i64> {
+        let (value, given) = match env(self.env) {
+            Some(raw) => match raw.trim().parse::<i64>() {
+                Ok(v) => (v, format!("{}={raw}", self.env)),
+                Err(_) => bail!(BadInput(format!("{}={raw:?} is not a whole number: {}", self.env, self.rule()))),
+            },
+            None => match file_value {
+                Some(v) => {
+                    let file = file.map_or_else(|| DEFAULT_CONFIG_FILE.into(), |f| f.display().to_string());
+                    (v, format!("{} = {v} in {file}", self.key))
+                }
+                None => return Ok(self.default),
+            },
+        };
+        if !(self.min..=self.max).contains(&value) {
+            bail!(BadInput(format!("{given} is out of range: {}", self.rule())));
+        }
+        Ok(value)
+    }
+
+    fn rule(&self) -> String {
+        format!("{} ({} in the config file) must be {} to {}", self.env, self.key, self.min, self.max)
     }
 }
 
@@ -132,7 +195,7 @@ impl Config {
             Some(p) => {
                 let text = std::fs::read_to_string(p)
                     .map_err(|e| BadInput(format!("cannot read config file {}: {e}", p.display())))?;
-                toml::from_str(&text).map_err(|e| BadInput(format!("config file {}: {}", p.display(), e.message())))?
+                toml::from_str(&text).map_err(|e| BadInput(toml_error(p, &text, &e)))?
             }
         };
         let dir = file.as_deref().and_then(Path::parent).map(Path::to_owned).unwrap_or_default();
@@ -153,20 +216,18 @@ impl Config {
                 .unwrap_or_else(|| oduflow_store::DEFAULT_DATABASE_URL.into()),
             vultr_url: env("ODUFLOW_VULTR_URL").or(fc.vultr_url).unwrap_or_else(|| "https://api.vultr.com/v2".into()),
             api_key: env("VULTR_API_KEY").map(SecretString::from),
-            poll_interval_ms: env_num("ODUFLOW_POLL_INTERVAL_MS")?.or(fc.poll_interval_ms).unwrap_or(5_000),
-            observations_max: env_num("ODUFLOW_OBSERVATIONS_MAX")?.or(fc.observations_max).unwrap_or(60),
-            rate_per_sec: env_num("ODUFLOW_RATE_PER_SEC")?
-                .or(fc.rate_per_sec)
-                .unwrap_or(oduflow_vultr::DEFAULT_RATE_PER_SEC),
+            poll_interval_ms: POLL_INTERVAL_MS.read(fc.poll_interval_ms, file.as_deref())?,
+            observations_max: OBSERVATIONS_MAX.read(fc.observations_max, file.as_deref())?,
+            rate_per_sec: u32::try_from(RATE_PER_SEC.read(fc.rate_per_sec, file.as_deref())?)?,
             rate_group: env("ODUFLOW_RATE_GROUP")
                 .or(fc.rate_group)
                 .unwrap_or_else(|| oduflow_model::rate::DEFAULT_RATE_GROUP.into()),
-            per_page: env_num("ODUFLOW_PER_PAGE")?.or(fc.per_page).unwrap_or(oduflow_vultr::DEFAULT_PER_PAGE),
-            request_timeout_ms: env_num("ODUFLOW_REQUEST_TIMEOUT_MS")?.or(fc.request_timeout_ms).unwrap_or(30_000),
-            concurrency: env_num("ODUFLOW_CONCURRENCY")?.or(fc.concurrency).unwrap_or(4),
-            lease_ms: env_num("ODUFLOW_LEASE_MS")?.or(fc.lease_ms).unwrap_or(120_000),
-            attempts_max: env_num("ODUFLOW_ATTEMPTS_MAX")?.or(fc.attempts_max).unwrap_or(10),
-            ready_wait_ms: env_num("ODUFLOW_READY_WAIT_MS")?.or(fc.ready_wait_ms).unwrap_or(0),
+            per_page: u32::try_from(PER_PAGE.read(fc.per_page, file.as_deref())?)?,
+            request_timeout_ms: u64::try_from(REQUEST_TIMEOUT_MS.read(fc.request_timeout_ms, file.as_deref())?)?,
+            concurrency: usize::try_from(CONCURRENCY.read(fc.concurrency, file.as_deref())?)?,
+            lease_ms: LEASE_MS.read(fc.lease_ms, file.as_deref())?,
+            attempts_max: i32::try_from(ATTEMPTS_MAX.read(fc.attempts_max, file.as_deref())?)?,
+            ready_wait_ms: READY_WAIT_MS.read(fc.ready_wait_ms, file.as_deref())?,
             bulk_view: env_bool("ODUFLOW_BULK_VIEW")?.or(fc.bulk_view).unwrap_or(true),
             dns: match env("ODUFLOW_DNS_DOMAIN") {
                 Some(domain) => Some(DnsConfig { domain, ttl: default_ttl() }),
@@ -180,26 +241,15 @@ impl Config {
         for a in &cfg.adapters {
             oduflow_engine::command_adapter::CommandAdapter::new(a.clone()).map_err(BadInput)?;
         }
-        if cfg.poll_interval_ms < 0
-            || cfg.observations_max < 1
-            || cfg.rate_per_sec == 0
-            || cfg.concurrency == 0
-            || cfg.lease_ms < 1
-            || cfg.attempts_max < 1
-            || !(1..=oduflow_vultr::PER_PAGE_MAX).contains(&cfg.per_page)
-            || cfg.ready_wait_ms < 0
-        {
-            bail!(BadInput(
-                "poll_interval_ms and ready_wait_ms must be >= 0; observations_max, rate_per_sec, concurrency, lease_ms and attempts_max >= 1; per_page 1..=500"
-                    .into()
-            ));
-        }
-        oduflow_model::rate::check_group(&cfg.rate_group).map_err(BadInput)?;
+        oduflow_model::rate::check_group(&cfg.rate_group)
+            .map_err(|e| BadInput(format!("ODUFLOW_RATE_GROUP (rate_group in the config file): {e}")))?;
         // Vultr answers 429 above 30 requests in a second per source address,
         // and a 429 to a create leaves its outcome unknown.
         if cfg.rate_per_sec > VULTR_RATE_LIMIT && cfg.vultr_url.trim_end_matches('/') == "https://api.vultr.com/v2" {
             bail!(BadInput(format!(
-                "rate_per_sec {} is above Vultr's limit of {VULTR_RATE_LIMIT} requests per second (per source address, for the whole rate group)",
+                "rate_per_sec {} is above Vultr's limit of {VULTR_RATE_LIMIT} requests per second (per source address, \
+                 for the whole rate group): ODUFLOW_RATE_PER_SEC (rate_per_sec in the config file) must be 1 to \
+                 {VULTR_RATE_LIMIT} for api.vultr.com",
                 cfg.rate_per_sec
             )));
         }
@@ -231,9 +281,31 @@ impl Config {
             .map_err(|e| BadInput(format!("{e}; a profile is a [profile.NAME] table in the config file")).into())
     }
 
-    pub fn api_key(&self) -> Result<&SecretString> {
-        self.api_key.as_ref().context("VULTR_API_KEY is not set: the worker needs the Vultr API key in its environment")
+    /// The API key, for `oduflow COMMAND`; without one, bad set-up (exit
+    /// code 2) naming the command.
+    pub fn api_key(&self, command: &str) -> Result<&SecretString> {
+        self.api_key.as_ref().ok_or_else(|| {
+            BadInput(format!(
+                "oduflow {command} needs the Vultr API key: set VULTR_API_KEY in its environment (it is never read \
+                 from a file)"
+            ))
+            .into()
+        })
     }
+}
+
+/// A config file TOML refused, in one line: the file, the line and its
+/// text (which names the setting), and what is wrong with it.
+fn toml_error(path: &Path, text: &str, e: &toml::de::Error) -> String {
+    let at = match e.span() {
+        Some(span) => {
+            let start = text[..span.start.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
+            let line = text[start..].lines().next().unwrap_or("").trim();
+            format!(", line {} ({line})", text[..start].matches('\n').count() + 1)
+        }
+        None => String::new(),
+    };
+    format!("config file {}{at}: {}", path.display(), e.message())
 }
 
 /// Profiles with their `user_data` file read (relative to `dir`), each

@@ -55,6 +55,8 @@ fn main() -> ExitCode {
     }
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // `oduflow client list | head -1`: the reader has what it wanted.
+        Err(e) if e.downcast_ref::<output::StdoutClosed>().is_some() => ExitCode::SUCCESS,
         Err(e) => {
             let bad_input = e.downcast_ref::<BadInput>().is_some()
                 || lab_bad_input(&e)
@@ -70,6 +72,7 @@ fn main() -> ExitCode {
                             | StoreError::UpdateRefused(_)
                             | StoreError::TokenExists(_)
                             | StoreError::TokenNotFound(_)
+                            | StoreError::BackupUnsupported
                     )
                 );
             eprintln!("oduflow: {}", chain(&e));
@@ -78,8 +81,20 @@ fn main() -> ExitCode {
     }
 }
 
+/// The error and its causes on one line, each said once: a driver's error
+/// often repeats its source's text ("error returned from database: X: X").
 fn chain(e: &anyhow::Error) -> String {
-    e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ")
+    let mut line = String::new();
+    for c in e.chain().map(|c| c.to_string()) {
+        if line.contains(&c) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&c);
+    }
+    line
 }
 
 #[cfg(feature = "lab")]
@@ -132,5 +147,6 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Credentials(c) => cmd::credentials::run(&cfg, c).await,
         Cmd::Orphan(c) => cmd::orphan::run(&cfg, c).await,
         Cmd::Restore(c) => cmd::restore::run(&cfg, c).await,
+        Cmd::Backup { file } => cmd::backup::run(&cfg, &file).await,
     }
 }

@@ -1,9 +1,57 @@
 //! Everything the commands print, for people and (`--json`) for programs.
+//!
+//! Standard output is written only through [`outln!`] (the tidy test keeps
+//! `println!` out of this crate): a reader that goes away early (`oduflow
+//! client list | head -1`) ends the command quietly with exit code 0, as it
+//! ends `ls`, where `println!` panicked (exit code 101).
+//!
+//! Why not restore SIGPIPE's default action at start, as C programs have
+//! it? Then every write to any closed pipe would kill the process on the
+//! spot: a worker handing a root password to `root_password_command`, or
+//! input to an identity adapter's command, would die with its run half done
+//! whenever that command exited without reading. Only standard output's
+//! reader going away means "stop now"; everywhere else EPIPE stays an error
+//! to handle.
 
 use anyhow::Result;
 use oduflow_engine::operator;
 use oduflow_model::*;
 use oduflow_store::{ClientRow, Store};
+
+/// Standard output's reader has gone: the command stops printing and ends
+/// with exit code 0 (see `main`). Not an error, and nothing is logged.
+#[derive(Debug, thiserror::Error)]
+#[error("standard output was closed by its reader")]
+pub(crate) struct StdoutClosed;
+
+/// Writes one line to standard output (see [`write_text`]).
+pub(crate) fn write_line(args: std::fmt::Arguments<'_>) -> Result<()> {
+    write_text(format_args!("{args}\n"))
+}
+
+/// Writes to standard output and flushes. A closed pipe is
+/// [`StdoutClosed`]; any other failure (a full disk) is an error naming
+/// standard output.
+pub(crate) fn write_text(args: std::fmt::Arguments<'_>) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_fmt(args).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
+        Err(e) => Err(anyhow::anyhow!("cannot write to standard output: {e}")),
+    }
+}
+
+/// `println!` that hands a failed write back (use it with `?`).
+macro_rules! outln {
+    () => {
+        $crate::output::write_line(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::write_line(format_args!($($arg)*))
+    };
+}
+pub(crate) use outln;
 
 /// A client as `--json` shows it: the HTTP API's `ClientView`, so the two
 /// public shapes are one (never the store's row as it is).
@@ -28,47 +76,47 @@ pub(crate) async fn print_client(store: &Store, r: &ClientRow, json: bool, evide
             v["events"] = serde_json::to_value(&events)?;
             v["changes"] = serde_json::to_value(&changes)?;
         }
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(());
     }
     let i = &r.infra;
-    println!("name:       {}", r.name);
+    outln!("name:       {}", r.name)?;
     match i.blocked_reason {
-        Some(b) => println!("status:     blocked ({b})"),
-        None => println!("status:     {}", i.status),
+        Some(b) => outln!("status:     blocked ({b})")?,
+        None => outln!("status:     {}", i.status)?,
     }
     if let Some(d) = &i.blocked_detail {
-        println!("evidence:   {d}");
+        outln!("evidence:   {d}")?;
     }
     if i.status == ClientStatus::Blocked {
         // The same commands the API and the dashboard suggest.
         let receipts = store.receipts_for_client(&r.id).await?;
         for res in oduflow_server::resolve::resolutions(r, &receipts) {
-            println!("resolve:    {}  ({})", res.command, res.when);
+            outln!("resolve:    {}  ({})", res.command, res.when)?;
         }
     }
-    println!("target:     {} (generation {})", i.target, i.generation);
-    println!(
+    outln!("target:     {} (generation {})", i.target, i.generation)?;
+    outln!(
         "spec:       region {} plan {} {} volume {} GB {}",
         i.spec.region,
         i.spec.plan,
         i.spec.image,
         i.spec.volume_gb,
         i.spec.volume_type.as_str()
-    );
-    print_server(i);
-    println!("key:        {}", i.key_fingerprint.as_ref().map(|k| k.short()).unwrap_or("(not bound yet)"));
-    println!("vm:         {}", i.vm_id.as_ref().map(|v| v.as_str()).unwrap_or("-"));
-    println!("volume:     {}", i.volume_id.as_ref().map(|v| v.as_str()).unwrap_or("-"));
+    )?;
+    print_server(i)?;
+    outln!("key:        {}", i.key_fingerprint.as_ref().map(|k| k.short()).unwrap_or("(not bound yet)"))?;
+    outln!("vm:         {}", i.vm_id.as_ref().map(|v| v.as_str()).unwrap_or("-"))?;
+    outln!("volume:     {}", i.volume_id.as_ref().map(|v| v.as_str()).unwrap_or("-"))?;
     if evidence {
-        println!("receipts:");
+        outln!("receipts:")?;
         for rc in &receipts {
             let outcome = match (&rc.resource_id, rc.rejection_status) {
                 (Some(id), _) => format!("id {id} ({})", rc.resource_id_source.map(|s| s.as_str()).unwrap_or("?")),
                 (None, Some(s)) => format!("rejected {s}: {}", rc.rejection_message.as_deref().unwrap_or("")),
                 (None, None) => "outcome unknown".into(),
             };
-            println!(
+            outln!(
                 "  {:<8} dispatch {} label {} {} observations {}{}",
                 rc.resource_kind.as_str(),
                 rc.dispatch_generation,
@@ -76,29 +124,29 @@ pub(crate) async fn print_client(store: &Store, r: &ClientRow, json: bool, evide
                 outcome,
                 rc.observation_count,
                 rc.last_observation.as_deref().map(|o| format!(" (last: {o})")).unwrap_or_default()
-            );
+            )?;
         }
         if !changes.is_empty() {
-            println!("changes:");
+            outln!("changes:")?;
             for c in &changes {
-                println!("  {}", c.summary());
+                outln!("  {}", c.summary())?;
             }
         }
         if !adapters.is_empty() {
-            println!("identities:");
+            outln!("identities:")?;
             for a in &adapters {
-                println!(
+                outln!(
                     "  {:<10} {:<9} {}{}",
                     a.adapter,
                     a.state,
                     a.detail,
                     if a.failures > 0 { format!(" (failures: {})", a.failures) } else { String::new() }
-                );
+                )?;
             }
         }
-        println!("events (latest last):");
+        outln!("events (latest last):")?;
         for e in events.iter().rev().take(15).rev() {
-            println!("  {} {:<28} {}", e.at_ms, e.kind, e.detail);
+            outln!("  {} {:<28} {}", time::rfc3339(e.at_ms), e.kind, e.detail)?;
         }
     }
     Ok(())
@@ -106,23 +154,23 @@ pub(crate) async fn print_client(store: &Store, r: &ClientRow, json: bool, evide
 
 pub(crate) fn print_inventory(inv: &operator::Inventory, json: bool) -> Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(inv)?);
+        outln!("{}", serde_json::to_string_pretty(inv)?)?;
         return Ok(());
     }
-    println!("listed: {} instances, {} blocks", inv.instances_listed, inv.blocks_listed);
+    outln!("listed: {} instances, {} blocks", inv.instances_listed, inv.blocks_listed)?;
     for (title, items) in [("orphans", &inv.orphans), ("missing", &inv.missing), ("unrecorded", &inv.unrecorded)] {
-        println!("{title}: {}", items.len());
+        outln!("{title}: {}", items.len())?;
         for i in items {
-            println!(
+            outln!(
                 "  {:<6} {} label {} client {} — {}",
                 i.kind.as_str(),
                 i.id,
                 i.label,
                 i.client.as_deref().unwrap_or("-"),
                 i.note
-            );
+            )?;
             if let Some(r) = &i.resolve {
-                println!("         resolve: {r}");
+                outln!("         resolve: {r}")?;
             }
         }
     }
@@ -132,49 +180,77 @@ pub(crate) fn print_inventory(inv: &operator::Inventory, json: bool) -> Result<(
 pub(crate) fn print_clients(rows: &[ClientRow], json: bool) -> Result<()> {
     if json {
         let v: Vec<_> = rows.iter().map(client_json).collect();
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(());
     }
-    println!("{:<24} {:<13} {:<22} {:<38} VOLUME", "NAME", "STATUS", "BLOCKED", "VM");
-    for r in rows {
-        let i = &r.infra;
-        println!(
-            "{:<24} {:<13} {:<22} {:<38} {}",
-            r.name,
-            i.status,
-            i.blocked_reason.map(|b| b.as_str()).unwrap_or("-"),
-            i.vm_id.as_ref().map(|v| v.as_str()).unwrap_or("-"),
-            i.volume_id.as_ref().map(|v| v.as_str()).unwrap_or("-"),
-        );
+    let cells: Vec<[String; 5]> = rows
+        .iter()
+        .map(|r| {
+            let i = &r.infra;
+            [
+                r.name.clone(),
+                i.status.as_str().to_owned(),
+                i.blocked_reason.map_or("-", |b| b.as_str()).to_owned(),
+                i.vm_id.as_ref().map_or("-", |v| v.as_str()).to_owned(),
+                i.volume_id.as_ref().map_or("-", |v| v.as_str()).to_owned(),
+            ]
+        })
+        .collect();
+    print_table(["NAME", "STATUS", "BLOCKED", "VM", "VOLUME"], &cells)
+}
+
+/// A table for people: each column as wide as its widest cell (the
+/// header's included), two spaces apart, the last one unpadded.
+pub(crate) fn print_table<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> Result<()> {
+    let mut widths = header.map(|h| h.chars().count());
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; N]| {
+        let mut l = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 < N {
+                l.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+            } else {
+                l.push_str(cell);
+            }
+        }
+        l
+    };
+    outln!("{}", line(header))?;
+    for row in rows {
+        outln!("{}", line(row.each_ref().map(String::as_str)))?;
     }
     Ok(())
 }
 
 pub(crate) fn print_orphans(list: &[oduflow_store::OrphanRow], json: bool) -> Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        outln!("{}", serde_json::to_string_pretty(&list)?)?;
         return Ok(());
     }
-    println!("orphans: {} (as the last `oduflow reconcile --all` found them)", list.len());
+    outln!("orphans: {} (as the last `oduflow reconcile --all` found them)", list.len())?;
     for o in list {
         let state = o.resolution.as_deref().map_or_else(|| "open".to_owned(), |r| format!("resolved: {r}"));
-        println!(
+        outln!(
             "  {:<6} {} label {} client {} — {} [{state}]",
             o.kind.as_str(),
             o.resource_id,
             o.label,
             o.client_ref.as_deref().unwrap_or("-"),
             o.note
-        );
+        )?;
     }
     Ok(())
 }
 
 pub(crate) fn print_orphan_deleted(d: &operator::OrphanDeleted, json: bool) -> Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(d)?);
+        outln!("{}", serde_json::to_string_pretty(d)?)?;
     } else {
-        println!("{} {}: {}", d.kind.as_str(), d.id, d.note);
+        outln!("{} {}: {}", d.kind.as_str(), d.id, d.note)?;
     }
     Ok(())
 }
@@ -189,15 +265,15 @@ pub(crate) fn print_rotation(
     match done {
         Ok(names) => {
             if json {
-                println!("{}", serde_json::json!({ "rebound": names }));
+                outln!("{}", serde_json::json!({ "rebound": names }))?;
             } else {
-                println!("rebound {} record(s) to key {}", names.len(), key.short());
+                outln!("rebound {} record(s) to key {}", names.len(), key.short())?;
             }
             Ok(())
         }
         Err(unproven) => {
             if json {
-                println!("{}", serde_json::json!({ "refused": unproven }));
+                outln!("{}", serde_json::json!({ "refused": unproven }))?;
             }
             let list: Vec<String> = unproven
                 .iter()
@@ -214,15 +290,15 @@ pub(crate) fn print_queue_status(
     json: bool,
 ) -> Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(s)?);
+        outln!("{}", serde_json::to_string_pretty(s)?)?;
         return Ok(());
     }
-    println!("paused:            {}", s.paused);
-    println!("queued:            {} ({} runnable now)", s.queued, s.runnable);
-    println!("done/stale/failed: {}/{}/{}", s.done, s.stale, s.failed);
-    println!("unsettled clients: {}", s.unsettled_clients);
+    outln!("paused:            {}", s.paused)?;
+    outln!("queued:            {} ({} runnable now)", s.queued, s.runnable)?;
+    outln!("done/stale/failed: {}/{}/{}", s.done, s.stale, s.failed)?;
+    outln!("unsettled clients: {}", s.unsettled_clients)?;
     if let Some(why) = restore_pending {
-        println!("restore pending:   {why} (run `oduflow reconcile --all`)");
+        outln!("restore pending:   {why} (run `oduflow reconcile --all`)")?;
     }
     Ok(())
 }
@@ -239,41 +315,42 @@ pub(crate) fn peak_rss_kib() -> u64 {
 }
 
 /// The server fields of a spec and what the ready server shows.
-fn print_server(i: &oduflow_store::InfraRow) {
+fn print_server(i: &oduflow_store::InfraRow) -> Result<()> {
     let sv = &i.spec.server;
-    println!("hostname:   {}", sv.hostname);
+    outln!("hostname:   {}", sv.hostname)?;
     if !sv.ssh_keys.is_empty() {
-        println!("ssh keys:   {}", sv.ssh_keys.join(", "));
+        outln!("ssh keys:   {}", sv.ssh_keys.join(", "))?;
     }
     if !sv.tags.is_empty() {
-        println!("tags:       {}", sv.tags.join(", "));
+        outln!("tags:       {}", sv.tags.join(", "))?;
     }
     if let Some(f) = &sv.firewall_group {
-        println!("firewall:   {f}");
+        outln!("firewall:   {f}")?;
     }
     if sv.ipv6 || !sv.vpcs.is_empty() {
-        println!(
+        outln!(
             "network:    ipv6 {}{}",
             if sv.ipv6 { "on" } else { "off" },
             if sv.vpcs.is_empty() { String::new() } else { format!(", vpcs {}", sv.vpcs.join(", ")) }
-        );
+        )?;
     }
     if let Some(b) = sv.backups {
-        println!("backups:    {b} (UTC)");
+        outln!("backups:    {b} (UTC)")?;
     }
     if let Some(u) = &sv.user_data {
-        println!("user data:  {} bytes", u.len());
+        outln!("user data:  {} bytes", u.len())?;
     }
     let o = &i.outputs;
     if !o.main_ip.is_empty() {
-        println!("ipv4:       {}", o.main_ip);
+        outln!("ipv4:       {}", o.main_ip)?;
     }
     if !o.v6_main_ip.is_empty() {
-        println!("ipv6:       {}", o.v6_main_ip);
+        outln!("ipv6:       {}", o.v6_main_ip)?;
     }
     if !o.mount_id.is_empty() {
-        println!("mount:      /dev/disk/by-id/virtio-{}", o.mount_id);
+        outln!("mount:      /dev/disk/by-id/virtio-{}", o.mount_id)?;
     }
+    Ok(())
 }
 
 /// `oduflow check`'s report: `ok    NAME  DETAIL` / `FAIL  NAME  DETAIL`,

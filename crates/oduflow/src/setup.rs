@@ -46,10 +46,12 @@ pub(crate) async fn refuse_if_restored(store: &Store) -> Result<()> {
 /// The provider the worker drives: Vultr (or `oduflow sim`) at
 /// `ODUFLOW_VULTR_URL`, its requests taking their slots from the rate group's
 /// budget in the database, shared with every other process of the group.
-/// `role` names this process in the budget's metrics.
+/// `role` is the command (`reconcile`, `credentials rotate`, `worker`): a
+/// missing key is refused naming it, and it names this process in the
+/// budget's metrics.
 pub(crate) fn provider(cfg: &Config, store: &Store, role: &str) -> Result<Arc<oduflow_vultr::VultrClient>> {
     check_scheme(cfg)?;
-    let vc = vultr_config(cfg, cfg.api_key()?.clone())?;
+    let vc = vultr_config(cfg, cfg.api_key(role)?.clone())?;
     provider_with(cfg, vc, store, role)
 }
 
@@ -152,8 +154,8 @@ async fn hand_over(
     child.wait().await
 }
 
-/// `<host>/<role>-<pid>`: how this process is named in the rate budget's
-/// metrics.
+/// `<host>/<role>-<pid>` (`host-a/credentials-rotate-4242`): how this
+/// process is named in the rate budget's metrics.
 pub(crate) fn process_name(role: &str) -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
@@ -161,7 +163,7 @@ pub(crate) fn process_name(role: &str) -> String {
         .filter(|h| !h.is_empty())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "localhost".into());
-    format!("{host}/{role}-{}", std::process::id())
+    format!("{host}/{}-{}", role.replace(' ', "-"), std::process::id())
 }
 
 /// The configured identity adapters, DNS first.

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 mod actions;
+mod service;
 mod suggestions;
 
 /// Recognisable, so a leak is easy to spot in any text.

@@ -11,13 +11,16 @@ use oduflow_store::StoreError;
 use oduflow_vultr::dns_adapter::{DnsAdapter, Owned};
 
 pub async fn adopt(cfg: &Config, name: &str, kind: &str, id: &str, by: &str) -> Result<()> {
+    // Vultr's instance, block and DNS record ids are UUIDs: the API's rule,
+    // checked before the database or the provider is asked.
+    check_resource_id(id).map_err(|e| BadInput(format!("--id: {e}; nothing was recorded")))?;
     if kind == "dns" {
         return adopt_dns(cfg, name, id, by).await;
     }
     ClientName::parse(name)?;
     let kind = ResourceKind::parse(kind).expect("clap checked");
     let store = open(cfg).await?;
-    let provider = provider(cfg, &store, "cli")?;
+    let provider = provider(cfg, &store, "adopt")?;
     refuse_if_restored(&store).await?;
     let actor = Actor { by, now_ms: now_ms(), attempts_max: cfg.attempts_max };
     let row = operator::adopt(&store, provider.as_ref(), name, kind, id, actor).await?;
@@ -25,6 +28,8 @@ pub async fn adopt(cfg: &Config, name: &str, kind: &str, id: &str, by: &str) -> 
 }
 
 pub async fn abandon(cfg: &Config, name: &str, kind: &str, by: &str, reason: &str) -> Result<()> {
+    let (by, reason) = attestation(by, reason)?;
+    let (by, reason) = (by.as_str(), reason.as_str());
     if kind == "dns" {
         return abandon_dns(cfg, name, by, reason).await;
     }
@@ -35,6 +40,18 @@ pub async fn abandon(cfg: &Config, name: &str, kind: &str, by: &str, reason: &st
     let actor = Actor { by, now_ms: now_ms(), attempts_max: cfg.attempts_max };
     let row = operator::abandon(&store, name, kind, reason, actor).await?;
     print_client(&store, &row, false, false).await
+}
+
+/// `--by` and `--reason`, trimmed, by the API's rule (not empty, bounded,
+/// no control characters); anything else is bad input, before anything is
+/// opened.
+pub(crate) fn attestation(by: &str, reason: &str) -> Result<(String, String)> {
+    use oduflow_model::audit::{BY_LEN_MAX, REASON_LEN_MAX, attestation};
+    let bad = |e: String| BadInput(format!("{e}: --by WHO and --reason WHY are the attestation; nothing was recorded"));
+    Ok((
+        attestation("--by", by, BY_LEN_MAX).map_err(bad)?,
+        attestation("--reason", reason, REASON_LEN_MAX).map_err(bad)?,
+    ))
 }
 
 /// The client's DNS ownership record as the store holds it, and the
@@ -48,13 +65,14 @@ struct DnsOwnership {
 }
 
 impl DnsOwnership {
-    async fn load(cfg: &Config, name: &str) -> Result<Self> {
+    /// `command` (`adopt`, `abandon`) names the command in a refusal.
+    async fn load(cfg: &Config, name: &str, command: &str) -> Result<Self> {
         ClientName::parse(name)?;
         let Some(dns) = &cfg.dns else {
             return Err(BadInput("no [dns] domain is configured: this client has no DNS identity".into()).into());
         };
         let store = open(cfg).await?;
-        let vultr = provider(cfg, &store, "cli")?;
+        let vultr = provider(cfg, &store, command)?;
         refuse_if_restored(&store).await?;
         let row = store.client_get(name).await?.ok_or_else(|| StoreError::ClientNotFound(name.to_owned()))?;
         // Only a client the machine has stopped for: a run in flight may be
@@ -102,10 +120,7 @@ impl DnsOwnership {
 /// client's DNS name becomes the client's (oduflow then points it at the VM
 /// and deletes it with the client).
 pub async fn adopt_dns(cfg: &Config, name: &str, id: &str, by: &str) -> Result<()> {
-    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
-        return Err(BadInput(format!("--id {id:?} is not a DNS record id (letters, digits and hyphens)")).into());
-    }
-    let mut d = DnsOwnership::load(cfg, name).await?;
+    let mut d = DnsOwnership::load(cfg, name, "adopt").await?;
     let domain = d.adapter.domain().to_owned();
     let rec = d
         .adapter
@@ -146,10 +161,7 @@ pub async fn adopt_dns(cfg: &Config, name: &str, id: &str, by: &str) -> Result<(
 /// none of the records whose create had an unknown outcome; the next run
 /// creates them.
 pub async fn abandon_dns(cfg: &Config, name: &str, by: &str, reason: &str) -> Result<()> {
-    if by.trim().is_empty() || reason.trim().is_empty() {
-        return Err(BadInput("--by and --reason must not be empty: they are the attestation".into()).into());
-    }
-    let mut d = DnsOwnership::load(cfg, name).await?;
+    let mut d = DnsOwnership::load(cfg, name, "abandon").await?;
     let lost = d.owned.abandon_lost();
     if lost.is_empty() {
         return Err(BadInput(format!(

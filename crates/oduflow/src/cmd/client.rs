@@ -123,7 +123,7 @@ async fn plan_check(cfg: &Config, store: &oduflow_store::Store, name: &str, plan
     if cfg.api_key.is_none() {
         return Ok(());
     }
-    let provider = crate::setup::provider(cfg, store, "cli")?;
+    let provider = crate::setup::provider(cfg, store, "client update")?;
     match oduflow_engine::operator::plan_refusal(store, provider.as_ref(), name, plan).await {
         Ok(None) => Ok(()),
         Ok(Some(why)) => Err(BadInput(format!("{why}; nothing was stored")).into()),
@@ -147,7 +147,7 @@ async fn preflight(cfg: &Config, store: &oduflow_store::Store, spec: &ClientSpec
         );
         return Ok(());
     }
-    let provider = crate::setup::provider(cfg, store, "cli")?;
+    let provider = crate::setup::provider(cfg, store, "client create")?;
     let catalog = provider.catalog_read(&spec.region).await.map_err(|e| {
         anyhow::anyhow!("preflight could not read Vultr's catalog: {e} (use --no-preflight to skip the check)")
     })?;

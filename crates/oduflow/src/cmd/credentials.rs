@@ -10,7 +10,7 @@ use oduflow_model::provider::Provider;
 pub async fn run(cfg: &Config, c: CredentialsCmd) -> Result<()> {
     let CredentialsCmd::Rotate { by, json } = c;
     let store = open(cfg).await?;
-    let provider = provider(cfg, &store, "cli")?;
+    let provider = provider(cfg, &store, "credentials rotate")?;
     refuse_if_restored(&store).await?;
     let actor = Actor { by: &by, now_ms: now_ms(), attempts_max: cfg.attempts_max };
     let done = operator::credentials_rotate(&store, provider.as_ref(), actor).await?;

@@ -5,6 +5,7 @@
 //! summary that checks the simulator's ledger: one create per operation key.
 
 use crate::config::{BadInput, Config};
+use crate::output::outln;
 use anyhow::Result;
 use oduflow_engine::{Clock, SystemClock, Worker};
 use oduflow_model::*;
@@ -12,7 +13,7 @@ use oduflow_sim::{Faults, Sim, SimConfig};
 use oduflow_store::Store;
 use oduflow_vultr::{VultrClient, VultrConfig};
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -62,15 +63,15 @@ pub async fn run(cfg: &Config, clients: usize, seed: u64, faults: bool) -> Resul
     engine.observations_max = 40;
     engine.concurrency = 8;
     let worker = Worker::new(store.clone(), provider, engine, Arc::new(SystemClock));
-    println!(
+    outln!(
         "oduflow demo: {clients} clients, SQLite at {}, simulator at {} (seed {seed}, faults {})",
         db.display(),
         sim.base_url,
         if faults { "on" } else { "off" }
-    );
+    )?;
     let started = Instant::now();
 
-    let profile = announce_profile(cfg);
+    let profile = announce_profile(cfg)?;
     for i in 0..clients {
         let name = ClientName::parse(&format!("demo-{i:04}"))?;
         let spec = profile.resolve(&name, &cfg.spec_defaults)?;
@@ -99,39 +100,39 @@ pub async fn run(cfg: &Config, clients: usize, seed: u64, faults: bool) -> Resul
     let untracked: Vec<_> =
         ledger.creates_per_label.keys().filter(|l| !receipts.iter().any(|r| r.label.as_str() == l.as_str())).collect();
     let live = ledger.resources.iter().filter(|r| r.deleted_at.is_none()).count();
-    println!("\nsummary after {:.1} s:", started.elapsed().as_secs_f64());
-    println!("  after provisioning: {}", fmt_counts(&provisioned));
+    outln!("\nsummary after {:.1} s:", started.elapsed().as_secs_f64())?;
+    outln!("  after provisioning: {}", fmt_counts(&provisioned))?;
     for l in &blocked_after_provisioning {
-        println!("    {l}");
+        outln!("    {l}")?;
     }
-    println!("  after deletion:     {}", fmt_counts(&store.client_status_counts().await?));
+    outln!("  after deletion:     {}", fmt_counts(&store.client_status_counts().await?))?;
     let blocked = blocked_lines(&store).await?;
     for l in &blocked {
-        println!("    {l}");
+        outln!("    {l}")?;
     }
     if !blocked.is_empty() || !blocked_after_provisioning.is_empty() {
-        println!(
+        outln!(
             "  (blocked is the safe answer where a create's outcome stayed unknown: oduflow never guesses.\n   \
              Inspect with `oduflow client show NAME`; resolve with `oduflow reconcile`, `adopt` or `abandon`.)"
-        );
+        )?;
     }
     let requests: u64 = ledger.requests.values().sum();
-    println!(
+    outln!(
         "  simulator: {requests} requests, {} faults injected, {} resources created, {live} still live",
         ledger.faults.len(),
         ledger.resources.len()
-    );
+    )?;
     print_live(&store, &ledger, &receipts).await?;
     let dup = per_key.values().filter(|n| **n > 1).count();
     let creates_dist: BTreeMap<u64, usize> = per_key.values().fold(BTreeMap::new(), |mut m, n| {
         *m.entry(*n).or_default() += 1;
         m
     });
-    println!(
+    outln!(
         "  creates applied per operation key: {} (count -> keys; must never exceed 1)",
         creates_dist.iter().map(|(n, k)| format!("{n} -> {k}")).collect::<Vec<_>>().join(", ")
-    );
-    println!("  resources created without a receipt: {}", untracked.len());
+    )?;
+    outln!("  resources created without a receipt: {}", untracked.len())?;
 
     sim.shutdown().await;
     anyhow::ensure!(dup == 0, "{dup} operation keys were created more than once");
@@ -166,10 +167,9 @@ async fn drive<P: oduflow_model::provider::Provider>(store: &Store, worker: &Wor
     loop {
         let line = format!("{phase}: {}", fmt_counts(&store.client_status_counts().await?));
         if tty {
-            print!("\r{line}        ");
-            std::io::stdout().flush()?;
+            crate::output::write_text(format_args!("\r{line}        "))?;
         } else if line != last && last_print.elapsed() > Duration::from_secs(2) || task.is_finished() {
-            println!("{line}");
+            outln!("{line}")?;
             last_print = Instant::now();
         }
         last = line;
@@ -181,7 +181,7 @@ async fn drive<P: oduflow_model::provider::Provider>(store: &Store, worker: &Wor
     drop(tx);
     task.await??;
     if tty {
-        println!();
+        outln!()?;
     }
     Ok(())
 }
@@ -205,18 +205,18 @@ fn demo_profile() -> SpecInput {
 /// Every client comes from one profile: the config file's `[profile.demo]`
 /// if there is one, else the built-in one (an SSH key of the simulated
 /// account, cloud-init user data naming the client, a tag, IPv6).
-fn announce_profile(cfg: &Config) -> SpecInput {
+fn announce_profile(cfg: &Config) -> Result<SpecInput> {
     let (profile, from) = match cfg.profiles.get("demo") {
         Some(p) => (p.clone(), "the config file's [profile.demo]"),
         None => (demo_profile(), "the built-in demo profile"),
     };
-    println!(
+    outln!(
         "clients from {from}: ssh keys {}, user data {} bytes, tags {}",
         profile.ssh_keys.as_deref().unwrap_or_default().join(", "),
         profile.user_data.as_deref().map_or(0, str::len),
         profile.tags.as_deref().unwrap_or_default().join(", ")
-    );
-    profile
+    )?;
+    Ok(profile)
 }
 
 /// Each resource still live with the client whose receipt records it
@@ -232,11 +232,11 @@ async fn print_live(store: &Store, ledger: &oduflow_sim::Ledger, receipts: &[odu
             Some(x) => names.get(x.client_ref.as_str()).map_or(x.client_ref.to_string(), |n| n.clone()),
             None => "NO RECEIPT".to_owned(),
         };
-        println!("    still live: {:?} {} (label {}), recorded for {client}", r.kind, r.id, r.label);
+        outln!("    still live: {:?} {} (label {}), recorded for {client}", r.kind, r.id, r.label)?;
     }
     let bodies = &ledger.instance_create_bodies;
     let whole = bodies.iter().filter(|b| b.get("sshkey_id").is_some() && b.get("user_data").is_some()).count();
-    println!("  VM create bodies carrying the SSH key and the user data: {whole} of {}", bodies.len());
+    outln!("  VM create bodies carrying the SSH key and the user data: {whole} of {}", bodies.len())?;
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! `oduflow init`: create or migrate the database.
 
 use crate::config::Config;
+use crate::output::outln;
 use anyhow::Result;
 use oduflow_store::Store;
 
@@ -8,6 +9,6 @@ pub async fn run(cfg: &Config) -> Result<()> {
     let store = Store::connect(&cfg.database_url, true).await?;
     store.migrate().await?;
     store.lineage().await?;
-    println!("database ready: {}", oduflow_store::redact_url(&cfg.database_url));
+    outln!("database ready: {}", oduflow_store::redact_url(&cfg.database_url))?;
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! calls the engine or the store, and hands the result to `output`.
 
 pub mod adopt;
+pub mod backup;
 pub mod check;
 pub mod client;
 pub mod credentials;

@@ -2,6 +2,7 @@
 
 use crate::cli::QueueCmd;
 use crate::config::Config;
+use crate::output::outln;
 use crate::setup::{now_ms, open};
 use anyhow::Result;
 
@@ -14,7 +15,7 @@ pub async fn run(cfg: &Config, q: QueueCmd) -> Result<()> {
         }
         QueueCmd::Pause => {
             store.queue_set_paused(true, now_ms()).await?;
-            println!("queue paused");
+            outln!("queue paused")?;
         }
         QueueCmd::Resume => {
             if let Some(why) = store.restore_pending().await? {
@@ -23,7 +24,7 @@ pub async fn run(cfg: &Config, q: QueueCmd) -> Result<()> {
                 );
             }
             store.queue_set_paused(false, now_ms()).await?;
-            println!("queue resumed");
+            outln!("queue resumed")?;
         }
     }
     Ok(())

@@ -18,7 +18,7 @@ pub async fn run(
 ) -> Result<()> {
     if all {
         let store = open(cfg).await?;
-        let provider = provider(cfg, &store, "cli")?;
+        let provider = provider(cfg, &store, "reconcile")?;
         let inv = operator::inventory(&store, provider.as_ref(), now_ms()).await?;
         provider.flush_budget().await;
         return print_inventory(&inv, json);
@@ -28,7 +28,7 @@ pub async fn run(
     };
     ClientName::parse(&name)?;
     let store = open(cfg).await?;
-    let provider = provider(cfg, &store, "cli")?;
+    let provider = provider(cfg, &store, "reconcile")?;
     refuse_if_restored(&store).await?;
     let actor = Actor { by, now_ms: now_ms(), attempts_max: cfg.attempts_max };
     let row = operator::reconcile(&store, provider.as_ref(), &name, new_dispatch, actor).await?;

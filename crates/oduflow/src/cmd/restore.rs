@@ -2,6 +2,7 @@
 
 use crate::cli::RestoreCmd;
 use crate::config::Config;
+use crate::output::outln;
 use crate::setup::{now_ms, open};
 use anyhow::Result;
 
@@ -9,6 +10,6 @@ pub async fn run(cfg: &Config, c: RestoreCmd) -> Result<()> {
     let RestoreCmd::Declare { reason } = c;
     let store = open(cfg).await?;
     store.restore_declare(&reason, now_ms()).await?;
-    println!("restore declared: the queue claims nothing until `oduflow reconcile --all` has run");
+    outln!("restore declared: the queue claims nothing until `oduflow reconcile --all` has run")?;
     Ok(())
 }

@@ -3,9 +3,11 @@
 //! glue: configuration, the provider for operator actions, Ctrl-C.
 
 use crate::config::{BadInput, Config};
+use crate::output::outln;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use oduflow_engine::{Clock, SystemClock};
+use oduflow_model::time::rfc3339;
 use std::net::SocketAddr;
 
 #[derive(Args)]
@@ -97,30 +99,33 @@ pub async fn token(cfg: &Config, cmd: TokenCmd) -> Result<()> {
             let token = oduflow_server::auth::token_generate();
             let row = store.api_token_create(&name, &oduflow_server::auth::token_sha256(&token), now_ms).await?;
             if json {
-                println!("{}", serde_json::json!({ "name": row.name, "id": row.id, "token": token }));
+                outln!("{}", serde_json::json!({ "name": row.name, "id": row.id, "token": token }))?;
             } else {
                 eprintln!("token {} created; it is shown only now, store it safely:", row.name);
-                println!("{token}");
+                outln!("{token}")?;
             }
         }
         TokenCmd::List { json } => {
             let store = crate::setup::open(cfg).await?;
             let rows = store.api_token_list().await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                outln!("{}", serde_json::to_string_pretty(&rows)?)?;
             } else {
-                println!("{:<32} {:<14} REVOKED_MS", "NAME", "CREATED_MS");
-                for r in rows {
-                    let revoked = r.revoked_ms.map_or_else(|| "-".to_owned(), |v| v.to_string());
-                    println!("{:<32} {:<14} {}", r.name, r.created_ms, revoked);
-                }
+                let cells: Vec<[String; 3]> = rows
+                    .into_iter()
+                    .map(|r| {
+                        let revoked = r.revoked_ms.map_or_else(|| "-".to_owned(), rfc3339);
+                        [r.name, rfc3339(r.created_ms), revoked]
+                    })
+                    .collect();
+                crate::output::print_table(["NAME", "CREATED", "REVOKED"], &cells)?;
             }
         }
         TokenCmd::Revoke { name } => {
             oduflow_server::auth::token_name_check(&name).map_err(BadInput)?;
             let store = crate::setup::open(cfg).await?;
             store.api_token_revoke(&name, now_ms).await?;
-            println!("token {name} revoked");
+            outln!("token {name} revoked")?;
         }
     }
     Ok(())

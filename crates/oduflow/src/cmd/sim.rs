@@ -43,8 +43,10 @@ pub struct SimArgs {
 }
 
 pub async fn run(cfg: &Config, a: SimArgs) -> Result<()> {
-    let key =
-        cfg.api_key().map_err(|_| BadInput("VULTR_API_KEY must be set: the simulator accepts only that key".into()))?;
+    let key = cfg
+        .api_key
+        .as_ref()
+        .ok_or_else(|| BadInput("VULTR_API_KEY must be set: the simulator accepts only that key".into()))?;
     let faults = Faults {
         lost_drop: a.lost_drop,
         lost_5xx: a.lost_5xx,

@@ -48,7 +48,9 @@ pub async fn run(
     // accepts the key (GET /account). A wrong URL or key would otherwise turn
     // every unbound client's create into a rejection; here it is one line
     // and nothing is sent.
-    if let Err(e) = provider.account_get().await {
+    // Its refusal is the one line that reports a failure here: the
+    // adapter's warnings about it would repeat it.
+    if let Err(e) = oduflow_vultr::failures_reported_by_caller(provider.account_get()).await {
         return Err(BadInput(format!(
             "preflight: GET {}/account failed with the configured key ({}): {e}; nothing was sent",
             cfg.vultr_url.trim_end_matches('/'),

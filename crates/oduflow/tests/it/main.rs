@@ -1018,6 +1018,7 @@ async fn token_commands_and_serve() {
 // After the macros and helpers above, which it uses.
 mod bulk;
 mod check;
+mod cli_ux;
 mod deploy;
 mod dns;
 mod identities;

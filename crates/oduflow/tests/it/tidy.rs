@@ -7,6 +7,7 @@
 //! - Nothing refers to files outside the repository.
 //! - No function grows past `FN_LINES_MAX` lines (the longer ones that exist
 //!   are listed with their length, and may only shrink).
+//! - The binary prints to standard output only through `outln!`.
 
 use std::path::{Path, PathBuf};
 
@@ -113,6 +114,28 @@ fn nothing_refers_outside_the_repository() {
         }
     }
     assert!(bad.is_empty(), "references to files outside the repository:\n  {}", bad.join("\n  "));
+}
+
+/// The binary writes standard output only through `output::outln!`, which
+/// ends a command quietly when the reader has gone (`| head -1`);
+/// `println!` and `print!` panic there (issue 18).
+#[test]
+fn the_binary_prints_only_through_outln() {
+    let mut bad = Vec::new();
+    for (path, text) in rust_sources().into_iter().filter(|(p, _)| p.starts_with("crates/oduflow/src/")) {
+        for (i, l) in text.lines().enumerate() {
+            let code = l.split("//").next().unwrap_or("");
+            let printing = code.match_indices("print").any(|(at, _)| {
+                let before = code[..at].chars().next_back();
+                let after = &code[at + "print".len()..];
+                before != Some('e') && (after.starts_with("!(") || after.starts_with("ln!("))
+            });
+            if printing {
+                bad.push(format!("{path}:{}: {}", i + 1, l.trim()));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "print!/println! in the binary (use output::outln!):\n  {}", bad.join("\n  "));
 }
 
 /// The longest a function may be, signature to closing brace.

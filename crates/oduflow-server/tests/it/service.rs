@@ -1,0 +1,65 @@
+//! Issue 18, "Run it as a service": tokens only where they belong, and a
+//! dashboard that says when the queue is stopped.
+
+use super::{H, ROUTES, assert_error, create_body, json_of, now_ms};
+use reqwest::Method;
+
+/// `?token=` opens the dashboard's page only (issue 18, item 8): sent to
+/// every API route, `/metrics` and `/openapi.json` with a valid token, it
+/// is refused 401 like no token at all, and nothing is stored or asked of
+/// the provider; the dashboard still takes it.
+#[tokio::test]
+async fn a_query_token_opens_the_dashboard_and_no_api_route() {
+    let h = H::start().await;
+    let before = h.footprint().await;
+    for (method, path) in ROUTES {
+        let method = Method::from_bytes(method.as_bytes()).unwrap();
+        for url in [format!("{path}?token={}", h.token), format!("{path}?limit=5&token={}", h.token)] {
+            let r = h.http.request(method.clone(), h.url(&url)).json(&create_body("acme")).send().await.unwrap();
+            assert_error(&json_of(r).await, 401, "unauthorized");
+        }
+    }
+    let after = h.footprint().await;
+    assert_eq!(after.0, before.0, "a query token stored something");
+    assert_eq!((after.1, after.2), (0, 0), "a query token reached the provider");
+    // The dashboard takes it (scripts, headless browsers) ...
+    let page = h.http.get(h.url(&format!("/?token={}", h.token))).send().await.unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    assert!(page.text().await.unwrap().contains("Intervention queue"));
+    // ... and the same request without it shows the login form.
+    let page = h.http.get(h.url("/?token=odf_wrong")).send().await.unwrap();
+    assert_eq!(page.status().as_u16(), 401);
+    // The bearer header still opens the API.
+    assert_eq!(h.get("/api/v1/queue").await.0, 200);
+}
+
+/// The dashboard's queue line, as a browser gets it.
+async fn queue_line(h: &H) -> String {
+    let (status, page) = h.text("/").await;
+    assert_eq!(status, 200);
+    let start = page.find("<p id=\"queue\">").expect("the queue line");
+    page[start..].split("</p>").next().unwrap().to_owned()
+}
+
+/// "Queue: running" only when the queue claims jobs: paused, or waiting
+/// for `reconcile --all` after a restore, it says stopped and why, with the
+/// command that starts it again.
+#[tokio::test]
+async fn the_dashboard_says_when_the_queue_is_stopped_and_why() {
+    let h = H::start().await;
+    h.post("/api/v1/clients", create_body("acme")).await;
+    let line = queue_line(&h).await;
+    assert!(line.contains("running") && !line.contains("stopped"), "{line}");
+    h.store.queue_set_paused(true, now_ms()).await.unwrap();
+    let line = queue_line(&h).await;
+    assert!(line.contains("stopped") && !line.contains("running"), "{line}");
+    assert!(line.contains("paused") && line.contains("oduflow queue resume"), "{line}");
+    h.store.queue_set_paused(false, now_ms()).await.unwrap();
+    h.store.restore_declare("copied back from last night", now_ms()).await.unwrap();
+    let line = queue_line(&h).await;
+    assert!(line.contains("stopped") && !line.contains("running"), "{line}");
+    assert!(line.contains("restore pending") && line.contains("copied back from last night"), "{line}");
+    assert!(line.contains("oduflow reconcile --all"), "{line}");
+    // The queue really claims nothing meanwhile.
+    assert!(h.store.restore_pending().await.unwrap().is_some());
+}

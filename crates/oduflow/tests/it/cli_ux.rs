@@ -1,0 +1,481 @@
+//! Issue 18, "Run it as a service": what an operator sees and types. A
+//! closed standard output, aligned lists, readable times, set-up errors
+//! that name the command and the setting, ids refused like the API refuses
+//! them, attestations, the simulator's help, backups, and the warnings a
+//! worker logs at the default level.
+
+use super::{BIN, Env, KEY, table_counts};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+oduflow_store::on_both_stores!(
+    super::super::env_of =>
+    commands_that_need_the_key_name_themselves_and_change_nothing,
+    adopt_refuses_an_id_that_is_not_a_uuid_before_anything_is_touched,
+    abandon_without_an_attestation_is_bad_input,
+);
+
+fn create(env: &Env, name: &str) {
+    env.ok(&[
+        "client",
+        "create",
+        name,
+        "--region",
+        "ewr",
+        "--plan",
+        "vc2-1c-1gb",
+        "--os-id",
+        "2284",
+        "--volume-gb",
+        "40",
+        "--no-preflight",
+    ]);
+}
+
+/// Runs a command whose standard output is read like `| head -1` reads it:
+/// one line, then the pipe is closed while the command may still write.
+/// Gives the exit code and what it printed on standard error.
+fn head_1(mut cmd: Command) -> (Option<i32>, String) {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    drop(out);
+    let o = child.wait_with_output().unwrap();
+    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// `oduflow client list | head -1` (and every other printing command whose
+/// reader goes away) ends quietly with exit code 0, as `ls | head -1` does:
+/// a broken pipe is not an error, and never a panic (exit code 101).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_standard_output_ends_the_command_quietly() {
+    let env = Env::sqlite().await;
+    env.ok(&["init"]);
+    env.ok(&["token", "create", "alice"]);
+    // More than a pipe holds (64 KiB on Linux), so the command is still
+    // writing when the reader has gone: the pipe is closed under it.
+    let store = env.store().await;
+    let spec = oduflow_model::ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
+    let long = "c".repeat(56);
+    for i in 0..1200 {
+        let name = oduflow_model::ClientName::parse(&format!("{long}-{i:04}")).unwrap();
+        store.client_create(&name, &spec, 1, 3).await.unwrap();
+    }
+    let listed = env.ok(&["client", "list"]);
+    assert!(listed.len() > 80 * 1024, "the list must outgrow the pipe: {} bytes", listed.len());
+    let first = format!("{long}-0000");
+    for args in [
+        &["client", "list"][..],
+        &["client", "list", "--json"],
+        &["client", "show", &first],
+        &["client", "show", &first, "--json"],
+        &["token", "list"],
+        &["token", "list", "--json"],
+        &["queue", "status"],
+        &["orphan", "list"],
+    ] {
+        let (code, err) = head_1(env.cmd(args));
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        assert!(err.is_empty(), "{args:?} printed on stderr: {err}");
+    }
+}
+
+/// Each line's columns start where the header's do, whatever the lengths
+/// of the names, statuses, reasons and ids in them.
+#[track_caller]
+fn assert_aligned(table: &str) {
+    let starts = |line: &str| -> Vec<usize> {
+        let b = line.as_bytes();
+        (0..b.len()).filter(|&i| b[i] != b' ' && (i == 0 || b[i - 1] == b' ')).collect()
+    };
+    let mut lines = table.lines();
+    let header = starts(lines.next().unwrap());
+    for l in lines {
+        assert_eq!(starts(l), header, "misaligned:\n{table}");
+    }
+}
+
+/// A client that is ready, one blocked `uncertain_create` (every instance
+/// create answered 500 by the simulator, so its outcome stays unknown),
+/// and one pending with a long name. Gives the standard error of the
+/// worker run that blocked the second, which ran at the default log level,
+/// and how many instance creates the simulator answered 500 meanwhile.
+async fn ready_blocked_and_pending(env: &Env) -> (String, usize) {
+    env.ok(&["init"]);
+    create(env, "ready-one");
+    env.ok(&["worker", "--until-settled"]);
+    env.sim
+        .set_faults(oduflow_sim::Faults {
+            error_5xx: 1.0,
+            ops: vec![oduflow_sim::Op::InstanceCreate],
+            ..Default::default()
+        })
+        .unwrap();
+    create(env, "lost");
+    let before = env.sim.ledger().request_log.len();
+    let o = env.cmd(&["worker", "--until-settled"]).env_remove("ODUFLOW_LOG").output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{err}");
+    let log = env.sim.ledger().request_log;
+    let answered_500 = log[before..].iter().filter(|r| r.method == "POST" && r.route == "/v2/instances").count();
+    env.sim.set_faults(oduflow_sim::Faults::default()).unwrap();
+    create(env, &"p".repeat(63));
+    let show =
+        |n: &str| -> serde_json::Value { serde_json::from_str(&env.ok(&["client", "show", n, "--json"])).unwrap() };
+    assert_eq!(show("ready-one")["status"], "ready");
+    assert_eq!(show("lost")["blocked_reason"], "uncertain_create");
+    (err, answered_500)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_list_columns_are_aligned() {
+    let env = Env::sqlite().await;
+    ready_blocked_and_pending(&env).await;
+    let list = env.ok(&["client", "list"]);
+    assert_eq!(list.lines().count(), 4, "{list}");
+    assert!(list.contains("uncertain_create") && list.contains("ready") && list.contains(&"p".repeat(63)), "{list}");
+    assert_aligned(&list);
+    env.ok(&["token", "create", "a"]);
+    env.ok(&["token", "create", "a-much-longer-token-name-than-the-other"]);
+    env.ok(&["token", "revoke", "a"]);
+    assert_aligned(&env.ok(&["token", "list"]));
+}
+
+/// The worker's warnings reach standard error at the default level (warn):
+/// one line per 5xx, naming the method and the route (a template, never an
+/// id), and one when a client becomes blocked, naming it, the reason and
+/// the evidence. Neither the key nor an answer's body is in them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_5xx_and_a_block_are_logged_at_the_default_level() {
+    let env = Env::sqlite().await;
+    let (err, answered_500) = ready_blocked_and_pending(&env).await;
+    let five: Vec<&str> =
+        err.lines().filter(|l| l.contains("WARN") && l.contains("500") && l.contains("POST")).collect();
+    assert!(answered_500 >= 1 && five.len() == answered_500, "{answered_500} answers 500:\n{err}");
+    for l in five {
+        assert!(l.split_whitespace().any(|w| w == "route=/v2/instances"), "{l}");
+    }
+    let v: serde_json::Value = serde_json::from_str(&env.ok(&["client", "show", "lost", "--json"])).unwrap();
+    let detail = v["blocked_detail"].as_str().unwrap();
+    let blocked: Vec<&str> = err.lines().filter(|l| l.contains("WARN") && l.contains("blocked")).collect();
+    assert_eq!(blocked.len(), 1, "{err}");
+    assert!(
+        blocked[0].contains("client=lost") && blocked[0].contains("uncertain_create") && blocked[0].contains(detail),
+        "{err}"
+    );
+    assert!(!err.contains(KEY), "the key was logged: {err}");
+}
+
+/// `client show` prints, for a blocked client, the very commands the
+/// dashboard and the API suggest (`oduflow_server::resolve`), in its text
+/// and in `--json`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_show_prints_the_commands_that_resolve_a_block() {
+    let env = Env::sqlite().await;
+    ready_blocked_and_pending(&env).await;
+    let store = env.store().await;
+    let row = store.client_get("lost").await.unwrap().unwrap();
+    let receipts = store.receipts_for_client(&row.id).await.unwrap();
+    let want = oduflow_server::resolve::resolutions(&row, &receipts);
+    assert!(want.len() >= 2, "{want:?}");
+    let text = env.ok(&["client", "show", "lost"]);
+    for r in &want {
+        assert!(text.lines().any(|l| l.contains(&r.command) && l.contains(&r.when)), "{} missing:\n{text}", r.command);
+    }
+    let v: serde_json::Value = serde_json::from_str(&env.ok(&["client", "show", "lost", "--json"])).unwrap();
+    let cmds: Vec<&str> = v["resolve"].as_array().unwrap().iter().map(|r| r["command"].as_str().unwrap()).collect();
+    assert_eq!(cmds, want.iter().map(|r| r.command.as_str()).collect::<Vec<_>>());
+    // A client that is not blocked has nothing to resolve.
+    assert!(!env.ok(&["client", "show", "ready-one"]).contains("oduflow reconcile"));
+}
+
+/// Seconds since the epoch of an RFC 3339 UTC time `YYYY-MM-DDTHH:MM:SSZ`,
+/// counted day by day (not the formatter's algorithm).
+fn epoch_secs(t: &str) -> i64 {
+    let b = t.as_bytes();
+    assert!(t.len() == 20 && b[4] == b'-' && b[7] == b'-' && b[10] == b'T' && b[13] == b':' && b[16] == b':', "{t}");
+    assert!(t.ends_with('Z'), "{t}");
+    let n = |r: std::ops::Range<usize>| t[r].parse::<i64>().unwrap();
+    let (y, m, d, h, mi, s) = (n(0..4), n(5..7), n(8..10), n(11..13), n(14..16), n(17..19));
+    let leap = |y: i64| (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let month_len = |mo: i64| match mo {
+        2 if leap(y) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    assert!((1..=12).contains(&m) && (1..=month_len(m)).contains(&d) && h < 24 && mi < 60 && s < 60, "{t}");
+    let days =
+        (1970..y).map(|y| if leap(y) { 366 } else { 365 }).sum::<i64>() + (1..m).map(month_len).sum::<i64>() + d - 1;
+    days * 86_400 + h * 3600 + mi * 60 + s
+}
+
+/// People read times as RFC 3339 UTC (`client show`'s events, `token
+/// list`); `--json` keeps the epoch milliseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn times_are_shown_in_rfc_3339_utc_and_json_keeps_milliseconds() {
+    let env = Env::sqlite().await;
+    env.ok(&["init"]);
+    create(&env, "acme");
+    env.ok(&["client", "delete", "acme"]);
+    let v: serde_json::Value = serde_json::from_str(&env.ok(&["client", "show", "acme", "--json"])).unwrap();
+    let events = v["events"].as_array().unwrap();
+    assert!(events.len() >= 2, "{v}");
+    let text = env.ok(&["client", "show", "acme"]);
+    let lines: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("events")).skip(1).collect();
+    assert_eq!(lines.len(), events.len(), "{text}");
+    for (line, e) in lines.iter().zip(events) {
+        let at_ms = e["at_ms"].as_i64().expect("--json keeps the raw number");
+        let shown = line.split_whitespace().next().unwrap();
+        assert_eq!(epoch_secs(shown), at_ms.div_euclid(1000), "{line}");
+        assert!(line.contains(e["kind"].as_str().unwrap()), "{line}");
+    }
+    env.ok(&["token", "create", "alice"]);
+    env.ok(&["token", "create", "bob"]);
+    env.ok(&["token", "revoke", "bob"]);
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&env.ok(&["token", "list", "--json"])).unwrap();
+    let text = env.ok(&["token", "list"]);
+    for r in &rows {
+        let line = text.lines().find(|l| l.split_whitespace().next() == r["name"].as_str()).expect(&text);
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(epoch_secs(cols[1]), r["created_ms"].as_i64().unwrap().div_euclid(1000), "{line}");
+        match r["revoked_ms"].as_i64() {
+            Some(ms) => assert_eq!(epoch_secs(cols[2]), ms.div_euclid(1000), "{line}"),
+            None => assert_eq!(cols[2], "-", "{line}"),
+        }
+    }
+}
+
+/// Every command that talks to Vultr, run without VULTR_API_KEY: one line
+/// naming the command and the variable, exit code 2 (bad set-up), and
+/// nothing stored or sent.
+async fn commands_that_need_the_key_name_themselves_and_change_nothing(env: Env) {
+    env.ok(&["init"]);
+    create(&env, "acme");
+    let store = env.store().await;
+    let before = (table_counts(&store).await, env.sim.ledger().request_log.len());
+    let id = "0b1e2c3d-0000-4000-8000-000000000000";
+    let cases: [(&[&str], &str); 9] = [
+        (&["reconcile", "acme"], "oduflow reconcile"),
+        (&["reconcile", "--all"], "oduflow reconcile"),
+        (&["adopt", "acme", "--kind", "vm", "--id", id], "oduflow adopt"),
+        (&["adopt", "acme", "--kind", "dns", "--id", id], "oduflow adopt"),
+        (&["abandon", "acme", "--kind", "dns", "--by", "alice", "--reason", "checked"], "oduflow abandon"),
+        (&["credentials", "rotate"], "oduflow credentials rotate"),
+        (&["orphan", "adopt", id], "oduflow orphan adopt"),
+        (&["orphan", "delete", id, "--by", "alice", "--reason", "checked"], "oduflow orphan delete"),
+        (&["worker", "--until-settled"], "oduflow worker"),
+    ];
+    for (args, command) in cases {
+        let o = env.cmd(args).env_remove("VULTR_API_KEY").env("ODUFLOW_DNS_DOMAIN", "example.com").output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(&format!("{command} needs the Vultr API key")) && err.contains("VULTR_API_KEY"), "{err}");
+        assert!(o.stdout.is_empty(), "{args:?}");
+    }
+    assert_eq!((table_counts(&store).await, env.sim.ledger().request_log.len()), before);
+}
+
+/// A Vultr resource id is a UUID for every kind `adopt` takes; anything
+/// else is refused as the API refuses it (exit code 2, one line), before
+/// the database or the provider is asked.
+async fn adopt_refuses_an_id_that_is_not_a_uuid_before_anything_is_touched(env: Env) {
+    env.ok(&["init"]);
+    create(&env, "acme");
+    let store = env.store().await;
+    let before = (table_counts(&store).await, env.sim.ledger().request_log.len());
+    let not_ids = ["xyz", "abc-123", "0b1e2c3d00004000800000000000000", "0b1e2c3d-0000-4000-8000-00000000000g", ""];
+    for kind in ["vm", "volume", "dns"] {
+        for id in not_ids {
+            let mut cmd = env.cmd(&["adopt", "acme", "--kind", kind, "--id", id]);
+            let o = cmd.env("ODUFLOW_DNS_DOMAIN", "example.com").output().unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{kind} {id:?}: {err}");
+            assert_eq!(err.trim().lines().count(), 1, "{err}");
+            assert!(err.contains("UUID"), "{kind} {id:?}: {err}");
+        }
+    }
+    // The rule is the API's.
+    for id in not_ids {
+        assert!(oduflow_model::check_resource_id(id).is_err(), "{id:?}");
+    }
+    assert!(oduflow_model::check_resource_id("0b1e2c3d-0000-4000-8000-000000000000").is_ok());
+    assert_eq!((table_counts(&store).await, env.sim.ledger().request_log.len()), before);
+}
+
+/// `--by` and `--reason` are the attestation: empty or blank is bad input
+/// (exit code 2, one line) for every kind, and for `orphan delete`, and
+/// nothing is recorded.
+async fn abandon_without_an_attestation_is_bad_input(env: Env) {
+    env.ok(&["init"]);
+    create(&env, "acme");
+    let store = env.store().await;
+    let before = (table_counts(&store).await, env.sim.ledger().request_log.len());
+    for kind in ["vm", "volume", "attach", "dns"] {
+        for (by, reason) in [("", "checked"), ("  ", "checked"), ("alice", ""), ("alice", " \t ")] {
+            let o = env
+                .cmd(&["abandon", "acme", "--kind", kind, "--by", by, "--reason", reason])
+                .env("ODUFLOW_DNS_DOMAIN", "example.com")
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{kind} {by:?} {reason:?}: {err}");
+            assert_eq!(err.trim().lines().count(), 1, "{err}");
+        }
+    }
+    // `orphan delete` takes the same attestation.
+    let id = "0b1e2c3d-0000-4000-8000-000000000000";
+    for (by, reason) in [("", "checked"), ("alice", "  ")] {
+        let o = env.run(&["orphan", "delete", id, "--by", by, "--reason", reason]);
+        assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    assert_eq!((table_counts(&store).await, env.sim.ledger().request_log.len()), before);
+}
+
+/// A value outside its range names the setting (its environment variable
+/// and its key in oduflow.toml) and the range, from either source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_setting_out_of_range_is_named_with_its_range() {
+    let env = Env::sqlite().await;
+    env.ok(&["init"]);
+    let settings = [
+        ("ODUFLOW_POLL_INTERVAL_MS", "poll_interval_ms", "-1"),
+        ("ODUFLOW_OBSERVATIONS_MAX", "observations_max", "0"),
+        ("ODUFLOW_RATE_PER_SEC", "rate_per_sec", "0"),
+        ("ODUFLOW_PER_PAGE", "per_page", "501"),
+        ("ODUFLOW_PER_PAGE", "per_page", "-1"),
+        ("ODUFLOW_REQUEST_TIMEOUT_MS", "request_timeout_ms", "0"),
+        ("ODUFLOW_CONCURRENCY", "concurrency", "0"),
+        ("ODUFLOW_LEASE_MS", "lease_ms", "0"),
+        ("ODUFLOW_LEASE_MS", "lease_ms", "9223372036854775807"),
+        ("ODUFLOW_ATTEMPTS_MAX", "attempts_max", "0"),
+        ("ODUFLOW_ATTEMPTS_MAX", "attempts_max", "4294967296"),
+        ("ODUFLOW_READY_WAIT_MS", "ready_wait_ms", "-5"),
+    ];
+    let file = env.dir.path().join("bad.toml");
+    for (var, key, value) in settings {
+        let from_env = env.cmd(&["client", "list"]).env(var, value).output().unwrap();
+        std::fs::write(&file, format!("{key} = {value}\n")).unwrap();
+        // The environment wins over the file: the harness's own settings go.
+        let from_file =
+            env.cmd(&["--config", file.to_str().unwrap(), "client", "list"]).env_remove(var).output().unwrap();
+        for (source, o) in [("environment", from_env), ("file", from_file)] {
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{var}={value} ({source}): {err}");
+            assert_eq!(err.trim().lines().count(), 1, "{err}");
+            assert!(
+                err.contains(var) && err.contains(key),
+                "{var}={value} ({source}) does not name the setting: {err}"
+            );
+            assert!(err.contains(value), "{var}={value} ({source}): the value is not shown: {err}");
+            assert!(err.contains(" to ") || err.contains("at least"), "{var}={value} ({source}): no range: {err}");
+        }
+    }
+    // Vultr's own limit, for Vultr itself, and a rate group's name.
+    let o = env
+        .cmd(&["client", "list"])
+        .env("ODUFLOW_RATE_PER_SEC", "31")
+        .env("ODUFLOW_VULTR_URL", "https://api.vultr.com/v2")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("ODUFLOW_RATE_PER_SEC") && err.contains("rate_per_sec") && err.contains("1 to 30"), "{err}");
+    let o = env.cmd(&["client", "list"]).env("ODUFLOW_RATE_GROUP", "host a").output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("ODUFLOW_RATE_GROUP") && err.contains("rate_group") && err.contains("1 to 64"), "{err}");
+}
+
+/// A PostgreSQL URL naming a database the server does not have: one line
+/// that says so once, exit code 1 like the other connection failures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_postgres_database_is_reported_once() {
+    let env = Env::sqlite().await;
+    let admin = oduflow_store::testing::pg_admin_url();
+    let name = format!("odf_missing_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
+    for args in [&["client", "list"][..], &["init"]] {
+        let o = env.cmd(args).env("ODUFLOW_DATABASE_URL", &url).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert_eq!(err.matches("does not exist").count(), 1, "{err}");
+        assert!(err.contains(&name), "{err}");
+    }
+}
+
+/// `oduflow sim --help` says the simulator accepts only the key in
+/// VULTR_API_KEY.
+#[test]
+fn sim_help_names_the_only_key_it_accepts() {
+    let o = Command::new(BIN).args(["sim", "--help"]).output().unwrap();
+    assert!(o.status.success());
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(help.contains("VULTR_API_KEY") && help.contains("only"), "{help}");
+}
+
+/// `oduflow backup FILE` on SQLite: a consistent copy (`VACUUM INTO`) taken
+/// while another process writes, which opens and holds every client
+/// committed before it began. On PostgreSQL it refuses, naming pg_dump.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_copies_a_sqlite_database_while_it_is_written() {
+    let env = Env::sqlite().await;
+    env.ok(&["init"]);
+    let store = env.store().await;
+    let spec = oduflow_model::ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
+    for i in 0..50 {
+        let name = oduflow_model::ClientName::parse(&format!("before-{i}")).unwrap();
+        store.client_create(&name, &spec, 1, 3).await.unwrap();
+    }
+    // A writer that goes on through the backup.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (store, spec, stop) = (store.clone(), spec.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let name = oduflow_model::ClientName::parse(&format!("during-{n}")).unwrap();
+                store.client_create(&name, &spec, 1, 3).await.unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    while store.client_get("during-3").await.unwrap().is_none() {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let copy = env.dir.path().join("copy.db");
+    let out = env.ok(&["backup", copy.to_str().unwrap()]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written = writer.await.unwrap();
+    assert!(out.contains(copy.to_str().unwrap()), "{out}");
+    let copied = oduflow_store::Store::connect(&format!("sqlite://{}", copy.display()), false).await.unwrap();
+    let names: Vec<String> = copied.client_list().await.unwrap().into_iter().map(|c| c.name).collect();
+    for i in 0..50 {
+        assert!(names.contains(&format!("before-{i}")), "before-{i} missing from the copy");
+    }
+    let during = names.iter().filter(|n| n.starts_with("during-")).count();
+    assert!(during >= 4 && during <= written, "{during} of {written} written during the backup");
+    // One writer, one commit after the other: the snapshot holds a prefix.
+    for i in 0..during {
+        assert!(names.contains(&format!("during-{i}")), "during-{i} missing, {during} in the copy");
+    }
+    // Every client in the copy has its intent and its job: no torn write.
+    for c in copied.client_list().await.unwrap() {
+        assert_eq!(c.infra.generation, 1, "{}", c.name);
+    }
+    assert_eq!(copied.queue_status(i64::MAX).await.unwrap().queued as usize, names.len());
+    // Refused: an existing file, and a PostgreSQL database.
+    let o = env.run(&["backup", copy.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    let pg = oduflow_store::testing::pg_admin_url();
+    let mut cmd = env.cmd(&["backup", env.dir.path().join("pg.db").to_str().unwrap()]);
+    let o = cmd.env("ODUFLOW_DATABASE_URL", pg).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("pg_dump") && err.trim().lines().count() == 1, "{err}");
+    assert!(!env.dir.path().join("pg.db").exists());
+}
