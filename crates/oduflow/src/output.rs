@@ -363,12 +363,12 @@ pub(crate) fn print_checks(checks: &[crate::cmd::check::Check], json: bool) -> R
             checks: &'a [crate::cmd::check::Check],
         }
         let report = Report { ok: checks.iter().all(|c| c.ok), checks };
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
         return Ok(());
     }
     let width = checks.iter().map(|c| c.name.len()).max().unwrap_or(0);
     for c in checks {
-        println!("{:<6}{:<width$}  {}", if c.ok { "ok" } else { "FAIL" }, c.name, c.detail);
+        outln!("{:<6}{:<width$}  {}", if c.ok { "ok" } else { "FAIL" }, c.name, c.detail)?;
     }
     Ok(())
 }
