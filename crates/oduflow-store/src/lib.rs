@@ -128,6 +128,30 @@ pub enum StoreError {
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// Runs a store operation; a database error it ends in names it.
+/// How long `Store::probe` waits while a PostgreSQL server answers "too
+/// many clients" or "starting up": as long as a pool waits for a connection
+/// on the same errors (sqlx counts them transient), so `oduflow check` does
+/// not fail where a worker would have waited.
+pub const PROBE_SERVER_FULL_WAIT_MAX: Duration = Duration::from_secs(30);
+
+/// One PostgreSQL connection, waiting while the server answers "too many
+/// clients" (53300) or "starting up" (57P03), up to `wait_max`; any other
+/// error at once.
+pub async fn pg_connect_waiting(url: &str, wait_max: Duration) -> std::result::Result<sqlx::PgConnection, sqlx::Error> {
+    use sqlx::Connection;
+    let start = std::time::Instant::now();
+    loop {
+        match sqlx::PgConnection::connect(url).await {
+            Err(sqlx::Error::Database(e))
+                if matches!(e.code().as_deref(), Some("53300" | "57P03")) && start.elapsed() < wait_max =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            other => return other,
+        }
+    }
+}
+
 pub(crate) async fn named<T>(op: &'static str, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
     f.await.map_err(|e| match e {
         StoreError::Db(source) => StoreError::DbOp { op, source },
@@ -309,8 +333,7 @@ impl Store {
         crate::named("probe", async move {
             match Self::check_url(url)? {
                 Backend::Postgres => {
-                    let opts = PgConnectOptions::from_str(url).expect("checked");
-                    sqlx::PgConnection::connect_with(&opts).await?.close().await?;
+                    pg_connect_waiting(url, PROBE_SERVER_FULL_WAIT_MAX).await?.close().await?;
                 }
                 Backend::Sqlite => {
                     let opts = SqliteConnectOptions::from_str(url).expect("checked").create_if_missing(false);

@@ -4,7 +4,6 @@
 //! cannot reach it fails with a message saying so; it never passes silently.
 
 use crate::Db;
-use sqlx::Connection;
 
 /// The server tests use, as a URL to an existing database on it.
 pub fn pg_admin_url() -> String {
@@ -185,21 +184,10 @@ async fn admin() -> KitResult<sqlx::PgConnection> {
 /// kit's own connections do too.
 const SERVER_FULL_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// One connection, waiting while the server answers "too many clients"
-/// (53300) or "starting up" (57P03), up to `SERVER_FULL_WAIT_MAX`; any other
-/// error at once.
+/// One connection, waiting while the server is full (see
+/// [`crate::pg_connect_waiting`]), up to `SERVER_FULL_WAIT_MAX`.
 async fn connect_waiting(url: &str) -> Result<sqlx::PgConnection, sqlx::Error> {
-    let start = std::time::Instant::now();
-    loop {
-        match sqlx::PgConnection::connect(url).await {
-            Err(sqlx::Error::Database(e))
-                if matches!(e.code().as_deref(), Some("53300" | "57P03")) && start.elapsed() < SERVER_FULL_WAIT_MAX =>
-            {
-                tokio::time::sleep(std::time::Duration::from_millis(200)).await
-            }
-            other => return other,
-        }
-    }
+    crate::pg_connect_waiting(url, SERVER_FULL_WAIT_MAX).await
 }
 
 async fn current_database(p: &sqlx::PgPool) -> KitResult<String> {
