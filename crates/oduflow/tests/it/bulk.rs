@@ -32,19 +32,7 @@ fn minus(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> BTreeMap<Strin
 
 fn create_all(env: &Env, prefix: &str) {
     for i in 0..CLIENTS {
-        env.ok(&[
-            "client",
-            "create",
-            &format!("{prefix}{i}"),
-            "--region",
-            "ewr",
-            "--plan",
-            "vc2-1c-1gb",
-            "--os-id",
-            "2284",
-            "--volume-gb",
-            "40",
-        ]);
+        env.create_client(&format!("{prefix}{i}"));
     }
 }
 
@@ -142,19 +130,7 @@ oduflow_store::on_both_stores!(
 async fn a_listing_sighting_never_lets_a_404_confirm_a_deletion(env: Env) {
     env.ok(&["init"]);
     let store = env.store().await;
-    env.ok(&[
-        "client",
-        "create",
-        "w",
-        "--region",
-        "ewr",
-        "--plan",
-        "vc2-1c-1gb",
-        "--os-id",
-        "2284",
-        "--volume-gb",
-        "40",
-    ]);
+    env.create_client("w");
     let c = store.client_get("w").await.unwrap().unwrap();
     let mut worker = env
         .cmd(&["worker"])
@@ -211,19 +187,7 @@ async fn a_listed_vm_deleted_behind_oduflows_back_can_be_abandoned_once_its_clie
     use oduflow_model::provider::Provider;
     env.ok(&["init"]);
     let store = env.store().await;
-    env.ok(&[
-        "client",
-        "create",
-        "gone",
-        "--region",
-        "ewr",
-        "--plan",
-        "vc2-1c-1gb",
-        "--os-id",
-        "2284",
-        "--volume-gb",
-        "40",
-    ]);
+    env.create_client("gone");
     let o = env.cmd(&["worker", "--until-settled"]).env(POLL.0, POLL.1).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let c = store.client_get("gone").await.unwrap().unwrap();

@@ -16,20 +16,7 @@ oduflow_store::on_both_stores!(
 );
 
 fn create(env: &Env, name: &str) {
-    env.ok(&[
-        "client",
-        "create",
-        name,
-        "--region",
-        "ewr",
-        "--plan",
-        "vc2-1c-1gb",
-        "--os-id",
-        "2284",
-        "--volume-gb",
-        "40",
-        "--no-preflight",
-    ]);
+    env.create_client_without_preflight(name);
 }
 
 /// Runs a command whose standard output is read like `| head -1` reads it:

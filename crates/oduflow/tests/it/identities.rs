@@ -73,19 +73,7 @@ oduflow_store::on_both_stores!(
 async fn identities_are_removed_before_deleted(env: Env) {
     let fx = configure(&env, 5_000);
     env.ok(&["init"]);
-    env.ok(&[
-        "client",
-        "create",
-        "acme",
-        "--region",
-        "ewr",
-        "--plan",
-        "vc2-1c-1gb",
-        "--os-id",
-        "2284",
-        "--volume-gb",
-        "40",
-    ]);
+    env.create_client("acme");
     assert!(run_with(&env, &fx, &["worker", "--until-settled"], &[]).status.success());
     let v = adapters(&env, &fx, "acme");
     assert_eq!(v["status"], "ready", "{v}");
@@ -138,19 +126,7 @@ async fn identities_are_removed_before_deleted(env: Env) {
 async fn adapter_timeout_blocks_with_reason(env: Env) {
     let fx = configure(&env, 300);
     env.ok(&["init"]);
-    env.ok(&[
-        "client",
-        "create",
-        "acme",
-        "--region",
-        "ewr",
-        "--plan",
-        "vc2-1c-1gb",
-        "--os-id",
-        "2284",
-        "--volume-gb",
-        "40",
-    ]);
+    env.create_client("acme");
     let hang = [("FIXTURE_SLEEP", "3"), ("FIXTURE_SLEEP_OP", "check")];
     assert!(run_with(&env, &fx, &["worker", "--until-settled"], &hang).status.success());
     let v = adapters(&env, &fx, "acme");
@@ -163,19 +139,7 @@ async fn killed_during_adapter_removal_resumes(env: Env) {
     failpoints_required();
     let fx = configure(&env, 5_000);
     env.ok(&["init"]);
-    env.ok(&[
-        "client",
-        "create",
-        "acme",
-        "--region",
-        "ewr",
-        "--plan",
-        "vc2-1c-1gb",
-        "--os-id",
-        "2284",
-        "--volume-gb",
-        "40",
-    ]);
+    env.create_client("acme");
     assert!(run_with(&env, &fx, &["worker", "--until-settled"], &[]).status.success());
     env.ok(&["client", "delete", "acme"]);
     let o = run_with(

@@ -85,6 +85,36 @@ impl Env {
     async fn store(&self) -> Store {
         Store::connect(&self.url, false).await.unwrap()
     }
+
+    /// `client create NAME` with the suite's usual spec (ewr, vc2-1c-1gb,
+    /// os 2284, a 40 GB volume); stdout.
+    fn create_client(&self, name: &str) -> String {
+        self.ok(&client_create_args(name, &[]))
+    }
+
+    /// The same without the create's catalog preflight.
+    fn create_client_without_preflight(&self, name: &str) -> String {
+        self.ok(&client_create_args(name, &["--no-preflight"]))
+    }
+}
+
+/// The arguments of `client create NAME` with the suite's usual spec, then `extra`.
+fn client_create_args<'a>(name: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec![
+        "client",
+        "create",
+        name,
+        "--region",
+        "ewr",
+        "--plan",
+        "vc2-1c-1gb",
+        "--os-id",
+        "2284",
+        "--volume-gb",
+        "40",
+    ];
+    a.extend_from_slice(extra);
+    a
 }
 
 /// The environment every `on_both_stores!` body of this binary takes, on
@@ -108,19 +138,7 @@ oduflow_store::on_both_stores!(
 /// client's create into a rejection).
 async fn worker_checks_its_footing_before_any_request(env: Env) {
     env.ok(&["init"]);
-    env.ok(&[
-        "client",
-        "create",
-        "acme",
-        "--region",
-        "ewr",
-        "--plan",
-        "vc2-1c-1gb",
-        "--os-id",
-        "2284",
-        "--volume-gb",
-        "40",
-    ]);
+    env.create_client("acme");
     // What `client create` read for its preflight, with the right key.
     let before = env.sim.ledger().request_log.len();
     let dead = format!(
@@ -157,19 +175,7 @@ async fn table_counts(store: &Store) -> Vec<i64> {
 
 async fn init_twice_is_harmless(env: Env) {
     env.ok(&["init"]);
-    env.ok(&[
-        "client",
-        "create",
-        "acme",
-        "--region",
-        "ewr",
-        "--plan",
-        "vc2-1c-1gb",
-        "--os-id",
-        "2284",
-        "--volume-gb",
-        "40",
-    ]);
+    env.create_client("acme");
     let before = table_counts(&env.store().await).await;
     env.ok(&["init"]);
     env.ok(&["init"]);
@@ -182,19 +188,7 @@ async fn init_twice_is_harmless(env: Env) {
 
 async fn bad_input_exits_2_and_changes_nothing(env: Env) {
     env.ok(&["init"]);
-    env.ok(&[
-        "client",
-        "create",
-        "acme",
-        "--region",
-        "ewr",
-        "--plan",
-        "vc2-1c-1gb",
-        "--os-id",
-        "2284",
-        "--volume-gb",
-        "40",
-    ]);
+    env.create_client("acme");
     let store = env.store().await;
     let before = table_counts(&store).await;
     let good = ["--region", "ewr", "--plan", "vc2-1c-1gb", "--os-id", "2284", "--volume-gb", "40"];
@@ -564,19 +558,7 @@ async fn a_restored_copy_written_to_before_any_check_is_detected() {
 async fn sigkill_after_create_keeps_receipt(env: Env) {
     failpoints_required();
     env.ok(&["init"]);
-    env.ok(&[
-        "client",
-        "create",
-        "acme",
-        "--region",
-        "ewr",
-        "--plan",
-        "vc2-1c-1gb",
-        "--os-id",
-        "2284",
-        "--volume-gb",
-        "40",
-    ]);
+    env.create_client("acme");
     let store = env.store().await;
     let mut child = env
         .cmd(&["worker", "--concurrency", "1"])

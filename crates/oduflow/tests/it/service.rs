@@ -164,19 +164,7 @@ fn http_get(addr: &str, path: &str) -> String {
 async fn serve_without_a_key_starts_read_only_and_serves_the_dashboard() {
     let env = Env::sqlite().await;
     env.ok(&["init"]);
-    env.ok(&[
-        "client",
-        "create",
-        "acme",
-        "--region",
-        "ewr",
-        "--plan",
-        "vc2-1c-1gb",
-        "--os-id",
-        "2284",
-        "--volume-gb",
-        "40",
-    ]);
+    env.create_client("acme");
     let token = env.ok(&["token", "create", "ops"]).trim().to_owned();
     let mut child = env
         .cmd(&["serve", "--listen", "127.0.0.1:0"])
@@ -261,19 +249,7 @@ fn parse_prometheus(text: &str) -> BTreeMap<String, f64> {
 async fn worker_metrics_are_scraped_and_parsed_while_it_runs(env: Env) {
     env.ok(&["init"]);
     for name in ["m1", "m2"] {
-        env.ok(&[
-            "client",
-            "create",
-            name,
-            "--region",
-            "ewr",
-            "--plan",
-            "vc2-1c-1gb",
-            "--os-id",
-            "2284",
-            "--volume-gb",
-            "40",
-        ]);
+        env.create_client(name);
     }
     let mut child = env
         .cmd(&["worker", "--metrics-listen", "127.0.0.1:0"])
