@@ -53,6 +53,10 @@ pub struct BenchArgs {
     /// SIZE@RATE.
     #[arg(long, value_delimiter = ',', default_value = "500@25,5000@100")]
     bulk: Vec<String>,
+    /// Jobs in flight in all for the convergence and bulk-view benchmarks
+    /// (default 32; 8 with --smoke).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    in_flight: Option<u16>,
     /// Clients for the inventory benchmark (default 10,000; 200 with --smoke).
     #[arg(long)]
     inventory_clients: Option<usize>,
@@ -63,6 +67,11 @@ pub struct BenchArgs {
 }
 
 impl BenchArgs {
+    /// `--in-flight`, or its default.
+    fn in_flight(&self) -> usize {
+        self.in_flight.map(usize::from).unwrap_or(if self.smoke { 8 } else { 32 })
+    }
+
     /// `--bulk` as (clients, rate) pairs.
     fn bulk_sizes(&self) -> Result<Vec<(usize, u32)>> {
         self.bulk
@@ -118,13 +127,13 @@ pub async fn run(a: BenchArgs) -> Result<()> {
     if all || a.which == "convergence" {
         doc.line("## 1. Convergence at Vultr's rate limit\n");
         doc.line("    cargo run --release -- bench convergence\n");
-        convergence(if a.smoke { 20 } else { 500 }, if a.smoke { 8 } else { 32 }, &mut doc).await?;
+        convergence(if a.smoke { 20 } else { 500 }, a.in_flight(), &mut doc).await?;
     }
     if all || a.which == "bulk" {
         doc.line("\n## 1c. The bulk view: calls per client before and after (issue 19)\n");
         doc.line("    cargo run --release -- bench bulk\n");
         let sizes: Vec<(usize, u32)> = if a.smoke { vec![(20, 25)] } else { a.bulk_sizes()? };
-        crate::bench_bulk::bulk(&sizes, if a.smoke { 8 } else { 32 }, &mut doc).await?;
+        crate::bench_bulk::bulk(&sizes, a.in_flight(), &mut doc).await?;
     }
     if all || a.which == "budget" {
         doc.line("\n## 1b. The rate budget's own cost\n");

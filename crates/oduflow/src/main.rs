@@ -34,10 +34,16 @@ fn main() -> ExitCode {
         }
     };
     // The demo injects faults on purpose (429 bursts among them): the
-    // adapter's warnings about them would bury its summary.
+    // adapter's warnings about them would bury its summary, and so would the
+    // worker's line for each client that blocks: the summary lists them,
+    // each with its reason, and says how to resolve them.
     // The database driver's own warnings stay out of a command's output
     // (see `oduflow_store::DRIVER_LOG_DIRECTIVE`).
-    let default = if matches!(cli.cmd, Cmd::Demo { .. }) { "warn,oduflow_vultr=error" } else { "warn" };
+    let default = if matches!(cli.cmd, Cmd::Demo { .. }) {
+        "warn,oduflow_vultr=error,oduflow_engine::worker=error"
+    } else {
+        "warn"
+    };
     let format = match logs::LogFormat::from_env() {
         Ok(f) => f,
         Err(e) => {
