@@ -422,9 +422,14 @@ impl<'a, P: Provider> Converge<'a, P> {
         }
         // After the create and the attach were sent (for either resource:
         // the VM read that lets the client be ready must postdate the
-        // attach too), and within a poll interval of this run.
-        let sent = r.sent_ms.unwrap_or(r.claimed_ms);
-        Via::View { after_ms: sent.max(attach_sent.unwrap_or(0)).max(self.now - w.cfg.poll_interval_ms), since: None }
+        // attach too), and within a poll interval of this run. Half a poll
+        // interval after the send, too: a listing started sooner may not
+        // show the resource yet (listing lag), and reading it would only
+        // cost a GET by id. (Efficiency only: what a listing does not show
+        // is read by id anyway.)
+        let sent = r.sent_ms.unwrap_or(r.claimed_ms).max(attach_sent.unwrap_or(0));
+        let settled = sent.saturating_add(w.cfg.poll_interval_ms / 2);
+        Via::View { after_ms: settled.max(self.now - w.cfg.poll_interval_ms), since: None }
     }
 
     /// A block or a counted observation is never decided on the bulk view:
@@ -511,7 +516,10 @@ impl<'a, P: Provider> Converge<'a, P> {
         if rejected {
             return Ok(Step::Next(self));
         }
-        let at = self.now + self.run.w.cfg.poll_interval_ms;
+        // A poll interval after the send, not after this run began: a run
+        // slow to send (a loaded store, the rate budget) must not look again
+        // before the resource has had a poll interval to show.
+        let at = self.run.w.now_ms().max(self.now) + self.run.w.cfg.poll_interval_ms;
         Ok(Step::Finish(self.run.wait(at)))
     }
 
