@@ -7,7 +7,7 @@
 //! main transaction.
 
 use crate::current::{self, spec_digest};
-use crate::{EngineError, Worker, fail_step};
+use crate::{EngineError, Worker, fail_step, fleet_view};
 use oduflow_model::decide::{self, Action, DeleteProgress, Facts, Inputs, ReceiptFacts, Resource, Seen};
 use oduflow_model::provider::{BlockRequest, DeleteOutcome, InstanceRequest, Outcome, Provider, SendGuard};
 use oduflow_model::*;
@@ -69,7 +69,24 @@ enum Via {
     Get,
     /// The bulk view, from a listing that started after `after_ms` (the
     /// worker's clock) and, if given, at or after `since` (monotonic).
-    View { after_ms: i64, since: Option<std::time::Instant> },
+    /// The run may be told to come back once a listing is done instead.
+    View { after_ms: i64, since: Option<std::time::Instant>, may_defer: bool },
+}
+
+/// What one read gave.
+enum Observed {
+    /// What it showed, and whether it came from the bulk view.
+    Read(Seen, bool),
+    /// No listing qualifies yet: one that will should be done after this.
+    Later(std::time::Duration),
+}
+
+/// What the bulk view gave one read.
+enum InView {
+    Shown(Seen),
+    /// The listing does not show it: only a GET by id can tell.
+    NotShown,
+    Later(std::time::Duration),
 }
 
 #[derive(Clone)]
@@ -115,17 +132,19 @@ pub(crate) async fn converge<P: Provider>(
     w: &Worker<P>,
     infra0: &InfraRow,
     fence: Fence,
+    due_ms: i64,
 ) -> Result<Finish, EngineError> {
     let guard = Arc::new(RunGuard { fence, stop: Mutex::new(None) });
-    provider::with_send_guard(guard.clone(), converge_guarded(w, infra0, guard)).await
+    provider::with_send_guard(guard.clone(), converge_guarded(w, infra0, guard, due_ms)).await
 }
 
 async fn converge_guarded<P: Provider>(
     w: &Worker<P>,
     infra0: &InfraRow,
     guard: Arc<RunGuard>,
+    due_ms: i64,
 ) -> Result<Finish, EngineError> {
-    let mut c = Converge::start(w, infra0, guard).await?;
+    let mut c = Converge::start(w, infra0, guard, due_ms).await?;
     for _ in 0..STEPS_MAX {
         let view = c.view().await?;
         let action = decide::decide(&c.inputs(&view));
@@ -147,6 +166,9 @@ struct Converge<'a, P> {
     run: Run<'a, P>,
     /// When the run started: waits are scheduled from it.
     now: i64,
+    /// When the run was due (its job's time, at most `now`): what it reads
+    /// from the bulk view is at most a poll interval older than this.
+    due: i64,
     target: Target,
     current_key: KeyFingerprint,
     /// The latest read of the VM (0) and the volume (1): for which receipt,
@@ -209,7 +231,12 @@ fn slot(kind: ResourceKind) -> usize {
 
 impl<'a, P: Provider> Converge<'a, P> {
     /// Binds the record to a key if it has none, and marks it in progress.
-    async fn start(w: &'a Worker<P>, infra0: &InfraRow, guard: Arc<RunGuard>) -> Result<Self, EngineError> {
+    async fn start(
+        w: &'a Worker<P>,
+        infra0: &InfraRow,
+        guard: Arc<RunGuard>,
+        due_ms: i64,
+    ) -> Result<Self, EngineError> {
         let now = w.now_ms();
         let mut run = Run { w, infra: infra0.clone(), events: vec![], guard };
         let current_key = w.provider.key_fingerprint();
@@ -238,6 +265,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         Ok(Self {
             run,
             now,
+            due: due_ms.min(now),
             target,
             current_key,
             seen,
@@ -370,10 +398,19 @@ impl<'a, P: Provider> Converge<'a, P> {
         let via = self.read_via(kind, &r, attach_sent);
         let observed = self.run.observe(kind, &r, via).await;
         self.run.halted()?;
-        let observed = observed.map(|(seen, from_view)| {
-            self.from_view[slot(kind)] = from_view;
-            seen
-        });
+        let observed = match observed {
+            // No listing qualifies yet: come back once one is done rather
+            // than hold a place among the jobs in flight meanwhile.
+            Ok(Observed::Later(d)) => {
+                let at = w.now_ms() + i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+                return Ok(Step::Finish(self.run.wait(at)));
+            }
+            Ok(Observed::Read(seen, from_view)) => {
+                self.from_view[slot(kind)] = from_view;
+                Ok(seen)
+            }
+            Err(e) => Err(e),
+        };
         match observed {
             // Only a GET by id establishes that a resource has been seen
             // (deletion bookkeeping): a listing may show a new resource
@@ -402,8 +439,9 @@ impl<'a, P: Provider> Converge<'a, P> {
     /// (target present, never updated) and no decision of this run had to
     /// be confirmed, from a listing that started after the create (and,
     /// for the volume, the attach) was sent and at most one poll interval
-    /// before this run. A label search always uses a listing started during
-    /// this run: a counted absence must come from a listing of its own.
+    /// before this run was due. A label search always uses a listing
+    /// started during this run: a counted absence must come from a listing
+    /// of its own (so it waits for it: coming back would be another run).
     fn read_via(&self, kind: ResourceKind, r: &ReceiptRow, attach_sent: Option<i64>) -> Via {
         let w = self.run.w;
         if !w.cfg.bulk_view {
@@ -413,7 +451,7 @@ impl<'a, P: Provider> Converge<'a, P> {
             // A listing of this run's own (started after it began, on this
             // process's monotonic clock: a wall-clock step cannot make an
             // older listing count again).
-            return Via::View { after_ms: i64::MIN, since: Some(self.started) };
+            return Via::View { after_ms: i64::MIN, since: Some(self.started), may_defer: false };
         }
         // A deletion of this very dispatch still in flight reads by id.
         let deleting = r.delete_sent_ms.is_some() && r.deleted_ms.is_none();
@@ -429,7 +467,9 @@ impl<'a, P: Provider> Converge<'a, P> {
         // is read by id anyway.)
         let sent = r.sent_ms.unwrap_or(r.claimed_ms).max(attach_sent.unwrap_or(0));
         let settled = sent.saturating_add(w.cfg.poll_interval_ms / 2);
-        Via::View { after_ms: settled.max(self.now - w.cfg.poll_interval_ms), since: None }
+        // Due, not started: a run that came back for a listing planned when
+        // it left finds it qualifying, however long it then queued.
+        Via::View { after_ms: settled.max(self.due - w.cfg.poll_interval_ms), since: None, may_defer: true }
     }
 
     /// A block or a counted observation is never decided on the bulk view:
@@ -830,53 +870,62 @@ impl<P: Provider> Run<'_, P> {
         kind: ResourceKind,
         r: &ReceiptRow,
         via: Via,
-    ) -> Result<(Seen, bool), provider::ProviderError> {
-        if let Via::View { after_ms, since } = via {
-            match self.observe_in_view(kind, r, after_ms, since).await {
-                Ok(Some(seen)) => return Ok((seen, true)),
-                // Not in the listing: only a GET by id can tell.
-                Ok(None) => {}
+    ) -> Result<Observed, provider::ProviderError> {
+        if let Via::View { after_ms, since, may_defer } = via {
+            let poll = std::time::Duration::from_millis(self.w.cfg.poll_interval_ms.max(0) as u64);
+            let ask = fleet_view::Ask { after_ms, since, may_defer, gap: poll / 2, defer_max: poll };
+            match self.observe_in_view(kind, r, ask).await {
+                Ok(InView::Shown(seen)) => return Ok(Observed::Read(seen, true)),
+                Ok(InView::Later(d)) => return Ok(Observed::Later(d)),
+                Ok(InView::NotShown) => {}
                 Err(e) => {
                     tracing::debug!(error = %e, "bulk view listing failed; reading by id");
                 }
             }
         }
-        Ok((self.observe_by_request(kind, r).await?, false))
+        Ok(Observed::Read(self.observe_by_request(kind, r).await?, false))
     }
 
-    /// The read from the bulk view: `None` when the listing does not show
-    /// the resource by its id (a label search's answer is always `Some`).
+    /// The read from the bulk view: `NotShown` when the listing does not
+    /// show the resource by its id (a label search always has an answer).
     async fn observe_in_view(
         &mut self,
         kind: ResourceKind,
         r: &ReceiptRow,
-        after_ms: i64,
-        since: Option<std::time::Instant>,
-    ) -> Result<Option<Seen>, provider::ProviderError> {
+        ask: fleet_view::Ask,
+    ) -> Result<InView, provider::ProviderError> {
         let w = self.w;
         let spec = &self.infra.spec;
         let label = r.label.as_str();
         let by_operator = r.resource_id_source == Some(IdSource::AdoptedByOperator);
         let expect = |found: &str| if by_operator { found.to_owned() } else { label.to_owned() };
-        let now = || w.now_ms();
+        let clock = w.clock.clone();
+        let now: Arc<dyn Fn() -> i64 + Send + Sync> = Arc::new(move || clock.now_ms());
+        let shown = |s: Option<Seen>| s.map_or(InView::NotShown, InView::Shown);
         Ok(match (kind, &r.resource_id) {
             (ResourceKind::Vm, id) => {
-                let snap = w.view.instances(w.provider.as_ref(), after_ms, since, now).await?;
-                match id {
+                let snap = match w.view.instances(&w.provider, ask, now).await? {
+                    fleet_view::Got::Snapshot(s) => s,
+                    fleet_view::Got::Later(d) => return Ok(InView::Later(d)),
+                };
+                shown(match id {
                     Some(id) => snap.get(id).map(|i| Seen::Present(instance_facts(spec, &expect(&i.label), i.clone()))),
                     None => Some(Seen::ByLabel(
                         snap.with_label(label).into_iter().map(|i| instance_facts(spec, label, i)).collect(),
                     )),
-                }
+                })
             }
             (_, id) => {
-                let snap = w.view.blocks(w.provider.as_ref(), after_ms, since, now).await?;
-                match id {
+                let snap = match w.view.blocks(&w.provider, ask, now).await? {
+                    fleet_view::Got::Snapshot(s) => s,
+                    fleet_view::Got::Later(d) => return Ok(InView::Later(d)),
+                };
+                shown(match id {
                     Some(id) => snap.get(id).map(|b| Seen::Present(block_facts(spec, &expect(&b.label), b.clone()))),
                     None => Some(Seen::ByLabel(
                         snap.with_label(label).into_iter().map(|b| block_facts(spec, label, b)).collect(),
                     )),
-                }
+                })
             }
         })
     }

@@ -20,6 +20,7 @@
 use oduflow_model::provider::{Block, Instance, Provider, ProviderError};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Something a listing returns: an id and a label.
 pub(crate) trait Listed: Clone + Send + Sync + 'static {
@@ -92,58 +93,268 @@ impl<T: Listed> Snapshot<T> {
 /// it reads by id instead.
 pub const VIEW_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(20);
 
-/// The newest snapshot of one kind, refreshed single-flight.
+/// How long a listing is guessed to take before one was made.
+const FIRST_LISTING_GUESS: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// What a run gets when it asks the view.
+pub(crate) enum Got<T> {
+    /// A snapshot that qualifies.
+    Snapshot(Arc<Snapshot<T>>),
+    /// None qualifies yet; one that will is planned or under way and should
+    /// be done after this long: the run comes back then instead of holding
+    /// its place among the jobs in flight while it waits.
+    Later(std::time::Duration),
+}
+
+/// What a slot has for an ask.
+enum Look<T> {
+    Snapshot(Arc<Snapshot<T>>),
+    /// One that qualifies is planned, and should be done after this long.
+    Planned(std::time::Duration),
+    /// One that qualifies is under way.
+    UnderWay,
+}
+
+/// A listing planned or under way.
+struct Next {
+    /// When it starts (planned) or started: never earlier than this.
+    start_ms: i64,
+    start_at: std::time::Instant,
+    /// It is under way.
+    started: bool,
+}
+
+struct SlotState<T> {
+    cur: Option<Arc<Snapshot<T>>>,
+    /// The latest listing that failed: when it started, and why.
+    failed: Option<(i64, std::time::Instant, String)>,
+    next: Option<Next>,
+    /// Some run needs a listing that starts after `next` does.
+    again: bool,
+    /// When the latest listing started, and how long it took.
+    last: Option<(std::time::Instant, std::time::Duration)>,
+}
+
+/// The newest snapshot of one kind, and the listings planned: at most one
+/// under way, each starting at least a gap after the one before.
 struct Slot<T> {
-    cur: tokio::sync::Mutex<Option<Arc<Snapshot<T>>>>,
+    state: std::sync::Mutex<SlotState<T>>,
+    /// Counts the listings done: a waiter wakes at each and looks again.
+    done: tokio::sync::watch::Sender<u64>,
 }
 
 impl<T> Default for Slot<T> {
     fn default() -> Self {
-        Self { cur: tokio::sync::Mutex::new(None) }
+        Self {
+            state: std::sync::Mutex::new(SlotState { cur: None, failed: None, next: None, again: false, last: None }),
+            done: tokio::sync::watch::channel(0).0,
+        }
     }
 }
 
+/// How to list one kind, from a spawned task.
+type Lister<T> = Arc<dyn Fn() -> BoxFuture<Result<Vec<T>, ProviderError>> + Send + Sync>;
+
+type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+/// What a run asks for.
+#[derive(Clone, Copy)]
+pub(crate) struct Ask {
+    /// The listing must have started after this (the worker's clock) ...
+    pub after_ms: i64,
+    /// ... and at or after this (this process's monotonic clock).
+    pub since: Option<std::time::Instant>,
+    /// Whether the run may come back later instead of waiting.
+    pub may_defer: bool,
+    /// The least time between two listings' starts.
+    pub gap: std::time::Duration,
+    /// The longest a run may be told to stay away (see [`Slot::get`]).
+    pub defer_max: std::time::Duration,
+}
+
+/// How long after a planned listing should be done a run comes back.
+const DEFER_MARGIN: std::time::Duration = std::time::Duration::from_millis(50);
+
 impl<T: Listed> Slot<T> {
-    /// The newest snapshot if its listing started after `after_ms`, else a
-    /// fresh one (the lock is held while listing: whoever asks meanwhile
-    /// waits and gets it).
-    async fn get<F, Fut>(
-        &self,
-        after_ms: i64,
-        since: Option<std::time::Instant>,
-        now: impl Fn() -> i64,
-        list: F,
-    ) -> Result<Arc<Snapshot<T>>, ProviderError>
-    where
-        F: FnOnce() -> Fut,
-        Fut: std::future::Future<Output = Result<Vec<T>, ProviderError>>,
-    {
-        let get = async {
-            let mut cur = self.cur.lock().await;
-            let fits = |s: &&Arc<Snapshot<T>>| s.started_ms > after_ms && since.is_none_or(|t| s.started_at >= t);
-            if let Some(s) = cur.as_ref().filter(fits) {
-                return Ok(s.clone());
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotState<T>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The newest snapshot if its listing started after `ask.after_ms`
+    /// (and `ask.since`); else a listing that will qualify is planned (one
+    /// under way, or the next, a gap after the last one started), and the
+    /// run waits for it, bounded by [`VIEW_WAIT_MAX`], or is told when to
+    /// come back.
+    async fn get(
+        self: &Arc<Self>,
+        ask: Ask,
+        now: Arc<dyn Fn() -> i64 + Send + Sync>,
+        list: Lister<T>,
+    ) -> Result<Got<T>, ProviderError> {
+        let deadline = tokio::time::Instant::now() + VIEW_WAIT_MAX;
+        loop {
+            let mut done = self.done.subscribe();
+            match self.look(ask, &now, &list)? {
+                Look::Snapshot(s) => return Ok(Got::Snapshot(s)),
+                // Back a little after it should be done, if that is sooner
+                // than a poll interval (`defer_max`): the listing planned
+                // then starts after the run's freshness bound on its return
+                // (a poll interval before it is due), so one return finds
+                // it, or finds it under way and waits for it.
+                Look::Planned(until_done) if ask.may_defer && until_done + DEFER_MARGIN < ask.defer_max => {
+                    return Ok(Got::Later(until_done + DEFER_MARGIN));
+                }
+                Look::Planned(_) | Look::UnderWay => {}
             }
-            let (started_ms, started_at) = (now(), std::time::Instant::now());
-            let items = list().await?;
-            let s = Arc::new(Snapshot::new(started_ms, started_at, items));
-            *cur = Some(s.clone());
-            Ok(s)
-        };
-        // Bounded: past it the run reads by id instead (a listing held up by
-        // the rate budget must not hold every waiting run).
-        tokio::time::timeout(VIEW_WAIT_MAX, get).await.unwrap_or_else(|_| {
-            Err(ProviderError::Transport(format!("bulk view: no listing within {} s", VIEW_WAIT_MAX.as_secs())))
+            if tokio::time::timeout_at(deadline, done.changed()).await.is_err() {
+                return Err(ProviderError::Transport(format!(
+                    "bulk view: no listing within {} s",
+                    VIEW_WAIT_MAX.as_secs()
+                )));
+            }
+        }
+    }
+
+    /// Plans the listing `ask` needs, unless the newest snapshot, or one
+    /// under way or planned, qualifies already; never waits.
+    fn plan(self: &Arc<Self>, ask: Ask, now: &Arc<dyn Fn() -> i64 + Send + Sync>, list: &Lister<T>) {
+        let _ = self.look(ask, now, list);
+    }
+
+    /// What there is for `ask`, planning the listing it needs if none is.
+    fn look(
+        self: &Arc<Self>,
+        ask: Ask,
+        now: &Arc<dyn Fn() -> i64 + Send + Sync>,
+        list: &Lister<T>,
+    ) -> Result<Look<T>, ProviderError> {
+        let fits = |ms: i64, at: std::time::Instant| ms > ask.after_ms && ask.since.is_none_or(|t| at >= t);
+        let mut s = self.lock();
+        if let Some(c) = s.cur.as_ref().filter(|c| fits(c.started_ms, c.started_at)) {
+            return Ok(Look::Snapshot(c.clone()));
+        }
+        // A listing that would have qualified failed: read by id.
+        if let Some((_, _, e)) = s.failed.as_ref().filter(|f| fits(f.0, f.1)) {
+            return Err(ProviderError::Transport(format!("bulk view: the listing failed: {e}")));
+        }
+        let took = s.last.map_or(FIRST_LISTING_GUESS, |l| l.1);
+        let now_at = std::time::Instant::now();
+        Ok(match s.next.as_ref() {
+            // Under way, and it qualifies: its end is near.
+            Some(n) if n.started && fits(n.start_ms, n.start_at) => Look::UnderWay,
+            // Planned, and it qualifies.
+            Some(n) if fits(n.start_ms, n.start_at) => {
+                Look::Planned(n.start_at.saturating_duration_since(now_at) + took)
+            }
+            // It does not: the one after it will (it starts once this one
+            // is done, so after now).
+            Some(n) => {
+                let until = n.start_at.saturating_duration_since(now_at) + took.max(ask.gap) + took;
+                s.again = true;
+                Look::Planned(until)
+            }
+            None => {
+                let at = s.last.map_or(now_at, |(started, _)| (started + ask.gap).max(now_at));
+                let wait = at - now_at;
+                s.next = Some(Next { start_ms: now() + wait.as_millis() as i64, start_at: at, started: false });
+                tokio::spawn(self.clone().refresh(ask.gap, now.clone(), list.clone()));
+                Look::Planned(wait + took)
+            }
         })
+    }
+
+    /// Makes the listings planned in `next`, one after the other, each a
+    /// `gap` after the one before started, while runs want them.
+    async fn refresh(
+        self: Arc<Self>,
+        gap: std::time::Duration,
+        now: Arc<dyn Fn() -> i64 + Send + Sync>,
+        list: Lister<T>,
+    ) {
+        loop {
+            let Some(at) = self.lock().next.as_ref().map(|n| n.start_at) else { return };
+            tokio::time::sleep_until(at.into()).await;
+            let (started_ms, started_at) = (now(), std::time::Instant::now());
+            if let Some(n) = self.lock().next.as_mut() {
+                (n.start_ms, n.start_at, n.started) = (started_ms.max(n.start_ms), started_at, true);
+            }
+            let r = oduflow_model::provider::as_shared_listing(list()).await;
+            let took = started_at.elapsed();
+            let more = {
+                let mut s = self.lock();
+                match r {
+                    Ok(items) => {
+                        s.cur = Some(Arc::new(Snapshot::new(started_ms, started_at, items)));
+                        s.failed = None;
+                    }
+                    Err(e) => s.failed = Some((started_ms, started_at, e.to_string())),
+                }
+                s.last = Some((started_at, took));
+                let more = std::mem::take(&mut s.again);
+                s.next = more.then(|| {
+                    let at = (started_at + gap).max(std::time::Instant::now());
+                    let wait = at.saturating_duration_since(std::time::Instant::now());
+                    Next { start_ms: now() + wait.as_millis() as i64, start_at: at, started: false }
+                });
+                more
+            };
+            self.done.send_modify(|n| *n += 1);
+            if !more {
+                return;
+            }
+        }
     }
 }
 
 /// Shared by every clone of a [`crate::Worker`].
 #[derive(Default)]
 pub struct FleetView {
-    instances: Slot<Instance>,
-    blocks: Slot<Block>,
-    refreshes: std::sync::atomic::AtomicU64,
+    instances: Arc<Slot<Instance>>,
+    blocks: Arc<Slot<Block>>,
+    stats: Arc<ViewStats>,
+}
+
+/// What the view cost its runs, for the benchmark's profile.
+#[derive(Default)]
+struct ViewStats {
+    asks: AtomicU64,
+    deferred: AtomicU64,
+    asked_us: AtomicU64,
+    listings: AtomicU64,
+    listing_us: AtomicU64,
+    listing_us_max: AtomicU64,
+}
+
+impl ViewStats {
+    /// One listing, counted and timed.
+    async fn timed<T>(
+        &self,
+        list: impl std::future::Future<Output = Result<Vec<T>, ProviderError>>,
+    ) -> Result<Vec<T>, ProviderError> {
+        self.listings.fetch_add(1, Relaxed);
+        let t = std::time::Instant::now();
+        let r = list.await;
+        let us = t.elapsed().as_micros() as u64;
+        self.listing_us.fetch_add(us, Relaxed);
+        self.listing_us_max.fetch_max(us, Relaxed);
+        r
+    }
+}
+
+/// [`FleetView::stats`]: totals since the process started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ViewFigures {
+    /// Reads that asked the view for a listing.
+    pub asks: u64,
+    /// Of those, the ones told to come back later.
+    pub deferred: u64,
+    /// Their total time, waits for a listing included (µs).
+    pub asked_us: u64,
+    /// Listings made (both kinds).
+    pub listings: u64,
+    /// Their total and longest duration (µs).
+    pub listing_us: u64,
+    pub listing_us_max: u64,
 }
 
 impl std::fmt::Debug for FleetView {
@@ -155,37 +366,79 @@ impl std::fmt::Debug for FleetView {
 impl FleetView {
     pub(crate) async fn instances<P: Provider>(
         &self,
-        p: &P,
-        after_ms: i64,
-        since: Option<std::time::Instant>,
-        now: impl Fn() -> i64,
-    ) -> Result<Arc<Snapshot<Instance>>, ProviderError> {
-        self.instances
-            .get(after_ms, since, now, || {
-                self.refreshes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                p.instance_list()
-            })
-            .await
+        p: &Arc<P>,
+        ask: Ask,
+        now: Arc<dyn Fn() -> i64 + Send + Sync>,
+    ) -> Result<Got<Instance>, ProviderError> {
+        let got = self.asked(self.instances.get(ask, now.clone(), self.instance_lister(p))).await;
+        if matches!(got, Ok(Got::Later(_))) {
+            // The run comes back to read the volume too.
+            self.blocks.plan(ask, &now, &self.block_lister(p));
+        }
+        got
     }
 
     pub(crate) async fn blocks<P: Provider>(
         &self,
-        p: &P,
-        after_ms: i64,
-        since: Option<std::time::Instant>,
-        now: impl Fn() -> i64,
-    ) -> Result<Arc<Snapshot<Block>>, ProviderError> {
-        self.blocks
-            .get(after_ms, since, now, || {
-                self.refreshes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                p.block_list()
-            })
-            .await
+        p: &Arc<P>,
+        ask: Ask,
+        now: Arc<dyn Fn() -> i64 + Send + Sync>,
+    ) -> Result<Got<Block>, ProviderError> {
+        let got = self.asked(self.blocks.get(ask, now.clone(), self.block_lister(p))).await;
+        if matches!(got, Ok(Got::Later(_))) {
+            // The run comes back to read the VM too.
+            self.instances.plan(ask, &now, &self.instance_lister(p));
+        }
+        got
+    }
+
+    fn instance_lister<P: Provider>(&self, p: &Arc<P>) -> Lister<Instance> {
+        let (p, stats) = (p.clone(), self.stats.clone());
+        Arc::new(move || {
+            let (p, stats) = (p.clone(), stats.clone());
+            Box::pin(async move { stats.timed(p.instance_list()).await })
+        })
+    }
+
+    fn block_lister<P: Provider>(&self, p: &Arc<P>) -> Lister<Block> {
+        let (p, stats) = (p.clone(), self.stats.clone());
+        Arc::new(move || {
+            let (p, stats) = (p.clone(), stats.clone());
+            Box::pin(async move { stats.timed(p.block_list()).await })
+        })
+    }
+
+    async fn asked<T>(
+        &self,
+        got: impl std::future::Future<Output = Result<Got<T>, ProviderError>>,
+    ) -> Result<Got<T>, ProviderError> {
+        let t = std::time::Instant::now();
+        let r = got.await;
+        let s = &self.stats;
+        s.asks.fetch_add(1, Relaxed);
+        s.asked_us.fetch_add(t.elapsed().as_micros() as u64, Relaxed);
+        if matches!(r, Ok(Got::Later(_))) {
+            s.deferred.fetch_add(1, Relaxed);
+        }
+        r
     }
 
     /// Listings made so far (both kinds).
     pub fn refreshes(&self) -> u64 {
-        self.refreshes.load(std::sync::atomic::Ordering::Relaxed)
+        self.stats.listings.load(Relaxed)
+    }
+
+    /// What the view cost so far.
+    pub fn stats(&self) -> ViewFigures {
+        let s = &self.stats;
+        ViewFigures {
+            asks: s.asks.load(Relaxed),
+            deferred: s.deferred.load(Relaxed),
+            asked_us: s.asked_us.load(Relaxed),
+            listings: s.listings.load(Relaxed),
+            listing_us: s.listing_us.load(Relaxed),
+            listing_us_max: s.listing_us_max.load(Relaxed),
+        }
     }
 }
 
@@ -205,42 +458,132 @@ mod tests {
         }
     }
 
+    type Now = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+    /// A lister that counts its listings, takes 50 ms, and fails while
+    /// `fail` is set.
+    fn lister(lists: Arc<AtomicU32>, fail: Arc<std::sync::atomic::AtomicBool>) -> Lister<It> {
+        Arc::new(move || {
+            let (lists, fail) = (lists.clone(), fail.clone());
+            Box::pin(async move {
+                lists.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                if fail.load(Ordering::SeqCst) {
+                    return Err(ProviderError::Transport("down".into()));
+                }
+                Ok(vec![It("a".into(), "l".into()), It("b".into(), "l".into())])
+            })
+        })
+    }
+
+    fn ask(after_ms: i64, may_defer: bool) -> Ask {
+        Ask {
+            after_ms,
+            since: None,
+            may_defer,
+            gap: std::time::Duration::from_millis(200),
+            defer_max: std::time::Duration::from_millis(400),
+        }
+    }
+
+    async fn snapshot(g: Result<Got<It>, ProviderError>) -> Arc<Snapshot<It>> {
+        match g.unwrap() {
+            Got::Snapshot(s) => s,
+            Got::Later(d) => panic!("told to come back after {d:?}"),
+        }
+    }
+
     #[tokio::test]
     async fn a_snapshot_is_reused_only_if_it_started_after_the_asked_instant_and_refreshes_are_shared() {
         let slot: Arc<Slot<It>> = Arc::default();
         let clock = Arc::new(AtomicI64::new(100));
-        let lists = Arc::new(AtomicU32::new(0));
-        let list = |lists: Arc<AtomicU32>| async move {
-            lists.fetch_add(1, Ordering::SeqCst);
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            Ok::<_, ProviderError>(vec![It("a".into(), "l".into()), It("b".into(), "l".into())])
+        let (lists, fail) = (Arc::new(AtomicU32::new(0)), Arc::default());
+        let list = lister(lists.clone(), fail);
+        let now: Now = {
+            let c = clock.clone();
+            Arc::new(move || c.load(Ordering::SeqCst))
         };
-        let now = |c: Arc<AtomicI64>| move || c.load(Ordering::SeqCst);
-        let s = slot.get(50, None, now(clock.clone()), || list(lists.clone())).await.unwrap();
+        let s = snapshot(slot.get(ask(50, false), now.clone(), list.clone()).await).await;
         assert_eq!((s.started_ms, s.len(), s.with_label("l").len()), (100, 2, 2));
         assert!(s.get("a").is_some() && s.get("c").is_none());
         // Started at 100: good for anything asked after 99, not after 100.
-        slot.get(99, None, now(clock.clone()), || list(lists.clone())).await.unwrap();
+        snapshot(slot.get(ask(99, false), now.clone(), list.clone()).await).await;
         assert_eq!(lists.load(Ordering::SeqCst), 1);
         // A run that began after it needs a listing of its own, whatever
         // the wall clock says (it may have stepped back).
         let later = std::time::Instant::now();
-        let s2 = slot.get(0, Some(later), now(clock.clone()), || list(lists.clone())).await.unwrap();
+        let own = Ask { since: Some(later), ..ask(0, false) };
+        let s2 = snapshot(slot.get(own, now.clone(), list.clone()).await).await;
         assert!(s2.started_at >= later);
         assert_eq!(lists.load(Ordering::SeqCst), 2);
+        // ... started no sooner than a gap after the one before.
+        assert!(s2.started_at >= s.started_at + std::time::Duration::from_millis(200));
         clock.store(200, Ordering::SeqCst);
-        // Eight runs ask at once for a listing newer than 100: one refresh.
+        // Eight runs ask at once for a listing newer than 100 and wait: one
+        // refresh.
         let mut tasks = vec![];
         for _ in 0..8 {
-            let (slot, clock, lists) = (slot.clone(), clock.clone(), lists.clone());
-            tasks.push(tokio::spawn(async move {
-                slot.get(100, None, now(clock), || list(lists)).await.unwrap().started_ms
-            }));
+            let (slot, now, list) = (slot.clone(), now.clone(), list.clone());
+            tasks.push(tokio::spawn(
+                async move { snapshot(slot.get(ask(100, false), now, list).await).await.started_ms },
+            ));
         }
         for t in tasks {
             assert_eq!(t.await.unwrap(), 200);
         }
         assert_eq!(lists.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_run_that_may_come_back_is_told_when_and_then_finds_the_listing_planned_for_it() {
+        let slot: Arc<Slot<It>> = Arc::default();
+        let (lists, fail) = (Arc::new(AtomicU32::new(0)), Arc::default());
+        let list = lister(lists.clone(), fail);
+        let ms = Arc::new(AtomicI64::new(1_000));
+        let now: Now = {
+            let c = ms.clone();
+            Arc::new(move || c.load(Ordering::SeqCst))
+        };
+        // Nothing listed yet: come back after about one listing.
+        let Got::Later(d) = slot.get(ask(900, true), now.clone(), list.clone()).await.unwrap() else {
+            panic!("no listing yet, yet a snapshot");
+        };
+        assert!(d >= std::time::Duration::from_millis(50) && d <= std::time::Duration::from_secs(1), "{d:?}");
+        // Ten more ask meanwhile: no second listing is planned for them.
+        for _ in 0..10 {
+            assert!(matches!(slot.get(ask(900, true), now.clone(), list.clone()).await.unwrap(), Got::Later(_)));
+        }
+        tokio::time::sleep(d).await;
+        let s = snapshot(slot.get(ask(900, true), now.clone(), list.clone()).await).await;
+        assert_eq!((s.started_ms, lists.load(Ordering::SeqCst)), (1_000, 1));
+        // A run needing a newer one is told to come back too; the next
+        // listing starts a gap after the last one started, never sooner.
+        ms.store(2_000, Ordering::SeqCst);
+        let Got::Later(d) = slot.get(ask(1_500, true), now.clone(), list.clone()).await.unwrap() else {
+            panic!("the old snapshot does not qualify");
+        };
+        tokio::time::sleep(d).await;
+        let s2 = snapshot(slot.get(ask(1_500, false), now.clone(), list.clone()).await).await;
+        assert!(s2.started_ms > 1_500 && s2.started_at >= s.started_at + std::time::Duration::from_millis(200));
+        assert_eq!(lists.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_failed_listing_that_would_have_qualified_sends_the_run_to_read_by_id() {
+        let slot: Arc<Slot<It>> = Arc::default();
+        let (lists, fail) = (Arc::new(AtomicU32::new(0)), Arc::new(std::sync::atomic::AtomicBool::new(true)));
+        let list = lister(lists.clone(), fail.clone());
+        let now: Now = Arc::new(|| 10);
+        let e = slot.get(ask(5, false), now.clone(), list.clone()).await.err().expect("the listing failed");
+        assert!(e.to_string().contains("down"), "{e}");
+        // Asked again for the same instant: the failure answers, no new listing.
+        assert!(slot.get(ask(5, true), now.clone(), list.clone()).await.is_err());
+        assert_eq!(lists.load(Ordering::SeqCst), 1);
+        // A newer one is listed again.
+        fail.store(false, Ordering::SeqCst);
+        let now: Now = Arc::new(|| 20);
+        snapshot(slot.get(ask(15, false), now, list).await).await;
+        assert_eq!(lists.load(Ordering::SeqCst), 2);
     }
 
     #[test]

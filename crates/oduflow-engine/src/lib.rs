@@ -20,7 +20,7 @@ mod receipt_writer;
 mod run_stats;
 mod worker;
 
-pub use fleet_view::FleetView;
+pub use fleet_view::{FleetView, ViewFigures};
 pub use receipt_writer::ReceiptWriter;
 pub use run_stats::{HistogramSnapshot, RunResult, RunStats};
 pub use worker::*;

@@ -208,14 +208,15 @@ impl<P: Provider> Worker<P> {
         } else {
             match job.kind {
                 JobKind::Noop => self.noop(claim).await,
-                JobKind::Provision | JobKind::Deprovision => match executor::converge(self, infra, claim.fence()).await
-                {
-                    Ok(f) => f,
-                    // The record moved on while the run was in flight: it
-                    // sent nothing more and ends stale.
-                    Err(EngineError::Superseded) => Finish::stale(),
-                    Err(e) => return Err(e),
-                },
+                JobKind::Provision | JobKind::Deprovision => {
+                    match executor::converge(self, infra, claim.fence(), job.run_after_ms).await {
+                        Ok(f) => f,
+                        // The record moved on while the run was in flight: it
+                        // sent nothing more and ends stale.
+                        Err(EngineError::Superseded) => Finish::stale(),
+                        Err(e) => return Err(e),
+                    }
+                }
             }
         })
     }

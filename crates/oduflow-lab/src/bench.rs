@@ -53,6 +53,10 @@ pub struct BenchArgs {
     /// SIZE@RATE.
     #[arg(long, value_delimiter = ',', default_value = "500@25,5000@100")]
     bulk: Vec<String>,
+    /// Which fleets of the bulk-view benchmark run: with the view off, on,
+    /// or both (before and after).
+    #[arg(long, value_parser = ["off", "on", "both"], default_value = "both")]
+    bulk_view: String,
     /// Jobs in flight in all for the convergence and bulk-view benchmarks
     /// (default 32; 8 with --smoke).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
@@ -133,7 +137,12 @@ pub async fn run(a: BenchArgs) -> Result<()> {
         doc.line("\n## 1c. The bulk view: calls per client before and after (issue 19)\n");
         doc.line("    cargo run --release -- bench bulk\n");
         let sizes: Vec<(usize, u32)> = if a.smoke { vec![(20, 25)] } else { a.bulk_sizes()? };
-        crate::bench_bulk::bulk(&sizes, a.in_flight(), &mut doc).await?;
+        let views: &[bool] = match a.bulk_view.as_str() {
+            "off" => &[false],
+            "on" => &[true],
+            _ => &[false, true],
+        };
+        crate::bench_bulk::bulk(&sizes, views, a.in_flight(), &mut doc).await?;
     }
     if all || a.which == "budget" {
         doc.line("\n## 1b. The rate budget's own cost\n");
@@ -263,6 +272,9 @@ pub(crate) struct Converged {
     pub routes: String,
     /// The largest peak RSS of any worker process, KiB.
     pub peak_rss_kib: u64,
+    /// Each worker process's last line (runs, and what the bulk view
+    /// cost), provisioning then deletion.
+    pub worker_lines: Vec<String>,
 }
 
 /// One convergence run's settings.
@@ -393,7 +405,8 @@ pub(crate) async fn converge_with(f: Fleet) -> Result<Converged> {
             })
             .collect()
     };
-    let wait = |children: Vec<tokio::process::Child>| async move {
+    let lines = std::sync::Mutex::new(Vec::new());
+    let wait = |children: Vec<tokio::process::Child>| async {
         let mut rss = 0u64;
         for c in children {
             let o = c.wait_with_output().await?;
@@ -402,6 +415,8 @@ pub(crate) async fn converge_with(f: Fleet) -> Result<Converged> {
             let peak =
                 err.lines().filter_map(|l| l.strip_prefix("oduflow: peak RSS ")?.strip_suffix(" KiB")?.parse().ok());
             rss = rss.max(peak.max().unwrap_or(0));
+            let last = err.lines().filter(|l| l.starts_with("oduflow worker: stopped")).map(str::to_owned);
+            lines.lock().expect("lines").extend(last);
         }
         Ok::<u64, anyhow::Error>(rss)
     };
@@ -434,6 +449,7 @@ pub(crate) async fn converge_with(f: Fleet) -> Result<Converged> {
         counts,
         routes,
         peak_rss_kib: rss_provision.max(rss_delete),
+        worker_lines: lines.into_inner().expect("lines"),
     })
 }
 

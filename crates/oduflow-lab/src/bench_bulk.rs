@@ -5,7 +5,7 @@
 use crate::bench::{Fleet, Section, converge_with};
 use anyhow::Result;
 
-pub(crate) async fn bulk(sizes: &[(usize, u32)], in_flight: usize, out: &mut Section) -> Result<()> {
+pub(crate) async fn bulk(sizes: &[(usize, u32)], views: &[bool], in_flight: usize, out: &mut Section) -> Result<()> {
     out.line(&format!(
         "One `oduflow worker` process ({in_flight} jobs in flight) on PostgreSQL provisions, then deletes, each fleet \
          twice: with the bulk view off (`ODUFLOW_BULK_VIEW=false`: a GET by id per resource per poll, as before issue \
@@ -18,7 +18,7 @@ pub(crate) async fn bulk(sizes: &[(usize, u32)], in_flight: usize, out: &mut Sec
     out.line("|---|---|---|---|---|---|---|---|---|");
     let mut routes = vec![];
     for &(n, rate) in sizes {
-        for bulk in [false, true] {
+        for &bulk in views {
             let r = converge_with(Fleet { n, processes: 1, in_flight, rate, bulk }).await?;
             let per_prov = r.calls_provision as f64 / n as f64;
             let per_del = (r.calls_total - r.calls_provision) as f64 / n as f64;
@@ -37,6 +37,9 @@ pub(crate) async fn bulk(sizes: &[(usize, u32)], in_flight: usize, out: &mut Sec
                 r.counts
             );
             println!("  calls by route: {}", r.routes);
+            for l in &r.worker_lines {
+                println!("  {l}");
+            }
             let met = |ok: bool| if ok { "met" } else { "not met" };
             out.line(&format!(
                 "| {n} | {rate}/s | {on} | **{per_prov:.2}** ({}) | {per_del:.2} | **{wall:.1} s vs {bound_s:.1} s = {:.2}×** ({}) | {rss_mib:.1} MiB | {} | {:?} |",

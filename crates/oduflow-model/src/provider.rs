@@ -306,6 +306,24 @@ pub async fn with_send_guard<F: Future>(guard: Arc<dyn SendGuard>, f: F) -> F::O
     SEND_GUARD.scope(guard, f).await
 }
 
+tokio::task_local! {
+    static SHARED_LISTING: ();
+}
+
+/// Runs `f`, a listing that many runs wait for (the bulk view's): its pages
+/// go ahead of this process's other requests in the rate budget's line, so
+/// a queue of creates does not hold up every run waiting for it. Such
+/// listings start at most one per kind per gap, so they cannot starve the
+/// creates in turn.
+pub async fn as_shared_listing<F: Future>(f: F) -> F::Output {
+    SHARED_LISTING.scope((), f).await
+}
+
+/// Whether the request being sent belongs to a shared listing.
+pub fn is_shared_listing() -> bool {
+    SHARED_LISTING.try_with(|_| ()).is_ok()
+}
+
 /// What a sender calls right before each request; `Ok` outside any guard.
 pub async fn send_guard_check() -> Result<(), String> {
     let Ok(guard) = SEND_GUARD.try_with(Arc::clone) else {

@@ -11,9 +11,11 @@
 //!   at most 2 slots per process: about 4 slots per process of the group in
 //!   the worst case (4 processes: 16 slots, 0.64 s at 25/s), however long
 //!   another process's burst.
-//! - Inside a process, requests that change something at Vultr (create,
-//!   attach, detach, delete) take the next pass before any waiting read, so a
-//!   label scan or `reconcile --all` never starves this process's own creates.
+//! - Inside a process, the pages of a shared listing (the bulk view's, which
+//!   many runs wait for, at most one per kind per gap) take the next pass
+//!   first; then requests that change something at Vultr (create, attach,
+//!   detach, delete), before any other waiting read, so a label scan or
+//!   `reconcile --all` never starves this process's own creates.
 //!
 //! A pause (a `Retry-After` seen by any process of the group) pushes every
 //! later slot past its end; a request whose slot came before a pause that
@@ -60,8 +62,33 @@ pub const WAIT_COUNTED_MIN: Duration = Duration::from_millis(2);
 /// pause, so there is no need to look again.
 const SLOT_NOW: Duration = Duration::from_millis(1);
 
+/// Which line of the turnstile a request waits in, served in this order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Line {
+    /// A page of a shared listing ([`oduflow_model::provider::as_shared_listing`]).
+    Shared,
+    /// A request that changes something at Vultr.
+    Change,
+    /// Any other read.
+    Read,
+}
+
+impl Line {
+    /// The line of a request being sent from this task.
+    pub fn of(change: bool) -> Self {
+        if change {
+            Line::Change
+        } else if oduflow_model::provider::is_shared_listing() {
+            Line::Shared
+        } else {
+            Line::Read
+        }
+    }
+}
+
 /// This process's passes to the budget: at most `RESERVATIONS_AHEAD_MAX`
-/// held at once, changes before reads, first come first served within each.
+/// held at once, shared listings' pages, then changes, then reads, first
+/// come first served within each.
 #[derive(Debug)]
 pub struct Turnstile {
     state: Mutex<TurnstileState>,
@@ -73,6 +100,7 @@ pub struct Turnstile {
 #[derive(Debug)]
 struct TurnstileState {
     free: usize,
+    shared: VecDeque<oneshot::Sender<()>>,
     changes: VecDeque<oneshot::Sender<()>>,
     reads: VecDeque<oneshot::Sender<()>>,
 }
@@ -108,7 +136,12 @@ impl Drop for Waiting<'_> {
 impl Turnstile {
     pub fn new(passes: usize) -> Self {
         Self {
-            state: Mutex::new(TurnstileState { free: passes.max(1), changes: VecDeque::new(), reads: VecDeque::new() }),
+            state: Mutex::new(TurnstileState {
+                free: passes.max(1),
+                shared: VecDeque::new(),
+                changes: VecDeque::new(),
+                reads: VecDeque::new(),
+            }),
             paused_until: Mutex::new(None),
         }
     }
@@ -130,19 +163,21 @@ impl Turnstile {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub async fn enter(&self, change: bool) -> Pass<'_> {
+    pub async fn enter(&self, line: Line) -> Pass<'_> {
         let rx = {
             let mut s = self.lock();
-            let ahead = s.changes.len() + if change { 0 } else { s.reads.len() };
+            let ahead = s.shared.len()
+                + if line == Line::Shared { 0 } else { s.changes.len() }
+                + if line == Line::Read { s.reads.len() } else { 0 };
             if s.free > 0 && ahead == 0 {
                 s.free -= 1;
                 return Pass(self);
             }
             let (tx, rx) = oneshot::channel();
-            if change {
-                s.changes.push_back(tx);
-            } else {
-                s.reads.push_back(tx);
+            match line {
+                Line::Shared => s.shared.push_back(tx),
+                Line::Change => s.changes.push_back(tx),
+                Line::Read => s.reads.push_back(tx),
             }
             rx
         };
@@ -157,10 +192,7 @@ impl Turnstile {
     fn release(&self) {
         let mut s = self.lock();
         loop {
-            let next = match s.changes.pop_front() {
-                Some(tx) => Some(tx),
-                None => s.reads.pop_front(),
-            };
+            let next = s.shared.pop_front().or_else(|| s.changes.pop_front()).or_else(|| s.reads.pop_front());
             match next {
                 // Handed over; a closed receiver (cancelled) passes it on.
                 Some(tx) => {
@@ -196,7 +228,7 @@ pub async fn wait_for_slot(
     turnstile: &Turnstile,
     budget: &dyn RateBudget,
     interval: Duration,
-    change: bool,
+    line: Line,
 ) -> Result<Duration, String> {
     let started = Instant::now();
     let over = |what: &str| {
@@ -206,7 +238,7 @@ pub async fn wait_for_slot(
             BUDGET_WAIT_MAX.as_secs()
         )
     };
-    let Ok(_pass) = tokio::time::timeout(BUDGET_WAIT_MAX, turnstile.enter(change)).await else {
+    let Ok(_pass) = tokio::time::timeout(BUDGET_WAIT_MAX, turnstile.enter(line)).await else {
         return Err(over("this process's turn never came"));
     };
     let late_max = interval.max(Duration::from_millis(5));
@@ -287,15 +319,16 @@ mod tests {
     use std::sync::Arc;
 
     #[tokio::test]
-    async fn changes_go_before_waiting_reads_and_a_cancelled_waiter_passes_its_turn_on() {
+    async fn shared_listings_then_changes_go_before_waiting_reads_and_a_cancelled_waiter_passes_its_turn_on() {
         let t = Arc::new(Turnstile::new(1));
-        let held = t.enter(false).await;
+        let held = t.enter(Line::Read).await;
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut tasks = Vec::new();
-        for (name, change) in [("read1", false), ("read2", false), ("change", true)] {
+        let lines = [("read1", Line::Read), ("read2", Line::Read), ("change", Line::Change), ("shared", Line::Shared)];
+        for (name, line) in lines {
             let (t, order) = (t.clone(), order.clone());
             tasks.push(tokio::spawn(async move {
-                let _p = t.enter(change).await;
+                let _p = t.enter(line).await;
                 order.lock().unwrap().push(name);
             }));
             tokio::task::yield_now().await;
@@ -305,7 +338,7 @@ mod tests {
         let cancelled = {
             let t = t.clone();
             tokio::spawn(async move {
-                let _p = t.enter(true).await;
+                let _p = t.enter(Line::Change).await;
                 unreachable!("cancelled before its turn");
             })
         };
@@ -316,10 +349,23 @@ mod tests {
         for task in tasks {
             task.await.unwrap();
         }
-        assert_eq!(*order.lock().unwrap(), vec!["change", "read1", "read2"]);
+        assert_eq!(*order.lock().unwrap(), vec!["shared", "change", "read1", "read2"]);
         // Every pass came back, the cancelled waiter's turn included.
         assert_eq!(t.lock().free, 1);
-        assert!(t.lock().changes.is_empty() && t.lock().reads.is_empty());
+        assert!(t.lock().shared.is_empty() && t.lock().changes.is_empty() && t.lock().reads.is_empty());
+    }
+
+    #[tokio::test]
+    async fn only_the_requests_of_a_shared_listing_go_in_its_line() {
+        assert_eq!((Line::of(true), Line::of(false)), (Line::Change, Line::Read));
+        let inside = oduflow_model::provider::as_shared_listing(async { (Line::of(false), Line::of(true)) }).await;
+        assert_eq!(inside, (Line::Shared, Line::Change));
+        // Not inherited by a task spawned from a listing.
+        let spawned =
+            oduflow_model::provider::as_shared_listing(async { tokio::spawn(async { Line::of(false) }).await })
+                .await
+                .unwrap();
+        assert_eq!(spawned, Line::Read);
     }
 
     /// A budget whose pause check is slow the first time: the request wakes
@@ -358,7 +404,7 @@ mod tests {
     async fn a_slot_that_passed_is_not_used() {
         let t = Turnstile::new(1);
         let b = SlowCheck::default();
-        wait_for_slot(&t, &b, Duration::from_millis(40), true).await.unwrap();
+        wait_for_slot(&t, &b, Duration::from_millis(40), Line::Change).await.unwrap();
         assert_eq!(b.reservations.load(std::sync::atomic::Ordering::Relaxed), 2, "the late slot was used");
     }
 
@@ -369,7 +415,7 @@ mod tests {
         let b = oduflow_model::rate::LocalBudget::new("l");
         t.pause_locally(Duration::from_millis(300));
         let started = Instant::now();
-        wait_for_slot(&t, &b, Duration::from_millis(1), false).await.unwrap();
+        wait_for_slot(&t, &b, Duration::from_millis(1), Line::Read).await.unwrap();
         assert!(started.elapsed() >= Duration::from_millis(290), "{:?}", started.elapsed());
     }
 }

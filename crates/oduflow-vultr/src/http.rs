@@ -336,7 +336,14 @@ impl VultrClient {
         // Creates, attaches, detaches and deletes go before this process's
         // waiting reads (crate::budget).
         let change = once || method != Method::GET;
-        match crate::budget::wait_for_slot(&inner.turnstile, inner.budget.as_ref(), inner.interval, change).await {
+        match crate::budget::wait_for_slot(
+            &inner.turnstile,
+            inner.budget.as_ref(),
+            inner.interval,
+            crate::budget::Line::of(change),
+        )
+        .await
+        {
             Ok(waited) => inner.stats.record_limiter_wait(waited),
             Err(why) => {
                 tracing::warn!(%method, why = %why, "vultr request not sent: no slot in the rate budget");

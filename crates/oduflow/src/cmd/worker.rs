@@ -94,15 +94,30 @@ pub async fn run(
             }
         }
     });
-    let stats = worker.stats.clone();
+    let (stats, view) = (worker.stats.clone(), worker.view.clone());
     tokio::select! {
         r = drain(worker, until_settled, stop) => r?,
         why = watch => anyhow::bail!("restore pending ({}): run `oduflow reconcile --all`", why.unwrap_or_default()),
     }
     provider.flush_budget().await;
     lineage::check(&store, now_ms()).await?;
+    let v = view.stats();
+    let view = if v.asks == 0 {
+        String::new()
+    } else {
+        format!(
+            "; bulk view: {} read(s) took {:.1} s in all, {} told to come back, {} listing(s) {:.1} s in all, \
+             the longest {} ms",
+            v.asks,
+            v.asked_us as f64 / 1e6,
+            v.deferred,
+            v.listings,
+            v.listing_us as f64 / 1e6,
+            v.listing_us_max / 1000
+        )
+    };
     eprintln!(
-        "oduflow worker: stopped ({} run(s) done, {} to run again, {} failed)",
+        "oduflow worker: stopped ({} run(s) done, {} to run again, {} failed{view})",
         stats.runs(oduflow_engine::RunResult::Done),
         stats.runs(oduflow_engine::RunResult::RunAgain),
         stats.runs(oduflow_engine::RunResult::Failed)
