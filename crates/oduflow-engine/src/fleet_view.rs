@@ -5,11 +5,14 @@
 //!
 //! A run asks for a snapshot whose listing *started* after a given instant
 //! (after the create or attach it is waiting for was sent, and at most one
-//! poll interval before the run began, see `Converge::view_after`). The
-//! newest snapshot is reused when it qualifies; otherwise one refresh runs,
-//! single-flight: the runs that asked meanwhile wait for it and share it.
-//! So a busy process lists each kind at most about once per poll interval,
-//! whatever the number of runs.
+//! poll interval before the run was due, see `Converge::read_via`). The
+//! newest snapshot is reused when it qualifies; otherwise a listing is
+//! planned, at least a gap (half a poll interval) after the last one
+//! started, and made by a spawned task, shared by every run that asked.
+//! A run that may come back is told when it should be done and ends rather
+//! than hold its place among the jobs in flight; a label search waits for
+//! it. So a process lists each kind at most twice per poll interval, and
+//! only while runs ask, whatever their number.
 //!
 //! What a snapshot is trusted with is decided by the executor (see
 //! `docs/protocol.md` §3.6): progress from what it shows (exists, ready,
