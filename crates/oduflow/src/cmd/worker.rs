@@ -101,21 +101,7 @@ pub async fn run(
     }
     provider.flush_budget().await;
     lineage::check(&store, now_ms()).await?;
-    let v = view.stats();
-    let view = if v.asks == 0 {
-        String::new()
-    } else {
-        format!(
-            "; bulk view: {} read(s) took {:.1} s in all, {} told to come back, {} listing(s) {:.1} s in all, \
-             the longest {} ms",
-            v.asks,
-            v.asked_us as f64 / 1e6,
-            v.deferred,
-            v.listings,
-            v.listing_us as f64 / 1e6,
-            v.listing_us_max / 1000
-        )
-    };
+    let view = view_summary(view.stats());
     eprintln!(
         "oduflow worker: stopped ({} run(s) done, {} to run again, {} failed{view})",
         stats.runs(oduflow_engine::RunResult::Done),
@@ -148,6 +134,23 @@ fn serve_metrics(
         }
     });
     Ok(format!("metrics on http://{at}/metrics"))
+}
+
+/// What the bulk view cost, for the worker's last line (empty if unused).
+fn view_summary(v: oduflow_engine::ViewFigures) -> String {
+    if v.asks == 0 {
+        return String::new();
+    }
+    format!(
+        "; bulk view: {} read(s) took {:.1} s in all, {} told to come back, {} listing(s) {:.1} s in all, the \
+         longest {} ms",
+        v.asks,
+        v.asked_us as f64 / 1e6,
+        v.deferred,
+        v.listings,
+        v.listing_us as f64 / 1e6,
+        v.listing_us_max / 1000
+    )
 }
 
 /// Runs `worker` until settled (with `until_settled`) or until `stop`
