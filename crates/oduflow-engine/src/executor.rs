@@ -402,7 +402,7 @@ impl<'a, P: Provider> Converge<'a, P> {
             // No listing qualifies yet: come back once one is done rather
             // than hold a place among the jobs in flight meanwhile.
             Ok(Observed::Later(d)) => {
-                let at = w.now_ms() + i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+                let at = w.now_ms().saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
                 return Ok(Step::Finish(self.run.wait(at)));
             }
             Ok(Observed::Read(seen, from_view)) => {

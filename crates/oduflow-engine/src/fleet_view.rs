@@ -249,6 +249,14 @@ impl<T: Listed> Slot<T> {
             Some(n) if fits(n.start_ms, n.start_at) => {
                 Look::Planned(n.start_at.saturating_duration_since(now_at) + took)
             }
+            // Neither it nor any listing planned now can qualify (the
+            // bound is later than the clock says: a clock stepped back, or
+            // another host's clock is ahead): read by id.
+            _ if !fits(now(), now_at) => {
+                return Err(ProviderError::Transport(
+                    "bulk view: no listing started now would be newer than the send".to_owned(),
+                ));
+            }
             // It does not: the one after it will (it starts once this one
             // is done, so after now).
             Some(n) => {
@@ -270,6 +278,36 @@ impl<T: Listed> Slot<T> {
     /// `gap` after the one before started, while runs want them.
     async fn refresh(
         self: Arc<Self>,
+        gap: std::time::Duration,
+        now: Arc<dyn Fn() -> i64 + Send + Sync>,
+        list: Lister<T>,
+    ) {
+        // Should this task end any other way than by returning (a panic in
+        // a listing, the runtime shutting down), nothing stays planned for
+        // ever and whoever waits for it reads by id.
+        struct Ended<'a, T: Listed>(&'a Slot<T>, bool);
+        impl<T: Listed> Drop for Ended<'_, T> {
+            fn drop(&mut self) {
+                if !self.1 {
+                    let mut s = self.0.lock();
+                    // As a failure of the listing it was to make: whoever
+                    // waited for that one reads by id, a later ask lists again.
+                    if let Some(n) = s.next.take() {
+                        s.failed = Some((n.start_ms, n.start_at, "the listing task ended".to_owned()));
+                    }
+                    s.again = false;
+                    drop(s);
+                    self.0.done.send_modify(|n| *n += 1);
+                }
+            }
+        }
+        let mut ended = Ended(&self, false);
+        self.refresh_while_wanted(gap, now, list).await;
+        ended.1 = true;
+    }
+
+    async fn refresh_while_wanted(
+        &self,
         gap: std::time::Duration,
         now: Arc<dyn Fn() -> i64 + Send + Sync>,
         list: Lister<T>,
@@ -557,7 +595,9 @@ mod tests {
             assert!(matches!(slot.get(ask(900, true), now.clone(), list.clone()).await.unwrap(), Got::Later(_)));
         }
         tokio::time::sleep(d).await;
-        let s = snapshot(slot.get(ask(900, true), now.clone(), list.clone()).await).await;
+        // Back: it is done, or under way (a loaded machine) and waited for;
+        // either way no second listing.
+        let s = snapshot(slot.get(ask(900, false), now.clone(), list.clone()).await).await;
         assert_eq!((s.started_ms, lists.load(Ordering::SeqCst)), (1_000, 1));
         // A run needing a newer one is told to come back too; the next
         // listing starts a gap after the last one started, never sooner.
@@ -587,6 +627,44 @@ mod tests {
         let now: Now = Arc::new(|| 20);
         snapshot(slot.get(ask(15, false), now, list).await).await;
         assert_eq!(lists.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_listing_task_that_dies_sends_its_waiters_to_read_by_id_and_the_next_ask_lists_again() {
+        let slot: Arc<Slot<It>> = Arc::default();
+        let lists = Arc::new(AtomicU32::new(0));
+        let panicking: Lister<It> = {
+            let lists = lists.clone();
+            Arc::new(move || {
+                lists.fetch_add(1, Ordering::SeqCst);
+                Box::pin(async { panic!("a listing task dies") })
+            })
+        };
+        let now: Now = Arc::new(|| 10);
+        let t = std::time::Instant::now();
+        let e = slot.get(ask(5, false), now.clone(), panicking).await.err().expect("no listing came");
+        assert!(t.elapsed() < std::time::Duration::from_secs(5), "waited {:?} for a dead task", t.elapsed());
+        assert!(e.to_string().contains("ended"), "{e}");
+        // Nothing is left planned: a newer ask lists again.
+        let (ok, fail) = (Arc::new(AtomicU32::new(0)), Arc::default());
+        let now: Now = Arc::new(|| 20);
+        snapshot(slot.get(ask(15, false), now, lister(ok.clone(), fail)).await).await;
+        assert_eq!((lists.load(Ordering::SeqCst), ok.load(Ordering::SeqCst)), (1, 1));
+    }
+
+    #[tokio::test]
+    async fn a_listing_that_could_not_qualify_is_never_promised() {
+        // The run's bound is later than the clock now says (the clock
+        // stepped back, or another host's clock is ahead): no listing
+        // planned now can qualify, so the run reads by id at once.
+        let slot: Arc<Slot<It>> = Arc::default();
+        let (lists, fail) = (Arc::new(AtomicU32::new(0)), Arc::new(std::sync::atomic::AtomicBool::new(false)));
+        let now: Now = Arc::new(|| 1_000);
+        for may_defer in [true, false] {
+            let r = slot.get(ask(60_000, may_defer), now.clone(), lister(lists.clone(), fail.clone())).await;
+            assert!(r.is_err(), "may_defer {may_defer}: promised a listing that cannot qualify");
+        }
+        assert_eq!(lists.load(Ordering::SeqCst), 0);
     }
 
     #[test]
