@@ -6,13 +6,23 @@ use crate::bench::{Fleet, Section, converge_with};
 use anyhow::Result;
 
 pub(crate) async fn bulk(sizes: &[(usize, u32)], views: &[bool], in_flight: usize, out: &mut Section) -> Result<()> {
+    let which = match views {
+        [false] => {
+            "once, with the bulk view off (`ODUFLOW_BULK_VIEW=false`: a GET by id per resource per poll, as \
+                    before issue 19)"
+        }
+        [true] => "once, with the bulk view on (the default)",
+        _ => {
+            "twice: with the bulk view off (`ODUFLOW_BULK_VIEW=false`: a GET by id per resource per poll, as before \
+              issue 19) and on (the default)"
+        }
+    };
     out.line(&format!(
         "One `oduflow worker` process ({in_flight} jobs in flight) on PostgreSQL provisions, then deletes, each fleet \
-         twice: with the bulk view off (`ODUFLOW_BULK_VIEW=false`: a GET by id per resource per poll, as before issue \
-         19) and on (the default). Same simulator lifecycle as section 1 (2 s pending, 2 s installing, 1 s block \
-         pending, 0.5 s post-create 404 window and listing lag, 0.5 s attach lock, poll interval 2 s); listings in \
-         pages of 500; the simulator's 429 threshold is the rate × 30/25 (Vultr's 30 at the default 25). The \
-         rate-limit bound is all calls / the rate. Peak RSS is the largest VmHWM of the worker processes.\n"
+         {which}. Same simulator lifecycle as section 1 (2 s pending, 2 s installing, 1 s block pending, 0.5 s \
+         post-create 404 window and listing lag, 0.5 s attach lock, poll interval 2 s); listings in pages of 500; the \
+         simulator's 429 threshold is the rate × 30/25 (Vultr's 30 at the default 25). The rate-limit bound is all \
+         calls / the rate. Peak RSS is the largest VmHWM of the worker processes.\n"
     ));
     out.line("| clients | rate | bulk view | calls per provisioned client (target ≤ 4.0) | calls per deleted client | wall time vs rate-limit bound (target ≤ 1.10×) | peak RSS (target ≤ 150 MiB at 5,000) | 429s | final states |");
     out.line("|---|---|---|---|---|---|---|---|---|");
