@@ -42,6 +42,12 @@ pub enum ApiError {
          /metrics); set VULTR_API_KEY and restart it to act, or use the oduflow command where the key is"
     )]
     ReadOnly,
+    /// The client's records are bound to another API key than the one this
+    /// server acts with (a rotation made elsewhere, or a server started
+    /// with an older or newer key); the message says both fingerprints and
+    /// how to give this server the right key.
+    #[error("{0}")]
+    KeyMismatch(String),
     /// The database failed; the cause is logged, not shown.
     #[error("the database is unavailable; try again")]
     Store(#[source] StoreError),
@@ -60,8 +66,8 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// Stable machine-readable code: bad_request, invalid_input,
     /// unsupported_media_type, payload_too_large, unauthorized, not_found,
-    /// method_not_allowed, conflict, refused, read_only, unavailable,
-    /// provider_error.
+    /// method_not_allowed, conflict, refused, read_only, key_mismatch,
+    /// unavailable, provider_error.
     pub code: String,
     /// Human-readable explanation; never internal detail.
     pub message: String,
@@ -80,6 +86,7 @@ impl ApiError {
             ApiError::Conflict(_) => "conflict",
             ApiError::Refused(_) => "refused",
             ApiError::ReadOnly => "read_only",
+            ApiError::KeyMismatch(_) => "key_mismatch",
             ApiError::Store(_) => "unavailable",
             ApiError::Provider(_) => "provider_error",
         }
@@ -94,7 +101,9 @@ impl ApiError {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Conflict(_) | ApiError::Refused(_) | ApiError::ReadOnly => StatusCode::CONFLICT,
+            ApiError::Conflict(_) | ApiError::Refused(_) | ApiError::ReadOnly | ApiError::KeyMismatch(_) => {
+                StatusCode::CONFLICT
+            }
             // Not the caller's fault and worth retrying.
             ApiError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Provider(_) => StatusCode::BAD_GATEWAY,

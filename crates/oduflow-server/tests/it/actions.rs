@@ -145,6 +145,55 @@ async fn credentials_rotate_endpoint_proves_rebinds_and_serve_acts_with_the_new_
     assert_eq!((s, v["rebound"].clone()), (200, json!([])));
 }
 
+/// A rotation made with the command line (`oduflow credentials rotate`,
+/// here the same operator function on the same database) while `serve`
+/// runs: serve still holds the old key. Its actions on a rebound client
+/// are refused 409 `key_mismatch`, naming both fingerprints and how to
+/// give it the new key (it used to answer "run `oduflow credentials
+/// rotate` first", which had just been done); nothing is asked of the
+/// provider. Given the new key over HTTP, it acts again.
+#[tokio::test]
+async fn a_rotation_made_on_the_command_line_is_named_by_a_running_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = oduflow_store::testing::sqlite_url(dir.path());
+    let h = H::start_with_sim(dir, url, |c| c.with_key(KEY2)).await;
+    h.store.client_create(&ClientName::parse("acme").unwrap(), &spec(), now_ms(), 5).await.unwrap();
+    h.drain().await;
+    let cli = Arc::new(
+        VultrClient::new(VultrConfig {
+            base_url: h.sim.base_url.clone(),
+            rate_per_sec: 1000,
+            ..VultrConfig::new(secrecy::SecretString::from(KEY2.to_owned()))
+        })
+        .unwrap(),
+    );
+    let actor = oduflow_engine::operator::Actor { by: "cli", now_ms: now_ms(), attempts_max: 5 };
+    let rebound = oduflow_engine::operator::credentials_rotate(&h.store, cli.as_ref(), actor).await.unwrap();
+    assert_eq!(rebound.unwrap(), vec!["acme".to_owned()]);
+
+    let requests = h.sim.ledger().request_log.len();
+    let id = h.store.client_get("acme").await.unwrap().unwrap().id;
+    let jobs = h.store.jobs_for_client(&id).await.unwrap().len();
+    for (path, body) in [
+        ("/api/v1/clients/acme/reconcile", json!({})),
+        ("/api/v1/clients/acme/adopt", json!({ "kind": "vm", "id": "0b8b4e8c-3f5a-4a4b-9c57-1a2b3c4d5e6f" })),
+    ] {
+        let got = h.post(path, body).await;
+        assert_error(&got, 409, "key_mismatch");
+        let msg = got.1["error"]["message"].as_str().unwrap().to_owned();
+        assert!(msg.contains(cli.fingerprint().short()) && msg.contains(h.provider.fingerprint().short()), "{msg}");
+        assert!(msg.contains("restart") && msg.contains("/api/v1/credentials/rotate"), "{msg}");
+        assert!(!msg.contains(KEY2) && !msg.contains(KEY), "a key was echoed: {msg}");
+    }
+    assert_eq!(h.sim.ledger().request_log.len(), requests, "a refused action asked the provider");
+    assert_eq!(h.store.jobs_for_client(&id).await.unwrap().len(), jobs, "a refused action queued a job");
+    // Given the new key, it acts again.
+    let (s, v) = h.post("/api/v1/credentials/rotate", json!({ "api_key": KEY2 })).await;
+    assert_eq!((s, v["rebound"].clone()), (200, json!([])), "{v}");
+    let (s, v) = h.post("/api/v1/clients/acme/reconcile", json!({})).await;
+    assert_eq!(s, 200, "{v}");
+}
+
 #[tokio::test]
 async fn the_new_routes_are_in_the_openapi_document() {
     let h = H::start().await;

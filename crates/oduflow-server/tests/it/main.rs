@@ -269,6 +269,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/v1/clients/acme/abandon"),
     ("GET", "/api/v1/interventions"),
     ("GET", "/api/v1/receipts"),
+    ("GET", "/api/v1/orphans"),
     ("GET", "/api/v1/events"),
     ("GET", "/api/v1/queue"),
     ("POST", "/api/v1/queue/pause"),

@@ -33,6 +33,31 @@ async fn a_query_token_opens_the_dashboard_and_no_api_route() {
     assert_eq!(h.get("/api/v1/queue").await.0, 200);
 }
 
+/// The route list the token tests walk names every operation the OpenAPI
+/// document describes (`GET /api/v1/orphans` was left out of it), so a
+/// route added later is covered or this fails (`/openapi.json` and
+/// `/metrics` are in the list besides).
+#[tokio::test]
+async fn the_route_list_covers_every_documented_operation() {
+    let h = H::start().await;
+    let (status, doc) = h.get("/openapi.json").await;
+    assert_eq!(status, 200);
+    let paths = doc["paths"].as_object().expect("paths");
+    let mut missing = vec![];
+    // `/health` is open to all, on purpose.
+    for (path, ops) in paths.iter().filter(|(p, _)| p.starts_with("/api/")) {
+        let concrete = path.replace("{name}", "acme");
+        for method in ops.as_object().expect("operations").keys() {
+            let method = method.to_ascii_uppercase();
+            if !ROUTES.iter().any(|(m, p)| *m == method && *p == concrete) {
+                missing.push(format!("{method} {path}"));
+            }
+        }
+    }
+    assert!(paths.len() >= 15, "{paths:?}");
+    assert!(missing.is_empty(), "ROUTES leaves out {missing:?}");
+}
+
 /// The dashboard's queue line, as a browser gets it.
 async fn queue_line(h: &H) -> String {
     let (status, page) = h.text("/").await;

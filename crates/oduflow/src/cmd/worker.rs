@@ -15,13 +15,18 @@ use std::sync::Arc;
 const LINEAGE_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// How long a stopping worker (SIGTERM or SIGINT) lets its runs under way
-/// finish. A run makes one side effect plus bounded reads, each under the
+/// finish: `shutdown_grace_ms` (`ODUFLOW_SHUTDOWN_GRACE_MS`), 60 s by
+/// default. A run makes one side effect plus bounded reads, each under the
 /// request timeout (30 s by default), so runs end well within it; the
 /// service units give the process 90 s (`TimeoutStopSec`) before a SIGKILL.
 /// Runs still under way when it ends are cut as a crash would cut them
 /// (safe by the protocol: every create's receipt is committed before it is
-/// sent), and the worker exits 1 saying so.
-pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+/// sent), and the worker exits 1 saying so. Their claims end with the
+/// process: a PostgreSQL transaction rolls back when its connection closes,
+/// a SQLite client's lock is the process's own.
+fn shutdown_grace(cfg: &Config) -> std::time::Duration {
+    std::time::Duration::from_millis(u64::try_from(cfg.shutdown_grace_ms).unwrap_or(0))
+}
 
 pub async fn run(
     cfg: &Config,
@@ -96,7 +101,7 @@ pub async fn run(
     });
     let (stats, view) = (worker.stats.clone(), worker.view.clone());
     tokio::select! {
-        r = drain(worker, until_settled, stop) => r?,
+        r = drain(worker, until_settled, stop, shutdown_grace(cfg)) => r?,
         why = watch => anyhow::bail!("restore pending ({}): run `oduflow reconcile --all`", why.unwrap_or_default()),
     }
     provider.flush_budget().await;
@@ -156,11 +161,12 @@ fn view_summary(v: oduflow_engine::ViewFigures) -> String {
 /// Runs `worker` until settled (with `until_settled`) or until `stop`
 /// turns: then no job is claimed any more and the runs under way finish and
 /// commit (which ends their claims: a PostgreSQL transaction, a SQLite
-/// lease), within [`SHUTDOWN_GRACE`].
+/// lock), within `grace` ([`shutdown_grace`]).
 async fn drain<P: Provider>(
     worker: Worker<P>,
     until_settled: bool,
     stop: tokio::sync::watch::Receiver<bool>,
+    grace: std::time::Duration,
 ) -> Result<()> {
     let stats = worker.stats.clone();
     let stopped = crate::signals::stopped(stop.clone());
@@ -170,13 +176,14 @@ async fn drain<P: Provider>(
         r = &mut work => return r.context("worker"),
         _ = stopped => {}
     }
-    match tokio::time::timeout(SHUTDOWN_GRACE, &mut work).await {
+    match tokio::time::timeout(grace, &mut work).await {
         Ok(r) => r.context("worker"),
         Err(_) => anyhow::bail!(
-            "{} run(s) still under way after {} s were cut, as a crash would cut them (safe by the protocol: \
-             each create's receipt is committed before it is sent); the next worker takes their jobs up",
+            "{} run(s) still under way after the shutdown grace of {} ms (ODUFLOW_SHUTDOWN_GRACE_MS) were cut, as a \
+             crash would cut them (safe by the protocol: each create's receipt is committed before it is sent); their \
+             claims end with this process and the next worker takes their jobs up",
             stats.in_flight(),
-            SHUTDOWN_GRACE.as_secs()
+            grace.as_millis()
         ),
     }
 }

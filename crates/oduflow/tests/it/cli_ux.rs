@@ -154,6 +154,58 @@ async fn a_5xx_and_a_block_are_logged_at_the_default_level() {
     assert!(!err.contains(KEY), "the key was logged: {err}");
 }
 
+/// The same for a 429 and for a connection that fails (ten minutes against
+/// a wrong endpoint once went unnoticed): each logged at the default level,
+/// with the method and the route template, and the client still becomes
+/// ready (both are answered by waiting and asking again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_and_a_failed_connection_are_logged_at_the_default_level() {
+    let env = Env::sqlite().await;
+    env.ok(&["init"]);
+    let reads = vec![
+        oduflow_sim::Op::InstanceGet,
+        oduflow_sim::Op::InstanceList,
+        oduflow_sim::Op::BlockGet,
+        oduflow_sim::Op::BlockList,
+    ];
+    for (name, faults, want) in [
+        (
+            "limited",
+            oduflow_sim::Faults {
+                burst_429: 1.0,
+                burst_429_len: 1,
+                retry_after_secs: 1,
+                faults_max: Some(1),
+                ops: reads.clone(),
+                ..Default::default()
+            },
+            "vultr answered 429",
+        ),
+        (
+            "dropped",
+            oduflow_sim::Faults { lost_drop: 1.0, faults_max: Some(1), ops: reads.clone(), ..Default::default() },
+            "connection failed",
+        ),
+    ] {
+        create(&env, name);
+        let made = |env: &Env| env.sim.ledger().faults.iter().filter(|f| f.fault.is_some()).count();
+        let before = made(&env);
+        env.sim.set_faults(faults).unwrap();
+        let o =
+            env.cmd(&["worker", "--until-settled"]).env_remove("ODUFLOW_LOG").env_remove("RUST_LOG").output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{err}");
+        assert_eq!(made(&env) - before, 1, "the fault was not made");
+        let warned: Vec<&str> = err.lines().filter(|l| l.contains("WARN") && l.contains(want)).collect();
+        assert_eq!(warned.len(), 1, "{want:?} is not logged once at the default level:\n{err}");
+        assert!(warned[0].contains("method=GET") && warned[0].contains("route=/v2/"), "{}", warned[0]);
+        assert!(!warned[0].contains("/v2/instances/0") && !err.contains(KEY), "{err}");
+        let v: serde_json::Value = serde_json::from_str(&env.ok(&["client", "show", name, "--json"])).unwrap();
+        assert_eq!(v["status"], "ready", "{v}");
+        env.sim.set_faults(oduflow_sim::Faults::default()).unwrap();
+    }
+}
+
 /// `client show` prints, for a blocked client, the very commands the
 /// dashboard and the API suggest (`oduflow_server::resolve`), in its text
 /// and in `--json`.

@@ -10,6 +10,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 oduflow_store::on_both_stores!(
     super::env_of =>
     sigterm_mid_run_finishes_the_run_releases_everything_and_the_next_worker_continues_at_once,
+    sigterm_stops_claiming_the_jobs_still_queued,
+    a_run_past_the_shutdown_grace_is_cut_and_its_claim_ends_with_the_process,
+    sigterm_during_a_slow_create_sends_it_once_and_records_its_answer,
     a_second_signal_stops_at_once,
     worker_metrics_are_scraped_and_parsed_while_it_runs,
 );
@@ -104,6 +107,131 @@ async fn sigterm_mid_run_finishes_the_run_releases_everything_and_the_next_worke
     let (status, _) = wait_bounded(&mut child, Duration::from_secs(60));
     assert_eq!(status.code(), Some(0), "{status:?}");
     assert_eq!(store.job_get(third).await.unwrap().unwrap().state, JobState::Done);
+}
+
+/// After SIGTERM no job is claimed: the run under way finishes, the job
+/// queued behind it (another client's, due now) stays queued for the next
+/// worker. With one run at a time, a worker that kept claiming would take
+/// it as soon as the first run ended.
+async fn sigterm_stops_claiming_the_jobs_still_queued(env: Env) {
+    env.ok(&["init"]);
+    let store = env.store().await;
+    let clients = settled_clients(&store, 2).await;
+    env.ok(&["worker", "--until-settled"]);
+    let first = store.job_enqueue(&noop_job(&clients[0], 1500)).await.unwrap().id();
+    let mut child =
+        env.cmd(&["worker", "--concurrency", "1"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    wait_started(&store, 1).await;
+    let second = store.job_enqueue(&noop_job(&clients[1], 0)).await.unwrap().id();
+    signal(&child, "TERM");
+    let (status, _) = wait_bounded(&mut child, Duration::from_secs(60));
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert_eq!(store.job_get(first).await.unwrap().unwrap().state, JobState::Done, "{err}");
+    assert_eq!(store.job_get(second).await.unwrap().unwrap().state, JobState::Queued, "claimed after SIGTERM: {err}");
+    assert_eq!(store.events_by_kind("noop_started").await.unwrap().len(), 1, "{err}");
+    assert!(!oduflow_store::testing::sqlite_client_locked(&store, &clients[1]).unwrap());
+    env.ok(&["worker", "--until-settled"]);
+    assert_eq!(store.job_get(second).await.unwrap().unwrap().state, JobState::Done);
+}
+
+/// A run that outlasts the shutdown grace (`ODUFLOW_SHUTDOWN_GRACE_MS`) is
+/// cut as a crash would cut it: the worker exits 1 within the grace and a
+/// little, saying how many runs it cut; the run's transaction never
+/// committed; its claim ends with the process, so the next worker (its
+/// lease 10 minutes) starts the same job again at once.
+async fn a_run_past_the_shutdown_grace_is_cut_and_its_claim_ends_with_the_process(env: Env) {
+    env.ok(&["init"]);
+    let store = env.store().await;
+    let clients = settled_clients(&store, 1).await;
+    env.ok(&["worker", "--until-settled"]);
+    let job = store.job_enqueue(&noop_job(&clients[0], 60_000)).await.unwrap().id();
+    let mut child = env
+        .cmd(&["worker", "--concurrency", "1"])
+        .env("ODUFLOW_SHUTDOWN_GRACE_MS", "700")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_started(&store, 1).await;
+    signal(&child, "TERM");
+    let (status, took) = wait_bounded(&mut child, Duration::from_secs(30));
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("1 run(s) still under way after the shutdown grace of 700 ms"), "{err}");
+    assert!(took < Duration::from_secs(20), "the grace of 700 ms took {took:?}");
+    println!("SIGTERM past a 700 ms grace to exit: {took:?}");
+    assert_eq!(store.job_get(job).await.unwrap().unwrap().state, JobState::Queued);
+    assert!(store.events_by_kind("noop_ran").await.unwrap().is_empty());
+    assert!(
+        !oduflow_store::testing::sqlite_client_locked(&store, &clients[0]).unwrap(),
+        "the claim outlived its process"
+    );
+    assert_eq!(oduflow_store::testing::pg_idle_in_transaction_pids(&store).await.unwrap(), Vec::<i32>::new());
+    // The next worker takes the same job up at once.
+    let mut next = env
+        .cmd(&["worker", "--concurrency", "1"])
+        .env("ODUFLOW_LEASE_MS", "600000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_started(&store, 2).await;
+    next.kill().unwrap();
+    next.wait().unwrap();
+    // A grace out of range is refused, naming the setting.
+    let o = env.cmd(&["worker"]).env("ODUFLOW_SHUTDOWN_GRACE_MS", "-1").output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("ODUFLOW_SHUTDOWN_GRACE_MS") && err.contains("shutdown_grace_ms"), "{err}");
+}
+
+/// SIGTERM while a create is in flight (the simulator takes 1.5 s to
+/// answer it, after its receipt was committed): the run waits for the
+/// answer and records it, so exactly one POST was sent, the receipt holds
+/// the VM's id, and the next worker finishes the client without another
+/// create.
+async fn sigterm_during_a_slow_create_sends_it_once_and_records_its_answer(env: Env) {
+    env.ok(&["init"]);
+    env.create_client("slow");
+    env.sim
+        .set_faults(oduflow_sim::Faults {
+            latency_min_ms: 1500,
+            latency_max_ms: 1500,
+            ops: vec![oduflow_sim::Op::InstanceCreate],
+            ..Default::default()
+        })
+        .unwrap();
+    let creates = |env: &Env| {
+        env.sim.ledger().request_log.iter().filter(|r| r.method == "POST" && r.route == "/v2/instances").count()
+    };
+    let mut child =
+        env.cmd(&["worker", "--concurrency", "1"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let start = Instant::now();
+    while creates(&env) == 0 {
+        assert!(start.elapsed() < Duration::from_secs(30), "the worker never sent the create");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    signal(&child, "TERM");
+    let (status, _) = wait_bounded(&mut child, Duration::from_secs(60));
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert_eq!(creates(&env), 1);
+    let store = env.store().await;
+    let c = store.client_get("slow").await.unwrap().unwrap();
+    let vm = store.receipts_for_client(&c.id).await.unwrap().into_iter().find(|r| r.resource_kind == ResourceKind::Vm);
+    let vm = vm.expect("the create's receipt");
+    assert!(vm.resource_id.is_some(), "the create's answer was not recorded: {vm:?}\n{err}");
+    env.sim.set_faults(oduflow_sim::Faults::default()).unwrap();
+    env.ok(&["worker", "--until-settled"]);
+    let c = store.client_get("slow").await.unwrap().unwrap();
+    assert_eq!(c.infra.status, ClientStatus::Ready, "{c:?}");
+    assert_eq!(c.infra.vm_id.as_ref().map(|v| v.0.clone()), vm.resource_id);
+    assert_eq!(creates(&env), 1, "a second create was sent");
+    assert!(env.sim.ledger().creates_per_label.values().all(|n| *n == 1));
 }
 
 /// A second signal ends the worker at once (exit 128 + the signal), even
@@ -243,6 +371,17 @@ fn parse_prometheus(text: &str) -> BTreeMap<String, f64> {
     samples
 }
 
+/// Metric name to type, from the `# TYPE` lines.
+fn metric_types(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|rest| {
+            let (name, kind) = rest.split_once(' ').unwrap();
+            (name.to_owned(), kind.to_owned())
+        })
+        .collect()
+}
+
 /// `oduflow worker --metrics-listen`: runs by outcome, run duration, claim
 /// lag and the provider's requests by route template and status, under
 /// `serve`'s names, scraped while the worker runs.
@@ -251,8 +390,11 @@ async fn worker_metrics_are_scraped_and_parsed_while_it_runs(env: Env) {
     for name in ["m1", "m2"] {
         env.create_client(name);
     }
+    // At 4 requests/s the rate budget makes requests wait (its metric
+    // stayed 0 at the suite's 1000/s).
     let mut child = env
         .cmd(&["worker", "--metrics-listen", "127.0.0.1:0"])
+        .env("ODUFLOW_RATE_PER_SEC", "4")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -265,7 +407,9 @@ async fn worker_metrics_are_scraped_and_parsed_while_it_runs(env: Env) {
         .map(|l| l.unwrap())
         .find(|l| l.starts_with("oduflow worker "))
         .expect("no start-up line on stderr");
-    for part in ["database ", &env.sim.base_url, "(key ", "rate group default", "metrics on http://"] {
+    let fingerprint = KeyFingerprint::of_key(&secrecy::SecretString::from(KEY.to_owned()));
+    let key = format!("(key {})", fingerprint.short());
+    for part in ["database ", &env.sim.base_url, &key, "rate group default at 4/s", "metrics on http://"] {
         assert!(started.contains(part), "{part:?} missing from {started:?}");
     }
     assert!(!started.contains(KEY), "the key was printed: {started}");
@@ -292,8 +436,28 @@ async fn worker_metrics_are_scraped_and_parsed_while_it_runs(env: Env) {
     // Readiness is watched through the shared listings (the bulk view).
     assert!(get("oduflow_provider_requests_total{method=\"GET\",route=\"/v2/instances\",status=\"200\"}") >= 1.0);
     assert!(get("oduflow_provider_requests_total{method=\"GET\",route=\"/v2/blocks\",status=\"200\"}") >= 1.0);
-    assert!(m.contains_key("oduflow_provider_rate_limiter_waits_total"));
+    assert!(get("oduflow_provider_rate_limiter_waits_total") > 0.0, "no request waited at 4/s");
+    assert!(get("oduflow_provider_rate_limiter_wait_seconds_total") > 0.0);
     assert!(http_get(&addr, "/health").starts_with("ok"));
+    // The same names as `serve`'s: every metric serve (with a key) shows,
+    // a worker shows too, under the same name and type.
+    let worker_types = metric_types(&http_get(&addr, "/metrics"));
+    let token = env.ok(&["token", "create", "scraper"]).trim().to_owned();
+    let mut serve =
+        env.cmd(&["serve", "--listen", "127.0.0.1:0"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(serve.stderr.take().unwrap()).lines();
+    let line = lines.by_ref().map(|l| l.unwrap()).find(|l| l.contains("listening on")).expect("no listening line");
+    let serve_addr = line.split("http://").nth(1).unwrap().split('/').next().unwrap().to_owned();
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    let (status, text) = http(&serve_addr, "GET", "/metrics", Some(&token));
+    assert_eq!(status, 200, "{text}");
+    let serve_types = metric_types(&text);
+    assert!(serve_types.contains_key("oduflow_provider_requests_total"), "{serve_types:?}");
+    for (name, kind) in &serve_types {
+        assert_eq!(worker_types.get(name), Some(kind), "serve's {name} ({kind}) is not a worker's metric");
+    }
+    signal(&serve, "TERM");
+    wait_bounded(&mut serve, Duration::from_secs(30));
 
     signal(&child, "TERM");
     let (status, _) = wait_bounded(&mut child, Duration::from_secs(60));
