@@ -40,6 +40,9 @@ pub enum TokenCmd {
 const RESTORE_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub async fn serve(cfg: &Config, args: ServeArgs) -> Result<()> {
+    // First, as in `worker`: a signal any time after start (a supervisor
+    // stopping it as soon as it said it listens) stops it gracefully.
+    let stop = crate::signals::install("serve")?;
     let store = crate::setup::open(cfg).await?;
     // Operator actions (reconcile, adopt, the inventory, a key rotation) ask
     // the provider and need the key; without it the server is read-only:
@@ -82,7 +85,6 @@ pub async fn serve(cfg: &Config, args: ServeArgs) -> Result<()> {
         listener.local_addr()?,
         crate::setup::redacted_url(&cfg.database_url),
     );
-    let stop = crate::signals::install("serve")?;
     oduflow_server::serve_on(state, listener, crate::signals::stopped(stop)).await?;
     if let Some(p) = provider {
         p.flush_budget().await;

@@ -154,7 +154,7 @@ async fn a_5xx_and_a_block_are_logged_at_the_default_level() {
     assert!(!err.contains(KEY), "the key was logged: {err}");
 }
 
-/// The same for a 429 and for a connection that fails (ten minutes against
+/// The same for a 429, a connection that fails and a request that times out (ten minutes against
 /// a wrong endpoint once went unnoticed): each logged at the default level,
 /// with the method and the route template, and the client still becomes
 /// ready (both are answered by waiting and asking again).
@@ -185,6 +185,18 @@ async fn a_429_and_a_failed_connection_are_logged_at_the_default_level() {
             "dropped",
             oduflow_sim::Faults { lost_drop: 1.0, faults_max: Some(1), ops: reads.clone(), ..Default::default() },
             "connection failed",
+        ),
+        (
+            // Answered after the request timeout (2 s here).
+            "stalled",
+            oduflow_sim::Faults {
+                lost_stall: 1.0,
+                stall_ms: 2600,
+                faults_max: Some(1),
+                ops: reads.clone(),
+                ..Default::default()
+            },
+            "vultr request failed: timeout",
         ),
     ] {
         create(&env, name);

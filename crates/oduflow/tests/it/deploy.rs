@@ -12,9 +12,15 @@ fn deploy_dir() -> std::path::PathBuf {
 const WORKER_UNIT: &str = "oduflow-worker@.service";
 const SERVE_UNIT: &str = "oduflow-serve.service";
 
-/// The worker's shutdown grace on SIGTERM: the units must wait longer
-/// before SIGKILL.
-const WORKER_GRACE_SECS: u64 = 60;
+/// The worker's default shutdown grace on SIGTERM, in seconds, read from
+/// the configuration's source: the units must wait longer before SIGKILL.
+fn worker_grace_secs() -> u64 {
+    let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/config.rs")).unwrap();
+    let at = src.find("env: \"ODUFLOW_SHUTDOWN_GRACE_MS\"").expect("the shutdown grace setting");
+    let rest = &src[at..];
+    let default = rest[rest.find("default: ").unwrap() + 9..].split(',').next().unwrap().replace('_', "");
+    default.trim().parse::<u64>().unwrap() / 1000
+}
 
 /// A unit file's sections, each key with every value it is given (systemd
 /// keys may repeat). Comments and blank lines dropped.
@@ -105,10 +111,8 @@ fn units_run_oduflow_sandboxed_as_its_own_user() {
             assert_eq!(one(k), v, "{file}: {k}");
         }
         let stop = seconds(one("TimeoutStopSec"));
-        assert!(
-            stop > WORKER_GRACE_SECS,
-            "{file}: TimeoutStopSec {stop} s is not above the {WORKER_GRACE_SECS} s grace"
-        );
+        let grace = worker_grace_secs();
+        assert!(stop > grace, "{file}: TimeoutStopSec {stop} s is not above the {grace} s grace");
         assert_eq!(unit["Install"]["WantedBy"], ["multi-user.target"], "{file}");
     }
     // Several workers per host: a template, each instance named.

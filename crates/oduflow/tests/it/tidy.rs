@@ -226,6 +226,19 @@ fn the_function_scanner_measures() {
     assert_eq!(functions(text), vec![("a".to_owned(), 3), ("b".to_owned(), 9)]);
 }
 
+/// The release binary is built without debug info and stripped (issue 18:
+/// with line tables and symbols it weighed 103 MB, then 116 MB; README,
+/// "Install").
+#[test]
+fn the_release_profile_leaves_debug_info_out() {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let profile = manifest.split("[profile.release]").nth(1).expect("a [profile.release] in the workspace manifest");
+    let profile = profile.split("\n[").next().unwrap();
+    let keys: Vec<&str> = profile.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
+    assert!(keys.contains(&"debug = false"), "[profile.release] must say debug = false: {keys:?}");
+    assert!(keys.contains(&"strip = true"), "[profile.release] must say strip = true: {keys:?}");
+}
+
 /// The product build (`--no-default-features`) carries neither the
 /// laboratory nor the store's test kit: the binary's manifest takes
 /// oduflow-lab only through the `lab` feature and the kit only for its own
