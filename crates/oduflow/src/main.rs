@@ -21,6 +21,9 @@ use oduflow_model::*;
 use oduflow_store::StoreError;
 use std::process::ExitCode;
 
+/// How long the exit waits for tasks still running when the command is done.
+const RUNTIME_SHUTDOWN_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -55,6 +58,9 @@ fn main() -> ExitCode {
     let _failpoints = oduflow_engine::fail_scenario();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let result = rt.block_on(run(cli));
+    // What is left (a worker's runs cut after its shutdown grace, a DNS
+    // lookup on a blocking thread) must not hold the exit up.
+    rt.shutdown_timeout(RUNTIME_SHUTDOWN_MAX);
     if std::env::var_os("ODUFLOW_PRINT_PEAK_RSS").is_some() {
         // For `oduflow bench inventory`, which runs a pass in a child process.
         eprintln!("oduflow: peak RSS {} KiB", output::peak_rss_kib());

@@ -24,6 +24,10 @@ const LINEAGE_CHECK_EVERY: std::time::Duration = std::time::Duration::from_milli
 /// sent), and the worker exits 1 saying so. Their claims end with the
 /// process: a PostgreSQL transaction rolls back when its connection closes,
 /// a SQLite client's lock is the process's own.
+/// How long an idle worker's loops may take to see a stop once the grace
+/// has ended (they check it before each claim and while idle).
+const IDLE_STOP_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn shutdown_grace(cfg: &Config) -> std::time::Duration {
     std::time::Duration::from_millis(u64::try_from(cfg.shutdown_grace_ms).unwrap_or(0))
 }
@@ -178,6 +182,13 @@ async fn drain<P: Provider>(
     }
     match tokio::time::timeout(grace, &mut work).await {
         Ok(r) => r.context("worker"),
+        // Nothing under way: the loops are only still to see the stop (a
+        // grace of 0 ms, or a few on a loaded host); an idle worker's stop
+        // is not a cut.
+        Err(_) if stats.in_flight() == 0 => match tokio::time::timeout(IDLE_STOP_MAX, &mut work).await {
+            Ok(r) => r.context("worker"),
+            Err(_) => anyhow::bail!("the worker's loops did not stop within {IDLE_STOP_MAX:?} with no run under way"),
+        },
         Err(_) => anyhow::bail!(
             "{} run(s) still under way after the shutdown grace of {} ms (ODUFLOW_SHUTDOWN_GRACE_MS) were cut, as a \
              crash would cut them (safe by the protocol: each create's receipt is committed before it is sent); their \

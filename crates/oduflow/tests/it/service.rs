@@ -118,7 +118,8 @@ async fn sigterm_stops_claiming_the_jobs_still_queued(env: Env) {
     let store = env.store().await;
     let clients = settled_clients(&store, 2).await;
     env.ok(&["worker", "--until-settled"]);
-    let first = store.job_enqueue(&noop_job(&clients[0], 1500)).await.unwrap().id();
+    // Long enough for the enqueue and the signal on a loaded machine.
+    let first = store.job_enqueue(&noop_job(&clients[0], 5000)).await.unwrap().id();
     let mut child =
         env.cmd(&["worker", "--concurrency", "1"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     wait_started(&store, 1).await;
@@ -146,6 +147,21 @@ async fn a_run_past_the_shutdown_grace_is_cut_and_its_claim_ends_with_the_proces
     let store = env.store().await;
     let clients = settled_clients(&store, 1).await;
     env.ok(&["worker", "--until-settled"]);
+    // An idle worker's stop is not a cut, even with no grace at all
+    // (nothing is queued yet).
+    let mut idle = env
+        .cmd(&["worker"])
+        .env("ODUFLOW_SHUTDOWN_GRACE_MS", "0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(idle.stderr.take().unwrap()).lines();
+    lines.by_ref().map(|l| l.unwrap()).find(|l| l.starts_with("oduflow worker ")).expect("no start-up line");
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    signal(&idle, "TERM");
+    let (status, _) = wait_bounded(&mut idle, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "an idle worker's stop with a grace of 0 was a cut");
     let job = store.job_enqueue(&noop_job(&clients[0], 60_000)).await.unwrap().id();
     let mut child = env
         .cmd(&["worker", "--concurrency", "1"])
@@ -169,7 +185,12 @@ async fn a_run_past_the_shutdown_grace_is_cut_and_its_claim_ends_with_the_proces
         !oduflow_store::testing::sqlite_client_locked(&store, &clients[0]).unwrap(),
         "the claim outlived its process"
     );
-    assert_eq!(oduflow_store::testing::pg_idle_in_transaction_pids(&store).await.unwrap(), Vec::<i32>::new());
+    // The server ends the cut transaction once it sees the socket closed.
+    let start = Instant::now();
+    while !oduflow_store::testing::pg_idle_in_transaction_pids(&store).await.unwrap().is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(10), "the cut run's transaction outlived its process");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // The next worker takes the same job up at once.
     let mut next = env
         .cmd(&["worker", "--concurrency", "1"])
@@ -207,8 +228,15 @@ async fn sigterm_during_a_slow_create_sends_it_once_and_records_its_answer(env: 
     let creates = |env: &Env| {
         env.sim.ledger().request_log.iter().filter(|r| r.method == "POST" && r.route == "/v2/instances").count()
     };
-    let mut child =
-        env.cmd(&["worker", "--concurrency", "1"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    // A request timeout far above the create's 1.5 s, so that a loaded
+    // machine cannot turn the answer into an unknown outcome.
+    let mut child = env
+        .cmd(&["worker", "--concurrency", "1"])
+        .env("ODUFLOW_REQUEST_TIMEOUT_MS", "20000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let start = Instant::now();
     while creates(&env) == 0 {
         assert!(start.elapsed() < Duration::from_secs(30), "the worker never sent the create");
