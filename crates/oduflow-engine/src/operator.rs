@@ -296,7 +296,10 @@ pub async fn credentials_rotate<P: Provider>(
                     None => unproven.push(fail("not visible with the new key".into())),
                 },
                 (None, _) => unproven.push(fail(
-                    "the dispatch's outcome is unknown, so ownership cannot be proven; resolve it first".into(),
+                    "the dispatch's outcome is unknown, so ownership cannot be proven; resolve it first, with the \
+                     old key still in VULTR_API_KEY (`oduflow reconcile`, `oduflow adopt`), or give it up \
+                     (`oduflow abandon`, which needs no key)"
+                        .into(),
                 )),
             }
         }

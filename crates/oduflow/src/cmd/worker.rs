@@ -24,6 +24,11 @@ const LINEAGE_CHECK_EVERY: std::time::Duration = std::time::Duration::from_milli
 /// sent), and the worker exits 1 saying so. Their claims end with the
 /// process: a PostgreSQL transaction rolls back when its connection closes,
 /// a SQLite client's lock is the process's own.
+/// `TimeoutStopSec` of `deploy/oduflow-worker@.service`: a grace at least
+/// this long is warned about at start (test `deploy::units_…` keeps the
+/// units' value above the default grace).
+const UNIT_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(90);
+
 /// How long an idle worker's loops may take to see a stop once the grace
 /// has ended (they check it before each claim and while idle).
 const IDLE_STOP_MAX: std::time::Duration = std::time::Duration::from_secs(5);
@@ -92,6 +97,14 @@ pub async fn run(
     );
     tracing::info!("{started}");
     eprintln!("{started}");
+    if shutdown_grace(cfg) >= UNIT_STOP_TIMEOUT {
+        tracing::warn!(
+            "shutdown grace {} ms (ODUFLOW_SHUTDOWN_GRACE_MS) is not below the {} s the units in deploy/ give a \
+             stopping worker before SIGKILL (TimeoutStopSec): raise that too, or runs will be killed, not cut",
+            cfg.shutdown_grace_ms,
+            UNIT_STOP_TIMEOUT.as_secs()
+        );
+    }
     // Keep this host's high-water mark fresh, and stop if the database turns
     // out to be a restored copy while running.
     let watch_store = store.clone();

@@ -118,6 +118,12 @@ fn units_run_oduflow_sandboxed_as_its_own_user() {
     // Several workers per host: a template, each instance named.
     let worker = parse_unit(&std::fs::read_to_string(deploy_dir().join(WORKER_UNIT)).unwrap());
     assert!(worker["Unit"]["Description"][0].contains("%i"), "the instance is not in the worker's description");
+    // The worker warns at start about a grace the unit would SIGKILL: it
+    // knows the unit's stop timeout.
+    let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cmd/worker.rs")).unwrap();
+    let known = src.split("const UNIT_STOP_TIMEOUT").nth(1).expect("UNIT_STOP_TIMEOUT in cmd/worker.rs");
+    let known = known.split("from_secs(").nth(1).unwrap().split(')').next().unwrap().parse::<u64>().unwrap();
+    assert_eq!(seconds(&worker["Service"]["TimeoutStopSec"][0]), known, "cmd/worker.rs's UNIT_STOP_TIMEOUT is stale");
     assert_eq!(seconds("1min 30s"), 90);
 }
 

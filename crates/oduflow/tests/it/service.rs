@@ -55,6 +55,30 @@ async fn wait_started(store: &Store, n: usize) {
     }
 }
 
+/// Starts a worker running one job at a time (with `setting` in its
+/// environment), sends it SIGTERM once the first `noop` run has begun, and
+/// waits for it (at most 60 s): its exit status, how long it took to exit,
+/// and its standard error.
+async fn term_once_started(
+    env: &Env,
+    store: &Store,
+    setting: (&str, &str),
+) -> (std::process::ExitStatus, Duration, String) {
+    let mut child = env
+        .cmd(&["worker", "--concurrency", "1"])
+        .env(setting.0, setting.1)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_started(store, 1).await;
+    signal(&child, "TERM");
+    let (status, took) = wait_bounded(&mut child, Duration::from_secs(60));
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    (status, took, err)
+}
+
 /// The hole (issue 18): SIGTERM, what systemd sends, killed the worker
 /// outright. Now the run under way finishes and commits, nothing stays
 /// claimed, the process exits 0, and the next worker (with a lease far
@@ -66,18 +90,7 @@ async fn sigterm_mid_run_finishes_the_run_releases_everything_and_the_next_worke
     env.ok(&["worker", "--until-settled"]);
     let first = store.job_enqueue(&noop_job(&clients[0], 1500)).await.unwrap().id();
 
-    let mut child = env
-        .cmd(&["worker", "--concurrency", "1"])
-        .env("ODUFLOW_LEASE_MS", "600000")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_started(&store, 1).await;
-    signal(&child, "TERM");
-    let (status, took) = wait_bounded(&mut child, Duration::from_secs(60));
-    let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let (status, took, err) = term_once_started(&env, &store, ("ODUFLOW_LEASE_MS", "600000")).await;
     assert_eq!(status.code(), Some(0), "a SIGTERM'd worker must exit 0; stderr:\n{err}");
     assert!(err.contains("SIGTERM: stopping gracefully"), "{err}");
     println!("SIGTERM to exit: {took:?} (the run under way slept 1.5 s)");
@@ -162,19 +175,13 @@ async fn a_run_past_the_shutdown_grace_is_cut_and_its_claim_ends_with_the_proces
     signal(&idle, "TERM");
     let (status, _) = wait_bounded(&mut idle, Duration::from_secs(30));
     assert_eq!(status.code(), Some(0), "an idle worker's stop with a grace of 0 was a cut");
+    // A grace the service unit would end with SIGKILL is warned about.
+    let o = env.cmd(&["worker", "--until-settled"]).env("ODUFLOW_SHUTDOWN_GRACE_MS", "120000").output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.lines().any(|l| l.contains("WARN") && l.contains("shutdown grace 120000 ms")), "{err}");
     let job = store.job_enqueue(&noop_job(&clients[0], 60_000)).await.unwrap().id();
-    let mut child = env
-        .cmd(&["worker", "--concurrency", "1"])
-        .env("ODUFLOW_SHUTDOWN_GRACE_MS", "700")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_started(&store, 1).await;
-    signal(&child, "TERM");
-    let (status, took) = wait_bounded(&mut child, Duration::from_secs(30));
-    let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let (status, took, err) = term_once_started(&env, &store, ("ODUFLOW_SHUTDOWN_GRACE_MS", "700")).await;
     assert_eq!(status.code(), Some(1), "{err}");
     assert!(err.contains("1 run(s) still under way after the shutdown grace of 700 ms"), "{err}");
     assert!(took < Duration::from_secs(20), "the grace of 700 ms took {took:?}");
