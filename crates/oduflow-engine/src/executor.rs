@@ -128,23 +128,32 @@ impl SendGuard for RunGuard {
     }
 }
 
+/// When the job a run serves was due, and when it was made (the intent it
+/// serves: a client's creation, a flip, an update, an operator's
+/// reconcile).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct JobTimes {
+    pub due_ms: i64,
+    pub created_ms: i64,
+}
+
 pub(crate) async fn converge<P: Provider>(
     w: &Worker<P>,
     infra0: &InfraRow,
     fence: Fence,
-    due_ms: i64,
+    job: JobTimes,
 ) -> Result<Finish, EngineError> {
     let guard = Arc::new(RunGuard { fence, stop: Mutex::new(None) });
-    provider::with_send_guard(guard.clone(), converge_guarded(w, infra0, guard, due_ms)).await
+    provider::with_send_guard(guard.clone(), converge_guarded(w, infra0, guard, job)).await
 }
 
 async fn converge_guarded<P: Provider>(
     w: &Worker<P>,
     infra0: &InfraRow,
     guard: Arc<RunGuard>,
-    due_ms: i64,
+    job: JobTimes,
 ) -> Result<Finish, EngineError> {
-    let mut c = Converge::start(w, infra0, guard, due_ms).await?;
+    let mut c = Converge::start(w, infra0, guard, job).await?;
     for _ in 0..STEPS_MAX {
         let view = c.view().await?;
         let action = decide::decide(&c.inputs(&view));
@@ -169,6 +178,10 @@ struct Converge<'a, P> {
     /// When the run was due (its job's time, at most `now`): what it reads
     /// from the bulk view is at most a poll interval older than this.
     due: i64,
+    /// When its job was made: what it reads from the bulk view started
+    /// after this, so that a run answers the intent it serves (a reconcile
+    /// asked after a volume was moved) from a listing that could see it.
+    job_created: i64,
     target: Target,
     current_key: KeyFingerprint,
     /// The latest read of the VM (0) and the volume (1): for which receipt,
@@ -235,7 +248,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         w: &'a Worker<P>,
         infra0: &InfraRow,
         guard: Arc<RunGuard>,
-        due_ms: i64,
+        job: JobTimes,
     ) -> Result<Self, EngineError> {
         let now = w.now_ms();
         let mut run = Run { w, infra: infra0.clone(), events: vec![], guard };
@@ -265,7 +278,8 @@ impl<'a, P: Provider> Converge<'a, P> {
         Ok(Self {
             run,
             now,
-            due: due_ms.min(now),
+            due: job.due_ms.min(now),
+            job_created: job.created_ms,
             target,
             current_key,
             seen,
@@ -468,8 +482,12 @@ impl<'a, P: Provider> Converge<'a, P> {
         let sent = r.sent_ms.unwrap_or(r.claimed_ms).max(attach_sent.unwrap_or(0));
         let settled = sent.saturating_add(w.cfg.poll_interval_ms / 2);
         // Due, not started: a run that came back for a listing planned when
-        // it left finds it qualifying, however long it then queued.
-        Via::View { after_ms: settled.max(self.due - w.cfg.poll_interval_ms), since: None, may_defer: true }
+        // it left finds it qualifying, however long it then queued. Never
+        // from before its job was made: a reconcile of a ready client is
+        // "first provisioning" again, and the listing that showed its volume
+        // attached may predate the move that made the operator ask.
+        let after_ms = settled.max(self.due - w.cfg.poll_interval_ms).max(self.job_created);
+        Via::View { after_ms, since: None, may_defer: true }
     }
 
     /// A block or a counted observation is never decided on the bulk view:

@@ -209,7 +209,8 @@ impl<P: Provider> Worker<P> {
             match job.kind {
                 JobKind::Noop => self.noop(claim).await,
                 JobKind::Provision | JobKind::Deprovision => {
-                    match executor::converge(self, infra, claim.fence(), job.run_after_ms).await {
+                    let times = executor::JobTimes { due_ms: job.run_after_ms, created_ms: job.created_ms };
+                    match executor::converge(self, infra, claim.fence(), times).await {
                         Ok(f) => f,
                         // The record moved on while the run was in flight: it
                         // sent nothing more and ends stale.

@@ -57,8 +57,11 @@ async fn fleet_shares_one_budget(mut env: Env, workers: usize, clients: usize) {
         store.client_create(&ClientName::parse(&format!("f{i:03}")).unwrap(), &spec, 0, 5).await.unwrap();
     }
     let started = Instant::now();
-    let mut kills = Vec::new();
+    // (when a scanner was killed, when its phase's workers had all ended)
+    let mut kills: Vec<(i64, i64)> = Vec::new();
+    let now_ms = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
     for phase in ["provision", "delete"] {
+        let phase_kills = kills.len();
         let children: Vec<Child> = (0..workers)
             .map(|_| fleet_cmd(&env, &["worker", "--until-settled", "--concurrency", "4"]).spawn().unwrap())
             .collect();
@@ -67,14 +70,20 @@ async fn fleet_shares_one_budget(mut env: Env, workers: usize, clients: usize) {
             tokio::time::sleep(Duration::from_millis(400 + 170 * k)).await;
             let mut scan = fleet_cmd(&env, &["reconcile", "--all"]).spawn().unwrap();
             tokio::time::sleep(Duration::from_millis(60 + 90 * k)).await;
-            let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+            let at = now_ms();
             if scan.try_wait().unwrap().is_none() {
                 scan.kill().unwrap();
-                kills.push(at);
+                kills.push((at, i64::MAX));
             }
             let _ = scan.wait();
         }
         wait_all(children);
+        // The silence between the phases (the workers exit, the next ones
+        // start) is no stall: a gap is counted only within its phase.
+        let ended = now_ms();
+        for k in &mut kills[phase_kills..] {
+            k.1 = ended;
+        }
         let c = counts(&store).await;
         let want = if phase == "provision" { ClientStatus::Ready } else { ClientStatus::Deleted };
         assert_eq!(c, vec![(want, clients as i64)], "after {phase}: {c:?}");
@@ -92,7 +101,10 @@ async fn fleet_shares_one_budget(mut env: Env, workers: usize, clients: usize) {
     at.sort();
     let longest_gap_after_kill = kills
         .iter()
-        .map(|k| at.windows(2).filter(|w| w[0] >= *k && w[0] < k + 3_000).map(|w| w[1] - w[0]).max().unwrap_or(0))
+        .map(|(k, end)| {
+            let within = |w: &&[i64]| w[0] >= *k && w[0] < k + 3_000 && w[1] <= *end;
+            at.windows(2).filter(within).map(|w| w[1] - w[0]).max().unwrap_or(0)
+        })
         .max()
         .unwrap_or(0);
     println!(
