@@ -19,6 +19,12 @@ pub enum OperatorError {
     /// The protocol does not allow this action now; the message says why.
     #[error("{0}")]
     Refused(String),
+    /// The client's records are bound to another API key than the one the
+    /// action was given (short fingerprints): refused before any request.
+    #[error(
+        "{client} is bound to API key {bound} but the configured key is {configured}: run `oduflow credentials rotate` first"
+    )]
+    KeyMismatch { client: String, bound: String, configured: String },
 }
 
 type Result<T> = std::result::Result<T, OperatorError>;
@@ -44,12 +50,11 @@ async fn current_receipt(store: &Store, c: &ClientRow, kind: ResourceKind) -> Re
 
 fn check_key<P: Provider>(c: &ClientRow, provider: &P) -> Result<()> {
     match &c.infra.key_fingerprint {
-        Some(k) if *k != provider.key_fingerprint() => refused(format!(
-            "{} is bound to API key {} but the configured key is {}: run `oduflow credentials rotate` first",
-            c.name,
-            k.short(),
-            provider.key_fingerprint().short()
-        )),
+        Some(k) if *k != provider.key_fingerprint() => Err(OperatorError::KeyMismatch {
+            client: c.name.clone(),
+            bound: k.short().to_owned(),
+            configured: provider.key_fingerprint().short().to_owned(),
+        }),
         _ => Ok(()),
     }
 }

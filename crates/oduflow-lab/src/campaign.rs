@@ -626,9 +626,11 @@ impl Seed<'_> {
                         };
                         match done {
                             Ok(())
-                            | Err(operator::OperatorError::Refused(_) | operator::OperatorError::Provider(_)) => {
-                                self.reconciles += 1
-                            }
+                            | Err(
+                                operator::OperatorError::Refused(_)
+                                | operator::OperatorError::KeyMismatch { .. }
+                                | operator::OperatorError::Provider(_),
+                            ) => self.reconciles += 1,
                             Err(e) => return Err(e.into()),
                         }
                     }

@@ -378,28 +378,6 @@ async fn client_or_404(s: &AppState, name: &str) -> ApiResult<ClientRow> {
     s.store().client_get(name).await?.ok_or_else(|| ApiError::NotFound(format!("no client named {name}")))
 }
 
-/// The provider client for an action on `name`, once its records are bound
-/// to this server's key (or to none yet). A rotation made with the command
-/// line leaves a running server with the old key: it says so and how to
-/// give it the new one, rather than the command line's "rotate first".
-async fn acting_on(s: &AppState, name: &str) -> ApiResult<std::sync::Arc<oduflow_vultr::VultrClient>> {
-    use oduflow_model::provider::Provider as _;
-    let provider = s.acting_provider()?;
-    let c = client_or_404(s, name).await?;
-    let ours = provider.key_fingerprint();
-    match c.infra.key_fingerprint {
-        Some(bound) if bound != ours => Err(ApiError::KeyMismatch(format!(
-            "{name} is bound to API key {} but this server acts with key {}: if the key was rotated elsewhere \
-             (`oduflow credentials rotate`), give this server the new key (POST /api/v1/credentials/rotate with it, \
-             or set VULTR_API_KEY in its environment file and restart it); if this server has the new key, rotate \
-             with it (POST /api/v1/credentials/rotate)",
-            bound.short(),
-            ours.short()
-        ))),
-        _ => Ok(provider),
-    }
-}
-
 async fn latest_queued_job(s: &AppState, c: &ClientRow) -> ApiResult<Option<i64>> {
     Ok(s.store()
         .jobs_for_client(&c.id)
@@ -600,10 +578,9 @@ pub async fn clients_reconcile(
     ApiJson(req): ApiJson<ReconcileRequest>,
 ) -> ApiResult<Json<ClientView>> {
     refuse_if_restored(&s).await?;
-    let provider = acting_on(&s, name.as_str()).await?;
     let row = operator::reconcile(
         s.store(),
-        provider.as_ref(),
+        s.acting_provider()?.as_ref(),
         name.as_str(),
         req.new_dispatch,
         operator::Actor { by: &caller.actor(), now_ms: s.now_ms(), attempts_max: s.attempts_max() },
@@ -632,10 +609,10 @@ pub async fn clients_adopt(
         AdoptKind::Volume => ResourceKind::Volume,
     };
     refuse_if_restored(&s).await?;
-    let provider = acting_on(&s, name.as_str()).await?;
+    client_or_404(&s, name.as_str()).await?;
     let row = operator::adopt(
         s.store(),
-        provider.as_ref(),
+        s.acting_provider()?.as_ref(),
         name.as_str(),
         kind,
         &req.id,

@@ -136,6 +136,14 @@ impl From<OperatorError> for ApiError {
             OperatorError::Store(e) => e.into(),
             OperatorError::Provider(e) => ApiError::Provider(e),
             OperatorError::Refused(m) => ApiError::Refused(m),
+            // The command line's advice ("rotate first") is wrong for a
+            // server whose key predates a rotation made elsewhere.
+            OperatorError::KeyMismatch { client, bound, configured } => ApiError::KeyMismatch(format!(
+                "{client} is bound to API key {bound} but this server acts with key {configured}: if the key was \
+                 rotated elsewhere (`oduflow credentials rotate`), give this server the new key (POST \
+                 /api/v1/credentials/rotate with it, or set VULTR_API_KEY in its environment file and restart it); if \
+                 this server has the new key, rotate with it (POST /api/v1/credentials/rotate)"
+            )),
         }
     }
 }

@@ -14,6 +14,15 @@ use std::sync::Arc;
 /// How often a running worker checks this host's high-water mark.
 const LINEAGE_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
+/// `TimeoutStopSec` of `deploy/oduflow-worker@.service`: a grace at least
+/// this long is warned about at start (test `deploy::units_…` keeps the
+/// two equal).
+const UNIT_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(90);
+
+/// How long an idle worker's loops may take to see a stop once the grace
+/// has ended (they check it before each claim and while idle).
+const IDLE_STOP_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How long a stopping worker (SIGTERM or SIGINT) lets its runs under way
 /// finish: `shutdown_grace_ms` (`ODUFLOW_SHUTDOWN_GRACE_MS`), 60 s by
 /// default. A run makes one side effect plus bounded reads, each under the
@@ -24,15 +33,6 @@ const LINEAGE_CHECK_EVERY: std::time::Duration = std::time::Duration::from_milli
 /// sent), and the worker exits 1 saying so. Their claims end with the
 /// process: a PostgreSQL transaction rolls back when its connection closes,
 /// a SQLite client's lock is the process's own.
-/// `TimeoutStopSec` of `deploy/oduflow-worker@.service`: a grace at least
-/// this long is warned about at start (test `deploy::units_…` keeps the
-/// units' value above the default grace).
-const UNIT_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(90);
-
-/// How long an idle worker's loops may take to see a stop once the grace
-/// has ended (they check it before each claim and while idle).
-const IDLE_STOP_MAX: std::time::Duration = std::time::Duration::from_secs(5);
-
 fn shutdown_grace(cfg: &Config) -> std::time::Duration {
     std::time::Duration::from_millis(u64::try_from(cfg.shutdown_grace_ms).unwrap_or(0))
 }
