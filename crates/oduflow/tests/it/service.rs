@@ -45,6 +45,26 @@ fn wait_bounded(child: &mut std::process::Child, bound: Duration) -> (std::proce
     }
 }
 
+/// The first line of `child`'s standard error that starts with `prefix`
+/// (the rest is read on, so that the child never blocks on a full pipe).
+fn stderr_line(child: &mut std::process::Child, prefix: &str) -> String {
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let line = lines.by_ref().map(|l| l.unwrap()).find(|l| l.starts_with(prefix));
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    line.unwrap_or_else(|| panic!("no line starting {prefix:?} on standard error"))
+}
+
+/// The `host:port` that follows `marker` in `line`.
+fn address_after(line: &str, marker: &str) -> String {
+    line.split(marker)
+        .nth(1)
+        .unwrap_or_else(|| panic!("{marker:?} missing from {line:?}"))
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
 /// Waits until the run of the `noop` job that records `noop_started` has
 /// begun (its marker is committed on its own).
 async fn wait_started(store: &Store, n: usize) {
@@ -169,9 +189,7 @@ async fn a_run_past_the_shutdown_grace_is_cut_and_its_claim_ends_with_the_proces
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(idle.stderr.take().unwrap()).lines();
-    lines.by_ref().map(|l| l.unwrap()).find(|l| l.starts_with("oduflow worker ")).expect("no start-up line");
-    std::thread::spawn(move || for _ in lines.by_ref() {});
+    stderr_line(&mut idle, "oduflow worker ");
     signal(&idle, "TERM");
     let (status, _) = wait_bounded(&mut idle, Duration::from_secs(30));
     assert_eq!(status.code(), Some(0), "an idle worker's stop with a grace of 0 was a cut");
@@ -336,11 +354,9 @@ async fn serve_without_a_key_starts_read_only_and_serves_the_dashboard() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let line = lines.by_ref().map(|l| l.unwrap()).find(|l| l.contains("listening on")).expect("no listening line");
+    let line = stderr_line(&mut child, "oduflow serve: listening on");
     assert!(line.contains("READ-ONLY"), "{line}");
-    let addr = line.split("http://").nth(1).unwrap().split('/').next().unwrap().to_owned();
-    std::thread::spawn(move || for _ in lines.by_ref() {});
+    let addr = address_after(&line, "listening on http://");
 
     assert_eq!(http(&addr, "GET", "/health", None).0, 200);
     let (status, page) = http(&addr, "GET", "/", Some(&token));
@@ -436,20 +452,14 @@ async fn worker_metrics_are_scraped_and_parsed_while_it_runs(env: Env) {
         .unwrap();
     // The start-up line names the database, the Vultr URL, the key's
     // fingerprint (never the key), the rate group and the metrics address.
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let started = lines
-        .by_ref()
-        .map(|l| l.unwrap())
-        .find(|l| l.starts_with("oduflow worker "))
-        .expect("no start-up line on stderr");
+    let started = stderr_line(&mut child, "oduflow worker ");
     let fingerprint = KeyFingerprint::of_key(&secrecy::SecretString::from(KEY.to_owned()));
     let key = format!("(key {})", fingerprint.short());
     for part in ["database ", &env.sim.base_url, &key, "rate group default at 4/s", "metrics on http://"] {
         assert!(started.contains(part), "{part:?} missing from {started:?}");
     }
     assert!(!started.contains(KEY), "the key was printed: {started}");
-    let addr = started.split("metrics on http://").nth(1).unwrap().split('/').next().unwrap().to_owned();
-    std::thread::spawn(move || for _ in lines.by_ref() {});
+    let addr = address_after(&started, "metrics on http://");
 
     let store = env.store().await;
     let start = Instant::now();
@@ -480,10 +490,7 @@ async fn worker_metrics_are_scraped_and_parsed_while_it_runs(env: Env) {
     let token = env.ok(&["token", "create", "scraper"]).trim().to_owned();
     let mut serve =
         env.cmd(&["serve", "--listen", "127.0.0.1:0"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    let mut lines = BufReader::new(serve.stderr.take().unwrap()).lines();
-    let line = lines.by_ref().map(|l| l.unwrap()).find(|l| l.contains("listening on")).expect("no listening line");
-    let serve_addr = line.split("http://").nth(1).unwrap().split('/').next().unwrap().to_owned();
-    std::thread::spawn(move || for _ in lines.by_ref() {});
+    let serve_addr = address_after(&stderr_line(&mut serve, "oduflow serve: listening on"), "listening on http://");
     let (status, text) = http(&serve_addr, "GET", "/metrics", Some(&token));
     assert_eq!(status, 200, "{text}");
     let serve_types = metric_types(&text);
