@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 
 mod change;
 mod identities;
+mod orphans;
 
 /// Times the backup schedule is set without reading back before the client
 /// blocks `config_mismatch`: a set is repeatable, but not for ever.
@@ -156,6 +157,9 @@ async fn converge_guarded<P: Provider>(
     let mut c = Converge::start(w, infra0, guard, job).await?;
     for _ in 0..STEPS_MAX {
         let view = c.view().await?;
+        if c.orphans_needed(&view) {
+            c.read_orphans(&view).await?;
+        }
         let action = decide::decide(&c.inputs(&view));
         tracing::debug!(client = %c.run.infra.client_id, ?action, "decided");
         if c.confirm_by_get(&action) {
@@ -204,6 +208,9 @@ struct Converge<'a, P> {
     first_provisioning: bool,
     /// Provider calls with side effects made by this run (at most one).
     side_effects: u32,
+    /// The client's labelled orphans of each kind, read by id; `None`
+    /// until a step needs them (executor/orphans.rs).
+    orphans: Option<[Vec<orphans::Read>; 2]>,
 }
 
 /// What one step leaves the loop with (a dozen per run at most: their size
@@ -289,6 +296,7 @@ impl<'a, P: Provider> Converge<'a, P> {
             started: std::time::Instant::now(),
             first_provisioning,
             side_effects: 0,
+            orphans: None,
         })
     }
 
@@ -348,6 +356,7 @@ impl<'a, P: Provider> Converge<'a, P> {
                 }),
             change: view.change_of(infra, kind).map(|c| c.facts()).unwrap_or_default(),
             update_overdue,
+            orphans: self.orphans_of(kind),
         };
         Inputs {
             target: self.target,
@@ -368,6 +377,7 @@ impl<'a, P: Provider> Converge<'a, P> {
             }
             Action::CountObservation(kind) => self.count_observation(kind, view.receipt(kind, "count")?).await,
             Action::Adopt(kind, id) => self.adopt(kind, id, view.receipt(kind, "adopt")?).await,
+            Action::AdoptOrphan(kind, id) => self.adopt_orphan(kind, id).await,
             Action::Dispatch(kind) => self.dispatch(kind, view).await,
             Action::Delete(kind, id) => self.delete(kind, id, view).await,
             Action::ConfirmDeleted(kind) => self.confirm_deleted(kind, view.receipt(kind, "confirm")?).await,

@@ -84,6 +84,23 @@ impl MemoryState {
         Outcome::Accepted(())
     }
 
+    /// A volume made outside the run under test (spec(): 40 GB high_perf in ewr).
+    pub fn put_block(&mut self, id: &str, label: &str) {
+        self.blocks.insert(
+            id.to_owned(),
+            Block {
+                id: VultrBlockId(id.to_owned()),
+                label: label.to_owned(),
+                region: "ewr".into(),
+                size_gb: 40,
+                block_type: "high_perf".into(),
+                status: "active".into(),
+                attached_to_instance: None,
+                mount_id: format!("{id}-mount"),
+            },
+        );
+    }
+
     pub fn put_vm(&mut self, id: &str, label: &str) {
         self.instances.insert(
             id.to_owned(),

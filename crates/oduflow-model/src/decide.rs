@@ -128,6 +128,21 @@ pub struct Resource {
     /// The update was asked for longer ago than the readiness wait.
     #[serde(default)]
     pub update_overdue: bool,
+    /// Live resources whose label names this client and kind and that no
+    /// receipt accounts for (the inventory pass after a restore recorded
+    /// them as orphans), each read by id. A first create never goes out
+    /// while one exists, and the client is never `deleted` while one does.
+    #[serde(default)]
+    pub orphans: Vec<Orphan>,
+}
+
+/// A labelled orphan of this client and kind, as a GET by id showed it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Orphan {
+    pub id: String,
+    /// `None`: the GET answered 404 (gone, or Vultr's lag: an inventory
+    /// pass, which lists, tells).
+    pub facts: Option<Facts>,
 }
 
 /// The attach dispatch: receipt only; its confirmation is the volume's
@@ -153,6 +168,10 @@ pub enum Action {
     CountObservation(ResourceKind),
     /// Commit this id, found by the dispatch's label, on the receipt.
     Adopt(ResourceKind, String),
+    /// Claim a receipt for this labelled orphan (it names this client and
+    /// kind, and it matches the spec) and commit its id: the first create
+    /// it stands for is never sent.
+    AdoptOrphan(ResourceKind, String),
     /// Claim a receipt and send the create (or attach) once.
     Dispatch(ResourceKind),
     /// Send DELETE for this id (repeatable).
@@ -206,7 +225,7 @@ fn create_step(kind: ResourceKind, r: &Resource, max: i64) -> Have {
         (_, _) if r.progress.delete_sent && !r.progress.deleted => {
             Have::Act(absent_step(kind, r, max).unwrap_or(Action::Wait))
         }
-        (ReceiptFacts::None, _) => Have::Act(Action::Dispatch(kind)),
+        (ReceiptFacts::None, _) => Have::Act(first_create(kind, r)),
         (ReceiptFacts::NotSent { count, reason }, _) if *count >= max => Have::Act(Action::Block(
             BlockedReason::ProviderUnavailable,
             format!("{} create could not connect to the provider {count} times; last: {reason}", kind.as_str()),
@@ -267,6 +286,42 @@ fn create_step(kind: ResourceKind, r: &Resource, max: i64) -> Have {
     }
 }
 
+/// A first create, unless a live resource already carries a label naming
+/// this client and kind with no receipt for it (a restored copy lost the
+/// receipt): then that one is adopted when it matches the spec, and
+/// anything else blocks (docs/protocol.md §7).
+fn first_create(kind: ResourceKind, r: &Resource) -> Action {
+    match r.orphans.as_slice() {
+        [] => Action::Dispatch(kind),
+        [Orphan { id, facts: Some(f) }] if f.mismatch.is_none() => Action::AdoptOrphan(kind, id.clone()),
+        orphans => Action::Block(BlockedReason::LabelledOrphan, orphan_evidence(kind, orphans, "nothing was created")),
+    }
+}
+
+/// `volume vol-1, vol-2: 2 live resource(s) … (vol-1: …; vol-2: …); …`:
+/// the orphans that stand in the way, their ids first (the resolutions
+/// read them there), then what each read showed.
+fn orphan_evidence(kind: ResourceKind, orphans: &[Orphan], outcome: &str) -> String {
+    let ids: Vec<&str> = orphans.iter().map(|o| o.id.as_str()).collect();
+    let each: Vec<String> = orphans
+        .iter()
+        .map(|o| match &o.facts {
+            None => format!("{}: GET answers 404", o.id),
+            Some(Facts { mismatch: Some(why), .. }) => format!("{}: does not match the spec: {why}", o.id),
+            Some(f) => format!("{}: {}", o.id, f.state),
+        })
+        .collect();
+    format!(
+        "{} {}: {} live resource(s) carry a label naming this client's {}, and no receipt accounts for them ({}); \
+         {outcome}",
+        kind.as_str(),
+        ids.join(", "),
+        orphans.len(),
+        kind.as_str(),
+        each.join("; ")
+    )
+}
+
 /// A resource that differs from the spec in what a PATCH can change. Until
 /// a read shows the change, the old value is accepted (the client waits,
 /// it is not blocked); once confirmed, a drift is someone else's change.
@@ -310,7 +365,7 @@ fn decide_present(i: &Inputs) -> Action {
     let vm_out = matches!(i.vm.receipt, ReceiptFacts::Unknown { .. } | ReceiptFacts::Known { .. })
         && (!i.vm.progress.delete_sent || i.vm.progress.deleted);
     if vm_out && i.vm.seen == Seen::NotRead && i.volume.receipt == ReceiptFacts::None {
-        return Action::Dispatch(ResourceKind::Volume);
+        return first_create(ResourceKind::Volume, &i.volume);
     }
     let vm = match create_step(ResourceKind::Vm, &i.vm, max) {
         Have::Act(a) => return a,
@@ -437,6 +492,15 @@ fn decide_absent(i: &Inputs) -> Action {
     }
     if let Some(a) = absent_step(ResourceKind::Volume, &i.volume, max) {
         return a;
+    }
+    // Never deleted while a live resource carries a label naming it.
+    for (kind, r) in [(ResourceKind::Vm, &i.vm), (ResourceKind::Volume, &i.volume)] {
+        if !r.orphans.is_empty() {
+            return Action::Block(
+                BlockedReason::LabelledOrphan,
+                orphan_evidence(kind, &r.orphans, "the client is not deleted while they live"),
+            );
+        }
     }
     Action::Deleted
 }

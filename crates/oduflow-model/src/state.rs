@@ -74,7 +74,11 @@ str_enum!(
     /// DNS record with the client's DNS name that oduflow did not create
     /// (never touched: adopt it or choose another name);
     /// `uncertain_dns_record`: a DNS record create whose answer was lost,
-    /// and the zone shows no single record it could be.
+    /// and the zone shows no single record it could be;
+    /// `labelled_orphan`: a live resource whose label names this client
+    /// and kind, and that no receipt accounts for (a restored copy lost
+    /// its receipt), stands in the way of a first create or of `deleted`,
+    /// and cannot be adopted as it is.
     BlockedReason {
         CreateRejected => "create_rejected",
         ConfigMismatch => "config_mismatch",
@@ -97,6 +101,7 @@ str_enum!(
         UncertainUpdate => "uncertain_update",
         DnsRecordForeign => "dns_record_foreign",
         UncertainDnsRecord => "uncertain_dns_record",
+        LabelledOrphan => "labelled_orphan",
     }
 );
 

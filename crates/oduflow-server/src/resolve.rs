@@ -35,6 +35,14 @@ fn blocked_kind(c: &ClientRow, receipts: &[ReceiptRow]) -> ResourceKind {
     })
 }
 
+/// The orphan ids a `labelled_orphan` evidence text names first
+/// (`volume vol-1, vol-2: ...`).
+fn orphan_ids(detail: &str) -> Vec<String> {
+    let head = detail.split_once(": ").map_or("", |(h, _)| h);
+    let ids = head.split_once(' ').map_or("", |(_, ids)| ids);
+    ids.split(", ").map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+}
+
 /// The resource ids listed in a `duplicate_matches` evidence text.
 fn listed_ids(detail: &str) -> Vec<String> {
     detail
@@ -146,6 +154,30 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
              on a new receipt only if a read still shows the old value",
         )],
         BlockedReason::DnsRecordForeign | BlockedReason::UncertainDnsRecord => dns_resolutions(c, reason, n),
+        BlockedReason::LabelledOrphan => {
+            let ids = c.infra.blocked_detail.as_deref().map(orphan_ids).unwrap_or_default();
+            let ids = if ids.is_empty() { vec!["ID".to_owned()] } else { ids };
+            let mut out = vec![];
+            for id in &ids {
+                if c.infra.target == oduflow_model::Target::Present {
+                    out.push(r(
+                        format!("oduflow orphan adopt {id}"),
+                        "if it is this client's after all (its label names it): verified against the spec, \
+                         then recorded; the create is never sent",
+                    ));
+                }
+                out.push(r(
+                    format!("oduflow orphan delete {id} --by WHO --reason WHY"),
+                    "if it should not live (a wrong region or size; a leftover of the discarded timeline): \
+                     deleted and confirmed by a 404; then reconcile",
+                ));
+            }
+            out.push(reconcile(
+                "after either, or after `oduflow reconcile --all` no longer lists it: provisions or deletes the \
+                 client on what is left",
+            ));
+            out
+        }
         BlockedReason::ConfigMismatch
         | BlockedReason::ForeignAttachment
         | BlockedReason::CredentialChanged
@@ -270,6 +302,14 @@ mod tests {
         let d = "adapter dns: record 3f2c-9a (A mail.example.com -> 192.0.2.7, ttl 300) exists";
         assert_eq!(foreign_record_id(d), Some("3f2c-9a"));
         assert_eq!(foreign_record_id("nothing"), None);
+    }
+
+    #[test]
+    fn ids_from_orphan_evidence() {
+        let d = "volume vol-1, vol-2: 2 live resource(s) carry a label naming this client's volume, and no \
+                 receipt accounts for them (vol-1: active; vol-2: GET answers 404); nothing was created";
+        assert_eq!(orphan_ids(d), vec!["vol-1", "vol-2"]);
+        assert!(orphan_ids("nothing").is_empty());
     }
 
     #[test]

@@ -101,6 +101,20 @@ impl Store {
         .await
     }
 
+    /// The open orphans recorded for one client (named by their label or
+    /// by a receipt), oldest first: a run reads them before a first create
+    /// and before `deleted`.
+    pub async fn orphans_open_for_client(&self, client: &ClientId) -> Result<Vec<OrphanRow>> {
+        crate::named("orphans_open_for_client", async move {
+            let sql = format!("{SELECT} WHERE resolved_ms IS NULL AND client_ref = $1 ORDER BY found_ms, resource_id");
+            both!(self, p => {
+                let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(client.as_str()).fetch_all(p).await?;
+                rows.iter().map(from_row).collect()
+            })
+        })
+        .await
+    }
+
     pub async fn orphan_get(&self, resource_id: &str) -> Result<Option<OrphanRow>> {
         crate::named("orphan_get", async move {
             let sql = format!("{SELECT} WHERE resource_id = $1");

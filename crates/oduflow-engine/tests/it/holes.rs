@@ -27,6 +27,9 @@ oduflow_store::on_both_stores!(
     a_delete_accepted_but_never_carried_out_blocks,
     a_vm_deleted_just_before_a_flip_back_is_not_missing,
     a_restored_not_sent_receipt_is_never_sent_again_blindly,
+    a_restore_that_lost_the_receipts_adopts_the_labelled_resources,
+    a_labelled_orphan_that_does_not_match_blocks_the_first_create,
+    a_client_is_not_deleted_while_a_volume_labelled_for_it_lives,
 );
 
 async fn ready(store: &Store, w: &Worker<MemoryProvider>, name: &str) -> ClientRow {
@@ -699,5 +702,92 @@ async fn a_restored_not_sent_receipt_is_never_sent_again_blindly(store: Store) -
             s.creates_per_label
         )
     });
+    Ok(())
+}
+
+/// A restore (or a lost WAL) threw away the receipts of a client's first
+/// provisioning; its VM and volume live on under labels naming it. The
+/// inventory pass records them as orphans; the runs then adopt them instead
+/// of sending a second create of each, the client ends ready on them, and
+/// its deletion deletes them.
+async fn a_restore_that_lost_the_receipts_adopts_the_labelled_resources(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    let c = create(&store, "acme").await;
+    p.with(|s| {
+        s.put_vm("vm-lost", Label::new_dispatch(&c.id, ResourceKind::Vm).as_str());
+        s.put_block("vol-lost", Label::new_dispatch(&c.id, ResourceKind::Volume).as_str());
+    });
+    store.restore_declare("test: restored from a backup", now()).await?;
+    let inv = operator::inventory(&store, p.as_ref(), now()).await?;
+    assert_eq!(inv.orphans.len(), 2, "{inv:?}");
+    drain(&w, 50).await;
+    let after = status(&store, "acme").await;
+    assert_eq!(after.infra.status, ClientStatus::Ready, "{after:?}");
+    assert_eq!(after.infra.vm_id.as_ref().map(|v| v.as_str()), Some("vm-lost"));
+    assert_eq!(after.infra.volume_id.as_ref().map(|v| v.as_str()), Some("vol-lost"));
+    p.with(|s| assert!(s.creates_per_label.is_empty(), "a create was sent: {:?}", s.creates_per_label));
+    assert!(store.orphans_list(false).await?.is_empty(), "the adopted orphans are resolved");
+    store.client_delete("acme", now(), 3).await?;
+    drain(&w, 50).await;
+    assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
+    p.with(|s| assert!(s.instances.is_empty() && s.blocks.is_empty(), "{:?} {:?}", s.instances, s.blocks));
+    Ok(())
+}
+
+/// The labelled VM a lost timeline made is in another region than the
+/// restored spec says: it cannot be adopted as it is, and no second VM is
+/// made beside it. The client blocks `labelled_orphan` naming it; deleting
+/// it on an attestation and reconciling provisions the client anew.
+async fn a_labelled_orphan_that_does_not_match_blocks_the_first_create(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    let c = create(&store, "acme").await;
+    p.with(|s| {
+        s.put_vm("vm-elsewhere", Label::new_dispatch(&c.id, ResourceKind::Vm).as_str());
+        s.instances.get_mut("vm-elsewhere").unwrap().region = "ams".into();
+    });
+    store.restore_declare("test: restored from a backup", now()).await?;
+    operator::inventory(&store, p.as_ref(), now()).await?;
+    drain(&w, 50).await;
+    let blocked = status(&store, "acme").await;
+    assert_eq!(blocked.infra.blocked_reason, Some(BlockedReason::LabelledOrphan), "{blocked:?}");
+    assert!(blocked.infra.blocked_detail.as_deref().is_some_and(|d| d.contains("vm-elsewhere")), "{blocked:?}");
+    p.with(|s| assert!(s.creates_per_label.is_empty(), "a create was sent: {:?}", s.creates_per_label));
+    operator::orphan_delete(&store, p.as_ref(), "vm-elsewhere", "wrong region, made before the restore", actor("ops"))
+        .await?;
+    operator::reconcile(&store, p.as_ref(), "acme", false, actor("ops")).await?;
+    drain(&w, 50).await;
+    let after = status(&store, "acme").await;
+    assert_eq!(after.infra.status, ClientStatus::Ready, "{after:?}");
+    assert_ne!(after.infra.vm_id.as_ref().map(|v| v.as_str()), Some("vm-elsewhere"));
+    Ok(())
+}
+
+/// The restored copy knows the client's VM and volume; the timeline it
+/// threw away had made a second volume under a label naming the client.
+/// Deleting the client deletes what it records, and then it is not
+/// reported deleted while that volume lives: it blocks `labelled_orphan`
+/// naming it, and once the orphan is deleted a reconcile ends it deleted.
+async fn a_client_is_not_deleted_while_a_volume_labelled_for_it_lives(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    let c = ready(&store, &w, "acme").await;
+    p.with(|s| s.put_block("vol-extra", Label::new_dispatch(&c.id, ResourceKind::Volume).as_str()));
+    store.restore_declare("test: restored from a backup", now()).await?;
+    let inv = operator::inventory(&store, p.as_ref(), now()).await?;
+    assert_eq!(inv.orphans.len(), 1, "{inv:?}");
+    drain(&w, 50).await;
+    store.client_delete("acme", now(), 3).await?;
+    drain(&w, 50).await;
+    let blocked = status(&store, "acme").await;
+    assert_eq!(blocked.infra.blocked_reason, Some(BlockedReason::LabelledOrphan), "{blocked:?}");
+    assert!(blocked.infra.blocked_detail.as_deref().is_some_and(|d| d.contains("vol-extra")), "{blocked:?}");
+    assert!(p.with(|s| s.blocks.contains_key("vol-extra")));
+    operator::orphan_delete(&store, p.as_ref(), "vol-extra", "left by the lost timeline", actor("ops")).await?;
+    operator::reconcile(&store, p.as_ref(), "acme", false, actor("ops")).await?;
+    drain(&w, 50).await;
+    assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
+    p.with(|s| assert!(s.instances.is_empty() && s.blocks.is_empty(), "{:?} {:?}", s.instances, s.blocks));
     Ok(())
 }

@@ -15,6 +15,7 @@ fn res(receipt: ReceiptFacts, seen: Seen) -> Resource {
         updated: false,
         change: ChangeFacts::None,
         update_overdue: false,
+        orphans: vec![],
     }
 }
 
@@ -341,4 +342,47 @@ fn a_change_that_never_left_is_sent_again_up_to_the_limit() {
     check(i, Action::Change(K::Vm));
     let i = present(drifted_vm(unsent(MAX), plan_drift("v-1")), attached_volume(), ReceiptFacts::None);
     check_block(i, B::ProviderUnavailable);
+}
+
+fn orphan(id: &str, facts: Option<Facts>) -> Orphan {
+    Orphan { id: id.into(), facts }
+}
+
+fn with_orphans(mut r: Resource, orphans: Vec<Orphan>) -> Resource {
+    r.orphans = orphans;
+    r
+}
+
+#[test]
+fn a_first_create_adopts_the_one_matching_labelled_orphan_instead() {
+    // The VM's first create: a matching orphan is adopted, never created again.
+    let vm = with_orphans(none(), vec![orphan("vm-1", Some(ok("vm-1")))]);
+    check(present(vm, none(), ReceiptFacts::None), Action::AdoptOrphan(K::Vm, "vm-1".into()));
+    // The volume's first create right behind the VM's: the same.
+    let vm_out = unknown(0, Seen::NotRead);
+    let volume = with_orphans(none(), vec![orphan("vol-1", Some(vol("vol-1", None)))]);
+    check(present(vm_out, volume, ReceiptFacts::None), Action::AdoptOrphan(K::Volume, "vol-1".into()));
+}
+
+#[test]
+fn a_first_create_blocks_on_an_orphan_it_cannot_adopt() {
+    let mismatched = Facts { mismatch: Some("region ewr != ams".into()), ..ok("vm-1") };
+    for orphans in [
+        vec![orphan("vm-1", Some(mismatched))],
+        vec![orphan("vm-1", None)],
+        vec![orphan("vm-1", Some(ok("vm-1"))), orphan("vm-2", Some(ok("vm-2")))],
+    ] {
+        check_block(present(with_orphans(none(), orphans), none(), ReceiptFacts::None), B::LabelledOrphan);
+    }
+    let volume = with_orphans(none(), vec![orphan("vol-1", None)]);
+    check_block(present(unknown(0, Seen::NotRead), volume, ReceiptFacts::None), B::LabelledOrphan);
+}
+
+#[test]
+fn a_client_is_never_deleted_while_a_labelled_orphan_lives() {
+    let volume = with_orphans(none(), vec![orphan("vol-9", Some(vol("vol-9", None)))]);
+    check_block(absent(none(), volume), B::LabelledOrphan);
+    // Its recorded resources are deleted first, as ever.
+    let vm = with_orphans(known("vm-1", 0, Seen::NotRead), vec![orphan("vm-2", Some(ok("vm-2")))]);
+    check(absent(vm, none()), Action::Observe(K::Vm));
 }

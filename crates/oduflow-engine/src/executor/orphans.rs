@@ -1,0 +1,123 @@
+//! Labelled orphans in the run (docs/protocol.md §7): live resources whose
+//! label names this client and kind, recorded by the inventory pass after a
+//! restore, that no receipt of the client accounts for. The decision sees
+//! them (`Resource::orphans`) before a first create and before `deleted`;
+//! adopting one claims a receipt for it, so the create it stands for is
+//! never sent.
+
+use super::{Converge, Step, block_facts, create_digest, instance_facts, slot};
+use crate::EngineError;
+use oduflow_model::decide::Orphan;
+use oduflow_model::provider::Provider;
+use oduflow_model::*;
+use oduflow_store::{IdSource, NewReceipt, OrphanRow};
+
+/// One labelled orphan as this run read it, with the label to adopt it by.
+#[derive(Clone, Debug)]
+pub(super) struct Read {
+    pub(super) label: String,
+    pub(super) orphan: Orphan,
+}
+
+impl<'a, P: Provider> Converge<'a, P> {
+    /// Whether this step's decision needs the orphans: a kind without a
+    /// receipt yet (its first create is next), or a deletion (`deleted` is
+    /// next at some point).
+    pub(super) fn orphans_needed(&self, view: &super::View) -> bool {
+        #[cfg(feature = "failpoints")]
+        if crate::planted_bug("skip_label_check") {
+            // A planted bug: no look at the labelled orphans at all.
+            return false;
+        }
+        self.orphans.is_none() && (self.target == Target::Absent || view.cur.vm.is_none() || view.cur.volume.is_none())
+    }
+
+    /// Reads the client's open orphans, each by id, once per run (again
+    /// after an adoption).
+    pub(super) async fn read_orphans(&mut self, view: &super::View) -> Result<(), EngineError> {
+        let w = self.run.w;
+        let client = &self.run.infra.client_id;
+        let recorded: Vec<&str> = view.receipts.iter().filter_map(|r| r.resource_id.as_deref()).collect();
+        let rows: Vec<OrphanRow> = w.store.orphans_open_for_client(client).await?;
+        let mut read: [Vec<Read>; 2] = [vec![], vec![]];
+        for o in rows.into_iter().filter(|o| !recorded.contains(&o.resource_id.as_str())) {
+            // Only a label naming this client and kind stands for its first
+            // create; a receipt's label (a duplicate, an abandoned dispatch)
+            // names them too.
+            let Some((owner, kind)) = Label(o.label.clone()).owner() else { continue };
+            if &owner != client || kind == ResourceKind::Attach {
+                continue;
+            }
+            let facts = self.read_orphan(kind, &o).await?;
+            read[slot(kind)].push(Read { label: o.label, orphan: Orphan { id: o.resource_id, facts } });
+        }
+        self.orphans = Some(read);
+        Ok(())
+    }
+
+    async fn read_orphan(&self, kind: ResourceKind, o: &OrphanRow) -> Result<Option<decide::Facts>, EngineError> {
+        let w = self.run.w;
+        let spec = &self.run.infra.spec;
+        let failed = |e: provider::ProviderError| {
+            EngineError::ProviderRead(format!("labelled orphan {} {}: {e}", kind.as_str(), o.resource_id))
+        };
+        Ok(match kind {
+            ResourceKind::Vm => w
+                .provider
+                .instance_get(&VultrInstanceId(o.resource_id.clone()))
+                .await
+                .map_err(failed)?
+                .map(|i| instance_facts(spec, &o.label, i)),
+            _ => w
+                .provider
+                .block_get(&VultrBlockId(o.resource_id.clone()))
+                .await
+                .map_err(failed)?
+                .map(|b| block_facts(spec, &o.label, b)),
+        })
+    }
+
+    /// The orphans of `kind` the decision sees.
+    pub(super) fn orphans_of(&self, kind: ResourceKind) -> Vec<Orphan> {
+        self.orphans.as_ref().map(|o| o[slot(kind)].iter().map(|r| r.orphan.clone()).collect()).unwrap_or_default()
+    }
+
+    /// Claims a receipt of the current dispatch generation under the
+    /// orphan's own label and records its id: it is this client's resource
+    /// of that kind from now on, and its create is never sent.
+    pub(super) async fn adopt_orphan(mut self, kind: ResourceKind, id: String) -> Result<Step<'a, P>, EngineError> {
+        let w = self.run.w;
+        let label = self
+            .orphans
+            .as_ref()
+            .and_then(|o| o[slot(kind)].iter().find(|r| r.orphan.id == id))
+            .map(|r| r.label.clone())
+            .ok_or_else(|| EngineError::Invariant(format!("adopting {id}, which is no orphan of this run")))?;
+        let client = self.run.infra.client_id.clone();
+        let dg = self.run.infra.dispatch_generation(kind);
+        let op = OperationKey::new(&client, kind, dg);
+        let now = w.now_ms();
+        w.receipts
+            .claim(&NewReceipt {
+                operation_key: op.clone(),
+                client_ref: client.clone(),
+                resource_kind: kind,
+                dispatch_generation: dg,
+                label: Label(label.clone()),
+                region: self.run.infra.spec.region.clone(),
+                spec_digest: create_digest(&self.run.infra.spec, kind),
+                key_fingerprint: w.provider.key_fingerprint(),
+                claimed_ms: now,
+            })
+            .await?;
+        w.receipts.record_id(&op, &id, IdSource::AdoptedByLabel, now).await?;
+        let how = format!("adopted by the first provisioning of client {client} (its label names it)");
+        w.store.orphan_resolve(&id, &how, now).await?;
+        self.run.set_id(kind, Some(id.clone()));
+        self.run.event("orphan_adopted", serde_json::json!({ "kind": kind, "id": id, "label": label }));
+        // Read by id next, and the orphans again.
+        self.seen[slot(kind)].1 = decide::Seen::NotRead;
+        self.orphans = None;
+        Ok(Step::Next(self))
+    }
+}
