@@ -373,8 +373,40 @@ pub struct InventoryItem {
 /// label prefix with the receipts, from list pages (two listings, not one GET
 /// per resource). Clears a pending restore when it completes; after a
 /// restore, every record not yet deleted is reconciled (observes again).
+///
+/// It lists at once: for a provider without listing lag (tests), or a
+/// caller that waited itself. Commands use [`inventory_settled`].
 pub async fn inventory<P: Provider>(store: &Store, provider: &P, now_ms: i64) -> Result<Inventory> {
+    inventory_settled(store, provider, now_ms, 0).await
+}
+
+/// What a listing shows lags a create (docs/vultr.md): after a restore, a
+/// resource the discarded timeline made just before the restore was
+/// declared may be missing from a listing taken at once, and would then
+/// be created a second time. The pass lists only once this long has passed
+/// since the restore was declared (`ODUFLOW_LISTING_SETTLE_MS`).
+pub const LISTING_SETTLE_MS_DEFAULT: i64 = 10_000;
+
+/// [`inventory`], listing no sooner than `settle_ms` after a pending
+/// restore was declared (at most `settle_ms` of waiting).
+pub async fn inventory_settled<P: Provider>(
+    store: &Store,
+    provider: &P,
+    now_ms: i64,
+    settle_ms: i64,
+) -> Result<Inventory> {
     let after_restore = store.restore_pending().await?.is_some();
+    if after_restore && settle_ms > 0 {
+        let declared = store.events_by_kind("restore_declared").await?.last().map_or(now_ms, |e| e.at_ms);
+        let wait = (declared + settle_ms - now_ms).clamp(0, settle_ms);
+        if wait > 0 {
+            tracing::info!(
+                wait_ms = wait,
+                "inventory: waiting for the provider's listings to settle after the restore"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(wait as u64)).await;
+        }
+    }
     let instances = provider.instance_list().await?;
     let blocks = provider.block_list().await?;
     let receipts = store.receipts_all().await?;
@@ -410,7 +442,11 @@ pub async fn inventory<P: Provider>(store: &Store, provider: &P, now_ms: i64) ->
                     clients.get(&owner).map(|c| c.name.clone()),
                     &match clients.get(&owner) {
                         Some(c) => format!("no receipt carries this label; it names {}'s {}", c.name, k.as_str()),
-                        None => format!("no receipt carries this label; it names client {owner}, unknown here"),
+                        None => format!(
+                            "no receipt carries this label; it names client {owner}, unknown here (made after the \
+                             backup this copy was restored from?): `oduflow client create NAME --recover {owner}` \
+                             with its spec brings it back, and adopts it"
+                        ),
                     },
                 )),
                 None => inv.orphans.push(item(None, "no receipt carries this label, and it names no client")),

@@ -77,6 +77,15 @@ impl ClientId {
     pub fn new_v7() -> Self {
         Self(uuid::Uuid::now_v7().to_string())
     }
+
+    /// A client id as the labels and `oduflow orphan list` show it (a
+    /// UUID, written lower-case and hyphenated).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match uuid::Uuid::parse_str(s.trim()) {
+            Ok(u) => Ok(Self(u.to_string())),
+            Err(_) => Err(format!("{s:?} is not a client id: a client id is a UUID, as a label names it")),
+        }
+    }
 }
 
 /// Hex digits of randomness that make a dispatch's label unique among its

@@ -902,7 +902,7 @@ pub async fn credentials_rotate(
         (status = 502, body = ErrorBody)))]
 pub async fn inventory(State(s): State<AppState>) -> ApiResult<Json<operator::Inventory>> {
     let provider = s.acting_provider()?;
-    let inv = operator::inventory(s.store(), provider.as_ref(), s.now_ms()).await?;
+    let inv = operator::inventory_settled(s.store(), provider.as_ref(), s.now_ms(), s.listing_settle_ms()).await?;
     provider.flush_budget().await;
     Ok(Json(inv))
 }

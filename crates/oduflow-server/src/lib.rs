@@ -66,6 +66,9 @@ struct Inner {
     /// `[profile.NAME]` sets a create may name, and the hostname default.
     profiles: std::collections::BTreeMap<String, oduflow_model::SpecInput>,
     spec_defaults: oduflow_model::SpecDefaults,
+    /// How long after a declared restore the inventory lists
+    /// (`oduflow_engine::operator::inventory_settled`).
+    listing_settle_ms: i64,
 }
 
 impl AppState {
@@ -87,7 +90,21 @@ impl AppState {
     fn build(store: Store, provider: Option<Arc<VultrClient>>, attempts_max: i32, clock: SharedClock) -> Self {
         let (profiles, spec_defaults) = Default::default();
         let provider = std::sync::RwLock::new(provider);
-        Self { inner: Arc::new(Inner { store, provider, clock, attempts_max, profiles, spec_defaults }) }
+        let listing_settle_ms = oduflow_engine::operator::LISTING_SETTLE_MS_DEFAULT;
+        let inner = Inner { store, provider, clock, attempts_max, profiles, spec_defaults, listing_settle_ms };
+        Self { inner: Arc::new(inner) }
+    }
+
+    /// How long after a declared restore `POST /api/v1/inventory` lists
+    /// (`ODUFLOW_LISTING_SETTLE_MS`, as `oduflow reconcile --all`).
+    pub fn with_listing_settle_ms(mut self, ms: i64) -> Self {
+        let inner = Arc::get_mut(&mut self.inner).expect("settings are set before the state is shared");
+        inner.listing_settle_ms = ms;
+        self
+    }
+
+    pub(crate) fn listing_settle_ms(&self) -> i64 {
+        self.inner.listing_settle_ms
     }
 
     /// The profiles `POST /api/v1/clients` may name, and the defaults its

@@ -480,8 +480,29 @@ impl Store {
         now_ms: i64,
         attempts_max: i32,
     ) -> Result<ClientRow> {
+        self.client_create_as(name, spec, None, now_ms, attempts_max).await
+    }
+
+    /// [`Store::client_create`], under a given id when `recover` names one:
+    /// a client this database does not know (created after the backup it
+    /// was restored from) comes back under the id its resources' labels
+    /// name, so its first provisioning adopts them. Refused when the name
+    /// or the id is taken.
+    pub async fn client_create_as(
+        &self,
+        name: &ClientName,
+        spec: &ClientSpec,
+        recover: Option<&oduflow_model::ClientId>,
+        now_ms: i64,
+        attempts_max: i32,
+    ) -> Result<ClientRow> {
         crate::named("client_create", async move {
-            let id = oduflow_model::ClientId::new_v7();
+            if let Some(id) = recover
+                && (self.client_get_by_id(id).await?.is_some() || self.client_get(name.as_str()).await?.is_some())
+            {
+                return Err(StoreError::ClientExists(format!("{name} (or client id {id})")));
+            }
+            let id = recover.cloned().unwrap_or_else(oduflow_model::ClientId::new_v7);
             // A spec without a hostname (built by `ClientSpec::parse`) gets
             // the client's name: never the dispatch label.
             let mut spec = spec.clone();
@@ -559,7 +580,7 @@ impl Store {
                 let job = NewJob::for_client(&id, JobKind::Provision, 1, now_ms, attempts_max);
                 queue::job_insert(&mut *tx, &job).await?;
                 queue::event_insert(&mut *tx, Some(&id), "client_created", &serde_json::json!({
-                    "name": name.as_str(), "spec": spec,
+                    "name": name.as_str(), "spec": spec, "recovered": recover.is_some(),
                 }), now_ms).await?;
                 tx.commit().await?;
             });

@@ -287,6 +287,13 @@ pub(crate) enum ClientCmd {
         /// first create).
         #[arg(long = "no-preflight")]
         no_preflight: bool,
+        /// Bring back a client this database does not know (created after
+        /// the backup it was restored from) under the id its resources'
+        /// labels name (`oduflow reconcile --all` and `oduflow orphan list`
+        /// show it): its first provisioning adopts its VM and volume
+        /// instead of creating them again.
+        #[arg(long, value_name = "CLIENT_ID")]
+        recover: Option<String>,
         #[arg(long)]
         json: bool,
     },

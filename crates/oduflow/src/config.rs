@@ -29,6 +29,7 @@ struct FileConfig {
     attempts_max: Option<i64>,
     ready_wait_ms: Option<i64>,
     bulk_view: Option<bool>,
+    listing_settle_ms: Option<i64>,
     /// Refused with a clear message if present.
     api_key: Option<toml::Value>,
     /// The DNS identity: an A record `<client>.<domain>` for each client.
@@ -91,6 +92,9 @@ pub struct Config {
     /// Watch first provisioning through shared listings (issue 19); on by
     /// default, `ODUFLOW_BULK_VIEW=false` or `bulk_view = false` turns it off.
     pub bulk_view: bool,
+    /// How long after a declared restore the inventory pass (`reconcile
+    /// --all`, `POST /api/v1/inventory`) lists: a listing lags a create.
+    pub listing_settle_ms: i64,
     pub dns: Option<DnsConfig>,
     pub adapters: Vec<oduflow_engine::command_adapter::CommandAdapterConfig>,
     /// Profiles by name, their user data files read.
@@ -159,6 +163,13 @@ const LEASE_MS: Num = Num { env: "ODUFLOW_LEASE_MS", key: "lease_ms", default: 1
 const SHUTDOWN_GRACE_MS: Num =
     Num { env: "ODUFLOW_SHUTDOWN_GRACE_MS", key: "shutdown_grace_ms", default: 60_000, min: 0, max: 3_600_000 };
 const ATTEMPTS_MAX: Num = Num { env: "ODUFLOW_ATTEMPTS_MAX", key: "attempts_max", default: 10, min: 1, max: 1_000_000 };
+const LISTING_SETTLE_MS: Num = Num {
+    env: "ODUFLOW_LISTING_SETTLE_MS",
+    key: "listing_settle_ms",
+    default: oduflow_engine::operator::LISTING_SETTLE_MS_DEFAULT,
+    min: 0,
+    max: 3_600_000,
+};
 const READY_WAIT_MS: Num =
     Num { env: "ODUFLOW_READY_WAIT_MS", key: "ready_wait_ms", default: 0, min: 0, max: 30 * DAY_MS };
 
@@ -237,6 +248,7 @@ impl Config {
             attempts_max: i32::try_from(ATTEMPTS_MAX.read(fc.attempts_max, file.as_deref())?)?,
             ready_wait_ms: READY_WAIT_MS.read(fc.ready_wait_ms, file.as_deref())?,
             bulk_view: env_bool("ODUFLOW_BULK_VIEW")?.or(fc.bulk_view).unwrap_or(true),
+            listing_settle_ms: LISTING_SETTLE_MS.read(fc.listing_settle_ms, file.as_deref())?,
             dns: match env("ODUFLOW_DNS_DOMAIN") {
                 Some(domain) => Some(DnsConfig { domain, ttl: default_ttl() }),
                 None => fc.dns,

@@ -30,6 +30,7 @@ oduflow_store::on_both_stores!(
     a_restore_that_lost_the_receipts_adopts_the_labelled_resources,
     a_labelled_orphan_that_does_not_match_blocks_the_first_create,
     a_client_is_not_deleted_while_a_volume_labelled_for_it_lives,
+    a_client_made_after_the_backup_is_recovered_with_its_resources,
 );
 
 async fn ready(store: &Store, w: &Worker<MemoryProvider>, name: &str) -> ClientRow {
@@ -789,5 +790,38 @@ async fn a_client_is_not_deleted_while_a_volume_labelled_for_it_lives(store: Sto
     drain(&w, 50).await;
     assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
     p.with(|s| assert!(s.instances.is_empty() && s.blocks.is_empty(), "{:?} {:?}", s.instances, s.blocks));
+    Ok(())
+}
+
+/// A client created after the backup the database was restored from is
+/// unknown to the restored copy; its VM and volume live on under labels
+/// naming its id. The inventory names that id and the command that brings
+/// the client back; created again under that id, its first provisioning
+/// adopts both (no create is sent), and it ends ready on them.
+async fn a_client_made_after_the_backup_is_recovered_with_its_resources(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    let lost = ClientId::new_v7();
+    p.with(|s| {
+        s.put_vm("vm-of-lost", Label::new_dispatch(&lost, ResourceKind::Vm).as_str());
+        s.put_block("vol-of-lost", Label::new_dispatch(&lost, ResourceKind::Volume).as_str());
+    });
+    store.restore_declare("test: restored from a backup", now()).await?;
+    let inv = operator::inventory(&store, p.as_ref(), now()).await?;
+    assert_eq!(inv.orphans.len(), 2, "{inv:?}");
+    let recover = format!("--recover {lost}");
+    assert!(inv.orphans.iter().all(|o| o.note.contains(&recover)), "{inv:?}");
+    let name = ClientName::parse("late")?;
+    let c = store.client_create_as(&name, &spec(), Some(&lost), now(), 3).await?;
+    assert_eq!(c.id, lost);
+    // Not twice, nor under a name or an id already taken.
+    assert!(store.client_create_as(&name, &spec(), Some(&ClientId::new_v7()), now(), 3).await.is_err());
+    assert!(store.client_create_as(&ClientName::parse("other")?, &spec(), Some(&lost), now(), 3).await.is_err());
+    drain(&w, 50).await;
+    let after = status(&store, "late").await;
+    assert_eq!(after.infra.status, ClientStatus::Ready, "{after:?}");
+    assert_eq!(after.infra.vm_id.as_ref().map(|v| v.as_str()), Some("vm-of-lost"));
+    assert_eq!(after.infra.volume_id.as_ref().map(|v| v.as_str()), Some("vol-of-lost"));
+    p.with(|s| assert!(s.creates_per_label.is_empty(), "a create was sent: {:?}", s.creates_per_label));
     Ok(())
 }

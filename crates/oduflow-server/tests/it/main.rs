@@ -89,6 +89,7 @@ impl H {
             ..Default::default()
         };
         let state = AppState::new(store.clone(), provider.clone(), 5)
+            .with_listing_settle_ms(0)
             .with_profiles([("web".to_owned(), web)].into_iter().collect(), Default::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());

@@ -10,15 +10,16 @@ use oduflow_store::StoreError;
 
 pub async fn run(cfg: &Config, c: ClientCmd) -> Result<()> {
     match c {
-        ClientCmd::Create { name, spec, no_preflight, json } => {
+        ClientCmd::Create { name, spec, no_preflight, recover, json } => {
             // Validate everything before opening the database.
             let name = ClientName::parse(&name)?;
+            let recover = recover.map(|id| ClientId::parse(&id)).transpose().map_err(BadInput)?;
             let spec = resolve(cfg, &name, *spec)?;
             let store = open(cfg).await?;
             if !no_preflight {
                 preflight(cfg, &store, &spec).await?;
             }
-            let row = store.client_create(&name, &spec, now_ms(), cfg.attempts_max).await?;
+            let row = store.client_create_as(&name, &spec, recover.as_ref(), now_ms(), cfg.attempts_max).await?;
             print_client(&store, &row, json, false).await
         }
         ClientCmd::Update { name, change, json } => {

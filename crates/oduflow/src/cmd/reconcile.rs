@@ -19,7 +19,7 @@ pub async fn run(
     if all {
         let store = open(cfg).await?;
         let provider = provider(cfg, &store, "reconcile")?;
-        let inv = operator::inventory(&store, provider.as_ref(), now_ms()).await?;
+        let inv = operator::inventory_settled(&store, provider.as_ref(), now_ms(), cfg.listing_settle_ms).await?;
         provider.flush_budget().await;
         return print_inventory(&inv, json);
     }

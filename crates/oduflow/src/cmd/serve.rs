@@ -72,7 +72,8 @@ pub async fn serve(cfg: &Config, args: ServeArgs) -> Result<()> {
         }
     });
     let state = match &provider {
-        Some(p) => oduflow_server::AppState::new(store, p.clone(), cfg.attempts_max),
+        Some(p) => oduflow_server::AppState::new(store, p.clone(), cfg.attempts_max)
+            .with_listing_settle_ms(cfg.listing_settle_ms),
         None => oduflow_server::AppState::read_only(store, cfg.attempts_max),
     }
     .with_profiles(cfg.profiles.clone(), cfg.spec_defaults.clone());
