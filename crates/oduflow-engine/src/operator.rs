@@ -631,6 +631,8 @@ pub async fn orphan_delete<P: Provider>(
     };
     let Some(label) = label else {
         store.orphan_resolve(id, "gone: the provider answered 404", now_ms).await?;
+        let client = o.client_ref.as_deref().map(ClientId::from);
+        reconcile_blocked_by_orphan(store, client.as_ref(), actor).await?;
         return Ok(OrphanDeleted { id: id.into(), kind: o.kind, confirmed: true, note: "already gone (404)".into() });
     };
     if label != o.label {
@@ -690,6 +692,7 @@ pub async fn orphan_delete<P: Provider>(
             writer.mark_deleted(&r.operation_key, now_ms).await?;
         }
         store.orphan_resolve(id, &format!("deleted on the attestation of {by}: {reason}"), now_ms).await?;
+        reconcile_blocked_by_orphan(store, client.as_ref(), actor).await?;
         return Ok(OrphanDeleted {
             id: id.into(),
             kind: o.kind,
@@ -704,6 +707,18 @@ pub async fn orphan_delete<P: Provider>(
         note: "DELETE accepted, but the provider still shows it; `oduflow reconcile --all` confirms once it is gone"
             .into(),
     })
+}
+
+/// The client an orphan's label names, blocked `labelled_orphan`, runs
+/// again once that orphan is gone: deleting it was the resolution.
+async fn reconcile_blocked_by_orphan(store: &Store, client: Option<&ClientId>, actor: Actor<'_>) -> Result<()> {
+    let Some(c) = client else { return Ok(()) };
+    if let Some(c) = store.client_get_by_id(c).await?
+        && c.infra.blocked_reason == Some(BlockedReason::LabelledOrphan)
+    {
+        store.client_reconcile(&c.name, &[], actor.by, actor.now_ms, actor.attempts_max).await?;
+    }
+    Ok(())
 }
 
 /// After a restore, before the queue runs again. A restored copy cannot

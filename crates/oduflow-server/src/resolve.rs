@@ -169,12 +169,12 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
                 out.push(r(
                     format!("oduflow orphan delete {id} --by WHO --reason WHY"),
                     "if it should not live (a wrong region or size; a leftover of the discarded timeline): \
-                     deleted and confirmed by a 404; then reconcile",
+                     deleted and confirmed by a 404, and the client runs again",
                 ));
             }
             out.push(reconcile(
-                "after either, or after `oduflow reconcile --all` no longer lists it: provisions or deletes the \
-                 client on what is left",
+                "once `oduflow reconcile --all` no longer lists it (deleted or relabelled in the Vultr console): \
+                 provisions or deletes the client on what is left",
             ));
             out
         }

@@ -219,6 +219,16 @@ impl World {
                 s.client_delete(n, t, 3).await.unwrap();
                 Ok(())
             }
+            ["oduflow", "orphan", "adopt", id] => {
+                operator::orphan_adopt(s, p, id, operator::Actor { by: "ops", now_ms: t, attempts_max: 3 })
+                    .await
+                    .map(drop)
+            }
+            ["oduflow", "orphan", "delete", id, "--by", by, "--reason", why] => {
+                operator::orphan_delete(s, p, id, why, operator::Actor { by, now_ms: t, attempts_max: 3 })
+                    .await
+                    .map(drop)
+            }
             ["oduflow", "credentials", "rotate"] => {
                 match operator::credentials_rotate(s, p, operator::Actor { by: "ops", now_ms: t, attempts_max: 3 })
                     .await
@@ -282,6 +292,35 @@ async fn ready_world() -> World {
     w.drain().await;
     assert_eq!(w.client().await.infra.status, ClientStatus::Ready);
     w
+}
+
+/// A restore lost the client's receipts; the VM its first provisioning
+/// made lives on under a label naming it, in another region than the spec
+/// says: it cannot be adopted as it is, and no second VM is made beside it.
+#[tokio::test]
+async fn labelled_orphan() {
+    let setup = || async {
+        let w = World::new().await;
+        w.create().await;
+        let c = w.client().await;
+        w.p.with(|s| {
+            s.put_vm("vm-lost", Label::new_dispatch(&c.id, ResourceKind::Vm).as_str());
+            s.instances.get_mut("vm-lost").unwrap().region = "ams".into();
+        });
+        w.store.restore_declare("test: restored", now()).await.unwrap();
+        operator::inventory(&w.store, w.p.as_ref(), now()).await.unwrap();
+        w
+    };
+    every_suggestion!(BlockedReason::LabelledOrphan, setup(), |w, cmd| {
+        if cmd.contains("adopt") {
+            // It is the client's after all: moved back where the spec says.
+            w.p.with(|s| s.instances.get_mut("vm-lost").unwrap().region = "ewr".into());
+        } else if !cmd.contains("delete") {
+            // Deleted in the console, and the inventory no longer lists it.
+            w.p.with(|s| s.instances.remove("vm-lost"));
+            operator::inventory(&w.store, w.p.as_ref(), now()).await.unwrap();
+        }
+    });
 }
 
 /// A plan the memory provider does not list as an upgrade.
@@ -808,6 +847,7 @@ fn every_reason_is_covered() {
         // suggested commands: crates/oduflow/tests/it/dns.rs.
         BlockedReason::DnsRecordForeign,
         BlockedReason::UncertainDnsRecord,
+        BlockedReason::LabelledOrphan,
     ];
     for r in BlockedReason::ALL {
         assert!(covered.contains(r), "{r:?} has no suggestion test");
