@@ -1,6 +1,7 @@
 //! End-to-end tests of the `oduflow` binary: the CLI contract, several worker
 //! processes on one PostgreSQL, and workers killed with SIGKILL mid-job.
 
+mod boot;
 mod protocol;
 mod rate;
 mod servers;

@@ -1,0 +1,137 @@
+//! A worker that meets an outage: a SQLite commit that failed (the disk
+//! full), a database that stops answering, a provider or a database that is
+//! down when the worker starts. It waits, within named bounds, logs a
+//! bounded number of lines, and resumes by itself, saying so once; only what
+//! waiting cannot fix (a refused key, a bad URL) exits 2 at once.
+
+use super::*;
+use std::io::{BufRead, BufReader};
+use std::sync::{Arc, Mutex};
+
+/// The lines a child process writes on standard error, as they come, each
+/// with when it came.
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<(Instant, String)>>>);
+
+impl Lines {
+    /// Reads `child`'s standard error on a thread of its own.
+    fn of(child: &mut std::process::Child) -> Lines {
+        let lines = Lines::default();
+        let out = lines.clone();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines() {
+                let Ok(l) = l else { return };
+                out.0.lock().unwrap().push((Instant::now(), l));
+            }
+        });
+        lines
+    }
+
+    fn all(&self) -> String {
+        self.0.lock().unwrap().iter().map(|(_, l)| l.as_str()).collect::<Vec<_>>().join("\n")
+    }
+
+    /// The log lines at warn or error that came in `from..to`.
+    fn loud_between(&self, from: Instant, to: Instant) -> Vec<String> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(t, l)| *t >= from && *t < to && (l.contains(" ERROR ") || l.contains(" WARN ")))
+            .map(|(_, l)| l.clone())
+            .collect()
+    }
+
+    fn count(&self, needle: &str) -> usize {
+        self.0.lock().unwrap().iter().filter(|(_, l)| l.contains(needle)).count()
+    }
+
+    /// Waits (at most `bound`) for a line containing `needle`.
+    fn wait_for(&self, needle: &str, bound: Duration) {
+        let start = Instant::now();
+        while self.count(needle) == 0 {
+            assert!(start.elapsed() < bound, "no line with {needle:?} within {bound:?}:\n{}", self.all());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// `oduflow ARGS` as `env.cmd` runs it, through a shell that ignores
+/// SIGXFSZ first (the disposition carries over the `exec`): a write past
+/// the process's file size limit then fails with EFBIG, as a write to a
+/// full disk fails with ENOSPC, instead of killing the process.
+fn ignoring_sigxfsz(env: &Env, args: &[&str]) -> Command {
+    let like = env.cmd(args);
+    let mut c = Command::new("sh");
+    c.arg("-c").arg("trap '' XFSZ; exec \"$0\" \"$@\"").arg(BIN).args(like.get_args());
+    c.current_dir(like.get_current_dir().unwrap());
+    for (k, v) in like.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c
+}
+
+/// Sets the soft file size limit of process `pid` (`prlimit`): `0` makes
+/// every write to a file fail, `unlimited` lifts it.
+fn file_size_limit(pid: u32, soft: &str) {
+    let ok = Command::new("prlimit")
+        .args(["--pid", &pid.to_string(), &format!("--fsize={soft}:unlimited")])
+        .status()
+        .expect("prlimit (util-linux) runs")
+        .success();
+    assert!(ok, "prlimit --pid {pid} --fsize={soft} failed");
+}
+
+/// Waits (at most `bound`) until `job` is done.
+async fn wait_done(store: &Store, job: JobId, bound: Duration, lines: &Lines) {
+    let start = Instant::now();
+    while store.job_get(job).await.unwrap().unwrap().state != JobState::Done {
+        assert!(start.elapsed() < bound, "job {job} not done within {bound:?}:\n{}", lines.all());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The hole: a SQLite commit that fails on a full disk (here: every write
+/// past the process's file size limit fails) is rolled back by SQLite
+/// itself, the driver's own ROLLBACK then fails, and the connection went
+/// back to the pool still counting an open transaction: every later claim
+/// failed with "attempted to call begin_with at non-zero transaction
+/// depth", for ever, about ten lines a second. Now such a connection is
+/// closed, the worker logs its first failure and then at most one line per
+/// interval, and once the file can be written again it runs the job and
+/// says so in one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_worker_whose_commits_failed_resumes_once_the_file_is_writable_again() {
+    let env = Env::sqlite().await;
+    env.ok(&["init"]);
+    let store = env.store().await;
+    let clients = settled_clients(&store, 1).await;
+    env.ok(&["worker", "--until-settled"]);
+    let mut child = ignoring_sigxfsz(&env, &["worker", "--concurrency", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = Lines::of(&mut child);
+    lines.wait_for("oduflow worker ", Duration::from_secs(30));
+    file_size_limit(child.id(), "0");
+    let outage = Instant::now();
+    let job = store.job_enqueue(&noop_job(&clients[0], 0)).await.unwrap().id();
+    // The claim's commit fails while the limit holds.
+    lines.wait_for(" ERROR ", Duration::from_secs(30));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let loud = lines.loud_between(outage, Instant::now());
+    assert_eq!(store.job_get(job).await.unwrap().unwrap().state, JobState::Queued, "{}", lines.all());
+    file_size_limit(child.id(), "unlimited");
+    wait_done(&store, job, Duration::from_secs(30), &lines).await;
+    lines.wait_for("resumed", Duration::from_secs(10));
+    service::service_stop(&mut child);
+    assert!(loud.len() <= 3, "{} lines at warn or error in 3 s of outage:\n{}", loud.len(), loud.join("\n"));
+    assert_eq!(lines.count("resumed"), 1, "{}", lines.all());
+    assert_eq!(lines.count("non-zero transaction depth"), 0, "{}", lines.all());
+    println!("{}", lines.all());
+}
