@@ -147,6 +147,30 @@ pub enum StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+impl StoreError {
+    /// Whether waiting may cure it: nothing answering (refused, reset,
+    /// timed out), a pool that timed out waiting, a PostgreSQL server at its
+    /// connection limit, starting, stopping or in a connection exception
+    /// (SQLSTATE classes 08, 53, 57), a database that does not accept
+    /// connections now (55000), a SQLite file busy or locked. Not a bad
+    /// URL, a missing database or schema, a refused password.
+    pub fn is_transient(&self) -> bool {
+        let (StoreError::Db(e) | StoreError::DbOp { source: e, .. }) = self else { return false };
+        match e {
+            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => true,
+            sqlx::Error::Database(d) => match d.code().as_deref() {
+                // PostgreSQL's SQLSTATE: five characters.
+                Some(c) if c.len() == 5 => matches!(&c[..2], "08" | "53" | "57") || c == "55000",
+                // SQLite's (extended) result code, at most four digits:
+                // SQLITE_BUSY, SQLITE_LOCKED.
+                Some(c) => c.parse::<i64>().is_ok_and(|n| matches!(n & 0xff, 5 | 6)),
+                None => false,
+            },
+            _ => false,
+        }
+    }
+}
+
 /// Runs a store operation; a database error it ends in names it.
 /// How long `Store::probe` waits while a PostgreSQL server answers "too
 /// many clients" or "starting up": as long as a pool waits for a connection

@@ -135,3 +135,112 @@ async fn a_sqlite_worker_whose_commits_failed_resumes_once_the_file_is_writable_
     assert_eq!(lines.count("non-zero transaction depth"), 0, "{}", lines.all());
     println!("{}", lines.all());
 }
+
+/// Waits for `child` to exit, at most `bound` (then kills it and fails).
+fn wait_exit(child: &mut std::process::Child, bound: Duration, lines: &Lines) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            // Its last lines, read on their own thread.
+            std::thread::sleep(Duration::from_millis(100));
+            return st;
+        }
+        if start.elapsed() > bound {
+            let _ = child.kill();
+            panic!("the process did not exit within {bound:?}:\n{}", lines.all());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A port on this host where nothing listens (yet).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Starts `oduflow worker --until-settled` (with `settings` in its
+/// environment), its standard error read as it comes.
+fn worker_until_settled(env: &Env, settings: &[(&str, &str)]) -> (std::process::Child, Lines) {
+    let mut c = env.cmd(&["worker", "--until-settled", "--concurrency", "1"]);
+    for (k, v) in settings {
+        c.env(k, v);
+    }
+    let mut child = c.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let lines = Lines::of(&mut child);
+    (child, lines)
+}
+
+/// The hole: a worker whose Vultr API did not answer at start (nothing
+/// listening yet: a network blip at boot) exited 2 at once, which the units
+/// in `deploy/` never restart. Now it tries again, one line each time,
+/// starts once the API answers, and runs the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_while_the_provider_is_down_waits_and_starts() {
+    let env = Env::sqlite().await;
+    env.ok(&["init"]);
+    let store = env.store().await;
+    let clients = settled_clients(&store, 1).await;
+    let job = store.job_enqueue(&noop_job(&clients[0], 0)).await.unwrap().id();
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/v2");
+    let (mut child, lines) = worker_until_settled(&env, &[("ODUFLOW_VULTR_URL", &url)]);
+    lines.wait_for("trying again", Duration::from_secs(30));
+    assert!(child.try_wait().unwrap().is_none(), "the worker exited:\n{}", lines.all());
+    let sim_cfg = oduflow_sim::SimConfig { rate_per_sec: 1000, ..oduflow_sim::SimConfig::default() }.with_key(KEY);
+    let _sim = oduflow_sim::Sim::start(sim_cfg, format!("127.0.0.1:{port}").parse().unwrap()).await.unwrap();
+    let status = wait_exit(&mut child, Duration::from_secs(60), &lines);
+    assert_eq!(status.code(), Some(0), "{}", lines.all());
+    assert_eq!(store.job_get(job).await.unwrap().unwrap().state, JobState::Done, "{}", lines.all());
+    assert_eq!(lines.count("oduflow worker worker-"), 1, "{}", lines.all());
+    assert!(!lines.all().contains(KEY), "the key was echoed:\n{}", lines.all());
+}
+
+/// A worker whose Vultr API stays down past `ODUFLOW_STARTUP_RETRY_MS`
+/// exits 1 (restarted by the units), naming the limit and the last
+/// failure; a refused key still exits 2 at once (one line, the key never
+/// echoed), having sent nothing but `GET /account`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_provider_stays_down_exits_1_after_its_limit_and_a_refused_key_exits_2_at_once() {
+    let env = Env::sqlite().await;
+    env.ok(&["init"]);
+    let url = format!("http://127.0.0.1:{}/v2", free_port());
+    let (mut child, lines) =
+        worker_until_settled(&env, &[("ODUFLOW_VULTR_URL", &url), ("ODUFLOW_STARTUP_RETRY_MS", "5000")]);
+    let status = wait_exit(&mut child, Duration::from_secs(60), &lines);
+    assert_eq!(status.code(), Some(1), "{}", lines.all());
+    assert_eq!(lines.count("startup_retry_exhausted"), 1, "{}", lines.all());
+    assert!(lines.count("trying again") >= 1, "{}", lines.all());
+    let start = Instant::now();
+    let o = env.cmd(&["worker", "--until-settled"]).env("VULTR_API_KEY", "not-the-key").output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("refused the key"), "{err}");
+    assert!(!err.contains("not-the-key"), "the key was echoed: {err}");
+    assert!(start.elapsed() < Duration::from_secs(30), "a refused key waited {:?}", start.elapsed());
+}
+
+/// The hole: a worker whose PostgreSQL database did not accept connections
+/// at start (a restart, a failover) exited at once. Now it tries again,
+/// starts once the database answers, and runs the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_while_the_database_is_down_waits_and_starts() {
+    let env = Env::postgres().await;
+    env.ok(&["init"]);
+    let store = env.store().await;
+    let clients = settled_clients(&store, 1).await;
+    let job = store.job_enqueue(&noop_job(&clients[0], 0)).await.unwrap().id();
+    store.close().await;
+    oduflow_store::testing::pg_allow_connections(&env.url, false).await.unwrap();
+    let (mut child, lines) = worker_until_settled(&env, &[]);
+    let down = lines.clone();
+    let waited = tokio::task::spawn_blocking(move || down.wait_for("trying again", Duration::from_secs(30)));
+    let seen = waited.await;
+    oduflow_store::testing::pg_allow_connections(&env.url, true).await.unwrap();
+    seen.unwrap();
+    let status = wait_exit(&mut child, Duration::from_secs(60), &lines);
+    assert_eq!(status.code(), Some(0), "{}", lines.all());
+    let store = env.store().await;
+    assert_eq!(store.job_get(job).await.unwrap().unwrap().state, JobState::Done, "{}", lines.all());
+    oduflow_store::testing::close_and_drop(&store).await;
+}
