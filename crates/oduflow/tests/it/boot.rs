@@ -244,3 +244,37 @@ async fn a_worker_started_while_the_database_is_down_waits_and_starts() {
     assert_eq!(store.job_get(job).await.unwrap().unwrap().state, JobState::Done, "{}", lines.all());
     oduflow_store::testing::close_and_drop(&store).await;
 }
+
+/// The same outage on PostgreSQL: a running worker whose database stops
+/// accepting connections logs its first failure and then nothing more for
+/// the next seconds (it retried and logged every 100 ms, per loop), and
+/// once the database answers again runs the queued job and says so in one
+/// line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_database_refuses_connections_logs_a_bounded_number_of_lines_and_resumes() {
+    let env = Env::postgres().await;
+    env.ok(&["init"]);
+    let store = env.store().await;
+    let clients = settled_clients(&store, 1).await;
+    env.ok(&["worker", "--until-settled"]);
+    let mut child =
+        env.cmd(&["worker", "--concurrency", "2"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let lines = Lines::of(&mut child);
+    lines.wait_for("oduflow worker ", Duration::from_secs(30));
+    oduflow_store::testing::pg_allow_connections(&env.url, false).await.unwrap();
+    let outage = Instant::now();
+    let down = lines.clone();
+    let seen = tokio::task::spawn_blocking(move || down.wait_for(" ERROR ", Duration::from_secs(30))).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let loud = lines.loud_between(outage, Instant::now());
+    oduflow_store::testing::pg_allow_connections(&env.url, true).await.unwrap();
+    seen.unwrap();
+    let store = env.store().await;
+    let job = store.job_enqueue(&noop_job(&clients[0], 0)).await.unwrap().id();
+    wait_done(&store, job, Duration::from_secs(30), &lines).await;
+    lines.wait_for("resumed", Duration::from_secs(10));
+    service::service_stop(&mut child);
+    assert!(loud.len() <= 3, "{} lines at warn or error in 3 s of outage:\n{}", loud.len(), loud.join("\n"));
+    assert_eq!(lines.count("resumed"), 1, "{}", lines.all());
+    oduflow_store::testing::close_and_drop(&store).await;
+}
