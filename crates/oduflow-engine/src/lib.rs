@@ -16,11 +16,13 @@ mod executor;
 mod fleet_view;
 pub mod memory;
 pub mod operator;
+mod outage;
 mod receipt_writer;
 mod run_stats;
 mod worker;
 
 pub use fleet_view::{FleetView, ViewFigures};
+pub use outage::{OUTAGE_REPORT_EVERY_MS, Outage};
 pub use receipt_writer::ReceiptWriter;
 pub use run_stats::{HistogramSnapshot, RunResult, RunStats};
 pub use worker::*;

@@ -42,6 +42,8 @@ pub struct Worker<P> {
     pub stats: Arc<crate::RunStats>,
     /// The bulk view of instances and blocks, shared by this process's runs.
     pub view: Arc<crate::FleetView>,
+    /// What its loops have said about failing steps, shared by them.
+    pub outage: Arc<crate::Outage>,
 }
 
 impl<P> Clone for Worker<P> {
@@ -56,6 +58,7 @@ impl<P> Clone for Worker<P> {
             adapters: self.adapters.clone(),
             stats: self.stats.clone(),
             view: self.view.clone(),
+            outage: self.outage.clone(),
         }
     }
 }
@@ -76,6 +79,7 @@ impl<P: Provider> Worker<P> {
             adapters: Arc::new(vec![]),
             stats: Arc::default(),
             view: Arc::default(),
+            outage: Arc::default(),
         }
     }
 
@@ -319,6 +323,7 @@ impl<P: Provider> Worker<P> {
             match step.await {
                 Ok(Some((now, status))) => {
                     failing_since = None;
+                    self.outage.succeeded(now);
                     if until_settled && status.is_settled() {
                         return Ok(());
                     }
@@ -332,7 +337,10 @@ impl<P: Provider> Worker<P> {
                         _ = stop.changed() => {}
                     }
                 }
-                Ok(None) => failing_since = None,
+                Ok(None) => {
+                    failing_since = None;
+                    self.outage.succeeded(self.now_ms());
+                }
                 Err(e) => {
                     let e: EngineError = e;
                     let since = *failing_since.get_or_insert_with(|| self.now_ms());
@@ -340,8 +348,9 @@ impl<P: Provider> Worker<P> {
                         tracing::error!(error = %error_chain(&e), "every step failed for {} s: stopping", STORE_OUTAGE_MAX_MS / 1000);
                         return Err(e);
                     }
-                    // The store is unreachable or refused: back off, keep going.
-                    tracing::error!(error = %error_chain(&e), "worker step failed");
+                    // The store is unreachable or refused: back off, keep
+                    // going, and say so a bounded number of times.
+                    self.outage.failed(self.now_ms(), &error_chain(&e));
                     tokio::time::sleep(Duration::from_millis(self.cfg.idle_ms.max(100))).await;
                 }
             }

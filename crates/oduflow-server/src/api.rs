@@ -219,6 +219,8 @@ pub struct QueueView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
     pub status: String,
+    /// `ok`: it answered a query just now.
+    pub database: String,
 }
 
 // ---- requests ------------------------------------------------------------
@@ -396,12 +398,20 @@ fn attestation(field: &str, v: &str, max: usize) -> ApiResult<String> {
 
 // ---- handlers ------------------------------------------------------------
 
-/// Liveness; the only route open without a token. Says nothing about the
-/// data.
+/// How long `/health` waits for the database's answer to one query.
+pub const HEALTH_DB_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Liveness, and whether the database answers one query within
+/// [`HEALTH_DB_WAIT`] (else 503 `database_down`); the only route open
+/// without a token. Says nothing about the data.
 #[utoipa::path(get, path = "/health", tag = "system", security(()),
-    responses((status = 200, body = Health)))]
-pub async fn health() -> Json<Health> {
-    Json(Health { status: "ok".into() })
+    responses((status = 200, body = Health), (status = 503, body = ErrorBody)))]
+pub async fn health(State(s): State<AppState>) -> ApiResult<Json<Health>> {
+    match tokio::time::timeout(HEALTH_DB_WAIT, s.store().schema_version()).await {
+        Ok(Ok(_)) => Ok(Json(Health { status: "ok".into(), database: "ok".into() })),
+        Ok(Err(e)) => Err(ApiError::DatabaseDown(Some(e))),
+        Err(_) => Err(ApiError::DatabaseDown(None)),
+    }
 }
 
 /// Every client, optionally filtered.

@@ -51,6 +51,10 @@ pub enum ApiError {
     /// The database failed; the cause is logged, not shown.
     #[error("the database is unavailable; try again")]
     Store(#[source] StoreError),
+    /// `/health`: the database did not answer one query within
+    /// `HEALTH_DB_WAIT` (no cause) or failed it; the cause is logged.
+    #[error("the database is down: it did not answer one query within 2 s")]
+    DatabaseDown(#[source] Option<StoreError>),
     /// The provider failed during an operator action; the cause is logged.
     #[error("the provider could not be reached or answered an error; try again")]
     Provider(#[source] oduflow_model::provider::ProviderError),
@@ -67,7 +71,7 @@ pub struct ErrorDetail {
     /// Stable machine-readable code: bad_request, invalid_input,
     /// unsupported_media_type, payload_too_large, unauthorized, not_found,
     /// method_not_allowed, conflict, refused, read_only, key_mismatch,
-    /// unavailable, provider_error.
+    /// unavailable, database_down, provider_error.
     pub code: String,
     /// Human-readable explanation; never internal detail.
     pub message: String,
@@ -88,6 +92,7 @@ impl ApiError {
             ApiError::ReadOnly => "read_only",
             ApiError::KeyMismatch(_) => "key_mismatch",
             ApiError::Store(_) => "unavailable",
+            ApiError::DatabaseDown(_) => "database_down",
             ApiError::Provider(_) => "provider_error",
         }
     }
@@ -105,7 +110,7 @@ impl ApiError {
                 StatusCode::CONFLICT
             }
             // Not the caller's fault and worth retrying.
-            ApiError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Store(_) | ApiError::DatabaseDown(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Provider(_) => StatusCode::BAD_GATEWAY,
         }
     }

@@ -49,6 +49,26 @@ use sqlx::{PgPool, SqlitePool};
 use std::str::FromStr;
 use std::time::Duration;
 
+/// Whether a SQLite connection given back to the pool may serve again:
+/// not if it still counts an open transaction. A COMMIT that fails on a
+/// full disk or an I/O error is rolled back by SQLite itself; the driver's
+/// own ROLLBACK (queued when the failed transaction was dropped) then fails
+/// with "no transaction is active", and the driver goes on counting one
+/// open: every later `BEGIN` on that connection failed ("attempted to call
+/// begin_with at non-zero transaction depth"), for ever. Such a connection
+/// is closed; the pool opens a fresh one when it is next needed. The ping
+/// first lets the queued ROLLBACK run, so a transaction it did end counts
+/// as ended. Said at debug: the caller reports the failure that led here.
+async fn sqlite_fit_for_reuse(c: &mut sqlx::SqliteConnection) -> std::result::Result<bool, sqlx::Error> {
+    use sqlx::Connection;
+    c.ping().await?;
+    let fit = !c.is_in_transaction();
+    if !fit {
+        tracing::debug!("a SQLite connection left inside a failed transaction is closed, not reused");
+    }
+    Ok(fit)
+}
+
 /// How long a SQLite connection waits for the single writer before giving up.
 /// Write transactions here last milliseconds; 30 s covers a loaded machine.
 const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -126,6 +146,30 @@ pub enum StoreError {
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+impl StoreError {
+    /// Whether waiting may cure it: nothing answering (refused, reset,
+    /// timed out), a pool that timed out waiting, a PostgreSQL server at its
+    /// connection limit, starting, stopping or in a connection exception
+    /// (SQLSTATE classes 08, 53, 57), a database that does not accept
+    /// connections now (55000), a SQLite file busy or locked. Not a bad
+    /// URL, a missing database or schema, a refused password.
+    pub fn is_transient(&self) -> bool {
+        let (StoreError::Db(e) | StoreError::DbOp { source: e, .. }) = self else { return false };
+        match e {
+            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => true,
+            sqlx::Error::Database(d) => match d.code().as_deref() {
+                // PostgreSQL's SQLSTATE: five characters.
+                Some(c) if c.len() == 5 => matches!(&c[..2], "08" | "53" | "57") || c == "55000",
+                // SQLite's (extended) result code, at most four digits:
+                // SQLITE_BUSY, SQLITE_LOCKED.
+                Some(c) => c.parse::<i64>().is_ok_and(|n| matches!(n & 0xff, 5 | 6)),
+                None => false,
+            },
+            _ => false,
+        }
+    }
+}
 
 /// Runs a store operation; a database error it ends in names it.
 /// How long `Store::probe` waits while a PostgreSQL server answers "too
@@ -298,6 +342,7 @@ impl Store {
                     let pool = SqlitePoolOptions::new()
                         .max_connections(max_connections)
                         .acquire_timeout(SQLITE_BUSY_TIMEOUT)
+                        .after_release(|c, _| Box::pin(sqlite_fit_for_reuse(c)))
                         .connect_with(opts)
                         .await
                         .map_err(|e| match e {

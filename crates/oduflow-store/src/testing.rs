@@ -469,6 +469,22 @@ pub async fn pg_terminate_all_sessions(url: &str) -> KitResult<usize> {
     terminate_sessions(&mut admin().await?, db).await
 }
 
+/// PostgreSQL: lets the database at `url` accept connections or not
+/// (`ALTER DATABASE ... ALLOW_CONNECTIONS`, from the admin database); when
+/// not, its sessions are terminated too, so it is down for every client:
+/// a new connection is refused with SQLSTATE 55000.
+pub async fn pg_allow_connections(url: &str, allow: bool) -> KitResult<()> {
+    let db = url.rsplit_once('/').map(|(_, d)| d).unwrap_or_default();
+    let db = db.split('?').next().unwrap_or_default();
+    let mut admin = admin().await?;
+    let sql = format!("ALTER DATABASE {} ALLOW_CONNECTIONS {allow}", ident(db));
+    sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut admin).await?;
+    if !allow {
+        terminate_sessions(&mut admin, db).await?;
+    }
+    Ok(())
+}
+
 /// Every (table, column) of the schema, sorted, for the migration parity
 /// check (the two backends' migrations must build the same tables).
 pub async fn schema_columns(store: &Store) -> KitResult<Vec<(String, String)>> {

@@ -26,6 +26,7 @@ struct FileConfig {
     concurrency: Option<i64>,
     lease_ms: Option<i64>,
     shutdown_grace_ms: Option<i64>,
+    startup_retry_ms: Option<i64>,
     attempts_max: Option<i64>,
     ready_wait_ms: Option<i64>,
     bulk_view: Option<bool>,
@@ -84,6 +85,9 @@ pub struct Config {
     /// way finish before it cuts them and exits 1. The service units' stop
     /// timeout (`TimeoutStopSec`) must be longer.
     pub shutdown_grace_ms: i64,
+    /// How long a starting worker keeps trying a database or a Vultr API
+    /// that does not answer yet (`crate::startup`).
+    pub startup_retry_ms: i64,
     /// How long a VM may stay short of active/ok (a volume short of active)
     /// before its client blocks `not_ready`; 0: derived from the polling
     /// limit (observations_max x poll_interval_ms x 6).
@@ -162,6 +166,8 @@ const CONCURRENCY: Num = Num { env: "ODUFLOW_CONCURRENCY", key: "concurrency", d
 const LEASE_MS: Num = Num { env: "ODUFLOW_LEASE_MS", key: "lease_ms", default: 120_000, min: 1, max: 7 * DAY_MS };
 const SHUTDOWN_GRACE_MS: Num =
     Num { env: "ODUFLOW_SHUTDOWN_GRACE_MS", key: "shutdown_grace_ms", default: 60_000, min: 0, max: 3_600_000 };
+const STARTUP_RETRY_MS: Num =
+    Num { env: "ODUFLOW_STARTUP_RETRY_MS", key: "startup_retry_ms", default: 300_000, min: 0, max: DAY_MS };
 const ATTEMPTS_MAX: Num = Num { env: "ODUFLOW_ATTEMPTS_MAX", key: "attempts_max", default: 10, min: 1, max: 1_000_000 };
 const LISTING_SETTLE_MS: Num = Num {
     env: "ODUFLOW_LISTING_SETTLE_MS",
@@ -245,6 +251,7 @@ impl Config {
             concurrency: usize::try_from(CONCURRENCY.read(fc.concurrency, file.as_deref())?)?,
             lease_ms: LEASE_MS.read(fc.lease_ms, file.as_deref())?,
             shutdown_grace_ms: SHUTDOWN_GRACE_MS.read(fc.shutdown_grace_ms, file.as_deref())?,
+            startup_retry_ms: STARTUP_RETRY_MS.read(fc.startup_retry_ms, file.as_deref())?,
             attempts_max: i32::try_from(ATTEMPTS_MAX.read(fc.attempts_max, file.as_deref())?)?,
             ready_wait_ms: READY_WAIT_MS.read(fc.ready_wait_ms, file.as_deref())?,
             bulk_view: env_bool("ODUFLOW_BULK_VIEW")?.or(fc.bulk_view).unwrap_or(true),

@@ -12,6 +12,7 @@ mod logs;
 mod output;
 mod setup;
 mod signals;
+mod startup;
 
 use anyhow::Result;
 use clap::Parser;

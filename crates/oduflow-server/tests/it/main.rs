@@ -299,6 +299,24 @@ oduflow_store::on_both_stores!(
 
 // ---- authentication --------------------------------------------------------
 
+/// The hole: `/health` said 200 "ok" whatever the database did, so a
+/// monitor saw a healthy server that answered every other request 503.
+/// Now it asks the database one query (at most 2 s): 503 `database_down`
+/// while the database refuses connections, 200 again once it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_says_when_the_database_is_down() {
+    let db = oduflow_store::testing::TestDb::new(oduflow_store::Backend::Postgres).await;
+    let h = h_of(&db).await;
+    let (s, v) = json_of(h.http.get(h.url("/health")).send().await.unwrap()).await;
+    assert_eq!(s, 200, "{v}");
+    oduflow_store::testing::pg_allow_connections(&db.url, false).await.unwrap();
+    let down = json_of(h.http.get(h.url("/health")).send().await.unwrap()).await;
+    oduflow_store::testing::pg_allow_connections(&db.url, true).await.unwrap();
+    assert_eq!((down.0, down.1["error"]["code"].as_str()), (503, Some("database_down")), "{}", down.1);
+    let (s, v) = json_of(h.http.get(h.url("/health")).send().await.unwrap()).await;
+    assert_eq!((s, v["status"].as_str(), v["database"].as_str()), (200, Some("ok"), Some("ok")), "{v}");
+}
+
 #[tokio::test]
 async fn health_is_open_and_every_other_route_needs_a_valid_token() {
     let h = H::start().await;

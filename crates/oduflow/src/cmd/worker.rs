@@ -8,7 +8,6 @@ use crate::setup::{identity_adapters, now_ms, provider};
 use anyhow::{Context, Result};
 use oduflow_engine::{SystemClock, Worker};
 use oduflow_model::provider::Provider;
-use oduflow_store::Store;
 use std::sync::Arc;
 
 /// How often a running worker checks this host's high-water mark.
@@ -53,7 +52,13 @@ pub async fn run(
         }
         engine.concurrency = n;
     }
-    let store = Store::connect_sized(&cfg.database_url, false, 2 * engine.concurrency as u32 + 4).await?;
+    // A database or a Vultr API that does not answer yet is waited for,
+    // within `startup_retry_ms` (crate::startup); a stop meanwhile ends the
+    // worker before its first claim.
+    let Some(store) = crate::startup::store(cfg, 2 * engine.concurrency as u32 + 4, &stop).await? else {
+        eprintln!("oduflow worker: stopped during start-up");
+        return Ok(());
+    };
     let provider = provider(cfg, &store, "worker")?;
     if let Some(why) = lineage::check(&store, now_ms()).await? {
         anyhow::bail!("restore pending ({why}): run `oduflow reconcile --all` before starting workers");
@@ -62,15 +67,9 @@ pub async fn run(
     // accepts the key (GET /account). A wrong URL or key would otherwise turn
     // every unbound client's create into a rejection; here it is one line
     // and nothing is sent.
-    // Its refusal is the one line that reports a failure here: the
-    // adapter's warnings about it would repeat it.
-    if let Err(e) = oduflow_vultr::failures_reported_by_caller(provider.account_get()).await {
-        return Err(BadInput(format!(
-            "preflight: GET {}/account failed with the configured key ({}): {e}; nothing was sent",
-            cfg.vultr_url.trim_end_matches('/'),
-            provider.fingerprint().short()
-        ))
-        .into());
+    if crate::startup::account(cfg, &provider, &stop).await?.is_none() {
+        eprintln!("oduflow worker: stopped during start-up");
+        return Ok(());
     }
     let adapters = identity_adapters(cfg, provider.as_ref())?;
     // Bound before the first claim: a busy address is one line, and no job

@@ -1,6 +1,7 @@
 //! End-to-end tests of the `oduflow` binary: the CLI contract, several worker
 //! processes on one PostgreSQL, and workers killed with SIGKILL mid-job.
 
+mod boot;
 mod protocol;
 mod rate;
 mod servers;
@@ -132,8 +133,8 @@ oduflow_store::on_both_stores!(
     sigkill_after_create_keeps_receipt,
 );
 
-/// A worker with a key Vultr refuses, a base URL that is not Vultr, or a
-/// scheme it cannot speak says so in one line, exits 2, and sends nothing
+/// A worker with a key Vultr refuses, a base URL that is not Vultr's API,
+/// or a scheme it cannot speak says so in one line, exits 2, and sends nothing
 /// for any client (issue 12: a wrong new key used to turn every unbound
 /// client's create into a rejection).
 async fn worker_checks_its_footing_before_any_request(env: Env) {
@@ -141,13 +142,12 @@ async fn worker_checks_its_footing_before_any_request(env: Env) {
     env.create_client("acme");
     // What `client create` read for its preflight, with the right key.
     let before = env.sim.ledger().request_log.len();
-    let dead = format!(
-        "http://127.0.0.1:{}/v2",
-        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-    );
+    // Something that answers, but not as Vultr's API (the simulator
+    // without its /v2); nothing listening is waited for (boot.rs).
+    let not_vultr = env.sim.base_url.trim_end_matches('/').trim_end_matches("/v2").to_owned() + "/nope";
     for (var, value) in [
         ("VULTR_API_KEY", "not-the-key"),
-        ("ODUFLOW_VULTR_URL", dead.as_str()),
+        ("ODUFLOW_VULTR_URL", not_vultr.as_str()),
         ("ODUFLOW_VULTR_URL", "ftp://example.com/v2"),
     ] {
         let o = env.cmd(&["worker", "--until-settled"]).env(var, value).output().unwrap();
