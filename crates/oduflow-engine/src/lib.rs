@@ -10,6 +10,7 @@
 //! - the job's main transaction is committed once, at the end of the run;
 //! - nothing waits on the provider inside a job: it re-runs later instead.
 
+mod clock;
 pub mod command_adapter;
 pub mod current;
 mod executor;
@@ -20,6 +21,7 @@ mod receipt_writer;
 mod run_stats;
 mod worker;
 
+pub use clock::{DB_CLOCK_RESAMPLE, DbClock};
 pub use fleet_view::{FleetView, ViewFigures};
 pub use receipt_writer::ReceiptWriter;
 pub use run_stats::{HistogramSnapshot, RunResult, RunStats};
