@@ -136,6 +136,9 @@ impl SendGuard for RunGuard {
 pub(crate) struct JobTimes {
     pub due_ms: i64,
     pub created_ms: i64,
+    /// The job is an operator's reconcile (`oduflow_store::RECONCILE_PAYLOAD`):
+    /// it reads by id, never from the bulk view (docs/protocol.md §3.6).
+    pub reconcile: bool,
 }
 
 pub(crate) async fn converge<P: Provider>(
@@ -275,6 +278,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         }
         let target = run.infra.target;
         let first_provisioning = target == Target::Present
+            && !job.reconcile
             && run.infra.spec_generation == 0
             && matches!(infra0.status, ClientStatus::Pending | ClientStatus::Provisioning);
         run.infra.status = match target {

@@ -10,6 +10,7 @@
 //! - the job's main transaction is committed once, at the end of the run;
 //! - nothing waits on the provider inside a job: it re-runs later instead.
 
+mod clock;
 pub mod command_adapter;
 pub mod current;
 mod executor;
@@ -21,6 +22,7 @@ mod receipt_writer;
 mod run_stats;
 mod worker;
 
+pub use clock::{DB_CLOCK_RESAMPLE, DbClock};
 pub use fleet_view::{FleetView, ViewFigures};
 pub use outage::{OUTAGE_REPORT_EVERY_MS, Outage};
 pub use receipt_writer::ReceiptWriter;
@@ -101,13 +103,44 @@ pub trait Clock: Send + Sync + 'static {
     fn now_ms(&self) -> i64;
 }
 
+/// The host's wall clock (with the test hook below).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> i64 {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+        host_now_ms()
     }
+}
+
+/// The host's wall clock in epoch milliseconds. In test builds (the
+/// `failpoints` feature) `ODUFLOW_CLOCK_OFFSET_MS` (signed milliseconds) is
+/// added to every reading, so a test can run a process whose host clock is
+/// wrong by minutes or hours.
+pub fn host_now_ms() -> i64 {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    ms.saturating_add(host_clock_offset_ms())
+}
+
+#[cfg(feature = "failpoints")]
+fn host_clock_offset_ms() -> i64 {
+    static OFFSET: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *OFFSET.get_or_init(|| match std::env::var("ODUFLOW_CLOCK_OFFSET_MS") {
+        Err(_) => 0,
+        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+            // A test hook only: a test that asked for a wrong clock and
+            // silently got the right one could not fail.
+            panic!("ODUFLOW_CLOCK_OFFSET_MS={v:?}: expected signed milliseconds")
+        }),
+    })
+}
+
+#[cfg(not(feature = "failpoints"))]
+fn host_clock_offset_ms() -> i64 {
+    0
 }
 
 pub type SharedClock = Arc<dyn Clock>;

@@ -213,7 +213,11 @@ impl<P: Provider> Worker<P> {
             match job.kind {
                 JobKind::Noop => self.noop(claim).await,
                 JobKind::Provision | JobKind::Deprovision => {
-                    let times = executor::JobTimes { due_ms: job.run_after_ms, created_ms: job.created_ms };
+                    let times = executor::JobTimes {
+                        due_ms: job.run_after_ms,
+                        created_ms: job.created_ms,
+                        reconcile: job.payload.get(oduflow_store::RECONCILE_PAYLOAD).is_some_and(|v| v == true),
+                    };
                     match executor::converge(self, infra, claim.fence(), times).await {
                         Ok(f) => f,
                         // The record moved on while the run was in flight: it

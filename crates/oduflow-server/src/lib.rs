@@ -107,6 +107,14 @@ impl AppState {
         self.inner.listing_settle_ms
     }
 
+    /// Times its writes on `clock` (`oduflow serve`: the database's clock,
+    /// so they order with the workers' times).
+    pub fn with_shared_clock(mut self, clock: SharedClock) -> Self {
+        let inner = Arc::get_mut(&mut self.inner).expect("the clock is set before the state is shared");
+        inner.clock = clock;
+        self
+    }
+
     /// The profiles `POST /api/v1/clients` may name, and the defaults its
     /// specs resolve with (as `oduflow client create` has them).
     pub fn with_profiles(

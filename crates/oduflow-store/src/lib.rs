@@ -22,6 +22,7 @@
 
 mod budget;
 mod changes;
+mod clock;
 mod operator;
 mod orphans;
 mod queue;
@@ -272,8 +273,13 @@ impl BeginWrite for SqlitePool {
     }
 }
 
+/// The payload key that marks a job made by an operator's reconcile: its
+/// runs read by id, never from the bulk view (docs/protocol.md §3.6), so no
+/// listing older than the reconcile can answer it, whatever the clocks say.
+pub const RECONCILE_PAYLOAD: &str = "reconcile";
+
 /// The migration this build needs (the last in [`Store::migrate`]).
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 12;
 
 /// The default database: a SQLite file in the working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://oduflow.db";
@@ -420,6 +426,7 @@ impl Store {
                     (8, "changes", include_str!("../migrations/postgres/0008_changes.sql")),
                     (9, "identity ownership", include_str!("../migrations/postgres/0009_identity_ownership.sql")),
                     (10, "listed", include_str!("../migrations/postgres/0010_listed.sql")),
+                    (12, "clock", include_str!("../migrations/postgres/0012_clock.sql")),
                 ],
                 Db::Sqlite(_) => &[
                     (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
@@ -432,6 +439,7 @@ impl Store {
                     (8, "changes", include_str!("../migrations/sqlite/0008_changes.sql")),
                     (9, "identity ownership", include_str!("../migrations/sqlite/0009_identity_ownership.sql")),
                     (10, "listed", include_str!("../migrations/sqlite/0010_listed.sql")),
+                    (12, "clock", include_str!("../migrations/sqlite/0012_clock.sql")),
                 ],
             };
             let migrator = Migrator::with_migrations(

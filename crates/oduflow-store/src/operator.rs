@@ -77,7 +77,9 @@ impl Store {
                 sqlx::query("UPDATE adapter_state SET failures = 0 WHERE client_id = $1").bind(&id).execute(&mut *tx).await?;
                 let id = ClientId(id);
                 let kind = match target { Target::Present => JobKind::Provision, Target::Absent => JobKind::Deprovision };
-                job_insert(&mut *tx, &NewJob::for_client(&id, kind, generation, now_ms, attempts_max)).await?;
+                let mut job = NewJob::for_client(&id, kind, generation, now_ms, attempts_max);
+                job.payload = serde_json::json!({ crate::RECONCILE_PAYLOAD: true });
+                job_insert(&mut *tx, &job).await?;
                 event_insert(&mut *tx, Some(&id), "reconcile_requested", &serde_json::json!({
                     "by": actor, "generation": generation,
                     "new_dispatch": advance.iter().map(|(k, g)| serde_json::json!({ "kind": k, "dispatch_generation": g })).collect::<Vec<_>>(),

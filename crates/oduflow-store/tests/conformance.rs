@@ -269,3 +269,19 @@ async fn database_errors_name_the_operation(store: Store) {
     let e = store.receipts_all().await.expect_err("a closed pool answers");
     assert!(e.to_string().starts_with("receipts_all: "), "{e}");
 }
+
+/// SQLite's clock (docs/protocol.md §4.1) starts no earlier than the newest
+/// time recorded in the file, and a host clock stepped back afterwards does
+/// not move it back: every later reading comes from the boot's one anchor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sqlite_clock_never_starts_behind_the_file_nor_follows_a_step_back() {
+    let (_db, s) = sqlite().await;
+    let host = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let day = 86_400_000;
+    let spec = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
+    s.client_create(&ClientName::parse("ahead").unwrap(), &spec, host + day, 3).await.unwrap();
+    let first = s.clock_now_ms(host).await.unwrap();
+    assert!(first >= host + day, "the clock started at {first}, behind the file's newest time {}", host + day);
+    let later = s.clock_now_ms(host - 3_600_000).await.unwrap();
+    assert!(later >= first, "a host clock stepped back moved the database's clock back: {later} < {first}");
+}

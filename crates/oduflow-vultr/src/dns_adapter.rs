@@ -179,7 +179,13 @@ pub fn same_data(rtype: &str, a: &str, b: &str) -> bool {
     }
 }
 
-fn now_ms() -> i64 {
+/// The clock an adapter records and compares times with (epoch ms).
+pub type NowMs = std::sync::Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// The host's wall clock: the default until [`DnsAdapter::with_clock`]
+/// gives the process's clock, whose times order events across processes
+/// (a record claimed by one worker is looked at by another).
+fn host_now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
@@ -196,11 +202,23 @@ pub struct DnsAdapter {
     ttl: i64,
     /// The shared zone view; the lock also makes concurrent refreshes one.
     view: tokio::sync::Mutex<Option<ZoneView>>,
+    clock: NowMs,
 }
 
 impl DnsAdapter {
     pub fn new(client: VultrClient, domain: String, ttl: i64) -> Self {
-        Self { client, domain, ttl, view: tokio::sync::Mutex::new(None) }
+        Self { client, domain, ttl, view: tokio::sync::Mutex::new(None), clock: std::sync::Arc::new(host_now_ms) }
+    }
+
+    /// Records and compares times on `clock` (the process's database
+    /// clock) instead of the host's.
+    pub fn with_clock(mut self, clock: NowMs) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    fn now_ms(&self) -> i64 {
+        (self.clock)()
     }
 
     pub fn domain(&self) -> &str {
@@ -223,7 +241,7 @@ impl DnsAdapter {
         if let Some(z) = v.as_ref().filter(|z| z.taken_ms >= min_taken_ms) {
             return Ok(z.clone());
         }
-        let taken_ms = now_ms();
+        let taken_ms = self.now_ms();
         let records = self
             .client
             .dns_record_list(&self.domain)
@@ -271,7 +289,7 @@ impl DnsAdapter {
             if o.records[i].lost_ms.is_none() {
                 // The worker stopped before the answer was recorded: the
                 // create may have been applied until now.
-                o.records[i].lost_ms = Some(now_ms());
+                o.records[i].lost_ms = Some(self.now_ms());
             }
             let rec = o.records[i].clone();
             if self.zone_of(&rec) != self.domain {
@@ -351,7 +369,7 @@ impl DnsAdapter {
     /// A record of a conflicting type at `name` that this client does not
     /// own, from a zone view at most [`ZONE_VIEW_FRESH_MS`] old.
     async fn foreign(&self, t: &IdentityTarget, name: &str, o: &Owned) -> Result<(), AdapterError> {
-        let z = self.zone(now_ms() - ZONE_VIEW_FRESH_MS).await?;
+        let z = self.zone(self.now_ms() - ZONE_VIEW_FRESH_MS).await?;
         let Some(r) = z
             .records
             .iter()
@@ -387,7 +405,7 @@ impl DnsAdapter {
             data: data.to_owned(),
             ttl: self.ttl,
             id: None,
-            claimed_ms: now_ms(),
+            claimed_ms: self.now_ms(),
             lost: None,
             lost_ms: None,
             listings: 0,
@@ -423,7 +441,7 @@ impl DnsAdapter {
             }
             Outcome::Unknown { reason } => {
                 o.records[last].lost = Some(reason.clone());
-                o.records[last].lost_ms = Some(now_ms());
+                o.records[last].lost_ms = Some(self.now_ms());
                 Self::save(own, o).await?;
                 Err(AdapterError::Pending(format!(
                     "the create of {what} got no answer ({reason}); a zone listing decides"
@@ -495,8 +513,8 @@ impl DnsAdapter {
 
     /// Drops an owned record Vultr answers 404 for, unless it is too fresh
     /// for a 404 to prove anything. `true` when dropped.
-    async fn forget_gone(o: &mut Owned, own: &dyn Ownership, i: usize) -> Result<bool, AdapterError> {
-        if now_ms() - o.records[i].claimed_ms < RECORD_GET_LAG_MS && !o.records[i].deleting {
+    async fn forget_gone(&self, o: &mut Owned, own: &dyn Ownership, i: usize) -> Result<bool, AdapterError> {
+        if self.now_ms() - o.records[i].claimed_ms < RECORD_GET_LAG_MS && !o.records[i].deleting {
             return Ok(false);
         }
         o.records.remove(i);
@@ -527,7 +545,7 @@ impl DnsAdapter {
                 return Ok(format!("{what} (record {}, updated in place)", o.records[i].id.as_deref().unwrap_or("")));
             }
             // Gone at Vultr (deleted in the console, say): a new one.
-            if !Self::forget_gone(o, own, i).await? {
+            if !self.forget_gone(o, own, i).await? {
                 return Err(AdapterError::Failed(format!(
                     "record {} answers 404; read again later",
                     o.records[i].id.as_deref().unwrap_or("")
@@ -585,7 +603,7 @@ impl IdentityAdapter for DnsAdapter {
                 let zone = self.zone_of(&o.records[i]).to_owned();
                 match self.record_in(&zone, &id).await? {
                     Some(r) => seen.push(Some(r)),
-                    None if Self::forget_gone(&mut o, own, i).await? => continue,
+                    None if self.forget_gone(&mut o, own, i).await? => continue,
                     None => seen.push(None),
                 }
                 i += 1;
@@ -647,7 +665,7 @@ impl DnsAdapter {
             Self::save(own, o).await?;
         }
         match self.client.dns_record_delete(&zone, &DnsRecordId(id.clone())).await {
-            Ok(DeleteOutcome::NotFound) if !earlier && now_ms() - o.records[i].claimed_ms < RECORD_GET_LAG_MS => {
+            Ok(DeleteOutcome::NotFound) if !earlier && self.now_ms() - o.records[i].claimed_ms < RECORD_GET_LAG_MS => {
                 Err(AdapterError::Pending(format!("record {id} answers 404 to its DELETE so soon after its create")))
             }
             Ok(DeleteOutcome::Sent | DeleteOutcome::NotFound) => {

@@ -4,12 +4,14 @@
 use crate::config::{BadInput, Config};
 use crate::lineage;
 use anyhow::Result;
-use oduflow_engine::{Clock, SystemClock};
 use oduflow_store::Store;
 use std::sync::Arc;
 
-pub(crate) fn now_ms() -> i64 {
-    SystemClock.now_ms()
+/// The database's clock now (docs/protocol.md §4.1), for a command that
+/// writes times once: they order with the workers' times whatever this
+/// host's clock says.
+pub(crate) async fn now_ms(store: &Store) -> Result<i64> {
+    Ok(oduflow_engine::DbClock::now_once(store).await?)
 }
 
 pub(crate) async fn open(cfg: &Config) -> Result<Store> {
@@ -37,7 +39,7 @@ pub(crate) fn redacted_url(url: &str) -> String {
 /// restored copy has been reconciled with the provider's inventory (this
 /// host's high-water mark tells, or a declared restore).
 pub(crate) async fn refuse_if_restored(store: &Store) -> Result<()> {
-    if let Some(why) = lineage::check(store, now_ms()).await? {
+    if let Some(why) = lineage::check(store, now_ms(store).await?).await? {
         anyhow::bail!("restore pending ({why}): run `oduflow reconcile --all` first");
     }
     Ok(())
@@ -167,13 +169,19 @@ pub(crate) fn process_name(role: &str) -> String {
 }
 
 /// The configured identity adapters, DNS first.
+/// `clock`: the process's database clock, on which the DNS adapter records
+/// and compares its times.
 pub(crate) fn identity_adapters(
     cfg: &Config,
     vultr: &oduflow_vultr::VultrClient,
+    clock: &oduflow_engine::SharedClock,
 ) -> Result<Vec<Arc<dyn oduflow_model::identity::IdentityAdapter>>> {
     let mut out: Vec<Arc<dyn oduflow_model::identity::IdentityAdapter>> = vec![];
     if let Some(d) = &cfg.dns {
-        out.push(Arc::new(oduflow_vultr::dns_adapter::DnsAdapter::new(vultr.clone(), d.domain.clone(), d.ttl)));
+        let clock = clock.clone();
+        let dns = oduflow_vultr::dns_adapter::DnsAdapter::new(vultr.clone(), d.domain.clone(), d.ttl)
+            .with_clock(Arc::new(move || clock.now_ms()));
+        out.push(Arc::new(dns));
     }
     for a in &cfg.adapters {
         out.push(Arc::new(oduflow_engine::command_adapter::CommandAdapter::new(a.clone()).map_err(BadInput)?));

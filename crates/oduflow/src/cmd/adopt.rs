@@ -22,7 +22,7 @@ pub async fn adopt(cfg: &Config, name: &str, kind: &str, id: &str, by: &str) -> 
     let store = open(cfg).await?;
     let provider = provider(cfg, &store, "adopt")?;
     refuse_if_restored(&store).await?;
-    let actor = Actor { by, now_ms: now_ms(), attempts_max: cfg.attempts_max };
+    let actor = Actor { by, now_ms: now_ms(&store).await?, attempts_max: cfg.attempts_max };
     let row = operator::adopt(&store, provider.as_ref(), name, kind, id, actor).await?;
     print_client(&store, &row, false, false).await
 }
@@ -37,7 +37,7 @@ pub async fn abandon(cfg: &Config, name: &str, kind: &str, by: &str, reason: &st
     let kind = ResourceKind::parse(kind).expect("clap checked");
     let store = open(cfg).await?;
     refuse_if_restored(&store).await?;
-    let actor = Actor { by, now_ms: now_ms(), attempts_max: cfg.attempts_max };
+    let actor = Actor { by, now_ms: now_ms(&store).await?, attempts_max: cfg.attempts_max };
     let row = operator::abandon(&store, name, kind, reason, actor).await?;
     print_client(&store, &row, false, false).await
 }
@@ -102,7 +102,7 @@ impl DnsOwnership {
     /// operator's event, and queues the client's work again.
     async fn save(self, cfg: &Config, event: &str, detail: serde_json::Value, by: &str) -> Result<()> {
         let ledger = oduflow_store::ReceiptLedger::new(self.store.clone());
-        let now = now_ms();
+        let now = now_ms(&self.store).await?;
         let put = ledger.adapter_owned_put(&self.row.id, "dns", &self.owned.to_value(), self.version, now).await?;
         if put.is_none() {
             anyhow::bail!(
@@ -152,7 +152,9 @@ pub async fn adopt_dns(cfg: &Config, name: &str, id: &str, by: &str) -> Result<(
         ))
         .into());
     }
-    d.owned.adopt(&domain, &rec, by, now_ms()).map_err(|e| BadInput(format!("{e}; nothing was recorded")))?;
+    d.owned
+        .adopt(&domain, &rec, by, now_ms(&d.store).await?)
+        .map_err(|e| BadInput(format!("{e}; nothing was recorded")))?;
     let detail = serde_json::json!({ "by": by, "record": id, "type": rec.record_type, "data": rec.data });
     d.save(cfg, "dns_record_adopted", detail, by).await
 }

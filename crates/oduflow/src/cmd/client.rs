@@ -19,7 +19,8 @@ pub async fn run(cfg: &Config, c: ClientCmd) -> Result<()> {
             if !no_preflight {
                 preflight(cfg, &store, &spec).await?;
             }
-            let row = store.client_create_as(&name, &spec, recover.as_ref(), now_ms(), cfg.attempts_max).await?;
+            let row =
+                store.client_create_as(&name, &spec, recover.as_ref(), now_ms(&store).await?, cfg.attempts_max).await?;
             print_client(&store, &row, json, false).await
         }
         ClientCmd::Update { name, change, json } => {
@@ -59,7 +60,7 @@ pub async fn run(cfg: &Config, c: ClientCmd) -> Result<()> {
             if let Some(plan) = &update.plan {
                 plan_check(cfg, &store, &name, plan).await?;
             }
-            let row = store.client_update(&name, &update, now_ms(), cfg.attempts_max).await?;
+            let row = store.client_update(&name, &update, now_ms(&store).await?, cfg.attempts_max).await?;
             if row.infra.status == ClientStatus::Blocked && !json {
                 eprintln!(
                     "note: {name} is blocked ({}): the new spec is recorded; `oduflow reconcile {name}` applies it",
@@ -71,7 +72,7 @@ pub async fn run(cfg: &Config, c: ClientCmd) -> Result<()> {
         ClientCmd::Delete { name, json } => {
             ClientName::parse(&name)?;
             let store = open(cfg).await?;
-            let row = store.client_delete(&name, now_ms(), cfg.attempts_max).await?;
+            let row = store.client_delete(&name, now_ms(&store).await?, cfg.attempts_max).await?;
             print_client(&store, &row, json, false).await
         }
         ClientCmd::Show { name, json } => {

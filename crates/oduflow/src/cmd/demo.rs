@@ -62,7 +62,8 @@ pub async fn run(cfg: &Config, clients: usize, seed: u64, faults: bool) -> Resul
     engine.retry_base_ms = 100;
     engine.observations_max = 40;
     engine.concurrency = 8;
-    let worker = Worker::new(store.clone(), provider, engine, Arc::new(SystemClock));
+    let clock: oduflow_engine::SharedClock = oduflow_engine::DbClock::start(&store).await?;
+    let worker = Worker::new(store.clone(), provider, engine, clock.clone());
     outln!(
         "oduflow demo: {clients} clients, SQLite at {}, simulator at {} (seed {seed}, faults {})",
         db.display(),
@@ -75,13 +76,13 @@ pub async fn run(cfg: &Config, clients: usize, seed: u64, faults: bool) -> Resul
     for i in 0..clients {
         let name = ClientName::parse(&format!("demo-{i:04}"))?;
         let spec = profile.resolve(&name, &cfg.spec_defaults)?;
-        store.client_create(&name, &spec, SystemClock.now_ms(), cfg.attempts_max).await?;
+        store.client_create(&name, &spec, clock.now_ms(), cfg.attempts_max).await?;
     }
     drive(&store, &worker, "provisioning").await?;
     let provisioned = store.client_status_counts().await?;
     let blocked_after_provisioning = blocked_lines(&store).await?;
     for c in store.client_list().await? {
-        store.client_delete(&c.name, SystemClock.now_ms(), cfg.attempts_max).await?;
+        store.client_delete(&c.name, clock.now_ms(), cfg.attempts_max).await?;
     }
     drive(&store, &worker, "deleting").await?;
 

@@ -17,7 +17,7 @@ pub async fn run(cfg: &Config, c: OrphanCmd) -> Result<()> {
             let store = open(cfg).await?;
             let provider = provider(cfg, &store, "orphan adopt")?;
             refuse_if_restored(&store).await?;
-            let actor = Actor { by: &by, now_ms: now_ms(), attempts_max: cfg.attempts_max };
+            let actor = Actor { by: &by, now_ms: now_ms(&store).await?, attempts_max: cfg.attempts_max };
             let row = operator::orphan_adopt(&store, provider.as_ref(), &id, actor).await?;
             print_client(&store, &row, false, false).await
         }
@@ -26,7 +26,7 @@ pub async fn run(cfg: &Config, c: OrphanCmd) -> Result<()> {
             let store = open(cfg).await?;
             let provider = provider(cfg, &store, "orphan delete")?;
             refuse_if_restored(&store).await?;
-            let actor = Actor { by: &by, now_ms: now_ms(), attempts_max: cfg.attempts_max };
+            let actor = Actor { by: &by, now_ms: now_ms(&store).await?, attempts_max: cfg.attempts_max };
             let d = operator::orphan_delete(&store, provider.as_ref(), &id, &reason, actor).await?;
             print_orphan_deleted(&d, json)
         }

@@ -10,11 +10,11 @@ pub async fn run(cfg: &Config, q: QueueCmd) -> Result<()> {
     let store = open(cfg).await?;
     match q {
         QueueCmd::Status { json } => {
-            let s = store.queue_status(now_ms()).await?;
+            let s = store.queue_status(now_ms(&store).await?).await?;
             crate::output::print_queue_status(&s, store.restore_pending().await?.as_deref(), json)?;
         }
         QueueCmd::Pause => {
-            store.queue_set_paused(true, now_ms()).await?;
+            store.queue_set_paused(true, now_ms(&store).await?).await?;
             outln!("queue paused")?;
         }
         QueueCmd::Resume => {
@@ -23,7 +23,7 @@ pub async fn run(cfg: &Config, q: QueueCmd) -> Result<()> {
                     "the database was restored ({why}); run `oduflow reconcile --all` before resuming the queue"
                 );
             }
-            store.queue_set_paused(false, now_ms()).await?;
+            store.queue_set_paused(false, now_ms(&store).await?).await?;
             outln!("queue resumed")?;
         }
     }

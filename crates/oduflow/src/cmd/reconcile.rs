@@ -19,7 +19,8 @@ pub async fn run(
     if all {
         let store = open(cfg).await?;
         let provider = provider(cfg, &store, "reconcile")?;
-        let inv = operator::inventory_settled(&store, provider.as_ref(), now_ms(), cfg.listing_settle_ms).await?;
+        let inv = operator::inventory_settled(&store, provider.as_ref(), now_ms(&store).await?, cfg.listing_settle_ms)
+            .await?;
         provider.flush_budget().await;
         return print_inventory(&inv, json);
     }
@@ -30,7 +31,7 @@ pub async fn run(
     let store = open(cfg).await?;
     let provider = provider(cfg, &store, "reconcile")?;
     refuse_if_restored(&store).await?;
-    let actor = Actor { by, now_ms: now_ms(), attempts_max: cfg.attempts_max };
+    let actor = Actor { by, now_ms: now_ms(&store).await?, attempts_max: cfg.attempts_max };
     let row = operator::reconcile(&store, provider.as_ref(), &name, new_dispatch, actor).await?;
     print_client(&store, &row, json, false).await
 }

@@ -6,7 +6,6 @@ use crate::config::{BadInput, Config};
 use crate::output::outln;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use oduflow_engine::{Clock, SystemClock};
 use oduflow_model::time::rfc3339;
 use std::net::SocketAddr;
 
@@ -55,17 +54,20 @@ pub async fn serve(cfg: &Config, args: ServeArgs) -> Result<()> {
     // This host compares the database with its memory of it too, at start
     // and every few seconds, so a restored copy is caught (and the API's
     // provider actions refuse) even where no worker runs.
-    crate::lineage::check(&store, SystemClock.now_ms()).await?;
+    // The database's clock (docs/protocol.md §4.1): the API's writes order
+    // with the workers' whatever this host's clock says.
+    let clock: oduflow_engine::SharedClock = oduflow_engine::DbClock::start(&store).await?;
+    crate::lineage::check(&store, clock.now_ms()).await?;
     // Bound before anything says it listens: a busy address is one error
     // line, exit 1, and nothing else printed.
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("oduflow serve: cannot listen on {}", args.listen))?;
-    let watch_store = store.clone();
+    let (watch_store, watch_clock) = (store.clone(), clock.clone());
     tokio::spawn(async move {
         tokio::time::sleep(RESTORE_CHECK_INTERVAL).await;
         loop {
-            if let Err(e) = crate::lineage::check(&watch_store, SystemClock.now_ms()).await {
+            if let Err(e) = crate::lineage::check(&watch_store, watch_clock.now_ms()).await {
                 tracing::warn!(error = %e, "restore check failed");
             }
             tokio::time::sleep(RESTORE_CHECK_INTERVAL).await;
@@ -76,6 +78,7 @@ pub async fn serve(cfg: &Config, args: ServeArgs) -> Result<()> {
             .with_listing_settle_ms(cfg.listing_settle_ms),
         None => oduflow_server::AppState::read_only(store, cfg.attempts_max),
     }
+    .with_shared_clock(clock)
     .with_profiles(cfg.profiles.clone(), cfg.spec_defaults.clone());
     let mode = match &provider {
         Some(p) => format!("key {}, rate group {}", p.fingerprint().short(), p.rate_group()),
@@ -94,13 +97,18 @@ pub async fn serve(cfg: &Config, args: ServeArgs) -> Result<()> {
 }
 
 pub async fn token(cfg: &Config, cmd: TokenCmd) -> Result<()> {
-    let now_ms = SystemClock.now_ms();
     match cmd {
         TokenCmd::Create { name, json } => {
             oduflow_server::auth::token_name_check(&name).map_err(BadInput)?;
             let store = crate::setup::open(cfg).await?;
             let token = oduflow_server::auth::token_generate();
-            let row = store.api_token_create(&name, &oduflow_server::auth::token_sha256(&token), now_ms).await?;
+            let row = store
+                .api_token_create(
+                    &name,
+                    &oduflow_server::auth::token_sha256(&token),
+                    crate::setup::now_ms(&store).await?,
+                )
+                .await?;
             if json {
                 outln!("{}", serde_json::json!({ "name": row.name, "id": row.id, "token": token }))?;
             } else {
@@ -127,7 +135,7 @@ pub async fn token(cfg: &Config, cmd: TokenCmd) -> Result<()> {
         TokenCmd::Revoke { name } => {
             oduflow_server::auth::token_name_check(&name).map_err(BadInput)?;
             let store = crate::setup::open(cfg).await?;
-            store.api_token_revoke(&name, now_ms).await?;
+            store.api_token_revoke(&name, crate::setup::now_ms(&store).await?).await?;
             outln!("token {name} revoked")?;
         }
     }

@@ -4,11 +4,10 @@
 
 use crate::config::{BadInput, Config};
 use crate::lineage;
-use crate::setup::{identity_adapters, now_ms, provider};
+use crate::setup::{identity_adapters, provider};
 use anyhow::{Context, Result};
-use oduflow_engine::{SystemClock, Worker};
+use oduflow_engine::{DbClock, SharedClock, Worker};
 use oduflow_model::provider::Provider;
-use std::sync::Arc;
 
 /// How often a running worker checks this host's high-water mark.
 const LINEAGE_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
@@ -60,7 +59,10 @@ pub async fn run(
         return Ok(());
     };
     let provider = provider(cfg, &store, "worker")?;
-    if let Some(why) = lineage::check(&store, now_ms()).await? {
+    // Every time this worker writes or compares is the database's clock's
+    // (docs/protocol.md §4.1): a host clock off by hours misleads nothing.
+    let clock: SharedClock = DbClock::start(&store).await?;
+    if let Some(why) = lineage::check(&store, clock.now_ms()).await? {
         anyhow::bail!("restore pending ({why}): run `oduflow reconcile --all` before starting workers");
     }
     // Its footing before anything else: the base URL answers as Vultr and
@@ -71,7 +73,7 @@ pub async fn run(
         eprintln!("oduflow worker: stopped during start-up");
         return Ok(());
     }
-    let adapters = identity_adapters(cfg, provider.as_ref())?;
+    let adapters = identity_adapters(cfg, provider.as_ref(), &clock)?;
     // Bound before the first claim: a busy address is one line, and no job
     // has been touched.
     let metrics_listener = match metrics_listen {
@@ -82,7 +84,7 @@ pub async fn run(
         ),
         None => None,
     };
-    let worker = Worker::new(store.clone(), provider.clone(), engine, Arc::new(SystemClock)).with_adapters(adapters);
+    let worker = Worker::new(store.clone(), provider.clone(), engine, clock.clone()).with_adapters(adapters);
     let metrics_at = serve_metrics(metrics_listener, &worker)?;
     let started = format!(
         "oduflow worker {}: database {}, Vultr {} (key {}), rate group {} at {}/s, {} run(s) at once, {metrics_at}",
@@ -106,11 +108,11 @@ pub async fn run(
     }
     // Keep this host's high-water mark fresh, and stop if the database turns
     // out to be a restored copy while running.
-    let watch_store = store.clone();
+    let (watch_store, watch_clock) = (store.clone(), clock.clone());
     let watch = tokio::spawn(async move {
         loop {
             tokio::time::sleep(LINEAGE_CHECK_EVERY).await;
-            if let Ok(Some(why)) = lineage::check(&watch_store, now_ms()).await {
+            if let Ok(Some(why)) = lineage::check(&watch_store, watch_clock.now_ms()).await {
                 return why;
             }
         }
@@ -121,7 +123,7 @@ pub async fn run(
         why = watch => anyhow::bail!("restore pending ({}): run `oduflow reconcile --all`", why.unwrap_or_default()),
     }
     provider.flush_budget().await;
-    lineage::check(&store, now_ms()).await?;
+    lineage::check(&store, clock.now_ms()).await?;
     let view = view_summary(view.stats());
     eprintln!(
         "oduflow worker: stopped ({} run(s) done, {} to run again, {} failed{view})",
@@ -147,7 +149,7 @@ fn serve_metrics(
         store: worker.store.clone(),
         provider: worker.provider.clone(),
         runs: worker.stats.clone(),
-        clock: Arc::new(SystemClock),
+        clock: worker.clock.clone(),
     };
     tokio::spawn(async move {
         if let Err(e) = oduflow_server::serve_worker_metrics(m, listener, std::future::pending()).await {

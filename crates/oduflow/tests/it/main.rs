@@ -1001,6 +1001,7 @@ async fn token_commands_and_serve() {
 mod bulk;
 mod check;
 mod cli_ux;
+mod clocks;
 mod deploy;
 mod dns;
 mod identities;

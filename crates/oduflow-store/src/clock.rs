@@ -1,0 +1,98 @@
+//! The database's clock (docs/protocol.md §4.1): the one clock whose times
+//! order events across processes (a job's `run_after_ms`, a receipt's
+//! `sent_ms` against a readiness deadline, a job's `created_ms` against a
+//! listing's start). Each process samples it and runs on from the sample
+//! with its own monotonic clock (`oduflow_engine::DbClock`).
+//!
+//! PostgreSQL: the server's `clock_timestamp()`. SQLite has no server: its
+//! clock is the host's wall clock read once per boot of the host, by the
+//! first process that asks, and never behind the newest time recorded in the
+//! file; every process then derives the time from that one reading and the
+//! host's boot-time clock (`/proc/uptime`), which no wall-clock step moves.
+//! So a host clock stepped back or forward, while processes run or between
+//! their starts, changes nothing until the next boot (which again starts no
+//! earlier than the file's newest time). Where the boot-time clock cannot be
+//! read (not Linux), each sample is the host clock, never behind the file's
+//! newest time.
+
+use crate::{Db, Result, Store};
+
+/// The newest time recorded in a SQLite file: the clock never starts
+/// behind it.
+const SQLITE_HIGH_WATER: &str = "SELECT MAX(m) FROM ( \
+     SELECT MAX(at_ms) AS m FROM events \
+     UNION ALL SELECT MAX(created_ms) FROM jobs \
+     UNION ALL SELECT MAX(finished_ms) FROM jobs \
+     UNION ALL SELECT MAX(updated_ms) FROM infra \
+     UNION ALL SELECT MAX(claimed_ms) FROM dispatch_receipts \
+     UNION ALL SELECT MAX(sent_ms) FROM dispatch_receipts \
+     UNION ALL SELECT MAX(wall_ms) FROM clock_anchor)";
+
+/// This boot of the host: its id and the boot-time clock in milliseconds
+/// (time since boot, suspend included). `None` where the host does not
+/// offer them.
+fn boot_reading() -> Option<(String, i64)> {
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let up = std::fs::read_to_string("/proc/uptime").ok()?;
+    let secs: f64 = up.split_whitespace().next()?.parse().ok()?;
+    Some((id.trim().to_owned(), (secs * 1000.0) as i64))
+}
+
+impl Store {
+    /// The database's clock now, in epoch milliseconds. `host_ms` is this
+    /// process's wall clock: SQLite uses it only for the first reading of a
+    /// boot, or where the host has no boot-time clock (see the module).
+    pub async fn clock_now_ms(&self, host_ms: i64) -> Result<i64> {
+        crate::named("clock_now_ms", async move {
+            match &self.db {
+                Db::Pg(p, _) => Ok(sqlx::query_scalar("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+                    .fetch_one(p)
+                    .await?),
+                Db::Sqlite(p) => {
+                    let boot = boot_reading();
+                    if let Some((id, up)) = &boot {
+                        let anchor: Option<(i64, i64)> =
+                            sqlx::query_as("SELECT wall_ms, uptime_ms FROM clock_anchor WHERE id = 1 AND boot_id = $1")
+                                .bind(id)
+                                .fetch_optional(p)
+                                .await?;
+                        if let Some((wall, at)) = anchor.filter(|(_, at)| *at <= *up) {
+                            return Ok(wall.saturating_add(up - at));
+                        }
+                    }
+                    let mut tx = crate::BeginWrite::begin_write(p).await?;
+                    let high: Option<i64> = sqlx::query_scalar(SQLITE_HIGH_WATER).fetch_one(&mut *tx).await?;
+                    let now = host_ms.max(high.unwrap_or(i64::MIN));
+                    let Some((id, up)) = boot else {
+                        tx.rollback().await?;
+                        return Ok(now);
+                    };
+                    // Another process of this boot may have anchored
+                    // meanwhile: its reading stands.
+                    let anchor: Option<(i64, i64)> =
+                        sqlx::query_as("SELECT wall_ms, uptime_ms FROM clock_anchor WHERE id = 1 AND boot_id = $1")
+                            .bind(&id)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                    if let Some((wall, at)) = anchor.filter(|(_, at)| *at <= up) {
+                        tx.rollback().await?;
+                        return Ok(wall.saturating_add(up - at));
+                    }
+                    sqlx::query(
+                        "INSERT INTO clock_anchor (id, boot_id, wall_ms, uptime_ms) VALUES (1, $1, $2, $3) \
+                         ON CONFLICT (id) DO UPDATE SET boot_id = excluded.boot_id, wall_ms = excluded.wall_ms, \
+                         uptime_ms = excluded.uptime_ms",
+                    )
+                    .bind(&id)
+                    .bind(now)
+                    .bind(up)
+                    .execute(&mut *tx)
+                    .await?;
+                    tx.commit().await?;
+                    Ok(now)
+                }
+            }
+        })
+        .await
+    }
+}
