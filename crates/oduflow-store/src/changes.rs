@@ -286,8 +286,8 @@ impl ReceiptLedger {
                     .bind(&key).bind(c.client_ref.as_str()).bind(c.resource_kind.as_str()).bind(&c.resource_id)
                     .bind(c.spec_generation).bind(c.change.to_string()).bind(c.key_fingerprint.as_str())
                     .bind(c.claimed_ms)
-                    .execute(&mut *tx).await?.rows_affected();
-                if n == 0 {
+                    .execute(&mut *tx).await.map(|done| done.rows_affected());
+                if !crate::receipts::inserted(n)? {
                     return Err(StoreError::ReceiptExists(key));
                 }
                 (*tx).event_insert(Some(&c.client_ref), "change_claimed", &serde_json::json!({

@@ -229,7 +229,7 @@ impl BeginWrite for SqlitePool {
 }
 
 /// The migration this build needs (the last in [`Store::migrate`]).
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 13;
 
 /// The default database: a SQLite file in the working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://oduflow.db";
@@ -375,6 +375,7 @@ impl Store {
                     (8, "changes", include_str!("../migrations/postgres/0008_changes.sql")),
                     (9, "identity ownership", include_str!("../migrations/postgres/0009_identity_ownership.sql")),
                     (10, "listed", include_str!("../migrations/postgres/0010_listed.sql")),
+                    (13, "no replace", include_str!("../migrations/postgres/0013_no_replace.sql")),
                 ],
                 Db::Sqlite(_) => &[
                     (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
@@ -387,6 +388,7 @@ impl Store {
                     (8, "changes", include_str!("../migrations/sqlite/0008_changes.sql")),
                     (9, "identity ownership", include_str!("../migrations/sqlite/0009_identity_ownership.sql")),
                     (10, "listed", include_str!("../migrations/sqlite/0010_listed.sql")),
+                    (13, "no replace", include_str!("../migrations/sqlite/0013_no_replace.sql")),
                 ],
             };
             let migrator = Migrator::with_migrations(
