@@ -37,6 +37,29 @@ pub struct CommandAdapterConfig {
     pub timeout_ms: u64,
 }
 
+/// The only variables of oduflow's own environment a child process (an
+/// adapter command, `root_password_command`) inherits: where programs are,
+/// whose home, the locale and the time zone. Everything else, the API key
+/// and the database URL with its password first, is left behind
+/// (`env_clear`); the child gets these and the variables its protocol
+/// passes on purpose (`ODUFLOW_CLIENT` and so on above; `ODUFLOW_LABEL` and
+/// `ODUFLOW_INSTANCE_ID` for the root password command).
+pub const CHILD_ENV_ALLOWED: &[&str] =
+    &["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TZ", "TMPDIR"];
+
+/// A command for a child process, with a cleared environment plus
+/// [`CHILD_ENV_ALLOWED`] from this process's own.
+pub fn child_command(program: &str) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.env_clear();
+    for name in CHILD_ENV_ALLOWED {
+        if let Some(v) = std::env::var_os(name) {
+            cmd.env(name, v);
+        }
+    }
+    cmd
+}
+
 /// Long enough for a remote key revocation, short enough that a hung command
 /// does not hold a job for long.
 fn default_timeout_ms() -> u64 {
@@ -77,7 +100,7 @@ impl CommandAdapter {
     }
 
     async fn run(&self, argv: &[String], t: &IdentityTarget, own: &dyn Ownership) -> Result<Answer, String> {
-        let mut cmd = tokio::process::Command::new(&argv[0]);
+        let mut cmd = child_command(&argv[0]);
         cmd.args(&argv[1..])
             .env("ODUFLOW_CLIENT", &t.client)
             .env("ODUFLOW_CLIENT_ID", &t.client_id)
@@ -90,7 +113,6 @@ impl CommandAdapter {
             .env("ODUFLOW_MOUNT_ID", &t.outputs.mount_id)
             .env("ODUFLOW_PLAN", &t.plan)
             .env("ODUFLOW_VOLUME_GB", t.volume_gb.to_string())
-            .env_remove("VULTR_API_KEY")
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true);
         let what = argv.join(" ");

@@ -458,6 +458,7 @@ impl<'a, P: Provider> Converge<'a, P> {
             Ok(s) => self.seen[slot(kind)].1 = s,
             Err(e) => return Ok(Step::Finish(self.run.read_failed(kind, &r, &e, self.now).await?)),
         }
+        note_volume_size(&mut self.run.infra.progress, &self.seen[slot(kind)].1);
         self.read_at[slot(kind)] = at;
         Ok(Step::Next(self))
     }
@@ -1273,6 +1274,16 @@ fn instance_facts(spec: &ClientSpec, label: &str, i: provider::Instance) -> Fact
         outputs: ServerOutputs { main_ip: i.main_ip, v6_main_ip: i.v6_main_ip, mount_id: String::new() },
         id: i.id.0,
         attached_to: None,
+        size_gb: None,
+    }
+}
+
+/// Records the size a read showed a volume to have (`progress.volume_size`:
+/// its id and size), so `client update` can go back to it after a refused
+/// grow without asking the provider.
+fn note_volume_size(progress: &mut serde_json::Value, seen: &Seen) {
+    if let Seen::Present(Facts { id, size_gb: Some(gb), .. }) = seen {
+        progress[oduflow_store::PROGRESS_VOLUME_SIZE] = serde_json::json!({ "id": id, "gb": gb });
     }
 }
 
@@ -1285,6 +1296,7 @@ fn block_facts(spec: &ClientSpec, label: &str, b: provider::Block) -> Facts {
         attached_to: b.attached_to_instance.map(|i| i.0),
         outputs: ServerOutputs { mount_id: b.mount_id, ..ServerOutputs::default() },
         id: b.id.0,
+        size_gb: Some(b.size_gb),
     }
 }
 

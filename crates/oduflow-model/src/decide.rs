@@ -62,6 +62,10 @@ pub struct Facts {
     /// the rest.
     #[serde(default)]
     pub drift: Option<Box<Drift>>,
+    /// Volume only: its size as read. A run records it (the infra row's
+    /// `progress`), so `client update` knows the size the volume really has.
+    #[serde(default)]
+    pub size_gb: Option<i64>,
 }
 
 /// A difference from the spec that a PATCH can remove.

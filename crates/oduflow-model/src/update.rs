@@ -75,6 +75,19 @@ impl SpecUpdate {
     /// in-place changes are allowed. A plan downgrade is refused by the
     /// engine, which reads Vultr's list of upgrades before sending.
     pub fn apply(&self, spec: &ClientSpec, created: bool) -> Result<ClientSpec, UpdateRefused> {
+        self.apply_to(spec, created, None)
+    }
+
+    /// As [`SpecUpdate::apply`], knowing the size the volume really has
+    /// (`volume_has`, its last read): after a grow Vultr refused, the spec
+    /// says more than the volume has, and going back to the size it has
+    /// (or any size from there up) is no shrink.
+    pub fn apply_to(
+        &self,
+        spec: &ClientSpec,
+        created: bool,
+        volume_has: Option<i64>,
+    ) -> Result<ClientSpec, UpdateRefused> {
         if *self == Self::default() {
             return Err(UpdateRefused::Empty);
         }
@@ -92,8 +105,9 @@ impl SpecUpdate {
             next.plan = p.clone();
         }
         if let Some(gb) = self.volume_gb {
-            if created && gb < spec.volume_gb {
-                return Err(UpdateRefused::VolumeShrink { from: spec.volume_gb, to: gb });
+            let floor = volume_has.map_or(spec.volume_gb, |has| has.min(spec.volume_gb));
+            if created && gb < floor {
+                return Err(UpdateRefused::VolumeShrink { from: floor, to: gb });
             }
             next.volume_gb = gb;
         }

@@ -21,6 +21,7 @@ pub mod auth;
 mod dashboard;
 pub mod error;
 mod extract;
+pub mod listen;
 mod metrics;
 mod openapi;
 pub mod resolve;
@@ -243,7 +244,8 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serves until `shutdown` completes, then finishes in-flight requests.
+/// Serves until `shutdown` completes, then finishes in-flight requests
+/// (within `listen`'s bounds: header read timeout, connection cap).
 pub async fn serve(
     state: AppState,
     listen: SocketAddr,
@@ -261,5 +263,5 @@ pub async fn serve_on(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     tracing::info!(addr = %listener.local_addr()?, "oduflow serve listening");
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+    listen::serve_router(listener, router(state), shutdown, listen::ListenLimits::default()).await
 }

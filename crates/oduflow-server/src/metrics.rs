@@ -104,7 +104,8 @@ async fn worker_metrics(State(w): State<WorkerMetrics>) -> axum::response::Respo
 
 /// Serves a worker's `/metrics` (and `/health`) on `listener` until
 /// `shutdown` completes. No token: the figures carry no secret and no
-/// client name; bind it to an address only the scraper reaches.
+/// client name; bind it to an address only the scraper reaches. Bounded as
+/// `serve` is (`listen`: header read timeout, connection cap).
 pub async fn serve_worker_metrics(
     w: WorkerMetrics,
     listener: tokio::net::TcpListener,
@@ -115,7 +116,7 @@ pub async fn serve_worker_metrics(
         .route("/health", axum::routing::get(|| async { "ok\n" }))
         .fallback(|| async { crate::ApiError::NotFound("no such route: a worker serves /metrics and /health".into()) })
         .with_state(w);
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    crate::listen::serve_router(listener, app, shutdown, crate::listen::ListenLimits::default()).await
 }
 
 /// This process's job runs (workers only).

@@ -140,13 +140,21 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
             out.extend(never_seen);
             out
         }
+        BlockedReason::UpdateRejected if kind == "volume" => vec![r(
+            format!("oduflow client update {n} --volume-gb GB"),
+            "with a size Vultr accepts: back to the size the volume has (its last read), or, once the cause \
+             Vultr gave is fixed, the same size again (sent once, on a new receipt); `reconcile` never sends a \
+             refused change again",
+        )],
         BlockedReason::UpdateRejected => vec![
             r(
                 format!("oduflow client update {n} --plan PLAN"),
-                "with a value Vultr accepts (see the evidence: a plan only grows; or back to the plan it has)",
+                "with a value Vultr accepts (see the evidence: a plan only grows; or back to the plan it has), or, \
+                 once the cause Vultr gave is fixed, the same value again (sent once, on a new receipt)",
             ),
             reconcile(
-                "after fixing the cause Vultr gave: reads again, and sends the change once more on a new receipt",
+                "when the plan was refused before anything was sent (not among the upgrades Vultr offered): \
+                 reads them again; a change Vultr refused is never sent again",
             ),
         ],
         BlockedReason::UncertainUpdate => vec![reconcile(

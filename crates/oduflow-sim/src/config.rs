@@ -60,6 +60,10 @@ pub struct SimConfig {
     /// Plans sold nowhere right now: left out of every
     /// `GET /regions/{id}/availability` (a preflight must refuse them).
     pub sold_out: Vec<String>,
+    /// The account's block storage limit: a PATCH that would grow a volume
+    /// past it is refused with a 400, as Vultr refuses a grow over the
+    /// account's limit (a definitive refusal of that change). `None`: none.
+    pub block_storage_limit_gb: Option<i64>,
 }
 
 impl Default for SimConfig {
@@ -79,6 +83,7 @@ impl Default for SimConfig {
             dns_domains: vec!["example.com".to_owned()],
             faults: Faults::default(),
             sold_out: Vec::new(),
+            block_storage_limit_gb: None,
         }
     }
 }

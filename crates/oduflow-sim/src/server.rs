@@ -58,6 +58,12 @@ impl SimControl {
         self.shared.world().instance_set_main_ip(id, ip)
     }
 
+    /// Sets the account's block storage limit (see
+    /// `SimConfig::block_storage_limit_gb`): a grow past it is refused.
+    pub fn set_block_storage_limit(&self, gb: Option<i64>) {
+        self.shared.world().set_block_storage_limit(gb);
+    }
+
     /// Moves the simulator's clock forward by `by`: lifecycles, the 404
     /// window, listing lag, attach locks and the rate window all see the
     /// time pass at once. Tests use it instead of sleeping past a lag.

@@ -1012,6 +1012,9 @@ impl World {
             if gb > max {
                 return Reply::error(400, &format!("Invalid size ({gb}GB) - Must be at most {max}GB."));
             }
+            if self.cfg.block_storage_limit_gb.is_some_and(|limit| gb > limit) {
+                return Reply::error(400, "Block storage limit reached for this account.");
+            }
         }
         if size.is_none() && label.is_none() {
             return Reply::error(400, "Nothing to change");
@@ -1242,6 +1245,10 @@ impl World {
 
     /// A test's stand-in for an address that changed under a running VM
     /// (Vultr moves none on its own; a reinstall or a reserved IP can).
+    pub fn set_block_storage_limit(&mut self, gb: Option<i64>) {
+        self.cfg.block_storage_limit_gb = gb;
+    }
+
     pub fn instance_set_main_ip(&mut self, id: &str, ip: &str) -> bool {
         match self.instances.iter_mut().find(|i| i.id == id) {
             Some(i) => {

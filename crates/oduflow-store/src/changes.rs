@@ -11,7 +11,7 @@
 use crate::queue::Conn;
 use crate::receipts::{ledger_write, write_tx};
 use crate::rows::{ClientRow, RowExt};
-use crate::{Db, ReceiptLedger, Result, Store, StoreError, both, queue};
+use crate::{Db, ReceiptLedger, ReceiptRow, Result, Store, StoreError, both, queue};
 use oduflow_model::decide::ChangeFacts;
 use oduflow_model::update::SpecUpdate;
 use oduflow_model::*;
@@ -152,6 +152,21 @@ pub enum ChangeAnswer {
     NotSent(String),
 }
 
+/// Where a run records the size its last read showed the client's volume to
+/// have, in the infra row's `progress`: `{"id": "...", "gb": 40}`.
+pub const PROGRESS_VOLUME_SIZE: &str = "volume_size";
+
+/// The size the client's current volume had at its last read, if a run
+/// recorded one for that very volume (an open receipt names its id).
+fn volume_size_read(client: &ClientRow, receipts: &[ReceiptRow]) -> Option<i64> {
+    let read = client.infra.progress.get(PROGRESS_VOLUME_SIZE)?;
+    let id = read.get("id")?.as_str()?;
+    let current = receipts
+        .iter()
+        .any(|r| r.resource_kind == ResourceKind::Volume && r.is_open() && r.resource_id.as_deref() == Some(id));
+    current.then(|| read.get("gb")?.as_i64()).flatten()
+}
+
 /// The blocks a `client update` lifts: the new spec is their fix.
 fn update_resolves(r: BlockedReason) -> bool {
     matches!(
@@ -181,23 +196,28 @@ impl Store {
             }
             // Something may exist at the provider: an open receipt of a VM
             // or a volume (a recorded id, or an outcome not yet known).
-            let created = self
-                .receipts_for_client(&client.id)
-                .await?
-                .iter()
-                .any(|r| r.resource_kind != ResourceKind::Attach && r.is_open());
+            let receipts = self.receipts_for_client(&client.id).await?;
+            let created = receipts.iter().any(|r| r.resource_kind != ResourceKind::Attach && r.is_open());
+            // After a refused grow the spec is above the volume's real size:
+            // going back to that size (its last read) is no shrink.
+            let has = volume_size_read(&client, &receipts);
             // Back to what the spec says, while the server differs from it
-            // (`config_mismatch`: changed behind oduflow's back): the update
-            // is the operator's word that the spec stands, so it is sent.
-            let mismatch = client.infra.blocked_reason == Some(BlockedReason::ConfigMismatch);
-            let spec = match u.apply(&client.infra.spec, created) {
-                Err(oduflow_model::update::UpdateRefused::Unchanged) if mismatch => client.infra.spec.clone(),
+            // (`config_mismatch`: changed behind oduflow's back), or after
+            // Vultr refused the change (`update_rejected`, the cause fixed
+            // since): the update is the operator's word that the spec
+            // stands, so it is sent, once, on a new change receipt.
+            let stands = matches!(
+                client.infra.blocked_reason,
+                Some(BlockedReason::ConfigMismatch | BlockedReason::UpdateRejected)
+            );
+            let spec = match u.apply_to(&client.infra.spec, created, has) {
+                Err(oduflow_model::update::UpdateRefused::Unchanged) if stands => client.infra.spec.clone(),
                 other => other?,
             };
             // What the check above allowed because nothing existed yet must
             // still hold once the record is locked: a run may have claimed a
             // create meanwhile.
-            let in_place = u.apply(&client.infra.spec, true);
+            let in_place = u.apply_to(&client.infra.spec, true, has);
             let image = serde_json::to_string(&spec.image).map_err(|e| StoreError::Corrupt(e.to_string()))?;
             let server = serde_json::to_string(&spec.server).map_err(|e| StoreError::Corrupt(e.to_string()))?;
             both!(self, p => {
@@ -286,8 +306,8 @@ impl ReceiptLedger {
                     .bind(&key).bind(c.client_ref.as_str()).bind(c.resource_kind.as_str()).bind(&c.resource_id)
                     .bind(c.spec_generation).bind(c.change.to_string()).bind(c.key_fingerprint.as_str())
                     .bind(c.claimed_ms)
-                    .execute(&mut *tx).await?.rows_affected();
-                if n == 0 {
+                    .execute(&mut *tx).await.map(|done| done.rows_affected());
+                if !crate::receipts::inserted(n)? {
                     return Err(StoreError::ReceiptExists(key));
                 }
                 (*tx).event_insert(Some(&c.client_ref), "change_claimed", &serde_json::json!({

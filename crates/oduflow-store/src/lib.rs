@@ -279,7 +279,7 @@ impl BeginWrite for SqlitePool {
 pub const RECONCILE_PAYLOAD: &str = "reconcile";
 
 /// The migration this build needs (the last in [`Store::migrate`]).
-pub const SCHEMA_VERSION: i64 = 12;
+pub const SCHEMA_VERSION: i64 = 13;
 
 /// The default database: a SQLite file in the working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://oduflow.db";
@@ -427,6 +427,7 @@ impl Store {
                     (9, "identity ownership", include_str!("../migrations/postgres/0009_identity_ownership.sql")),
                     (10, "listed", include_str!("../migrations/postgres/0010_listed.sql")),
                     (12, "clock", include_str!("../migrations/postgres/0012_clock.sql")),
+                    (13, "no replace", include_str!("../migrations/postgres/0013_no_replace.sql")),
                 ],
                 Db::Sqlite(_) => &[
                     (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
@@ -440,6 +441,7 @@ impl Store {
                     (9, "identity ownership", include_str!("../migrations/sqlite/0009_identity_ownership.sql")),
                     (10, "listed", include_str!("../migrations/sqlite/0010_listed.sql")),
                     (12, "clock", include_str!("../migrations/sqlite/0012_clock.sql")),
+                    (13, "no replace", include_str!("../migrations/sqlite/0013_no_replace.sql")),
                 ],
             };
             let migrator = Migrator::with_migrations(

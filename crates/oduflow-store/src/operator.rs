@@ -26,12 +26,15 @@ pub const SETTING_LINEAGE: &str = "lineage";
 impl Store {
     /// Observe again: clears a blocked state, bumps the generation (queued
     /// jobs become stale) and enqueues a fresh job for the current target.
-    /// A client blocked on a change (`uncertain_update`, `update_rejected`,
-    /// or `provider_unavailable`, which a change that cannot connect ends in)
+    /// A client blocked on a change (`uncertain_update`, or
+    /// `provider_unavailable`, which a change that cannot connect ends in)
     /// moves to a new spec generation: its change is read first and, if a
     /// read still shows the old value, sent once on a new change receipt
     /// (never again on the old one); an updated client's wait for its server
-    /// to be ready starts again.
+    /// to be ready starts again. Not `update_rejected`: a change Vultr
+    /// refused stays refused on its receipt, so the same PATCH is not sent
+    /// again (a plan refused before anything was sent is checked against
+    /// the upgrades again); `client update` is the way on.
     /// `advance` lists kinds whose dispatch generation moves on to at least
     /// the given one (a new operation key and label); the caller has
     /// established that this is allowed (a definitive rejection, or an
@@ -65,7 +68,7 @@ impl Store {
                      volume_dispatch_generation = CASE WHEN volume_dispatch_generation < $5 THEN $5 ELSE volume_dispatch_generation END, \
                      attach_dispatch_generation = CASE WHEN attach_dispatch_generation < $6 THEN $6 ELSE attach_dispatch_generation END, \
                      spec_generation = CASE WHEN spec_generation > 0 \
-                       AND blocked_reason IN ('uncertain_update', 'update_rejected', 'provider_unavailable') \
+                       AND blocked_reason IN ('uncertain_update', 'provider_unavailable') \
                        THEN $2 ELSE spec_generation END, \
                      spec_updated_ms = CASE WHEN spec_generation > 0 THEN $7 ELSE spec_updated_ms END, \
                      updated_ms = $7 \

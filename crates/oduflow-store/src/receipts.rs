@@ -65,6 +65,21 @@ macro_rules! ledger_write {
 
 pub(crate) use {ledger_write, write_tx};
 
+/// The refusal of SQLite's `no_replace` triggers (migration 13).
+const REPLACE_REFUSED: &str = "a receipt is never replaced";
+
+/// Whether a receipt's `INSERT ... ON CONFLICT DO NOTHING` added its row.
+/// SQLite's `no_replace` triggers refuse an insert over an existing receipt
+/// before the conflict clause is reached: that refusal means the receipt
+/// exists, as the conflict does.
+pub(crate) fn inserted(rows: std::result::Result<u64, sqlx::Error>) -> Result<bool> {
+    match rows {
+        Ok(n) => Ok(n > 0),
+        Err(sqlx::Error::Database(d)) if d.message().contains(REPLACE_REFUSED) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 impl ReceiptLedger {
     pub fn new(store: Store) -> Self {
         Self { store }
@@ -93,9 +108,9 @@ impl ReceiptLedger {
                 .bind(r.key_fingerprint.as_str())
                 .bind(r.claimed_ms)
                 .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                if n == 0 {
+                .await
+                .map(|done| done.rows_affected());
+                if !inserted(n)? {
                     return Err(StoreError::ReceiptExists(r.operation_key.to_string()));
                 }
                 (*tx).event_insert(Some(&r.client_ref), "receipt_claimed", &serde_json::json!({

@@ -253,6 +253,22 @@ pub async fn execute_raw(store: &Store, sql: &str) -> Result<(), String> {
     crate::both!(store, p => sqlx::query(sql).execute(p).await.map(|_| ()).map_err(|e| e.to_string()))
 }
 
+/// Runs one statement as it is on a connection of its own, opened the way
+/// any other program opens the file (SQLite: the `sqlite3` shell or a
+/// maintenance script, without the store's `recursive_triggers`), and says
+/// whether the database accepted it: the file itself must refuse what the
+/// receipts' guards forbid. PostgreSQL: as `execute_raw`.
+pub async fn execute_raw_elsewhere(store: &Store, sql: &str) -> Result<(), String> {
+    use sqlx::Connection;
+    let Db::Sqlite(p) = &store.db else { return execute_raw(store, sql).await };
+    let path = p.connect_options().get_filename().to_owned();
+    let opts = sqlx::sqlite::SqliteConnectOptions::new().filename(path);
+    let mut c = sqlx::SqliteConnection::connect_with(&opts).await.map_err(|e| e.to_string())?;
+    let r = sqlx::query(sqlx::AssertSqlSafe(sql.to_owned())).execute(&mut c).await;
+    let _ = c.close().await;
+    r.map(|_| ()).map_err(|e| e.to_string())
+}
+
 /// Forgets every migration after `version`, so the database reads as one an
 /// older oduflow migrated (`oduflow check` and every command must then name
 /// `oduflow init`). The tables stay as they are.

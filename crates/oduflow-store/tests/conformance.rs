@@ -10,7 +10,9 @@
 //! - errors: a database error names the store operation that failed.
 
 use oduflow_model::*;
-use oduflow_store::testing::{TestDb, execute_raw, schema_columns, terminate_idle_in_transaction, try_bump_generation};
+use oduflow_store::testing::{
+    TestDb, execute_raw, execute_raw_elsewhere, schema_columns, terminate_idle_in_transaction, try_bump_generation,
+};
 use oduflow_store::*;
 
 async fn sqlite() -> (TestDb, Store) {
@@ -35,6 +37,7 @@ oduflow_store::on_both_stores!(
     failures_back_off_then_fail_and_block,
     receipts_cannot_be_deleted_or_repointed,
     change_receipts_are_claimed_once_and_never_rewritten,
+    receipts_survive_replace_from_any_connection,
     adapter_ownership_is_written_by_compare_and_set,
     fences_see_moved_records_and_lost_leases,
     database_errors_name_the_operation
@@ -142,6 +145,78 @@ async fn receipts_cannot_be_deleted_or_repointed(store: Store) {
     }
     let r = store.receipt_get(&key).await.unwrap().unwrap();
     assert_eq!(r.resource_id.as_deref(), Some("vm-1"));
+}
+
+/// `INSERT OR REPLACE` / `REPLACE INTO` delete the row in the way without
+/// firing its DELETE trigger unless the connection set `recursive_triggers`:
+/// a connection that is not the store's (the `sqlite3` shell, a script)
+/// could re-point a receipt (over its key and label) or remove it (over its
+/// label only). The file itself refuses, whatever the connection;
+/// PostgreSQL has no REPLACE.
+async fn receipts_survive_replace_from_any_connection(store: Store) {
+    let store = &store;
+    let c = client(store, "acme").await;
+    let ledger = ReceiptLedger::new(store.clone());
+    let key = OperationKey::new(&c, ResourceKind::Vm, 1);
+    let label = Label::new_dispatch(&c, ResourceKind::Vm);
+    let receipt = NewReceipt {
+        operation_key: key.clone(),
+        client_ref: c.clone(),
+        resource_kind: ResourceKind::Vm,
+        dispatch_generation: 1,
+        label: label.clone(),
+        region: "ewr".into(),
+        spec_digest: "d".into(),
+        key_fingerprint: KeyFingerprint("f".into()),
+        claimed_ms: 1,
+    };
+    ledger.receipt_claim(&receipt).await.unwrap();
+    ledger.receipt_record_id(&key, "vm-1", IdSource::Response, 2).await.unwrap();
+    let cols = "(operation_key, client_ref, resource_kind, dispatch_generation, label, region, spec_digest, \
+                key_fingerprint, claimed_ms, resource_id)";
+    let (k, l, id) = (key.as_str(), label.as_str(), c.as_str());
+    for sql in [
+        format!(
+            "INSERT OR REPLACE INTO dispatch_receipts {cols} VALUES ('{k}', '{id}', 'vm', 1, '{l}', 'ewr', 'd', 'f', 1, 'other')"
+        ),
+        format!(
+            "REPLACE INTO dispatch_receipts {cols} VALUES ('{k}', '{id}', 'vm', 1, '{l}', 'ewr', 'd', 'f', 1, 'other')"
+        ),
+        format!(
+            "INSERT OR REPLACE INTO dispatch_receipts {cols} VALUES ('k2', '{id}', 'vm', 1, '{l}', 'ewr', 'd', 'f', 1, NULL)"
+        ),
+        format!(
+            "REPLACE INTO dispatch_receipts {cols} VALUES ('k2', '{id}', 'vm', 1, '{l}', 'ewr', 'd', 'f', 1, NULL)"
+        ),
+    ] {
+        assert!(execute_raw_elsewhere(store, &sql).await.is_err(), "{sql} was allowed");
+        let r = store.receipt_get(&key).await.unwrap().expect("the receipt is still there");
+        assert_eq!(r.resource_id.as_deref(), Some("vm-1"), "after {sql}");
+    }
+    assert_eq!(store.receipts_all().await.unwrap().len(), 1, "one receipt, the one claimed");
+    // The writer's own claims still answer as before.
+    assert!(matches!(ledger.receipt_claim(&receipt).await, Err(StoreError::ReceiptExists(_))), "claimed twice");
+    let change = NewChange {
+        client_ref: c.clone(),
+        resource_kind: ResourceKind::Vm,
+        resource_id: "vm-1".into(),
+        spec_generation: 2,
+        change: serde_json::json!({ "instance": { "plan": "vc2-2c-4gb" } }),
+        key_fingerprint: KeyFingerprint("f".into()),
+        claimed_ms: 1,
+    };
+    let ck = ledger.change_claim(&change).await.unwrap();
+    ledger.change_mark_sent(&ck, &c, 2).await.unwrap();
+    let cols =
+        "(operation_key, client_ref, resource_kind, resource_id, spec_generation, change, key_fingerprint, claimed_ms)";
+    for verb in ["INSERT OR REPLACE", "REPLACE"] {
+        let sql =
+            format!("{verb} INTO change_receipts {cols} VALUES ('{ck}', '{id}', 'vm', 'other', 2, '{{}}', 'f', 1)");
+        assert!(execute_raw_elsewhere(store, &sql).await.is_err(), "{sql} was allowed");
+        let rows = store.changes_for_client(&c).await.unwrap();
+        assert_eq!((rows.len(), rows[0].resource_id.as_str(), rows[0].sent_ms), (1, "vm-1", Some(2)), "after {sql}");
+    }
+    assert!(matches!(ledger.change_claim(&change).await, Err(StoreError::ReceiptExists(_))), "claimed twice");
 }
 
 /// A change receipt (issue 16) is claimed once per client, resource and

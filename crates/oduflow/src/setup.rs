@@ -140,7 +140,9 @@ async fn hand_over(
 ) -> std::io::Result<std::process::ExitStatus> {
     use secrecy::ExposeSecret;
     use tokio::io::AsyncWriteExt;
-    let mut child = tokio::process::Command::new(&argv[0])
+    // A cleared environment plus the allow-list: neither the API key nor the
+    // database URL reaches the command.
+    let mut child = oduflow_engine::command_adapter::child_command(&argv[0])
         .args(&argv[1..])
         .env("ODUFLOW_LABEL", label)
         .env("ODUFLOW_INSTANCE_ID", id)

@@ -40,6 +40,7 @@ fn ok(id: &str) -> Facts {
         state: "active/ok".into(),
         outputs: Default::default(),
         drift: None,
+        size_gb: None,
     }
 }
 

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 mod actions;
+mod listen;
 mod service;
 mod suggestions;
 

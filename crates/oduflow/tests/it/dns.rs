@@ -315,7 +315,7 @@ async fn command_adapters_get_the_recorded_identity_on_removal(env: Env) {
     env.ok(&["init"]);
     create(&env, "acme", &[]);
     let run = || {
-        let o = env.cmd(&["worker", "--until-settled"]).env("FIXTURE_DIR", &fx).output().unwrap();
+        let o = env.cmd(&["worker", "--until-settled"]).output().unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     };
     run();

@@ -22,9 +22,13 @@ fn configure(env: &Env, timeout_ms: u64) -> std::path::PathBuf {
     fixtures
 }
 
+/// Runs the binary with `extra` in its environment. The fixture script
+/// reads its own settings from `settings` in its directory (children get no
+/// environment of the worker's beyond the documented allow-list).
 fn run_with(env: &Env, fixtures: &Path, args: &[&str], extra: &[(&str, &str)]) -> Output {
+    let settings: String = extra.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+    std::fs::write(fixtures.join("settings"), settings).unwrap();
     let mut c = env.cmd(args);
-    c.env("FIXTURE_DIR", fixtures);
     for (k, v) in extra {
         c.env(k, v);
     }
@@ -67,8 +71,50 @@ oduflow_store::on_both_stores!(
     super::env_of =>
     identities_are_removed_before_deleted,
     adapter_timeout_blocks_with_reason,
-    killed_during_adapter_removal_resumes
+    killed_during_adapter_removal_resumes,
+    children_get_only_the_allowed_environment
 );
+
+/// What a child process found in its environment at its start (the
+/// shell's own start-up environment, not what it exports).
+const DUMP_ENV: &str = "tr '\\0' '\\n' < /proc/$$/environ";
+
+/// The root password command and every adapter command start with a
+/// cleared environment plus the documented allow-list and the adapter
+/// protocol's own variables: no API key, no database URL (its password),
+/// nothing else the worker had.
+async fn children_get_only_the_allowed_environment(env: Env) {
+    let ok = r#"echo '{"ok": true, "detail": "done"}'"#;
+    let present = r#"echo '{"present": false}'"#;
+    let toml = format!(
+        "root_password_command = [\"sh\", \"-c\", {root:?}]\n\n\
+         [[adapter]]\nname = \"fs\"\nensure = [\"sh\", \"-c\", {ensure:?}]\ncheck = [\"sh\", \"-c\", {present:?}]\n\
+         remove = [\"sh\", \"-c\", {ok:?}]\n",
+        root = format!("{DUMP_ENV} > root-env.txt"),
+        ensure = format!("{DUMP_ENV} > adapter-env.txt; {ok}"),
+    );
+    std::fs::write(env.dir.path().join("oduflow.toml"), toml).unwrap();
+    env.ok(&["init"]);
+    env.create_client("acme");
+    let o = env.cmd(&["worker", "--until-settled"]).env("SOME_OPERATOR_SECRET", "s3cret").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let allowed = oduflow_engine::command_adapter::CHILD_ENV_ALLOWED;
+    for (file, protocol) in [("root-env.txt", "ODUFLOW_INSTANCE_ID ODUFLOW_LABEL"), ("adapter-env.txt", "ODUFLOW_")] {
+        let path = env.dir.path().join(file);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert!(!text.contains(KEY), "{file} holds the API key:\n{text}");
+        assert!(!text.contains(&env.url), "{file} holds the database URL:\n{text}");
+        for line in text.lines().filter(|l| !l.is_empty()) {
+            let name = line.split('=').next().unwrap_or_default();
+            let by_protocol = if protocol.ends_with('_') {
+                name.starts_with(protocol) && !name.contains("URL") && !name.contains("KEY")
+            } else {
+                protocol.split(' ').any(|p| p == name)
+            };
+            assert!(allowed.contains(&name) || by_protocol, "{file}: {name} is not allowed:\n{text}");
+        }
+    }
+}
 
 async fn identities_are_removed_before_deleted(env: Env) {
     let fx = configure(&env, 5_000);

@@ -16,7 +16,64 @@ oduflow_store::on_both_stores!(
     a_worker_killed_at_every_change_step_loses_nothing_and_sends_no_second_patch,
     an_adapters_update_command_runs_once_after_a_confirmed_change,
     a_console_change_to_what_no_update_touched_blocks_and_is_not_reverted,
+    a_refused_grow_can_go_back_to_the_size_the_volume_has,
+    a_reconcile_after_a_refused_change_sends_nothing,
 );
+
+/// PATCH /blocks/{id} requests that reached the simulator, refused ones too.
+fn block_patches(env: &Env) -> u64 {
+    env.sim.ledger().requests.get("PATCH /v2/blocks/{id}").copied().unwrap_or(0)
+}
+
+/// A ready 40 GB client whose grow to 80 GB Vultr refused (over the
+/// account's block storage limit): blocked `update_rejected`, one PATCH.
+fn refused_grow(env: &Env) {
+    env.ok(&["init"]);
+    create(env, "acme", &[]);
+    settle(env);
+    assert_eq!(show(env, "acme")["status"], "ready");
+    env.sim.control().set_block_storage_limit(Some(50));
+    env.ok(&["client", "update", "acme", "--volume-gb", "80"]);
+    settle(env);
+    let v = show(env, "acme");
+    assert_eq!((v["status"].as_str(), v["blocked_reason"].as_str()), (Some("blocked"), Some("update_rejected")), "{v}");
+    assert_eq!(block_patches(env), 1);
+}
+
+/// After a refused grow the spec says 80 GB, the volume has 40: going back
+/// to the size it has is no shrink. Accepted (through the CLI, as the API),
+/// the client is ready again on 40 GB without another PATCH.
+async fn a_refused_grow_can_go_back_to_the_size_the_volume_has(env: Env) {
+    refused_grow(&env);
+    let o = env.run(&["client", "update", "acme", "--volume-gb", "40"]);
+    assert!(o.status.success(), "back to the size the volume has: {}", String::from_utf8_lossy(&o.stderr));
+    settle(&env);
+    let v = show(&env, "acme");
+    assert_eq!((v["status"].as_str(), v["volume_gb"].as_i64()), (Some("ready"), Some(40)), "{v}");
+    assert_eq!(block_patches(&env), 1, "no PATCH to go back");
+    // Below the size it has is still a shrink.
+    let o = env.run(&["client", "update", "acme", "--volume-gb", "30"]);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// A definitive refusal is not answered by sending the same PATCH again:
+/// `reconcile` reads, and the client stays blocked with the refusal as
+/// evidence. Once the cause is fixed, `client update` with the same size is
+/// the operator's word: one PATCH on a new receipt.
+async fn a_reconcile_after_a_refused_change_sends_nothing(env: Env) {
+    refused_grow(&env);
+    env.ok(&["reconcile", "acme"]);
+    settle(&env);
+    let v = show(&env, "acme");
+    assert_eq!(v["blocked_reason"], "update_rejected", "{v}");
+    assert_eq!(block_patches(&env), 1, "the refused PATCH was sent again");
+    env.sim.control().set_block_storage_limit(None);
+    env.ok(&["client", "update", "acme", "--volume-gb", "80"]);
+    settle(&env);
+    let v = show(&env, "acme");
+    assert_eq!((v["status"].as_str(), v["volume_gb"].as_i64()), (Some("ready"), Some(80)), "{v}");
+    assert_eq!(block_patches(&env), 2);
+}
 
 fn create(env: &Env, name: &str, extra: &[&str]) {
     create_in(env, name, ["ewr", "vc2-1c-1gb", "40"], extra);
