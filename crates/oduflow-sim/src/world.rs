@@ -455,7 +455,6 @@ impl World {
                 (f.burst_429, FaultKind::Burst429),
                 (f.redirect, FaultKind::Redirect),
                 (f.lost_redirect, FaultKind::LostRedirect),
-                // Last, so a plan without it draws as before.
                 (if op == Op::DnsRecordGet { f.dns_get_404 } else { 0.0 }, FaultKind::DnsGet404),
             ] {
                 let start = acc;

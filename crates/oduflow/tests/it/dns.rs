@@ -113,6 +113,7 @@ oduflow_store::on_both_stores!(
     command_adapters_get_the_recorded_identity_on_removal,
     a_changed_zone_does_not_forget_the_records_in_the_old_one,
     a_transient_404_on_an_owned_record_keeps_it,
+    two_clients_cannot_share_a_dns_name,
 );
 
 async fn an_operators_record_with_the_clients_name_is_never_touched(env: Env) {
@@ -176,8 +177,11 @@ async fn adopting_the_operators_record_makes_it_the_clients(env: Env) {
     assert_eq!(now.len(), 1, "{now:?}");
     assert_eq!((now[0].id.as_str(), now[0].data.as_str()), (theirs.id.as_str(), ip.as_str()), "updated in place");
     // A record one client owns is adopted by no other, and a client that is
-    // not blocked for its DNS adopts nothing (a run may be creating).
-    create(&env, "web", &["--dns-name", "www"]);
+    // not blocked for its DNS adopts nothing (a run may be creating). (A
+    // second client cannot be given the name www: web is blocked by a
+    // record of its own name.)
+    let web = operator_record(&env, "web", "A", "198.51.100.10").await;
+    create(&env, "web", &[]);
     settle(&env);
     assert_eq!(show(&env, "web")["blocked_reason"], "dns_record_foreign");
     for who in ["web", "www"] {
@@ -191,6 +195,7 @@ async fn adopting_the_operators_record_makes_it_the_clients(env: Env) {
     assert_eq!(show(&env, "www")["status"], "deleted");
     assert!(records(&env, "www").await.is_empty(), "an adopted record is the client's: deleted with it");
     assert_eq!(records(&env, "ftp").await, vec![other]);
+    assert_eq!(records(&env, "web").await, vec![web]);
 }
 
 async fn a_lost_record_create_is_resolved_without_a_duplicate(env: Env) {
@@ -404,4 +409,33 @@ async fn a_transient_404_on_an_owned_record_keeps_it(env: Env) {
     settle(&env);
     assert_eq!(show(&env, "acme")["status"], "deleted");
     assert!(records(&env, "acme").await.is_empty(), "the record went with the client");
+}
+
+/// A DNS name belongs to at most one client not yet deleted: `client
+/// create` and `client update --dns-name` refuse one another client holds
+/// (exit 2, nothing stored). Before, both clients got an A record at it.
+async fn two_clients_cannot_share_a_dns_name(env: Env) {
+    env.ok(&["init"]);
+    create(&env, "acme", &[]);
+    create(&env, "mail", &["--dns-name", "shared"]);
+    let refused = |args: Vec<&str>, held: &str, by: &str| {
+        let o = env.run(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(&format!("DNS name {held} ")) && err.contains(&format!("client {by}")), "{err}");
+    };
+    refused(client_create_args("web", &["--dns-name", "acme"]), "acme", "acme");
+    refused(client_create_args("shared", &[]), "shared", "mail");
+    refused(vec!["client", "update", "acme", "--dns-name", "shared"], "shared", "mail");
+    assert!(!env.run(&["client", "show", "web"]).status.success(), "nothing stored");
+    assert!(!env.run(&["client", "show", "shared"]).status.success(), "nothing stored");
+    assert_eq!(show(&env, "acme")["dns_name"], "acme", "unchanged");
+    // A deleted client's name is free again.
+    env.ok(&["client", "delete", "mail"]);
+    settle(&env);
+    assert_eq!(show(&env, "mail")["status"], "deleted");
+    create(&env, "shared", &[]);
+    // And it cannot come back under a name another client took meanwhile.
+    let o = env.run(&client_create_args("mail", &["--dns-name", "shared"]));
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
 }
