@@ -125,9 +125,10 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::ClientExists(n) => ApiError::Conflict(format!("a client named {n} already exists")),
             StoreError::ClientNotFound(n) => ApiError::NotFound(format!("no client named {n}")),
-            e @ (StoreError::ClientAbsent(_) | StoreError::ClientStillDeleting(_) | StoreError::ClientMoved(_)) => {
-                ApiError::Conflict(e.to_string())
-            }
+            e @ (StoreError::ClientAbsent(_)
+            | StoreError::ClientStillDeleting(_)
+            | StoreError::ClientMoved(_)
+            | StoreError::DnsNameTaken { .. }) => ApiError::Conflict(e.to_string()),
             // What Vultr cannot do in place: the content is the problem.
             StoreError::UpdateRefused(r) => ApiError::InvalidInput(r.to_string()),
             e => ApiError::Store(e),

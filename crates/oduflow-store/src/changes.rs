@@ -218,6 +218,8 @@ impl Store {
             // still hold once the record is locked: a run may have claimed a
             // create meanwhile.
             let in_place = u.apply_to(&client.infra.spec, true, has);
+            let dns = spec.dns_name.clone().unwrap_or_else(|| client.name.clone());
+            let dns = dns.as_str();
             let image = serde_json::to_string(&spec.image).map_err(|e| StoreError::Corrupt(e.to_string()))?;
             let server = serde_json::to_string(&spec.server).map_err(|e| StoreError::Corrupt(e.to_string()))?;
             both!(self, p => {
@@ -230,9 +232,10 @@ impl Store {
                 // any other stays until `reconcile`.
                 let blocked = client.infra.status == ClientStatus::Blocked
                     && !client.infra.blocked_reason.is_some_and(update_resolves);
+                crate::dns_name_free!(tx, dns, client.id.as_str());
                 let n = sqlx::query(
                     "UPDATE infra SET region = $3, plan = $4, os_id = $5, volume_gb = $6, image = $7, server = $8, \
-                     dns_name = $13, generation = $2, spec_generation = $2, spec_updated_ms = $9, updated_ms = $9, \
+                     dns_name = $13, dns_key = $14, generation = $2, spec_generation = $2, spec_updated_ms = $9, updated_ms = $9, \
                      status = CASE WHEN $10 THEN status ELSE 'provisioning' END, \
                      blocked_reason = CASE WHEN $10 THEN blocked_reason END, \
                      blocked_detail = CASE WHEN $10 THEN blocked_detail END \
@@ -246,8 +249,8 @@ impl Store {
                     // a block this update must not lift could be lifted.
                     .bind(client.infra.status.as_str())
                     .bind(client.infra.blocked_reason.map_or("", |r| r.as_str()))
-                    .bind(&spec.dns_name)
-                    .execute(&mut *tx).await?.rows_affected();
+                    .bind(&spec.dns_name).bind(dns)
+                    .execute(&mut *tx).await.map_err(|e| crate::dns_name_race(e, dns))?.rows_affected();
                 if n == 0 {
                     return Err(StoreError::ClientMoved(name.to_owned()));
                 }

@@ -104,6 +104,12 @@ pub enum StoreError {
     ClientExists(String),
     #[error("no client named {0}")]
     ClientNotFound(String),
+    /// A DNS name belongs to at most one client not yet deleted.
+    #[error(
+        "DNS name {name} is held by {holder} (a name belongs to one client until it is deleted): give this client \
+         another with --dns-name"
+    )]
+    DnsNameTaken { name: String, holder: String },
     #[error(
         "client {0} is still being deleted with its old spec: create it again with another spec once `client show {0}` says deleted"
     )]
@@ -237,6 +243,32 @@ macro_rules! both {
     };
 }
 pub(crate) use both;
+
+/// Refuses `$dns` when a client other than `$id` that is not deleted holds
+/// it (read in the write's transaction, for the message; the unique index
+/// `infra_dns_key_live` is what makes the refusal atomic).
+macro_rules! dns_name_free {
+    ($tx:expr, $dns:expr, $id:expr) => {{
+        let holder: Option<String> = sqlx::query_scalar(
+            "SELECT c.name FROM infra i JOIN clients c ON c.id = i.client_id \
+             WHERE i.dns_key = $1 AND i.status <> 'deleted' AND i.client_id <> $2",
+        )
+        .bind($dns)
+        .bind($id)
+        .fetch_optional(&mut *$tx)
+        .await?;
+        if let Some(h) = holder {
+            return Err(StoreError::DnsNameTaken { name: ($dns).to_owned(), holder: format!("client {h}") });
+        }
+    }};
+}
+pub(crate) use dns_name_free;
+
+/// The unique index's refusal, when a concurrent write took the name
+/// between the check above and this write.
+pub(crate) fn dns_name_race(e: sqlx::Error, dns: &str) -> StoreError {
+    unique_to(e, || StoreError::DnsNameTaken { name: dns.to_owned(), holder: "another client".into() })
+}
 
 macro_rules! const_format_client_select {
     ($tail:literal) => {
@@ -426,6 +458,7 @@ impl Store {
                     (8, "changes", include_str!("../migrations/postgres/0008_changes.sql")),
                     (9, "identity ownership", include_str!("../migrations/postgres/0009_identity_ownership.sql")),
                     (10, "listed", include_str!("../migrations/postgres/0010_listed.sql")),
+                    (11, "dns name unique", include_str!("../migrations/postgres/0011_dns_name_unique.sql")),
                     (12, "clock", include_str!("../migrations/postgres/0012_clock.sql")),
                     (13, "no replace", include_str!("../migrations/postgres/0013_no_replace.sql")),
                 ],
@@ -440,6 +473,7 @@ impl Store {
                     (8, "changes", include_str!("../migrations/sqlite/0008_changes.sql")),
                     (9, "identity ownership", include_str!("../migrations/sqlite/0009_identity_ownership.sql")),
                     (10, "listed", include_str!("../migrations/sqlite/0010_listed.sql")),
+                    (11, "dns name unique", include_str!("../migrations/sqlite/0011_dns_name_unique.sql")),
                     (12, "clock", include_str!("../migrations/sqlite/0012_clock.sql")),
                     (13, "no replace", include_str!("../migrations/sqlite/0013_no_replace.sql")),
                 ],
@@ -565,6 +599,8 @@ impl Store {
                 spec.server.hostname = name.to_string();
             }
             let spec = &spec;
+            let dns = spec.dns_name.clone().unwrap_or_else(|| name.to_string());
+            let dns = dns.as_str();
             let os_id = spec.image.os_id().unwrap_or(0);
             let image = serde_json::to_string(&spec.image).map_err(|e| StoreError::Corrupt(e.to_string()))?;
             let server = serde_json::to_string(&spec.server).map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -598,15 +634,17 @@ impl Store {
                         return Err(StoreError::ClientStillDeleting(name.to_string()));
                     }
                     let generation = generation + 1;
+                    crate::dns_name_free!(tx, dns, &id);
                     sqlx::query(
                         "UPDATE infra SET target = 'present', generation = $2, status = 'pending', \
                          blocked_reason = NULL, blocked_detail = NULL, updated_ms = $3, region = $4, plan = $5, \
                          os_id = $6, volume_gb = $7, volume_type = $8, image = $9, server = $10, \
-                         spec_generation = 0, spec_updated_ms = NULL, dns_name = $11 WHERE client_id = $1")
+                         spec_generation = 0, spec_updated_ms = NULL, dns_name = $11, dns_key = $12 \
+                         WHERE client_id = $1")
                         .bind(&id).bind(generation).bind(now_ms).bind(&spec.region).bind(&spec.plan).bind(os_id)
                         .bind(spec.volume_gb).bind(spec.volume_type.as_str()).bind(&image).bind(&server)
-                        .bind(&spec.dns_name)
-                        .execute(&mut *tx).await?;
+                        .bind(&spec.dns_name).bind(dns)
+                        .execute(&mut *tx).await.map_err(|e| crate::dns_name_race(e, dns))?;
                     let id = oduflow_model::ClientId(id);
                     let job = NewJob::for_client(&id, JobKind::Provision, generation, now_ms, attempts_max);
                     queue::job_insert(&mut *tx, &job).await?;
@@ -623,15 +661,16 @@ impl Store {
                     .execute(&mut *tx)
                     .await
                     .map_err(|e| unique_to(e, || StoreError::ClientExists(name.to_string())))?;
+                crate::dns_name_free!(tx, dns, id.as_str());
                 sqlx::query(
                     "INSERT INTO infra (client_id, region, plan, os_id, volume_gb, volume_type, target, \
-                     generation, status, updated_ms, image, server, dns_name) \
-                     VALUES ($1, $2, $3, $4, $5, $6, 'present', 1, 'pending', $7, $8, $9, $10)",
+                     generation, status, updated_ms, image, server, dns_name, dns_key) \
+                     VALUES ($1, $2, $3, $4, $5, $6, 'present', 1, 'pending', $7, $8, $9, $10, $11)",
                 )
                 .bind(id.as_str()).bind(&spec.region).bind(&spec.plan).bind(os_id)
                 .bind(spec.volume_gb).bind(spec.volume_type.as_str()).bind(now_ms)
-                .bind(&image).bind(&server).bind(&spec.dns_name)
-                .execute(&mut *tx).await?;
+                .bind(&image).bind(&server).bind(&spec.dns_name).bind(dns)
+                .execute(&mut *tx).await.map_err(|e| crate::dns_name_race(e, dns))?;
                 let job = NewJob::for_client(&id, JobKind::Provision, 1, now_ms, attempts_max);
                 queue::job_insert(&mut *tx, &job).await?;
                 queue::event_insert(&mut *tx, Some(&id), "client_created", &serde_json::json!({

@@ -50,11 +50,11 @@ impl Store {
         crate::named("client_reconcile", async move {
             both!(self, p => {
                 let mut tx = crate::BeginWrite::begin_write(p).await?;
-                let row: Option<(String, String, i64)> = sqlx::query_as(
-                    "SELECT i.client_id, i.target, i.generation FROM infra i JOIN clients c ON c.id = i.client_id \
-                     WHERE c.name = $1")
+                let row: Option<(String, String, i64, Option<String>)> = sqlx::query_as(
+                    "SELECT i.client_id, i.target, i.generation, i.dns_key FROM infra i \
+                     JOIN clients c ON c.id = i.client_id WHERE c.name = $1")
                     .bind(name).fetch_optional(&mut *tx).await?;
-                let Some((id, target, generation)) = row else {
+                let Some((id, target, generation, dns)) = row else {
                     return Err(StoreError::ClientNotFound(name.to_owned()));
                 };
                 let target = Target::parse(&target).ok_or_else(|| StoreError::Corrupt(target.clone()))?;
@@ -75,7 +75,9 @@ impl Store {
                      WHERE client_id = $1")
                     .bind(&id).bind(generation).bind(status)
                     .bind(vm).bind(volume).bind(attach).bind(now_ms)
-                    .execute(&mut *tx).await?;
+                    // A deleted client reconciled holds its DNS name again:
+                    // refused while another client holds it.
+                    .execute(&mut *tx).await.map_err(|e| crate::dns_name_race(e, dns.as_deref().unwrap_or(name)))?;
                 // A fresh start for adapters that had failed.
                 sqlx::query("UPDATE adapter_state SET failures = 0 WHERE client_id = $1").bind(&id).execute(&mut *tx).await?;
                 let id = ClientId(id);

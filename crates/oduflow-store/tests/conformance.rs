@@ -40,7 +40,8 @@ oduflow_store::on_both_stores!(
     receipts_survive_replace_from_any_connection,
     adapter_ownership_is_written_by_compare_and_set,
     fences_see_moved_records_and_lost_leases,
-    database_errors_name_the_operation
+    database_errors_name_the_operation,
+    a_database_with_shared_dns_names_migrates_and_the_oldest_keeps_the_name
 );
 
 fn spec() -> ClientSpec {
@@ -359,4 +360,39 @@ async fn the_sqlite_clock_never_starts_behind_the_file_nor_follows_a_step_back()
     assert!(first >= host + day, "the clock started at {first}, behind the file's newest time {}", host + day);
     let later = s.clock_now_ms(host - 3_600_000).await.unwrap();
     assert!(later >= first, "a host clock stepped back moved the database's clock back: {later} < {first}");
+}
+
+/// A database from before DNS names were unique may hold two live clients
+/// with one name: the migration that adds the unique index must still run
+/// (the oldest client keeps the name), and from then on the name is
+/// refused to anyone else, the other holder included.
+async fn a_database_with_shared_dns_names_migrates_and_the_oldest_keeps_the_name(store: Store) {
+    let first = client(&store, "acme").await;
+    let second = client(&store, "web").await;
+    // The schema before migration 11, with web given acme's name.
+    for sql in [
+        "DROP INDEX infra_dns_key_live",
+        "ALTER TABLE infra DROP COLUMN dns_key",
+        "UPDATE infra SET dns_name = 'acme' WHERE client_id = (SELECT id FROM clients WHERE name = 'web')",
+    ] {
+        execute_raw(&store, sql).await.unwrap();
+    }
+    oduflow_store::testing::schema_rewind(&store, 10).await.unwrap();
+    store.migrate().await.unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION);
+    let taken = |r: Result<ClientRow>| match r {
+        Err(StoreError::DnsNameTaken { name, holder }) => {
+            assert_eq!((name.as_str(), holder.as_str()), ("acme", "client acme"))
+        }
+        other => panic!("expected dns_name_taken, got {other:?}"),
+    };
+    let mut s = spec();
+    s.dns_name = Some("acme".into());
+    taken(store.client_create(&ClientName::parse("mail").unwrap(), &s, 2, 3).await);
+    let u = oduflow_model::update::SpecUpdate { plan: Some("vc2-2c-4gb".into()), ..Default::default() };
+    taken(store.client_update("web", &u, 3, 3).await);
+    let rename = oduflow_model::update::SpecUpdate { dns_name: Some("web".into()), ..Default::default() };
+    let web = store.client_update("web", &rename, 4, 3).await.unwrap();
+    assert_eq!((web.id, web.infra.spec.dns_name.as_deref()), (second, Some("web")));
+    assert_eq!(store.client_get("acme").await.unwrap().unwrap().id, first);
 }

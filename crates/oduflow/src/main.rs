@@ -79,6 +79,7 @@ fn main() -> ExitCode {
                     Some(
                         StoreError::InvalidUrl { .. }
                             | StoreError::ClientExists(_)
+                            | StoreError::DnsNameTaken { .. }
                             | StoreError::ClientNotFound(_)
                             | StoreError::ClientAbsent(_)
                             | StoreError::ClientStillDeleting(_)

@@ -296,6 +296,7 @@ oduflow_store::on_both_stores!(
     clients_create_from_a_profile,
     metrics_show_jobs_dispatches_blocked_reasons_provider_calls_and_lag,
     bad_input_is_a_4xx_json_error_that_stores_nothing_and_calls_no_provider,
+    two_clients_cannot_share_a_dns_name,
 );
 
 // ---- authentication --------------------------------------------------------
@@ -505,6 +506,34 @@ async fn clients_update_changes_the_spec_and_refuses_what_cannot_change(h: H) {
         409,
         "conflict",
     );
+}
+
+/// A DNS name (the spec's `dns_name`, else the client's name) belongs to at
+/// most one client not yet deleted: a create or an update that would give a
+/// second client the name is a 409 that changes nothing (before, both got an
+/// A record at it, one name round-robining between two tenants' servers).
+async fn two_clients_cannot_share_a_dns_name(h: H) {
+    assert_eq!(h.post("/api/v1/clients", create_body("acme")).await.0, 201);
+    let mut mail = create_body("mail");
+    mail["dns_name"] = json!("shared");
+    assert_eq!(h.post("/api/v1/clients", mail).await.0, 201);
+    let before = h.footprint().await;
+    let mut web = create_body("web");
+    web["dns_name"] = json!("acme");
+    for (got, held, by) in [
+        (h.post("/api/v1/clients", web.clone()).await, "acme", "acme"),
+        (h.post("/api/v1/clients", create_body("shared")).await, "shared", "mail"),
+        (h.call(Method::PATCH, "/api/v1/clients/acme", Some(json!({ "dns_name": "shared" }))).await, "shared", "mail"),
+    ] {
+        assert_error(&got, 409, "conflict");
+        let m = got.1["error"]["message"].as_str().unwrap();
+        assert!(m.contains(&format!("DNS name {held} ")) && m.contains(&format!("client {by}")), "{m}");
+    }
+    assert_eq!(h.footprint().await, before, "refusals change nothing");
+    // Once acme is given another name, its old one is free.
+    let (s, v) = h.call(Method::PATCH, "/api/v1/clients/acme", Some(json!({ "dns_name": "acme-old" }))).await;
+    assert_eq!(s, 202, "{v}");
+    assert_eq!(h.post("/api/v1/clients", web).await.0, 201);
 }
 
 async fn clients_create_show_list_delete(h: H) {

@@ -5,7 +5,7 @@
 -- no wall-clock step moves. One row: that reading. PostgreSQL reads
 -- clock_timestamp() and leaves the table empty (it exists on both stores so
 -- that the schemas stay alike).
-CREATE TABLE clock_anchor (
+CREATE TABLE IF NOT EXISTS clock_anchor (
     id         INTEGER PRIMARY KEY CHECK (id = 1),
     boot_id    TEXT    NOT NULL,
     wall_ms    INTEGER  NOT NULL,

@@ -112,6 +112,8 @@ oduflow_store::on_both_stores!(
     killed_during_record_creation_and_removal_resumes,
     command_adapters_get_the_recorded_identity_on_removal,
     a_changed_zone_does_not_forget_the_records_in_the_old_one,
+    a_transient_404_on_an_owned_record_keeps_it,
+    two_clients_cannot_share_a_dns_name,
 );
 
 async fn an_operators_record_with_the_clients_name_is_never_touched(env: Env) {
@@ -175,8 +177,11 @@ async fn adopting_the_operators_record_makes_it_the_clients(env: Env) {
     assert_eq!(now.len(), 1, "{now:?}");
     assert_eq!((now[0].id.as_str(), now[0].data.as_str()), (theirs.id.as_str(), ip.as_str()), "updated in place");
     // A record one client owns is adopted by no other, and a client that is
-    // not blocked for its DNS adopts nothing (a run may be creating).
-    create(&env, "web", &["--dns-name", "www"]);
+    // not blocked for its DNS adopts nothing (a run may be creating). (A
+    // second client cannot be given the name www: web is blocked by a
+    // record of its own name.)
+    let web = operator_record(&env, "web", "A", "198.51.100.10").await;
+    create(&env, "web", &[]);
     settle(&env);
     assert_eq!(show(&env, "web")["blocked_reason"], "dns_record_foreign");
     for who in ["web", "www"] {
@@ -190,6 +195,7 @@ async fn adopting_the_operators_record_makes_it_the_clients(env: Env) {
     assert_eq!(show(&env, "www")["status"], "deleted");
     assert!(records(&env, "www").await.is_empty(), "an adopted record is the client's: deleted with it");
     assert_eq!(records(&env, "ftp").await, vec![other]);
+    assert_eq!(records(&env, "web").await, vec![web]);
 }
 
 async fn a_lost_record_create_is_resolved_without_a_duplicate(env: Env) {
@@ -346,4 +352,90 @@ async fn a_changed_zone_does_not_forget_the_records_in_the_old_one(env: Env) {
     settle(&env);
     assert_eq!(show(&env, "acme")["status"], "deleted");
     assert!(records(&env, "acme").await.is_empty(), "the record in example.com went with the client");
+}
+
+/// Moves the times in `name`'s DNS ownership record back an hour, as if its
+/// record had been made that long ago (a 404 for a fresh record was never
+/// taken as proof of anything).
+async fn age_dns_ownership(env: &Env, name: &str) {
+    let store = env.store().await;
+    let id = store.client_get(name).await.unwrap().unwrap().id;
+    let st = store.adapter_states(&id).await.unwrap().into_iter().find(|s| s.adapter == "dns").unwrap();
+    let mut v = st.owned.clone();
+    for r in v["records"].as_array_mut().unwrap() {
+        r["claimed_ms"] = (r["claimed_ms"].as_i64().unwrap() - 3_600_000).into();
+    }
+    let ledger = oduflow_store::ReceiptLedger::new(store.clone());
+    let put = ledger.adapter_owned_put(&id, "dns", &v, st.owned_version, 1).await.unwrap();
+    assert!(put.is_some(), "the ownership record was rewritten");
+}
+
+/// One 404 to the GET of a record the client owns (a temporary one: the
+/// record is there) made oduflow forget the record: the client then blocked
+/// `dns_record_foreign` on its own record, and following the suggestion
+/// (another name, then delete) left it live at the deleted VM's address.
+async fn a_transient_404_on_an_owned_record_keeps_it(env: Env) {
+    configure(&env);
+    env.ok(&["init"]);
+    create(&env, "acme", &[]);
+    settle(&env);
+    let v = show(&env, "acme");
+    assert_eq!(v["status"], "ready", "{v}");
+    let before = records(&env, "acme").await;
+    assert_eq!(before.len(), 1);
+    age_dns_ownership(&env, "acme").await;
+    env.sim
+        .set_faults(oduflow_sim::Faults {
+            dns_get_404: 1.0,
+            ops: vec![oduflow_sim::Op::DnsRecordGet],
+            faults_max: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
+    // A new address: the record is ensured (a PATCH) and checked (the GET
+    // that answers 404 once).
+    assert!(env.sim.control().set_instance_main_ip(v["vm_id"].as_str().unwrap(), "203.0.113.9"));
+    env.ok(&["reconcile", "acme"]);
+    settle(&env);
+    assert_eq!(env.sim.ledger().faults.len(), 1, "the record's GET answered 404 once");
+    let v = show(&env, "acme");
+    assert_eq!((&v["status"], &v["blocked_detail"]), (&"ready".into(), &serde_json::Value::Null));
+    let dns = &v["adapters"].as_array().unwrap()[0];
+    assert_eq!(dns["owned"]["records"][0]["id"], before[0].id.as_str(), "still owned: {dns}");
+    let after = records(&env, "acme").await;
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!((after[0].id.as_str(), after[0].data.as_str()), (before[0].id.as_str(), "203.0.113.9"));
+    env.ok(&["client", "delete", "acme"]);
+    settle(&env);
+    assert_eq!(show(&env, "acme")["status"], "deleted");
+    assert!(records(&env, "acme").await.is_empty(), "the record went with the client");
+}
+
+/// A DNS name belongs to at most one client not yet deleted: `client
+/// create` and `client update --dns-name` refuse one another client holds
+/// (exit 2, nothing stored). Before, both clients got an A record at it.
+async fn two_clients_cannot_share_a_dns_name(env: Env) {
+    env.ok(&["init"]);
+    create(&env, "acme", &[]);
+    create(&env, "mail", &["--dns-name", "shared"]);
+    let refused = |args: Vec<&str>, held: &str, by: &str| {
+        let o = env.run(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(&format!("DNS name {held} ")) && err.contains(&format!("client {by}")), "{err}");
+    };
+    refused(client_create_args("web", &["--dns-name", "acme"]), "acme", "acme");
+    refused(client_create_args("shared", &[]), "shared", "mail");
+    refused(vec!["client", "update", "acme", "--dns-name", "shared"], "shared", "mail");
+    assert!(!env.run(&["client", "show", "web"]).status.success(), "nothing stored");
+    assert!(!env.run(&["client", "show", "shared"]).status.success(), "nothing stored");
+    assert_eq!(show(&env, "acme")["dns_name"], "acme", "unchanged");
+    // A deleted client's name is free again.
+    env.ok(&["client", "delete", "mail"]);
+    settle(&env);
+    assert_eq!(show(&env, "mail")["status"], "deleted");
+    create(&env, "shared", &[]);
+    // And it cannot come back under a name another client took meanwhile.
+    let o = env.run(&client_create_args("mail", &["--dns-name", "shared"]));
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
 }
