@@ -132,8 +132,8 @@ impl MemoryProvider {
     }
 
     /// What a create, attach or change goes through before it leaves, in
-    /// the Vultr client's order: its slot (the test's gate), then the run's
-    /// guard.
+    /// the Vultr client's order: its slot (the test's gate), the run's
+    /// guard, then the record that it is sent.
     async fn before_send(&self) -> Result<(), String> {
         let gate = self.with(|s| {
             let g = s.slot_gate.clone();
@@ -145,7 +145,8 @@ impl MemoryProvider {
         if let Some(g) = gate {
             g.acquire().await.map_err(|e| e.to_string())?.forget();
         }
-        Self::guard().await
+        Self::guard().await?;
+        send_mark_record().await
     }
 
     async fn guard_read() -> Result<(), ProviderError> {

@@ -725,7 +725,11 @@ fn open_slots(p: &MemoryProvider, gate: &tokio::sync::Semaphore) {
 async fn until_waiting(p: &MemoryProvider, n: u32) {
     let t = std::time::Instant::now();
     while p.with(|s| s.slot_waiting) < n {
-        assert!(t.elapsed() < std::time::Duration::from_secs(10), "only {} sends reached their slot", p.with(|s| s.slot_waiting));
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "only {} sends reached their slot",
+            p.with(|s| s.slot_waiting)
+        );
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
 }
