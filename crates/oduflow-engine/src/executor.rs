@@ -1196,18 +1196,7 @@ impl<P: Provider> Run<'_, P> {
             return Ok(false);
         }
         if let Outcome::NotSent { reason } = &outcome {
-            // Known by this live worker, whether or not it still holds the
-            // client: recorded even by a run about to stop.
-            let now = w.now_ms();
-            if mark.marked() {
-                // It holds the mark: nobody else may have sent since.
-                w.receipts.mark_not_sent(&op, reason, now).await?;
-            } else {
-                // Stopped before its mark: recorded unless another run has
-                // marked the receipt sent since (or the mark's commit went
-                // through unseen).
-                w.receipts.mark_stopped(&op, reason, now).await?;
-            }
+            self.record_not_sent(&op, &mark, reason).await?;
         }
         self.halted()?;
         let now = w.now_ms();
@@ -1237,6 +1226,22 @@ impl<P: Provider> Run<'_, P> {
             }
             Outcome::NotSent { .. } => Ok(false),
         }
+    }
+
+    /// A dispatch that did not leave, as this live worker knows, whether or
+    /// not it still holds the client: recorded even by a run about to stop.
+    async fn record_not_sent(&self, op: &OperationKey, mark: &SentMark, reason: &str) -> Result<(), EngineError> {
+        let (w, now) = (self.w, self.w.now_ms());
+        if mark.marked() {
+            // It holds the mark: nobody else may have sent since.
+            w.receipts.mark_not_sent(op, reason, now).await?;
+        } else {
+            // Stopped before its mark: recorded unless another run has
+            // marked the receipt sent since (or the mark's commit went
+            // through unseen).
+            w.receipts.mark_stopped(op, reason, now).await?;
+        }
+        Ok(())
     }
 
     #[cfg(feature = "failpoints")]
