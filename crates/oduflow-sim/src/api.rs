@@ -214,6 +214,7 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
     let resp = match decision {
         Gate::TooMany(secs) => render(Reply::too_many(secs)),
         Gate::Refuse(401) => render(Reply::error(401, "Invalid API token.")),
+        Gate::Refuse(404) => render(Reply::error(404, "Record not found.")),
         Gate::Refuse(status) => render(Reply::error(status, "Internal server error.")),
         Gate::Redirect(status) => {
             tracing::debug!(%label, status, "fault: not applied, redirecting to itself");

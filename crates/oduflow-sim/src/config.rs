@@ -185,6 +185,10 @@ pub struct Faults {
     /// Stop injecting faults after this many (latency not counted); `None`:
     /// no limit. Lets a test fault exactly the next request.
     pub faults_max: Option<u64>,
+    /// `GET /domains/{domain}/records/{id}` only: not applied; answered 404
+    /// as if the record did not exist (a transient 404 of a live record).
+    /// Tried after the other faults, so a plan without it draws as before.
+    pub dns_get_404: f64,
 }
 
 impl Default for Faults {
@@ -205,6 +209,7 @@ impl Default for Faults {
             latency_max_ms: 0,
             ops: Vec::new(),
             faults_max: None,
+            dns_get_404: 0.0,
         }
     }
 }
@@ -220,6 +225,7 @@ impl Faults {
             self.burst_429,
             self.redirect,
             self.lost_redirect,
+            self.dns_get_404,
         ];
         if ps.iter().any(|p| !(0.0..=1.0).contains(p)) {
             return Err("every probability must be within 0..=1".into());

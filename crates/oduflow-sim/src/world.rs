@@ -153,6 +153,8 @@ pub enum FaultKind {
     Redirect,
     /// Applied, then answered with a 3xx to the same URL.
     LostRedirect,
+    /// A DNS record's GET answered 404 while the record exists.
+    DnsGet404,
 }
 
 /// One request that got a fault or added latency, in arrival order.
@@ -453,6 +455,7 @@ impl World {
                 (f.burst_429, FaultKind::Burst429),
                 (f.redirect, FaultKind::Redirect),
                 (f.lost_redirect, FaultKind::LostRedirect),
+                (if op == Op::DnsRecordGet { f.dns_get_404 } else { 0.0 }, FaultKind::DnsGet404),
             ] {
                 let start = acc;
                 acc += p;
@@ -491,6 +494,7 @@ impl World {
                 Gate::TooMany(f.retry_after_secs)
             }
             Some(FaultKind::Error5xx) => Gate::Refuse(500),
+            Some(FaultKind::DnsGet404) => Gate::Refuse(404),
             Some(FaultKind::Redirect) => Gate::Redirect(redirect_status.expect("set for every redirect fault")),
             lost => Gate::Pass { latency_ms, lost, redirect: redirect_status },
         }
