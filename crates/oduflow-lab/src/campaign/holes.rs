@@ -296,14 +296,14 @@ fn signal(pids: &[u32], sig: &str) {
 /// The invariants of this class of holes, against the database, the
 /// simulator's ledger and its zone (faults off).
 pub(super) async fn check_holes(store: &Store, ledger: &Ledger, p: &VultrClient, h: &mut State) -> Result<()> {
-    if let Some(s) = h.shares_wrongly_accepted.first() {
-        bail!("invariant 13: a DNS name a live client held was given to another client ({s})");
-    }
     let clients = store.client_list().await?;
     check_labelled(ledger, &clients, &h.absent)?;
     check_zone(store, ledger, p, &clients).await?;
     check_unknown_outcomes(store, ledger).await?;
     check_not_ready(p, &clients).await?;
+    if let Some(s) = h.shares_wrongly_accepted.first() {
+        bail!("invariant 13: a DNS name a live client held was given to another client ({s})");
+    }
     h.figures.dns_records +=
         ledger.resources.iter().filter(|r| r.kind == oduflow_sim::ResourceKind::DnsRecord).count() as u64;
     h.figures.dns_404s +=
