@@ -144,9 +144,9 @@ pub enum Op {
 
 /// The fault plan: the body of `POST /sim/faults`. Each request draws once;
 /// the probabilities are tried in the order of the fields (lost_drop,
-/// lost_5xx, lost_stall, error_5xx, burst_429, redirect, lost_redirect) and
-/// must add up to at most 1, so a request gets at most one fault. Latency is
-/// drawn separately.
+/// lost_5xx, lost_stall, error_5xx, burst_429, redirect, lost_redirect,
+/// dns_get_404) and must add up to at most 1, so a request gets at most one
+/// fault. Latency is drawn separately.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Faults {
@@ -176,6 +176,11 @@ pub struct Faults {
     /// The status every redirect fault answers with; `None`: drawn from
     /// [`REDIRECT_STATUSES`] by the same seeded draw that picked the fault.
     pub redirect_status: Option<u16>,
+    /// Only for `GET /domains/{d}/records/{id}`: answered 404 without
+    /// looking (a temporary 404 for a record that exists, which must never
+    /// make a client forget it). Other operations draw no fault from this
+    /// share.
+    pub dns_get_404: f64,
     pub stall_ms: u64,
     /// Added to every faultable request, uniform in [min, max].
     pub latency_min_ms: u64,
@@ -185,10 +190,6 @@ pub struct Faults {
     /// Stop injecting faults after this many (latency not counted); `None`:
     /// no limit. Lets a test fault exactly the next request.
     pub faults_max: Option<u64>,
-    /// `GET /domains/{domain}/records/{id}` only: not applied; answered 404
-    /// as if the record did not exist (a transient 404 of a live record).
-    /// Tried after the other faults, so a plan without it draws as before.
-    pub dns_get_404: f64,
 }
 
 impl Default for Faults {
@@ -204,12 +205,12 @@ impl Default for Faults {
             redirect: 0.0,
             lost_redirect: 0.0,
             redirect_status: None,
+            dns_get_404: 0.0,
             stall_ms: DEFAULT_STALL_MS,
             latency_min_ms: 0,
             latency_max_ms: 0,
             ops: Vec::new(),
             faults_max: None,
-            dns_get_404: 0.0,
         }
     }
 }

@@ -153,7 +153,7 @@ pub enum FaultKind {
     Redirect,
     /// Applied, then answered with a 3xx to the same URL.
     LostRedirect,
-    /// A DNS record's GET answered 404 while the record exists.
+    /// A DNS record's GET answered 404 (`dns_get_404`).
     DnsGet404,
 }
 
@@ -455,6 +455,7 @@ impl World {
                 (f.burst_429, FaultKind::Burst429),
                 (f.redirect, FaultKind::Redirect),
                 (f.lost_redirect, FaultKind::LostRedirect),
+                // Last, so a plan without it draws as before.
                 (if op == Op::DnsRecordGet { f.dns_get_404 } else { 0.0 }, FaultKind::DnsGet404),
             ] {
                 let start = acc;

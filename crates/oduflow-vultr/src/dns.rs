@@ -115,11 +115,19 @@ impl VultrClient {
     }
 
     /// `PATCH /domains/{domain}/records/{id}` (204): the record's name, data
-    /// and TTL set in place, its id kept. Sent once per call; repeatable.
+    /// and TTL set in place, its id kept. Sent once per call; repeatable. A
+    /// 404 is `Rejected { status: 404 }` (the change was not applied).
     pub async fn dns_record_patch(&self, domain: &str, id: &DnsRecordId, p: &DnsRecordPatch) -> Outcome<()> {
         let body = serde_json::to_value(p).expect("a record patch always serializes");
         let reply = self.patch_once(&["domains", domain, "records", id.as_str()], &body).await;
-        Self::classify(reply, |_| Some(()))
+        match reply {
+            // Not applied: no record with that id right now. Unlike a
+            // create's (a zone that is not the account's), a PATCH's 404 is
+            // about the record itself; the caller counts it as a sighting of
+            // its absence, never as proof on its own.
+            crate::http::Reply::Answer(a) if a.status == 404 => Outcome::Rejected { status: 404, message: a.message() },
+            reply => Self::classify(reply, |_| Some(())),
+        }
     }
 
     pub async fn dns_record_delete(&self, domain: &str, id: &DnsRecordId) -> Result<DeleteOutcome, VultrError> {

@@ -10,15 +10,21 @@
 //!   the one sent; none after [`LOST_CREATE_LISTINGS_MAX`] listings, or
 //!   several, blocks `uncertain_dns_record` with the evidence;
 //! - oduflow changes (PATCH) and deletes only records whose id it recorded;
+//! - a 404 for a recorded id (to a GET or a PATCH) is counted, never a
+//!   verdict on its own: a record is taken as gone only after
+//!   [`RECORD_MISSING_MAX`] of them in a row spanning [`RECORD_MISSING_MS`];
+//!   a new one is then made, and the old id is kept until a DELETE of it was
+//!   answered and a GET 404 followed, so nothing it owned is ever forgotten
+//!   while it may be live;
 //! - before creating, the name must be free: a record of a conflicting type
 //!   (A, AAAA, CNAME) at that name that oduflow did not record is never
 //!   touched, and the client blocks `dns_record_foreign` naming it.
 //!
 //! Reads are by id (GET /domains/{d}/records/{id}). Vultr cannot filter a
-//! listing by name, so the "is the name free" check reads one zone view
-//! shared by every client of this process and at most
-//! [`ZONE_VIEW_FRESH_MS`] old; a lost create forces a listing of its own
-//! (also shared with every other lost create waiting for one).
+//! listing by name, so the "is the name free" check reads the zone, in a
+//! listing started after the check began (one listing serves every check of
+//! this process that was waiting when it started); a lost create forces a
+//! listing of its own the same way.
 
 use crate::VultrClient;
 use crate::dns::{DnsRecord, DnsRecordId, DnsRecordPatch, DnsRecordRequest};
@@ -26,12 +32,6 @@ use oduflow_model::BlockedReason;
 use oduflow_model::identity::*;
 use oduflow_model::provider::{DeleteOutcome, Outcome};
 use serde::{Deserialize, Serialize};
-
-/// How old the shared zone listing may be when it decides that a name is
-/// free: a record an operator adds within this window before oduflow's
-/// create is not seen (a race no check can close: it could equally be added
-/// right after). One listing serves every client created meanwhile.
-pub const ZONE_VIEW_FRESH_MS: i64 = 60_000;
 
 /// Zone listings, each taken after a create's answer was lost and a poll
 /// interval apart, that find no record for it before the client blocks
@@ -43,6 +43,15 @@ pub const LOST_CREATE_LISTINGS_MAX: u32 = 3;
 /// A GET 404 for a record created this recently is not yet taken as proof
 /// that it is gone (a fresh resource can 404 for a while, docs/vultr.md §7).
 pub const RECORD_GET_LAG_MS: i64 = 60_000;
+
+/// 404s in a row (to the GETs and PATCHes of one owned record, a poll
+/// interval or more apart) before the record is taken as gone, and the least
+/// time from the first of them to the last. A single 404 can be Vultr's
+/// (docs/vultr.md §7); a record that answers 404 for a minute across several
+/// reads was deleted outside oduflow (the console). Until then each 404 is
+/// `Pending`; a read that finds the record starts the count again.
+pub const RECORD_MISSING_MAX: u32 = 3;
+pub const RECORD_MISSING_MS: i64 = 60_000;
 
 /// The adapter's steps a test can kill a worker at (`ODUFLOW_CRASH_AT`):
 /// after a create is recorded and before it is sent; after its answer came
@@ -102,6 +111,21 @@ pub struct OwnedRecord {
     pub delete_sent: bool,
     #[serde(default)]
     pub deleting: bool,
+    /// 404s in a row to this record's GET or PATCH, and when the first of
+    /// them came (see [`RECORD_MISSING_MAX`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub missing: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing_ms: Option<i64>,
+    /// When it was taken as gone: no longer the client's record at its name
+    /// (the next ensure makes a new one and sends this id a DELETE), still
+    /// owned until a GET 404 follows that DELETE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gone_ms: Option<i64>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Owned {
@@ -152,6 +176,9 @@ impl Owned {
             adopted_by: Some(by.to_owned()),
             delete_sent: false,
             deleting: false,
+            missing: 0,
+            missing_ms: None,
+            gone_ms: None,
         });
         Ok(())
     }
@@ -349,9 +376,11 @@ impl DnsAdapter {
     }
 
     /// A record of a conflicting type at `name` that this client does not
-    /// own, from a zone view at most [`ZONE_VIEW_FRESH_MS`] old.
+    /// own, from a zone listing started after this check began: a record
+    /// made a moment ago (by an operator, by another worker process for a
+    /// client given the same name) is seen before a second one is created.
     async fn foreign(&self, t: &IdentityTarget, name: &str, o: &Owned) -> Result<(), AdapterError> {
-        let z = self.zone(now_ms() - ZONE_VIEW_FRESH_MS).await?;
+        let z = self.zone(now_ms()).await?;
         let Some(r) = z
             .records
             .iter()
@@ -395,6 +424,9 @@ impl DnsAdapter {
             adopted_by: None,
             delete_sent: false,
             deleting: false,
+            missing: 0,
+            missing_ms: None,
+            gone_ms: None,
         });
         Self::save(own, o).await?;
         reached("dns-record-claimed");
@@ -474,6 +506,7 @@ impl DnsAdapter {
             Outcome::Accepted(()) => {
                 let r = &mut o.records[i];
                 (r.name, r.data, r.ttl) = (p.name.clone(), p.data.clone(), p.ttl);
+                (r.missing, r.missing_ms) = (0, None);
                 Self::save(own, o).await?;
                 self.view_edit(|v| {
                     for r in v.iter_mut().filter(|r| r.id.0 == id) {
@@ -493,15 +526,41 @@ impl DnsAdapter {
         }
     }
 
-    /// Drops an owned record Vultr answers 404 for, unless it is too fresh
-    /// for a 404 to prove anything. `true` when dropped.
-    async fn forget_gone(o: &mut Owned, own: &dyn Ownership, i: usize) -> Result<bool, AdapterError> {
-        if now_ms() - o.records[i].claimed_ms < RECORD_GET_LAG_MS && !o.records[i].deleting {
-            return Ok(false);
+    /// One 404 to the GET or PATCH (`how`) of owned record `i`, which is not
+    /// being deleted: counted, never a verdict on its own. `Ok(())` once it
+    /// is taken as gone (`gone_ms` set: see [`RECORD_MISSING_MAX`]); until
+    /// then `Pending`, read again after a poll interval.
+    async fn missing(o: &mut Owned, own: &dyn Ownership, i: usize, how: &str) -> Result<(), AdapterError> {
+        let now = now_ms();
+        let r = &mut o.records[i];
+        r.missing += 1;
+        let first = *r.missing_ms.get_or_insert(now);
+        let (n, id) = (r.missing, r.id.clone().unwrap_or_default());
+        let gone =
+            n >= RECORD_MISSING_MAX && now - first >= RECORD_MISSING_MS && now - r.claimed_ms >= RECORD_GET_LAG_MS;
+        if gone {
+            r.gone_ms = Some(now);
         }
-        o.records.remove(i);
         Self::save(own, o).await?;
-        Ok(true)
+        if gone {
+            return Ok(());
+        }
+        Err(AdapterError::Pending(format!(
+            "record {id} answers 404 to its {how} ({n} in a row over {} s); a 404 may be temporary: it is taken as \
+             gone after {RECORD_MISSING_MAX} over {} s, then made again and this id deleted",
+            (now - first) / 1000,
+            RECORD_MISSING_MS / 1000
+        )))
+    }
+
+    /// A read found owned record `i`: its count of 404s starts again.
+    async fn found(o: &mut Owned, own: &dyn Ownership, i: usize) -> Result<(), AdapterError> {
+        let r = &mut o.records[i];
+        if r.missing == 0 && r.missing_ms.is_none() {
+            return Ok(());
+        }
+        (r.missing, r.missing_ms) = (0, None);
+        Self::save(own, o).await
     }
 
     async fn ensure_one(
@@ -514,7 +573,8 @@ impl DnsAdapter {
     ) -> Step0 {
         let name = t.dns_name.as_str();
         let what = format!("{rtype} {} -> {data}", self.fqdn(name));
-        let here = |r: &OwnedRecord| r.rtype == rtype && !r.deleting && self.zone_of(r) == self.domain;
+        let here =
+            |r: &OwnedRecord| r.rtype == rtype && !r.deleting && r.gone_ms.is_none() && self.zone_of(r) == self.domain;
         if let Some(i) = o.records.iter().position(here) {
             let r = &o.records[i];
             if r.name == name && same_data(rtype, &r.data, data) && r.ttl == self.ttl {
@@ -526,13 +586,10 @@ impl DnsAdapter {
             if self.patch(o, own, i, name, data).await? {
                 return Ok(format!("{what} (record {}, updated in place)", o.records[i].id.as_deref().unwrap_or("")));
             }
-            // Gone at Vultr (deleted in the console, say): a new one.
-            if !Self::forget_gone(o, own, i).await? {
-                return Err(AdapterError::Failed(format!(
-                    "record {} answers 404; read again later",
-                    o.records[i].id.as_deref().unwrap_or("")
-                )));
-            }
+            // A 404 to the PATCH, counted like a GET's: once the record is
+            // taken as gone (deleted in the console, say), a new one; the old
+            // id is deleted below, as no longer wanted.
+            Self::missing(o, own, i, "PATCH").await?;
         }
         self.foreign(t, name, o).await?;
         self.create(o, own, rtype, name, data).await
@@ -560,7 +617,10 @@ impl IdentityAdapter for DnsAdapter {
             let stale: Vec<usize> = (0..o.records.len())
                 .filter(|i| {
                     let r = &o.records[*i];
-                    !r.deleting && (self.zone_of(r) != self.domain || !wanted.iter().any(|(w, _)| *w == r.rtype))
+                    !r.deleting
+                        && (r.gone_ms.is_some()
+                            || self.zone_of(r) != self.domain
+                            || !wanted.iter().any(|(w, _)| *w == r.rtype))
                 })
                 .collect();
             for i in stale.into_iter().rev() {
@@ -583,10 +643,30 @@ impl IdentityAdapter for DnsAdapter {
                     continue;
                 };
                 let zone = self.zone_of(&o.records[i]).to_owned();
+                let (deleting, gone) = (o.records[i].deleting, o.records[i].gone_ms.is_some());
                 match self.record_in(&zone, &id).await? {
-                    Some(r) => seen.push(Some(r)),
-                    None if Self::forget_gone(&mut o, own, i).await? => continue,
-                    None => seen.push(None),
+                    Some(r) => {
+                        Self::found(&mut o, own, i).await?;
+                        seen.push(Some(r));
+                    }
+                    // A GET 404 after a DELETE of ours was answered: deleted.
+                    None if deleting => {
+                        o.records.remove(i);
+                        Self::save(own, &o).await?;
+                        continue;
+                    }
+                    // Being removed (its DELETE not yet answered), or taken
+                    // as gone already (its DELETE comes with the next
+                    // ensure): still this client's until then.
+                    None if t.removing || gone => seen.push(None),
+                    None => {
+                        Self::missing(&mut o, own, i, "GET").await?;
+                        return Err(AdapterError::Pending(format!(
+                            "record {id} is taken as gone after {RECORD_MISSING_MAX} GETs or PATCHes answered 404 \
+                             over {} s or more; the next ensure makes a new one and deletes this id",
+                            RECORD_MISSING_MS / 1000
+                        )));
+                    }
                 }
                 i += 1;
             }

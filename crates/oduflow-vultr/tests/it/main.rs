@@ -4,6 +4,7 @@
 
 mod classify;
 mod conformance;
+mod dns_adapter;
 mod openapi;
 mod reads;
 mod redirects;

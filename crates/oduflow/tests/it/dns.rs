@@ -112,6 +112,7 @@ oduflow_store::on_both_stores!(
     killed_during_record_creation_and_removal_resumes,
     command_adapters_get_the_recorded_identity_on_removal,
     a_changed_zone_does_not_forget_the_records_in_the_old_one,
+    a_transient_404_on_an_owned_record_keeps_it,
 );
 
 async fn an_operators_record_with_the_clients_name_is_never_touched(env: Env) {
@@ -346,4 +347,61 @@ async fn a_changed_zone_does_not_forget_the_records_in_the_old_one(env: Env) {
     settle(&env);
     assert_eq!(show(&env, "acme")["status"], "deleted");
     assert!(records(&env, "acme").await.is_empty(), "the record in example.com went with the client");
+}
+
+/// Moves the times in `name`'s DNS ownership record back an hour, as if its
+/// record had been made that long ago (a 404 for a fresh record was never
+/// taken as proof of anything).
+async fn age_dns_ownership(env: &Env, name: &str) {
+    let store = env.store().await;
+    let id = store.client_get(name).await.unwrap().unwrap().id;
+    let st = store.adapter_states(&id).await.unwrap().into_iter().find(|s| s.adapter == "dns").unwrap();
+    let mut v = st.owned.clone();
+    for r in v["records"].as_array_mut().unwrap() {
+        r["claimed_ms"] = (r["claimed_ms"].as_i64().unwrap() - 3_600_000).into();
+    }
+    let ledger = oduflow_store::ReceiptLedger::new(store.clone());
+    let put = ledger.adapter_owned_put(&id, "dns", &v, st.owned_version, 1).await.unwrap();
+    assert!(put.is_some(), "the ownership record was rewritten");
+}
+
+/// One 404 to the GET of a record the client owns (a temporary one: the
+/// record is there) made oduflow forget the record: the client then blocked
+/// `dns_record_foreign` on its own record, and following the suggestion
+/// (another name, then delete) left it live at the deleted VM's address.
+async fn a_transient_404_on_an_owned_record_keeps_it(env: Env) {
+    configure(&env);
+    env.ok(&["init"]);
+    create(&env, "acme", &[]);
+    settle(&env);
+    let v = show(&env, "acme");
+    assert_eq!(v["status"], "ready", "{v}");
+    let before = records(&env, "acme").await;
+    assert_eq!(before.len(), 1);
+    age_dns_ownership(&env, "acme").await;
+    env.sim
+        .set_faults(oduflow_sim::Faults {
+            dns_get_404: 1.0,
+            ops: vec![oduflow_sim::Op::DnsRecordGet],
+            faults_max: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
+    // A new address: the record is ensured (a PATCH) and checked (the GET
+    // that answers 404 once).
+    assert!(env.sim.control().set_instance_main_ip(v["vm_id"].as_str().unwrap(), "203.0.113.9"));
+    env.ok(&["reconcile", "acme"]);
+    settle(&env);
+    assert_eq!(env.sim.ledger().faults.len(), 1, "the record's GET answered 404 once");
+    let v = show(&env, "acme");
+    assert_eq!((&v["status"], &v["blocked_detail"]), (&"ready".into(), &serde_json::Value::Null));
+    let dns = &v["adapters"].as_array().unwrap()[0];
+    assert_eq!(dns["owned"]["records"][0]["id"], before[0].id.as_str(), "still owned: {dns}");
+    let after = records(&env, "acme").await;
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!((after[0].id.as_str(), after[0].data.as_str()), (before[0].id.as_str(), "203.0.113.9"));
+    env.ok(&["client", "delete", "acme"]);
+    settle(&env);
+    assert_eq!(show(&env, "acme")["status"], "deleted");
+    assert!(records(&env, "acme").await.is_empty(), "the record went with the client");
 }

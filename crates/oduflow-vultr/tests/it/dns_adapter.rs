@@ -1,0 +1,152 @@
+//! The DNS identity adapter against the simulator: a 404 for a record it owns
+//! is counted, never a verdict on its own read; a record gone for good is made
+//! again; the zone is read afresh before each create, so a record made
+//! meanwhile (by an operator, by another worker process) is never doubled.
+
+use super::*;
+use oduflow_model::BlockedReason;
+use oduflow_model::identity::{AdapterError, IdentityAdapter, IdentityTarget, MemoryOwnership, Ownership, Presence};
+use oduflow_model::provider::{DeleteOutcome, Outcome};
+use oduflow_sim::{Sim, SimConfig, SimHandle};
+use oduflow_vultr::dns_adapter::DnsAdapter;
+use oduflow_vultr::{DnsRecord, DnsRecordId, DnsRecordRequest};
+
+const ZONE: &str = "example.com";
+
+async fn sim() -> SimHandle {
+    let cfg = SimConfig { rate_per_sec: 1000, ..SimConfig::default().instant() };
+    Sim::start(cfg.with_key(KEY), "127.0.0.1:0".parse().unwrap()).await.unwrap()
+}
+
+/// A worker process's adapter: its own client and its own zone view.
+fn adapter(sim: &SimHandle) -> DnsAdapter {
+    DnsAdapter::new(client(&sim.base_url), ZONE.into(), 120)
+}
+
+fn target(client: &str, dns_name: &str, ip: &str) -> IdentityTarget {
+    IdentityTarget {
+        client: client.into(),
+        client_id: format!("id-{client}"),
+        main_ip: Some(ip.into()),
+        outputs: oduflow_model::ServerOutputs { main_ip: ip.into(), ..Default::default() },
+        hostname: client.into(),
+        dns_name: dns_name.into(),
+        plan: "vc2-1c-1gb".into(),
+        volume_gb: 40,
+        removing: false,
+    }
+}
+
+async fn at(sim: &SimHandle, name: &str) -> Vec<DnsRecord> {
+    client(&sim.base_url).dns_record_list(ZONE).await.unwrap().into_iter().filter(|r| r.name == name).collect()
+}
+
+/// Moves every time the ownership record holds back by `ms`, as if the
+/// record had been made (and its 404s had begun) that long ago.
+async fn age(own: &MemoryOwnership, ms: i64) {
+    let mut v = own.get();
+    for r in v["records"].as_array_mut().unwrap() {
+        for k in ["claimed_ms", "missing_ms"] {
+            if let Some(t) = r[k].as_i64() {
+                r[k] = (t - ms).into();
+            }
+        }
+    }
+    own.put(v).await.unwrap();
+}
+
+const LONG_AGO_MS: i64 = 3_600_000;
+
+/// A record deleted in the console: the PATCH that would move it answers
+/// 404. That 404 is counted like a GET's; once the record has answered 404
+/// long enough it is made again, and the old id is deleted by id (a DELETE,
+/// then a GET 404) before it is dropped. Before, a PATCH's 404 was an unknown
+/// outcome, so this branch could never run and the client failed for good.
+#[tokio::test]
+async fn a_patch_404_makes_a_new_record() {
+    let sim = sim().await;
+    let (a, own) = (adapter(&sim), MemoryOwnership::default());
+    a.ensure(&target("acme", "acme", "192.0.2.10"), &own).await.unwrap();
+    let old = own.get()["records"][0]["id"].as_str().unwrap().to_owned();
+    let c = client(&sim.base_url);
+    assert_eq!(c.dns_record_delete(ZONE, &DnsRecordId(old.clone())).await.unwrap(), DeleteOutcome::Sent);
+    age(&own, LONG_AGO_MS).await;
+
+    let moved = target("acme", "acme", "192.0.2.11");
+    let mut pending = 0;
+    let done = loop {
+        match a.ensure(&moved, &own).await {
+            Ok(d) => break d,
+            Err(AdapterError::Pending(why)) if pending < 5 => {
+                assert!(why.contains(&old) && why.contains("404"), "{why}");
+                pending += 1;
+                age(&own, LONG_AGO_MS).await;
+            }
+            Err(e) => panic!("ensure after the record's deletion in the console: {e}"),
+        }
+    };
+    assert!(pending >= 1, "one PATCH 404 is not taken as the record's absence: {done}");
+    assert_eq!(
+        a.check(&moved, &own).await.unwrap(),
+        Presence::Present(format!("A acme.{ZONE} -> 192.0.2.11 (record {})", at(&sim, "acme").await[0].id))
+    );
+    let now = at(&sim, "acme").await;
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_ne!(now[0].id.as_str(), old);
+    let owned = own.get();
+    assert_eq!(
+        owned["records"].as_array().unwrap().len(),
+        1,
+        "the old id dropped after its DELETE and GET 404: {owned}"
+    );
+    assert_eq!(owned["records"][0]["id"], now[0].id.as_str());
+}
+
+/// An operator's record made after this process last listed the zone: the
+/// create's check reads the zone again and blocks `dns_record_foreign`
+/// rather than adding a second A record at the name.
+#[tokio::test]
+async fn a_record_made_since_the_last_listing_is_seen_before_a_create() {
+    let sim = sim().await;
+    let (a, own1, own2) = (adapter(&sim), MemoryOwnership::default(), MemoryOwnership::default());
+    a.ensure(&target("c1", "c1", "192.0.2.21"), &own1).await.unwrap();
+    let req = DnsRecordRequest {
+        name: "c2".into(),
+        record_type: "A".into(),
+        data: "198.51.100.7".into(),
+        ttl: Some(300),
+        priority: None,
+    };
+    let Outcome::Accepted(theirs) = client(&sim.base_url).dns_record_create(ZONE, &req).await else { panic!() };
+    match a.ensure(&target("c2", "c2", "192.0.2.22"), &own2).await {
+        Err(AdapterError::Blocked(BlockedReason::DnsRecordForeign, d)) => {
+            assert!(d.contains(theirs.id.as_str()), "{d}")
+        }
+        other => panic!("expected dns_record_foreign, got {other:?}"),
+    }
+    assert_eq!(at(&sim, "c2").await, vec![theirs], "nothing added at the name");
+}
+
+/// Two worker processes, each with its own zone view, given one name (a
+/// database from before names were unique, or a record another process made
+/// a moment ago): the second blocks `dns_record_foreign` naming the first's
+/// record instead of making the name round-robin between two servers.
+#[tokio::test]
+async fn two_processes_do_not_both_create_at_one_name() {
+    let sim = sim().await;
+    let (a, b) = (adapter(&sim), adapter(&sim));
+    let (own_x, own_one, own_two) =
+        (MemoryOwnership::default(), MemoryOwnership::default(), MemoryOwnership::default());
+    // b's zone view is taken before a's create.
+    b.ensure(&target("x", "x", "192.0.2.30"), &own_x).await.unwrap();
+    a.ensure(&target("one", "shared", "192.0.2.31"), &own_one).await.unwrap();
+    let first = at(&sim, "shared").await;
+    assert_eq!(first.len(), 1);
+    match b.ensure(&target("two", "shared", "192.0.2.32"), &own_two).await {
+        Err(AdapterError::Blocked(BlockedReason::DnsRecordForeign, d)) => {
+            assert!(d.contains(first[0].id.as_str()), "{d}")
+        }
+        other => panic!("expected dns_record_foreign, got {other:?}"),
+    }
+    assert_eq!(at(&sim, "shared").await, first, "one A record at the name");
+}
