@@ -128,6 +128,69 @@ impl SendGuard for RunGuard {
     }
 }
 
+/// A dispatch's receipt marked sent right before its request leaves (the
+/// provider asks it after the rate slot and the run's guard). A mark that
+/// cannot be recorded stops the request; whether it was recorded tells the
+/// run, when the request then did not leave, which record is its to write.
+pub(crate) struct SentMark {
+    receipts: crate::receipt_writer::ReceiptWriter,
+    clock: crate::SharedClock,
+    of: MarkOf,
+    client: ClientId,
+    /// A planted bug's create has no receipt to mark.
+    unrecorded: bool,
+    marked: std::sync::atomic::AtomicBool,
+}
+
+/// The receipt a [`SentMark`] marks.
+pub(crate) enum MarkOf {
+    Dispatch(OperationKey),
+    /// A change receipt's operation key (§3.4).
+    Change(String),
+}
+
+impl SentMark {
+    pub(crate) fn new<P>(w: &Worker<P>, of: MarkOf, client: ClientId, unrecorded: bool) -> Self {
+        Self {
+            receipts: w.receipts.clone(),
+            clock: w.clock.clone(),
+            of,
+            client,
+            unrecorded,
+            marked: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Whether this run recorded the receipt as sent.
+    pub(crate) fn marked(&self) -> bool {
+        self.marked.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl provider::SendMark for SentMark {
+    fn mark(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
+        Box::pin(async move {
+            if self.unrecorded || self.marked() {
+                return Ok(());
+            }
+            let now = self.clock.now_ms();
+            let recorded = match &self.of {
+                MarkOf::Dispatch(op) => self.receipts.mark_sent(op, &self.client, now).await,
+                MarkOf::Change(key) => self.receipts.ledger().change_mark_sent(key, &self.client, now).await,
+            };
+            recorded.map_err(|e| format!("the receipt could not be marked sent: {e}"))?;
+            // A crash from here on leaves the receipt marked: maybe sent.
+            if matches!(self.of, MarkOf::Dispatch(_)) {
+                #[cfg(feature = "failpoints")]
+                crate::crash_if_asked("request-about-to-be-sent");
+                fail::fail_point!("request-about-to-be-sent", |_| Err("fail point request-about-to-be-sent".into()));
+            }
+            self.marked.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        })
+    }
+}
+
 /// When the job a run serves was due, and when it was made (the intent it
 /// serves: a client's creation, a flip, an update, an operator's
 /// reconcile).
@@ -333,7 +396,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         let infra = &self.run.infra;
         let update_overdue = infra.spec_updated_ms.is_some_and(|at| w.now_ms() - at > ready_wait);
         let resource = |r: Option<&ReceiptRow>, kind: ResourceKind| Resource {
-            receipt: receipt_facts(r),
+            receipt: receipt_facts(r, self.target),
             seen: self.seen[slot(kind)].1.clone(),
             progress: progress_of(r),
             overdue: overdue(r),
@@ -354,7 +417,7 @@ impl<'a, P: Provider> Converge<'a, P> {
             key_changed,
             vm: resource(view.cur.vm.as_ref(), ResourceKind::Vm),
             volume: resource(view.cur.volume.as_ref(), ResourceKind::Volume),
-            attach: receipt_facts(view.cur.attach.as_ref()),
+            attach: receipt_facts(view.cur.attach.as_ref(), self.target),
             observations_max: w.cfg.observations_max,
         }
     }
@@ -569,7 +632,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         }
         self.side_effects += 1;
         self.run.check_fence().await?;
-        let unsent = view.cur.receipt(kind).filter(|r| r.not_sent_ms.is_some()).cloned();
+        let unsent = view.cur.receipt(kind).filter(|r| r.not_sent_ms.is_some() || r.never_marked_sent()).cloned();
         let rejected = self.run.dispatch(kind, unsent, view.cur.vm.as_ref(), view.cur.volume.as_ref()).await?;
         if rejected {
             return Ok(Step::Next(self));
@@ -746,7 +809,9 @@ async fn uncertain_evidence<P: Provider>(
             .and_then(|e| e.detail["reason"].as_str().map(str::to_owned))
             .unwrap_or_else(|| match r.sent_ms {
                 Some(_) => "no answer was recorded (the worker died or rolled back after sending)".to_owned(),
-                None => "the worker died between claiming the receipt and sending".to_owned(),
+                None => "claimed, never marked sent, and not recorded as stopped (a worker stopped or died \
+                         before its request left, or its mark is late)"
+                    .to_owned(),
             })
     };
     let list: Vec<String> = unknown
@@ -769,7 +834,12 @@ fn progress_of(r: Option<&ReceiptRow>) -> DeleteProgress {
     .unwrap_or_default()
 }
 
-fn receipt_facts(r: Option<&ReceiptRow>) -> ReceiptFacts {
+/// What a receipt establishes. One claimed and never marked sent never
+/// left, so a run creating for a present target sends it again on the same
+/// receipt (the mark is taken by one sender only). Deletion counts it as
+/// unknown until a live run recorded it not sent: a stale run's mark may
+/// still be on its way.
+fn receipt_facts(r: Option<&ReceiptRow>, target: Target) -> ReceiptFacts {
     match r {
         None => ReceiptFacts::None,
         Some(r) => match (&r.resource_id, r.rejection_status) {
@@ -781,6 +851,10 @@ fn receipt_facts(r: Option<&ReceiptRow>) -> ReceiptFacts {
             (None, None) if r.not_sent_ms.is_some() => {
                 ReceiptFacts::NotSent { count: r.not_sent_count, reason: r.not_sent_reason.clone().unwrap_or_default() }
             }
+            (None, None) if target == Target::Present && r.never_marked_sent() => ReceiptFacts::NotSent {
+                count: r.not_sent_count,
+                reason: "claimed, never marked sent: its request never left".to_owned(),
+            },
             (None, None) => ReceiptFacts::Unknown { observations: r.observations() },
         },
     }
@@ -1082,47 +1156,61 @@ impl<P: Provider> Run<'_, P> {
                 .await?;
         }
         fail_step!("receipt-committed");
-        if !forget {
-            w.receipts.mark_sent(&op, &client, w.now_ms()).await?;
-        }
-        fail_step!("request-about-to-be-sent");
-        // The run's guard checks the claim again right before the request
-        // leaves (after the rate limiter's wait): a lost claim sends nothing;
-        // the receipt stays, its outcome unknown to whoever holds the client
-        // now.
-        let outcome: Outcome<String> = match kind {
-            ResourceKind::Vm => {
-                map_outcome(w.provider.instance_create(&instance_request(&spec, &label)).await, |id| id.0)
-            }
-            ResourceKind::Volume => {
-                let req = BlockRequest {
-                    region: spec.region.clone(),
-                    size_gb: spec.volume_gb,
-                    block_type: spec.volume_type,
-                    label: label.clone(),
-                };
-                map_outcome(w.provider.block_create(&req).await, |id| id.0)
-            }
-            ResourceKind::Attach => {
-                let vm_id = vm
-                    .and_then(|r| r.resource_id.clone())
-                    .ok_or_else(|| EngineError::Invariant("attach without VM id".into()))?;
-                let vol_id = volume
-                    .and_then(|r| r.resource_id.clone())
-                    .ok_or_else(|| EngineError::Invariant("attach without volume id".into()))?;
-                let o = w.provider.block_attach(&VultrBlockId(vol_id), &VultrInstanceId(vm_id.clone())).await;
-                fail_step!("attach-sent");
-                map_outcome(o, |()| vm_id)
-            }
-        };
+        // Marked sent only right before the request leaves: after its rate
+        // slot and the run's guard (which checks the claim again; a lost
+        // claim sends nothing). A create stopped before the mark never left.
+        let mark = Arc::new(SentMark::new(w, MarkOf::Dispatch(op.clone()), client.clone(), forget));
+        let outcome: Outcome<String> = provider::with_send_mark(mark.clone(), async {
+            Ok::<_, EngineError>(match kind {
+                ResourceKind::Vm => {
+                    map_outcome(w.provider.instance_create(&instance_request(&spec, &label)).await, |id| id.0)
+                }
+                ResourceKind::Volume => {
+                    let req = BlockRequest {
+                        region: spec.region.clone(),
+                        size_gb: spec.volume_gb,
+                        block_type: spec.volume_type,
+                        label: label.clone(),
+                    };
+                    map_outcome(w.provider.block_create(&req).await, |id| id.0)
+                }
+                ResourceKind::Attach => {
+                    let vm_id = vm
+                        .and_then(|r| r.resource_id.clone())
+                        .ok_or_else(|| EngineError::Invariant("attach without VM id".into()))?;
+                    let vol_id = volume
+                        .and_then(|r| r.resource_id.clone())
+                        .ok_or_else(|| EngineError::Invariant("attach without volume id".into()))?;
+                    let o = w.provider.block_attach(&VultrBlockId(vol_id), &VultrInstanceId(vm_id.clone())).await;
+                    fail_step!("attach-sent");
+                    map_outcome(o, |()| vm_id)
+                }
+            })
+        })
+        .await?;
         fail_step!("request-sent");
         fail_step!("response-received");
-        self.halted()?;
-        let now = w.now_ms();
         if forget {
+            self.halted()?;
             // The planted bug sent a create without a receipt: nothing records it.
             return Ok(false);
         }
+        if let Outcome::NotSent { reason } = &outcome {
+            // Known by this live worker, whether or not it still holds the
+            // client: recorded even by a run about to stop.
+            let now = w.now_ms();
+            if mark.marked() {
+                // It holds the mark: nobody else may have sent since.
+                w.receipts.mark_not_sent(&op, reason, now).await?;
+            } else {
+                // Stopped before its mark: recorded unless another run has
+                // marked the receipt sent since (or the mark's commit went
+                // through unseen).
+                w.receipts.mark_stopped(&op, reason, now).await?;
+            }
+        }
+        self.halted()?;
+        let now = w.now_ms();
         match outcome {
             Outcome::Accepted(id) => {
                 // The id is committed on the receipt before anything else.
@@ -1147,10 +1235,7 @@ impl<P: Provider> Run<'_, P> {
                     .await?;
                 Ok(false)
             }
-            Outcome::NotSent { reason } => {
-                w.receipts.mark_not_sent(&op, &reason, now).await?;
-                Ok(false)
-            }
+            Outcome::NotSent { .. } => Ok(false),
         }
     }
 

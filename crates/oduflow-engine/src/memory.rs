@@ -56,6 +56,12 @@ pub struct MemoryState {
     pub reject_next_update: Option<(u16, String)>,
     /// Plans `GET /instances/{id}/upgrades` lists (empty: any other plan).
     pub upgrade_plans: Vec<String>,
+    /// While set, every create, attach and change waits for a permit of this
+    /// before its guard is asked, as a request waits for its slot in the
+    /// rate budget: lets a test act while a send waits for its slot.
+    pub slot_gate: Option<std::sync::Arc<tokio::sync::Semaphore>>,
+    /// How many sends have come to the gate so far.
+    pub slot_waiting: u32,
     next_id: u64,
 }
 
@@ -125,6 +131,24 @@ impl MemoryProvider {
         send_guard_check().await
     }
 
+    /// What a create, attach or change goes through before it leaves, in
+    /// the Vultr client's order: its slot (the test's gate), the run's
+    /// guard, then the record that it is sent.
+    async fn before_send(&self) -> Result<(), String> {
+        let gate = self.with(|s| {
+            let g = s.slot_gate.clone();
+            if g.is_some() {
+                s.slot_waiting += 1;
+            }
+            g
+        });
+        if let Some(g) = gate {
+            g.acquire().await.map_err(|e| e.to_string())?.forget();
+        }
+        Self::guard().await?;
+        send_mark_record().await
+    }
+
     async fn guard_read() -> Result<(), ProviderError> {
         Self::guard().await.map_err(|e| ProviderError::Transport(format!("request not sent: {e}")))
     }
@@ -177,7 +201,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn instance_create(&self, req: &InstanceRequest) -> Outcome<VultrInstanceId> {
-        if let Err(e) = Self::guard().await {
+        if let Err(e) = self.before_send().await {
             return Outcome::NotSent { reason: format!("request not sent: {e}") };
         }
         let outcome = self.create("POST /instances", req.label.as_str(), |s, id| {
@@ -274,7 +298,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn block_create(&self, req: &BlockRequest) -> Outcome<VultrBlockId> {
-        if let Err(e) = Self::guard().await {
+        if let Err(e) = self.before_send().await {
             return Outcome::NotSent { reason: format!("request not sent: {e}") };
         }
         self.create("POST /blocks", req.label.as_str(), |s, id| {
@@ -314,7 +338,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn instance_update(&self, id: &VultrInstanceId, change: &InstanceChange) -> Outcome<()> {
-        if let Err(e) = Self::guard().await {
+        if let Err(e) = self.before_send().await {
             return Outcome::NotSent { reason: format!("request not sent: {e}") };
         }
         self.with(|s| {
@@ -357,7 +381,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn block_resize(&self, id: &VultrBlockId, size_gb: i64) -> Outcome<()> {
-        if let Err(e) = Self::guard().await {
+        if let Err(e) = self.before_send().await {
             return Outcome::NotSent { reason: format!("request not sent: {e}") };
         }
         self.with(|s| {
@@ -379,7 +403,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn block_attach(&self, id: &VultrBlockId, instance: &VultrInstanceId) -> Outcome<()> {
-        if let Err(e) = Self::guard().await {
+        if let Err(e) = self.before_send().await {
             return Outcome::NotSent { reason: format!("request not sent: {e}") };
         }
         self.with(|s| {

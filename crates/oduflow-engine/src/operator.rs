@@ -684,7 +684,7 @@ async fn trust_nothing_restored<'c>(
     now_ms: i64,
 ) -> Result<()> {
     let writer = ReceiptWriter::new(store.clone());
-    for r in receipts.iter().filter(|r| r.not_sent_ms.is_some()) {
+    for r in receipts.iter().filter(|r| r.not_sent_ms.is_some() || r.never_marked_sent()) {
         writer.doubt_not_sent(&r.operation_key, now_ms).await?;
     }
     writer.ledger().change_doubt_open(now_ms).await?;

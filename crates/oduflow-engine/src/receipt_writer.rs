@@ -53,6 +53,17 @@ impl ReceiptWriter {
         self.ledger.receipt_mark_not_sent(key, reason, now_ms).await
     }
 
+    /// A send stopped before its mark: recorded unless the receipt was
+    /// marked sent since.
+    pub(crate) async fn mark_stopped(
+        &self,
+        key: &OperationKey,
+        reason: &str,
+        now_ms: i64,
+    ) -> oduflow_store::Result<Option<i64>> {
+        self.ledger.receipt_mark_stopped(key, reason, now_ms).await
+    }
+
     pub(crate) async fn record_rejection(
         &self,
         key: &OperationKey,

@@ -306,6 +306,36 @@ pub async fn with_send_guard<F: Future>(guard: Arc<dyn SendGuard>, f: F) -> F::O
     SEND_GUARD.scope(guard, f).await
 }
 
+/// Records, durably, that a create, attach or change is leaving: asked by
+/// the sender after the rate limiter's wait and after the [`SendGuard`]
+/// passed, right before the request is written. `Err` names why it could
+/// not be recorded; the sender then sends nothing and answers `NotSent`. A
+/// request whose send was never recorded therefore never left, and one
+/// stopped before it (by its slot's bounds, the guard, or a failed mark) is
+/// known not to have left.
+pub trait SendMark: Send + Sync {
+    fn mark(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
+}
+
+tokio::task_local! {
+    static SEND_MARK: Arc<dyn SendMark>;
+}
+
+/// Runs `f`, one create, attach or change, with `mark` recorded right
+/// before its request leaves (on this task).
+pub async fn with_send_mark<F: Future>(mark: Arc<dyn SendMark>, f: F) -> F::Output {
+    SEND_MARK.scope(mark, f).await
+}
+
+/// What a sender calls right before a create, attach or change leaves, once
+/// its guard passed; `Ok` outside any mark.
+pub async fn send_mark_record() -> Result<(), String> {
+    let Ok(mark) = SEND_MARK.try_with(Arc::clone) else {
+        return Ok(());
+    };
+    mark.mark().await
+}
+
 tokio::task_local! {
     static SHARED_LISTING: ();
 }

@@ -150,6 +150,10 @@ pub enum ChangeAnswer {
     },
     /// Provably never left: it may be sent again on this receipt.
     NotSent(String),
+    /// Stopped before it was marked sent (its rate slot's bounds, the run's
+    /// guard, a mark that failed): recorded as not sent only while no other
+    /// run has marked the change sent since.
+    Stopped(String),
 }
 
 /// The blocks a `client update` lifts: the new spec is their fix.
@@ -299,19 +303,24 @@ impl ReceiptLedger {
         .await
     }
 
-    /// Records that the PATCH is about to leave (cleared "not sent" marks:
-    /// from here on it may have been applied).
+    /// Records that the PATCH is leaving now, after its rate slot and its
+    /// run's guard (cleared "not sent" marks: from here on it may have been
+    /// applied). Only from a "not sent" state, so one run alone sends it;
+    /// refused (`ReceiptNotFound`) once it may have been sent, or answered.
     pub async fn change_mark_sent(&self, key: &str, client: &ClientId, now_ms: i64) -> Result<()> {
         crate::named("change_mark_sent", async move {
             ledger_write!(self.store(), tx => {
                 let n = sqlx::query("UPDATE change_receipts SET sent_ms = COALESCE(sent_ms, $2), not_sent_ms = NULL \
-                     WHERE operation_key = $1")
+                     WHERE operation_key = $1 AND confirmed_ms IS NULL AND rejection_status IS NULL \
+                     AND (sent_ms IS NULL OR not_sent_ms IS NOT NULL)")
                     .bind(key).bind(now_ms).execute(&mut *tx).await?.rows_affected();
                 if n == 0 {
-                    return Err(StoreError::ReceiptNotFound(key.to_owned()));
+                    return Err(StoreError::ReceiptNotFound(format!(
+                        "{key} (not in a not-sent state: sent already, or answered)")));
                 }
-                (*tx).event_insert(Some(client), "request_sent", &serde_json::json!({ "operation_key": key }), now_ms)
-                    .await?;
+                (*tx).event_insert(Some(client), "request_sent", &serde_json::json!({
+                    "operation_key": key, "evidence": "sent: recorded right before the request left",
+                }), now_ms).await?;
             });
             Ok(())
         })
@@ -329,19 +338,29 @@ impl ReceiptLedger {
                     ("rejected".to_owned(), Some(i64::from(*status)), Some(message.clone()), None)
                 }
                 ChangeAnswer::NotSent(why) => ("not_sent".to_owned(), None, None, Some(why.clone())),
+                ChangeAnswer::Stopped(why) => {
+                    ("stopped".to_owned(), None, None, Some(format!("stopped before it left: {why}")))
+                }
             };
+            // A stop is this run's only while nobody has marked it sent since.
+            let stopped = matches!(answer, ChangeAnswer::Stopped(_));
             ledger_write!(self.store(), tx => {
                 let n = match &not_sent {
                     Some(why) => sqlx::query(
                         "UPDATE change_receipts SET not_sent_ms = $2, not_sent_reason = $3, \
-                         not_sent_count = not_sent_count + 1 WHERE operation_key = $1 AND rejection_status IS NULL")
-                        .bind(key).bind(now_ms).bind(why).execute(&mut *tx).await?.rows_affected(),
+                         not_sent_count = not_sent_count + 1 WHERE operation_key = $1 AND rejection_status IS NULL \
+                         AND ($4 = 0 OR (confirmed_ms IS NULL AND (sent_ms IS NULL OR not_sent_ms IS NOT NULL)))")
+                        .bind(key).bind(now_ms).bind(why).bind(i64::from(stopped))
+                        .execute(&mut *tx).await?.rows_affected(),
                     None => sqlx::query(
                         "UPDATE change_receipts SET outcome = $2, rejection_status = $3, rejection_message = $4 \
                          WHERE operation_key = $1 AND rejection_status IS NULL")
                         .bind(key).bind(&outcome).bind(status).bind(&message)
                         .execute(&mut *tx).await?.rows_affected(),
                 };
+                if n == 0 && stopped {
+                    return Ok(());
+                }
                 if n == 0 {
                     return Err(StoreError::ReceiptNotFound(key.to_owned()));
                 }

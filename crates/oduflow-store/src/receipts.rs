@@ -107,24 +107,57 @@ impl ReceiptLedger {
         .await
     }
 
-    /// Records that the request is about to leave (audit, invariant 7). A
-    /// "not sent" mark from an earlier attempt is cleared first: from here
-    /// on the request may have been applied.
+    /// Records that the request is leaving now: called after its rate
+    /// slot and its run's guard, right before it is written (audit,
+    /// invariant 7). Only from a "not sent" state (never marked, or marked
+    /// not sent since): the one writer that moves the receipt out of it may
+    /// send, so two runs can never both send on one receipt. A "not sent"
+    /// mark from an earlier attempt is cleared: from here on the request may
+    /// have been applied. Refused (`ReceiptNotSendable`) on a receipt that
+    /// may have been sent already, has an answer, or was abandoned
+    /// (`ReceiptNotFound`).
     pub async fn receipt_mark_sent(&self, key: &OperationKey, client: &ClientId, now_ms: i64) -> Result<()> {
         crate::named("receipt_mark_sent", async move {
             ledger_write!(&self.store, tx => {
-                // Never on a dispatch an operator abandoned in the meantime.
                 let n = sqlx::query("UPDATE dispatch_receipts SET sent_ms = COALESCE(sent_ms, $2), not_sent_ms = NULL \
-                             WHERE operation_key = $1 AND abandoned_by IS NULL")
+                             WHERE operation_key = $1 AND abandoned_by IS NULL AND resource_id IS NULL \
+                             AND rejection_status IS NULL AND (sent_ms IS NULL OR not_sent_ms IS NOT NULL)")
                     .bind(key.as_str()).bind(now_ms).execute(&mut *tx).await?.rows_affected();
                 if n == 0 {
-                    return Err(StoreError::ReceiptNotFound(format!("{key} (not abandoned)")));
+                    return Err(StoreError::ReceiptNotFound(format!(
+                        "{key} (not in a not-sent state: sent already, answered or abandoned)")));
                 }
                 (*tx).event_insert(Some(client), "request_sent", &serde_json::json!({
-                    "operation_key": key,
+                    "operation_key": key, "evidence": "sent: recorded right before the request left",
                 }), now_ms).await?;
             });
             Ok(())
+        })
+        .await
+    }
+
+    /// Records that a send on this receipt was stopped before it left (by
+    /// its rate slot's bounds, its run's guard, or a mark that could not be
+    /// recorded), if the receipt is still in a "not sent" state: a receipt
+    /// another run has marked sent since is left as it is. Returns the
+    /// count of unsent attempts, `None` when nothing was recorded.
+    pub async fn receipt_mark_stopped(&self, key: &OperationKey, reason: &str, now_ms: i64) -> Result<Option<i64>> {
+        crate::named("receipt_mark_stopped", async move {
+            Ok(ledger_write!(&self.store, tx => {
+                let reason = format!("stopped before it left: {reason}");
+                let row: Option<(String, i64)> = sqlx::query_as(
+                    "UPDATE dispatch_receipts SET not_sent_ms = $2, not_sent_reason = $3, not_sent_count = not_sent_count + 1 \
+                     WHERE operation_key = $1 AND resource_id IS NULL AND rejection_status IS NULL AND abandoned_by IS NULL \
+                     AND (sent_ms IS NULL OR not_sent_ms IS NOT NULL) RETURNING client_ref, not_sent_count")
+                    .bind(key.as_str()).bind(now_ms).bind(&reason)
+                    .fetch_optional(&mut *tx).await?;
+                if let Some((client, n)) = &row {
+                    (*tx).event_insert(Some(&ClientId(client.clone())), "request_not_sent", &serde_json::json!({
+                        "operation_key": key, "reason": reason, "count": n,
+                    }), now_ms).await?;
+                }
+                row.map(|(_, n)| n)
+            }))
         })
         .await
     }
@@ -290,17 +323,20 @@ impl ReceiptLedger {
 
     /// Gives a receipt a fresh polling budget (explicit reconciliation). The
     /// observations made so far stay counted.
-    /// After a restore: a receipt recorded as "not sent" proves nothing any
-    /// more (a later attempt, made after the backup, may have gone out). It
-    /// becomes an unknown outcome again, resolved by observation (its label),
-    /// never by sending the create once more. Returns whether it was "not sent".
+    /// After a restore: a receipt recorded as "not sent", or claimed and
+    /// never marked sent, proves nothing any more (a later attempt, made
+    /// after the backup, may have gone out). It is marked sent and becomes
+    /// an unknown outcome again, resolved by observation (its label), never
+    /// by sending the create once more. Returns whether it was "not sent".
     pub async fn receipt_doubt_not_sent(&self, key: &OperationKey, now_ms: i64) -> Result<bool> {
         crate::named("receipt_doubt_not_sent", async move {
             Ok(ledger_write!(&self.store, tx => {
                 let client: Option<String> = sqlx::query_scalar(
-                    "UPDATE dispatch_receipts SET not_sent_ms = NULL, not_sent_reason = NULL \
-                     WHERE operation_key = $1 AND not_sent_ms IS NOT NULL RETURNING client_ref")
-                    .bind(key.as_str()).fetch_optional(&mut *tx).await?;
+                    "UPDATE dispatch_receipts SET not_sent_ms = NULL, not_sent_reason = NULL, \
+                     sent_ms = COALESCE(sent_ms, $2) WHERE operation_key = $1 AND (not_sent_ms IS NOT NULL \
+                     OR (sent_ms IS NULL AND resource_id IS NULL AND rejection_status IS NULL AND abandoned_by IS NULL)) \
+                     RETURNING client_ref")
+                    .bind(key.as_str()).bind(now_ms).fetch_optional(&mut *tx).await?;
                 if let Some(c) = &client {
                     (*tx).event_insert(Some(&ClientId(c.clone())), "not_sent_doubted", &serde_json::json!({
                         "operation_key": key,

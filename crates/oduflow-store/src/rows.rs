@@ -280,6 +280,16 @@ pub struct ReceiptRow {
 }
 
 impl ReceiptRow {
+    /// Claimed, and never marked sent: its request never left (the mark is
+    /// recorded right before a request leaves, §3.1), unless a stale run's
+    /// mark is still on its way, which only a creating run may disregard.
+    pub fn never_marked_sent(&self) -> bool {
+        self.sent_ms.is_none()
+            && self.resource_id.is_none()
+            && self.rejection_status.is_none()
+            && self.abandoned_by.is_none()
+    }
+
     /// Whether the receipt may still own a live resource: not confirmed
     /// deleted, not rejected, not abandoned, and not provably unsent.
     pub fn is_open(&self) -> bool {

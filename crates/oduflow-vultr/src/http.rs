@@ -357,6 +357,13 @@ impl VultrClient {
             tracing::debug!(%method, why = %why, "vultr request stopped by the run's guard");
             return Reply::Stopped(why);
         }
+        // A create, attach or change is recorded as sent only now, after
+        // the slot and the guard: one stopped before this never left
+        // (`oduflow_model::provider::SendMark`).
+        if once && let Err(why) = oduflow_model::provider::send_mark_record().await {
+            tracing::debug!(%method, why = %why, "vultr request stopped: its send could not be recorded");
+            return Reply::Stopped(why);
+        }
         let url = self.url(segments);
         let route = url.path().to_owned();
         let mut auth = HeaderValue::try_from(format!("Bearer {}", inner.cfg.api_key.expose_secret()))

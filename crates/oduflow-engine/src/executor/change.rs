@@ -3,12 +3,13 @@
 //! provably never sent, and confirmed only by a read (see
 //! `oduflow_model::decide` for when each step is taken).
 
-use super::{Converge, Run, Step, View, poll_delay, slot};
+use super::{Converge, MarkOf, Run, SentMark, Step, View, poll_delay, slot};
 use crate::{EngineError, fail_step};
 use oduflow_model::decide::{Change, Seen};
-use oduflow_model::provider::{Outcome, Provider};
+use oduflow_model::provider::{self, Outcome, Provider};
 use oduflow_model::*;
 use oduflow_store::{ChangeAnswer, ChangeRow, Finish, NewChange};
+use std::sync::Arc;
 
 /// The one PATCH a change is: the instance's or the block's.
 async fn send<P: Provider>(p: &P, id: &str, change: &Change) -> Outcome<()> {
@@ -79,9 +80,24 @@ impl<'a, P: Provider> Converge<'a, P> {
         };
         fail_step!("change-claimed");
         self.run.check_fence().await?;
-        w.receipts.ledger().change_mark_sent(&key, &client, w.now_ms()).await?;
-        let outcome = send(w.provider.as_ref(), &id, &d.change).await;
+        // Marked sent right before the PATCH leaves, after its rate slot
+        // and the run's guard: a PATCH stopped before that never left.
+        let mark = Arc::new(SentMark::new(w, MarkOf::Change(key.clone()), client.clone(), false));
+        let outcome = provider::with_send_mark(mark.clone(), send(w.provider.as_ref(), &id, &d.change)).await;
         fail_step!("change-sent");
+        if let Outcome::NotSent { reason } = &outcome {
+            // Known by this live worker even if it no longer holds the
+            // client. Without its own mark, recorded only if no other run
+            // has marked the change sent since.
+            let answer = match mark.marked() {
+                true => ChangeAnswer::NotSent(reason.clone()),
+                false => ChangeAnswer::Stopped(reason.clone()),
+            };
+            w.receipts.ledger().change_record(&key, &client, &answer, w.now_ms()).await?;
+            self.run.halted()?;
+            let at = self.now + w.cfg.poll_interval_ms;
+            return Ok(Step::Finish(self.run.wait(at)));
+        }
         self.run.halted()?;
         let answer = match outcome {
             Outcome::Accepted(()) => ChangeAnswer::Accepted,

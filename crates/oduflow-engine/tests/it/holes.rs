@@ -27,6 +27,9 @@ oduflow_store::on_both_stores!(
     a_delete_accepted_but_never_carried_out_blocks,
     a_vm_deleted_just_before_a_flip_back_is_not_missing,
     a_restored_not_sent_receipt_is_never_sent_again_blindly,
+    a_delete_landing_while_a_create_waits_for_its_slot_records_it_not_sent,
+    a_connection_reset_while_creates_wait_for_their_slot_costs_no_block,
+    a_claim_lost_while_a_change_waits_for_its_slot_sends_it_later,
 );
 
 async fn ready(store: &Store, w: &Worker<MemoryProvider>, name: &str) -> ClientRow {
@@ -699,5 +702,165 @@ async fn a_restored_not_sent_receipt_is_never_sent_again_blindly(store: Store) -
             s.creates_per_label
         )
     });
+    Ok(())
+}
+
+/// Closes the slot gate: every create, attach and change waits at it.
+fn close_slots(p: &MemoryProvider) -> Arc<tokio::sync::Semaphore> {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    p.with(|s| {
+        s.slot_gate = Some(gate.clone());
+        s.slot_waiting = 0;
+    });
+    gate
+}
+
+/// Opens the gate for the sends waiting at it and every later one.
+fn open_slots(p: &MemoryProvider, gate: &tokio::sync::Semaphore) {
+    p.with(|s| s.slot_gate = None);
+    gate.add_permits(1000);
+}
+
+/// Until `n` sends wait at the gate (at most 10 s).
+async fn until_waiting(p: &MemoryProvider, n: u32) {
+    let t = std::time::Instant::now();
+    while p.with(|s| s.slot_waiting) < n {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "only {} sends reached their slot",
+            p.with(|s| s.slot_waiting)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// Takes every claim away as a PostgreSQL failover or a lost SQLite lease
+/// would: the claim connections are terminated; the leases name nobody.
+async fn lose_every_claim(store: &Store, claims: usize) -> Result<()> {
+    match store.backend() {
+        Backend::Postgres => {
+            let pids =
+                oduflow_store::testing::pg_idle_in_transaction_pids(store).await.map_err(anyhow::Error::from_boxed)?;
+            assert_eq!(pids.len(), claims, "the runs' claim connections are idle in their transactions");
+            for pid in pids {
+                oduflow_store::testing::pg_terminate(store, pid).await.map_err(anyhow::Error::from_boxed)?;
+            }
+        }
+        Backend::Sqlite => {
+            oduflow_store::testing::execute_raw(store, "UPDATE infra SET lease_owner = NULL")
+                .await
+                .map_err(anyhow::Error::msg)?;
+        }
+    }
+    Ok(())
+}
+
+/// A `client delete` lands while the VM's create waits for its slot. The
+/// run's guard stops the create before it leaves (on PostgreSQL the delete
+/// waits for the run's row lock instead, and the create goes out). A
+/// stopped create was recorded as sent, and the client blocked
+/// `uncertain_delete` over a VM that was never asked for.
+async fn a_delete_landing_while_a_create_waits_for_its_slot_records_it_not_sent(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    let c = create(&store, "acme").await;
+    let gate = close_slots(&p);
+    let w2 = w.clone();
+    let run = tokio::spawn(async move { w2.run_next().await });
+    until_waiting(&p, 1).await;
+    let s2 = store.clone();
+    let delete = tokio::spawn(async move { s2.client_delete("acme", now(), 3).await });
+    // Aim, not a condition: give the deletion time to commit (SQLite) or to
+    // queue behind the run's row lock (PostgreSQL) before the send goes on.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    open_slots(&p, &gate);
+    let _ = run.await?;
+    delete.await??;
+    drain(&w, 50).await;
+    let after = status(&store, "acme").await;
+    assert_eq!(after.infra.status, ClientStatus::Deleted, "{after:?}");
+    p.with(|s| assert!(s.instances.is_empty() && s.blocks.is_empty(), "live after deletion: {:?}", s.instances));
+    if store.backend() == Backend::Sqlite {
+        let vm = store.receipts_for_client(&c.id).await?.into_iter().find(|r| r.resource_kind == ResourceKind::Vm);
+        let vm = vm.expect("the create's receipt");
+        assert!(vm.sent_ms.is_none() && vm.not_sent_ms.is_some(), "recorded as not sent: {vm:?}");
+        let why = vm.not_sent_reason.clone().unwrap_or_default();
+        assert!(why.starts_with("stopped before it left"), "{why}");
+        p.with(|s| assert!(!s.calls.iter().any(|c| c == "POST /instances"), "{:?}", s.calls));
+        let events = store.events_for_client(&c.id).await?;
+        let about = |e: &&EventRow| e.detail["operation_key"].as_str() == Some(vm.operation_key.as_str());
+        assert!(!events.iter().filter(about).any(|e| e.kind == "request_sent"), "audited as sent: {events:?}");
+    }
+    Ok(())
+}
+
+/// A failover while creates wait for their slots: every run loses its claim,
+/// and none of the creates leaves. They are sent later on the same receipts:
+/// no client blocks (it cost a ticket per in-flight create).
+async fn a_connection_reset_while_creates_wait_for_their_slot_costs_no_block(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    let names = ["acme", "beta", "gamma"];
+    for n in names {
+        create(&store, n).await;
+    }
+    let gate = close_slots(&p);
+    let runs: Vec<_> = names
+        .iter()
+        .map(|_| {
+            let w2 = w.clone();
+            tokio::spawn(async move { w2.run_next().await })
+        })
+        .collect();
+    until_waiting(&p, names.len() as u32).await;
+    lose_every_claim(&store, names.len()).await?;
+    open_slots(&p, &gate);
+    for r in runs {
+        let _ = r.await?;
+    }
+    p.with(|s| assert!(!s.calls.iter().any(|c| c == "POST /instances"), "a stopped create left: {:?}", s.calls));
+    drain(&w, 100).await;
+    for n in names {
+        let c = status(&store, n).await;
+        assert_eq!(c.infra.status, ClientStatus::Ready, "{c:?}");
+        let receipts = store.receipts_for_client(&c.id).await?;
+        let vms: Vec<_> = receipts.iter().filter(|r| r.resource_kind == ResourceKind::Vm).collect();
+        assert_eq!(vms.len(), 1, "sent again on the same receipt: {vms:?}");
+        assert!(vms[0].not_sent_count >= 1, "{:?}", vms[0]);
+    }
+    p.with(|s| {
+        assert_eq!(s.calls.iter().filter(|c| *c == "POST /instances").count(), names.len(), "{:?}", s.calls);
+        assert!(s.creates_per_label.values().all(|n| *n == 1), "{:?}", s.creates_per_label);
+    });
+    Ok(())
+}
+
+/// The same for a change: its PATCH waits for its slot while the run loses
+/// its claim. It never left, so it is sent later on the same change receipt
+/// and confirmed; it was recorded as sent, and reads waited for a change
+/// nobody had asked for.
+async fn a_claim_lost_while_a_change_waits_for_its_slot_sends_it_later(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    let c = ready(&store, &w, "acme").await;
+    let u = oduflow_model::update::SpecUpdate { plan: Some("vc2-2c-4gb".into()), ..Default::default() };
+    store.client_update("acme", &u, now(), 3).await?;
+    let gate = close_slots(&p);
+    let w2 = w.clone();
+    let run = tokio::spawn(async move { w2.run_next().await });
+    until_waiting(&p, 1).await;
+    lose_every_claim(&store, 1).await?;
+    open_slots(&p, &gate);
+    let _ = run.await?;
+    let patches = |p: &MemoryProvider| p.with(|s| s.calls.iter().filter(|c| *c == "PATCH /instances/{id}").count());
+    assert_eq!(patches(&p), 0, "the stopped PATCH left");
+    drain(&w, 50).await;
+    let after = status(&store, "acme").await;
+    assert_eq!(after.infra.status, ClientStatus::Ready, "{after:?}");
+    p.with(|s| assert_eq!(s.instances.values().next().map(|i| i.plan.as_str()), Some("vc2-2c-4gb")));
+    assert_eq!(patches(&p), 1);
+    let changes = store.changes_for_client(&c.id).await?;
+    assert_eq!(changes.len(), 1, "sent again on the same change receipt: {changes:?}");
+    assert!(changes[0].confirmed_ms.is_some() && changes[0].not_sent_count >= 1, "{changes:?}");
     Ok(())
 }
