@@ -25,6 +25,8 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+mod holes;
+
 const KEY: &str = "campaign-key-1";
 const KEY2: &str = "campaign-key-2";
 /// The polling limit in campaign runs: small so uncertain outcomes resolve
@@ -117,6 +119,9 @@ struct Params {
     /// workers run (issue 16).
     #[serde(default)]
     updates: usize,
+    /// Restores of a copy taken while workers run, DNS, clocks, resets.
+    #[serde(default)]
+    holes: holes::HoleParams,
 }
 
 /// SplitMix64: small, seedable, good enough for drawing parameters.
@@ -181,12 +186,14 @@ impl Params {
             churn: r.chance(0.5),
             // Drawn last, so every earlier parameter of a seed is as it was.
             updates: if r.chance(0.8) { r.range(1, 4) as usize } else { 0 },
+            holes: holes::HoleParams::draw(&mut r),
         }
         .fix()
     }
 
     /// A restore needs a later round to restore into.
     fn fix(mut self) -> Params {
+        self.restore |= self.holes.restore_live;
         if self.restore && self.rounds < 2 {
             self.rounds = 2;
         }
@@ -219,6 +226,7 @@ struct Totals {
     /// `client update`s accepted during runs; PATCH requests that reached
     /// the simulator; change receipts confirmed by a read.
     updates: (u64, u64, u64),
+    holes: holes::Figures,
 }
 
 pub async fn run(args: CampaignArgs) -> Result<()> {
@@ -280,6 +288,7 @@ pub async fn run(args: CampaignArgs) -> Result<()> {
         }
     }
     print_totals(&totals, failures.len(), started.elapsed().as_secs_f64());
+    totals.holes.print(args.store.as_deref().unwrap_or("postgres"), totals.restores);
     if !failures.is_empty() {
         // Each seed with the start of its reason: a log cut to its last
         // lines still says what broke.
@@ -308,6 +317,7 @@ struct Seed<'a> {
     acts: (u64, u64, u64),
     /// Rotations to the round's key during runs.
     rotations: Vec<Rotation>,
+    h: holes::State,
 }
 
 /// A rotation to the round's key while the workers ran: during it, its
@@ -332,12 +342,40 @@ struct Interference {
     /// while its re-provisioning run is in flight; every worker's runs roll
     /// back after their side effect most of the time.
     churn: bool,
+    /// Take the older copy while the workers run.
+    snapshot: bool,
+    /// Kill every worker and lose the `-wal` file (SQLite).
+    lose_wal: bool,
+    /// Give a client the DNS name another holds.
+    shares: usize,
+    /// Terminate every session of the database (PostgreSQL).
+    resets: usize,
+}
+
+impl Interference {
+    /// A safety round's interference, as the seed drew it.
+    fn for_round(p: &Params, round: usize) -> Interference {
+        let (first, last) = (round == 0, round + 1 == p.rounds);
+        Interference {
+            updates: p.updates,
+            flips: p.flips,
+            reconciles: p.reconciles,
+            pauses: p.pauses,
+            terminations: p.terminations,
+            churn: false,
+            snapshot: first && p.holes.restore_live,
+            lose_wal: last && !first && p.holes.lost_wal,
+            shares: p.holes.dns_shares,
+            resets: p.holes.resets,
+        }
+    }
 }
 
 impl Seed<'_> {
     /// Adds what this seed did and saw to the campaign's totals.
     fn add_to(&self, totals: &mut Totals, ledger: &Ledger) {
         totals.seeds += 1;
+        totals.holes.add(&self.h.figures);
         totals.pauses += self.pauses;
         totals.pauses_mid_run += self.pauses_mid_run;
         totals.pauses_until_deleted += self.pauses_until_deleted;
@@ -400,7 +438,7 @@ impl Seed<'_> {
             self.room_for_workers(store, n).await?;
         }
         let mut children = vec![];
-        for _ in 0..n {
+        for k in 0..n {
             let mut c = tokio::process::Command::new(self.exe);
             c.args(["worker", "--until-settled", "--concurrency", "2"])
                 .env("ODUFLOW_DATABASE_URL", &self.url)
@@ -409,7 +447,8 @@ impl Seed<'_> {
                 .env("ODUFLOW_POLL_INTERVAL_MS", POLL_MS.to_string())
                 .env("ODUFLOW_OBSERVATIONS_MAX", OBSERVATIONS_MAX.to_string())
                 .env("ODUFLOW_LEASE_MS", "400")
-                .env("ODUFLOW_RATE_PER_SEC", "1000")
+                .env("ODUFLOW_RATE_PER_SEC", if faults { self.h.hp.rate_per_sec } else { 1000 }.to_string())
+                .env("ODUFLOW_DNS_DOMAIN", holes::DNS_ZONE)
                 .env("ODUFLOW_REQUEST_TIMEOUT_MS", "400")
                 .env("ODUFLOW_ATTEMPTS_MAX", "20")
                 .env("ODUFLOW_READY_WAIT_MS", "5000")
@@ -427,6 +466,11 @@ impl Seed<'_> {
             if !faults {
                 c.env_remove("ODUFLOW_PLANTED_BUG");
             }
+            // A host whose clock is off (failpoints builds honour it).
+            match self.h.offset(k) {
+                Some(ms) => c.env("ODUFLOW_CLOCK_OFFSET_MS", ms.to_string()),
+                None => c.env_remove("ODUFLOW_CLOCK_OFFSET_MS"),
+            };
             if faults && self.rng.chance(crash_prob) {
                 let point = FAIL_POINTS[(self.rng.next() % FAIL_POINTS.len() as u64) as usize];
                 c.env("ODUFLOW_CRASH_AT", point);
@@ -490,7 +534,7 @@ impl Seed<'_> {
             .iter()
             .find(|x| x.label == r.label.as_str() && x.deleted_at.is_none())
             .map(|x| x.id.clone());
-        let now = SystemClock.now_ms();
+        let now = self.op_now();
         match &found {
             Some(_) => self.acts.0 += 1,
             None => self.acts.1 += 1,
@@ -539,6 +583,10 @@ impl Seed<'_> {
             Pause,
             Terminate,
             Update,
+            Snapshot,
+            LoseWal,
+            Share,
+            Reset,
         }
         let span = deadline.as_millis().max(1) as u64;
         let mut plan: Vec<(u64, Act)> = vec![];
@@ -548,6 +596,10 @@ impl Seed<'_> {
             (what.pauses, Act::Pause),
             (what.terminations, Act::Terminate),
             (what.updates, Act::Update),
+            (usize::from(what.snapshot), Act::Snapshot),
+            (usize::from(what.lose_wal), Act::LoseWal),
+            (what.shares, Act::Share),
+            (what.resets, Act::Reset),
         ] {
             for _ in 0..n {
                 plan.push((self.rng.next() % span, act));
@@ -580,61 +632,7 @@ impl Seed<'_> {
                     let n = &names[pick(&mut self.rng, names.len())];
                     self.flip(store, n).await?;
                 }
-                Act::Reconcile => {
-                    let blocked: Vec<_> = store
-                        .client_list()
-                        .await?
-                        .into_iter()
-                        .filter(|c| c.infra.status == ClientStatus::Blocked)
-                        .collect();
-                    if let Some(c) = blocked.get(pick(&mut self.rng, blocked.len())) {
-                        // The operator action its reason calls for, while the
-                        // workers run. Refusals (a key bound elsewhere, an
-                        // outcome that became known meanwhile) and provider
-                        // errors (faults are on) are fine; store errors are not.
-                        let done = match c.infra.blocked_reason {
-                            Some(BlockedReason::CredentialChanged) => {
-                                // The round's key is the new one: prove and rebind.
-                                let p = crate::campaign::provider(&self.sim, key)?;
-                                self.acts.2 += 1;
-                                let from = SystemClock.now_ms();
-                                let done = operator::credentials_rotate(
-                                    store,
-                                    p.as_ref(),
-                                    operator::Actor { by: "campaign", now_ms: from, attempts_max: 20 },
-                                )
-                                .await;
-                                let rebound = match &done {
-                                    Ok(Ok(names)) => names.clone(),
-                                    _ => vec![],
-                                };
-                                self.rotations.push(Rotation { from, to: SystemClock.now_ms(), rebound });
-                                done.map(drop)
-                            }
-                            Some(BlockedReason::UncertainCreate) if self.rng.chance(0.7) => {
-                                self.adopt_or_abandon(store, provider.as_ref(), c).await
-                            }
-                            _ => operator::reconcile(
-                                store,
-                                provider.as_ref(),
-                                &c.name,
-                                false,
-                                operator::Actor { by: "campaign", now_ms: SystemClock.now_ms(), attempts_max: 20 },
-                            )
-                            .await
-                            .map(drop),
-                        };
-                        match done {
-                            Ok(())
-                            | Err(
-                                operator::OperatorError::Refused(_)
-                                | operator::OperatorError::KeyMismatch { .. }
-                                | operator::OperatorError::Provider(_),
-                            ) => self.reconciles += 1,
-                            Err(e) => return Err(e.into()),
-                        }
-                    }
-                }
+                Act::Reconcile => self.reconcile_a_blocked_client(store, provider.as_ref(), key).await?,
                 Act::Pause => self.pause_a_worker(store, pids).await?,
                 Act::Terminate => {
                     if store.backend() != oduflow_store::Backend::Postgres {
@@ -649,6 +647,66 @@ impl Seed<'_> {
                     let n = &names[pick(&mut self.rng, names.len())];
                     self.update_a_client(store, n).await?;
                 }
+                Act::Snapshot => self.snapshot_now(store, pids).await?,
+                Act::LoseWal => self.lose_wal_now(pids).await?,
+                Act::Share => self.share_a_name(store, names).await?,
+                Act::Reset => self.reset_connections(store).await?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The operator action a blocked client's reason calls for, on a drawn
+    /// blocked client, while the workers run.
+    async fn reconcile_a_blocked_client(&mut self, store: &Store, provider: &VultrClient, key: &str) -> Result<()> {
+        let pick = |r: &mut Rng, n: usize| (r.next() % n.max(1) as u64) as usize;
+        let blocked: Vec<_> =
+            store.client_list().await?.into_iter().filter(|c| c.infra.status == ClientStatus::Blocked).collect();
+        if let Some(c) = blocked.get(pick(&mut self.rng, blocked.len())) {
+            // The operator action its reason calls for, while the
+            // workers run. Refusals (a key bound elsewhere, an
+            // outcome that became known meanwhile) and provider
+            // errors (faults are on) are fine; store errors are not.
+            let done = match c.infra.blocked_reason {
+                Some(BlockedReason::CredentialChanged) => {
+                    // The round's key is the new one: prove and rebind.
+                    let p = crate::campaign::provider(&self.sim, key)?;
+                    self.acts.2 += 1;
+                    let from = SystemClock.now_ms();
+                    let done = operator::credentials_rotate(
+                        store,
+                        p.as_ref(),
+                        operator::Actor { by: "campaign", now_ms: from, attempts_max: 20 },
+                    )
+                    .await;
+                    let rebound = match &done {
+                        Ok(Ok(names)) => names.clone(),
+                        _ => vec![],
+                    };
+                    self.rotations.push(Rotation { from, to: SystemClock.now_ms(), rebound });
+                    done.map(drop)
+                }
+                Some(BlockedReason::UncertainCreate) if self.rng.chance(0.7) => {
+                    self.adopt_or_abandon(store, provider, c).await
+                }
+                _ => operator::reconcile(
+                    store,
+                    provider,
+                    &c.name,
+                    false,
+                    operator::Actor { by: "campaign", now_ms: self.op_now(), attempts_max: 20 },
+                )
+                .await
+                .map(drop),
+            };
+            match done {
+                Ok(())
+                | Err(
+                    operator::OperatorError::Refused(_)
+                    | operator::OperatorError::KeyMismatch { .. }
+                    | operator::OperatorError::Provider(_),
+                ) => self.reconciles += 1,
+                Err(e) => return Err(e.into()),
             }
         }
         Ok(())
@@ -825,6 +883,7 @@ async fn start_sim(p: &Params) -> Result<(oduflow_sim::SimHandle, Faults)> {
         burst_429: p.burst_429,
         redirect: p.redirect,
         lost_redirect: p.lost_redirect,
+        dns_get_404: p.holes.dns_get_404,
         burst_429_len: 3,
         stall_ms: 600,
         ..Faults::default()
@@ -851,8 +910,16 @@ async fn start_sim(p: &Params) -> Result<(oduflow_sim::SimHandle, Faults)> {
 }
 
 impl<'a> Seed<'a> {
-    fn new(exe: &'a PathBuf, url: String, sim: oduflow_sim::SimHandle, seed: u64) -> Result<Self> {
+    fn new(
+        exe: &'a PathBuf,
+        url: String,
+        sim: oduflow_sim::SimHandle,
+        p: &Params,
+        dir: &std::path::Path,
+    ) -> Result<Self> {
+        let (seed, sqlite) = (p.seed, url.starts_with("sqlite:"));
         Ok(Seed {
+            h: holes::State::new(p, sqlite.then_some("sqlite"), dir),
             exe,
             url,
             sim,
@@ -879,15 +946,11 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
     store.migrate().await?;
     store.lineage().await?;
     let (sim, faults) = start_sim(p).await?;
-    let mut s = Seed::new(exe, url.clone(), sim, p.seed)?;
+    let mut s = Seed::new(exe, url.clone(), sim, p, dir.path())?;
     let spec = campaign_spec()?;
     let names: Vec<String> = (0..p.clients).map(|i| format!("c{i}")).collect();
-    for n in &names {
-        store.client_create(&ClientName::parse(n)?, &spec, SystemClock.now_ms(), 20).await?;
-    }
-    let mut orphans_reported: Vec<String> = vec![];
-    let mut snapshot: Option<String> = None;
-    let mut restored = false;
+    s.create_clients(&store, &names, &spec).await?;
+    let (mut orphans_reported, mut restored): (Vec<String>, bool) = (vec![], false);
 
     if p.churn {
         // The first client through ready and deleted (faults off), then
@@ -973,14 +1036,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         let key = if p.key_change && round == 1 { KEY2 } else { KEY };
         let t = Instant::now();
         // Flips and operator actions land while the workers run.
-        let what = Interference {
-            updates: p.updates,
-            flips: p.flips,
-            reconciles: p.reconciles,
-            pauses: p.pauses,
-            terminations: p.terminations,
-            churn: false,
-        };
+        let what = Interference::for_round(p, round);
         let errors = s
             .workers_with(
                 p.workers,
@@ -1028,11 +1084,14 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
             }
         }
         if p.restore && round == 0 {
-            snapshot = Some(db_snapshot(&store, dir.path()).await?);
+            if !p.holes.restore_live {
+                s.h.snapshot = Some(db_snapshot(&store, dir.path()).await?);
+            }
+            s.late_client(&store, &spec, p.clients).await?;
         }
         if p.restore
             && round == p.rounds - 1
-            && let Some(snap) = snapshot.take()
+            && let Some(snap) = s.h.snapshot.take()
         {
             db_restore(&store, &url, &snap).await?;
             restored = true;
@@ -1058,10 +1117,9 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         // and the pass then fails with the provider's error and changes
         // nothing. An operator runs it again; so does the campaign.
         let p1 = provider(&s.sim, KEY)?;
-        let inv =
-            as_an_operator(p.seed, "inventory", || operator::inventory(&store, p1.as_ref(), SystemClock.now_ms()))
-                .await?;
+        let inv = as_an_operator(p.seed, "inventory", || operator::inventory(&store, p1.as_ref(), s.op_now())).await?;
         orphans_reported = inv.orphans.iter().map(|o| o.label.clone()).collect();
+        s.recover_absent(&store).await?;
         totals.restores += 1;
         totals.orphans_reported += orphans_reported.len() as u64;
     }
@@ -1087,7 +1145,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         // inventory pass may have been missing from it. Operators run the
         // pass again; so does the campaign, once the lag has passed.
         tokio::time::sleep(Duration::from_millis(p.list_lag_ms + 50)).await;
-        let inv = operator::inventory(&store, provider(&s.sim, KEY)?.as_ref(), SystemClock.now_ms()).await?;
+        let inv = operator::inventory(&store, provider(&s.sim, KEY)?.as_ref(), s.op_now()).await?;
         orphans_reported.extend(inv.orphans.iter().map(|o| o.label.clone()));
     }
     let ledger = s.sim.ledger();
@@ -1101,6 +1159,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
     check(&store, &ledger, &orphans_reported, restored, totals).await?;
     check_strict(&store, &ledger, &orphans_reported, provider(&s.sim, KEY)?.as_ref(), &s.rotations).await?;
     check_changes(&store, &ledger, provider(&s.sim, KEY)?.as_ref(), restored, totals).await?;
+    holes::check_holes(&store, &ledger, holes::checker(&s.sim)?.as_ref(), &mut s.h).await?;
     s.add_to(totals, &ledger);
     s.sim.shutdown().await;
     drop_db(&store).await;

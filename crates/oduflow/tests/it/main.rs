@@ -948,6 +948,17 @@ fn campaign_catches_a_change_sent_twice() {
     planted_bug_is_caught("resend_change", Some("sqlite"), &["invariant 11"]);
 }
 
+/// Hole 1 of the restore class: a first create sent without looking for a
+/// live resource whose label names the client and kind (the planted bug
+/// `skip_label_check`) creates a second one after a restore of a copy taken
+/// while workers ran, or a lost `-wal`: caught as two live resources of one
+/// kind labelled for one client, or one live for a client reported deleted
+/// (invariant 14).
+#[test]
+fn campaign_catches_a_first_create_without_a_label_check() {
+    planted_bug_is_caught("skip_label_check", Some("sqlite"), &["invariant 14", "invariant 15"]);
+}
+
 /// `oduflow token create/list/revoke` and `oduflow serve`, through the real
 /// binary: a created token opens the API, a revoked one stops at once, and
 /// neither the token nor the API key shows in `token list` or the server's
