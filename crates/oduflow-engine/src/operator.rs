@@ -397,8 +397,10 @@ pub async fn inventory_settled<P: Provider>(
 ) -> Result<Inventory> {
     let after_restore = store.restore_pending().await?.is_some();
     if after_restore && settle_ms > 0 {
-        let declared = store.events_by_kind("restore_declared").await?.last().map_or(now_ms, |e| e.at_ms);
-        let wait = (declared + settle_ms - now_ms).clamp(0, settle_ms);
+        // On the database's clock, as the declaration was stamped.
+        let now = store.clock_now_ms(now_ms).await?;
+        let declared = store.events_by_kind("restore_declared").await?.last().map_or(now, |e| e.at_ms);
+        let wait = (declared + settle_ms - now).clamp(0, settle_ms);
         if wait > 0 {
             tracing::info!(
                 wait_ms = wait,

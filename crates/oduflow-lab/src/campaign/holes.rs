@@ -170,9 +170,11 @@ fn is_name_refusal(e: &StoreError) -> bool {
 }
 
 impl Seed<'_> {
-    /// The operator's clock: the host's, off by the drawn offset.
-    pub(super) fn op_now(&self) -> i64 {
-        SystemClock.now_ms() + self.h.hp.operator_offset_ms
+    /// The time an operator's command stamps: the database's clock, as
+    /// the CLI reads it (`Store::clock_now_ms`) on a host whose wall clock
+    /// is off by the drawn offset.
+    pub(super) async fn op_now(&self, store: &Store) -> oduflow_store::Result<i64> {
+        store.clock_now_ms(SystemClock.now_ms() + self.h.hp.operator_offset_ms).await
     }
 
     /// Creates every client, recording its id (labels name it).
@@ -262,7 +264,7 @@ impl Seed<'_> {
         let name = holder.infra.spec.dns_name.clone().unwrap_or_else(|| holder.name.clone());
         let live = holder.infra.target == Target::Present;
         let u = oduflow_model::update::SpecUpdate { dns_name: Some(name.clone()), ..Default::default() };
-        match store.client_update(&names[b], &u, self.op_now(), 20).await {
+        match store.client_update(&names[b], &u, self.op_now(store).await?, 20).await {
             Ok(_) => {
                 self.h.figures.shares_accepted += 1;
                 if live {
@@ -277,12 +279,25 @@ impl Seed<'_> {
     }
 
     /// The operator's recovery of clients the restored copy does not have
-    /// (created after it was taken): their labelled resources name them.
-    /// This build has no such command: the ones not brought back are kept,
-    /// and [`check_holes`] fails if any has a live resource.
-    pub(super) async fn recover_absent(&mut self, store: &Store) -> Result<()> {
+    /// (created after it was taken), as the inventory suggests: `client
+    /// create NAME --recover ID` with the spec they were created with. Their
+    /// first provisioning adopts what their labels name. One that cannot be
+    /// brought back is kept, and [`check_holes`] fails if it has a live
+    /// resource.
+    pub(super) async fn recover_absent(&mut self, store: &Store, spec: &ClientSpec) -> Result<()> {
         let present: BTreeSet<ClientId> = store.client_list().await?.into_iter().map(|c| c.id).collect();
-        self.h.absent = self.h.known.iter().filter(|(_, id)| !present.contains(id)).cloned().collect();
+        let absent: Vec<(String, ClientId)> =
+            self.h.known.iter().filter(|(_, id)| !present.contains(id)).cloned().collect();
+        for (name, id) in absent {
+            let now = self.op_now(store).await?;
+            match store.client_create_as(&ClientName::parse(&name)?, spec, Some(&id), now, 20).await {
+                Ok(_) => self.h.figures.recovered += 1,
+                Err(e) => {
+                    super::verbose(|| format!("recovering {name} ({id}) refused: {e}"));
+                    self.h.absent.push((name, id));
+                }
+            }
+        }
         Ok(())
     }
 }

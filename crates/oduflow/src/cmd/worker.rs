@@ -61,8 +61,9 @@ pub async fn run(
     let provider = provider(cfg, &store, "worker")?;
     // Every time this worker writes or compares is the database's clock's
     // (docs/protocol.md §4.1): a host clock off by hours misleads nothing.
-    let clock: SharedClock = DbClock::start(&store).await?;
-    if let Some(why) = lineage::check(&store, clock.now_ms()).await? {
+    let clock: SharedClock =
+        again("reading the database's clock", || async { Ok(DbClock::start(&store).await?) }).await?;
+    if let Some(why) = again("checking for a restore", || lineage::check(&store, clock.now_ms())).await? {
         anyhow::bail!("restore pending ({why}): run `oduflow reconcile --all` before starting workers");
     }
     // Its footing before anything else: the base URL answers as Vultr and
@@ -123,7 +124,7 @@ pub async fn run(
         why = watch => anyhow::bail!("restore pending ({}): run `oduflow reconcile --all`", why.unwrap_or_default()),
     }
     provider.flush_budget().await;
-    lineage::check(&store, clock.now_ms()).await?;
+    again("recording this host's high-water mark", || lineage::check(&store, clock.now_ms())).await?;
     let view = view_summary(view.stats());
     eprintln!(
         "oduflow worker: stopped ({} run(s) done, {} to run again, {} failed{view})",
@@ -132,6 +133,38 @@ pub async fn run(
         stats.runs(oduflow_engine::RunResult::Failed)
     );
     Ok(())
+}
+
+/// Tries of one database call at the edges of a worker's life (its first
+/// readings, its last high-water mark) that fails on a connection the
+/// server closed (a failover, an administrator's termination): the pool
+/// opens another for the next try.
+const EDGE_TRIES_MAX: u32 = 5;
+/// The pause between those tries.
+const EDGE_TRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Runs `f` again while it fails with a transient database error, at most
+/// [`EDGE_TRIES_MAX`] times, each retry a warn line; any other error, or the
+/// last, is returned.
+async fn again<T, F, Fut>(what: &str, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut n = 1;
+    loop {
+        match f().await {
+            Err(e)
+                if n < EDGE_TRIES_MAX
+                    && e.downcast_ref::<oduflow_store::StoreError>().is_some_and(|s| s.is_transient()) =>
+            {
+                tracing::warn!("{what}: {}; trying again ({n} of {EDGE_TRIES_MAX})", crate::chain(&e));
+                tokio::time::sleep(EDGE_TRY_PAUSE).await;
+                n += 1;
+            }
+            r => return r,
+        }
+    }
 }
 
 /// Serves the worker's `/metrics` on `listener`, until the process ends (a
