@@ -1429,7 +1429,13 @@ async fn check_changes(
         changes.extend(store.changes_for_client(&c.id).await?);
     }
     totals.updates.2 += changes.iter().filter(|c| c.confirmed_ms.is_some()).count() as u64;
-    let patches: Vec<&oduflow_sim::RequestRecord> = ledger.request_log.iter().filter(|r| r.method == "PATCH").collect();
+    // Change receipts cover the PATCHes of instances and blocks; a DNS
+    // record's PATCH is the DNS adapter's (its ownership record).
+    let patches: Vec<&oduflow_sim::RequestRecord> = ledger
+        .request_log
+        .iter()
+        .filter(|r| r.method == "PATCH" && (r.route.starts_with("/v2/instances") || r.route.starts_with("/v2/blocks")))
+        .collect();
     totals.updates.1 += patches.len() as u64;
     let mut per_resource: HashMap<&str, u64> = HashMap::new();
     for r in &patches {
