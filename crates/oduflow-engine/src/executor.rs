@@ -866,10 +866,9 @@ fn receipt_facts(r: Option<&ReceiptRow>, target: Target) -> ReceiptFacts {
             (None, None) if r.not_sent_ms.is_some() => {
                 ReceiptFacts::NotSent { count: r.not_sent_count, reason: r.not_sent_reason.clone().unwrap_or_default() }
             }
-            (None, None) if target == Target::Present && r.never_marked_sent() => ReceiptFacts::NotSent {
-                count: r.not_sent_count,
-                reason: "claimed, never marked sent: its request never left".to_owned(),
-            },
+            (None, None) if target == Target::Present && r.never_marked_sent() => {
+                ReceiptFacts::Unmarked { count: r.not_sent_count }
+            }
             (None, None) => ReceiptFacts::Unknown { observations: r.observations() },
         },
     }

@@ -397,17 +397,7 @@ pub async fn inventory_settled<P: Provider>(
 ) -> Result<Inventory> {
     let after_restore = store.restore_pending().await?.is_some();
     if after_restore && settle_ms > 0 {
-        // On the database's clock, as the declaration was stamped.
-        let now = store.clock_now_ms(now_ms).await?;
-        let declared = store.events_by_kind("restore_declared").await?.last().map_or(now, |e| e.at_ms);
-        let wait = (declared + settle_ms - now).clamp(0, settle_ms);
-        if wait > 0 {
-            tracing::info!(
-                wait_ms = wait,
-                "inventory: waiting for the provider's listings to settle after the restore"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(wait as u64)).await;
-        }
+        settle_after_restore(store, now_ms, settle_ms).await?;
     }
     let instances = provider.instance_list().await?;
     let blocks = provider.block_list().await?;
@@ -440,17 +430,10 @@ pub async fn inventory_settled<P: Provider>(
             // No receipt carries it (a restored copy lost the receipt, say):
             // the label itself names the client and the kind.
             None => match Label(label.clone()).owner() {
-                Some((owner, k)) => inv.orphans.push(item(
-                    clients.get(&owner).map(|c| c.name.clone()),
-                    &match clients.get(&owner) {
-                        Some(c) => format!("no receipt carries this label; it names {}'s {}", c.name, k.as_str()),
-                        None => format!(
-                            "no receipt carries this label; it names client {owner}, unknown here (made after the \
-                             backup this copy was restored from?): `oduflow client create NAME --recover {owner}` \
-                             with its spec brings it back, and adopts it"
-                        ),
-                    },
-                )),
+                Some((owner, k)) => {
+                    let known = clients.get(&owner);
+                    inv.orphans.push(item(known.map(|c| c.name.clone()), &unreceipted_note(&owner, k, known)))
+                }
                 None => inv.orphans.push(item(None, "no receipt carries this label, and it names no client")),
             },
             Some(r) if r.abandoned_by.is_some() => inv.orphans.push(item(
@@ -491,22 +474,7 @@ pub async fn inventory_settled<P: Provider>(
         })
         .collect();
     store.orphans_record(&found, now_ms).await?;
-    for r in &receipts {
-        let (Some(id), Some(c)) = (&r.resource_id, clients.get(&r.client_ref)) else { continue };
-        if r.resource_kind == ResourceKind::Attach || !crate::current::is_open(r) {
-            continue;
-        }
-        if !seen_ids.contains(id) {
-            inv.missing.push(InventoryItem {
-                kind: r.resource_kind,
-                id: id.clone(),
-                label: r.label.to_string(),
-                client: Some(c.name.clone()),
-                note: "recorded but not listed by the provider".into(),
-                resolve: None,
-            });
-        }
-    }
+    inv.missing = missing(&receipts, &clients, &seen_ids);
     if after_restore {
         trust_nothing_restored(store, &receipts, clients.values(), now_ms).await?;
     }
@@ -520,6 +488,58 @@ pub async fn inventory_settled<P: Provider>(
         )
         .await?;
     Ok(inv)
+}
+
+/// What an orphan whose label names a client, and no receipt carries, is.
+fn unreceipted_note(owner: &ClientId, kind: ResourceKind, known: Option<&ClientRow>) -> String {
+    match known {
+        Some(c) => format!("no receipt carries this label; it names {}'s {}", c.name, kind.as_str()),
+        None => format!(
+            "no receipt carries this label; it names client {owner}, unknown here (made after the backup this \
+             copy was restored from?): `oduflow client create NAME --recover {owner}` with its spec brings it \
+             back, and adopts it"
+        ),
+    }
+}
+
+/// Waits until `settle_ms` has passed since the pending restore was
+/// declared, on the database's clock (as the declaration was stamped); at
+/// most `settle_ms`.
+async fn settle_after_restore(store: &Store, now_ms: i64, settle_ms: i64) -> Result<()> {
+    let now = store.clock_now_ms(now_ms).await?;
+    let declared = store.events_by_kind("restore_declared").await?.last().map_or(now, |e| e.at_ms);
+    let wait = (declared + settle_ms - now).clamp(0, settle_ms);
+    if wait > 0 {
+        tracing::info!(wait_ms = wait, "inventory: waiting for the provider's listings to settle after the restore");
+        tokio::time::sleep(std::time::Duration::from_millis(wait as u64)).await;
+    }
+    Ok(())
+}
+
+/// Recorded resources, not deleted, that the provider's listings do not show.
+fn missing(
+    receipts: &[ReceiptRow],
+    clients: &HashMap<ClientId, ClientRow>,
+    seen_ids: &HashSet<String>,
+) -> Vec<InventoryItem> {
+    let mut out = vec![];
+    for r in receipts {
+        let (Some(id), Some(c)) = (&r.resource_id, clients.get(&r.client_ref)) else { continue };
+        if r.resource_kind == ResourceKind::Attach || !crate::current::is_open(r) {
+            continue;
+        }
+        if !seen_ids.contains(id) {
+            out.push(InventoryItem {
+                kind: r.resource_kind,
+                id: id.clone(),
+                label: r.label.to_string(),
+                client: Some(c.name.clone()),
+                note: "recorded but not listed by the provider".into(),
+                resolve: None,
+            });
+        }
+    }
+    out
 }
 
 /// The commands that resolve an orphan: adoption into the client its label

@@ -24,6 +24,12 @@ pub enum ReceiptFacts {
     /// connection was never established): it may be sent again on this
     /// same receipt, up to the polling limit.
     NotSent { count: i64, reason: String },
+    /// Claimed and never marked sent (the mark is recorded right before a
+    /// request leaves): its request never left, unless the mark was lost
+    /// with a database restored from a backup taken between the claim and
+    /// the mark. One label search decides: what carries its label is
+    /// adopted; nothing, and it is sent again on this receipt.
+    Unmarked { count: i64 },
     /// The provider's id is recorded.
     Known { id: String, observations: i64 },
 }
@@ -236,6 +242,11 @@ fn create_step(kind: ResourceKind, r: &Resource, max: i64) -> Have {
         )),
         // Provably never sent: send again, on the same receipt.
         (ReceiptFacts::NotSent { .. }, _) => Have::Act(Action::Dispatch(kind)),
+        (ReceiptFacts::Unmarked { .. }, Seen::NotRead | Seen::Present(_) | Seen::Missing) => {
+            Have::Act(Action::Observe(kind))
+        }
+        (ReceiptFacts::Unmarked { .. }, Seen::ByLabel(found)) if found.is_empty() => Have::Act(Action::Dispatch(kind)),
+        (ReceiptFacts::Unmarked { .. }, Seen::ByLabel(found)) => Have::Act(label_matches(kind, found)),
         (ReceiptFacts::Rejected { status, message }, _) => Have::Act(Action::Block(
             BlockedReason::CreateRejected,
             format!("{} create rejected with {status}: {message}", kind.as_str()),
@@ -249,21 +260,7 @@ fn create_step(kind: ResourceKind, r: &Resource, max: i64) -> Have {
                 format!("{} create outcome unknown; nothing carries its label after {max} observations", kind.as_str()),
             )),
             [] => Have::Act(Action::CountObservation(kind)),
-            [one] => match &one.mismatch {
-                None => Have::Act(Action::Adopt(kind, one.id.clone())),
-                Some(why) => Have::Act(Action::Block(
-                    BlockedReason::ConfigMismatch,
-                    format!("{} {}: {why}", kind.as_str(), one.id),
-                )),
-            },
-            many => Have::Act(Action::Block(
-                BlockedReason::DuplicateMatches,
-                format!(
-                    "{} resources carry this dispatch's label: {}",
-                    many.len(),
-                    many.iter().map(|f| f.id.as_str()).collect::<Vec<_>>().join(", ")
-                ),
-            )),
+            found => Have::Act(label_matches(kind, found)),
         },
         (ReceiptFacts::Known { .. }, Seen::NotRead | Seen::ByLabel(_)) => Have::Act(Action::Observe(kind)),
         (ReceiptFacts::Known { id, observations }, Seen::Missing) => {
@@ -287,6 +284,25 @@ fn create_step(kind: ResourceKind, r: &Resource, max: i64) -> Have {
             (None, None) => Have::Verified(f.clone()),
             (None, Some(d)) => Have::Act(change_step(kind, id, r, f, d, max)),
         },
+    }
+}
+
+/// What a label search that found something decides: the one match is
+/// adopted when it matches the spec; a mismatch or several block.
+fn label_matches(kind: ResourceKind, found: &[Facts]) -> Action {
+    match found {
+        [one] => match &one.mismatch {
+            None => Action::Adopt(kind, one.id.clone()),
+            Some(why) => Action::Block(BlockedReason::ConfigMismatch, format!("{} {}: {why}", kind.as_str(), one.id)),
+        },
+        many => Action::Block(
+            BlockedReason::DuplicateMatches,
+            format!(
+                "{} resources carry this dispatch's label: {}",
+                many.len(),
+                many.iter().map(|f| f.id.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        ),
     }
 }
 
@@ -405,8 +421,11 @@ fn decide_present(i: &Inputs) -> Action {
             BlockedReason::ProviderUnavailable,
             format!("attach could not connect to the provider {count} times; last: {reason}"),
         ),
-        ReceiptFacts::NotSent { .. } if vm.ready && volume.ready => Action::Dispatch(ResourceKind::Attach),
-        ReceiptFacts::NotSent { .. } => Action::Wait,
+        // (An attach already made shows as the volume's attachment, above.)
+        ReceiptFacts::NotSent { .. } | ReceiptFacts::Unmarked { .. } if vm.ready && volume.ready => {
+            Action::Dispatch(ResourceKind::Attach)
+        }
+        ReceiptFacts::NotSent { .. } | ReceiptFacts::Unmarked { .. } => Action::Wait,
         ReceiptFacts::Rejected { status, message } => {
             Action::Block(BlockedReason::AttachRejected, format!("attach rejected with {status}: {message}"))
         }
@@ -433,6 +452,8 @@ fn absent_step(kind: ResourceKind, r: &Resource, max: i64) -> Option<Action> {
         // Nothing was ever sent (or provably not), or it was refused:
         // nothing to delete.
         (ReceiptFacts::None | ReceiptFacts::Rejected { .. } | ReceiptFacts::NotSent { .. }, _) => None,
+        // Only a creating run reads a receipt as unmarked.
+        (ReceiptFacts::Unmarked { .. }, _) => Some(Action::Observe(kind)),
         (ReceiptFacts::Unknown { .. }, Seen::NotRead | Seen::Present(_) | Seen::Missing) => Some(Action::Observe(kind)),
         (ReceiptFacts::Unknown { observations }, Seen::ByLabel(found)) => match found.as_slice() {
             // Absence from a listing does not prove the create never landed.

@@ -35,6 +35,36 @@ fn blocked_kind(c: &ClientRow, receipts: &[ReceiptRow]) -> ResourceKind {
     })
 }
 
+/// The ways out of `labelled_orphan`: for each orphan its evidence names,
+/// adopt it (while the client is wanted) or delete it; or a reconcile once
+/// the inventory no longer lists it.
+fn labelled_orphan_resolutions(c: &ClientRow, n: &str) -> Vec<Resolution> {
+    let r = |command: String, when: &str| Resolution { command, when: when.to_owned() };
+    let ids = c.infra.blocked_detail.as_deref().map(orphan_ids).unwrap_or_default();
+    let ids = if ids.is_empty() { vec!["ID".to_owned()] } else { ids };
+    let mut out = vec![];
+    for id in &ids {
+        if c.infra.target == oduflow_model::Target::Present {
+            out.push(r(
+                format!("oduflow orphan adopt {id}"),
+                "if it is this client's after all (its label names it): verified against the spec, then \
+                 recorded; the create is never sent",
+            ));
+        }
+        out.push(r(
+            format!("oduflow orphan delete {id} --by WHO --reason WHY"),
+            "if it should not live (a wrong region or size; a leftover of the discarded timeline): deleted and \
+             confirmed by a 404, and the client runs again",
+        ));
+    }
+    out.push(r(
+        format!("oduflow reconcile {n}"),
+        "once `oduflow reconcile --all` no longer lists it (deleted or relabelled in the Vultr console): \
+         provisions or deletes the client on what is left",
+    ));
+    out
+}
+
 /// The orphan ids a `labelled_orphan` evidence text names first
 /// (`volume vol-1, vol-2: ...`).
 fn orphan_ids(detail: &str) -> Vec<String> {
@@ -162,30 +192,7 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
              on a new receipt only if a read still shows the old value",
         )],
         BlockedReason::DnsRecordForeign | BlockedReason::UncertainDnsRecord => dns_resolutions(c, reason, n),
-        BlockedReason::LabelledOrphan => {
-            let ids = c.infra.blocked_detail.as_deref().map(orphan_ids).unwrap_or_default();
-            let ids = if ids.is_empty() { vec!["ID".to_owned()] } else { ids };
-            let mut out = vec![];
-            for id in &ids {
-                if c.infra.target == oduflow_model::Target::Present {
-                    out.push(r(
-                        format!("oduflow orphan adopt {id}"),
-                        "if it is this client's after all (its label names it): verified against the spec, \
-                         then recorded; the create is never sent",
-                    ));
-                }
-                out.push(r(
-                    format!("oduflow orphan delete {id} --by WHO --reason WHY"),
-                    "if it should not live (a wrong region or size; a leftover of the discarded timeline): \
-                     deleted and confirmed by a 404, and the client runs again",
-                ));
-            }
-            out.push(reconcile(
-                "once `oduflow reconcile --all` no longer lists it (deleted or relabelled in the Vultr console): \
-                 provisions or deletes the client on what is left",
-            ));
-            out
-        }
+        BlockedReason::LabelledOrphan => labelled_orphan_resolutions(c, n),
         BlockedReason::ConfigMismatch
         | BlockedReason::ForeignAttachment
         | BlockedReason::CredentialChanged

@@ -572,6 +572,16 @@ impl Store {
         self.client_create_as(name, spec, None, now_ms, attempts_max).await
     }
 
+    /// A recovery under a name or an id already taken is refused.
+    async fn refuse_recover_clash(&self, name: &ClientName, recover: Option<&oduflow_model::ClientId>) -> Result<()> {
+        if let Some(id) = recover
+            && (self.client_get_by_id(id).await?.is_some() || self.client_get(name.as_str()).await?.is_some())
+        {
+            return Err(StoreError::ClientExists(format!("{name} (or client id {id})")));
+        }
+        Ok(())
+    }
+
     /// [`Store::client_create`], under a given id when `recover` names one:
     /// a client this database does not know (created after the backup it
     /// was restored from) comes back under the id its resources' labels
@@ -586,14 +596,9 @@ impl Store {
         attempts_max: i32,
     ) -> Result<ClientRow> {
         crate::named("client_create", async move {
-            if let Some(id) = recover
-                && (self.client_get_by_id(id).await?.is_some() || self.client_get(name.as_str()).await?.is_some())
-            {
-                return Err(StoreError::ClientExists(format!("{name} (or client id {id})")));
-            }
+            self.refuse_recover_clash(name, recover).await?;
             let id = recover.cloned().unwrap_or_else(oduflow_model::ClientId::new_v7);
-            // A spec without a hostname (built by `ClientSpec::parse`) gets
-            // the client's name: never the dispatch label.
+            // No hostname (`ClientSpec::parse`): the name, never the label.
             let mut spec = spec.clone();
             if spec.server.hostname.is_empty() {
                 spec.server.hostname = name.to_string();

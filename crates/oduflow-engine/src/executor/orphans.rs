@@ -48,7 +48,16 @@ impl<'a, P: Provider> Converge<'a, P> {
             if &owner != client || kind == ResourceKind::Attach {
                 continue;
             }
-            let facts = self.read_orphan(kind, &o).await?;
+            let mut facts = self.read_orphan(kind, &o).await?;
+            // Its label is a receipt's (an abandoned dispatch, a duplicate):
+            // labels are unique, so no new receipt can take it.
+            if let (Some(f), Some(r)) = (facts.as_mut(), view.receipts.iter().find(|r| r.label.as_str() == o.label)) {
+                f.mismatch = Some(format!(
+                    "it carries the label of dispatch {}{}, so a new dispatch cannot adopt it",
+                    r.operation_key,
+                    if r.abandoned_by.is_some() { " (abandoned)" } else { "" }
+                ));
+            }
             read[slot(kind)].push(Read { label: o.label, orphan: Orphan { id: o.resource_id, facts } });
         }
         self.orphans = Some(read);

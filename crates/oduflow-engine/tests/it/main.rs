@@ -462,7 +462,6 @@ async fn flip_present_absent_present_converges(store: Store) -> Result<()> {
 }
 
 mod holes;
-mod review;
 
 mod operator_actions {
     use super::*;

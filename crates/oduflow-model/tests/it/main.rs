@@ -387,3 +387,20 @@ fn a_client_is_never_deleted_while_a_labelled_orphan_lives() {
     let vm = with_orphans(known("vm-1", 0, Seen::NotRead), vec![orphan("vm-2", Some(ok("vm-2")))]);
     check(absent(vm, none()), Action::Observe(K::Vm));
 }
+
+#[test]
+fn an_unmarked_receipt_is_looked_for_by_label_once_then_sent_again() {
+    let unmarked = |seen| res(ReceiptFacts::Unmarked { count: 0 }, seen);
+    check(present(unmarked(Seen::NotRead), none(), ReceiptFacts::None), Action::Observe(K::Vm));
+    // Nothing carries its label: it never left; sent again on this receipt.
+    check(present(unmarked(Seen::ByLabel(vec![])), none(), ReceiptFacts::None), Action::Dispatch(K::Vm));
+    // A restored copy lost its mark: what carries its label is adopted.
+    check(
+        present(unmarked(Seen::ByLabel(vec![ok("vm-1")])), none(), ReceiptFacts::None),
+        Action::Adopt(K::Vm, "vm-1".into()),
+    );
+    check_block(
+        present(unmarked(Seen::ByLabel(vec![ok("a"), ok("b")])), none(), ReceiptFacts::None),
+        B::DuplicateMatches,
+    );
+}
