@@ -912,8 +912,7 @@ pub async fn credentials_rotate(
         (status = 502, body = ErrorBody)))]
 pub async fn inventory(State(s): State<AppState>) -> ApiResult<Json<operator::Inventory>> {
     let provider = s.acting_provider()?;
-    let mut inv =
-        operator::inventory_settled(s.store(), provider.as_ref(), s.now_ms(), s.listing_settle_ms()).await?;
+    let mut inv = operator::inventory_settled(s.store(), provider.as_ref(), s.now_ms(), s.listing_settle_ms()).await?;
     if let Some(zone) = s.dns_zone() {
         let records: Vec<oduflow_engine::dns_inventory::ZoneRecord> = provider
             .dns_record_list(zone)
