@@ -18,7 +18,13 @@
 //!   while it may be live;
 //! - before creating, the name must be free: a record of a conflicting type
 //!   (A, AAAA, CNAME) at that name that oduflow did not record is never
-//!   touched, and the client blocks `dns_record_foreign` naming it.
+//!   touched, and the client blocks `dns_record_foreign` naming it;
+//! - beside its records, at the same name, the client owns a TXT owner
+//!   marker (`oduflow-owner=<client id>`), made first and deleted last like
+//!   any owned record: records at its name that carry its marker and that
+//!   it does not own (its ownership record lost to a restore) are taken
+//!   back by id before a create; a marker naming another client keeps the
+//!   block, naming that client.
 //!
 //! Reads are by id (GET /domains/{d}/records/{id}). Vultr cannot filter a
 //! listing by name, so the "is the name free" check reads the zone, in a
