@@ -237,7 +237,7 @@ async fn a_lost_record_create_is_resolved_without_a_duplicate(env: Env) {
     // The owner marker and the A record, each sent once.
     assert_eq!(reqs.get("POST /v2/domains/{domain}/records"), Some(&2), "sent once: {reqs:?}");
     let dns = &v["adapters"].as_array().unwrap()[0];
-    assert_eq!(owned_id(&dns, "A"), rs[0].id.as_str(), "{dns}");
+    assert_eq!(owned_id(dns, "A"), rs[0].id.as_str(), "{dns}");
 }
 
 async fn a_changed_address_is_updated_in_place(env: Env) {
@@ -420,7 +420,7 @@ async fn a_transient_404_on_an_owned_record_keeps_it(env: Env) {
     let v = show(&env, "acme");
     assert_eq!((&v["status"], &v["blocked_detail"]), (&"ready".into(), &serde_json::Value::Null));
     let dns = &v["adapters"].as_array().unwrap()[0];
-    assert_eq!(owned_id(&dns, "A"), before[0].id.as_str(), "still owned: {dns}");
+    assert_eq!(owned_id(dns, "A"), before[0].id.as_str(), "still owned: {dns}");
     let after = records(&env, "acme").await;
     assert_eq!(after.len(), 1, "{after:?}");
     assert_eq!((after[0].id.as_str(), after[0].data.as_str()), (before[0].id.as_str(), "203.0.113.9"));
