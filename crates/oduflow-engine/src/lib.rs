@@ -13,6 +13,7 @@
 mod clock;
 pub mod command_adapter;
 pub mod current;
+pub mod dns_inventory;
 mod executor;
 mod fleet_view;
 pub mod memory;

@@ -355,6 +355,10 @@ pub struct Inventory {
     /// Resources carrying the label of a receipt without id: the next run
     /// adopts them.
     pub unrecorded: Vec<InventoryItem>,
+    /// With a `[dns] domain`: records at names carrying oduflow's owner
+    /// marker that no live client owns, and records of deleted clients
+    /// (filled by the caller's zone listing: [`crate::dns_inventory`]).
+    pub dns_orphans: Vec<crate::dns_inventory::DnsOrphan>,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -10,6 +10,25 @@ use std::pin::Pin;
 /// A boxed future, so adapters can be held as trait objects.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// The TXT record oduflow keeps beside a client's DNS records, at the same
+/// name, naming the client (external-dns's TXT registry): the record set
+/// itself carries whose it is, so a restored database that lost the
+/// ownership record can still trace it. Quoted, as Vultr takes TXT data.
+pub const DNS_OWNER_PREFIX: &str = "oduflow-owner=";
+
+/// The owner marker's TXT data for client `id`.
+pub fn dns_owner_marker(client_id: &str) -> String {
+    format!("\"{DNS_OWNER_PREFIX}{client_id}\"")
+}
+
+/// The client id a TXT record's data names, when it is an owner marker
+/// (quoted or not: the answer may carry the quotes or not).
+pub fn dns_marker_owner(data: &str) -> Option<&str> {
+    let d = data.trim();
+    let d = d.strip_prefix('"').and_then(|d| d.strip_suffix('"')).unwrap_or(d);
+    d.strip_prefix(DNS_OWNER_PREFIX).filter(|id| !id.is_empty() && !id.contains(char::is_whitespace))
+}
+
 /// Whom an identity belongs to, and the facts it is ensured with. For a
 /// removal these are the facts recorded when the identity was last ensured
 /// (the VM is usually gone by then).

@@ -907,12 +907,27 @@ pub async fn credentials_rotate(
 /// under oduflow's label prefix with the receipts, from list pages, records
 /// orphans, and clears a pending restore when it completes.
 #[utoipa::path(post, path = "/api/v1/inventory", tag = "actions",
-    responses((status = 200, body = Object, description = "instances_listed, blocks_listed, orphans, missing, unrecorded"),
+    responses((status = 200, body = Object, description = "instances_listed, blocks_listed, orphans, missing, unrecorded, dns_orphans"),
         (status = 401, body = ErrorBody), (status = 409, description = "read-only server", body = ErrorBody),
         (status = 502, body = ErrorBody)))]
 pub async fn inventory(State(s): State<AppState>) -> ApiResult<Json<operator::Inventory>> {
     let provider = s.acting_provider()?;
-    let inv = operator::inventory_settled(s.store(), provider.as_ref(), s.now_ms(), s.listing_settle_ms()).await?;
+    let mut inv = operator::inventory_settled(s.store(), provider.as_ref(), s.now_ms(), s.listing_settle_ms()).await?;
+    if let Some(zone) = s.dns_zone() {
+        let records: Vec<oduflow_engine::dns_inventory::ZoneRecord> = provider
+            .dns_record_list(zone)
+            .await
+            .map_err(|e| ApiError::Provider(e.into()))?
+            .into_iter()
+            .map(|r| oduflow_engine::dns_inventory::ZoneRecord {
+                id: r.id.0,
+                rtype: r.record_type,
+                name: r.name,
+                data: r.data,
+            })
+            .collect();
+        inv.dns_orphans = oduflow_engine::dns_inventory::dns_orphans(s.store(), zone, &records).await?;
+    }
     provider.flush_budget().await;
     Ok(Json(inv))
 }

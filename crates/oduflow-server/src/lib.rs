@@ -70,6 +70,9 @@ struct Inner {
     /// How long after a declared restore the inventory lists
     /// (`oduflow_engine::operator::inventory_settled`).
     listing_settle_ms: i64,
+    /// `[dns] domain`: the inventory also lists this zone for records
+    /// carrying oduflow's owner marker that no live client owns.
+    dns_zone: Option<String>,
 }
 
 impl AppState {
@@ -92,7 +95,8 @@ impl AppState {
         let (profiles, spec_defaults) = Default::default();
         let provider = std::sync::RwLock::new(provider);
         let listing_settle_ms = oduflow_engine::operator::LISTING_SETTLE_MS_DEFAULT;
-        let inner = Inner { store, provider, clock, attempts_max, profiles, spec_defaults, listing_settle_ms };
+        let inner =
+            Inner { store, provider, clock, attempts_max, profiles, spec_defaults, listing_settle_ms, dns_zone: None };
         Self { inner: Arc::new(inner) }
     }
 
@@ -106,6 +110,18 @@ impl AppState {
 
     pub(crate) fn listing_settle_ms(&self) -> i64 {
         self.inner.listing_settle_ms
+    }
+
+    /// The DNS zone `POST /api/v1/inventory` lists (`[dns] domain`, as
+    /// `oduflow reconcile --all`).
+    pub fn with_dns_zone(mut self, zone: Option<String>) -> Self {
+        let inner = Arc::get_mut(&mut self.inner).expect("settings are set before the state is shared");
+        inner.dns_zone = zone;
+        self
+    }
+
+    pub(crate) fn dns_zone(&self) -> Option<&str> {
+        self.inner.dns_zone.as_deref()
     }
 
     /// Times its writes on `clock` (`oduflow serve`: the database's clock,

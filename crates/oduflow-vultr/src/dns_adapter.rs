@@ -18,7 +18,13 @@
 //!   while it may be live;
 //! - before creating, the name must be free: a record of a conflicting type
 //!   (A, AAAA, CNAME) at that name that oduflow did not record is never
-//!   touched, and the client blocks `dns_record_foreign` naming it.
+//!   touched, and the client blocks `dns_record_foreign` naming it;
+//! - beside its records, at the same name, the client owns a TXT owner
+//!   marker (`oduflow-owner=<client id>`), made first and deleted last like
+//!   any owned record: records at its name that carry its marker and that
+//!   it does not own (its ownership record lost to a restore) are taken
+//!   back by id before a create; a marker naming another client keeps the
+//!   block, naming that client.
 //!
 //! Reads are by id (GET /domains/{d}/records/{id}). Vultr cannot filter a
 //! listing by name, so the "is the name free" check reads the zone, in a
@@ -202,8 +208,15 @@ pub fn same_data(rtype: &str, a: &str, b: &str) -> bool {
             (Ok(x), Ok(y)) => x == y,
             _ => a == b,
         },
+        "TXT" => unquoted(a) == unquoted(b),
         _ => a == b,
     }
+}
+
+/// TXT data without the quotes Vultr may or may not answer it with.
+fn unquoted(d: &str) -> &str {
+    let d = d.trim();
+    d.strip_prefix('"').and_then(|d| d.strip_suffix('"')).unwrap_or(d)
 }
 
 /// The clock an adapter records and compares times with (epoch ms).
@@ -295,11 +308,13 @@ impl DnsAdapter {
         own.put(o.to_value()).await.map_err(AdapterError::Failed)
     }
 
-    /// The records the client should have: A at its main IP, AAAA at its
-    /// IPv6 address when it has one.
+    /// The records the client should have: its owner marker (TXT, first:
+    /// an A record of oduflow's never exists without it for longer than a
+    /// crash window), A at its main IP, AAAA at its IPv6 address when it has
+    /// one.
     fn wanted(t: &IdentityTarget) -> Result<Vec<(&'static str, String)>, AdapterError> {
         let ip = t.main_ip.as_deref().filter(|ip| !ip.is_empty()).ok_or("the VM's main IP is not known yet")?;
-        let mut out = vec![("A", ip.to_owned())];
+        let mut out = vec![("TXT", dns_owner_marker(&t.client_id)), ("A", ip.to_owned())];
         if !t.outputs.v6_main_ip.is_empty() {
             out.push(("AAAA", t.outputs.v6_main_ip.clone()));
         }
@@ -397,8 +412,16 @@ impl DnsAdapter {
     /// own, from a zone listing started after this check began: a record
     /// made a moment ago (by an operator, by another worker process for a
     /// client given the same name) is seen before a second one is created.
-    async fn foreign(&self, t: &IdentityTarget, name: &str, o: &Owned) -> Result<(), AdapterError> {
-        let z = self.zone(self.now_ms()).await?;
+    /// `z`: the listing this ensure took already (one serves its steps: a
+    /// record it made since is its own, so not foreign).
+    async fn foreign(
+        &self,
+        t: &IdentityTarget,
+        name: &str,
+        o: &Owned,
+        z: &mut Option<ZoneView>,
+    ) -> Result<(), AdapterError> {
+        let z = self.listed(z).await?;
         let Some(r) = z
             .records
             .iter()
@@ -406,6 +429,31 @@ impl DnsAdapter {
         else {
             return Ok(());
         };
+        let others: Vec<&str> = z
+            .records
+            .iter()
+            .filter(|m| m.name == name && m.record_type == "TXT")
+            .filter_map(|m| dns_marker_owner(&m.data))
+            .filter(|id| *id != t.client_id)
+            .collect();
+        if !others.is_empty() {
+            return Err(AdapterError::Blocked(
+                BlockedReason::DnsRecordForeign,
+                format!(
+                    "record {} ({} {} -> {}, ttl {}) exists, and its name carries oduflow's owner marker for client \
+                     {}: it is that client's, never this one's; it is not touched (`oduflow reconcile --all` \
+                     reports it with the command that recovers or deletes it). Give this client another DNS name: \
+                     oduflow client update {} --dns-name NAME",
+                    r.id,
+                    r.record_type,
+                    self.fqdn(&r.name),
+                    r.data,
+                    r.ttl,
+                    others.join(", "),
+                    t.client
+                ),
+            ));
+        }
         Err(AdapterError::Blocked(
             BlockedReason::DnsRecordForeign,
             format!(
@@ -422,6 +470,55 @@ impl DnsAdapter {
                 c = t.client
             ),
         ))
+    }
+
+    /// The listing this ensure took, else a new one started now.
+    async fn listed<'z>(&self, z: &'z mut Option<ZoneView>) -> Result<&'z ZoneView, AdapterError> {
+        if z.is_none() {
+            *z = Some(self.zone(self.now_ms()).await?);
+        }
+        Ok(z.as_ref().expect("listed above"))
+    }
+
+    /// Records at `name` that carry this client's owner marker and that it
+    /// does not own: made for it before its ownership record was lost (a
+    /// database restored from an older backup, the client recovered under
+    /// its id). Taken back by id, one per type (the marker, A, AAAA): the
+    /// record set itself says whose they are. Several of one type: none of
+    /// them is taken (the name check then blocks on them). Whether any was.
+    async fn reclaim(
+        &self,
+        t: &IdentityTarget,
+        name: &str,
+        o: &mut Owned,
+        own: &dyn Ownership,
+        z: &mut Option<ZoneView>,
+    ) -> Result<bool, AdapterError> {
+        let mine = dns_owner_marker(&t.client_id);
+        let z = self.listed(z).await?.clone();
+        let marked = |r: &DnsRecord| r.record_type == "TXT" && same_data("TXT", &r.data, &mine);
+        if !z.records.iter().any(|r| r.name == name && marked(r)) {
+            return Ok(false);
+        }
+        let mut took = false;
+        for rtype in ["TXT", "A", "AAAA"] {
+            if o.records.iter().any(|r| r.rtype == rtype && r.id.is_some()) {
+                continue;
+            }
+            let of: Vec<&DnsRecord> = z
+                .records
+                .iter()
+                .filter(|r| r.name == name && r.record_type == rtype && !o.owns(&r.id.0))
+                .filter(|r| rtype != "TXT" || marked(r))
+                .collect();
+            let [one] = of.as_slice() else { continue };
+            o.adopt(&self.domain, one, "owner marker", self.now_ms()).map_err(AdapterError::Failed)?;
+            took = true;
+        }
+        if took {
+            Self::save(own, o).await?;
+        }
+        Ok(took)
     }
 
     /// Creates one record: recorded as sent before the POST can leave, its
@@ -588,18 +685,23 @@ impl DnsAdapter {
         own: &dyn Ownership,
         rtype: &str,
         data: &str,
+        z: &mut Option<ZoneView>,
     ) -> Step0 {
         let name = t.dns_name.as_str();
         let what = format!("{rtype} {} -> {data}", self.fqdn(name));
         let here =
             |r: &OwnedRecord| r.rtype == rtype && !r.deleting && r.gone_ms.is_none() && self.zone_of(r) == self.domain;
-        if let Some(i) = o.records.iter().position(here) {
+        let mut pos = o.records.iter().position(here);
+        if pos.is_none() && self.reclaim(t, name, o, own, z).await? {
+            pos = o.records.iter().position(here);
+        }
+        if let Some(i) = pos {
             let r = &o.records[i];
             if r.name == name && same_data(rtype, &r.data, data) && r.ttl == self.ttl {
                 return Ok(format!("{what} (record {}, kept)", r.id.as_deref().unwrap_or("")));
             }
             if r.name != name {
-                self.foreign(t, name, o).await?;
+                self.foreign(t, name, o, z).await?;
             }
             if self.patch(o, own, i, name, data).await? {
                 return Ok(format!("{what} (record {}, updated in place)", o.records[i].id.as_deref().unwrap_or("")));
@@ -609,7 +711,7 @@ impl DnsAdapter {
             // id is deleted below, as no longer wanted.
             self.missing(o, own, i, "PATCH").await?;
         }
-        self.foreign(t, name, o).await?;
+        self.foreign(t, name, o, z).await?;
         self.create(o, own, rtype, name, data).await
     }
 }
@@ -627,8 +729,11 @@ impl IdentityAdapter for DnsAdapter {
             let wanted = Self::wanted(t)?;
             self.resolve_lost(t, &mut o, own).await?;
             let mut done = Vec::new();
+            // One zone listing, taken when a step first needs it, serves
+            // every step of this ensure.
+            let mut z = None;
             for (rtype, data) in &wanted {
-                done.push(self.ensure_one(t, &mut o, own, rtype, data).await?);
+                done.push(self.ensure_one(t, &mut o, own, rtype, data, &mut z).await?);
             }
             // A type no longer wanted (an address that went away): deleted,
             // by id, as it is oduflow's.
@@ -721,7 +826,11 @@ impl IdentityAdapter for DnsAdapter {
             // A lost create must be found to be deleted.
             self.resolve_lost(t, &mut o, own).await?;
             let n = o.records.len();
-            for i in 0..n {
+            // The owner marker goes last: a record of oduflow's is never
+            // left at Vultr without the marker that traces it.
+            let mut order: Vec<usize> = (0..n).collect();
+            order.sort_by_key(|i| o.records[*i].rtype == "TXT");
+            for i in order {
                 if !o.records[i].deleting {
                     self.delete_one(&mut o, own, i).await?;
                 }

@@ -174,6 +174,21 @@ pub(crate) fn print_inventory(inv: &operator::Inventory, json: bool) -> Result<(
             }
         }
     }
+    if !inv.dns_orphans.is_empty() {
+        outln!("dns orphans: {}", inv.dns_orphans.len())?;
+        for d in &inv.dns_orphans {
+            outln!(
+                "  {:<6} {} {} -> {} client {} — {}",
+                d.rtype,
+                d.id,
+                d.name,
+                d.data,
+                d.client.as_deref().unwrap_or(&d.client_id),
+                d.note
+            )?;
+            outln!("         resolve: {}", d.resolve)?;
+        }
+    }
     Ok(())
 }
 

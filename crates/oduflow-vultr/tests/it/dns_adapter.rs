@@ -41,6 +41,18 @@ async fn at(sim: &SimHandle, name: &str) -> Vec<DnsRecord> {
     client(&sim.base_url).dns_record_list(ZONE).await.unwrap().into_iter().filter(|r| r.name == name).collect()
 }
 
+/// The address records (A, AAAA) at `name`, without oduflow's owner marker.
+async fn addresses(sim: &SimHandle, name: &str) -> Vec<DnsRecord> {
+    at(sim, name).await.into_iter().filter(|r| r.record_type != "TXT").collect()
+}
+
+/// The id of the owned record of type `rtype` in an ownership record.
+fn owned_id(own: &MemoryOwnership, rtype: &str) -> String {
+    let v = own.get();
+    let r = v["records"].as_array().unwrap().iter().find(|r| r["type"] == rtype).cloned();
+    r.and_then(|r| r["id"].as_str().map(str::to_owned)).unwrap_or_else(|| panic!("no {rtype} owned: {v}"))
+}
+
 /// Moves every time the ownership record holds back by `ms`, as if the
 /// record had been made (and its 404s had begun) that long ago.
 async fn age(own: &MemoryOwnership, ms: i64) {
@@ -67,7 +79,7 @@ async fn a_patch_404_makes_a_new_record() {
     let sim = sim().await;
     let (a, own) = (adapter(&sim), MemoryOwnership::default());
     a.ensure(&target("acme", "acme", "192.0.2.10"), &own).await.unwrap();
-    let old = own.get()["records"][0]["id"].as_str().unwrap().to_owned();
+    let old = owned_id(&own, "A");
     let c = client(&sim.base_url);
     assert_eq!(c.dns_record_delete(ZONE, &DnsRecordId(old.clone())).await.unwrap(), DeleteOutcome::Sent);
     age(&own, LONG_AGO_MS).await;
@@ -86,20 +98,18 @@ async fn a_patch_404_makes_a_new_record() {
         }
     };
     assert!(pending >= 1, "one PATCH 404 is not taken as the record's absence: {done}");
-    assert_eq!(
-        a.check(&moved, &own).await.unwrap(),
-        Presence::Present(format!("A acme.{ZONE} -> 192.0.2.11 (record {})", at(&sim, "acme").await[0].id))
-    );
-    let now = at(&sim, "acme").await;
+    let Presence::Present(shown) = a.check(&moved, &own).await.unwrap() else { panic!("absent after the ensure") };
+    let now = addresses(&sim, "acme").await;
+    assert!(shown.contains(&format!("A acme.{ZONE} -> 192.0.2.11 (record {})", now[0].id)), "{shown}");
     assert_eq!(now.len(), 1, "{now:?}");
     assert_ne!(now[0].id.as_str(), old);
     let owned = own.get();
     assert_eq!(
         owned["records"].as_array().unwrap().len(),
-        1,
-        "the old id dropped after its DELETE and GET 404: {owned}"
+        2,
+        "the old id dropped after its DELETE and GET 404 (the marker and the new A stay): {owned}"
     );
-    assert_eq!(owned["records"][0]["id"], now[0].id.as_str());
+    assert_eq!(owned_id(&own, "A"), now[0].id.as_str());
 }
 
 /// An operator's record made after this process last listed the zone: the
@@ -140,7 +150,7 @@ async fn two_processes_do_not_both_create_at_one_name() {
     // b's zone view is taken before a's create.
     b.ensure(&target("x", "x", "192.0.2.30"), &own_x).await.unwrap();
     a.ensure(&target("one", "shared", "192.0.2.31"), &own_one).await.unwrap();
-    let first = at(&sim, "shared").await;
+    let first = addresses(&sim, "shared").await;
     assert_eq!(first.len(), 1);
     match b.ensure(&target("two", "shared", "192.0.2.32"), &own_two).await {
         Err(AdapterError::Blocked(BlockedReason::DnsRecordForeign, d)) => {
@@ -148,5 +158,54 @@ async fn two_processes_do_not_both_create_at_one_name() {
         }
         other => panic!("expected dns_record_foreign, got {other:?}"),
     }
-    assert_eq!(at(&sim, "shared").await, first, "one A record at the name");
+    assert_eq!(addresses(&sim, "shared").await, first, "one A record at the name");
+}
+
+/// A client whose ownership record was lost (a database restored from a
+/// backup older than the client, then the client recovered under its id):
+/// the owner marker its records carry names it, so its next ensure takes
+/// them back (the same ids) instead of blocking `dns_record_foreign` on its
+/// own record or making a second A record at the name.
+#[tokio::test]
+async fn a_client_whose_ownership_was_lost_takes_back_its_marked_records() {
+    let sim = sim().await;
+    let a = adapter(&sim);
+    let before_restore = MemoryOwnership::default();
+    a.ensure(&target("late", "late", "192.0.2.40"), &before_restore).await.unwrap();
+    let made = at(&sim, "late").await;
+    let marker = oduflow_model::identity::dns_owner_marker("id-late");
+    assert!(made.iter().any(|r| r.record_type == "TXT" && r.data == marker), "an owner marker at the name: {made:?}");
+
+    // The restored copy has no ownership record; the new VM has a new IP.
+    let restored = MemoryOwnership::default();
+    let back = target("late", "late", "192.0.2.41");
+    let done = a.ensure(&back, &restored).await.unwrap_or_else(|e| panic!("its own records: {e}"));
+    let now = at(&sim, "late").await;
+    let ids = |v: &[DnsRecord]| v.iter().map(|r| r.id.clone()).collect::<std::collections::BTreeSet<_>>();
+    assert_eq!(ids(&now), ids(&made), "the same records, nothing added: {done}");
+    let a_rec = now.iter().find(|r| r.record_type == "A").unwrap();
+    assert_eq!(a_rec.data, "192.0.2.41", "pointed at the new VM in place");
+    let owned = restored.get();
+    assert_eq!(owned["records"].as_array().unwrap().len(), 2, "both owned again: {owned}");
+    assert!(matches!(a.check(&back, &restored).await.unwrap(), Presence::Present(_)));
+}
+
+/// A record at the name whose owner marker names another oduflow client is
+/// that client's: never taken, the client blocks `dns_record_foreign`, and
+/// the evidence names the client the marker names.
+#[tokio::test]
+async fn a_record_whose_owner_marker_names_another_client_stays_foreign() {
+    let sim = sim().await;
+    let a = adapter(&sim);
+    let (own_other, own_me) = (MemoryOwnership::default(), MemoryOwnership::default());
+    a.ensure(&target("other", "shared", "192.0.2.50"), &own_other).await.unwrap();
+    let theirs = at(&sim, "shared").await;
+    match a.ensure(&target("me", "shared", "192.0.2.51"), &own_me).await {
+        Err(AdapterError::Blocked(BlockedReason::DnsRecordForeign, d)) => {
+            assert!(d.contains("id-other"), "names the client its owner marker names: {d}")
+        }
+        other => panic!("expected dns_record_foreign, got {other:?}"),
+    }
+    assert_eq!(at(&sim, "shared").await, theirs, "nothing added or changed at the name");
+    assert_eq!(own_me.get()["records"].as_array().map_or(0, |v| v.len()), 0, "{}", own_me.get());
 }

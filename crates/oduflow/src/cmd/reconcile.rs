@@ -19,8 +19,13 @@ pub async fn run(
     if all {
         let store = open(cfg).await?;
         let provider = provider(cfg, &store, "reconcile")?;
-        let inv = operator::inventory_settled(&store, provider.as_ref(), now_ms(&store).await?, cfg.listing_settle_ms)
-            .await?;
+        let mut inv =
+            operator::inventory_settled(&store, provider.as_ref(), now_ms(&store).await?, cfg.listing_settle_ms)
+                .await?;
+        if let Some(dns) = &cfg.dns {
+            let records = zone_records(provider.as_ref(), &dns.domain).await?;
+            inv.dns_orphans = oduflow_engine::dns_inventory::dns_orphans(&store, &dns.domain, &records).await?;
+        }
         provider.flush_budget().await;
         return print_inventory(&inv, json);
     }
@@ -34,4 +39,21 @@ pub async fn run(
     let actor = Actor { by, now_ms: now_ms(&store).await?, attempts_max: cfg.attempts_max };
     let row = operator::reconcile(&store, provider.as_ref(), &name, new_dispatch, actor).await?;
     print_client(&store, &row, json, false).await
+}
+
+/// One listing of the DNS zone, as the inventory reads it.
+pub(crate) async fn zone_records(
+    vultr: &oduflow_vultr::VultrClient,
+    zone: &str,
+) -> Result<Vec<oduflow_engine::dns_inventory::ZoneRecord>> {
+    let records = vultr.dns_record_list(zone).await.map_err(|e| anyhow::anyhow!("listing the {zone} zone: {e}"))?;
+    Ok(records
+        .into_iter()
+        .map(|r| oduflow_engine::dns_inventory::ZoneRecord {
+            id: r.id.0,
+            rtype: r.record_type,
+            name: r.name,
+            data: r.data,
+        })
+        .collect())
 }

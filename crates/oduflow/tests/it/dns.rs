@@ -22,12 +22,26 @@ fn vultr(env: &Env) -> VultrClient {
     .unwrap()
 }
 
-/// The zone's records with this name, any type.
-async fn records(env: &Env, name: &str) -> Vec<DnsRecord> {
+/// The zone's records with this name, any type, oduflow's owner markers
+/// included.
+async fn with_markers(env: &Env, name: &str) -> Vec<DnsRecord> {
     let mut v: Vec<DnsRecord> =
         vultr(env).dns_record_list(ZONE).await.unwrap().into_iter().filter(|r| r.name == name).collect();
     v.sort_by(|a, b| a.record_type.cmp(&b.record_type));
     v
+}
+
+/// The zone's records with this name, any type, but oduflow's owner
+/// markers (each client's TXT `oduflow-owner=<id>` beside its records).
+async fn records(env: &Env, name: &str) -> Vec<DnsRecord> {
+    let marker = |r: &DnsRecord| r.record_type == "TXT" && oduflow_model::identity::dns_marker_owner(&r.data).is_some();
+    with_markers(env, name).await.into_iter().filter(|r| !marker(r)).collect()
+}
+
+/// The id of the client's owned record of type `rtype`, from `client show`.
+fn owned_id(dns: &serde_json::Value, rtype: &str) -> serde_json::Value {
+    let recs = dns["owned"]["records"].as_array().unwrap_or_else(|| panic!("no owned records: {dns}"));
+    recs.iter().find(|r| r["type"] == rtype).map_or(serde_json::Value::Null, |r| r["id"].clone())
 }
 
 /// An operator's own record, made outside oduflow.
@@ -114,6 +128,8 @@ oduflow_store::on_both_stores!(
     a_changed_zone_does_not_forget_the_records_in_the_old_one,
     a_transient_404_on_an_owned_record_keeps_it,
     two_clients_cannot_share_a_dns_name,
+    the_inventory_traces_a_dns_record_of_a_client_the_restore_lost,
+    a_recovered_client_adopts_its_own_dns_record,
 );
 
 async fn an_operators_record_with_the_clients_name_is_never_touched(env: Env) {
@@ -218,9 +234,10 @@ async fn a_lost_record_create_is_resolved_without_a_duplicate(env: Env) {
     assert_eq!(rs.len(), 1, "one record, no duplicate: {rs:?}");
     assert_eq!(rs[0].data, vm_ip(&env, &v).await);
     let reqs = dns_requests(&env);
-    assert_eq!(reqs.get("POST /v2/domains/{domain}/records"), Some(&1), "sent once: {reqs:?}");
+    // The owner marker and the A record, each sent once.
+    assert_eq!(reqs.get("POST /v2/domains/{domain}/records"), Some(&2), "sent once: {reqs:?}");
     let dns = &v["adapters"].as_array().unwrap()[0];
-    assert_eq!(dns["owned"]["records"][0]["id"], rs[0].id.as_str(), "{dns}");
+    assert_eq!(owned_id(dns, "A"), rs[0].id.as_str(), "{dns}");
 }
 
 async fn a_changed_address_is_updated_in_place(env: Env) {
@@ -239,7 +256,8 @@ async fn a_changed_address_is_updated_in_place(env: Env) {
     assert_eq!(after.len(), 1, "{after:?}");
     assert_eq!((after[0].id.as_str(), after[0].data.as_str()), (before[0].id.as_str(), "203.0.113.9"));
     let reqs = dns_requests(&env);
-    assert_eq!(reqs.get("POST /v2/domains/{domain}/records"), Some(&1), "{reqs:?}");
+    // The owner marker and the A record, once each; the move is one PATCH.
+    assert_eq!(reqs.get("POST /v2/domains/{domain}/records"), Some(&2), "{reqs:?}");
     assert_eq!(reqs.get("PATCH /v2/domains/{domain}/records/{id}"), Some(&1), "{reqs:?}");
 }
 
@@ -305,8 +323,9 @@ async fn killed_during_record_creation_and_removal_resumes(env: Env) {
     assert_eq!(show(&env, "c1")["status"], "deleted");
     assert!(records(&env, "c1").await.is_empty());
     let reqs = dns_requests(&env);
-    // c1's once; c2's killed one never left, so only the one after the abandon.
-    assert_eq!(reqs.get("POST /v2/domains/{domain}/records"), Some(&2), "{reqs:?}");
+    // c1's once; c2's killed one never left, so only the ones after the
+    // abandon (each client: its owner marker and its A record).
+    assert_eq!(reqs.get("POST /v2/domains/{domain}/records"), Some(&4), "{reqs:?}");
 }
 
 async fn command_adapters_get_the_recorded_identity_on_removal(env: Env) {
@@ -401,7 +420,7 @@ async fn a_transient_404_on_an_owned_record_keeps_it(env: Env) {
     let v = show(&env, "acme");
     assert_eq!((&v["status"], &v["blocked_detail"]), (&"ready".into(), &serde_json::Value::Null));
     let dns = &v["adapters"].as_array().unwrap()[0];
-    assert_eq!(dns["owned"]["records"][0]["id"], before[0].id.as_str(), "still owned: {dns}");
+    assert_eq!(owned_id(dns, "A"), before[0].id.as_str(), "still owned: {dns}");
     let after = records(&env, "acme").await;
     assert_eq!(after.len(), 1, "{after:?}");
     assert_eq!((after[0].id.as_str(), after[0].data.as_str()), (before[0].id.as_str(), "203.0.113.9"));
@@ -438,4 +457,74 @@ async fn two_clients_cannot_share_a_dns_name(env: Env) {
     // And it cannot come back under a name another client took meanwhile.
     let o = env.run(&client_create_args("mail", &["--dns-name", "shared"]));
     assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// What the DNS adapter leaves at a client's name: its owner marker and its
+/// A record, as a client made after the database's backup left them.
+async fn records_of_a_lost_client(env: &Env, name: &str) -> (oduflow_model::ClientId, DnsRecord, DnsRecord) {
+    let lost = oduflow_model::ClientId::new_v7();
+    let marker = operator_record(env, name, "TXT", &oduflow_model::identity::dns_owner_marker(lost.as_str())).await;
+    let a = operator_record(env, name, "A", "203.0.113.9").await;
+    (lost, marker, a)
+}
+
+/// A client made after the backup the database was restored from: its DNS
+/// records carry its owner marker, so the inventory reports them (before,
+/// nowhere: their ownership lived only in the lost database), naming the
+/// client and the command that recovers it; a record of a live client is
+/// never one to delete, and the lost client's is deleted by id on an
+/// attestation, confirmed by a GET 404.
+async fn the_inventory_traces_a_dns_record_of_a_client_the_restore_lost(env: Env) {
+    configure(&env);
+    env.ok(&["init"]);
+    create(&env, "acme", &[]);
+    settle(&env);
+    let (lost, marker, a) = records_of_a_lost_client(&env, "late").await;
+    let inv: serde_json::Value = serde_json::from_str(&env.ok(&["reconcile", "--all", "--json"])).unwrap();
+    let found = inv["dns_orphans"].as_array().unwrap_or_else(|| panic!("no dns_orphans: {inv}"));
+    let ids: std::collections::BTreeSet<&str> = found.iter().map(|o| o["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, [marker.id.as_str(), a.id.as_str()].into(), "the lost client's records, not acme's: {inv}");
+    let recover = format!("--recover {lost}");
+    for o in found {
+        assert_eq!(o["client_id"], lost.as_str(), "{o}");
+        assert!(o["resolve"].as_str().unwrap().contains(&recover), "{o}");
+    }
+    let a_orphan = found.iter().find(|o| o["id"] == a.id.as_str()).unwrap();
+    assert_eq!((a_orphan["name"].as_str(), a_orphan["data"].as_str()), (Some("late.example.com"), Some("203.0.113.9")));
+
+    // acme's own A record is no orphan to delete.
+    let acme_a = records(&env, "acme").await.into_iter().find(|r| r.record_type == "A").unwrap();
+    let o = env.cmd(&["orphan", "delete", acme_a.id.as_str(), "--by", "ops", "--reason", "test"]).output().unwrap();
+    assert!(!o.status.success(), "a live client's record was deletable");
+    assert_eq!(with_markers(&env, "acme").await.len(), 2, "acme's records untouched");
+
+    env.ok(&["orphan", "delete", a.id.as_str(), "--by", "ops", "--reason", "late came after the backup"]);
+    env.ok(&["orphan", "delete", marker.id.as_str(), "--by", "ops", "--reason", "late came after the backup"]);
+    assert!(with_markers(&env, "late").await.is_empty(), "deleted by id");
+    let inv: serde_json::Value = serde_json::from_str(&env.ok(&["reconcile", "--all", "--json"])).unwrap();
+    assert_eq!(inv["dns_orphans"], serde_json::json!([]), "{inv}");
+}
+
+/// The lost client recovered under its id (`client create NAME --recover
+/// ID`): its first provisioning takes its records back by the owner marker
+/// (the same ids, the A record pointed at the new VM in place), instead of
+/// blocking `dns_record_foreign` on its own record.
+async fn a_recovered_client_adopts_its_own_dns_record(env: Env) {
+    configure(&env);
+    env.ok(&["init"]);
+    let (lost, marker, a) = records_of_a_lost_client(&env, "late").await;
+    create(&env, "late", &["--recover", lost.as_str()]);
+    settle(&env);
+    let v = show(&env, "late");
+    assert_eq!(v["status"], "ready", "{v}");
+    let ip = vm_ip(&env, &v).await;
+    let now = with_markers(&env, "late").await;
+    let ids: Vec<&str> = now.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, vec![a.id.as_str(), marker.id.as_str()], "the same records, no second A: {now:?}");
+    assert_eq!(now[0].data, ip, "the A record points at the new VM");
+    let inv: serde_json::Value = serde_json::from_str(&env.ok(&["reconcile", "--all", "--json"])).unwrap();
+    assert_eq!(inv["dns_orphans"], serde_json::json!([]), "its own again: {inv}");
+    env.ok(&["client", "delete", "late"]);
+    settle(&env);
+    assert!(with_markers(&env, "late").await.is_empty(), "deleted with the client");
 }
