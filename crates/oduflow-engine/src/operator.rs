@@ -626,23 +626,7 @@ pub async fn orphan_delete<P: Provider>(
         return refused("deleting an orphan needs an attestation: --by WHO and --reason WHY");
     }
     let o = open_orphan(store, id).await?;
-    let clients: HashMap<ClientId, ClientRow> =
-        store.client_list().await?.into_iter().map(|c| (c.id.clone(), c)).collect();
-    let live = |r: &ReceiptRow| clients.get(&r.client_ref).is_some_and(|c| c.infra.status != ClientStatus::Deleted);
-    for r in store.receipts_all().await?.iter().filter(|r| crate::current::is_open(r) && live(r)) {
-        if r.resource_id.as_deref() == Some(id) {
-            return refused(format!(
-                "{id} is recorded on receipt {} of a live client: it is not an orphan now",
-                r.operation_key
-            ));
-        }
-        if r.resource_id.is_none() && r.label.as_str() == o.label {
-            return refused(format!(
-                "{id} carries the label of receipt {}, whose next run adopts it: it is not an orphan now",
-                r.operation_key
-            ));
-        }
-    }
+    refuse_if_accounted(store, id, &o.label).await?;
     let label = match o.kind {
         ResourceKind::Vm => provider.instance_get(&VultrInstanceId(id.to_owned())).await?.map(|i| i.label),
         _ => match provider.block_get(&VultrBlockId(id.to_owned())).await? {
@@ -733,6 +717,29 @@ pub async fn orphan_delete<P: Provider>(
         note: "DELETE accepted, but the provider still shows it; `oduflow reconcile --all` confirms once it is gone"
             .into(),
     })
+}
+
+/// An orphan a live client's open receipt records, or whose label such a
+/// receipt without id carries (its next run adopts it), is no orphan now.
+async fn refuse_if_accounted(store: &Store, id: &str, label: &str) -> Result<()> {
+    let clients: HashMap<ClientId, ClientRow> =
+        store.client_list().await?.into_iter().map(|c| (c.id.clone(), c)).collect();
+    let live = |r: &ReceiptRow| clients.get(&r.client_ref).is_some_and(|c| c.infra.status != ClientStatus::Deleted);
+    for r in store.receipts_all().await?.iter().filter(|r| crate::current::is_open(r) && live(r)) {
+        if r.resource_id.as_deref() == Some(id) {
+            return refused(format!(
+                "{id} is recorded on receipt {} of a live client: it is not an orphan now",
+                r.operation_key
+            ));
+        }
+        if r.resource_id.is_none() && r.label.as_str() == label {
+            return refused(format!(
+                "{id} carries the label of receipt {}, whose next run adopts it: it is not an orphan now",
+                r.operation_key
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The client an orphan's label names, blocked `labelled_orphan`, runs

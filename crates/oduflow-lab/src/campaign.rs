@@ -1295,6 +1295,40 @@ fn first_line(s: &str, max: usize) -> String {
 }
 
 /// The invariants of docs/protocol.md §8, against the database and the ledger.
+/// Invariant 7: every create that reached the provider has its request in
+/// the audit trail.
+async fn check_requests_audited(
+    store: &Store,
+    ledger: &Ledger,
+    by_label: &HashMap<&str, &oduflow_store::ReceiptRow>,
+    restored: bool,
+) -> Result<()> {
+    let sent: std::collections::HashSet<String> = store
+        .events_by_kind("request_sent")
+        .await?
+        .iter()
+        .filter_map(|e| e.detail["operation_key"].as_str().map(str::to_owned))
+        .collect();
+    let doubted: std::collections::HashSet<String> = store
+        .events_by_kind("not_sent_doubted")
+        .await?
+        .iter()
+        .filter_map(|e| e.detail["operation_key"].as_str().map(str::to_owned))
+        .collect();
+    for label in ledger.creates_per_label.keys() {
+        // (A restored copy may hold a receipt claimed before the backup and
+        // sent after it: neither its mark nor its event is in the copy, and
+        // the inventory doubts it, `not_sent_doubted`.)
+        if let Some(r) = by_label.get(label.as_str())
+            && !sent.contains(r.operation_key.as_str())
+            && !(restored && (r.sent_ms.is_none() || doubted.contains(r.operation_key.as_str())))
+        {
+            bail!("invariant 7: no request_sent event for {}", r.operation_key);
+        }
+    }
+    Ok(())
+}
+
 async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: bool, totals: &mut Totals) -> Result<()> {
     let receipts = store.receipts_all().await?;
     let by_label: HashMap<&str, &oduflow_store::ReceiptRow> = receipts.iter().map(|r| (r.label.as_str(), r)).collect();
@@ -1343,30 +1377,7 @@ async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: boo
             None => bail!("invariant 3: {} ({}) has no receipt and is not in an orphan report", res.id, res.label),
         }
     }
-    // 7. Every create that reached the provider has its request in the audit trail.
-    let sent: std::collections::HashSet<String> = store
-        .events_by_kind("request_sent")
-        .await?
-        .iter()
-        .filter_map(|e| e.detail["operation_key"].as_str().map(str::to_owned))
-        .collect();
-    let doubted: std::collections::HashSet<String> = store
-        .events_by_kind("not_sent_doubted")
-        .await?
-        .iter()
-        .filter_map(|e| e.detail["operation_key"].as_str().map(str::to_owned))
-        .collect();
-    for label in ledger.creates_per_label.keys() {
-        // (A restored copy may hold a receipt claimed before the backup and
-        // sent after it: neither its mark nor its event is in the copy, and
-        // the inventory doubts it, `not_sent_doubted`.)
-        if let Some(r) = by_label.get(label.as_str())
-            && !sent.contains(r.operation_key.as_str())
-            && !(restored && (r.sent_ms.is_none() || doubted.contains(r.operation_key.as_str())))
-        {
-            bail!("invariant 7: no request_sent event for {}", r.operation_key);
-        }
-    }
+    check_requests_audited(store, ledger, &by_label, restored).await?;
     // 4 and 5. Every client settled, consistently with its target.
     for c in store.client_list().await? {
         let i = &c.infra;
@@ -1479,6 +1490,20 @@ async fn check_changes(
 
 /// The stricter invariants of issue 12, on requests (not only applied
 /// creates), on what each client owns at the provider, and on timing.
+/// A live resource is `client`'s when a receipt of it carries its label,
+/// unless an orphan report named it (after a restore) and no receipt has
+/// recorded it since (a run adopts an orphan on a receipt of its own).
+fn owned_by(
+    owner: &HashMap<&str, &oduflow_store::ReceiptRow>,
+    orphans: &[String],
+    x: &oduflow_sim::LedgerResource,
+    client: &ClientId,
+) -> bool {
+    owner.get(x.label.as_str()).is_some_and(|r| {
+        r.client_ref == *client && (!orphans.contains(&x.label) || r.resource_id.as_deref() == Some(x.id.as_str()))
+    })
+}
+
 async fn check_strict(
     store: &Store,
     ledger: &Ledger,
@@ -1566,16 +1591,8 @@ async fn check_strict(
         }
     }
     for c in store.client_list().await? {
-        let mine: Vec<&&oduflow_sim::LedgerResource> = live
-            .iter()
-            .filter(|x| {
-                // An orphan a run adopted since the report is its client's.
-                owner.get(x.label.as_str()).is_some_and(|r| {
-                    r.client_ref == c.id
-                        && (!orphans.contains(&x.label) || r.resource_id.as_deref() == Some(x.id.as_str()))
-                })
-            })
-            .collect();
+        let mine: Vec<&&oduflow_sim::LedgerResource> =
+            live.iter().filter(|x| owned_by(&owner, orphans, x, &c.id)).collect();
         let vms = mine.iter().filter(|x| x.kind == oduflow_sim::ResourceKind::Instance).count();
         let vols = mine.iter().filter(|x| x.kind == oduflow_sim::ResourceKind::Block).count();
         if vms > 1 || vols > 1 {

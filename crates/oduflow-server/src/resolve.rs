@@ -81,15 +81,12 @@ fn listed_ids(detail: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
-    let Some(reason) = c.infra.blocked_reason else { return vec![] };
+/// An open dispatch of `kind` whose resource no GET ever showed (no id, or
+/// an id the provider answered with): only an attestation can end it.
+fn never_seen(c: &ClientRow, receipts: &[ReceiptRow], kind: &str) -> Vec<Resolution> {
     let n = &c.name;
-    let kind = blocked_kind(c, receipts).as_str();
     let r = |command: String, when: &str| Resolution { command, when: when.to_owned() };
-    let reconcile = |when: &str| r(format!("oduflow reconcile {n}"), when);
-    // An open dispatch whose resource no GET ever showed (no id, or an id
-    // the provider answered with): only an attestation can end it.
-    let never_seen: Vec<Resolution> = receipts
+    receipts
         .iter()
         .filter(|x| {
             x.resource_kind.as_str() == kind
@@ -109,7 +106,16 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
                 &format!("only if you have checked in the Vultr console that {what}: its label stays on the orphan watch list"),
             )
         })
-        .collect();
+        .collect()
+}
+
+pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
+    let Some(reason) = c.infra.blocked_reason else { return vec![] };
+    let n = &c.name;
+    let kind = blocked_kind(c, receipts).as_str();
+    let r = |command: String, when: &str| Resolution { command, when: when.to_owned() };
+    let reconcile = |when: &str| r(format!("oduflow reconcile {n}"), when);
+    let never_seen = never_seen(c, receipts, kind);
     match reason {
         BlockedReason::CreateRejected | BlockedReason::AttachRejected => vec![r(
             format!("oduflow reconcile {n} --new-dispatch"),
