@@ -478,6 +478,7 @@ pub async fn inventory_settled<P: Provider>(
         })
         .collect();
     store.orphans_record(&found, now_ms).await?;
+    reconcile_deleted_owners(store, &found, &clients, now_ms).await?;
     inv.missing = missing(&receipts, &clients, &seen_ids);
     if after_restore {
         trust_nothing_restored(store, &receipts, clients.values(), now_ms).await?;
@@ -492,6 +493,30 @@ pub async fn inventory_settled<P: Provider>(
         )
         .await?;
     Ok(inv)
+}
+
+/// A client reported deleted while a live resource carries a label naming
+/// it (a restored copy that says `deleted` about a client the discarded
+/// timeline brought back, say) runs again: its run finds the orphan and
+/// blocks `labelled_orphan` instead of staying `deleted`.
+async fn reconcile_deleted_owners(
+    store: &Store,
+    found: &[oduflow_store::FoundOrphan],
+    clients: &HashMap<ClientId, ClientRow>,
+    now_ms: i64,
+) -> Result<()> {
+    let mut owners: Vec<&ClientRow> = found
+        .iter()
+        .filter_map(|o| Label(o.label.clone()).owner())
+        .filter_map(|(c, _)| clients.get(&c))
+        .filter(|c| c.infra.status == ClientStatus::Deleted)
+        .collect();
+    owners.sort_by_key(|c| &c.name);
+    owners.dedup_by_key(|c| &c.name);
+    for c in owners {
+        store.client_reconcile(&c.name, &[], "inventory: a live resource carries its label", now_ms, 20).await?;
+    }
+    Ok(())
 }
 
 /// What an orphan whose label names a client, and no receipt carries, is.

@@ -33,6 +33,7 @@ oduflow_store::on_both_stores!(
     a_client_made_after_the_backup_is_recovered_with_its_resources,
     an_abandoned_dispatchs_late_vm_blocks_labelled_orphan_not_a_crash_loop,
     a_receipt_restored_unmarked_is_looked_for_by_label_before_it_is_sent_again,
+    a_restored_deleted_client_is_not_deleted_while_a_vm_labelled_for_it_lives,
     a_delete_landing_while_a_create_waits_for_its_slot_records_it_not_sent,
     a_connection_reset_while_creates_wait_for_their_slot_costs_no_block,
     a_claim_lost_while_a_change_waits_for_its_slot_sends_it_later,
@@ -1071,5 +1072,31 @@ async fn a_receipt_restored_unmarked_is_looked_for_by_label_before_it_is_sent_ag
         let same: Vec<_> = s.instances.values().filter(|i| i.label == label.as_str()).map(|i| i.id.0.clone()).collect();
         assert_eq!(same.len(), 1, "a second VM under one receipt's label: {same:?}; creates {:?}", s.creates_per_label)
     });
+    Ok(())
+}
+
+/// The restored copy says a client is deleted; the timeline it threw away
+/// had brought the client back and made a VM under a label naming it. The
+/// inventory records the VM as an orphan, and the client is no longer
+/// reported deleted: its run blocks `labelled_orphan` naming the VM; once
+/// the orphan is deleted on an attestation, it ends deleted again.
+async fn a_restored_deleted_client_is_not_deleted_while_a_vm_labelled_for_it_lives(store: Store) -> Result<()> {
+    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let w = worker(&store, p.clone());
+    let c = ready(&store, &w, "acme").await;
+    store.client_delete("acme", now(), 3).await?;
+    drain(&w, 50).await;
+    assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
+    p.with(|s| s.put_vm("vm-after-the-backup", Label::new_dispatch(&c.id, ResourceKind::Vm).as_str()));
+    store.restore_declare("test: restored from a backup", now()).await?;
+    let inv = operator::inventory(&store, p.as_ref(), now()).await?;
+    assert_eq!(inv.orphans.len(), 1, "{inv:?}");
+    drain(&w, 50).await;
+    let blocked = status(&store, "acme").await;
+    assert_eq!(blocked.infra.blocked_reason, Some(BlockedReason::LabelledOrphan), "{blocked:?}");
+    operator::orphan_delete(&store, p.as_ref(), "vm-after-the-backup", "the client left", actor("ops")).await?;
+    drain(&w, 50).await;
+    assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
+    assert!(p.with(|s| s.instances.is_empty()));
     Ok(())
 }
