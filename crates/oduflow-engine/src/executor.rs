@@ -138,6 +138,9 @@ pub(crate) struct SentMark {
     clock: crate::SharedClock,
     of: MarkOf,
     client: ClientId,
+    /// The key the request goes out with: recorded by the mark (a receipt
+    /// claimed before a key rotation is sent with the new key).
+    key: KeyFingerprint,
     /// A planted bug's create has no receipt to mark.
     unrecorded: bool,
     marked: std::sync::atomic::AtomicBool,
@@ -151,12 +154,13 @@ pub(crate) enum MarkOf {
 }
 
 impl SentMark {
-    pub(crate) fn new<P>(w: &Worker<P>, of: MarkOf, client: ClientId, unrecorded: bool) -> Self {
+    pub(crate) fn new<P: Provider>(w: &Worker<P>, of: MarkOf, client: ClientId, unrecorded: bool) -> Self {
         Self {
             receipts: w.receipts.clone(),
             clock: w.clock.clone(),
             of,
             client,
+            key: w.provider.key_fingerprint(),
             unrecorded,
             marked: std::sync::atomic::AtomicBool::new(false),
         }
@@ -176,8 +180,8 @@ impl provider::SendMark for SentMark {
             }
             let now = self.clock.now_ms();
             let recorded = match &self.of {
-                MarkOf::Dispatch(op) => self.receipts.mark_sent(op, &self.client, now).await,
-                MarkOf::Change(key) => self.receipts.ledger().change_mark_sent(key, &self.client, now).await,
+                MarkOf::Dispatch(op) => self.receipts.mark_sent(op, &self.client, &self.key, now).await,
+                MarkOf::Change(key) => self.receipts.ledger().change_mark_sent(key, &self.client, &self.key, now).await,
             };
             recorded.map_err(|e| format!("the receipt could not be marked sent: {e}"))?;
             // A crash from here on leaves the receipt marked: maybe sent.

@@ -29,9 +29,10 @@ impl ReceiptWriter {
         &self,
         key: &OperationKey,
         client: &ClientId,
+        sent_with: &KeyFingerprint,
         now_ms: i64,
     ) -> oduflow_store::Result<()> {
-        self.ledger.receipt_mark_sent(key, client, now_ms).await
+        self.ledger.receipt_mark_sent(key, client, sent_with, now_ms).await
     }
 
     pub(crate) async fn record_id(

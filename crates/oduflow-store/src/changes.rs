@@ -330,13 +330,20 @@ impl ReceiptLedger {
     /// run's guard (cleared "not sent" marks: from here on it may have been
     /// applied). Only from a "not sent" state, so one run alone sends it;
     /// refused (`ReceiptNotFound`) once it may have been sent, or answered.
-    pub async fn change_mark_sent(&self, key: &str, client: &ClientId, now_ms: i64) -> Result<()> {
+    /// Marks the change sent, with the key it goes out with.
+    pub async fn change_mark_sent(
+        &self,
+        key: &str,
+        client: &ClientId,
+        sent_with: &KeyFingerprint,
+        now_ms: i64,
+    ) -> Result<()> {
         crate::named("change_mark_sent", async move {
             ledger_write!(self.store(), tx => {
-                let n = sqlx::query("UPDATE change_receipts SET sent_ms = COALESCE(sent_ms, $2), not_sent_ms = NULL \
-                     WHERE operation_key = $1 AND confirmed_ms IS NULL AND rejection_status IS NULL \
+                let n = sqlx::query("UPDATE change_receipts SET sent_ms = COALESCE(sent_ms, $2), not_sent_ms = NULL, \
+                     key_fingerprint = $3 WHERE operation_key = $1 AND confirmed_ms IS NULL AND rejection_status IS NULL \
                      AND (sent_ms IS NULL OR not_sent_ms IS NOT NULL)")
-                    .bind(key).bind(now_ms).execute(&mut *tx).await?.rows_affected();
+                    .bind(key).bind(now_ms).bind(sent_with.as_str()).execute(&mut *tx).await?.rows_affected();
                 if n == 0 {
                     return Err(StoreError::ReceiptNotFound(format!(
                         "{key} (not in a not-sent state: sent already, or answered)")));

@@ -131,13 +131,21 @@ impl ReceiptLedger {
     /// have been applied. Refused (`ReceiptNotSendable`) on a receipt that
     /// may have been sent already, has an answer, or was abandoned
     /// (`ReceiptNotFound`).
-    pub async fn receipt_mark_sent(&self, key: &OperationKey, client: &ClientId, now_ms: i64) -> Result<()> {
+    /// Marks the receipt sent, with the key its request goes out with (a
+    /// receipt claimed before a key rotation is sent with the new key).
+    pub async fn receipt_mark_sent(
+        &self,
+        key: &OperationKey,
+        client: &ClientId,
+        sent_with: &KeyFingerprint,
+        now_ms: i64,
+    ) -> Result<()> {
         crate::named("receipt_mark_sent", async move {
             ledger_write!(&self.store, tx => {
-                let n = sqlx::query("UPDATE dispatch_receipts SET sent_ms = COALESCE(sent_ms, $2), not_sent_ms = NULL \
-                             WHERE operation_key = $1 AND abandoned_by IS NULL AND resource_id IS NULL \
+                let n = sqlx::query("UPDATE dispatch_receipts SET sent_ms = COALESCE(sent_ms, $2), not_sent_ms = NULL, \
+                             key_fingerprint = $3 WHERE operation_key = $1 AND abandoned_by IS NULL AND resource_id IS NULL \
                              AND rejection_status IS NULL AND (sent_ms IS NULL OR not_sent_ms IS NOT NULL)")
-                    .bind(key.as_str()).bind(now_ms).execute(&mut *tx).await?.rows_affected();
+                    .bind(key.as_str()).bind(now_ms).bind(sent_with.as_str()).execute(&mut *tx).await?.rows_affected();
                 if n == 0 {
                     return Err(StoreError::ReceiptNotFound(format!(
                         "{key} (not in a not-sent state: sent already, answered or abandoned)")));

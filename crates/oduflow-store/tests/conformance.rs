@@ -207,7 +207,7 @@ async fn receipts_survive_replace_from_any_connection(store: Store) {
         claimed_ms: 1,
     };
     let ck = ledger.change_claim(&change).await.unwrap();
-    ledger.change_mark_sent(&ck, &c, 2).await.unwrap();
+    ledger.change_mark_sent(&ck, &c, &KeyFingerprint("f".into()), 2).await.unwrap();
     let cols =
         "(operation_key, client_ref, resource_kind, resource_id, spec_generation, change, key_fingerprint, claimed_ms)";
     for verb in ["INSERT OR REPLACE", "REPLACE"] {
@@ -266,7 +266,7 @@ async fn change_receipts_are_claimed_once_and_never_rewritten(store: Store) {
     let facts = |rows: Vec<ChangeRow>| rows[0].facts();
     let unsent = facts(store.changes_for_client(&c).await.unwrap());
     assert!(matches!(unsent, oduflow_model::decide::ChangeFacts::NotSent { .. }), "{unsent:?}");
-    ledger.change_mark_sent(&key, &c, 2).await.unwrap();
+    ledger.change_mark_sent(&key, &c, &KeyFingerprint("f".into()), 2).await.unwrap();
     ledger.change_record(&key, &c, &ChangeAnswer::Unknown("lost".into()), 3).await.unwrap();
     assert_eq!(ledger.change_observe(&key, "resizing").await.unwrap(), 1);
     ledger.change_confirm(&key, &c, 4).await.unwrap();

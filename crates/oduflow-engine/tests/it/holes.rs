@@ -34,6 +34,7 @@ oduflow_store::on_both_stores!(
     an_abandoned_dispatchs_late_vm_blocks_labelled_orphan_not_a_crash_loop,
     a_receipt_restored_unmarked_is_looked_for_by_label_before_it_is_sent_again,
     a_restored_deleted_client_is_not_deleted_while_a_vm_labelled_for_it_lives,
+    a_create_first_sent_after_a_key_rotation_records_the_key_it_went_with,
     a_delete_landing_while_a_create_waits_for_its_slot_records_it_not_sent,
     a_connection_reset_while_creates_wait_for_their_slot_costs_no_block,
     a_claim_lost_while_a_change_waits_for_its_slot_sends_it_later,
@@ -1098,5 +1099,29 @@ async fn a_restored_deleted_client_is_not_deleted_while_a_vm_labelled_for_it_liv
     drain(&w, 50).await;
     assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
     assert!(p.with(|s| s.instances.is_empty()));
+    Ok(())
+}
+
+/// A VM create could not connect (recorded not sent, claimed with the old
+/// key); the key is rotated before it is sent again. The resend goes out
+/// with the new key on the same receipt, and the receipt records the key
+/// its request went with (campaign invariant 6: a resource is created with
+/// its receipt's key).
+async fn a_create_first_sent_after_a_key_rotation_records_the_key_it_went_with(store: Store) -> Result<()> {
+    let p1 = Arc::new(MemoryProvider::new(key("old")));
+    let w1 = worker(&store, p1.clone());
+    let c = create(&store, "acme").await;
+    p1.with(|s| s.unreachable_creates = 1);
+    w1.run_next().await?;
+    let vm = |r: &Vec<ReceiptRow>| r.iter().find(|r| r.resource_kind == ResourceKind::Vm).cloned().unwrap();
+    let claimed = vm(&store.receipts_for_client(&c.id).await?);
+    assert!(claimed.not_sent_ms.is_some() && claimed.key_fingerprint == key("old"), "{claimed:?}");
+    let p2 = Arc::new(MemoryProvider::new(key("new")));
+    operator::credentials_rotate(&store, p2.as_ref(), actor("ops")).await?.unwrap();
+    drain(&worker(&store, p2.clone()), 50).await;
+    assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Ready);
+    let sent = vm(&store.receipts_for_client(&c.id).await?);
+    assert_eq!(sent.operation_key, claimed.operation_key, "sent on the same receipt");
+    assert_eq!(sent.key_fingerprint, key("new"), "{sent:?}");
     Ok(())
 }
