@@ -601,8 +601,11 @@ impl Seed<'_> {
             (what.shares, Act::Share),
             (what.resets, Act::Reset),
         ] {
+            // The copy is taken in the round's first quarter, while the
+            // first creates are in flight.
+            let within = if matches!(act, Act::Snapshot) { (span / 4).max(1) } else { span };
             for _ in 0..n {
-                plan.push((self.rng.next() % span, act));
+                plan.push((self.rng.next() % within, act));
             }
         }
         plan.sort_by_key(|(t, _)| *t);

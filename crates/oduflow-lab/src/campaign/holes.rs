@@ -54,13 +54,16 @@ pub(super) struct HoleParams {
     /// times per round, while the workers wait for a tight rate budget.
     pub resets: usize,
     /// The workers' rate per second in the safety rounds of a seed with
-    /// resets (else 1000): creates wait for their slot.
+    /// resets or a copy taken while workers run (else 1000): creates wait
+    /// for their slot.
     pub rate_per_sec: u32,
 }
 
 impl HoleParams {
     pub(super) fn draw(r: &mut Rng) -> HoleParams {
-        let restore = r.chance(0.3);
+        // Most restores are of a copy taken while workers ran: the case
+        // that loses receipts of creates in flight.
+        let restore = r.chance(0.7);
         let lost_wal = restore && r.chance(0.4);
         let offset = |r: &mut Rng| {
             let ms = r.range(CLOCK_OFFSET_MIN_MS, CLOCK_OFFSET_MAX_MS) as i64;
@@ -79,7 +82,9 @@ impl HoleParams {
             clock_offsets_ms,
             operator_offset_ms,
             resets,
-            rate_per_sec: if resets > 0 { r.range(15, 40) as u32 } else { 1000 },
+            // Vultr's pace (25/s by default) where creates must be in flight
+            // when something happens: a reset, or the copy taken.
+            rate_per_sec: if resets > 0 || restore { r.range(15, 40) as u32 } else { 1000 },
         }
     }
 }
