@@ -477,8 +477,7 @@ pub async fn inventory_settled<P: Provider>(
             note: o.note.clone(),
         })
         .collect();
-    store.orphans_record(&found, now_ms).await?;
-    reconcile_deleted_owners(store, &found, &clients, now_ms).await?;
+    record_orphans(store, &found, &clients, now_ms).await?;
     inv.missing = missing(&receipts, &clients, &seen_ids);
     if after_restore {
         trust_nothing_restored(store, &receipts, clients.values(), now_ms).await?;
@@ -495,16 +494,18 @@ pub async fn inventory_settled<P: Provider>(
     Ok(inv)
 }
 
-/// A client reported deleted while a live resource carries a label naming
-/// it (a restored copy that says `deleted` about a client the discarded
-/// timeline brought back, say) runs again: its run finds the orphan and
-/// blocks `labelled_orphan` instead of staying `deleted`.
-async fn reconcile_deleted_owners(
+/// Records what the pass found. A client reported deleted while a live
+/// resource carries a label naming it (a restored copy that says `deleted`
+/// about a client the discarded timeline brought back, say) runs again:
+/// its run finds the orphan and blocks `labelled_orphan` instead of staying
+/// `deleted`.
+async fn record_orphans(
     store: &Store,
     found: &[oduflow_store::FoundOrphan],
     clients: &HashMap<ClientId, ClientRow>,
     now_ms: i64,
 ) -> Result<()> {
+    store.orphans_record(found, now_ms).await?;
     let mut owners: Vec<&ClientRow> = found
         .iter()
         .filter_map(|o| Label(o.label.clone()).owner())
