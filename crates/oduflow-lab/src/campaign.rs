@@ -1101,6 +1101,12 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
             && round == p.rounds - 1
             && let Some(snap) = s.h.snapshot.take()
         {
+            // The copy was taken while workers ran: the timeline it throws
+            // away finishes its work first (every create it made is live).
+            if p.holes.restore_live && !p.holes.lost_wal {
+                s.sim.set_faults(Faults::default())?;
+                s.settle(&store, p.workers, false, "before the restore").await?;
+            }
             db_restore(&store, &url, &snap).await?;
             restored = true;
         }
@@ -1132,7 +1138,12 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         let inv = as_an_operator(p.seed, "inventory", || operator::inventory_settled(&store, p1.as_ref(), now, settle))
             .await?;
         orphans_reported = inv.orphans.iter().map(|o| o.label.clone()).collect();
+        verbose(|| format!("seed {}: orphans {:?}", p.seed, inv.orphans.iter().map(|o| &o.note).collect::<Vec<_>>()));
         s.recover_absent(&store, &spec).await?;
+        // The workers start again on the reconciled copy (a planted bug on,
+        // no crashes) until it settles: the first creates it needs face
+        // its orphans.
+        s.settle(&store, p.workers, true, "after the restore").await?;
         totals.restores += 1;
         totals.orphans_reported += orphans_reported.len() as u64;
     }
@@ -1140,18 +1151,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
     // Liveness phase: faults off; every client must settle within the bound.
     s.sim.set_faults(Faults::default())?;
     let start = Instant::now();
-    loop {
-        let errors = s.workers(p.workers, KEY, 0.0, false, WORKER_TIMEOUT).await?;
-        if !errors.is_empty() {
-            bail!("a worker failed in the liveness phase: {}", errors.join(" | "));
-        }
-        if store.queue_status(SystemClock.now_ms()).await?.is_settled() {
-            break;
-        }
-        if start.elapsed() > LIVENESS_BOUND {
-            bail!("liveness: clients not settled within {LIVENESS_BOUND:?}");
-        }
-    }
+    s.settle(&store, p.workers, false, "liveness").await?;
     verbose(|| format!("seed {}: liveness {:.2} s", p.seed, start.elapsed().as_secs_f64()));
     if restored {
         // Listings lag: a resource created just before the restore's
@@ -1178,6 +1178,27 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
     s.sim.shutdown().await;
     drop_db(&store).await;
     Ok(())
+}
+
+impl Seed<'_> {
+    /// Runs workers (the simulator's faults as they are; with `planted`, a
+    /// planted bug on, never a crash) until every client is settled, within
+    /// [`LIVENESS_BOUND`]; a worker's failure fails the seed.
+    async fn settle(&mut self, store: &Store, workers: usize, planted: bool, phase: &str) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            let errors = self.workers(workers, KEY, 0.0, planted, WORKER_TIMEOUT).await?;
+            if !errors.is_empty() {
+                bail!("a worker failed in the {phase} phase: {}", errors.join(" | "));
+            }
+            if store.queue_status(SystemClock.now_ms()).await?.is_settled() {
+                return Ok(());
+            }
+            if start.elapsed() > LIVENESS_BOUND {
+                bail!("{phase}: clients not settled within {LIVENESS_BOUND:?}");
+            }
+        }
+    }
 }
 
 /// A passing seed's PostgreSQL database is dropped (a failing one is kept
