@@ -1108,6 +1108,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
                 s.settle(&store, p.workers, false, "before the restore").await?;
             }
             db_restore(&store, &url, &snap).await?;
+            s.h.restored_at_ms = Some(SystemClock.now_ms());
             restored = true;
         }
     }
@@ -1171,7 +1172,9 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         println!("  job_failed total {}, faults {:?}", failed.len(), ledger.faults.len());
     }
     check(&store, &ledger, &orphans_reported, restored, totals).await?;
-    check_strict(&store, &ledger, &orphans_reported, provider(&s.sim, KEY)?.as_ref(), &s.rotations).await?;
+    let restored_at = s.h.restored_at_ms.unwrap_or(i64::MIN);
+    check_strict(&store, &ledger, &orphans_reported, provider(&s.sim, KEY)?.as_ref(), &s.rotations, restored_at)
+        .await?;
     check_changes(&store, &ledger, provider(&s.sim, KEY)?.as_ref(), restored, totals).await?;
     holes::check_holes(&store, &ledger, holes::checker(&s.sim)?.as_ref(), &mut s.h).await?;
     s.add_to(totals, &ledger);
@@ -1532,42 +1535,15 @@ fn owned_by(
     })
 }
 
-/// How far apart the database's clock, taken to this host's, and this
-/// host's own may read at one instant (SQLite's is the host's boot-time
-/// clock from an anchor; both are read within a millisecond).
-const CLOCKS_APART_MS: i64 = 2;
-
-async fn check_strict(
+/// Invariant 10: no request of any method with a changed key.
+async fn check_keys(
     store: &Store,
     ledger: &Ledger,
-    orphans: &[String],
-    p: &VultrClient,
+    receipts: &[oduflow_store::ReceiptRow],
+    owner: &HashMap<&str, &oduflow_store::ReceiptRow>,
     rotations: &[Rotation],
+    restored_at: i64,
 ) -> Result<()> {
-    use oduflow_model::provider::Provider as _;
-    let receipts = store.receipts_all().await?;
-    let owner: HashMap<&str, &oduflow_store::ReceiptRow> = receipts.iter().map(|r| (r.label.as_str(), r)).collect();
-    let host = SystemClock.now_ms();
-    let db_ahead = store.clock_now_ms(host).await? - host;
-    // At most one create *request* per operation key (label).
-    for (label, n) in &ledger.create_requests_per_label {
-        if *n > 1 {
-            bail!("invariant 1: {n} create requests reached the provider for label {label}");
-        }
-    }
-    let live: Vec<&oduflow_sim::LedgerResource> = ledger
-        .resources
-        .iter()
-        .filter(|r| r.kind != oduflow_sim::ResourceKind::DnsRecord && r.deleted_at.is_none())
-        .collect();
-    // A receipt marked deleted means the provider deleted it.
-    for r in receipts.iter().filter(|r| r.deleted_ms.is_some()) {
-        if let Some(id) = &r.resource_id
-            && live.iter().any(|x| x.id == *id)
-        {
-            bail!("invariant 5: receipt {} says {id} was deleted, but it is live", r.operation_key);
-        }
-    }
     // No request of any method with a changed key: the second key (the
     // workers of a key-change round) never reaches a resource, or a create
     // label, of a receipt claimed with the first. (The rotation back proves
@@ -1583,11 +1559,14 @@ async fn check_strict(
     // A rotation to the second key proves ownership with GETs under it,
     // then binds the records it rebinds to it: the sanctioned uses.
     let names: HashMap<ClientId, String> = store.client_list().await?.into_iter().map(|c| (c.id, c.name)).collect();
+    // (A request of the timeline a restore discarded answers to receipts
+    // the copy does not have: one adopted since names the current key.)
     let sanctioned = |q: &oduflow_sim::RequestRecord, r: &oduflow_store::ReceiptRow| {
-        rotations.iter().any(|rot| {
-            (q.method == "GET" && (rot.from..=rot.to).contains(&q.at_ms))
-                || (q.at_ms >= rot.from && names.get(&r.client_ref).is_some_and(|n| rot.rebound.contains(n)))
-        })
+        q.at_ms < restored_at
+            || rotations.iter().any(|rot| {
+                (q.method == "GET" && (rot.from..=rot.to).contains(&q.at_ms))
+                    || (q.at_ms >= rot.from && names.get(&r.client_ref).is_some_and(|n| rot.rebound.contains(n)))
+            })
     };
     for q in ledger.request_log.iter().filter(|q| q.key_fingerprint == second.as_str()) {
         let r = q
@@ -1625,6 +1604,47 @@ async fn check_strict(
             );
         }
     }
+    Ok(())
+}
+
+/// How far apart the database's clock, taken to this host's, and this
+/// host's own may read at one instant (SQLite's is the host's boot-time
+/// clock from an anchor; both are read within a millisecond).
+const CLOCKS_APART_MS: i64 = 2;
+
+async fn check_strict(
+    store: &Store,
+    ledger: &Ledger,
+    orphans: &[String],
+    p: &VultrClient,
+    rotations: &[Rotation],
+    restored_at: i64,
+) -> Result<()> {
+    use oduflow_model::provider::Provider as _;
+    let receipts = store.receipts_all().await?;
+    let owner: HashMap<&str, &oduflow_store::ReceiptRow> = receipts.iter().map(|r| (r.label.as_str(), r)).collect();
+    let host = SystemClock.now_ms();
+    let db_ahead = store.clock_now_ms(host).await? - host;
+    // At most one create *request* per operation key (label).
+    for (label, n) in &ledger.create_requests_per_label {
+        if *n > 1 {
+            bail!("invariant 1: {n} create requests reached the provider for label {label}");
+        }
+    }
+    let live: Vec<&oduflow_sim::LedgerResource> = ledger
+        .resources
+        .iter()
+        .filter(|r| r.kind != oduflow_sim::ResourceKind::DnsRecord && r.deleted_at.is_none())
+        .collect();
+    // A receipt marked deleted means the provider deleted it.
+    for r in receipts.iter().filter(|r| r.deleted_ms.is_some()) {
+        if let Some(id) = &r.resource_id
+            && live.iter().any(|x| x.id == *id)
+        {
+            bail!("invariant 5: receipt {} says {id} was deleted, but it is live", r.operation_key);
+        }
+    }
+    check_keys(store, ledger, &receipts, &owner, rotations, restored_at).await?;
     for c in store.client_list().await? {
         let mine: Vec<&&oduflow_sim::LedgerResource> =
             live.iter().filter(|x| owned_by(&owner, orphans, x, &c.id)).collect();

@@ -98,6 +98,9 @@ pub(super) struct State {
     /// The older copy, once taken (the round-0 snapshot, or the database
     /// file as it was when the `-wal` was lost).
     pub snapshot: Option<String>,
+    /// When the copy was restored (this host's clock): what reached the
+    /// provider before is the discarded timeline's.
+    pub restored_at_ms: Option<i64>,
     /// Every client the campaign created: name and id.
     pub known: Vec<(String, ClientId)>,
     pub figures: Figures,
