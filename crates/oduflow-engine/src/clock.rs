@@ -52,10 +52,9 @@ impl DbClock {
 }
 
 async fn sample(store: &Store) -> Result<Sample, StoreError> {
-    let before = Instant::now();
-    let db_ms = store.clock_now_ms(host_now_ms()).await?;
-    // The reading was taken somewhere in the round trip: its middle.
-    let at = before + before.elapsed() / 2;
+    // The instant the reading stands for (SQLite's boot-time clock ticks
+    // every 10 ms: the reading is taken as it ticks).
+    let (db_ms, at) = store.clock_sample(host_now_ms()).await?;
     Ok(Sample { db_ms, at })
 }
 

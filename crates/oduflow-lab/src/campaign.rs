@@ -1142,8 +1142,9 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         verbose(|| format!("seed {}: orphans {:?}", p.seed, inv.orphans.iter().map(|o| &o.note).collect::<Vec<_>>()));
         s.recover_absent(&store, &spec).await?;
         // The workers start again on the reconciled copy (a planted bug on,
-        // no crashes) until it settles: the first creates it needs face
-        // its orphans.
+        // no crashes, no faults) until it settles: the first creates it
+        // needs face its orphans.
+        s.sim.set_faults(Faults::default())?;
         s.settle(&store, p.workers, true, "after the restore").await?;
         totals.restores += 1;
         totals.orphans_reported += orphans_reported.len() as u64;

@@ -28,14 +28,31 @@ const SQLITE_HIGH_WATER: &str = "SELECT MAX(m) FROM ( \
      UNION ALL SELECT MAX(sent_ms) FROM dispatch_receipts \
      UNION ALL SELECT MAX(wall_ms) FROM clock_anchor)";
 
-/// This boot of the host: its id and the boot-time clock in milliseconds
-/// (time since boot, suspend included). `None` where the host does not
-/// offer them.
-fn boot_reading() -> Option<(String, i64)> {
-    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+/// `/proc/uptime` counts in hundredths of a second: a reading is taken the
+/// instant it ticks, so that two processes' readings agree to well under a
+/// millisecond rather than to 10 ms. At most this long is spent waiting for
+/// the tick (past it, the last reading is used).
+const UPTIME_TICK_WAIT_MAX: std::time::Duration = std::time::Duration::from_millis(20);
+
+fn uptime_ms() -> Option<i64> {
     let up = std::fs::read_to_string("/proc/uptime").ok()?;
     let secs: f64 = up.split_whitespace().next()?.parse().ok()?;
-    Some((id.trim().to_owned(), (secs * 1000.0) as i64))
+    Some((secs * 1000.0).round() as i64)
+}
+
+/// This boot of the host: its id and the boot-time clock in milliseconds
+/// (time since boot, suspend included), read as it ticks. `None` where the
+/// host does not offer them.
+fn boot_reading() -> Option<(String, i64, std::time::Instant)> {
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let first = uptime_ms()?;
+    let started = std::time::Instant::now();
+    let mut up = first;
+    while up == first && started.elapsed() < UPTIME_TICK_WAIT_MAX {
+        std::hint::spin_loop();
+        up = uptime_ms()?;
+    }
+    Some((id.trim().to_owned(), up, std::time::Instant::now()))
 }
 
 impl Store {
@@ -43,56 +60,74 @@ impl Store {
     /// process's wall clock: SQLite uses it only for the first reading of a
     /// boot, or where the host has no boot-time clock (see the module).
     pub async fn clock_now_ms(&self, host_ms: i64) -> Result<i64> {
+        Ok(self.clock_sample(host_ms).await?.0)
+    }
+
+    /// [`Store::clock_now_ms`], with the instant (this process's monotonic
+    /// clock) the reading stands for: SQLite's is taken as the boot-time
+    /// clock ticks; PostgreSQL's is the middle of the round trip.
+    pub async fn clock_sample(&self, host_ms: i64) -> Result<(i64, std::time::Instant)> {
         crate::named("clock_now_ms", async move {
             match &self.db {
-                Db::Pg(p, _) => Ok(sqlx::query_scalar("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
-                    .fetch_one(p)
-                    .await?),
+                Db::Pg(p, _) => {
+                    let before = std::time::Instant::now();
+                    let ms = sqlx::query_scalar("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+                        .fetch_one(p)
+                        .await?;
+                    Ok((ms, before + before.elapsed() / 2))
+                }
                 Db::Sqlite(p) => {
                     let boot = boot_reading();
-                    if let Some((id, up)) = &boot {
-                        let anchor: Option<(i64, i64)> =
-                            sqlx::query_as("SELECT wall_ms, uptime_ms FROM clock_anchor WHERE id = 1 AND boot_id = $1")
-                                .bind(id)
-                                .fetch_optional(p)
-                                .await?;
-                        if let Some((wall, at)) = anchor.filter(|(_, at)| *at <= *up) {
-                            return Ok(wall.saturating_add(up - at));
-                        }
-                    }
-                    let mut tx = crate::BeginWrite::begin_write(p).await?;
-                    let high: Option<i64> = sqlx::query_scalar(SQLITE_HIGH_WATER).fetch_one(&mut *tx).await?;
-                    let now = host_ms.max(high.unwrap_or(i64::MIN));
-                    let Some((id, up)) = boot else {
-                        tx.rollback().await?;
-                        return Ok(now);
-                    };
-                    // Another process of this boot may have anchored
-                    // meanwhile: its reading stands.
-                    let anchor: Option<(i64, i64)> =
-                        sqlx::query_as("SELECT wall_ms, uptime_ms FROM clock_anchor WHERE id = 1 AND boot_id = $1")
-                            .bind(&id)
-                            .fetch_optional(&mut *tx)
-                            .await?;
-                    if let Some((wall, at)) = anchor.filter(|(_, at)| *at <= up) {
-                        tx.rollback().await?;
-                        return Ok(wall.saturating_add(up - at));
-                    }
-                    sqlx::query(
-                        "INSERT INTO clock_anchor (id, boot_id, wall_ms, uptime_ms) VALUES (1, $1, $2, $3) \
-                         ON CONFLICT (id) DO UPDATE SET boot_id = excluded.boot_id, wall_ms = excluded.wall_ms, \
-                         uptime_ms = excluded.uptime_ms",
-                    )
-                    .bind(&id)
-                    .bind(now)
-                    .bind(up)
-                    .execute(&mut *tx)
-                    .await?;
-                    tx.commit().await?;
-                    Ok(now)
+                    let at = boot.as_ref().map_or_else(std::time::Instant::now, |b| b.2);
+                    Ok((sqlite_clock(p, boot.map(|(id, up, _)| (id, up)), host_ms).await?, at))
                 }
             }
         })
         .await
     }
+}
+
+/// SQLite's clock from this boot's anchor, anchoring it first if this
+/// process is the boot's first to ask (see the module).
+async fn sqlite_clock(p: &sqlx::SqlitePool, boot: Option<(String, i64)>, host_ms: i64) -> Result<i64> {
+    if let Some((id, up)) = &boot {
+        let anchor: Option<(i64, i64)> =
+            sqlx::query_as("SELECT wall_ms, uptime_ms FROM clock_anchor WHERE id = 1 AND boot_id = $1")
+                .bind(id)
+                .fetch_optional(p)
+                .await?;
+        if let Some((wall, at)) = anchor.filter(|(_, at)| *at <= *up) {
+            return Ok(wall.saturating_add(up - at));
+        }
+    }
+    let mut tx = crate::BeginWrite::begin_write(p).await?;
+    let high: Option<i64> = sqlx::query_scalar(SQLITE_HIGH_WATER).fetch_one(&mut *tx).await?;
+    let now = host_ms.max(high.unwrap_or(i64::MIN));
+    let Some((id, up)) = boot else {
+        tx.rollback().await?;
+        return Ok(now);
+    };
+    // Another process of this boot may have anchored meanwhile: its
+    // reading stands.
+    let anchor: Option<(i64, i64)> =
+        sqlx::query_as("SELECT wall_ms, uptime_ms FROM clock_anchor WHERE id = 1 AND boot_id = $1")
+            .bind(&id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    if let Some((wall, at)) = anchor.filter(|(_, at)| *at <= up) {
+        tx.rollback().await?;
+        return Ok(wall.saturating_add(up - at));
+    }
+    sqlx::query(
+        "INSERT INTO clock_anchor (id, boot_id, wall_ms, uptime_ms) VALUES (1, $1, $2, $3) \
+         ON CONFLICT (id) DO UPDATE SET boot_id = excluded.boot_id, wall_ms = excluded.wall_ms, \
+         uptime_ms = excluded.uptime_ms",
+    )
+    .bind(&id)
+    .bind(now)
+    .bind(up)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(now)
 }

@@ -369,7 +369,13 @@ async fn the_sqlite_clock_never_starts_behind_the_file_nor_follows_a_step_back()
 async fn a_database_with_shared_dns_names_migrates_and_the_oldest_keeps_the_name(store: Store) {
     let first = client(&store, "acme").await;
     let second = client(&store, "web").await;
-    // The schema before migration 11, with web given acme's name.
+    // The schema before migration 11, with web given acme's name (and
+    // without the later migrations' objects, which run again).
+    if store.backend() == oduflow_store::Backend::Sqlite {
+        for t in ["dispatch_receipts_no_replace", "change_receipts_no_replace"] {
+            execute_raw(&store, &format!("DROP TRIGGER {t}")).await.unwrap();
+        }
+    }
     for sql in [
         "DROP INDEX infra_dns_key_live",
         "ALTER TABLE infra DROP COLUMN dns_key",

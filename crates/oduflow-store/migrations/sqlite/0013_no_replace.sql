@@ -7,12 +7,12 @@
 -- implicit delete, on every connection. The receipt writer's own claims
 -- (`INSERT ... ON CONFLICT DO NOTHING`) meet it too and read its refusal as
 -- "the receipt exists", as they read the conflict before.
-CREATE TRIGGER IF NOT EXISTS dispatch_receipts_no_replace BEFORE INSERT ON dispatch_receipts
+CREATE TRIGGER dispatch_receipts_no_replace BEFORE INSERT ON dispatch_receipts
     WHEN EXISTS (SELECT 1 FROM dispatch_receipts WHERE operation_key = NEW.operation_key OR label = NEW.label)
 BEGIN
     SELECT RAISE(ABORT, 'a receipt is never replaced');
 END;
-CREATE TRIGGER IF NOT EXISTS change_receipts_no_replace BEFORE INSERT ON change_receipts
+CREATE TRIGGER change_receipts_no_replace BEFORE INSERT ON change_receipts
     WHEN EXISTS (SELECT 1 FROM change_receipts WHERE operation_key = NEW.operation_key)
 BEGIN
     SELECT RAISE(ABORT, 'a receipt is never replaced');
