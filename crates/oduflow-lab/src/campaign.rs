@@ -1105,7 +1105,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
             // away finishes its work first (every create it made is live).
             if p.holes.restore_live && !p.holes.lost_wal {
                 s.sim.set_faults(Faults::default())?;
-                s.settle(&store, p.workers, false, "before the restore").await?;
+                s.settle(&store, p.workers, false, "before the restore", LIVENESS_BOUND).await?;
             }
             db_restore(&store, &url, &snap).await?;
             s.h.restored_at_ms = Some(SystemClock.now_ms());
@@ -1145,7 +1145,11 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         // no crashes, no faults) until it settles: the first creates it
         // needs face its orphans.
         s.sim.set_faults(Faults::default())?;
-        s.settle(&store, p.workers, true, "after the restore").await?;
+        if let Err(e) = s.settle(&store, p.workers, true, "after the restore", RESTART_SETTLE_MAX).await {
+            // A planted bug may keep it from settling: the liveness phase
+            // (no planted bug) decides; the invariants judge what was done.
+            verbose(|| format!("seed {}: {e}", p.seed));
+        }
         totals.restores += 1;
         totals.orphans_reported += orphans_reported.len() as u64;
     }
@@ -1153,7 +1157,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
     // Liveness phase: faults off; every client must settle within the bound.
     s.sim.set_faults(Faults::default())?;
     let start = Instant::now();
-    s.settle(&store, p.workers, false, "liveness").await?;
+    s.settle(&store, p.workers, false, "liveness", LIVENESS_BOUND).await?;
     verbose(|| format!("seed {}: liveness {:.2} s", p.seed, start.elapsed().as_secs_f64()));
     if restored {
         // Listings lag: a resource created just before the restore's
@@ -1187,8 +1191,15 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
 impl Seed<'_> {
     /// Runs workers (the simulator's faults as they are; with `planted`, a
     /// planted bug on, never a crash) until every client is settled, within
-    /// [`LIVENESS_BOUND`]; a worker's failure fails the seed.
-    async fn settle(&mut self, store: &Store, workers: usize, planted: bool, phase: &str) -> Result<()> {
+    /// `bound`; a worker's failure fails the seed.
+    async fn settle(
+        &mut self,
+        store: &Store,
+        workers: usize,
+        planted: bool,
+        phase: &str,
+        bound: Duration,
+    ) -> Result<()> {
         let start = Instant::now();
         loop {
             let errors = self.workers(workers, KEY, 0.0, planted, WORKER_TIMEOUT).await?;
@@ -1198,8 +1209,8 @@ impl Seed<'_> {
             if store.queue_status(SystemClock.now_ms()).await?.is_settled() {
                 return Ok(());
             }
-            if start.elapsed() > LIVENESS_BOUND {
-                bail!("{phase}: clients not settled within {LIVENESS_BOUND:?}");
+            if start.elapsed() > bound {
+                bail!("{phase}: clients not settled within {bound:?}");
             }
         }
     }
@@ -1608,10 +1619,17 @@ async fn check_keys(
     Ok(())
 }
 
-/// How far apart the database's clock, taken to this host's, and this
-/// host's own may read at one instant (SQLite's is the host's boot-time
-/// clock from an anchor; both are read within a millisecond).
-const CLOCKS_APART_MS: i64 = 2;
+/// How long the workers restarted after a restore (a planted bug on) run
+/// before the liveness phase takes over: a planted bug may keep the copy
+/// from settling.
+const RESTART_SETTLE_MAX: Duration = Duration::from_secs(15);
+
+/// How far apart the database's clock as one process samples it, taken to
+/// this host's, and this host's own may read at one instant: each process
+/// samples the database's clock once a minute and runs on from the sample
+/// (a round trip, a tick of SQLite's boot-time clock, a process preempted
+/// on a loaded two-core machine: seen 1 to 2 ms apart).
+const CLOCKS_APART_MS: i64 = 10;
 
 async fn check_strict(
     store: &Store,
