@@ -1334,6 +1334,16 @@ fn first_line(s: &str, max: usize) -> String {
 }
 
 /// The invariants of docs/protocol.md §8, against the database and the ledger.
+/// The operation keys the events of `kind` name.
+async fn event_ops(store: &Store, kind: &str) -> Result<std::collections::HashSet<String>> {
+    Ok(store
+        .events_by_kind(kind)
+        .await?
+        .iter()
+        .filter_map(|e| e.detail["operation_key"].as_str().map(str::to_owned))
+        .collect())
+}
+
 /// Invariant 7: every create that reached the provider has its request in
 /// the audit trail.
 async fn check_requests_audited(
@@ -1342,18 +1352,7 @@ async fn check_requests_audited(
     by_label: &HashMap<&str, &oduflow_store::ReceiptRow>,
     restored: bool,
 ) -> Result<()> {
-    let sent: std::collections::HashSet<String> = store
-        .events_by_kind("request_sent")
-        .await?
-        .iter()
-        .filter_map(|e| e.detail["operation_key"].as_str().map(str::to_owned))
-        .collect();
-    let doubted: std::collections::HashSet<String> = store
-        .events_by_kind("not_sent_doubted")
-        .await?
-        .iter()
-        .filter_map(|e| e.detail["operation_key"].as_str().map(str::to_owned))
-        .collect();
+    let (sent, doubted) = (event_ops(store, "request_sent").await?, event_ops(store, "not_sent_doubted").await?);
     for label in ledger.creates_per_label.keys() {
         // (A restored copy may hold a receipt claimed before the backup and
         // sent after it: neither its mark nor its event is in the copy, and

@@ -903,6 +903,25 @@ pub async fn credentials_rotate(
     }
 }
 
+/// One listing of the DNS zone, as the inventory reads it (the API's and
+/// `oduflow reconcile --all`'s).
+pub async fn zone_records(
+    vultr: &oduflow_vultr::VultrClient,
+    zone: &str,
+) -> Result<Vec<oduflow_engine::dns_inventory::ZoneRecord>, oduflow_model::provider::ProviderError> {
+    Ok(vultr
+        .dns_record_list(zone)
+        .await?
+        .into_iter()
+        .map(|r| oduflow_engine::dns_inventory::ZoneRecord {
+            id: r.id.0,
+            rtype: r.record_type,
+            name: r.name,
+            data: r.data,
+        })
+        .collect())
+}
+
 /// `oduflow reconcile --all` over HTTP: compares the provider's inventory
 /// under oduflow's label prefix with the receipts, from list pages, records
 /// orphans, and clears a pending restore when it completes.
@@ -914,18 +933,7 @@ pub async fn inventory(State(s): State<AppState>) -> ApiResult<Json<operator::In
     let provider = s.acting_provider()?;
     let mut inv = operator::inventory_settled(s.store(), provider.as_ref(), s.now_ms(), s.listing_settle_ms()).await?;
     if let Some(zone) = s.dns_zone() {
-        let records: Vec<oduflow_engine::dns_inventory::ZoneRecord> = provider
-            .dns_record_list(zone)
-            .await
-            .map_err(|e| ApiError::Provider(e.into()))?
-            .into_iter()
-            .map(|r| oduflow_engine::dns_inventory::ZoneRecord {
-                id: r.id.0,
-                rtype: r.record_type,
-                name: r.name,
-                data: r.data,
-            })
-            .collect();
+        let records = zone_records(provider.as_ref(), zone).await.map_err(ApiError::Provider)?;
         inv.dns_orphans = oduflow_engine::dns_inventory::dns_orphans(s.store(), zone, &records).await?;
     }
     provider.flush_budget().await;

@@ -46,14 +46,5 @@ pub(crate) async fn zone_records(
     vultr: &oduflow_vultr::VultrClient,
     zone: &str,
 ) -> Result<Vec<oduflow_engine::dns_inventory::ZoneRecord>> {
-    let records = vultr.dns_record_list(zone).await.map_err(|e| anyhow::anyhow!("listing the {zone} zone: {e}"))?;
-    Ok(records
-        .into_iter()
-        .map(|r| oduflow_engine::dns_inventory::ZoneRecord {
-            id: r.id.0,
-            rtype: r.record_type,
-            name: r.name,
-            data: r.data,
-        })
-        .collect())
+    oduflow_server::api::zone_records(vultr, zone).await.map_err(|e| anyhow::anyhow!("listing the {zone} zone: {e}"))
 }
