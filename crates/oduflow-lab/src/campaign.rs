@@ -1145,7 +1145,8 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         // no crashes, no faults) until it settles: the first creates it
         // needs face its orphans.
         s.sim.set_faults(Faults::default())?;
-        if let Err(e) = s.settle(&store, p.workers, true, "after the restore", RESTART_SETTLE_MAX).await {
+        let planted = std::env::var("ODUFLOW_PLANTED_BUG").is_ok_and(|b| RESTORE_BUGS.contains(&b.as_str()));
+        if let Err(e) = s.settle(&store, p.workers, planted, "after the restore", RESTART_SETTLE_MAX).await {
             // A planted bug may keep it from settling: the liveness phase
             // (no planted bug) decides; the invariants judge what was done.
             verbose(|| format!("seed {}: {e}", p.seed));
@@ -1618,6 +1619,12 @@ async fn check_keys(
     Ok(())
 }
 
+/// The planted bugs whose hole is in the runs after a restore: only they
+/// stay on in the workers restarted then. The others are off there, as in
+/// the liveness phase (a bug that fails runs would push their jobs' retries
+/// past the liveness bound: `ignore_key_change`, seen in CI).
+const RESTORE_BUGS: &[&str] = &["skip_label_check"];
+
 /// How long the workers restarted after a restore (a planted bug on) run
 /// before the liveness phase takes over: a planted bug may keep the copy
 /// from settling.
@@ -1710,8 +1717,12 @@ async fn check_strict(
                     receipts.iter().filter(|r| r.client_ref == c.id).filter_map(|r| r.resource_id.as_deref()).collect();
                 let labels: Vec<&str> =
                     receipts.iter().filter(|r| r.client_ref == c.id).map(|r| r.label.as_str()).collect();
+                // (A request of the timeline a restore discarded may follow
+                // a deletion the copy reports and that timeline undid, a
+                // flip back: invariant 14 judges what it left live.)
                 if let Some(req) = ledger.request_log.iter().find(|q| {
                     q.at_ms > at
+                        && q.at_ms >= restored_at
                         && (q.resource_id.as_deref().is_some_and(|id| ids.contains(&id))
                             || q.label.as_deref().is_some_and(|l| labels.contains(&l)))
                 }) {
