@@ -54,8 +54,7 @@ pub(super) struct HoleParams {
     /// times per round, while the workers wait for a tight rate budget.
     pub resets: usize,
     /// The workers' rate per second in the safety rounds of a seed with
-    /// resets or a copy taken while workers run (else 1000): creates wait
-    /// for their slot.
+    /// resets (else 1000): creates wait for their slot.
     pub rate_per_sec: u32,
 }
 
@@ -82,9 +81,9 @@ impl HoleParams {
             clock_offsets_ms,
             operator_offset_ms,
             resets,
-            // Vultr's pace (25/s by default) where creates must be in flight
-            // when something happens: a reset, or the copy taken.
-            rate_per_sec: if resets > 0 || restore { r.range(15, 40) as u32 } else { 1000 },
+            // Vultr's pace (25/s by default) where creates must wait for
+            // their slot when the sessions are reset.
+            rate_per_sec: if resets > 0 { r.range(15, 40) as u32 } else { 1000 },
         }
     }
 }
