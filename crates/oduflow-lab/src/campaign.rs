@@ -1203,6 +1203,10 @@ impl Seed<'_> {
     ) -> Result<()> {
         let start = Instant::now();
         loop {
+            // As a round's workers do: campaigns side by side with the other
+            // tests must not fill PostgreSQL's connections (a harness pool
+            // timed out in a clean-clone run).
+            self.room_for_workers(store, workers).await?;
             let errors = self.workers(workers, KEY, 0.0, planted, WORKER_TIMEOUT).await?;
             if !errors.is_empty() {
                 bail!("a worker failed in the {phase} phase: {}", errors.join(" | "));
