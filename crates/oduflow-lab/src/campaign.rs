@@ -499,7 +499,7 @@ impl Seed<'_> {
                     if o.status.signal() == Some(9) || o.status.signal() == Some(6) {
                         self.crashes += 1;
                     } else {
-                        errors.push(String::from_utf8_lossy(&o.stderr).trim().to_owned());
+                        errors.push(format!("({}) {}", o.status, String::from_utf8_lossy(&o.stderr).trim()));
                     }
                 }
                 Ok(Err(e)) => return Err(e.into()),
@@ -1219,10 +1219,45 @@ impl Seed<'_> {
                 return Ok(());
             }
             if start.elapsed() > bound {
-                bail!("{phase}: clients not settled within {bound:?}");
+                bail!("{phase}: clients not settled within {bound:?}: {}", unsettled(store).await?);
             }
         }
     }
+}
+
+/// The evidence of a liveness failure: the queue's figures, and each
+/// client not yet settled with its jobs and its last events.
+async fn unsettled(store: &Store) -> Result<String> {
+    let now = SystemClock.now_ms();
+    let mut out = format!("{:?}", store.queue_status(now).await?);
+    for c in store.client_list().await? {
+        if matches!(c.infra.status, ClientStatus::Ready | ClientStatus::Deleted | ClientStatus::Blocked) {
+            continue;
+        }
+        let events = store.events_for_client(&c.id).await?;
+        let last: Vec<String> = events.iter().rev().take(6).rev().map(|e| format!("{} {}", e.kind, e.detail)).collect();
+        let jobs: Vec<String> = store
+            .jobs_for_client(&c.id)
+            .await?
+            .iter()
+            .filter(|j| j.finished_ms.is_none())
+            .map(|j| {
+                format!(
+                    "{:?} {:?} attempts {}/{} run after {} ({:?})",
+                    j.kind, j.state, j.attempts, j.attempts_max, j.run_after_ms, j.last_error
+                )
+            })
+            .collect();
+        out.push_str(&format!(
+            "; {} {} target {} generation {} (host now {now}), jobs {jobs:?}, last events: {}",
+            c.name,
+            c.infra.status,
+            c.infra.target,
+            c.infra.generation,
+            last.join(" / ")
+        ));
+    }
+    Ok(out)
 }
 
 /// A passing seed's PostgreSQL database is dropped (a failing one is kept
@@ -1468,7 +1503,15 @@ async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: boo
     let requests: u64 = ledger.requests.values().sum();
     let resources = ledger.resources.len().max(1) as u64;
     if requests / resources > REQUESTS_PER_RESOURCE_MAX {
-        bail!("provider calls unbounded: {requests} requests for {resources} resources");
+        let mut routes: Vec<(&String, &u64)> = ledger.requests.iter().collect();
+        routes.sort_by(|a, b| b.1.cmp(a.1));
+        routes.truncate(5);
+        bail!(
+            "provider calls unbounded: {requests} requests for {resources} resources (most: {routes:?}; 429s: \
+             {} of the rate limit, {} injected)",
+            ledger.responses_429_rate_limit,
+            ledger.responses_429_fault
+        );
     }
     Ok(())
 }

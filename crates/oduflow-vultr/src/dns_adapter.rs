@@ -825,6 +825,14 @@ impl IdentityAdapter for DnsAdapter {
             let mut o = Owned::from_value(&own.get())?;
             // A lost create must be found to be deleted.
             self.resolve_lost(t, &mut o, own).await?;
+            // Records carrying this client's owner marker that its ownership
+            // record lacks (made after the backup it was restored from): a
+            // client is never reported deleted while they are live. Its
+            // marker and A record owned by id: nothing to look for.
+            let has = |rtype: &str| o.records.iter().any(|r| r.rtype == rtype && r.id.is_some());
+            if !(has("TXT") && has("A")) {
+                self.reclaim(t, &t.dns_name, &mut o, own, &mut None).await?;
+            }
             let n = o.records.len();
             // The owner marker goes last: a record of oduflow's is never
             // left at Vultr without the marker that traces it.

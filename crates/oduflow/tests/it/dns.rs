@@ -130,6 +130,7 @@ oduflow_store::on_both_stores!(
     two_clients_cannot_share_a_dns_name,
     the_inventory_traces_a_dns_record_of_a_client_the_restore_lost,
     a_recovered_client_adopts_its_own_dns_record,
+    a_deleted_client_takes_its_marked_records_along,
 );
 
 async fn an_operators_record_with_the_clients_name_is_never_touched(env: Env) {
@@ -527,4 +528,21 @@ async fn a_recovered_client_adopts_its_own_dns_record(env: Env) {
     env.ok(&["client", "delete", "late"]);
     settle(&env);
     assert!(with_markers(&env, "late").await.is_empty(), "deleted with the client");
+}
+
+/// A client whose ownership record lacks records that carry its owner
+/// marker (made after the backup its row was restored from, here: recovered
+/// under its id and deleted before a worker ran) is never reported deleted
+/// while they are live: its removal takes them back by the marker and
+/// deletes them by id.
+async fn a_deleted_client_takes_its_marked_records_along(env: Env) {
+    configure(&env);
+    env.ok(&["init"]);
+    let (lost, _marker, _a) = records_of_a_lost_client(&env, "late").await;
+    create(&env, "late", &["--recover", lost.as_str()]);
+    env.ok(&["client", "delete", "late"]);
+    settle(&env);
+    let v = show(&env, "late");
+    assert_eq!(v["status"], "deleted", "{v}");
+    assert!(with_markers(&env, "late").await.is_empty(), "reported deleted, its records still live");
 }
