@@ -12,6 +12,7 @@
 //! confirmed deleted, not rejected and not abandoned, whatever its
 //! generation. A client is deleted only when no such receipt is left.
 
+use oduflow_model::ledger::Effect;
 use oduflow_model::{ResourceKind, Target};
 use oduflow_store::{InfraRow, ReceiptRow};
 use serde::Serialize;
@@ -79,7 +80,7 @@ fn generation(infra: &InfraRow, receipts: &[ReceiptRow], kind: ResourceKind) -> 
     match at(receipts, kind, latest) {
         // Gone for good, or given up on an attestation: a present target
         // needs a new dispatch (a new operation key and label).
-        Some(r) if r.deleted_ms.is_some() || r.abandoned_by.is_some() => latest + 1,
+        Some(r) if r.deleted_ms.is_some() || matches!(r.effect(), Effect::Abandoned { .. }) => latest + 1,
         _ => latest,
     }
 }

@@ -651,7 +651,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         }
         self.side_effects += 1;
         self.run.check_fence().await?;
-        let unsent = view.cur.receipt(kind).filter(|r| r.not_sent_ms.is_some() || r.never_marked_sent()).cloned();
+        let unsent = view.cur.receipt(kind).filter(|r| r.effect().is_unsent()).cloned();
         let rejected = self.run.dispatch(kind, unsent, view.cur.vm.as_ref(), view.cur.volume.as_ref()).await?;
         if rejected {
             return Ok(Step::Next(self));
@@ -806,7 +806,7 @@ async fn uncertain_evidence<P: Provider>(
     let unknown: Vec<&ReceiptRow> = receipts
         .iter()
         .filter(|r| {
-            current::is_open(r) && r.resource_id.is_none() && r.resource_kind != ResourceKind::Attach || {
+            current::is_open(r) && r.effect().id().is_none() && r.resource_kind != ResourceKind::Attach || {
                 r.resource_kind == ResourceKind::Attach
                     && blocked_on.is_some_and(|b| b.operation_key == r.operation_key)
             }
@@ -859,23 +859,7 @@ fn progress_of(r: Option<&ReceiptRow>) -> DeleteProgress {
 /// unknown until a live run recorded it not sent: a stale run's mark may
 /// still be on its way.
 fn receipt_facts(r: Option<&ReceiptRow>, target: Target) -> ReceiptFacts {
-    match r {
-        None => ReceiptFacts::None,
-        Some(r) => match (&r.resource_id, r.rejection_status) {
-            (Some(id), _) => ReceiptFacts::Known { id: id.clone(), observations: r.observations() },
-            (None, Some(status)) => ReceiptFacts::Rejected {
-                status: status as u16,
-                message: r.rejection_message.clone().unwrap_or_default(),
-            },
-            (None, None) if r.not_sent_ms.is_some() => {
-                ReceiptFacts::NotSent { count: r.not_sent_count, reason: r.not_sent_reason.clone().unwrap_or_default() }
-            }
-            (None, None) if target == Target::Present && r.never_marked_sent() => {
-                ReceiptFacts::Unmarked { count: r.not_sent_count }
-            }
-            (None, None) => ReceiptFacts::Unknown { observations: r.observations() },
-        },
-    }
+    ReceiptFacts::of(r.map(ReceiptRow::effect), target)
 }
 
 /// The wait before the n-th observation: the base interval, growing slowly so

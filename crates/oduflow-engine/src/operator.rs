@@ -4,6 +4,7 @@
 
 use crate::ReceiptWriter;
 use oduflow_model::decide::{block_mismatch, instance_mismatch};
+use oduflow_model::ledger::Effect;
 use oduflow_model::provider::Provider;
 use oduflow_model::*;
 use oduflow_store::{ClientRow, IdSource, NewReceipt, ReceiptRow, Store};
@@ -84,7 +85,7 @@ pub async fn reconcile<P: Provider>(
     let mut advance = vec![];
     for kind in [ResourceKind::Vm, ResourceKind::Volume, ResourceKind::Attach] {
         let (Some(r), dg) = current_receipt(store, &c, kind).await? else { continue };
-        if r.rejection_status.is_some() {
+        if matches!(r.effect(), Effect::Rejected { .. }) {
             if new_dispatch {
                 advance.push((kind, dg + 1));
             }
@@ -161,15 +162,12 @@ pub async fn adopt<P: Provider>(
     if let Some(why) = mismatch {
         return refused(format!("{} {id} does not match {name}'s spec: {why}", kind.as_str()));
     }
+    let effect = receipt.as_ref().map(ReceiptRow::effect);
     let op = match receipt {
-        Some(r) if r.resource_id.is_some() => {
-            return refused(format!(
-                "{} of {name} already has id {}",
-                kind.as_str(),
-                r.resource_id.unwrap_or_default()
-            ));
+        Some(_) if let Some(had) = effect.as_ref().and_then(Effect::id) => {
+            return refused(format!("{} of {name} already has id {had}", kind.as_str()));
         }
-        Some(r) if r.rejection_status.is_some() => {
+        Some(_) if matches!(effect, Some(Effect::Rejected { .. })) => {
             return refused(format!(
                 "the current {} dispatch of {name} was rejected; run `oduflow reconcile {name} --new-dispatch` \
                  to start a new one instead",
@@ -232,8 +230,9 @@ pub async fn abandon(
     // back, or still inside the post-create window: the attestation says
     // which, and the label stays watched).
     let listed_gone = c.infra.target == Target::Absent;
-    if (r.resource_id.is_some() && (r.seen_ms.is_some() || (r.listed_ms.is_some() && !listed_gone)))
-        || r.rejection_status.is_some()
+    let effect = r.effect();
+    if (effect.id().is_some() && (r.seen_ms.is_some() || (r.listed_ms.is_some() && !listed_gone)))
+        || matches!(effect, Effect::Rejected { .. })
     {
         return refused(format!(
             "the current {} dispatch of {name} has a known outcome; only an uncertain one can be abandoned",
@@ -440,10 +439,9 @@ pub async fn inventory_settled<P: Provider>(
                 }
                 None => inv.orphans.push(item(None, "no receipt carries this label, and it names no client")),
             },
-            Some(r) if r.abandoned_by.is_some() => inv.orphans.push(item(
-                client_name(r),
-                &format!("label of a dispatch abandoned by {}", r.abandoned_by.as_deref().unwrap_or("?")),
-            )),
+            Some(r) if let Effect::Abandoned { by, .. } = r.effect() => {
+                inv.orphans.push(item(client_name(r), &format!("label of a dispatch abandoned by {by}")))
+            }
             // A deleted client owns nothing: whatever still carries one of
             // its labels was leaked, whatever its dispatch generation.
             Some(r) if clients.get(&r.client_ref).is_some_and(|c| c.infra.status == ClientStatus::Deleted) => {
@@ -794,7 +792,7 @@ async fn trust_nothing_restored<'c>(
     now_ms: i64,
 ) -> Result<()> {
     let writer = ReceiptWriter::new(store.clone());
-    for r in receipts.iter().filter(|r| r.not_sent_ms.is_some() || r.never_marked_sent()) {
+    for r in receipts.iter().filter(|r| r.effect().is_unsent()) {
         writer.doubt_not_sent(&r.operation_key, now_ms).await?;
     }
     writer.ledger().change_doubt_open(now_ms).await?;

@@ -7,6 +7,7 @@
 //! Every rule of docs/protocol.md §3 that can be stated without IO lives here, so it
 //! can be tested as a table of small cases.
 
+use crate::ledger::Effect;
 use crate::{BlockedReason, ResourceKind, Target};
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +33,31 @@ pub enum ReceiptFacts {
     Unmarked { count: i64 },
     /// The provider's id is recorded.
     Known { id: String, observations: i64 },
+}
+
+impl ReceiptFacts {
+    /// What a receipt's effect says to a record whose target is `target`:
+    /// a claim never marked sent may be sent again (after one label search)
+    /// only to create; deleting, it may own what it made, so it is looked
+    /// for like any unknown outcome. (An abandoned receipt is never a
+    /// current one: the next dispatch generation replaces it.)
+    pub fn of(effect: Option<Effect>, target: Target) -> Self {
+        match effect {
+            None => ReceiptFacts::None,
+            Some(Effect::Known { id, observations, .. }) => ReceiptFacts::Known { id, observations },
+            Some(Effect::Rejected { status, message }) => ReceiptFacts::Rejected { status, message },
+            Some(Effect::NotSent { count, reason }) => ReceiptFacts::NotSent { count, reason },
+            Some(Effect::Unmarked { not_sent, .. }) if target == Target::Present => {
+                ReceiptFacts::Unmarked { count: not_sent }
+            }
+            Some(Effect::Abandoned { id: Some(id), observations, .. }) => ReceiptFacts::Known { id, observations },
+            Some(
+                Effect::Unmarked { observations, .. }
+                | Effect::Abandoned { id: None, observations, .. }
+                | Effect::Unknown { observations },
+            ) => ReceiptFacts::Unknown { observations },
+        }
+    }
 }
 
 /// The latest read of one resource.

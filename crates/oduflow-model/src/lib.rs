@@ -9,6 +9,7 @@ pub mod audit;
 pub mod decide;
 pub mod identity;
 pub mod ids;
+pub mod ledger;
 pub mod provider;
 pub mod rate;
 pub mod server;

@@ -123,18 +123,7 @@ pub(crate) async fn login(
 }
 
 fn outcome(r: &oduflow_store::ReceiptRow) -> String {
-    match (&r.resource_id, r.rejection_status) {
-        (Some(id), _) => format!("id {id} ({})", r.resource_id_source.map(|s| s.as_str()).unwrap_or("?")),
-        (None, Some(st)) => format!("rejected {st}: {}", r.rejection_message.as_deref().unwrap_or("")),
-        (None, None) if r.abandoned_by.is_some() => {
-            format!(
-                "abandoned by {}: {}",
-                r.abandoned_by.as_deref().unwrap_or(""),
-                r.abandoned_reason.as_deref().unwrap_or("")
-            )
-        }
-        (None, None) => "outcome unknown".into(),
-    }
+    r.effect().to_string()
 }
 
 pub(crate) async fn dashboard(State(s): State<AppState>, Extension(caller): Extension<Caller>) -> ApiResult<Response> {

@@ -3,6 +3,7 @@
 //! same list, so an operator never has to work out the command from the
 //! reason code.
 
+use oduflow_model::ledger::Effect;
 use oduflow_model::{BlockedReason, ResourceKind};
 use oduflow_store::{ClientRow, ReceiptRow};
 use serde::Serialize;
@@ -27,9 +28,7 @@ fn blocked_kind(c: &ClientRow, receipts: &[ReceiptRow]) -> ResourceKind {
             .iter()
             .find(|r| {
                 r.dispatch_generation == c.infra.dispatch_generation(r.resource_kind)
-                    && r.resource_id.is_none()
-                    && r.rejection_status.is_none()
-                    && r.abandoned_by.is_none()
+                    && matches!(r.effect(), Effect::Unmarked { .. } | Effect::NotSent { .. } | Effect::Unknown { .. })
             })
             .map_or(ResourceKind::Vm, |r| r.resource_kind)
     })
@@ -93,11 +92,13 @@ fn never_seen(c: &ClientRow, receipts: &[ReceiptRow], kind: &str) -> Vec<Resolut
                 && x.resource_kind != ResourceKind::Attach
                 && oduflow_engine::current::is_open(x)
                 && x.seen_ms.is_none()
-                && !(x.resource_id.is_some() && x.listed_ms.is_some() && c.infra.target == oduflow_model::Target::Present)
-                && x.rejection_status.is_none()
+                && !(x.effect().id().is_some()
+                    && x.listed_ms.is_some()
+                    && c.infra.target == oduflow_model::Target::Present)
+                && !matches!(x.effect(), Effect::Rejected { .. })
         })
         .map(|x| {
-            let what = match x.resource_id.as_deref() {
+            let what = match x.effect().id() {
                 Some(id) => format!("{id} does not exist (the provider answered with it, but no GET ever showed it)"),
                 None => format!("nothing carries label {}", x.label),
             };

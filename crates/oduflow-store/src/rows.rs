@@ -212,35 +212,7 @@ pub(crate) fn job_from_row(r: &impl RowExt) -> Result<JobRow> {
     })
 }
 
-/// Where a receipt's resource id came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum IdSource {
-    /// The create call's own response.
-    Response,
-    /// Found by the dispatch's unique label after an unknown outcome.
-    AdoptedByLabel,
-    /// Named by an operator (`oduflow adopt`), after verification.
-    AdoptedByOperator,
-}
-
-impl IdSource {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            IdSource::Response => "response",
-            IdSource::AdoptedByLabel => "adopted_by_label",
-            IdSource::AdoptedByOperator => "adopted_by_operator",
-        }
-    }
-    fn parse(s: &str) -> Option<Self> {
-        match s {
-            "response" => Some(Self::Response),
-            "adopted_by_label" => Some(Self::AdoptedByLabel),
-            "adopted_by_operator" => Some(Self::AdoptedByOperator),
-            _ => None,
-        }
-    }
-}
+pub use oduflow_model::ledger::{Effect, IdSource};
 
 /// The durable record of one dispatch.
 #[derive(Clone, Debug, Serialize)]
@@ -280,23 +252,11 @@ pub struct ReceiptRow {
 }
 
 impl ReceiptRow {
-    /// Claimed, and never marked sent: its request never left (the mark is
-    /// recorded right before a request leaves, §3.1), unless a stale run's
-    /// mark is still on its way, which only a creating run may disregard.
-    pub fn never_marked_sent(&self) -> bool {
-        self.sent_ms.is_none()
-            && self.resource_id.is_none()
-            && self.rejection_status.is_none()
-            && self.abandoned_by.is_none()
-    }
-
     /// Whether the receipt may still own a live resource: not confirmed
-    /// deleted, not rejected, not abandoned, and not provably unsent.
+    /// deleted, and its create neither refused, abandoned nor provably
+    /// unsent.
     pub fn is_open(&self) -> bool {
-        self.deleted_ms.is_none()
-            && self.rejection_status.is_none()
-            && self.abandoned_by.is_none()
-            && self.not_sent_ms.is_none()
+        self.deleted_ms.is_none() && self.effect().may_own()
     }
 }
 
@@ -344,6 +304,37 @@ impl ReceiptRow {
     pub fn observations(&self) -> i64 {
         self.observation_count - self.observation_base
     }
+
+    /// Where its create stands: the one reading of the columns that record
+    /// it. An operator's abandonment outranks everything (it keeps the id
+    /// it gave up on as evidence); then an id, a refusal, a send that
+    /// provably never left, a claim never marked sent.
+    pub fn effect(&self) -> Effect {
+        if let Some(by) = &self.abandoned_by {
+            return Effect::Abandoned {
+                by: by.clone(),
+                reason: self.abandoned_reason.clone().unwrap_or_default(),
+                id: self.resource_id.clone(),
+                observations: self.observations(),
+            };
+        }
+        match (&self.resource_id, self.rejection_status) {
+            (Some(id), _) => {
+                Effect::Known { id: id.clone(), source: self.resource_id_source, observations: self.observations() }
+            }
+            (None, Some(status)) => Effect::Rejected {
+                status: u16::try_from(status).unwrap_or(0),
+                message: self.rejection_message.clone().unwrap_or_default(),
+            },
+            (None, None) if self.not_sent_ms.is_some() => {
+                Effect::NotSent { count: self.not_sent_count, reason: self.not_sent_reason.clone().unwrap_or_default() }
+            }
+            (None, None) if self.sent_ms.is_none() => {
+                Effect::Unmarked { not_sent: self.not_sent_count, observations: self.observations() }
+            }
+            (None, None) => Effect::Unknown { observations: self.observations() },
+        }
+    }
 }
 
 /// One audit event.
@@ -364,4 +355,77 @@ pub(crate) fn event_from_row(r: &impl RowExt) -> Result<EventRow> {
         detail: json_col(&r.text("detail")?)?,
         at_ms: r.int("at_ms")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claimed() -> ReceiptRow {
+        ReceiptRow {
+            operation_key: OperationKey("k".into()),
+            client_ref: ClientId("c".into()),
+            resource_kind: ResourceKind::Vm,
+            dispatch_generation: 1,
+            label: Label("l".into()),
+            region: "ewr".into(),
+            spec_digest: "d".into(),
+            key_fingerprint: KeyFingerprint("f".into()),
+            claimed_ms: 1,
+            sent_ms: None,
+            resource_id: None,
+            resource_id_source: None,
+            rejection_status: None,
+            rejection_message: None,
+            observation_count: 5,
+            observation_base: 2,
+            last_observation: None,
+            abandoned_by: None,
+            abandoned_reason: None,
+            seen_ms: None,
+            listed_ms: None,
+            delete_sent_ms: None,
+            deleted_ms: None,
+            not_sent_ms: None,
+            not_sent_reason: None,
+            not_sent_count: 0,
+        }
+    }
+
+    /// Each state of a create, read from the columns that record it, with
+    /// their precedence: an abandonment outranks an id, an id a refusal, a
+    /// refusal a send that never left, that a missing mark.
+    #[test]
+    fn the_ledger_reads_each_state_of_a_create() {
+        let r = claimed();
+        assert_eq!(r.effect(), Effect::Unmarked { not_sent: 0, observations: 3 });
+        let sent = ReceiptRow { sent_ms: Some(2), ..claimed() };
+        assert_eq!(sent.effect(), Effect::Unknown { observations: 3 });
+        let not_sent = ReceiptRow {
+            sent_ms: Some(2),
+            not_sent_ms: Some(3),
+            not_sent_reason: Some("no connection".into()),
+            not_sent_count: 2,
+            ..claimed()
+        };
+        assert_eq!(not_sent.effect(), Effect::NotSent { count: 2, reason: "no connection".into() });
+        let rejected =
+            ReceiptRow { rejection_status: Some(422), rejection_message: Some("no".into()), ..not_sent.clone() };
+        assert_eq!(rejected.effect(), Effect::Rejected { status: 422, message: "no".into() });
+        let known =
+            ReceiptRow { resource_id: Some("i-1".into()), resource_id_source: Some(IdSource::Response), ..rejected };
+        assert_eq!(
+            known.effect(),
+            Effect::Known { id: "i-1".into(), source: Some(IdSource::Response), observations: 3 }
+        );
+        let abandoned =
+            ReceiptRow { abandoned_by: Some("ops".into()), abandoned_reason: Some("why".into()), ..known.clone() };
+        assert_eq!(
+            abandoned.effect(),
+            Effect::Abandoned { by: "ops".into(), reason: "why".into(), id: Some("i-1".into()), observations: 3 }
+        );
+        assert!(!abandoned.is_open() && known.is_open() && !not_sent.is_open() && sent.is_open());
+        assert_eq!(known.effect().id(), Some("i-1"));
+        assert!(!known.effect().is_uncertain() && r.effect().is_uncertain());
+    }
 }

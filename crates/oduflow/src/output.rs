@@ -111,11 +111,7 @@ pub(crate) async fn print_client(store: &Store, r: &ClientRow, json: bool, evide
     if evidence {
         outln!("receipts:")?;
         for rc in &receipts {
-            let outcome = match (&rc.resource_id, rc.rejection_status) {
-                (Some(id), _) => format!("id {id} ({})", rc.resource_id_source.map(|s| s.as_str()).unwrap_or("?")),
-                (None, Some(s)) => format!("rejected {s}: {}", rc.rejection_message.as_deref().unwrap_or("")),
-                (None, None) => "outcome unknown".into(),
-            };
+            let outcome = rc.effect();
             outln!(
                 "  {:<8} dispatch {} label {} {} observations {}{}",
                 rc.resource_kind.as_str(),

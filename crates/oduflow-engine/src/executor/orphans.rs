@@ -8,6 +8,7 @@
 use super::{Converge, Step, block_facts, create_digest, instance_facts, slot};
 use crate::EngineError;
 use oduflow_model::decide::Orphan;
+use oduflow_model::ledger::Effect;
 use oduflow_model::provider::Provider;
 use oduflow_model::*;
 use oduflow_store::{IdSource, NewReceipt, OrphanRow};
@@ -55,7 +56,7 @@ impl<'a, P: Provider> Converge<'a, P> {
                 f.mismatch = Some(format!(
                     "it carries the label of dispatch {}{}, so a new dispatch cannot adopt it",
                     r.operation_key,
-                    if r.abandoned_by.is_some() { " (abandoned)" } else { "" }
+                    if matches!(r.effect(), Effect::Abandoned { .. }) { " (abandoned)" } else { "" }
                 ));
             }
             read[slot(kind)].push(Read { label: o.label, orphan: Orphan { id: o.resource_id, facts } });

@@ -404,3 +404,30 @@ fn an_unmarked_receipt_is_looked_for_by_label_once_then_sent_again() {
         B::DuplicateMatches,
     );
 }
+
+/// A ledger state, as the decision reads it for each target: a claim never
+/// marked sent is sent again (after one label search) only to create;
+/// deleting, it and an abandoned one are looked for like any unknown
+/// outcome.
+#[test]
+fn each_ledger_state_reads_as_its_facts() {
+    use oduflow_model::ledger::{Effect, IdSource};
+    let unmarked = Effect::Unmarked { not_sent: 2, observations: 4 };
+    assert_eq!(ReceiptFacts::of(Some(unmarked.clone()), Target::Present), ReceiptFacts::Unmarked { count: 2 });
+    assert_eq!(ReceiptFacts::of(Some(unmarked), Target::Absent), ReceiptFacts::Unknown { observations: 4 });
+    let abandoned = Effect::Abandoned { by: "ops".into(), reason: "r".into(), id: None, observations: 1 };
+    assert_eq!(ReceiptFacts::of(Some(abandoned), Target::Present), ReceiptFacts::Unknown { observations: 1 });
+    let known = Effect::Known { id: "i".into(), source: Some(IdSource::AdoptedByLabel), observations: 3 };
+    assert_eq!(ReceiptFacts::of(Some(known), Target::Absent), ReceiptFacts::Known { id: "i".into(), observations: 3 });
+    let not_sent = Effect::NotSent { count: 1, reason: "r".into() };
+    assert_eq!(
+        ReceiptFacts::of(Some(not_sent), Target::Present),
+        ReceiptFacts::NotSent { count: 1, reason: "r".into() }
+    );
+    let rejected = Effect::Rejected { status: 422, message: "m".into() };
+    assert_eq!(
+        ReceiptFacts::of(Some(rejected), Target::Absent),
+        ReceiptFacts::Rejected { status: 422, message: "m".into() }
+    );
+    assert_eq!(ReceiptFacts::of(None, Target::Present), ReceiptFacts::None);
+}
