@@ -1,4 +1,4 @@
-//! Peer benchmark for oduflow issue 7 item 2: no-op job throughput of
+//! Peer benchmark for oduflow's queue: no-op job throughput of
 //! apalis-postgres on the same PostgreSQL instance.
 //!
 //! Usage: apalis-peer --database-url URL --jobs N --workers W

@@ -8,9 +8,9 @@
 //! update, `{"present": bool, "detail": "..."}` for check. A non-zero exit,
 //! unreadable output or running past the timeout is a failure. The optional
 //! `update` command runs once a change to the server or volume has been
-//! confirmed (issue 16: grow the filesystem onto a larger volume, say).
+//! confirmed (to grow the filesystem onto a larger volume, say).
 //!
-//! Ownership (issue 17): the `id` an ensure prints (a WireGuard public key, a
+//! Ownership: the `id` an ensure prints (a WireGuard public key, a
 //! Salt minion id: whatever names what the script made) is recorded durably
 //! and handed back to every later command as `ODUFLOW_IDENTITY_ID`, so a
 //! script removes what it made and nothing else. A removal gets the facts

@@ -89,7 +89,7 @@ fn generation(infra: &InfraRow, receipts: &[ReceiptRow], kind: ResourceKind) -> 
 pub fn current(infra: &InfraRow, target: Target, receipts: &[ReceiptRow]) -> Current {
     #[cfg(feature = "failpoints")]
     if target == Target::Absent && crate::planted_bug("skip_open_receipts") {
-        // A planted bug (issue 12, hole 1): deletion looks only at the
+        // The planted bug: deletion looks only at the
         // dispatch generations the infra row recorded.
         let g = |k| infra.dispatch_generation(k);
         let r = |k| at(receipts, k, g(k)).cloned();

@@ -530,7 +530,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         Ok(Step::Next(self))
     }
 
-    /// How this observation may read (issue 19, docs/protocol.md §3.6).
+    /// How this observation may read (docs/protocol.md §3.6).
     /// By id, the bulk view only while the client is first provisioned
     /// (target present, never updated) and no decision of this run had to
     /// be confirmed, from a listing that started after the create (and,

@@ -1,4 +1,4 @@
-//! The bulk view (issue 19): one listing of every instance and one of every
+//! The bulk view: one listing of every instance and one of every
 //! block, shared by all the runs of this process, so that watching a fleet
 //! become ready costs list pages (up to 500 resources each) instead of one
 //! GET by id per resource per poll.

@@ -60,7 +60,7 @@ pub struct EngineConfig {
     /// derived from the polling limit (see [`EngineConfig::ready_wait`]).
     pub ready_wait_ms: i64,
     /// Watch first provisioning through shared listings of instances and
-    /// blocks (the bulk view, issue 19) rather than a GET by id per
+    /// blocks (the bulk view) rather than a GET by id per
     /// resource per poll. Label searches share one listing per kind.
     pub bulk_view: bool,
 }

@@ -225,7 +225,7 @@ pub async fn abandon(
     };
     // An id the provider answered with but that no GET ever showed is as
     // uncertain as no id: Vultr may have dropped it, or it may still come.
-    // One a listing showed exists (issue 19): it is abandoned only once its
+    // One a listing showed exists: it is abandoned only once its
     // client is being deleted and GET answers 404 (deleted behind oduflow's
     // back, or still inside the post-create window: the attestation says
     // which, and the label stays watched).
@@ -781,7 +781,7 @@ async fn reconcile_blocked_by_orphan(store: &Store, client: Option<&ClientId>, a
 /// After a restore, before the queue runs again. A restored copy cannot
 /// prove a create "not sent" any more: the attempt after the backup may
 /// have gone out. Such receipts are resolved by their label, never sent
-/// again blindly; changes too (issue 16: a PATCH recorded as unsent may
+/// again blindly; changes too (a PATCH recorded as unsent may
 /// have left). And it may say `ready` about a VM deleted since the backup,
 /// or `deleted` about nothing: every record not yet deleted observes again
 /// before it is trusted.

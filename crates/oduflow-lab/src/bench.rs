@@ -134,7 +134,7 @@ pub async fn run(a: BenchArgs) -> Result<()> {
         convergence(if a.smoke { 20 } else { 500 }, a.in_flight(), &mut doc).await?;
     }
     if all || a.which == "bulk" {
-        doc.line("\n## 1c. The bulk view: calls per client before and after (issue 19)\n");
+        doc.line("\n## 1c. The bulk view: calls per client, off and on\n");
         doc.line("    cargo run --release -- bench bulk\n");
         let sizes: Vec<(usize, u32)> = if a.smoke { vec![(20, 25)] } else { a.bulk_sizes()? };
         let views: &[bool] = match a.bulk_view.as_str() {
@@ -286,7 +286,7 @@ pub(crate) struct Fleet {
     /// The rate budget (requests/s); the simulator answers 429 above
     /// `rate * 30 / 25` (Vultr's 30 at the default 25).
     pub rate: u32,
-    /// The bulk view (issue 19) on or off.
+    /// The bulk view (shared listings, `fleet_view`) on or off.
     pub bulk: bool,
 }
 

@@ -1,4 +1,4 @@
-//! `oduflow bench bulk` (issue 19): the same fleet provisioned and deleted
+//! `oduflow bench bulk`: the same fleet provisioned and deleted
 //! with the bulk view off (a GET by id per resource per poll, as before) and
 //! on (shared listings), one after the other in one run, at each size.
 
@@ -8,13 +8,13 @@ use anyhow::Result;
 pub(crate) async fn bulk(sizes: &[(usize, u32)], views: &[bool], in_flight: usize, out: &mut Section) -> Result<()> {
     let which = match views {
         [false] => {
-            "once, with the bulk view off (`ODUFLOW_BULK_VIEW=false`: a GET by id per resource per poll, as \
-                    before issue 19)"
+            "once, with the bulk view off (`ODUFLOW_BULK_VIEW=false`: a GET by id per resource per poll, \
+                    what the view replaces)"
         }
         [true] => "once, with the bulk view on (the default)",
         _ => {
-            "twice: with the bulk view off (`ODUFLOW_BULK_VIEW=false`: a GET by id per resource per poll, as before \
-              issue 19) and on (the default)"
+            "twice: with the bulk view off (`ODUFLOW_BULK_VIEW=false`: a GET by id per resource per poll, what the \
+              view replaces) and on (the default)"
         }
     };
     out.line(&format!(

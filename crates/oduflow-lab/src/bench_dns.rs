@@ -1,5 +1,5 @@
 //! `oduflow bench dns`: provider calls per client for the DNS identity with
-//! every client in one zone (issue 17), through the DNS adapter itself
+//! every client in one zone, through the DNS adapter itself
 //! against the in-process simulator: ensure and check for each client, then
 //! remove and check. Figures, not assertions.
 
@@ -114,8 +114,8 @@ pub(crate) async fn dns(n: usize, out: &mut crate::bench::Section) -> Result<()>
     let deleted = minus(&dns_requests(&sim), &provisioned);
     let (p, p_routes) = per_client(&provisioned, n);
     let (d, d_routes) = per_client(&deleted, n);
-    // A zone scan at n records, as the adapter before issue 17 made one on
-    // every ensure, check and remove (pages of 500).
+    // A zone scan at n records, as an adapter that does not own its records
+    // by id would make one on every ensure, check and remove (pages of 500).
     let pages = n.div_ceil(500) as f64;
     let before_p = 2.0 * (pages / 2.0).max(1.0) + 1.0;
     let before_d = 2.0 * (pages / 2.0).max(1.0) + 1.0;
@@ -126,7 +126,7 @@ pub(crate) async fn dns(n: usize, out: &mut crate::bench::Section) -> Result<()>
     println!("dns: {line}");
     out.line(&format!("- {line}."));
     out.line(&format!(
-        "- Before (the adapter at 02ad7e6, from its code: a whole-zone listing on every ensure, check and remove, \
+        "- Before (an adapter that did not own its records by id: a whole-zone listing on every ensure, check and remove, \
          {pages:.0} pages of 500 at {n} records, half that on average while the zone fills or empties): about \
          {before_p:.0} calls/client to provision and {before_d:.0} to delete."
     ));

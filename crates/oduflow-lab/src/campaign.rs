@@ -116,7 +116,7 @@ struct Params {
     /// deleted again while its re-provisioning runs roll back.
     churn: bool,
     /// `client update`s (a larger plan or volume, other tags) while the
-    /// workers run (issue 16).
+    /// workers run.
     #[serde(default)]
     updates: usize,
     /// Restores of a copy taken while workers run, DNS, clocks, resets.
@@ -565,7 +565,7 @@ impl Seed<'_> {
     /// Flips targets, reconciles blocked clients, pauses workers past their
     /// lease and (PostgreSQL) terminates claim connections, each at a drawn
     /// instant within the round, while the workers run.
-    #[allow(clippy::too_many_arguments)] // issue 14: to be split with the campaign's move to its own crate
+    #[allow(clippy::too_many_arguments)] // listed over the tidy limit too: to be split up
     async fn interfere(
         &mut self,
         what: Interference,
@@ -718,7 +718,7 @@ impl Seed<'_> {
     /// Flips one client's target. A client that was deleted and is brought
     /// back is, most of the time, deleted again while its re-provisioning
     /// run is in flight: the schedule under which a VM created at a new
-    /// dispatch generation used to outlive its client (issue 12, hole 1).
+    /// dispatch generation could outlive its client (planted bug `skip_open_receipts`).
     async fn flip(&mut self, store: &Store, n: &str) -> Result<()> {
         let c = store.client_get(n).await?.context("client")?;
         match c.infra.target {
@@ -776,7 +776,7 @@ impl Seed<'_> {
     /// Preferably one in the middle of a run (SQLite names the lease holder,
     /// `worker-PID/...`; waited for up to [`PAUSE_AIM_MAX`]), whose client is
     /// deleted first: the schedule under which a run outliving its lease
-    /// used to act after the deletion was reported (issue 12, hole 3). Such
+    /// could act after the deletion was reported (planted bug `lease_overlap`). Such
     /// a worker stays stopped either for a drawn time or, half the time,
     /// until its client's deletion has been reported (at most
     /// [`PAUSE_UNTIL_DELETED_MAX`], and not once the other workers have all
@@ -1516,7 +1516,7 @@ async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: boo
     Ok(())
 }
 
-/// The invariants of issue 16, on changes: at most one PATCH request per
+/// The invariants on changes (11 and 12): at most one PATCH request per
 /// change receipt, and every ready client's server and volume as its last
 /// asked spec says (plan, tags, firewall group, size), read from the
 /// provider. (Not after a restore: the change receipts of the discarded
@@ -1582,7 +1582,7 @@ async fn check_changes(
     Ok(())
 }
 
-/// The stricter invariants of issue 12, on requests (not only applied
+/// The stricter invariants, on requests (not only applied
 /// creates), on what each client owns at the provider, and on timing.
 /// A live resource is `client`'s when a receipt of it carries its label,
 /// unless an orphan report named it (after a restore) and no receipt has
@@ -1794,7 +1794,7 @@ async fn check_strict(
     Ok(())
 }
 
-/// A real server's spec (issue 15): an SSH key, user data, tags and IPv6,
+/// A real server's spec: an SSH key, user data, tags and IPv6,
 /// every field in the one create POST; the preflight reads the simulator's
 /// catalog before the first create. One spec for every client (the
 /// hostname given), so a flip's re-create matches it.

@@ -138,7 +138,7 @@ pub struct Block {
     pub mount_id: String,
 }
 
-/// What a preflight reads before anything is paid for (issue 15): the
+/// What a preflight reads before anything is paid for: the
 /// catalog for one region and the account's referenced objects.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Catalog {

@@ -1,4 +1,4 @@
-//! The rate budget every request to Vultr waits for (issue 13).
+//! The rate budget every request to Vultr waits for.
 //!
 //! Vultr counts its limit per source address, so every oduflow process that
 //! talks to it through one address must share one budget: a *group*. A

@@ -1,4 +1,4 @@
-//! What makes a VM a usable server (issue 15): its image source, SSH keys,
+//! What makes a VM a usable server: its image source, SSH keys,
 //! cloud-init user data, hostname, tags, firewall group, networking and
 //! backups. Every field is part of the one create POST (the backup
 //! schedule excepted: Vultr sets it with a call of its own, which may be

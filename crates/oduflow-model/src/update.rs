@@ -1,4 +1,4 @@
-//! Changing a client's spec (issue 16): what `client update` may change in
+//! Changing a client's spec: what `client update` may change in
 //! place, and the one-line refusal for what Vultr cannot do in place.
 //!
 //! A running VM can move to a larger plan and change its tags and firewall

@@ -791,7 +791,7 @@ pub async fn queue_pause(State(s): State<AppState>) -> ApiResult<Json<QueueView>
 
 /// Operator actions that act on the provider wait, like the queue, until a
 /// restored copy has been reconciled with the provider (`reconcile --all`):
-/// the copy may lag the cloud (issue 12, hole 9).
+/// the copy may lag the cloud.
 async fn refuse_if_restored(s: &AppState) -> ApiResult<()> {
     match s.store().restore_pending().await? {
         Some(why) => {

@@ -6,7 +6,7 @@
 //! - this process's own Vultr client (requests by route and status, rate
 //!   budget waits): `oduflow serve` talks to Vultr only for operator actions
 //!   (reconcile, adopt), so these count those, not the workers' requests.
-//! - the rate budget (issue 13): every group's reservations and pauses, and
+//! - the rate budget: every group's reservations and pauses, and
 //!   each process's slot waits as it last flushed them (every few seconds),
 //!   from the database, so one scrape shows the whole fleet.
 //!

@@ -273,7 +273,7 @@ fn fix_then_reconcile(reason: BlockedReason, n: &str) -> Vec<Resolution> {
     }
 }
 
-/// The ways out of the DNS adapter's blocks (issue 17).
+/// The ways out of the DNS adapter's blocks.
 fn dns_resolutions(c: &ClientRow, reason: BlockedReason, n: &str) -> Vec<Resolution> {
     let r = |command: String, when: &str| Resolution { command, when: when.to_owned() };
     let reconcile = |when: &str| r(format!("oduflow reconcile {n}"), when);

@@ -1,6 +1,6 @@
 //! What the simulated account owns besides instances and blocks — SSH keys,
 //! firewall groups, snapshots, VPCs — the marketplace applications, and the
-//! validation of a create's server fields against them (issue 15). The ids
+//! validation of a create's server fields against them. The ids
 //! are fixed, so tests, the demo and profiles can name them.
 
 use serde_json::{Value, json};

@@ -1,4 +1,4 @@
-//! The shared rate budget (issue 13): one row per group in `rate_budget`.
+//! The shared rate budget: one row per group in `rate_budget`.
 //!
 //! Every process of a group reserves its send slots from the same row, one
 //! statement per request (an upsert that moves `next_us` on by the caller's

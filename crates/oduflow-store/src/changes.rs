@@ -1,4 +1,4 @@
-//! Changes to a running client (issue 16): `client update`, and the change
+//! Changes to a running client: `client update`, and the change
 //! receipts the engine claims before each PATCH.
 //!
 //! An update commits the new spec, bumps the generation (so a run in flight

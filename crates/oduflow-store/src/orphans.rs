@@ -1,5 +1,5 @@
 //! Orphans: resources under our label prefix that no receipt accounts for,
-//! as the last inventory pass found them (issue 12, hole 8). The inventory
+//! as the last inventory pass found them, each with how to resolve it. The inventory
 //! writes them; the API, the dashboard and `oduflow orphan list` read them;
 //! `oduflow orphan adopt|delete` record how each was resolved.
 

@@ -283,8 +283,8 @@ impl ReceiptLedger {
         .await
     }
 
-    /// Records that a listing showed the resource by its id (first time
-    /// only; issue 19).
+    /// Records that a listing (the bulk view) showed the resource by its id
+    /// (first time only).
     pub async fn receipt_mark_listed(&self, key: &OperationKey, now_ms: i64) -> Result<()> {
         crate::named("receipt_mark_listed", async move {
             ledger_write!(&self.store, tx => {

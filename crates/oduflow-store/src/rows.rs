@@ -238,8 +238,8 @@ pub struct ReceiptRow {
     pub abandoned_by: Option<String>,
     pub abandoned_reason: Option<String>,
     pub seen_ms: Option<i64>,
-    /// When a listing (the bulk view) first showed the resource by its id
-    /// (issue 19): it exists, so its outcome is known; not `seen_ms`.
+    /// When a listing (the bulk view) first showed the resource by its id:
+    /// it exists, so its outcome is known; not `seen_ms`.
     pub listed_ms: Option<i64>,
     pub delete_sent_ms: Option<i64>,
     pub deleted_ms: Option<i64>,

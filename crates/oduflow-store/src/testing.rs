@@ -160,7 +160,7 @@ macro_rules! on_both_stores {
     };
 }
 
-// ---- The test kit's database tooling (issue 14: the only SQL outside the
+// ---- The test kit's database tooling (the tidy test's rule: the only SQL outside the
 // store's own modules lives here, so campaign, benchmarks and tests reach no
 // backend directly). ----
 

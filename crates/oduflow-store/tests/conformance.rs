@@ -1,4 +1,4 @@
-//! The store's own conformance suite (issue 14), run on both backends: the
+//! The store's own conformance suite, run on both backends: the
 //! same calls must mean the same thing on PostgreSQL and on SQLite.
 //! - migration parity: both schemas have the same tables and columns;
 //! - claim skip: a client claimed by one run is skipped by every other;
@@ -220,10 +220,10 @@ async fn receipts_survive_replace_from_any_connection(store: Store) {
     assert!(matches!(ledger.change_claim(&change).await, Err(StoreError::ReceiptExists(_))), "claimed twice");
 }
 
-/// A change receipt (issue 16) is claimed once per client, resource and
+/// A change receipt is claimed once per client, resource and
 /// spec generation; what it recorded (its change, its send, a rejection, a
 /// confirmation) is never rewritten, and it is never deleted.
-/// Issue 17: what an identity adapter owns is replaced only by a writer that
+/// What an identity adapter owns is replaced only by a writer that
 /// read the current version; a stale one is refused and changes nothing.
 async fn adapter_ownership_is_written_by_compare_and_set(store: Store) {
     let store = &store;

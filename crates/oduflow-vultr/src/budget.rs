@@ -1,4 +1,4 @@
-//! Waiting for a send slot in the rate budget (issue 13).
+//! Waiting for a send slot in the rate budget.
 //!
 //! Every request waits here before it leaves: it takes a pass from this
 //! process's turnstile, reserves the group's next slot

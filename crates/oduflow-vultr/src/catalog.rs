@@ -1,4 +1,4 @@
-//! The reads a preflight makes before a client's first receipt (issue 15),
+//! The reads a preflight makes before a client's first receipt,
 //! and the backup schedule, which Vultr sets with a call of its own.
 
 use crate::{VultrClient, VultrError, wire};

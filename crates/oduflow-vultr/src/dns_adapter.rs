@@ -1,5 +1,5 @@
 //! The DNS identity: the client's A record (and AAAA with IPv6) at its DNS
-//! name in `[dns] domain`, pointing at the VM's addresses (issue 17).
+//! name in `[dns] domain`, pointing at the VM's addresses.
 //!
 //! Vultr's records carry no label or tag, so ownership is kept by record id,
 //! in the client's durable ownership record ([`Ownership`]), written before

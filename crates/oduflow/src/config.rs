@@ -71,7 +71,7 @@ pub struct Config {
     pub observations_max: i64,
     /// Requests per second for the whole rate group.
     pub rate_per_sec: u32,
-    /// The rate budget this process shares (issue 13): every process using
+    /// The rate budget this process shares: every process using
     /// one database and naming the same group shares one budget. Hosts with
     /// their own public addresses name one group each.
     pub rate_group: String,
@@ -93,7 +93,7 @@ pub struct Config {
     /// limit (observations_max x poll_interval_ms x 6).
     pub ready_wait_ms: i64,
     pub attempts_max: i32,
-    /// Watch first provisioning through shared listings (issue 19); on by
+    /// Watch first provisioning through shared listings (the bulk view); on by
     /// default, `ODUFLOW_BULK_VIEW=false` or `bulk_view = false` turns it off.
     pub bulk_view: bool,
     /// How long after a declared restore the inventory pass (`reconcile

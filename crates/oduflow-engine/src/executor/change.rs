@@ -1,4 +1,4 @@
-//! Changes to a running server or volume (issue 16): one PATCH per change
+//! Changes to a running server or volume: one PATCH per change
 //! receipt, claimed and committed before it is sent, sent again only while
 //! provably never sent, and confirmed only by a read (see
 //! `oduflow_model::decide` for when each step is taken).

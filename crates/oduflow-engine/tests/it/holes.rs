@@ -1,4 +1,4 @@
-//! Scenarios from the adversarial review (issue 12): each one reproduces a
+//! Scenarios from an adversarial review of the protocol: each one reproduces a
 //! schedule under which a promise used to break, on both stores.
 
 use super::*;

@@ -290,7 +290,7 @@ async fn rejection_blocks_without_resend(store: Store) -> Result<()> {
     Ok(())
 }
 
-/// Issue 16, item 4: a create refused for its spec (here its plan) is
+/// A create refused for its spec (here its plan) is
 /// corrected with `client update` (allowed: nothing exists), and
 /// `reconcile --new-dispatch` sends the corrected spec under a new label;
 /// the refused dispatch is never sent again.
@@ -331,7 +331,7 @@ async fn receipts_cannot_be_deleted_or_rewritten(store: Store) -> Result<()> {
     let del = "DELETE FROM dispatch_receipts";
     let rewrite = "UPDATE dispatch_receipts SET resource_id = 'other'";
     let clear = "UPDATE dispatch_receipts SET resource_id = NULL";
-    // Evidence is written once (issue 12).
+    // Evidence is written once.
     let evidence = "UPDATE dispatch_receipts SET sent_ms = sent_ms + 1 WHERE sent_ms IS NOT NULL";
     for sql in [del, rewrite, clear, evidence] {
         let r = oduflow_store::testing::execute_raw(&store, sql).await;

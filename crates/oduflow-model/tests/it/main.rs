@@ -271,7 +271,7 @@ fn never_dispatches_over_an_existing_receipt() {
     }
 }
 
-// ----- changes to a running client (issue 16) -----
+// ----- changes to a running client -----
 
 fn plan_drift(id: &str) -> Facts {
     let change = oduflow_model::provider::InstanceChange { plan: Some("vc2-2c-4gb".into()), ..Default::default() };

@@ -1,4 +1,4 @@
-//! Issue 18: `serve` without a key is read-only, and the actions that
+//! `serve` without a key is read-only, and the actions that
 //! existed only on the command line — the inventory (`reconcile --all`) and
 //! `credentials rotate` — have endpoints.
 
@@ -136,8 +136,8 @@ async fn credentials_rotate_endpoint_proves_rebinds_and_serve_acts_with_the_new_
     let after = h.store.client_get("acme").await.unwrap().unwrap().infra.key_fingerprint.unwrap();
     assert_ne!(after, before);
     assert_eq!(v["key_fingerprint"], after.short());
-    // The hole (issue 18): serve kept its old key after a rotation, so its
-    // next provider action was refused as made with the wrong key.
+    // serve must not keep its old key after a rotation, or its next
+    // provider action is refused as made with the wrong key.
     let (s, v) = h.post("/api/v1/clients/acme/reconcile", json!({})).await;
     assert_eq!(s, 200, "serve still acts with the old key: {v}");
     // Rotating again to the same key rebinds nothing.

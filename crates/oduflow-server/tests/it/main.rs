@@ -465,7 +465,7 @@ async fn clients_create_from_a_profile(h: H) {
     assert!(h.store.client_get("beta").await.unwrap().is_none());
 }
 
-/// PATCH /api/v1/clients/{name} (issue 16): answered 202 once the new spec,
+/// PATCH /api/v1/clients/{name}: answered 202 once the new spec,
 /// the new generation and the job are committed; bad input is a 4xx JSON
 /// error that changes nothing; a deleted client is a conflict.
 async fn clients_update_changes_the_spec_and_refuses_what_cannot_change(h: H) {
@@ -833,8 +833,7 @@ async fn queue_status_pause_and_resume_guarded_by_restore() {
     h.post("/api/v1/queue/pause", json!(null)).await;
     assert_error(&h.post("/api/v1/queue/resume", json!(null)).await, 409, "refused");
     assert!(h.store.queue_status(now_ms()).await.unwrap().paused);
-    // So do the operator actions that act on the provider (issue 12, hole
-    // 9): nothing is asked of the provider and nothing changes.
+    // So do the operator actions that act on the provider: nothing is asked of the provider and nothing changes.
     let before = (h.sim.ledger().request_log.len(), h.store.events_recent(1000).await.unwrap().len());
     let id = "0b1e2c3d-0000-4000-8000-000000000000";
     for (path, body) in [
@@ -855,7 +854,7 @@ async fn queue_status_pause_and_resume_guarded_by_restore() {
 async fn metrics_show_jobs_dispatches_blocked_reasons_provider_calls_and_lag(h: H) {
     h.fixture().await;
     // Two processes of one rate group, as their budgets flush them, and a
-    // pause one of them saw (issue 13).
+    // pause one of them saw.
     {
         use oduflow_model::rate::RateBudget;
         for (process, waits) in [("host-a/worker-1", &[30u64, 20][..]), ("host-b/worker-2", &[5][..])] {
@@ -1267,7 +1266,7 @@ async fn dashboard_in_headless_chromium_shows_states_interventions_commands_and_
             "{name}"
         );
     }
-    // Orphans, with the commands that resolve them (issue 12, hole 8).
+    // Orphans, with the commands that resolve them.
     assert!(dom.contains("Orphans (1)"), "{dom:.3000}");
     assert!(dom.contains(&format!("<tr data-orphan=\"{orphan}\">")));
     assert!(dom.contains(&format!("<code>oduflow orphan adopt {orphan}</code>")));

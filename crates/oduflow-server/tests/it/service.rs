@@ -1,10 +1,10 @@
-//! Issue 18, "Run it as a service": tokens only where they belong, and a
+//! Running it as a service: tokens only where they belong, and a
 //! dashboard that says when the queue is stopped.
 
 use super::{H, ROUTES, assert_error, create_body, json_of, now_ms};
 use reqwest::Method;
 
-/// `?token=` opens the dashboard's page only (issue 18, item 8): sent to
+/// `?token=` opens the dashboard's page only: sent to
 /// every API route, `/metrics` and `/openapi.json` with a valid token, it
 /// is refused 401 like no token at all, and nothing is stored or asked of
 /// the provider; the dashboard still takes it.

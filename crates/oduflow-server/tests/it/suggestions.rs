@@ -1,4 +1,4 @@
-//! Every suggestion works (issue 12): for each blocked reason, each command
+//! Every suggestion works: for each blocked reason, each command
 //! `resolutions` suggests (what `client show`, the API and the dashboard
 //! print) is run as written, after the fix its "when" text describes, in a
 //! world of its own; the client must then end ready, deleted, or blocked for

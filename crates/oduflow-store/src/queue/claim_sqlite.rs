@@ -54,7 +54,7 @@ pub(super) async fn claim_next(p: &SqlitePool, worker: &str, now_ms: i64, lease_
     Ok(None)
 }
 
-/// Test builds with the planted bug `lease_overlap` (issue 12, hole 3): the
+/// Test builds with the planted bug `lease_overlap`: the
 /// old timed lease, taken once and never checked again, instead of the lock
 /// file. `Some(held)`: whether an unexpired lease names someone; `None`: the
 /// real protocol.

@@ -57,7 +57,7 @@ async fn every_request_body_the_adapter_sends_conforms() {
     Mock::given(any()).respond_with(ResponseTemplate::new(204)).mount(&server).await;
     let c = client(&format!("{}/v2", server.uri()));
     c.instance_create(&instance_req("oduflow-a")).await;
-    // Every server field set, and each other image source (issue 15).
+    // Every server field set, and each other image source.
     let fields = oduflow_model::ServerSpec {
         hostname: "acme.example.net".into(),
         ssh_keys: vec!["3b8066a7-b438-455a-9688-44afc9a3597f".into()],
@@ -93,7 +93,7 @@ async fn every_request_body_the_adapter_sends_conforms() {
     c.block_create(&BlockRequest { block_type: oduflow_model::VolumeType::StorageOpt, ..block_req("oduflow-c") }).await;
     c.block_attach(&VultrBlockId::from("b-1"), &VultrInstanceId::from("i-1")).await;
     c.block_detach(&VultrBlockId::from("b-1")).await.unwrap();
-    // The changes (issue 16): each field alone, all together, a detach of
+    // The changes: each field alone, all together, a detach of
     // the firewall group, a volume growth.
     let changes = [
         InstanceChange { plan: Some("vc2-2c-4gb".into()), ..InstanceChange::default() },
@@ -186,7 +186,7 @@ async fn every_simulator_answer_conforms_to_its_operation() {
         ("POST", "/blocks/{block}/attach", json!({"instance_id": "{instance}", "live": true}), 204),
         ("GET", "/blocks/{block}", Value::Null, 200),
         ("POST", "/blocks/{block}/detach", json!({"live": true}), 204),
-        // Changes (issue 16): an upgrade, tags, a volume growth, and what
+        // Changes: an upgrade, tags, a volume growth, and what
         // changes nothing.
         ("GET", "/instances/{instance}/upgrades?type=plans", Value::Null, 200),
         ("PATCH", "/instances/{instance}", json!({"plan": "vc2-2c-4gb", "tags": ["web"]}), 202),

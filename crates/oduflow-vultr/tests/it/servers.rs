@@ -1,4 +1,4 @@
-//! Real servers (issue 15) through the adapter and the simulator: each image
+//! Real servers through the adapter and the simulator: each image
 //! source and server field reaches the create body and reads back on the
 //! instance; the simulator refuses what Vultr refuses, creating nothing;
 //! the catalog reads and the backup schedule round-trip; the root password

@@ -1,4 +1,4 @@
-//! The bulk view (issue 19): first provisioning is watched through shared
+//! The bulk view: first provisioning is watched through shared
 //! listings, not a GET by id per resource per poll; deletion keeps its GETs
 //! by id; a listing's sighting is recorded as `listed_ms`, never as the
 //! GET's `seen_ms`, and ends abandonment.
@@ -46,7 +46,7 @@ async fn provisioning_reads_through_shared_listings_and_deletion_reads_by_id(env
     env.ok(&["init"]);
     let store = env.store().await;
 
-    // The view off: as before issue 19, readiness costs GETs by id.
+    // The view off: readiness costs GETs by id.
     create_all(&env, "off");
     let before = requests(&env);
     let o =
@@ -221,7 +221,7 @@ oduflow_store::on_both_stores!(
     a_listed_vm_deleted_behind_oduflows_back_can_be_abandoned_once_its_client_is_deleted,
 );
 
-/// Review finding (issue 19): a client made ready through the view has
+/// A client made ready through the view has
 /// resources a listing showed but no GET saw. When its VM is deleted in the
 /// console, deletion sees only 404s and blocks `uncertain_delete`; the
 /// resolving abandon must then be allowed (it is refused while the client

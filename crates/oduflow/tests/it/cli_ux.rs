@@ -1,4 +1,4 @@
-//! Issue 18, "Run it as a service": what an operator sees and types. A
+//! Running it as a service: what an operator sees and types. A
 //! closed standard output, aligned lists, readable times, set-up errors
 //! that name the command and the setting, ids refused like the API refuses
 //! them, attestations, the simulator's help, backups, and the warnings a

@@ -1,4 +1,4 @@
-//! Running as a service (issue 18): the systemd units in `deploy/` (checked
+//! Running as a service: the systemd units in `deploy/` (checked
 //! by `systemd-analyze verify` when the machine has it, and structurally in
 //! any case), the example configuration, and log lines as JSON on request.
 

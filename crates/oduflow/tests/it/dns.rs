@@ -1,4 +1,4 @@
-//! The DNS identity owns its records by id (issue 17), on both stores, through
+//! The DNS identity owns its records by id, on both stores, through
 //! the simulator's DNS API: an operator's record with the client's name is
 //! never touched; a lost create is resolved without a duplicate; a changed
 //! address is updated in place; IPv6 gets an AAAA record; a worker killed at

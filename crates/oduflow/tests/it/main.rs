@@ -135,8 +135,8 @@ oduflow_store::on_both_stores!(
 
 /// A worker with a key Vultr refuses, a base URL that is not Vultr's API,
 /// or a scheme it cannot speak says so in one line, exits 2, and sends nothing
-/// for any client (issue 12: a wrong new key used to turn every unbound
-/// client's create into a rejection).
+/// for any client (a wrong key would otherwise turn every unbound client's
+/// create into a rejection).
 async fn worker_checks_its_footing_before_any_request(env: Env) {
     env.ok(&["init"]);
     env.create_client("acme");
@@ -241,7 +241,7 @@ async fn bad_input_exits_2_and_changes_nothing(env: Env) {
     let o = env.cmd(&["client", "list"]).env("ODUFLOW_POLL_INTERVAL_MS", "soon").output().unwrap();
     assert_eq!(o.status.code(), Some(2));
     // A rate group name outside its rules, and a rate above Vultr's limit
-    // for Vultr itself (issue 13), are refused before anything is sent.
+    // for Vultr itself, are refused before anything is sent.
     let o = env.cmd(&["worker"]).env("ODUFLOW_RATE_GROUP", "host a").output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
     let o = env
@@ -454,7 +454,7 @@ async fn restored_database_stops_queue_until_inventory() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("reconcile --all"));
     let o = run(&["queue", "resume"]);
     assert_eq!(o.status.code(), Some(1), "resume must refuse after a restore");
-    // So do operator actions that act on the provider (issue 12): the
+    // So do operator actions that act on the provider: the
     // restored copy may lag the cloud.
     for action in [&["reconcile", "acme"][..], &["credentials", "rotate"][..]] {
         let o = run(action);
@@ -466,7 +466,7 @@ async fn restored_database_stops_queue_until_inventory() {
     let inv: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     // beta was created after the backup: its VM and volume are orphans
     // whose labels name it (a client this copy does not know), each with
-    // the command that resolves it (issue 12, hole 8).
+    // the command that resolves it.
     let orphans = inv["orphans"].as_array().unwrap();
     assert_eq!(orphans.len(), 2, "{inv}");
     assert!(orphans.iter().all(|o| o["note"].as_str().unwrap().contains("unknown here")), "{inv}");
@@ -499,7 +499,7 @@ async fn restored_database_stops_queue_until_inventory() {
 /// A restored copy that is written to before any process compares it with
 /// this host's memory (here: more events than the lost ones, so its highest
 /// event id passes the remembered one) is still detected: the event at the
-/// remembered id is not the one this host saw (issue 12, hole 9).
+/// remembered id is not the one this host saw.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restored_copy_written_to_before_any_check_is_detected() {
     let env = Env::sqlite().await;
@@ -915,7 +915,7 @@ fn campaign_catches_an_unfenced_sqlite_lease() {
 }
 
 /// A run that ignores a changed key sends requests with a key its record is
-/// not bound to (issue 12: no request of any method with a changed key).
+/// not bound to (invariant 10: no request of any method with a changed key).
 #[test]
 fn campaign_catches_a_run_that_ignores_a_changed_key() {
     // On SQLite, as the one above.
@@ -942,7 +942,7 @@ fn campaign_catches_a_forgotten_receipt_and_reruns_it() {
     planted_bug_is_caught("forget_receipt", Some("sqlite"), &["invariant 3", "invariant 14"]);
 }
 
-/// A change's PATCH sent again while its outcome is unknown (issue 16) is
+/// A change's PATCH sent again while its outcome is unknown is
 /// caught as more PATCH requests for a resource than change receipts sent
 /// for it (invariant 11). Two trial runs caught it at their 5th and 6th seed
 /// (the simulator shows a resize only after `resize_ms`, so reads see the

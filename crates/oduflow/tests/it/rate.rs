@@ -1,4 +1,4 @@
-//! Issue 13: several oduflow processes on one database share one rate
+//! Several oduflow processes on one database share one rate
 //! budget, so together they stay under Vultr's 30 requests/s per source
 //! address, as the simulator counts it (a sliding second per address, 429
 //! with Retry-After above it).
@@ -122,8 +122,8 @@ async fn fleet_shares_one_budget(mut env: Env, workers: usize, clients: usize) {
     assert!(!kills.is_empty(), "no scanner was still running when killed: the kill was not exercised");
     // The point is "not stalled", not a speed: a killed process's
     // reservation must not hold the others past one bounded ask of the
-    // budget. (2 s was too tight on a loaded 2-core machine: 3.3 s in the
-    // clean-clone run at 16c3a52, while the campaigns started beside it.)
+    // budget. (2 s is too tight on a loaded 2-core machine, with the
+    // campaigns starting beside this test.)
     let bound = oduflow_vultr::budget::BUDGET_ASK_TIMEOUT.as_millis() as i64;
     assert!(
         longest_gap_after_kill < bound,

@@ -1,4 +1,4 @@
-//! Real servers (issue 15), end to end through the CLI, a worker process
+//! Real servers, end to end through the CLI, a worker process
 //! and the simulator: every spec field reaches the one create POST (the
 //! simulator's ledger keeps its body), the preflight refuses a spec the
 //! catalog lacks before anything is paid for, and Vultr's root password
@@ -142,7 +142,7 @@ async fn a_spec_the_catalog_lacks_blocks_before_anything_is_created(env: Env) {
     assert!(ledger.create_requests_per_label.is_empty(), "a create went out: {:?}", ledger.create_requests_per_label);
 }
 
-/// Opt-in smoke test against the real Vultr API (issue 15): set
+/// Opt-in smoke test against the real Vultr API: set
 /// `ODUFLOW_LIVE_REGION` (e.g. `ewr`) and `VULTR_API_KEY`. It provisions the
 /// smallest VM (`ODUFLOW_LIVE_PLAN`, default vc2-1c-1gb) with a 10 GB volume
 /// through the normal worker, deletes it, then checks that nothing carrying

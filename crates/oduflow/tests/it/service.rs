@@ -1,4 +1,4 @@
-//! Running oduflow as a service (issue 18): a worker stops gracefully on
+//! Running oduflow as a service: a worker stops gracefully on
 //! SIGTERM or SIGINT and leaves nothing claimed, a second signal stops it at
 //! once, its `/metrics` are scraped and parsed while it runs, and `serve`
 //! without a key serves the dashboard read-only.
@@ -99,8 +99,8 @@ async fn term_once_started(
     (status, took, err)
 }
 
-/// The hole (issue 18): SIGTERM, what systemd sends, killed the worker
-/// outright. Now the run under way finishes and commits, nothing stays
+/// SIGTERM, what systemd sends, must not kill the worker outright: the
+/// run under way finishes and commits, nothing stays
 /// claimed, the process exits 0, and the next worker (with a lease far
 /// longer than the test) takes the same client's next job at once.
 async fn sigterm_mid_run_finishes_the_run_releases_everything_and_the_next_worker_continues_at_once(env: Env) {
@@ -338,8 +338,8 @@ fn http_get(addr: &str, path: &str) -> String {
     body
 }
 
-/// Item 4 and 7 of issue 18: `serve` without VULTR_API_KEY starts (it used
-/// to refuse: "the worker needs the Vultr API key"), says it is read-only,
+/// `serve` without VULTR_API_KEY starts (it does not need the key to read),
+/// says it is read-only,
 /// serves the dashboard and reads, and refuses actions with 409.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_without_a_key_starts_read_only_and_serves_the_dashboard() {

@@ -1,5 +1,5 @@
 //! Tidy: ARCHITECTURE.md's structural rules, checked mechanically over the
-//! repository's files (issue 14).
+//! repository's files.
 //! - Only `oduflow-store` knows SQL: `sqlx` appears in no other crate's
 //!   sources or manifest (tests reach the database through the store's test
 //!   kit, `oduflow_store::testing`).
@@ -118,7 +118,7 @@ fn nothing_refers_outside_the_repository() {
 
 /// The binary writes standard output only through `output::outln!`, which
 /// ends a command quietly when the reader has gone (`| head -1`);
-/// `println!` and `print!` panic there (issue 18).
+/// `println!` and `print!` panic there.
 #[test]
 fn the_binary_prints_only_through_outln() {
     let mut bad = Vec::new();
@@ -141,8 +141,8 @@ fn the_binary_prints_only_through_outln() {
 /// The longest a function may be, signature to closing brace.
 const FN_LINES_MAX: usize = 100;
 
-/// Functions already longer, with their length when the limit came in
-/// (issue 14). They may only shrink; shortening them is issue 14's work.
+/// Functions already longer, with their length when the limit came in.
+/// They may only shrink; each one split below the limit leaves the list.
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("crates/oduflow-lab/src/campaign.rs", "run_seed", 256),
     (
@@ -216,7 +216,7 @@ fn no_function_grows_past_the_limit() {
             }
         }
     }
-    eprintln!("tidy: {known} function(s) still over {FN_LINES_MAX} lines (listed, issue 14)");
+    eprintln!("tidy: {known} function(s) still over {FN_LINES_MAX} lines (in LONG_FUNCTIONS: may only shrink)");
     assert!(over.is_empty(), "functions too long:\n  {}", over.join("\n  "));
 }
 
@@ -226,9 +226,9 @@ fn the_function_scanner_measures() {
     assert_eq!(functions(text), vec![("a".to_owned(), 3), ("b".to_owned(), 9)]);
 }
 
-/// The release binary is built without debug info and stripped (issue 18:
-/// with line tables and symbols it weighed 103 MB, then 116 MB; README,
-/// "Install").
+/// The release binary is built without debug info and stripped (with line
+/// tables and symbols it weighs over 100 MB; BENCHMARKS.md, "The release
+/// binary").
 #[test]
 fn the_release_profile_leaves_debug_info_out() {
     let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
@@ -267,4 +267,104 @@ fn the_product_build_leaves_the_laboratory_out() {
         }
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// The prose we wrote and keep: Rust sources, Markdown and TOML under
+/// `crates/`, `docs/`, `bench/`, `deploy/` and `.config/`, every script in
+/// `scripts/`, and the top-level documents and manifest. Paths are relative
+/// to the repository's root.
+fn prose_files() -> Vec<(String, String)> {
+    let root = root();
+    let mut all = Vec::new();
+    for dir in ["crates", "docs", "bench", "deploy", ".config"] {
+        files(&root.join(dir), &mut all);
+    }
+    all.retain(|p| p.extension().is_some_and(|e| e == "rs" || e == "md" || e == "toml"));
+    files(&root.join("scripts"), &mut all);
+    all.extend(["README.md", "ARCHITECTURE.md", "BENCHMARKS.md", "Cargo.toml"].map(|f| root.join(f)));
+    all.into_iter()
+        .filter_map(|p| {
+            let text = std::fs::read_to_string(&p).ok()?;
+            Some((p.strip_prefix(&root).unwrap().to_string_lossy().into_owned(), text))
+        })
+        .collect()
+}
+
+/// Where a line points at a tracker entry rather than saying what it means:
+/// the word "issue" (or "issues", any case), then an optional space and an
+/// optional `#`, then a digit; or a `#` right after the start of the line, a
+/// space, `(`, `[` or `,`, followed by digits that end the word (so a CSS
+/// colour such as `color:#222` and Rust's `#[...]` are not tags).
+fn tracker_references(line: &str) -> Vec<String> {
+    let lower = line.to_ascii_lowercase();
+    let mut found = Vec::new();
+    for (at, word) in lower.match_indices("issue") {
+        let rest = &lower[at + word.len()..];
+        let rest = rest.strip_prefix('s').unwrap_or(rest);
+        let rest = rest.strip_prefix(' ').unwrap_or(rest);
+        let rest = rest.strip_prefix('#').unwrap_or(rest);
+        if rest.starts_with(|c: char| c.is_ascii_digit()) {
+            let end = lower.len() - rest.len() + rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+            found.push(line[at..end].to_owned());
+        }
+    }
+    for (at, _) in line.match_indices('#') {
+        let before = line[..at].chars().next_back();
+        if !matches!(before, None | Some(' ' | '\t' | '(' | '[' | ',')) {
+            continue;
+        }
+        let rest = &line[at + 1..];
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let ends_word = !rest[digits..].starts_with(|c: char| c.is_alphanumeric() || c == '_');
+        if digits > 0 && ends_word {
+            found.push(line[at..at + 1 + digits].to_owned());
+        }
+    }
+    found
+}
+
+/// A comment or a document says what a thing is and why, in its own words:
+/// "the tidy limit", not a tracker's number, which means nothing to a reader
+/// without the tracker and goes stale when the work is done.
+#[test]
+fn no_prose_cites_a_tracker_number() {
+    let mut bad = Vec::new();
+    for (path, text) in prose_files() {
+        for (i, l) in text.lines().enumerate() {
+            for r in tracker_references(l) {
+                bad.push(format!("{path}:{}: {r}", i + 1));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "tracker references (say what they stand for instead):\n  {}", bad.join("\n  "));
+}
+
+#[test]
+fn the_reference_scanner_finds() {
+    let word = "Issue";
+    for hit in
+        [format!("see {word} 14."), format!("({word}#29)"), format!("{word}s 3 and 4"), format!("fixed {}29", '#')]
+    {
+        assert_eq!(tracker_references(&hit).len(), 1, "{hit}");
+    }
+    for miss in ["color:#222;", "#[cfg(test)]", "an issue, 3 times", "r#\"x\"#", "## 3. Heading", "#abc"] {
+        assert!(tracker_references(miss).is_empty(), "{miss}");
+    }
+}
+
+/// ARCHITECTURE.md is a map: what each part owns, the invariants and the
+/// seams, each a line or two, with the details in docs/protocol.md and
+/// docs/vultr.md and the figures in BENCHMARKS.md. A map that keeps
+/// growing has become a log.
+const ARCHITECTURE_WORDS_MAX: usize = 1500;
+
+#[test]
+fn the_architecture_stays_a_map() {
+    let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let words = text.split_whitespace().count();
+    assert!(
+        words <= ARCHITECTURE_WORDS_MAX,
+        "ARCHITECTURE.md has {words} words, over {ARCHITECTURE_WORDS_MAX}: move details to docs/protocol.md or \
+         docs/vultr.md and figures to BENCHMARKS.md"
+    );
 }

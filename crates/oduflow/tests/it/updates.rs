@@ -1,4 +1,4 @@
-//! Changing a running client (issue 16), end to end through the CLI, a
+//! Changing a running client, end to end through the CLI, a
 //! worker process and the simulator: one PATCH per change receipt, confirmed
 //! by a read, never a second allocation; what Vultr cannot do in place is
 //! refused before anything is stored.
