@@ -9,6 +9,7 @@
 use crate::current::{self, spec_digest};
 use crate::{EngineError, Worker, fail_step, fleet_view};
 use oduflow_model::decide::{self, Action, DeleteProgress, Facts, Inputs, ReceiptFacts, Resource, Seen};
+use oduflow_model::ledger::Effect;
 use oduflow_model::provider::{BlockRequest, DeleteOutcome, InstanceRequest, Outcome, Provider, SendGuard};
 use oduflow_model::*;
 use oduflow_store::{Fence, Finish, Footing, IdSource, InfraRow, JobNext, NewEvent, NewReceipt, ReceiptRow};
@@ -425,7 +426,9 @@ impl<'a, P: Provider> Converge<'a, P> {
                     r.spec_digest != create_digest(&infra.spec, kind)
                         || view.changes.iter().any(|c| Some(&c.resource_id) == r.resource_id.as_ref())
                 }),
-            change: view.change_of(infra, kind).map(|c| c.facts()).unwrap_or_default(),
+            change: oduflow_model::decide::ChangeFacts::of(
+                view.change_of(infra, kind).map(oduflow_store::ChangeRow::effect),
+            ),
             update_overdue,
             orphans: self.orphans_of(kind),
         };
@@ -480,8 +483,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         let w = self.run.w;
         #[cfg(feature = "failpoints")]
         if crate::planted_bug("resend_after_lost")
-            && r.resource_id.is_none()
-            && r.rejection_status.is_none()
+            && matches!(r.effect(), Effect::Unknown { .. } | Effect::Unmarked { .. } | Effect::NotSent { .. })
             && kind != ResourceKind::Attach
         {
             // A planted bug, for proving the fault campaign can fail:
@@ -543,14 +545,14 @@ impl<'a, P: Provider> Converge<'a, P> {
         if !w.cfg.bulk_view {
             return Via::Get;
         }
-        if r.resource_id.is_none() {
+        if r.effect().id().is_none() {
             // A listing of this run's own (started after it began, on this
             // process's monotonic clock: a wall-clock step cannot make an
             // older listing count again).
             return Via::View { after_ms: i64::MIN, since: Some(self.started), may_defer: false };
         }
         // A deletion of this very dispatch still in flight reads by id.
-        let deleting = r.delete_sent_ms.is_some() && r.deleted_ms.is_none();
+        let deleting = r.progress().delete_sent && !r.progress().deleted;
         if !self.first_provisioning || deleting || self.must_get[slot(kind)] {
             return Via::Get;
         }
@@ -845,12 +847,7 @@ async fn uncertain_evidence<P: Provider>(
 }
 
 fn progress_of(r: Option<&ReceiptRow>) -> DeleteProgress {
-    r.map(|r| DeleteProgress {
-        seen: r.seen_ms.is_some(),
-        delete_sent: r.delete_sent_ms.is_some(),
-        deleted: r.deleted_ms.is_some(),
-    })
-    .unwrap_or_default()
+    r.map(ReceiptRow::progress).unwrap_or_default()
 }
 
 /// What a receipt establishes. One claimed and never marked sent never

@@ -134,6 +134,28 @@ pub enum ChangeFacts {
     Confirmed,
 }
 
+impl ChangeFacts {
+    /// What a change receipt's effect says: a claim never marked sent
+    /// never left (a restored copy doubts it first, marking it sent), so it
+    /// is sent again like one that provably never left; an unknown outcome
+    /// waits for reads.
+    pub fn of(effect: Option<Effect>) -> Self {
+        match effect {
+            None => ChangeFacts::None,
+            Some(Effect::Known { .. }) => ChangeFacts::Confirmed,
+            Some(Effect::Rejected { status, message }) => ChangeFacts::Rejected { status, message },
+            Some(Effect::NotSent { count, reason }) => ChangeFacts::NotSent { count, reason },
+            Some(Effect::Unmarked { not_sent, .. }) => ChangeFacts::NotSent {
+                count: not_sent,
+                reason: "claimed, but the worker stopped before sending".to_owned(),
+            },
+            Some(Effect::Unknown { observations } | Effect::Abandoned { observations, .. }) => {
+                ChangeFacts::Sent { observations }
+            }
+        }
+    }
+}
+
 /// Deletion progress of the current dispatch of one kind.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeleteProgress {

@@ -15,6 +15,8 @@ pub enum IdSource {
     AdoptedByLabel,
     /// Named by an operator (`oduflow adopt`), after verification.
     AdoptedByOperator,
+    /// A change (a PATCH) on a known resource: a read showed it made.
+    ConfirmedByRead,
 }
 
 impl IdSource {
@@ -23,6 +25,7 @@ impl IdSource {
             IdSource::Response => "response",
             IdSource::AdoptedByLabel => "adopted_by_label",
             IdSource::AdoptedByOperator => "adopted_by_operator",
+            IdSource::ConfirmedByRead => "confirmed_by_read",
         }
     }
 
@@ -31,6 +34,7 @@ impl IdSource {
             "response" => Some(Self::Response),
             "adopted_by_label" => Some(Self::AdoptedByLabel),
             "adopted_by_operator" => Some(Self::AdoptedByOperator),
+            "confirmed_by_read" => Some(Self::ConfirmedByRead),
             _ => None,
         }
     }

@@ -13,6 +13,7 @@ use crate::receipts::{ledger_write, write_tx};
 use crate::rows::{ClientRow, RowExt};
 use crate::{Db, ReceiptLedger, ReceiptRow, Result, Store, StoreError, both, queue};
 use oduflow_model::decide::ChangeFacts;
+use oduflow_model::ledger::{Effect, IdSource};
 use oduflow_model::update::SpecUpdate;
 use oduflow_model::*;
 use serde::Serialize;
@@ -65,25 +66,31 @@ pub struct ChangeRow {
 }
 
 impl ChangeRow {
-    /// What the decision needs to know of it.
-    pub fn facts(&self) -> ChangeFacts {
+    /// Where the change stands: the one reading of the columns that record
+    /// it. A confirmation outranks everything; then a refusal, a send that
+    /// provably never left, a claim never marked sent.
+    pub fn effect(&self) -> Effect {
         if self.confirmed_ms.is_some() {
-            ChangeFacts::Confirmed
+            Effect::Known {
+                id: self.resource_id.clone(),
+                source: Some(IdSource::ConfirmedByRead),
+                observations: self.observation_count,
+            }
         } else if let (Some(status), Some(message)) = (self.rejection_status, &self.rejection_message) {
-            ChangeFacts::Rejected { status: u16::try_from(status).unwrap_or(0), message: message.clone() }
+            Effect::Rejected { status: u16::try_from(status).unwrap_or(0), message: message.clone() }
         } else if self.not_sent_ms.is_some() {
-            let reason = self.not_sent_reason.clone().unwrap_or_default();
-            ChangeFacts::NotSent { count: self.not_sent_count, reason }
+            Effect::NotSent { count: self.not_sent_count, reason: self.not_sent_reason.clone().unwrap_or_default() }
         } else if self.sent_ms.is_none() {
-            // The send is committed on the receipt before the PATCH leaves:
-            // without it, nothing left (a worker stopped after the claim).
-            // A restored copy doubts this first (`change_doubt_open`).
-            let reason = "claimed, but the worker stopped before sending".to_owned();
-            ChangeFacts::NotSent { count: self.not_sent_count, reason }
+            Effect::Unmarked { not_sent: self.not_sent_count, observations: self.observation_count }
         } else {
             // Sent, or about to be: only reads tell.
-            ChangeFacts::Sent { observations: self.observation_count }
+            Effect::Unknown { observations: self.observation_count }
         }
+    }
+
+    /// What the decision needs to know of it.
+    pub fn facts(&self) -> ChangeFacts {
+        ChangeFacts::of(Some(self.effect()))
     }
 
     /// One line for `client show`.

@@ -212,6 +212,7 @@ pub(crate) fn job_from_row(r: &impl RowExt) -> Result<JobRow> {
     })
 }
 
+pub use oduflow_model::decide::DeleteProgress;
 pub use oduflow_model::ledger::{Effect, IdSource};
 
 /// The durable record of one dispatch.
@@ -303,6 +304,15 @@ impl ReceiptRow {
     /// Observations that count against the polling limit.
     pub fn observations(&self) -> i64 {
         self.observation_count - self.observation_base
+    }
+
+    /// How far the deletion of what it made has come.
+    pub fn progress(&self) -> DeleteProgress {
+        DeleteProgress {
+            seen: self.seen_ms.is_some(),
+            delete_sent: self.delete_sent_ms.is_some(),
+            deleted: self.deleted_ms.is_some(),
+        }
     }
 
     /// Where its create stands: the one reading of the columns that record

@@ -6,6 +6,7 @@
 use super::{Converge, MarkOf, Run, SentMark, Step, View, poll_delay, slot};
 use crate::{EngineError, fail_step};
 use oduflow_model::decide::{Change, Seen};
+use oduflow_model::ledger::Effect;
 use oduflow_model::provider::{self, Outcome, Provider};
 use oduflow_model::*;
 use oduflow_store::{ChangeAnswer, ChangeRow, Finish, NewChange};
@@ -214,7 +215,7 @@ impl<P: Provider> Run<'_, P> {
         // an earlier generation counts too (a reconcile or another update
         // may have moved the generation on before the client was ready).
         let changes = w.store.changes_for_client(&self.infra.client_id).await?;
-        let confirmed = changes.iter().any(|c| c.spec_generation > done && c.confirmed_ms.is_some());
+        let confirmed = changes.iter().any(|c| c.spec_generation > done && matches!(c.effect(), Effect::Known { .. }));
         if confirmed {
             let t = self.identity_target(false).await?;
             let states = w.store.adapter_states(&self.infra.client_id).await?;

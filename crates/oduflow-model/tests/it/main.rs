@@ -431,3 +431,19 @@ fn each_ledger_state_reads_as_its_facts() {
     );
     assert_eq!(ReceiptFacts::of(None, Target::Present), ReceiptFacts::None);
 }
+
+/// A change receipt's state, as the decision reads it: a claim never marked
+/// sent is sent again like one that provably never left; an unknown outcome
+/// waits for reads; a read's confirmation is final.
+#[test]
+fn each_ledger_state_of_a_change_reads_as_its_facts() {
+    use oduflow_model::ledger::{Effect, IdSource};
+    let unmarked = ChangeFacts::of(Some(Effect::Unmarked { not_sent: 1, observations: 0 }));
+    assert!(matches!(unmarked, ChangeFacts::NotSent { count: 1, .. }), "{unmarked:?}");
+    assert_eq!(ChangeFacts::of(Some(Effect::Unknown { observations: 2 })), ChangeFacts::Sent { observations: 2 });
+    let confirmed = Effect::Known { id: "i".into(), source: Some(IdSource::ConfirmedByRead), observations: 2 };
+    assert_eq!(ChangeFacts::of(Some(confirmed)), ChangeFacts::Confirmed);
+    let rejected = Effect::Rejected { status: 400, message: "m".into() };
+    assert_eq!(ChangeFacts::of(Some(rejected)), ChangeFacts::Rejected { status: 400, message: "m".into() });
+    assert_eq!(ChangeFacts::of(None), ChangeFacts::None);
+}
