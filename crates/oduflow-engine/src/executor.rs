@@ -1035,11 +1035,19 @@ impl<P: Provider> Run<'_, P> {
         // verifies everything else): the label is not held against it.
         let by_operator = r.resource_id_source == Some(IdSource::AdoptedByOperator);
         let expect = |found: &str| if by_operator { found.to_owned() } else { label.to_owned() };
-        let seen = match (kind, &r.resource_id) {
-            (ResourceKind::Vm, Some(id)) => match p.instance_get(&VultrInstanceId(id.clone())).await? {
-                None => Seen::Missing,
-                Some(i) => Seen::Present(instance_facts(spec, &expect(&i.label), i)),
-            },
+        let by_id = match &r.resource_id {
+            Some(id) => Some(p.resource_get(&provider::ResourceId::new(kind, id.clone())).await?),
+            None => None,
+        };
+        let seen = match (kind, by_id) {
+            (_, Some(None)) => Seen::Missing,
+            (_, Some(Some(provider::Existing::Instance(i)))) => {
+                Seen::Present(instance_facts(spec, &expect(&i.label), i))
+            }
+            (_, Some(Some(provider::Existing::Block(b)))) => {
+                let expected = expect(&b.label);
+                Seen::Present(block_facts(spec, &expected, b))
+            }
             (ResourceKind::Vm, None) => Seen::ByLabel(
                 p.instance_list_by_label(&r.label)
                     .await?
@@ -1048,13 +1056,6 @@ impl<P: Provider> Run<'_, P> {
                     .map(|i| instance_facts(spec, label, i))
                     .collect(),
             ),
-            (_, Some(id)) => match p.block_get(&VultrBlockId(id.clone())).await? {
-                None => Seen::Missing,
-                Some(b) => {
-                    let expected = expect(&b.label);
-                    Seen::Present(block_facts(spec, &expected, b))
-                }
-            },
             (_, None) => Seen::ByLabel(
                 p.block_list()
                     .await?
@@ -1278,10 +1279,7 @@ impl<P: Provider> Run<'_, P> {
         // The run's guard checks the claim right before each attempt leaves:
         // nothing but this process's own scheduling lies between the check
         // and the request.
-        let answer = match kind {
-            ResourceKind::Vm => w.provider.instance_delete(&VultrInstanceId(id.to_owned())).await,
-            _ => w.provider.block_delete(&VultrBlockId(id.to_owned())).await,
-        };
+        let answer = w.provider.resource_delete(&provider::ResourceId::new(kind, id)).await;
         fail_step!("delete-sent");
         self.halted()?;
         let at = w.now_ms();

@@ -5,7 +5,7 @@
 use crate::ReceiptWriter;
 use oduflow_model::decide::{block_mismatch, instance_mismatch};
 use oduflow_model::ledger::Effect;
-use oduflow_model::provider::Provider;
+use oduflow_model::provider::{Existing, Provider, ResourceId};
 use oduflow_model::*;
 use oduflow_store::{ClientRow, IdSource, NewReceipt, ReceiptRow, Store};
 use serde::Serialize;
@@ -126,15 +126,13 @@ pub async fn adopt<P: Provider>(
         return refused(format!("{id} is already recorded on receipt {}", other.operation_key));
     }
     let spec = &c.infra.spec;
-    let (label, mismatch) = match kind {
-        ResourceKind::Vm => match provider.instance_get(&VultrInstanceId(id.to_owned())).await? {
-            None => return refused(format!("instance {id} is not visible with the configured key")),
-            Some(i) => (i.label.clone(), instance_mismatch(spec, &i.label, &i)),
-        },
-        _ => match provider.block_get(&VultrBlockId(id.to_owned())).await? {
-            None => return refused(format!("block {id} is not visible with the configured key")),
-            Some(b) => (b.label.clone(), block_mismatch(spec, &b.label, &b)),
-        },
+    let (label, mismatch) = match provider.resource_get(&ResourceId::new(kind, id)).await? {
+        None => {
+            let noun = if kind == ResourceKind::Vm { "instance" } else { "block" };
+            return refused(format!("{noun} {id} is not visible with the configured key"));
+        }
+        Some(Existing::Instance(i)) => (i.label.clone(), instance_mismatch(spec, &i.label, &i)),
+        Some(Existing::Block(b)) => (b.label.clone(), block_mismatch(spec, &b.label, &b)),
     };
     // Whose it is comes first, then whether it matches. A label made by oduflow names the client and kind it was made for.
     if let Some((owner, made_as)) = Label(label.clone()).owner()
@@ -288,18 +286,13 @@ pub async fn credentials_rotate<P: Provider>(
             // (`oduflow adopt` verified it): proven the same way, by the new
             // key seeing it.
             let by_operator = r.resource_id_source == Some(IdSource::AdoptedByOperator);
-            match (&r.resource_id, r.resource_kind) {
-                (Some(id), ResourceKind::Vm) => match provider.instance_get(&VultrInstanceId(id.clone())).await? {
-                    Some(i) if i.label == label || by_operator => {}
-                    Some(i) => unproven.push(fail(format!("label is {:?}, receipt says {label:?}", i.label))),
+            match r.resource_id.as_ref().map(|id| ResourceId::new(r.resource_kind, id.clone())) {
+                Some(id) => match provider.resource_get(&id).await? {
+                    Some(x) if x.label() == label || by_operator => {}
+                    Some(x) => unproven.push(fail(format!("label is {:?}, receipt says {label:?}", x.label()))),
                     None => unproven.push(fail("not visible with the new key".into())),
                 },
-                (Some(id), _) => match provider.block_get(&VultrBlockId(id.clone())).await? {
-                    Some(b) if b.label == label || by_operator => {}
-                    Some(b) => unproven.push(fail(format!("label is {:?}, receipt says {label:?}", b.label))),
-                    None => unproven.push(fail("not visible with the new key".into())),
-                },
-                (None, _) => unproven.push(fail(
+                None => unproven.push(fail(
                     "the dispatch's outcome is unknown, so ownership cannot be proven; resolve it first, with the \
                      old key still in VULTR_API_KEY (`oduflow reconcile`, `oduflow adopt`), or give it up \
                      (`oduflow abandon`, which needs no key)"
@@ -651,17 +644,14 @@ pub async fn orphan_delete<P: Provider>(
     }
     let o = open_orphan(store, id).await?;
     refuse_if_accounted(store, id, &o.label).await?;
-    let label = match o.kind {
-        ResourceKind::Vm => provider.instance_get(&VultrInstanceId(id.to_owned())).await?.map(|i| i.label),
-        _ => match provider.block_get(&VultrBlockId(id.to_owned())).await? {
-            Some(b) if b.attached_to_instance.is_some() => {
-                return refused(format!(
-                    "volume {id} is attached to instance {}: delete or detach that first",
-                    b.attached_to_instance.map(|i| i.0).unwrap_or_default()
-                ));
-            }
-            b => b.map(|b| b.label),
-        },
+    let label = match provider.resource_get(&ResourceId::new(o.kind, id)).await? {
+        Some(Existing::Block(b)) if b.attached_to_instance.is_some() => {
+            return refused(format!(
+                "volume {id} is attached to instance {}: delete or detach that first",
+                b.attached_to_instance.map(|i| i.0).unwrap_or_default()
+            ));
+        }
+        x => x.map(|x| x.label().to_owned()),
     };
     let Some(label) = label else {
         store.orphan_resolve(id, "gone: the provider answered 404", now_ms).await?;
@@ -707,20 +697,14 @@ pub async fn orphan_delete<P: Provider>(
         Some(c) => ReceiptWriter::new(store.clone()).audit(c, "orphan_delete_attested", detail, now_ms).await?,
         None => store.event_global("orphan_delete_attested", detail, now_ms).await?,
     }
-    let answer = match o.kind {
-        ResourceKind::Vm => provider.instance_delete(&VultrInstanceId(id.to_owned())).await?,
-        _ => provider.block_delete(&VultrBlockId(id.to_owned())).await?,
-    };
+    let answer = provider.resource_delete(&ResourceId::new(o.kind, id)).await?;
     if let provider::DeleteOutcome::Refused { status, message } = answer {
         return refused(format!("the provider refused the DELETE of {id} with {status}: {message}; nothing changed"));
     }
     for r in &recorded {
         writer.mark_delete_sent(&r.operation_key, now_ms).await?;
     }
-    let gone = match o.kind {
-        ResourceKind::Vm => provider.instance_get(&VultrInstanceId(id.to_owned())).await?.is_none(),
-        _ => provider.block_get(&VultrBlockId(id.to_owned())).await?.is_none(),
-    };
+    let gone = provider.resource_get(&ResourceId::new(o.kind, id)).await?.is_none();
     if gone {
         for r in &recorded {
             writer.mark_deleted(&r.operation_key, now_ms).await?;

@@ -37,7 +37,10 @@ const POLL_MS: i64 = 15;
 /// campaign treats it as one more crash, not as a failure).
 const WORKER_TIMEOUT: Duration = Duration::from_secs(20);
 /// The liveness bound: with faults off, every client settles within this.
-const LIVENESS_BOUND: Duration = Duration::from_secs(45);
+/// It covers the minute of 404s that takes a DNS record deleted behind
+/// oduflow's back (after a restore: one deleted after the backup) as gone.
+const LIVENESS_BOUND: Duration =
+    Duration::from_millis(45_000 + oduflow_vultr::dns_adapter::RECORD_MISSING_MS.unsigned_abs());
 /// Provider requests per created resource above which a seed fails.
 const REQUESTS_PER_RESOURCE_MAX: u64 = 150;
 /// How long a pause waits for a worker to be in the middle of a run.

@@ -117,6 +117,10 @@ pub enum AdapterError {
     /// after a poll interval; the adapter bounds how many times (and then
     /// answers `Blocked`).
     Pending(String),
+    /// Not done, and nothing worth asking before `until_ms` (on the clock
+    /// the adapter was given, the worker's): comes back then, not after a
+    /// poll interval. The adapter bounds how many times.
+    Waiting { until_ms: i64, detail: String },
     /// Only an operator can decide: the client blocks with this reason.
     Blocked(crate::BlockedReason, String),
 }
@@ -136,7 +140,7 @@ impl From<&str> for AdapterError {
 impl std::fmt::Display for AdapterError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Failed(s) | Self::Pending(s) => f.write_str(s),
+            Self::Failed(s) | Self::Pending(s) | Self::Waiting { detail: s, .. } => f.write_str(s),
             Self::Blocked(r, s) => write!(f, "{r}: {s}"),
         }
     }

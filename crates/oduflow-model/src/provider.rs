@@ -253,6 +253,26 @@ pub trait Provider: Send + Sync + 'static {
     fn block_detach(&self, id: &VultrBlockId) -> impl Future<Output = Result<DeleteOutcome, ProviderError>> + Send;
     fn block_delete(&self, id: &VultrBlockId) -> impl Future<Output = Result<DeleteOutcome, ProviderError>> + Send;
 
+    /// A VM or a volume by its typed id; `Ok(None)` on 404.
+    fn resource_get(&self, id: &ResourceId) -> impl Future<Output = Result<Option<Existing>, ProviderError>> + Send {
+        async move {
+            Ok(match id {
+                ResourceId::Instance(i) => self.instance_get(i).await?.map(Existing::Instance),
+                ResourceId::Block(b) => self.block_get(b).await?.map(Existing::Block),
+            })
+        }
+    }
+
+    /// DELETE of a VM or a volume by its typed id.
+    fn resource_delete(&self, id: &ResourceId) -> impl Future<Output = Result<DeleteOutcome, ProviderError>> + Send {
+        async move {
+            match id {
+                ResourceId::Instance(i) => self.instance_delete(i).await,
+                ResourceId::Block(b) => self.block_delete(b).await,
+            }
+        }
+    }
+
     /// PATCH /instances/{id} with the change, sent once: an unknown outcome is
     /// resolved by reading, never by sending again.
     fn instance_update(
@@ -360,4 +380,46 @@ pub async fn send_guard_check() -> Result<(), String> {
         return Ok(());
     };
     guard.check().await
+}
+
+/// A VM's or a volume's id at Vultr, typed by its kind: the one place a
+/// recorded id becomes the provider's.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ResourceId {
+    Instance(VultrInstanceId),
+    Block(VultrBlockId),
+}
+
+impl ResourceId {
+    /// The id recorded for a resource of `kind` (an attach's is its
+    /// volume's).
+    pub fn new(kind: crate::ResourceKind, id: impl Into<String>) -> Self {
+        match kind {
+            crate::ResourceKind::Vm => ResourceId::Instance(VultrInstanceId(id.into())),
+            crate::ResourceKind::Volume | crate::ResourceKind::Attach => ResourceId::Block(VultrBlockId(id.into())),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            ResourceId::Instance(i) => &i.0,
+            ResourceId::Block(b) => &b.0,
+        }
+    }
+}
+
+/// A VM or a volume as a GET by id read it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Existing {
+    Instance(Instance),
+    Block(Block),
+}
+
+impl Existing {
+    pub fn label(&self) -> &str {
+        match self {
+            Existing::Instance(i) => &i.label,
+            Existing::Block(b) => &b.label,
+        }
+    }
 }

@@ -59,6 +59,13 @@ pub const RECORD_GET_LAG_MS: i64 = 60_000;
 pub const RECORD_MISSING_MAX: u32 = 3;
 pub const RECORD_MISSING_MS: i64 = 60_000;
 
+/// How long after a counted 404 the record is asked for again: counting
+/// the 404s that take it as gone costs about seven requests whatever the
+/// poll interval (at a poll interval, a fast one sent a request every few
+/// milliseconds for the whole minute), and a temporary 404 holds the
+/// client back this long.
+pub const RECORD_MISSING_SPACING_MS: i64 = 10_000;
+
 /// The adapter's steps a test can kill a worker at (`ODUFLOW_CRASH_AT`):
 /// after a create is recorded and before it is sent; after its answer came
 /// and before its id is recorded; after a DELETE was answered and before that
@@ -644,7 +651,7 @@ impl DnsAdapter {
     /// One 404 to the GET or PATCH (`how`) of owned record `i`, which is not
     /// being deleted: counted, never a verdict on its own. `Ok(())` once it
     /// is taken as gone (`gone_ms` set: see [`RECORD_MISSING_MAX`]); until
-    /// then `Pending`, read again after a poll interval.
+    /// then `Waiting`, asked again [`RECORD_MISSING_SPACING_MS`] later.
     async fn missing(&self, o: &mut Owned, own: &dyn Ownership, i: usize, how: &str) -> Result<(), AdapterError> {
         let now = self.now_ms();
         let r = &mut o.records[i];
@@ -660,12 +667,17 @@ impl DnsAdapter {
         if gone {
             return Ok(());
         }
-        Err(AdapterError::Pending(format!(
-            "record {id} answers 404 to its {how} ({n} in a row over {} s); a 404 may be temporary: it is taken as \
-             gone after {RECORD_MISSING_MAX} over {} s, then made again and this id deleted",
-            (now - first) / 1000,
-            RECORD_MISSING_MS / 1000
-        )))
+        Err(AdapterError::Waiting {
+            until_ms: now + RECORD_MISSING_SPACING_MS,
+            detail: format!(
+                "record {id} answers 404 to its {how} ({n} in a row over {} s); a 404 may be temporary: it is taken \
+                 as gone after {RECORD_MISSING_MAX} over {} s, then made again and this id deleted; asked again in \
+                 {} s",
+                (now - first) / 1000,
+                RECORD_MISSING_MS / 1000,
+                RECORD_MISSING_SPACING_MS / 1000
+            ),
+        })
     }
 
     /// A read found owned record `i`: its count of 404s starts again.

@@ -140,6 +140,12 @@ impl<'a, P: Provider> Run<'a, P> {
                 w.receipts.audit(&self.infra.client_id, "adapter_pending", audit, now).await?;
                 Ok(self.wait(now + w.cfg.poll_interval_ms))
             }
+            AdapterError::Waiting { until_ms, detail } => {
+                let w = self.w;
+                let audit = serde_json::json!({ "adapter": a, "detail": detail, "until_ms": until_ms });
+                w.receipts.audit(&self.infra.client_id, "adapter_pending", audit, now).await?;
+                Ok(self.wait(until_ms.max(now + w.cfg.poll_interval_ms)))
+            }
             AdapterError::Blocked(reason, detail) => Ok(self.block(reason, format!("adapter {a}: {detail}"))),
         }
     }

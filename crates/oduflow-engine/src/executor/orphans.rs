@@ -71,20 +71,11 @@ impl<'a, P: Provider> Converge<'a, P> {
         let failed = |e: provider::ProviderError| {
             EngineError::ProviderRead(format!("labelled orphan {} {}: {e}", kind.as_str(), o.resource_id))
         };
-        Ok(match kind {
-            ResourceKind::Vm => w
-                .provider
-                .instance_get(&VultrInstanceId(o.resource_id.clone()))
-                .await
-                .map_err(failed)?
-                .map(|i| instance_facts(spec, &o.label, i)),
-            _ => w
-                .provider
-                .block_get(&VultrBlockId(o.resource_id.clone()))
-                .await
-                .map_err(failed)?
-                .map(|b| block_facts(spec, &o.label, b)),
-        })
+        let id = provider::ResourceId::new(kind, o.resource_id.clone());
+        Ok(w.provider.resource_get(&id).await.map_err(failed)?.map(|x| match x {
+            provider::Existing::Instance(i) => instance_facts(spec, &o.label, i),
+            provider::Existing::Block(b) => block_facts(spec, &o.label, b),
+        }))
     }
 
     /// The orphans of `kind` the decision sees.

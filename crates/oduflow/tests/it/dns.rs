@@ -131,6 +131,7 @@ oduflow_store::on_both_stores!(
     the_inventory_traces_a_dns_record_of_a_client_the_restore_lost,
     a_recovered_client_adopts_its_own_dns_record,
     a_deleted_client_takes_its_marked_records_along,
+    a_record_answering_404_is_asked_again_only_spaced_out,
 );
 
 async fn an_operators_record_with_the_clients_name_is_never_touched(env: Env) {
@@ -545,4 +546,36 @@ async fn a_deleted_client_takes_its_marked_records_along(env: Env) {
     let v = show(&env, "late");
     assert_eq!(v["status"], "deleted", "{v}");
     assert!(with_markers(&env, "late").await.is_empty(), "reported deleted, its records still live");
+}
+
+/// A record deleted behind oduflow's back answers 404 until it is taken as
+/// gone (3 404s over a minute). Each 404 was counted a poll interval after
+/// the last: a worker polling every 20 ms sent a PATCH or GET for it, and
+/// read the VM and volume, about 50 times a second for that minute. The
+/// 404s are now asked for spaced out over the minute.
+async fn a_record_answering_404_is_asked_again_only_spaced_out(env: Env) {
+    configure(&env);
+    env.ok(&["init"]);
+    create(&env, "acme", &[]);
+    settle(&env);
+    let v = show(&env, "acme");
+    assert_eq!(v["status"], "ready", "{v}");
+    age_dns_ownership(&env, "acme").await;
+    let a = records(&env, "acme").await.remove(0);
+    vultr(&env).dns_record_delete(ZONE, &a.id).await.unwrap();
+    assert!(env.sim.control().set_instance_main_ip(v["vm_id"].as_str().unwrap(), "203.0.113.9"));
+    env.ok(&["reconcile", "acme"]);
+    let before = env.sim.ledger().requests.clone();
+    let mut worker = env.cmd(&["worker"]).stdout(std::process::Stdio::null()).spawn().unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+    let after = env.sim.ledger().requests;
+    let grew = |route: &str| after.get(route).unwrap_or(&0) - before.get(route).unwrap_or(&0);
+    let asked = grew("PATCH /v2/domains/{domain}/records/{id}") + grew("GET /v2/domains/{domain}/records/{id}");
+    let vm_reads = grew("GET /v2/instances/{id}");
+    assert!(asked >= 1, "the record was asked for: {after:?}");
+    assert!(asked <= 2 && vm_reads <= 6, "{asked} PATCH/GET of the record, {vm_reads} VM reads in 3 s: {after:?}");
+    let v = show(&env, "acme");
+    assert_ne!(v["status"], "blocked", "{v}");
 }
