@@ -89,8 +89,12 @@ async fn a_patch_404_makes_a_new_record() {
     let done = loop {
         match a.ensure(&moved, &own).await {
             Ok(d) => break d,
-            Err(AdapterError::Pending(why)) if pending < 5 => {
+            Err(AdapterError::Waiting { detail: why, until_ms }) if pending < 5 => {
                 assert!(why.contains(&old) && why.contains("404"), "{why}");
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+                let later = until_ms - i64::try_from(now).unwrap();
+                let spacing = oduflow_vultr::dns_adapter::RECORD_MISSING_SPACING_MS;
+                assert!(later > spacing - 1_000, "asked again {later} ms later, not at once");
                 pending += 1;
                 age(&own, LONG_AGO_MS).await;
             }

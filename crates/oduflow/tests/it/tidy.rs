@@ -5,8 +5,9 @@
 //!   kit, `oduflow_store::testing`).
 //! - Only `oduflow-vultr` and its twin, the simulator, know Vultr's JSON.
 //! - Nothing refers to files outside the repository.
-//! - No function grows past `FN_LINES_MAX` lines (the longer ones that exist
-//!   are listed with their length, and may only shrink).
+//! - No function grows past its limit (70 lines in the engine and the
+//!   store, 100 elsewhere), no engine file past 400 lines; the longer ones
+//!   that exist are listed with an allowance that may only shrink.
 //! - The binary prints to standard output only through `outln!`.
 
 use std::path::{Path, PathBuf};
@@ -138,30 +139,58 @@ fn the_binary_prints_only_through_outln() {
     assert!(bad.is_empty(), "print!/println! in the binary (use output::outln!):\n  {}", bad.join("\n  "));
 }
 
-/// The longest a function may be, signature to closing brace.
-const FN_LINES_MAX: usize = 100;
+/// The longest a function may be, signature to closing brace: in the
+/// engine and the store, where the protocol lives, 70 lines; anywhere else
+/// (the laboratory and the tests included), 100.
+fn fn_lines_max(path: &str) -> usize {
+    if path.starts_with("crates/oduflow-engine/src/") || path.starts_with("crates/oduflow-store/src/") {
+        70
+    } else {
+        100
+    }
+}
 
-/// Functions already longer, with their length when the limit came in.
-/// They may only shrink; each one split below the limit leaves the list.
+/// The longest an engine source file may be.
+const ENGINE_FILE_LINES_MAX: usize = 400;
+
+/// The ratchet: an allowance that lets a known function or file exceed its
+/// limit stays within this share above its real length, so shrinking one
+/// means lowering its allowance (or deleting it), and it can never grow
+/// back into the room left.
+const ALLOWANCE_SLACK_PERCENT: usize = 10;
+
+/// Functions longer than their limit, with the most lines each may have.
+/// They may only shrink.
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
-    ("crates/oduflow-lab/src/campaign.rs", "run_seed", 256),
+    ("crates/oduflow-engine/src/executor.rs", "dispatch", 114),
+    ("crates/oduflow-engine/src/operator.rs", "adopt", 95),
+    ("crates/oduflow-engine/src/operator.rs", "credentials_rotate", 72),
+    ("crates/oduflow-engine/src/operator.rs", "inventory_settled", 99),
+    ("crates/oduflow-engine/src/operator.rs", "orphan_delete", 95),
+    ("crates/oduflow-lab/src/bench.rs", "inventory", 160),
+    ("crates/oduflow-lab/src/campaign.rs", "check", 104),
+    ("crates/oduflow-lab/src/campaign.rs", "check_strict", 104),
+    ("crates/oduflow-lab/src/campaign.rs", "run_seed", 245),
+    ("crates/oduflow-server/src/dashboard.rs", "dashboard", 115),
+    ("crates/oduflow-server/src/resolve.rs", "resolutions", 102),
+    ("crates/oduflow-store/src/changes.rs", "client_update", 91),
+    ("crates/oduflow-store/src/lib.rs", "client_create_as", 100),
+    ("crates/oduflow-store/src/queue/mod.rs", "job_record_failure", 89),
+    ("crates/oduflow/src/cmd/demo.rs", "run", 110),
     (
         "crates/oduflow-server/tests/it/main.rs",
         "bad_input_is_a_4xx_json_error_that_stores_nothing_and_calls_no_provider",
         187,
     ),
-    ("crates/oduflow-lab/src/campaign.rs", "interfere", 139),
-    ("crates/oduflow-lab/src/bench.rs", "inventory", 160),
-    ("crates/oduflow-lab/src/campaign.rs", "check_strict", 156),
-    ("crates/oduflow-server/src/metrics.rs", "metrics", 146),
-    ("crates/oduflow-server/src/dashboard.rs", "dashboard", 139),
-    ("crates/oduflow-server/src/resolve.rs", "resolutions", 123),
-    ("crates/oduflow-engine/src/operator.rs", "inventory", 122),
-    ("crates/oduflow-engine/src/executor.rs", "dispatch", 122),
-    ("crates/oduflow-engine/src/operator.rs", "orphan_delete", 117),
-    ("crates/oduflow/src/cmd/demo.rs", "run", 110),
-    ("crates/oduflow-vultr/src/http.rs", "exchange", 108),
-    ("crates/oduflow-lab/src/campaign.rs", "check", 105),
+];
+
+/// Engine files longer than [`ENGINE_FILE_LINES_MAX`], with the most lines
+/// each may have. They may only shrink.
+const LONG_ENGINE_FILES: &[(&str, usize)] = &[
+    ("crates/oduflow-engine/src/fleet_view.rs", 676),
+    ("crates/oduflow-engine/src/memory.rs", 503),
+    ("crates/oduflow-engine/src/operator.rs", 818),
+    ("crates/oduflow-engine/src/executor.rs", 1413),
 ];
 
 /// (name, lines) of every `fn` with a body: from its signature to the
@@ -200,24 +229,72 @@ fn functions(text: &str) -> Vec<(String, usize)> {
     out
 }
 
-#[test]
-fn no_function_grows_past_the_limit() {
-    let mut over = Vec::new();
-    let mut known = 0;
-    for (path, text) in rust_sources() {
-        for (name, n) in functions(&text) {
-            if n <= FN_LINES_MAX {
-                continue;
-            }
-            match LONG_FUNCTIONS.iter().find(|(p, f, _)| *p == path && *f == name) {
-                Some((_, _, was)) if n <= *was => known += 1,
-                Some((_, _, was)) => over.push(format!("{path} {name}: {n} lines, was {was}: it may only shrink")),
-                None => over.push(format!("{path} {name}: {n} lines, over the {FN_LINES_MAX}-line limit")),
-            }
+/// Checks measured lengths against their limit and their allowances:
+/// what is over its limit needs an allowance, no more than it allows; an
+/// allowance more than the slack above the real length, or for something
+/// no longer over its limit, must be lowered or removed. The problems, and
+/// the allowance list as it should read.
+fn ratchet(measured: &[(String, usize, usize)], allowed: &[(String, usize)]) -> (Vec<String>, Vec<String>) {
+    let mut bad = Vec::new();
+    let mut list = Vec::new();
+    for (what, n, limit) in measured.iter().filter(|(_, n, limit)| n > limit) {
+        list.push(format!("{what}: {n}"));
+        match allowed.iter().find(|(a, _)| a == what) {
+            None => bad.push(format!("{what}: {n} lines, over the {limit}-line limit")),
+            Some((_, max)) if n > max => bad.push(format!("{what}: {n} lines, allowed {max}: it may only shrink")),
+            Some((_, max)) if *max > n + n * ALLOWANCE_SLACK_PERCENT / 100 => bad.push(format!(
+                "{what}: {n} lines, allowed {max}: lower the allowance to {n} (it may not sit more than \
+                 {ALLOWANCE_SLACK_PERCENT}% above the real length)"
+            )),
+            Some(_) => {}
         }
     }
-    eprintln!("tidy: {known} function(s) still over {FN_LINES_MAX} lines (in LONG_FUNCTIONS: may only shrink)");
-    assert!(over.is_empty(), "functions too long:\n  {}", over.join("\n  "));
+    for (what, _) in allowed {
+        if !measured.iter().any(|(m, n, limit)| m == what && n > limit) {
+            bad.push(format!("{what}: allowed, but no longer over its limit (or gone): remove the allowance"));
+        }
+    }
+    (bad, list)
+}
+
+#[test]
+fn no_function_grows_past_the_limit() {
+    let mut measured = Vec::new();
+    for (path, text) in rust_sources() {
+        for (name, n) in functions(&text) {
+            measured.push((format!("{path} {name}"), n, fn_lines_max(&path)));
+        }
+    }
+    let allowed: Vec<(String, usize)> = LONG_FUNCTIONS.iter().map(|(p, f, n)| (format!("{p} {f}"), *n)).collect();
+    let (bad, list) = ratchet(&measured, &allowed);
+    eprintln!("tidy: {} function(s) over their limit (each needs an allowance)", list.len());
+    assert!(bad.is_empty(), "functions:\n  {}\n(over their limit now:\n  {})", bad.join("\n  "), list.join("\n  "));
+}
+
+#[test]
+fn no_engine_file_grows_past_the_limit() {
+    let measured: Vec<(String, usize, usize)> = rust_sources()
+        .into_iter()
+        .filter(|(p, _)| p.starts_with("crates/oduflow-engine/src/"))
+        .map(|(p, t)| (p, t.lines().count(), ENGINE_FILE_LINES_MAX))
+        .collect();
+    let allowed: Vec<(String, usize)> = LONG_ENGINE_FILES.iter().map(|(p, n)| ((*p).to_owned(), *n)).collect();
+    let (bad, list) = ratchet(&measured, &allowed);
+    assert!(bad.is_empty(), "engine files:\n  {}\n(over the limit now:\n  {})", bad.join("\n  "), list.join("\n  "));
+}
+
+/// The ratchet fails on each way an allowance can be wrong.
+#[test]
+fn the_ratchet_only_tightens() {
+    let m = |w: &str, n: usize| (w.to_owned(), n, 70);
+    let a = |w: &str, n: usize| (w.to_owned(), n);
+    assert!(ratchet(&[m("f", 80)], &[a("f", 80)]).0.is_empty());
+    assert!(ratchet(&[m("f", 80)], &[a("f", 88)]).0.is_empty(), "within the slack");
+    assert_eq!(ratchet(&[m("f", 80)], &[]).0.len(), 1, "over the limit without an allowance");
+    assert_eq!(ratchet(&[m("f", 81)], &[a("f", 80)]).0.len(), 1, "grown past its allowance");
+    assert_eq!(ratchet(&[m("f", 80)], &[a("f", 89)]).0.len(), 1, "an allowance with room to grow back into");
+    assert_eq!(ratchet(&[m("f", 60)], &[a("f", 80)]).0.len(), 1, "an allowance no longer needed");
+    assert_eq!(ratchet(&[], &[a("f", 80)]).0.len(), 1, "an allowance for a function that is gone");
 }
 
 #[test]
