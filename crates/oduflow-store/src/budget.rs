@@ -144,7 +144,9 @@ fn budget_store(store: Store) -> Store {
                 .max_connections(SQLITE_BUDGET_CONNECTIONS)
                 .acquire_timeout(crate::SQLITE_BUSY_TIMEOUT)
                 .connect_lazy_with(opts);
-            Store { db: Db::Sqlite(pool) }
+            let mut store = store;
+            store.db = Db::Sqlite(pool);
+            store
         }
     }
 }

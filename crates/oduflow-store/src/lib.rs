@@ -25,6 +25,8 @@ mod changes;
 mod clock;
 mod operator;
 mod orphans;
+#[cfg(feature = "failpoints")]
+mod planted;
 mod queue;
 mod receipts;
 mod rows;
@@ -37,6 +39,8 @@ pub use budget::*;
 pub use changes::*;
 pub use operator::*;
 pub use orphans::*;
+#[cfg(feature = "failpoints")]
+pub use planted::{PLANTED_BUG_ENV, PlantedBug};
 pub use queue::*;
 pub use receipts::*;
 pub use rows::*;
@@ -222,6 +226,9 @@ pub enum Backend {
 #[derive(Clone, Debug)]
 pub struct Store {
     pub(crate) db: Db,
+    /// The bug planted in this store's claims (test builds only).
+    #[cfg(feature = "failpoints")]
+    pub(crate) planted: PlantedBug,
 }
 
 /// A backend's pool(s).
@@ -317,6 +324,30 @@ pub const SCHEMA_VERSION: i64 = 13;
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://oduflow.db";
 
 impl Store {
+    /// A store on `db`, with no planted bug.
+    pub(crate) fn on(db: Db) -> Store {
+        Store {
+            db,
+            #[cfg(feature = "failpoints")]
+            planted: PlantedBug::none(),
+        }
+    }
+
+    /// This store with `bug` planted in its claims (test builds only): the
+    /// worker binary plants the bug its process was started with, a test
+    /// the one it proves is caught.
+    #[cfg(feature = "failpoints")]
+    pub fn with_planted(mut self, bug: PlantedBug) -> Store {
+        self.planted = bug;
+        self
+    }
+
+    /// The bug planted in this store's claims (test builds only).
+    #[cfg(feature = "failpoints")]
+    pub fn planted(&self) -> &PlantedBug {
+        &self.planted
+    }
+
     /// Parses a URL without touching anything, so a malformed one is refused
     /// before any file is created or any connection made.
     pub fn check_url(url: &str) -> Result<Backend> {
@@ -362,7 +393,7 @@ impl Store {
                             e => StoreError::Db(e),
                         })?;
                     let claims = queue::ClaimConns::new(max_connections as usize);
-                    Store { db: Db::Pg(pool, claims) }
+                    Store::on(Db::Pg(pool, claims))
                 }
                 Backend::Sqlite => {
                     let opts = SqliteConnectOptions::from_str(url)
@@ -387,7 +418,7 @@ impl Store {
                             sqlx::Error::Database(_) if !create => StoreError::NotInitialized(redact_url(url)),
                             e => StoreError::Db(e),
                         })?;
-                    Store { db: Db::Sqlite(pool) }
+                    Store::on(Db::Sqlite(pool))
                 }
             };
             if !create && !store.is_initialized().await? {

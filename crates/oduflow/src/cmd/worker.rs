@@ -58,6 +58,10 @@ pub async fn run(
         eprintln!("oduflow worker: stopped during start-up");
         return Ok(());
     };
+    // The store's share of a planted bug (test builds only), as the engine's
+    // configuration carries the rest.
+    #[cfg(feature = "failpoints")]
+    let store = store.with_planted(engine.planted.clone());
     let provider = provider(cfg, &store, "worker")?;
     // Every time this worker writes or compares is the database's clock's
     // (docs/protocol.md §4.1): a host clock off by hours misleads nothing.
