@@ -874,9 +874,9 @@ async fn fresh_db(store: Option<&str>, dir: &std::path::Path) -> Result<String> 
             unsafe {
                 std::env::set_var("ODUFLOW_TEST_PG", url)
             };
-            oduflow_store::testing::fresh_pg_url().await
+            oduflow_store::testing::fresh_migrated_pg_url().await
         }
-        None => oduflow_store::testing::fresh_pg_url().await,
+        None => oduflow_store::testing::fresh_migrated_pg_url().await,
     })
 }
 

@@ -320,6 +320,42 @@ pub const RECONCILE_PAYLOAD: &str = "reconcile";
 /// The migration this build needs (the last in [`Store::migrate`]).
 pub const SCHEMA_VERSION: i64 = 13;
 
+/// The PostgreSQL migrations, in order: (version, name, SQL). Embedded with
+/// include_str! rather than sqlx's `migrate!` macro, which would pull in
+/// sqlx's proc-macro crate.
+pub(crate) const PG_MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("../migrations/postgres/0001_init.sql")),
+    (2, "tokens", include_str!("../migrations/postgres/0002_tokens.sql")),
+    (3, "adapter state", include_str!("../migrations/postgres/0003_adapter_state.sql")),
+    (4, "fencing", include_str!("../migrations/postgres/0004_fencing.sql")),
+    (5, "orphans", include_str!("../migrations/postgres/0005_orphans.sql")),
+    (6, "rate budget", include_str!("../migrations/postgres/0006_rate_budget.sql")),
+    (7, "server spec", include_str!("../migrations/postgres/0007_server_spec.sql")),
+    (8, "changes", include_str!("../migrations/postgres/0008_changes.sql")),
+    (9, "identity ownership", include_str!("../migrations/postgres/0009_identity_ownership.sql")),
+    (10, "listed", include_str!("../migrations/postgres/0010_listed.sql")),
+    (11, "dns name unique", include_str!("../migrations/postgres/0011_dns_name_unique.sql")),
+    (12, "clock", include_str!("../migrations/postgres/0012_clock.sql")),
+    (13, "no replace", include_str!("../migrations/postgres/0013_no_replace.sql")),
+];
+
+/// The SQLite migrations, as [`PG_MIGRATIONS`].
+const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
+    (2, "tokens", include_str!("../migrations/sqlite/0002_tokens.sql")),
+    (3, "adapter state", include_str!("../migrations/sqlite/0003_adapter_state.sql")),
+    (4, "fencing", include_str!("../migrations/sqlite/0004_fencing.sql")),
+    (5, "orphans", include_str!("../migrations/sqlite/0005_orphans.sql")),
+    (6, "rate budget", include_str!("../migrations/sqlite/0006_rate_budget.sql")),
+    (7, "server spec", include_str!("../migrations/sqlite/0007_server_spec.sql")),
+    (8, "changes", include_str!("../migrations/sqlite/0008_changes.sql")),
+    (9, "identity ownership", include_str!("../migrations/sqlite/0009_identity_ownership.sql")),
+    (10, "listed", include_str!("../migrations/sqlite/0010_listed.sql")),
+    (11, "dns name unique", include_str!("../migrations/sqlite/0011_dns_name_unique.sql")),
+    (12, "clock", include_str!("../migrations/sqlite/0012_clock.sql")),
+    (13, "no replace", include_str!("../migrations/sqlite/0013_no_replace.sql")),
+];
+
 /// The default database: a SQLite file in the working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://oduflow.db";
 
@@ -473,41 +509,11 @@ impl Store {
     /// Creates or migrates the schema. Running it again is harmless.
     pub async fn migrate(&self) -> Result<()> {
         crate::named("migrate", async move {
-            // Migrations are embedded with include_str! rather than sqlx's
-            // `migrate!` macro, which would pull in sqlx's proc-macro crate.
             use sqlx::migrate::{Migration, MigrationType, Migrator};
             use sqlx::{AssertSqlSafe, SqlSafeStr};
-            let files: &[(i64, &str, &'static str)] = match &self.db {
-                Db::Pg(..) => &[
-                    (1, "init", include_str!("../migrations/postgres/0001_init.sql")),
-                    (2, "tokens", include_str!("../migrations/postgres/0002_tokens.sql")),
-                    (3, "adapter state", include_str!("../migrations/postgres/0003_adapter_state.sql")),
-                    (4, "fencing", include_str!("../migrations/postgres/0004_fencing.sql")),
-                    (5, "orphans", include_str!("../migrations/postgres/0005_orphans.sql")),
-                    (6, "rate budget", include_str!("../migrations/postgres/0006_rate_budget.sql")),
-                    (7, "server spec", include_str!("../migrations/postgres/0007_server_spec.sql")),
-                    (8, "changes", include_str!("../migrations/postgres/0008_changes.sql")),
-                    (9, "identity ownership", include_str!("../migrations/postgres/0009_identity_ownership.sql")),
-                    (10, "listed", include_str!("../migrations/postgres/0010_listed.sql")),
-                    (11, "dns name unique", include_str!("../migrations/postgres/0011_dns_name_unique.sql")),
-                    (12, "clock", include_str!("../migrations/postgres/0012_clock.sql")),
-                    (13, "no replace", include_str!("../migrations/postgres/0013_no_replace.sql")),
-                ],
-                Db::Sqlite(_) => &[
-                    (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
-                    (2, "tokens", include_str!("../migrations/sqlite/0002_tokens.sql")),
-                    (3, "adapter state", include_str!("../migrations/sqlite/0003_adapter_state.sql")),
-                    (4, "fencing", include_str!("../migrations/sqlite/0004_fencing.sql")),
-                    (5, "orphans", include_str!("../migrations/sqlite/0005_orphans.sql")),
-                    (6, "rate budget", include_str!("../migrations/sqlite/0006_rate_budget.sql")),
-                    (7, "server spec", include_str!("../migrations/sqlite/0007_server_spec.sql")),
-                    (8, "changes", include_str!("../migrations/sqlite/0008_changes.sql")),
-                    (9, "identity ownership", include_str!("../migrations/sqlite/0009_identity_ownership.sql")),
-                    (10, "listed", include_str!("../migrations/sqlite/0010_listed.sql")),
-                    (11, "dns name unique", include_str!("../migrations/sqlite/0011_dns_name_unique.sql")),
-                    (12, "clock", include_str!("../migrations/sqlite/0012_clock.sql")),
-                    (13, "no replace", include_str!("../migrations/sqlite/0013_no_replace.sql")),
-                ],
+            let files = match &self.db {
+                Db::Pg(..) => PG_MIGRATIONS,
+                Db::Sqlite(_) => SQLITE_MIGRATIONS,
             };
             let migrator = Migrator::with_migrations(
                 files

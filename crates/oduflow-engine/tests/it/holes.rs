@@ -6,7 +6,7 @@ use oduflow_engine::operator;
 use oduflow_model::identity;
 
 oduflow_store::on_both_stores!(
-    crate::store_of =>
+    migrated crate::store_of =>
     deleted_client_keeps_no_vm_after_flip_and_rollback,
     deleted_client_keeps_no_vm_when_delete_lands_mid_run,
     inventory_reports_a_deleted_clients_live_vm,
