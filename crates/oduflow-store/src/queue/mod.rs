@@ -186,8 +186,9 @@ impl Fence {
             match &self.inner {
                 FenceInner::Pg { pool, pid, started } => claim_pg::fence_check(pool, *pid, started, &self.client).await,
                 FenceInner::Sqlite { pool, lease_token, .. } => {
+                    // The planted bug `lease_overlap`: a lease never checked again.
                     #[cfg(feature = "failpoints")]
-                    if let FenceInner::Sqlite { timed_lease: true, .. } = &self.inner {
+                    if matches!(self.inner, FenceInner::Sqlite { timed_lease: true, .. }) {
                         return Ok(Footing::Held);
                     }
                     claim_sqlite::fence_check(pool, lease_token, &self.client, self.generation).await
