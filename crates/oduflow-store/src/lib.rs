@@ -933,4 +933,32 @@ mod tests {
         assert!(b.job_claim_next("b", 10_000, 50).await.unwrap().is_none(), "the client was claimed twice");
         drop(first);
     }
+
+    /// The planted bug `lease_overlap` is the planting store's: its claims
+    /// take the old timed lease and their fences never refuse, so a second
+    /// worker claims the client once the lease has run out while the first
+    /// still holds it (the test above: what the real protocol does).
+    #[cfg(feature = "failpoints")]
+    #[tokio::test]
+    async fn a_planted_lease_overlap_is_the_planting_stores_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = testing::sqlite_url(dir.path());
+        let plain = Store::connect(&url, true).await.unwrap();
+        plain.migrate().await.unwrap();
+        let bug = PlantedBug::named("lease_overlap");
+        let a = Store::connect(&url, false).await.unwrap().with_planted(bug.clone());
+        let b = Store::connect(&url, false).await.unwrap().with_planted(bug);
+        let spec = oduflow_model::ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
+        plain.client_create(&oduflow_model::ClientName::parse("acme").unwrap(), &spec, 1, 3).await.unwrap();
+        let first = a.job_claim_next("a", 1, 50).await.unwrap().expect("a claims the job");
+        // A duplicate delivery of the same work, claimable by time alone.
+        let mut dup = NewJob::for_client(&first.job.client_id, oduflow_model::JobKind::Provision, 1, 1, 3);
+        dup.identity_key = None;
+        plain.job_enqueue(&dup).await.unwrap();
+        let second = b.job_claim_next("b", 10_000, 50).await.unwrap().expect("the bug: a second claim");
+        assert_eq!(first.fence().check().await.unwrap(), Footing::Held, "the bug: a fence that never refuses");
+        assert!(plain.planted().name().is_none(), "the store without the bug");
+        drop(second);
+        drop(first);
+    }
 }
