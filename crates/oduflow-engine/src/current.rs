@@ -85,12 +85,17 @@ fn generation(infra: &InfraRow, receipts: &[ReceiptRow], kind: ResourceKind) -> 
     }
 }
 
-/// The receipts a run step works on for this record's target.
-pub fn current(infra: &InfraRow, target: Target, receipts: &[ReceiptRow]) -> Current {
-    #[cfg(feature = "failpoints")]
-    if target == Target::Absent && crate::planted_bug("skip_open_receipts") {
-        // The planted bug: deletion looks only at the
-        // dispatch generations the infra row recorded.
+/// What a worker's run step works on: [`current`], or (test builds with the
+/// planted bug `skip_open_receipts`) a deletion that looks
+/// only at the dispatch generations the infra row recorded.
+#[cfg(feature = "failpoints")]
+pub fn current_planted(
+    infra: &InfraRow,
+    target: Target,
+    receipts: &[ReceiptRow],
+    planted: &crate::PlantedBug,
+) -> Current {
+    if target == Target::Absent && planted.is("skip_open_receipts") {
         let g = |k| infra.dispatch_generation(k);
         let r = |k| at(receipts, k, g(k)).cloned();
         return Current {
@@ -102,6 +107,11 @@ pub fn current(infra: &InfraRow, target: Target, receipts: &[ReceiptRow]) -> Cur
             attach_generation: g(ResourceKind::Attach),
         };
     }
+    current(infra, target, receipts)
+}
+
+/// The receipts a run step works on for this record's target.
+pub fn current(infra: &InfraRow, target: Target, receipts: &[ReceiptRow]) -> Current {
     let vm_generation = generation(infra, receipts, ResourceKind::Vm);
     let volume_generation = generation(infra, receipts, ResourceKind::Volume);
     let pick = |kind: ResourceKind, dg: i64| -> Option<ReceiptRow> {

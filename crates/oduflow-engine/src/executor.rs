@@ -9,7 +9,6 @@
 use crate::current::{self, spec_digest};
 use crate::{EngineError, Worker, fail_step, fleet_view};
 use oduflow_model::decide::{self, Action, DeleteProgress, Facts, Inputs, ReceiptFacts, Resource, Seen};
-use oduflow_model::ledger::Effect;
 use oduflow_model::provider::{BlockRequest, DeleteOutcome, InstanceRequest, Outcome, Provider, SendGuard};
 use oduflow_model::*;
 use oduflow_store::{Fence, Finish, Footing, IdSource, InfraRow, JobNext, NewEvent, NewReceipt, ReceiptRow};
@@ -57,9 +56,10 @@ struct RunGuard {
 /// A planted bug (test builds only), for proving the campaign catches it: a
 /// listing's sighting taken as the GET's, which deletion's bookkeeping
 /// trusts (a 404 inside the post-create window then "confirms" a deletion).
-fn listing_taken_as_seen() -> bool {
+#[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
+fn listing_taken_as_seen(cfg: &crate::EngineConfig) -> bool {
     #[cfg(feature = "failpoints")]
-    return crate::planted_bug("listing_taken_as_seen");
+    return cfg.planted.is("listing_taken_as_seen");
     #[cfg(not(feature = "failpoints"))]
     false
 }
@@ -378,6 +378,9 @@ impl<'a, P: Provider> Converge<'a, P> {
     /// receipt no longer counts.
     async fn view(&mut self) -> Result<View, EngineError> {
         let receipts = self.run.w.store.receipts_for_client(&self.run.infra.client_id).await?;
+        #[cfg(feature = "failpoints")]
+        let cur = current::current_planted(&self.run.infra, self.target, &receipts, &self.run.w.cfg.planted);
+        #[cfg(not(feature = "failpoints"))]
         let cur = current::current(&self.run.infra, self.target, &receipts);
         for kind in [ResourceKind::Vm, ResourceKind::Volume, ResourceKind::Attach] {
             self.run.set_dispatch_generation(kind, cur.generation(kind));
@@ -406,7 +409,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         // A planted bug, for proving the campaign catches requests sent with
         // a key the record is not bound to.
         #[cfg(feature = "failpoints")]
-        let key_changed = key_changed && !crate::planted_bug("ignore_key_change");
+        let key_changed = key_changed && !w.cfg.planted.is("ignore_key_change");
         let ready_wait = w.cfg.ready_wait();
         let overdue =
             |r: Option<&ReceiptRow>| r.is_some_and(|r| w.now_ms() - r.sent_ms.unwrap_or(r.claimed_ms) > ready_wait);
@@ -482,8 +485,8 @@ impl<'a, P: Provider> Converge<'a, P> {
     ) -> Result<Step<'a, P>, EngineError> {
         let w = self.run.w;
         #[cfg(feature = "failpoints")]
-        if crate::planted_bug("resend_after_lost")
-            && matches!(r.effect(), Effect::Unknown { .. } | Effect::Unmarked { .. } | Effect::NotSent { .. })
+        if w.cfg.planted.is("resend_after_lost")
+            && (r.effect().is_uncertain() || r.effect().is_unsent())
             && kind != ResourceKind::Attach
         {
             // A planted bug, for proving the fault campaign can fail:
@@ -513,7 +516,7 @@ impl<'a, P: Provider> Converge<'a, P> {
             // (deletion bookkeeping): a listing may show a new resource
             // while GET by id and DELETE still answer 404.
             Ok(s @ Seen::Present(_))
-                if r.seen_ms.is_none() && (!self.from_view[slot(kind)] || listing_taken_as_seen()) =>
+                if r.seen_ms.is_none() && (!self.from_view[slot(kind)] || listing_taken_as_seen(&w.cfg)) =>
             {
                 w.receipts.mark_seen(&r.operation_key, w.now_ms()).await?;
                 self.seen[slot(kind)].1 = s;
@@ -1137,7 +1140,7 @@ impl<P: Provider> Run<'_, P> {
             _ => create_digest(&spec, kind),
         };
         #[cfg(feature = "failpoints")]
-        let forget = crate::planted_bug("forget_receipt") && kind != ResourceKind::Attach;
+        let forget = w.cfg.planted.is("forget_receipt") && kind != ResourceKind::Attach;
         #[cfg(not(feature = "failpoints"))]
         let forget = false;
         if !forget && !resend {

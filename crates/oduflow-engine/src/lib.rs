@@ -63,6 +63,10 @@ pub struct EngineConfig {
     /// blocks (the bulk view) rather than a GET by id per
     /// resource per poll. Label searches share one listing per kind.
     pub bulk_view: bool,
+    /// The bug planted in this worker's runs (test builds only; none by
+    /// default).
+    #[cfg(feature = "failpoints")]
+    pub planted: PlantedBug,
 }
 
 impl EngineConfig {
@@ -95,6 +99,8 @@ impl Default for EngineConfig {
             concurrency: 4,
             ready_wait_ms: 0,
             bulk_view: true,
+            #[cfg(feature = "failpoints")]
+            planted: PlantedBug::none(),
         }
     }
 }
@@ -257,15 +263,17 @@ pub const FAIL_POINTS: &[&str] = &[
     "main-tx-commit",
 ];
 
-/// Test builds only: `ODUFLOW_PLANTED_BUG=<name>` switches on a deliberate
-/// protocol violation (`resend_after_lost`: re-send a create whose answer was
-/// lost; `forget_receipt`: send creates without a receipt; `resend_change`:
-/// send a change's PATCH again while its outcome is unknown), so the fault
-/// campaign can show that it catches such bugs.
+/// Test builds only: a deliberate protocol violation the worker's
+/// configuration carries ([`EngineConfig::planted`]; the worker binary reads
+/// it once from `ODUFLOW_PLANTED_BUG`), so the fault campaign can show that
+/// it catches such bugs: `resend_after_lost` (re-send a create whose answer
+/// was lost), `forget_receipt` (send creates without a receipt),
+/// `resend_change` (send a change's PATCH again while its outcome is
+/// unknown), `skip_open_receipts`, `skip_label_check`, `ignore_key_change`,
+/// `listing_taken_as_seen`; the store's `lease_overlap` is planted in the
+/// [`oduflow_store::Store`] (`Store::with_planted`).
 #[cfg(feature = "failpoints")]
-pub fn planted_bug(name: &str) -> bool {
-    std::env::var("ODUFLOW_PLANTED_BUG").as_deref() == Ok(name)
-}
+pub use oduflow_store::{PLANTED_BUG_ENV, PlantedBug};
 
 /// With `ODUFLOW_CRASH_AT=<fail point>` (test builds only), the process kills
 /// itself with SIGKILL when it reaches that point: no destructor, no rollback

@@ -239,7 +239,7 @@ pub async fn run(args: CampaignArgs) -> Result<()> {
         ));
     }
     let exe = std::env::current_exe()?;
-    let bug = std::env::var("ODUFLOW_PLANTED_BUG").ok();
+    let bug = planted_bug();
     let mut seeds: Vec<u64> = vec![];
     if let Some(s) = args.seed {
         seeds.push(s);
@@ -877,9 +877,9 @@ async fn fresh_db(store: Option<&str>, dir: &std::path::Path) -> Result<String> 
             unsafe {
                 std::env::set_var("ODUFLOW_TEST_PG", url)
             };
-            oduflow_store::testing::fresh_pg_url().await
+            oduflow_store::testing::fresh_migrated_pg_url().await
         }
-        None => oduflow_store::testing::fresh_pg_url().await,
+        None => oduflow_store::testing::fresh_migrated_pg_url().await,
     })
 }
 
@@ -1152,7 +1152,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         // no crashes, no faults) until it settles: the first creates it
         // needs face its orphans.
         s.sim.set_faults(Faults::default())?;
-        let planted = std::env::var("ODUFLOW_PLANTED_BUG").is_ok_and(|b| RESTORE_BUGS.contains(&b.as_str()));
+        let planted = planted_bug().is_some_and(|b| RESTORE_BUGS.contains(&b.as_str()));
         if let Err(e) = s.settle(&store, p.workers, planted, "after the restore", RESTART_SETTLE_MAX).await {
             // A planted bug may keep it from settling: the liveness phase
             // (no planted bug) decides; the invariants judge what was done.
@@ -1671,6 +1671,17 @@ async fn check_keys(
         }
     }
     Ok(())
+}
+
+/// The bug planted in this campaign's workers, by name: this process's
+/// `ODUFLOW_PLANTED_BUG` (failpoints builds only), which the workers it
+/// spawns inherit (each reads it once as it starts). The campaign's own
+/// store and operator steps run the real protocol.
+fn planted_bug() -> Option<String> {
+    #[cfg(feature = "failpoints")]
+    return oduflow_engine::PlantedBug::from_env().name().map(str::to_owned);
+    #[cfg(not(feature = "failpoints"))]
+    None
 }
 
 /// The planted bugs whose hole is in the runs after a restore: only they

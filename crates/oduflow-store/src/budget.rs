@@ -144,7 +144,9 @@ fn budget_store(store: Store) -> Store {
                 .max_connections(SQLITE_BUDGET_CONNECTIONS)
                 .acquire_timeout(crate::SQLITE_BUSY_TIMEOUT)
                 .connect_lazy_with(opts);
-            Store { db: Db::Sqlite(pool) }
+            let mut store = store;
+            store.db = Db::Sqlite(pool);
+            store
         }
     }
 }
@@ -428,7 +430,7 @@ mod tests {
         let a = Store::connect(&url, true).await.unwrap();
         a.migrate().await.unwrap();
         let b = Store::connect(&url, false).await.unwrap();
-        let pg_url = crate::testing::fresh_pg_url().await;
+        let pg_url = crate::testing::fresh_migrated_pg_url().await;
         let pa = Store::connect(&pg_url, true).await.unwrap();
         pa.migrate().await.unwrap();
         let pb = Store::connect(&pg_url, false).await.unwrap();

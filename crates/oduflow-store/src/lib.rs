@@ -25,6 +25,8 @@ mod changes;
 mod clock;
 mod operator;
 mod orphans;
+#[cfg(feature = "failpoints")]
+mod planted;
 mod queue;
 mod receipts;
 mod rows;
@@ -37,6 +39,8 @@ pub use budget::*;
 pub use changes::*;
 pub use operator::*;
 pub use orphans::*;
+#[cfg(feature = "failpoints")]
+pub use planted::{PLANTED_BUG_ENV, PlantedBug};
 pub use queue::*;
 pub use receipts::*;
 pub use rows::*;
@@ -222,6 +226,9 @@ pub enum Backend {
 #[derive(Clone, Debug)]
 pub struct Store {
     pub(crate) db: Db,
+    /// The bug planted in this store's claims (test builds only).
+    #[cfg(feature = "failpoints")]
+    pub(crate) planted: PlantedBug,
 }
 
 /// A backend's pool(s).
@@ -313,10 +320,70 @@ pub const RECONCILE_PAYLOAD: &str = "reconcile";
 /// The migration this build needs (the last in [`Store::migrate`]).
 pub const SCHEMA_VERSION: i64 = 13;
 
+/// The PostgreSQL migrations, in order: (version, name, SQL). Embedded with
+/// include_str! rather than sqlx's `migrate!` macro, which would pull in
+/// sqlx's proc-macro crate.
+pub(crate) const PG_MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("../migrations/postgres/0001_init.sql")),
+    (2, "tokens", include_str!("../migrations/postgres/0002_tokens.sql")),
+    (3, "adapter state", include_str!("../migrations/postgres/0003_adapter_state.sql")),
+    (4, "fencing", include_str!("../migrations/postgres/0004_fencing.sql")),
+    (5, "orphans", include_str!("../migrations/postgres/0005_orphans.sql")),
+    (6, "rate budget", include_str!("../migrations/postgres/0006_rate_budget.sql")),
+    (7, "server spec", include_str!("../migrations/postgres/0007_server_spec.sql")),
+    (8, "changes", include_str!("../migrations/postgres/0008_changes.sql")),
+    (9, "identity ownership", include_str!("../migrations/postgres/0009_identity_ownership.sql")),
+    (10, "listed", include_str!("../migrations/postgres/0010_listed.sql")),
+    (11, "dns name unique", include_str!("../migrations/postgres/0011_dns_name_unique.sql")),
+    (12, "clock", include_str!("../migrations/postgres/0012_clock.sql")),
+    (13, "no replace", include_str!("../migrations/postgres/0013_no_replace.sql")),
+];
+
+/// The SQLite migrations, as [`PG_MIGRATIONS`].
+const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
+    (2, "tokens", include_str!("../migrations/sqlite/0002_tokens.sql")),
+    (3, "adapter state", include_str!("../migrations/sqlite/0003_adapter_state.sql")),
+    (4, "fencing", include_str!("../migrations/sqlite/0004_fencing.sql")),
+    (5, "orphans", include_str!("../migrations/sqlite/0005_orphans.sql")),
+    (6, "rate budget", include_str!("../migrations/sqlite/0006_rate_budget.sql")),
+    (7, "server spec", include_str!("../migrations/sqlite/0007_server_spec.sql")),
+    (8, "changes", include_str!("../migrations/sqlite/0008_changes.sql")),
+    (9, "identity ownership", include_str!("../migrations/sqlite/0009_identity_ownership.sql")),
+    (10, "listed", include_str!("../migrations/sqlite/0010_listed.sql")),
+    (11, "dns name unique", include_str!("../migrations/sqlite/0011_dns_name_unique.sql")),
+    (12, "clock", include_str!("../migrations/sqlite/0012_clock.sql")),
+    (13, "no replace", include_str!("../migrations/sqlite/0013_no_replace.sql")),
+];
+
 /// The default database: a SQLite file in the working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://oduflow.db";
 
 impl Store {
+    /// A store on `db`, with no planted bug.
+    pub(crate) fn on(db: Db) -> Store {
+        Store {
+            db,
+            #[cfg(feature = "failpoints")]
+            planted: PlantedBug::none(),
+        }
+    }
+
+    /// This store with `bug` planted in its claims (test builds only): the
+    /// worker binary plants the bug its process was started with, a test
+    /// the one it proves is caught.
+    #[cfg(feature = "failpoints")]
+    pub fn with_planted(mut self, bug: PlantedBug) -> Store {
+        self.planted = bug;
+        self
+    }
+
+    /// The bug planted in this store's claims (test builds only).
+    #[cfg(feature = "failpoints")]
+    pub fn planted(&self) -> &PlantedBug {
+        &self.planted
+    }
+
     /// Parses a URL without touching anything, so a malformed one is refused
     /// before any file is created or any connection made.
     pub fn check_url(url: &str) -> Result<Backend> {
@@ -362,7 +429,7 @@ impl Store {
                             e => StoreError::Db(e),
                         })?;
                     let claims = queue::ClaimConns::new(max_connections as usize);
-                    Store { db: Db::Pg(pool, claims) }
+                    Store::on(Db::Pg(pool, claims))
                 }
                 Backend::Sqlite => {
                     let opts = SqliteConnectOptions::from_str(url)
@@ -387,7 +454,7 @@ impl Store {
                             sqlx::Error::Database(_) if !create => StoreError::NotInitialized(redact_url(url)),
                             e => StoreError::Db(e),
                         })?;
-                    Store { db: Db::Sqlite(pool) }
+                    Store::on(Db::Sqlite(pool))
                 }
             };
             if !create && !store.is_initialized().await? {
@@ -442,41 +509,11 @@ impl Store {
     /// Creates or migrates the schema. Running it again is harmless.
     pub async fn migrate(&self) -> Result<()> {
         crate::named("migrate", async move {
-            // Migrations are embedded with include_str! rather than sqlx's
-            // `migrate!` macro, which would pull in sqlx's proc-macro crate.
             use sqlx::migrate::{Migration, MigrationType, Migrator};
             use sqlx::{AssertSqlSafe, SqlSafeStr};
-            let files: &[(i64, &str, &'static str)] = match &self.db {
-                Db::Pg(..) => &[
-                    (1, "init", include_str!("../migrations/postgres/0001_init.sql")),
-                    (2, "tokens", include_str!("../migrations/postgres/0002_tokens.sql")),
-                    (3, "adapter state", include_str!("../migrations/postgres/0003_adapter_state.sql")),
-                    (4, "fencing", include_str!("../migrations/postgres/0004_fencing.sql")),
-                    (5, "orphans", include_str!("../migrations/postgres/0005_orphans.sql")),
-                    (6, "rate budget", include_str!("../migrations/postgres/0006_rate_budget.sql")),
-                    (7, "server spec", include_str!("../migrations/postgres/0007_server_spec.sql")),
-                    (8, "changes", include_str!("../migrations/postgres/0008_changes.sql")),
-                    (9, "identity ownership", include_str!("../migrations/postgres/0009_identity_ownership.sql")),
-                    (10, "listed", include_str!("../migrations/postgres/0010_listed.sql")),
-                    (11, "dns name unique", include_str!("../migrations/postgres/0011_dns_name_unique.sql")),
-                    (12, "clock", include_str!("../migrations/postgres/0012_clock.sql")),
-                    (13, "no replace", include_str!("../migrations/postgres/0013_no_replace.sql")),
-                ],
-                Db::Sqlite(_) => &[
-                    (1, "init", include_str!("../migrations/sqlite/0001_init.sql")),
-                    (2, "tokens", include_str!("../migrations/sqlite/0002_tokens.sql")),
-                    (3, "adapter state", include_str!("../migrations/sqlite/0003_adapter_state.sql")),
-                    (4, "fencing", include_str!("../migrations/sqlite/0004_fencing.sql")),
-                    (5, "orphans", include_str!("../migrations/sqlite/0005_orphans.sql")),
-                    (6, "rate budget", include_str!("../migrations/sqlite/0006_rate_budget.sql")),
-                    (7, "server spec", include_str!("../migrations/sqlite/0007_server_spec.sql")),
-                    (8, "changes", include_str!("../migrations/sqlite/0008_changes.sql")),
-                    (9, "identity ownership", include_str!("../migrations/sqlite/0009_identity_ownership.sql")),
-                    (10, "listed", include_str!("../migrations/sqlite/0010_listed.sql")),
-                    (11, "dns name unique", include_str!("../migrations/sqlite/0011_dns_name_unique.sql")),
-                    (12, "clock", include_str!("../migrations/sqlite/0012_clock.sql")),
-                    (13, "no replace", include_str!("../migrations/sqlite/0013_no_replace.sql")),
-                ],
+            let files = match &self.db {
+                Db::Pg(..) => PG_MIGRATIONS,
+                Db::Sqlite(_) => SQLITE_MIGRATIONS,
             };
             let migrator = Migrator::with_migrations(
                 files
@@ -894,6 +931,34 @@ mod tests {
         dup.identity_key = None;
         b.job_enqueue(&dup).await.unwrap();
         assert!(b.job_claim_next("b", 10_000, 50).await.unwrap().is_none(), "the client was claimed twice");
+        drop(first);
+    }
+
+    /// The planted bug `lease_overlap` is the planting store's: its claims
+    /// take the old timed lease and their fences never refuse, so a second
+    /// worker claims the client once the lease has run out while the first
+    /// still holds it (the test above: what the real protocol does).
+    #[cfg(feature = "failpoints")]
+    #[tokio::test]
+    async fn a_planted_lease_overlap_is_the_planting_stores_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = testing::sqlite_url(dir.path());
+        let plain = Store::connect(&url, true).await.unwrap();
+        plain.migrate().await.unwrap();
+        let bug = PlantedBug::named("lease_overlap");
+        let a = Store::connect(&url, false).await.unwrap().with_planted(bug.clone());
+        let b = Store::connect(&url, false).await.unwrap().with_planted(bug);
+        let spec = oduflow_model::ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
+        plain.client_create(&oduflow_model::ClientName::parse("acme").unwrap(), &spec, 1, 3).await.unwrap();
+        let first = a.job_claim_next("a", 1, 50).await.unwrap().expect("a claims the job");
+        // A duplicate delivery of the same work, claimable by time alone.
+        let mut dup = NewJob::for_client(&first.job.client_id, oduflow_model::JobKind::Provision, 1, 1, 3);
+        dup.identity_key = None;
+        plain.job_enqueue(&dup).await.unwrap();
+        let second = b.job_claim_next("b", 10_000, 50).await.unwrap().expect("the bug: a second claim");
+        assert_eq!(first.fence().check().await.unwrap(), Footing::Held, "the bug: a fence that never refuses");
+        assert!(plain.planted().name().is_none(), "the store without the bug");
+        drop(second);
         drop(first);
     }
 }

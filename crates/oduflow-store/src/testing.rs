@@ -2,6 +2,11 @@
 //! server named by `ODUFLOW_TEST_PG`, default the local `test` database) or a
 //! new SQLite file in a temporary directory. A test that needs PostgreSQL and
 //! cannot reach it fails with a message saying so; it never passes silently.
+//!
+//! A test that wants the schema gets its PostgreSQL database as a copy of a
+//! template migrated once (`CREATE DATABASE ... TEMPLATE odf_tpl_<hash>`,
+//! see [`fresh_migrated_pg_url`]) rather than running every migration
+//! itself: about a tenth of the time.
 
 use crate::Db;
 
@@ -45,10 +50,10 @@ async fn drop_stale(conn: &mut sqlx::PgConnection) {
     }
 }
 
-/// Creates an empty database and returns its URL. Its name carries its
-/// creation time, so that one left behind is dropped by a later run
-/// (`scripts/test` also drops every test database when the suite ends).
-pub async fn fresh_pg_url() -> String {
+/// A connection to the test server's admin database, with stale test
+/// databases dropped, and the server's URL without a database; panics,
+/// saying what to do, when PostgreSQL is not reachable.
+async fn admin_for_a_test() -> (sqlx::PgConnection, String) {
     let admin = pg_admin_url();
     let mut conn = match connect_waiting(&admin).await {
         Ok(c) => c,
@@ -58,13 +63,163 @@ pub async fn fresh_pg_url() -> String {
         ),
     };
     drop_stale(&mut conn).await;
-    let name = format!("{TEST_DB_PREFIX}{}_{}", epoch_secs(), &uuid::Uuid::new_v4().simple().to_string()[..16]);
+    let base = admin.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap_or(admin);
+    (conn, base)
+}
+
+/// A new test database's name: `odf_t_<secs>_<hex>`. It carries its
+/// creation time, so that one left behind is dropped by a later run
+/// (`scripts/test` also drops every test database when the suite ends).
+fn new_test_db_name() -> String {
+    format!("{TEST_DB_PREFIX}{}_{}", epoch_secs(), &uuid::Uuid::new_v4().simple().to_string()[..16])
+}
+
+/// Creates an empty database and returns its URL: for tests of what meets
+/// a database never initialized (`oduflow init`, `oduflow check`).
+pub async fn fresh_pg_url() -> String {
+    let (mut conn, base) = admin_for_a_test().await;
+    let name = new_test_db_name();
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
         .execute(&mut conn)
         .await
         .expect("CREATE DATABASE");
-    let base = admin.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap_or(admin);
     format!("{base}/{name}")
+}
+
+/// Creates a database with every migration applied and returns its URL: a
+/// copy of this build's template (built first if no process has yet, see
+/// [`template_db_name`]). Migrating it again is harmless and quick.
+pub async fn fresh_migrated_pg_url() -> String {
+    let (mut conn, base) = admin_for_a_test().await;
+    let template = ensure_template(&mut conn, &base)
+        .await
+        .unwrap_or_else(|e| panic!("building the migrated template database {}: {e}", template_db_name()));
+    let name = new_test_db_name();
+    execute_when_unused(&mut conn, &format!("CREATE DATABASE {name} TEMPLATE {}", ident(&template)))
+        .await
+        .unwrap_or_else(|e| panic!("CREATE DATABASE {name} TEMPLATE {template}: {e}"));
+    format!("{base}/{name}")
+}
+
+/// The prefix of the migrated template databases PostgreSQL tests clone:
+/// `odf_tpl_<hash of the migrations>`. One is built the first time a test
+/// needs it and kept across runs: a change to the migrations names a new
+/// one, so a template never lags the schema it stands for.
+pub const TEMPLATE_DB_PREFIX: &str = "odf_tpl_";
+
+/// A template under construction, `odf_tplb_<secs>_<random>`: renamed to
+/// its template name once migrated, so a build that was interrupted never
+/// passes for a template; a later build drops it once it is
+/// [`TEMPLATE_BUILD_STALE_SECS`] old (a build takes a second or two).
+pub const TEMPLATE_BUILD_PREFIX: &str = "odf_tplb_";
+
+/// How old a template build must be before a later build takes it for
+/// abandoned and drops it.
+pub const TEMPLATE_BUILD_STALE_SECS: u64 = 600;
+
+/// The advisory lock (on the admin database) held while a template is
+/// built, so processes starting at once build it once.
+const TEMPLATE_LOCK_KEY: i64 = 0x6f64_665f_7470_6c00;
+
+/// How long a clone or a rename waits for sessions still leaving the
+/// database it copies or renames ("being accessed by other users").
+const IN_USE_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// FNV-1a over the PostgreSQL migrations (version, name, SQL): the
+/// template's name changes whenever they do.
+fn migrations_hash() -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (v, d, sql) in crate::PG_MIGRATIONS {
+        for bytes in [&v.to_le_bytes()[..], d.as_bytes(), &[0], sql.as_bytes(), &[0]] {
+            for b in bytes {
+                h ^= u64::from(*b);
+                h = h.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+    }
+    h
+}
+
+/// The name of the template for this build's migrations.
+pub fn template_db_name() -> String {
+    format!("{TEMPLATE_DB_PREFIX}{:016x}", migrations_hash())
+}
+
+async fn db_exists(conn: &mut sqlx::PgConnection, name: &str) -> Result<bool, sqlx::Error> {
+    Ok(sqlx::query_scalar::<_, i32>("SELECT 1 FROM pg_database WHERE datname = $1")
+        .bind(name)
+        .fetch_optional(conn)
+        .await?
+        .is_some())
+}
+
+/// Runs `sql` (a CREATE DATABASE ... TEMPLATE, an ALTER DATABASE ...
+/// RENAME), again while the database it names still has a session leaving
+/// it (SQLSTATE 55006), up to [`IN_USE_WAIT_MAX`].
+async fn execute_when_unused(conn: &mut sqlx::PgConnection, sql: &str) -> Result<(), sqlx::Error> {
+    let started = std::time::Instant::now();
+    loop {
+        match sqlx::query(sqlx::AssertSqlSafe(sql.to_owned())).execute(&mut *conn).await {
+            Err(sqlx::Error::Database(e))
+                if e.code().as_deref() == Some("55006") && started.elapsed() < IN_USE_WAIT_MAX =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            r => return r.map(|_| ()),
+        }
+    }
+}
+
+/// The migrated template, built if it does not exist yet: under the
+/// advisory lock, as `odf_tplb_...`, migrated, its pool closed (a clone
+/// needs the template without sessions), then renamed to its name.
+async fn ensure_template(conn: &mut sqlx::PgConnection, base: &str) -> KitResult<String> {
+    let name = template_db_name();
+    if db_exists(conn, &name).await? {
+        return Ok(name);
+    }
+    sqlx::query("SELECT pg_advisory_lock($1)").bind(TEMPLATE_LOCK_KEY).execute(&mut *conn).await?;
+    let built = build_template(conn, base, &name).await;
+    let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)").bind(TEMPLATE_LOCK_KEY).execute(&mut *conn).await;
+    built?;
+    unlocked?;
+    Ok(name)
+}
+
+/// [`ensure_template`]'s build, under the lock.
+async fn build_template(conn: &mut sqlx::PgConnection, base: &str, name: &str) -> KitResult<()> {
+    if db_exists(conn, name).await? {
+        return Ok(()); // built by another process while this one waited
+    }
+    // What an interrupted build left; not a build under way elsewhere (a
+    // run on the same server whose admin database, and so whose lock, is
+    // another): that one is young.
+    let left: Vec<String> = sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE 'odf\\_tplb\\_%'")
+        .fetch_all(&mut *conn)
+        .await?;
+    let now = epoch_secs();
+    for l in left.iter().filter(|l| template_build_is_stale(l, now)) {
+        drop_named(conn, l).await;
+    }
+    let building =
+        format!("{TEMPLATE_BUILD_PREFIX}{}_{}", epoch_secs(), &uuid::Uuid::new_v4().simple().to_string()[..16]);
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {}", ident(&building)))).execute(&mut *conn).await?;
+    let store = Store::connect_sized(&format!("{base}/{building}"), true, 1).await?;
+    let migrated = store.migrate().await;
+    store.close().await;
+    migrated?;
+    execute_when_unused(conn, &format!("ALTER DATABASE {} RENAME TO {}", ident(&building), ident(name))).await?;
+    Ok(())
+}
+
+/// Whether a template build's name says it was abandoned: started more
+/// than [`TEMPLATE_BUILD_STALE_SECS`] ago, or a name this kit never makes.
+pub fn template_build_is_stale(name: &str, now_secs: u64) -> bool {
+    let Some(rest) = name.strip_prefix(TEMPLATE_BUILD_PREFIX) else { return false };
+    match rest.split_once('_') {
+        Some((secs, _)) => secs.parse::<u64>().map_or(true, |s| s + TEMPLATE_BUILD_STALE_SECS < now_secs),
+        None => true,
+    }
 }
 
 /// A SQLite URL in `dir`.
@@ -83,11 +238,26 @@ pub struct TestDb {
 }
 
 impl TestDb {
+    /// A database never initialized: on SQLite a file not yet created, on
+    /// PostgreSQL an empty database.
     pub async fn new(backend: crate::Backend) -> TestDb {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let url = match backend {
             crate::Backend::Sqlite => sqlite_url(dir.path()),
             crate::Backend::Postgres => fresh_pg_url().await,
+        };
+        TestDb { backend, url, dir }
+    }
+
+    /// A database for a test that migrates it before anything else ([`TestDb::store`],
+    /// `Store::migrate`): on PostgreSQL a copy of the migrated template
+    /// ([`fresh_migrated_pg_url`]), on SQLite as [`TestDb::new`] (its
+    /// migrations take a few milliseconds).
+    pub async fn migrated(backend: crate::Backend) -> TestDb {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let url = match backend {
+            crate::Backend::Sqlite => sqlite_url(dir.path()),
+            crate::Backend::Postgres => fresh_migrated_pg_url().await,
         };
         TestDb { backend, url, dir }
     }
@@ -140,23 +310,34 @@ impl<E: std::fmt::Debug> TestOutcome for Result<(), E> {
 /// binary's fixture from it (`super::fixture(&db).await`: a store, an
 /// environment), runs `super::name_a(fixture)`, and drops the database once
 /// the body is done. A body may return `()` or a `Result`.
+///
+/// `on_both_stores!(migrated super::fixture => ...)`: the database is
+/// [`TestDb::migrated`] (PostgreSQL: a copy of the migrated template), for
+/// fixtures that migrate it anyway; without `migrated` it is
+/// [`TestDb::new`], never initialized.
 #[macro_export]
 macro_rules! on_both_stores {
-    ($fixture:path => $($name:ident),+ $(,)?) => {
+    (@with $make:ident, $fixture:path => $($name:ident),+) => {
         $(mod $name {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
-                let db = $crate::testing::TestDb::new($crate::Backend::Sqlite).await;
+                let db = $crate::testing::TestDb::$make($crate::Backend::Sqlite).await;
                 let f = $fixture(&db).await;
                 $crate::testing::TestOutcome::check(super::$name(f).await);
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
-                let db = $crate::testing::TestDb::new($crate::Backend::Postgres).await;
+                let db = $crate::testing::TestDb::$make($crate::Backend::Postgres).await;
                 let f = $fixture(&db).await;
                 $crate::testing::TestOutcome::check(super::$name(f).await);
             }
         })+
+    };
+    (migrated $fixture:path => $($name:ident),+ $(,)?) => {
+        $crate::on_both_stores!(@with migrated, $fixture => $($name),+);
+    };
+    ($fixture:path => $($name:ident),+ $(,)?) => {
+        $crate::on_both_stores!(@with new, $fixture => $($name),+);
     };
 }
 
@@ -555,5 +736,17 @@ mod tests {
         assert!(!super::test_db_is_stale(&format!("odf_t_{}_ab12", now - 600), now), "a running test's");
         assert!(!super::test_db_is_stale("test", now));
         assert!(!super::test_db_is_stale("odf_fuzz_1", now));
+        assert!(!super::test_db_is_stale(&super::template_db_name(), now), "a template is no test database");
+    }
+
+    #[test]
+    fn the_template_is_named_by_the_migrations() {
+        let name = super::template_db_name();
+        assert!(name.starts_with(super::TEMPLATE_DB_PREFIX) && name.len() == 8 + 16, "{name}");
+        assert_eq!(name, super::template_db_name(), "the same migrations, the same name");
+        let now = 1_800_000_000;
+        assert!(super::template_build_is_stale(&format!("odf_tplb_{}_ab12", now - 3600), now));
+        assert!(!super::template_build_is_stale(&format!("odf_tplb_{}_ab12", now - 5), now), "under way");
+        assert!(!super::template_build_is_stale(&name, now), "a finished template");
     }
 }

@@ -22,7 +22,7 @@ async fn sqlite() -> (TestDb, Store) {
 }
 
 async fn postgres() -> (TestDb, Store) {
-    let db = TestDb::new(Backend::Postgres).await;
+    let db = TestDb::migrated(Backend::Postgres).await;
     let store = db.store().await;
     (db, store)
 }
@@ -32,7 +32,7 @@ async fn store(db: &TestDb) -> Store {
 }
 
 oduflow_store::on_both_stores!(
-    super::store =>
+    migrated super::store =>
     claimed_clients_are_skipped,
     failures_back_off_then_fail_and_block,
     receipts_cannot_be_deleted_or_repointed,

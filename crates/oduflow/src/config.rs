@@ -105,6 +105,11 @@ pub struct Config {
     pub profiles: std::collections::BTreeMap<String, oduflow_model::SpecInput>,
     pub spec_defaults: oduflow_model::SpecDefaults,
     pub root_password_command: Option<Vec<String>>,
+    /// The bug planted in this process's worker (test builds only): read
+    /// once, here, from `ODUFLOW_PLANTED_BUG` (the campaign sets it on the
+    /// workers it spawns); the engine and the store carry it from here.
+    #[cfg(feature = "failpoints")]
+    pub planted: oduflow_engine::PlantedBug,
 }
 
 /// Vultr's documented limit, per source address.
@@ -264,6 +269,8 @@ impl Config {
             adapters: fc.adapter,
             profiles,
             root_password_command: fc.root_password_command,
+            #[cfg(feature = "failpoints")]
+            planted: oduflow_engine::PlantedBug::from_env(),
         };
         for a in &cfg.adapters {
             oduflow_engine::command_adapter::CommandAdapter::new(a.clone()).map_err(BadInput)?;
@@ -293,6 +300,8 @@ impl Config {
             attempts_max: self.attempts_max,
             ready_wait_ms: self.ready_wait_ms,
             bulk_view: self.bulk_view,
+            #[cfg(feature = "failpoints")]
+            planted: self.planted.clone(),
             ..Default::default()
         }
     }

@@ -183,7 +183,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         // A planted bug, for proving the campaign catches a PATCH sent twice
         // on one receipt (as a client that retries a timed-out PATCH would).
         #[cfg(feature = "failpoints")]
-        if crate::planted_bug("resend_change")
+        if w.cfg.planted.is("resend_change")
             && let Seen::Present(f) = &self.seen[slot(kind)].1
             && let Some(d) = &f.drift
         {

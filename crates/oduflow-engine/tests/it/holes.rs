@@ -6,7 +6,7 @@ use oduflow_engine::operator;
 use oduflow_model::identity;
 
 oduflow_store::on_both_stores!(
-    crate::store_of =>
+    migrated crate::store_of =>
     deleted_client_keeps_no_vm_after_flip_and_rollback,
     deleted_client_keeps_no_vm_when_delete_lands_mid_run,
     inventory_reports_a_deleted_clients_live_vm,
@@ -169,13 +169,15 @@ async fn deleted_client_keeps_no_vm_when_delete_lands_mid_run(store: Store) -> R
 /// deleted client's VM stays live, and `reconcile --all` must report it.
 async fn inventory_reports_a_deleted_clients_live_vm(store: Store) -> Result<()> {
     failpoints_required();
-    // SAFETY: each test runs in its own process (nextest); set before any thread reads it.
-    #[allow(unsafe_code)] // SAFETY: set before any other thread reads the environment.
-    unsafe {
-        std::env::set_var("ODUFLOW_PLANTED_BUG", "skip_open_receipts")
-    };
     let p = Arc::new(MemoryProvider::new(key("k1")));
-    let w = worker(&store, p.clone());
+    // The bug is this worker's alone: the inventory below, and every other
+    // test in the process, run the real protocol.
+    let w = worker_with(&store, p.clone(), |_c| {
+        #[cfg(feature = "failpoints")]
+        {
+            _c.planted = oduflow_engine::PlantedBug::named("skip_open_receipts");
+        }
+    });
     ready(&store, &w, "acme").await;
     store.client_delete("acme", now(), 3).await?;
     drain(&w, 50).await;
@@ -189,10 +191,6 @@ async fn inventory_reports_a_deleted_clients_live_vm(store: Store) -> Result<()>
     assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
     let live = p.with(|s| s.instances.keys().cloned().collect::<Vec<_>>());
     assert_eq!(live.len(), 1, "the planted bug leaves the VM live");
-    #[allow(unsafe_code)] // SAFETY: set before any other thread reads the environment.
-    unsafe {
-        std::env::remove_var("ODUFLOW_PLANTED_BUG")
-    };
     let inv = operator::inventory(&store, p.as_ref(), now()).await?;
     assert!(inv.orphans.iter().any(|o| o.id == live[0] && o.client.as_deref() == Some("acme")), "{inv:?}");
     scenario.teardown();

@@ -17,7 +17,7 @@ async fn store_of(db: &oduflow_store::testing::TestDb) -> Store {
 }
 
 oduflow_store::on_both_stores!(
-    super::store_of =>
+    migrated super::store_of =>
     provisions_then_deletes,
     receipt_survives_error_rollback,
     receipt_survives_panic_rollback,
@@ -468,7 +468,7 @@ mod operator_actions {
     use oduflow_engine::operator;
 
     oduflow_store::on_both_stores!(
-        crate::store_of =>
+        migrated crate::store_of =>
         reconcile_new_dispatch_only_after_rejection,
         uncertain_create_blocks_then_abandon_watches_label,
         adopt_verifies_then_records,
@@ -648,7 +648,7 @@ mod operator_actions {
 /// must cost nothing but a reconnect.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_survive_terminated_claim_connections_postgres() {
-    let url = oduflow_store::testing::fresh_pg_url().await;
+    let url = oduflow_store::testing::fresh_migrated_pg_url().await;
     let store = open(&url).await;
     let c = create(&store, "acme").await;
     let w = worker(&store, Arc::new(MemoryProvider::new(key("k1"))));
@@ -664,7 +664,7 @@ async fn claims_survive_terminated_claim_connections_postgres() {
 /// again, untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_claim_gives_its_job_back_postgres() {
-    let store = open(&oduflow_store::testing::fresh_pg_url().await).await;
+    let store = open(&oduflow_store::testing::fresh_migrated_pg_url().await).await;
     let c = create(&store, "acme").await;
     let w = worker(&store, Arc::new(MemoryProvider::new(key("k1"))));
     drain(&w, 50).await;

@@ -290,7 +290,7 @@ async fn h_of(db: &oduflow_store::testing::TestDb) -> H {
 }
 
 oduflow_store::on_both_stores!(
-    super::h_of =>
+    migrated super::h_of =>
     clients_create_show_list_delete,
     clients_update_changes_the_spec_and_refuses_what_cannot_change,
     clients_create_from_a_profile,
@@ -307,7 +307,7 @@ oduflow_store::on_both_stores!(
 /// while the database refuses connections, 200 again once it answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_says_when_the_database_is_down() {
-    let db = oduflow_store::testing::TestDb::new(oduflow_store::Backend::Postgres).await;
+    let db = oduflow_store::testing::TestDb::migrated(oduflow_store::Backend::Postgres).await;
     let h = h_of(&db).await;
     let (s, v) = json_of(h.http.get(h.url("/health")).send().await.unwrap()).await;
     assert_eq!(s, 200, "{v}");

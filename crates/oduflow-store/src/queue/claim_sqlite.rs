@@ -9,11 +9,16 @@ use crate::{Result, StoreError};
 use oduflow_model::*;
 use sqlx::{SqliteConnection, SqlitePool};
 
-#[cfg(feature = "failpoints")]
-use super::planted_bug;
-
 /// Claims the next runnable job whose client's lock file is free, or `None`.
-pub(super) async fn claim_next(p: &SqlitePool, worker: &str, now_ms: i64, lease_ms: i64) -> Result<Option<Claim>> {
+/// `timed_lease`: the planted bug `lease_overlap` (test builds only; always
+/// false otherwise).
+pub(super) async fn claim_next(
+    p: &SqlitePool,
+    worker: &str,
+    now_ms: i64,
+    lease_ms: i64,
+    timed_lease: bool,
+) -> Result<Option<Claim>> {
     let token = format!("{worker}/{}", uuid::Uuid::new_v4());
     let locks = sqlite_lock_dir(p)?;
     let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;
@@ -31,7 +36,7 @@ pub(super) async fn claim_next(p: &SqlitePool, worker: &str, now_ms: i64, lease_
         if !tried.insert(job.client_id.clone()) {
             continue;
         }
-        let hold = match planted_timed_lease(&mut tx, &job.client_id, now_ms).await? {
+        let hold = match planted_timed_lease(&mut tx, &job.client_id, now_ms, timed_lease).await? {
             Some(true) => continue,
             Some(false) => std::fs::File::open("/dev/null").map_err(|e| StoreError::Lock(e.to_string()))?,
             None => match try_lock_client(&locks, &job.client_id)? {
@@ -47,7 +52,13 @@ pub(super) async fn claim_next(p: &SqlitePool, worker: &str, now_ms: i64, lease_
             .await?;
         let unfinished = count_start_sqlite(&mut tx, job.id).await?;
         tx.commit().await?;
-        let inner = ClaimInner::Sqlite { pool: p.clone(), lease_token: token, hold: std::sync::Arc::new(hold) };
+        let inner = ClaimInner::Sqlite {
+            pool: p.clone(),
+            lease_token: token,
+            hold: std::sync::Arc::new(hold),
+            #[cfg(feature = "failpoints")]
+            timed_lease,
+        };
         return Ok(Some(Claim { job, infra, unfinished_runs: unfinished, inner }));
     }
     tx.rollback().await?;
@@ -59,8 +70,13 @@ pub(super) async fn claim_next(p: &SqlitePool, worker: &str, now_ms: i64, lease_
 /// file. `Some(held)`: whether an unexpired lease names someone; `None`: the
 /// real protocol.
 #[cfg(feature = "failpoints")]
-async fn planted_timed_lease(c: &mut SqliteConnection, client: &ClientId, now_ms: i64) -> Result<Option<bool>> {
-    if !planted_bug("lease_overlap") {
+async fn planted_timed_lease(
+    c: &mut SqliteConnection,
+    client: &ClientId,
+    now_ms: i64,
+    planted: bool,
+) -> Result<Option<bool>> {
+    if !planted {
         return Ok(None);
     }
     let lease: (Option<String>, Option<i64>) =
@@ -72,7 +88,7 @@ async fn planted_timed_lease(c: &mut SqliteConnection, client: &ClientId, now_ms
 }
 
 #[cfg(not(feature = "failpoints"))]
-async fn planted_timed_lease(_: &mut SqliteConnection, _: &ClientId, _: i64) -> Result<Option<bool>> {
+async fn planted_timed_lease(_: &mut SqliteConnection, _: &ClientId, _: i64, _: bool) -> Result<Option<bool>> {
     Ok(None)
 }
 
@@ -83,10 +99,6 @@ pub(super) async fn fence_check(
     client: &ClientId,
     generation: i64,
 ) -> Result<Footing> {
-    #[cfg(feature = "failpoints")]
-    if planted_bug("lease_overlap") {
-        return Ok(Footing::Held);
-    }
     let row: Option<(i64, Option<String>)> =
         sqlx::query_as("SELECT generation, lease_owner FROM infra WHERE client_id = $1")
             .bind(client.as_str())

@@ -129,7 +129,15 @@ pub struct Claim {
 
 enum ClaimInner {
     Pg(PgClaim),
-    Sqlite { pool: SqlitePool, lease_token: String, hold: std::sync::Arc<std::fs::File> },
+    Sqlite {
+        pool: SqlitePool,
+        lease_token: String,
+        hold: std::sync::Arc<std::fs::File>,
+        /// The planted bug `lease_overlap` (test builds only): the old timed
+        /// lease, whose fence never refuses.
+        #[cfg(feature = "failpoints")]
+        timed_lease: bool,
+    },
 }
 
 /// What a run checks just before each provider call: that its claim still
@@ -149,7 +157,13 @@ enum FenceInner {
     Pg { pool: sqlx::PgPool, pid: i32, started: String },
     /// The lock file is held by this process for as long as the claim lives;
     /// the row must still name this lease and this generation.
-    Sqlite { pool: SqlitePool, lease_token: String },
+    Sqlite {
+        pool: SqlitePool,
+        lease_token: String,
+        /// See `ClaimInner::Sqlite` (test builds only).
+        #[cfg(feature = "failpoints")]
+        timed_lease: bool,
+    },
 }
 
 /// Where a run stands, as its fence sees it.
@@ -171,7 +185,12 @@ impl Fence {
         crate::named("check", async move {
             match &self.inner {
                 FenceInner::Pg { pool, pid, started } => claim_pg::fence_check(pool, *pid, started, &self.client).await,
-                FenceInner::Sqlite { pool, lease_token } => {
+                FenceInner::Sqlite { pool, lease_token, .. } => {
+                    // The planted bug `lease_overlap`: a lease never checked again.
+                    #[cfg(feature = "failpoints")]
+                    if matches!(self.inner, FenceInner::Sqlite { timed_lease: true, .. }) {
+                        return Ok(Footing::Held);
+                    }
                     claim_sqlite::fence_check(pool, lease_token, &self.client, self.generation).await
                 }
             }
@@ -263,9 +282,18 @@ impl Claim {
             ClaimInner::Pg(c) => {
                 FenceInner::Pg { pool: c.pool.clone(), pid: c.conn.pid, started: c.conn.started.clone() }
             }
-            ClaimInner::Sqlite { pool, lease_token, .. } => {
-                FenceInner::Sqlite { pool: pool.clone(), lease_token: lease_token.clone() }
-            }
+            ClaimInner::Sqlite {
+                pool,
+                lease_token,
+                #[cfg(feature = "failpoints")]
+                timed_lease,
+                ..
+            } => FenceInner::Sqlite {
+                pool: pool.clone(),
+                lease_token: lease_token.clone(),
+                #[cfg(feature = "failpoints")]
+                timed_lease: *timed_lease,
+            },
         };
         Fence { client: self.job.client_id.clone(), generation: self.infra.generation, inner }
     }
@@ -289,7 +317,7 @@ impl Claim {
                     let finish_sql = defer.then(|| finish_sql(job.id, &next, now_ms));
                     Ok(Applied { inner: AppliedTx::Pg(c, finish_sql) })
                 }
-                ClaimInner::Sqlite { pool, lease_token, hold } => {
+                ClaimInner::Sqlite { pool, lease_token, hold, .. } => {
                     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
                     apply_in(&mut *tx, &job, finish, Held::Lease(&lease_token), true, now_ms).await?;
                     sqlx::query("DELETE FROM job_starts WHERE job_id = $1").bind(job.id.0).execute(&mut *tx).await?;
@@ -309,7 +337,7 @@ impl Claim {
                     sqlx::raw_sql("ROLLBACK").execute(&mut **c.conn).await?;
                     c.conns.put(c.conn);
                 }
-                ClaimInner::Sqlite { pool, lease_token, hold: _hold } => {
+                ClaimInner::Sqlite { pool, lease_token, hold: _hold, .. } => {
                     sqlx::query("DELETE FROM job_starts WHERE job_id = $1").bind(self.job.id.0).execute(&pool).await?;
                     sqlx::query(
                         "UPDATE infra SET lease_owner = NULL, lease_until_ms = NULL \
@@ -570,7 +598,13 @@ impl Store {
         crate::named("job_claim_next", async move {
             match &self.db {
                 Db::Pg(p, conns) => claim_pg::claim_next(p, conns, now_ms).await,
-                Db::Sqlite(p) => claim_sqlite::claim_next(p, worker, now_ms, lease_ms).await,
+                Db::Sqlite(p) => {
+                    #[cfg(feature = "failpoints")]
+                    let timed_lease = self.planted.is("lease_overlap");
+                    #[cfg(not(feature = "failpoints"))]
+                    let timed_lease = false;
+                    claim_sqlite::claim_next(p, worker, now_ms, lease_ms, timed_lease).await
+                }
             }
         })
         .await
@@ -741,10 +775,3 @@ fn job_and_infra(row: &impl rows::RowExt) -> Result<(JobRow, InfraRow)> {
 
 const COUNT_START_SQL: &str = "INSERT INTO job_starts (job_id, unfinished) VALUES ($1, 1) \
      ON CONFLICT (job_id) DO UPDATE SET unfinished = job_starts.unfinished + 1 RETURNING unfinished";
-
-/// Test builds only: `ODUFLOW_PLANTED_BUG=<name>` switches on a deliberate
-/// protocol violation, so tests can prove the campaign catches it.
-#[cfg(feature = "failpoints")]
-fn planted_bug(name: &str) -> bool {
-    std::env::var("ODUFLOW_PLANTED_BUG").as_deref() == Ok(name)
-}

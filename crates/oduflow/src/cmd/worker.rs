@@ -45,19 +45,20 @@ pub async fn run(
     // claim, rather than killing it.
     let stop = crate::signals::install("worker")?;
     let mut engine = cfg.engine();
-    if let Some(n) = concurrency {
-        if n == 0 {
-            return Err(BadInput("--concurrency must be at least 1".into()).into());
-        }
-        engine.concurrency = n;
+    match concurrency {
+        Some(0) => return Err(BadInput("--concurrency must be at least 1".into()).into()),
+        Some(n) => engine.concurrency = n,
+        None => {}
     }
-    // A database or a Vultr API that does not answer yet is waited for,
-    // within `startup_retry_ms` (crate::startup); a stop meanwhile ends the
-    // worker before its first claim.
+    // A database or a Vultr API that does not answer yet is waited for, within
+    // `startup_retry_ms` (crate::startup); a stop ends the worker before it claims.
     let Some(store) = crate::startup::store(cfg, 2 * engine.concurrency as u32 + 4, &stop).await? else {
         eprintln!("oduflow worker: stopped during start-up");
         return Ok(());
     };
+    // Test builds: the store's share of a planted bug (the engine has its own).
+    #[cfg(feature = "failpoints")]
+    let store = store.with_planted(engine.planted.clone());
     let provider = provider(cfg, &store, "worker")?;
     // Every time this worker writes or compares is the database's clock's
     // (docs/protocol.md §4.1): a host clock off by hours misleads nothing.

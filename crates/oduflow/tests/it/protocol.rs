@@ -20,7 +20,7 @@ async fn store_of(db: &oduflow_store::testing::TestDb) -> Store {
 }
 
 oduflow_store::on_both_stores!(
-    super::store_of =>
+    migrated super::store_of =>
     duplicate_label_matches_block,
     foreign_attachment_blocks,
     a_reconcile_reads_after_itself_not_from_an_earlier_listing,
