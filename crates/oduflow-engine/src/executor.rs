@@ -416,7 +416,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         let infra = &self.run.infra;
         let update_overdue = infra.spec_updated_ms.is_some_and(|at| w.now_ms() - at > ready_wait);
         let resource = |r: Option<&ReceiptRow>, kind: ResourceKind| Resource {
-            receipt: receipt_facts(r, self.target),
+            receipt: ReceiptFacts::of(r.map(ReceiptRow::effect), self.target),
             seen: self.seen[slot(kind)].1.clone(),
             progress: progress_of(r),
             overdue: overdue(r),
@@ -440,7 +440,7 @@ impl<'a, P: Provider> Converge<'a, P> {
             key_changed,
             vm: resource(view.cur.vm.as_ref(), ResourceKind::Vm),
             volume: resource(view.cur.volume.as_ref(), ResourceKind::Volume),
-            attach: receipt_facts(view.cur.attach.as_ref(), self.target),
+            attach: ReceiptFacts::of(view.cur.attach.as_ref().map(ReceiptRow::effect), self.target),
             observations_max: w.cfg.observations_max,
         }
     }
@@ -853,15 +853,6 @@ fn progress_of(r: Option<&ReceiptRow>) -> DeleteProgress {
     r.map(ReceiptRow::progress).unwrap_or_default()
 }
 
-/// What a receipt establishes. One claimed and never marked sent never
-/// left, so a run creating for a present target sends it again on the same
-/// receipt (the mark is taken by one sender only). Deletion counts it as
-/// unknown until a live run recorded it not sent: a stale run's mark may
-/// still be on its way.
-fn receipt_facts(r: Option<&ReceiptRow>, target: Target) -> ReceiptFacts {
-    ReceiptFacts::of(r.map(ReceiptRow::effect), target)
-}
-
 /// The wait before the n-th observation: the base interval, growing slowly so
 /// a long lag costs few reads.
 fn poll_delay(base_ms: i64, n: i64) -> i64 {
@@ -1113,6 +1104,22 @@ impl<P: Provider> Run<'_, P> {
         Ok(self.wait(now + poll_delay(w.cfg.poll_interval_ms, n)))
     }
 
+    /// The receipt of this client's current dispatch of `kind`, claimed now.
+    pub(super) fn new_receipt(&self, kind: ResourceKind, label: Label, spec_digest: String) -> NewReceipt {
+        let dg = self.infra.dispatch_generation(kind);
+        NewReceipt {
+            operation_key: OperationKey::new(&self.infra.client_id, kind, dg),
+            client_ref: self.infra.client_id.clone(),
+            resource_kind: kind,
+            dispatch_generation: dg,
+            label,
+            region: self.infra.spec.region.clone(),
+            spec_digest,
+            key_fingerprint: self.w.provider.key_fingerprint(),
+            claimed_ms: self.w.now_ms(),
+        }
+    }
+
     /// Claims a receipt, then sends the create or attach exactly once and
     /// records what the answer establishes. Returns whether it was a
     /// definitive rejection.
@@ -1144,19 +1151,7 @@ impl<P: Provider> Run<'_, P> {
         #[cfg(not(feature = "failpoints"))]
         let forget = false;
         if !forget && !resend {
-            w.receipts
-                .claim(&NewReceipt {
-                    operation_key: op.clone(),
-                    client_ref: client.clone(),
-                    resource_kind: kind,
-                    dispatch_generation: dg,
-                    label: label.clone(),
-                    region: spec.region.clone(),
-                    spec_digest: digest,
-                    key_fingerprint: w.provider.key_fingerprint(),
-                    claimed_ms: w.now_ms(),
-                })
-                .await?;
+            w.receipts.claim(&self.new_receipt(kind, label.clone(), digest)).await?;
         }
         fail_step!("receipt-committed");
         // Marked sent only right before the request leaves: after its rate

@@ -11,7 +11,7 @@ use oduflow_model::decide::Orphan;
 use oduflow_model::ledger::Effect;
 use oduflow_model::provider::Provider;
 use oduflow_model::*;
-use oduflow_store::{IdSource, NewReceipt, OrphanRow};
+use oduflow_store::{IdSource, OrphanRow};
 
 /// One labelled orphan as this run read it, with the label to adopt it by.
 #[derive(Clone, Debug)]
@@ -95,22 +95,9 @@ impl<'a, P: Provider> Converge<'a, P> {
             .map(|r| r.label.clone())
             .ok_or_else(|| EngineError::Invariant(format!("adopting {id}, which is no orphan of this run")))?;
         let client = self.run.infra.client_id.clone();
-        let dg = self.run.infra.dispatch_generation(kind);
-        let op = OperationKey::new(&client, kind, dg);
-        let now = w.now_ms();
-        w.receipts
-            .claim(&NewReceipt {
-                operation_key: op.clone(),
-                client_ref: client.clone(),
-                resource_kind: kind,
-                dispatch_generation: dg,
-                label: Label(label.clone()),
-                region: self.run.infra.spec.region.clone(),
-                spec_digest: create_digest(&self.run.infra.spec, kind),
-                key_fingerprint: w.provider.key_fingerprint(),
-                claimed_ms: now,
-            })
-            .await?;
+        let receipt = self.run.new_receipt(kind, Label(label.clone()), create_digest(&self.run.infra.spec, kind));
+        let (op, now) = (receipt.operation_key.clone(), receipt.claimed_ms);
+        w.receipts.claim(&receipt).await?;
         w.receipts.record_id(&op, &id, IdSource::AdoptedByLabel, now).await?;
         let how = format!("adopted by the first provisioning of client {client} (its label names it)");
         w.store.orphan_resolve(&id, &how, now).await?;
