@@ -740,7 +740,7 @@ async fn refuse_if_accounted(store: &Store, id: &str, label: &str) -> Result<()>
                 r.operation_key
             ));
         }
-        if r.resource_id.is_none() && r.label.as_str() == label {
+        if r.effect().id().is_none() && r.label.as_str() == label {
             return refused(format!(
                 "{id} carries the label of receipt {}, whose next run adopts it: it is not an orphan now",
                 r.operation_key

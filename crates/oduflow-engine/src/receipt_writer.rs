@@ -3,6 +3,7 @@
 //! transaction, so what it records survives that transaction rolling back, a
 //! panic, or the worker being killed.
 
+use oduflow_model::identity::AdapterState;
 use oduflow_model::*;
 use oduflow_store::{IdSource, NewReceipt, ReceiptLedger, Store};
 
@@ -99,7 +100,7 @@ impl ReceiptWriter {
         &self,
         client: &ClientId,
         adapter: &str,
-        state: &str,
+        state: AdapterState,
         detail: &str,
         facts: Option<&serde_json::Value>,
         now_ms: i64,
@@ -111,7 +112,7 @@ impl ReceiptWriter {
         &self,
         client: &ClientId,
         adapter: &str,
-        state: &str,
+        state: AdapterState,
         detail: &str,
         now_ms: i64,
     ) -> oduflow_store::Result<i64> {

@@ -230,3 +230,40 @@ mod tests {
         assert_ne!(IdentityTarget { main_ip: Some("192.0.2.8".into()), ..ensured.clone() }.facts(), facts);
     }
 }
+
+/// Where a client's identity with one adapter stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdapterState {
+    /// Being made or corrected (or its last ensure failed).
+    Ensuring,
+    /// Confirmed present with the facts recorded beside it.
+    Ensured,
+    /// Being removed (or its last removal failed).
+    Removing,
+    /// Confirmed absent.
+    Removed,
+}
+
+impl AdapterState {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AdapterState::Ensuring => "ensuring",
+            AdapterState::Ensured => "ensured",
+            AdapterState::Removing => "removing",
+            AdapterState::Removed => "removed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [AdapterState::Ensuring, AdapterState::Ensured, AdapterState::Removing, AdapterState::Removed]
+            .into_iter()
+            .find(|a| a.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for AdapterState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

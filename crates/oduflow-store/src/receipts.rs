@@ -10,6 +10,7 @@ use crate::Db;
 use crate::queue::Conn;
 use crate::rows::{self, IdSource, RECEIPT_COLUMNS, ReceiptRow};
 use crate::{Result, Store, StoreError, both};
+use oduflow_model::identity::AdapterState;
 use oduflow_model::*;
 
 /// A receipt to claim before a dispatch is sent.
@@ -420,7 +421,7 @@ impl ReceiptLedger {
         &self,
         client: &ClientId,
         adapter: &str,
-        state: &str,
+        state: AdapterState,
         detail: &str,
         facts: Option<&serde_json::Value>,
         now_ms: i64,
@@ -433,7 +434,7 @@ impl ReceiptLedger {
                      VALUES ($1, $2, $3, $4, 0, $5, coalesce($6, '{}')) ON CONFLICT (client_id, adapter) \
                      DO UPDATE SET state = excluded.state, detail = excluded.detail, failures = 0, \
                      updated_ms = excluded.updated_ms, facts = coalesce($6, adapter_state.facts)")
-                    .bind(client.as_str()).bind(adapter).bind(state).bind(detail).bind(now_ms).bind(&facts)
+                    .bind(client.as_str()).bind(adapter).bind(state.as_str()).bind(detail).bind(now_ms).bind(&facts)
                     .execute(&mut *tx).await?;
                 (*tx).event_insert(Some(client), "adapter_state", &serde_json::json!({
                     "adapter": adapter, "state": state, "detail": detail,
@@ -492,7 +493,7 @@ impl ReceiptLedger {
         &self,
         client: &ClientId,
         adapter: &str,
-        state: &str,
+        state: AdapterState,
         detail: &str,
         now_ms: i64,
     ) -> Result<i64> {
@@ -504,7 +505,7 @@ impl ReceiptLedger {
                      DO UPDATE SET state = excluded.state, detail = excluded.detail, failures = adapter_state.failures + 1, \
                      updated_ms = excluded.updated_ms \
                      RETURNING failures")
-                    .bind(client.as_str()).bind(adapter).bind(state).bind(detail).bind(now_ms)
+                    .bind(client.as_str()).bind(adapter).bind(state.as_str()).bind(detail).bind(now_ms)
                     .fetch_one(&mut *tx).await?;
                 (*tx).event_insert(Some(client), "adapter_failed", &serde_json::json!({
                     "adapter": adapter, "error": detail, "failures": n,
@@ -538,7 +539,7 @@ impl ReceiptLedger {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct AdapterStateRow {
     pub adapter: String,
-    pub state: String,
+    pub state: AdapterState,
     pub detail: String,
     pub failures: i64,
     pub updated_ms: i64,
@@ -563,6 +564,8 @@ impl Store {
                 rows.into_iter().map(|(adapter, state, detail, failures, updated_ms, owned, owned_version, facts)| {
                     let json = |what: &str, t: &str| serde_json::from_str(t)
                         .map_err(|e| StoreError::Corrupt(format!("adapter_state {adapter} {what}: {e}")));
+                    let state = AdapterState::parse(&state)
+                        .ok_or_else(|| StoreError::Corrupt(format!("adapter_state {adapter} state {state:?}")))?;
                     Ok(AdapterStateRow {
                         owned: json("owned", &owned)?, facts: json("facts", &facts)?,
                         adapter, state, detail, failures, updated_ms, owned_version,

@@ -238,9 +238,9 @@ async fn adapter_ownership_is_written_by_compare_and_set(store: Store) {
     assert_eq!(ledger.adapter_owned_put(&c, "dns", &second, 1, 3).await.unwrap(), Some(2));
     assert_eq!(ledger.adapter_owned_put(&c, "dns", &stale, 1, 4).await.unwrap(), None);
     let facts = serde_json::json!({ "ipv4": "192.0.2.1" });
-    ledger.adapter_set(&c, "dns", "ensured", "ok", Some(&facts), 5).await.unwrap();
+    ledger.adapter_set(&c, "dns", oduflow_model::identity::AdapterState::Ensured, "ok", Some(&facts), 5).await.unwrap();
     // A state change without facts keeps the recorded ones and the ownership.
-    ledger.adapter_set(&c, "dns", "removed", "gone", None, 6).await.unwrap();
+    ledger.adapter_set(&c, "dns", oduflow_model::identity::AdapterState::Removed, "gone", None, 6).await.unwrap();
     let rows = store.adapter_states(&c).await.unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!((rows[0].owned.clone(), rows[0].owned_version), (second, 2));

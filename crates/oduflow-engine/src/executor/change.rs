@@ -6,6 +6,7 @@
 use super::{Converge, MarkOf, Run, SentMark, Step, View, poll_delay, slot};
 use crate::{EngineError, fail_step};
 use oduflow_model::decide::{Change, Seen};
+use oduflow_model::identity::AdapterState;
 use oduflow_model::ledger::Effect;
 use oduflow_model::provider::{self, Outcome, Provider};
 use oduflow_model::*;
@@ -235,7 +236,9 @@ impl<P: Provider> Run<'_, P> {
                     Err(e) => {
                         // The identity stays ensured; the failure is counted.
                         let run = std::mem::replace(self, self.clone_shallow());
-                        return Ok(Some(run.adapter_failed(a.name(), "ensured", format!("update: {e}"), now).await?));
+                        return Ok(Some(
+                            run.adapter_failed(a.name(), AdapterState::Ensured, format!("update: {e}"), now).await?,
+                        ));
                     }
                 }
             }

@@ -8,7 +8,9 @@
 
 use super::Run;
 use crate::{EngineError, ReceiptWriter, fail_step};
-use oduflow_model::identity::{AdapterError, BoxFuture, IdentityAdapter, IdentityTarget, Ownership, Presence};
+use oduflow_model::identity::{
+    AdapterError, AdapterState, BoxFuture, IdentityAdapter, IdentityTarget, Ownership, Presence,
+};
 use oduflow_model::provider::Provider;
 use oduflow_model::*;
 use oduflow_store::{AdapterStateRow, Finish};
@@ -112,7 +114,7 @@ impl<'a, P: Provider> Run<'a, P> {
     pub(super) async fn adapter_failed(
         mut self,
         adapter: &str,
-        state: &str,
+        state: AdapterState,
         error: String,
         now: i64,
     ) -> Result<Finish, EngineError> {
@@ -131,7 +133,13 @@ impl<'a, P: Provider> Run<'a, P> {
 
     /// An adapter step that did not succeed: a failure is counted, a
     /// pending resolution comes back after a poll interval, a block blocks.
-    async fn adapter_error(self, a: &str, state: &str, e: AdapterError, now: i64) -> Result<Finish, EngineError> {
+    async fn adapter_error(
+        self,
+        a: &str,
+        state: AdapterState,
+        e: AdapterError,
+        now: i64,
+    ) -> Result<Finish, EngineError> {
         match e {
             AdapterError::Failed(e) => self.adapter_failed(a, state, e, now).await,
             AdapterError::Pending(detail) => {
@@ -154,7 +162,7 @@ impl<'a, P: Provider> Run<'a, P> {
     /// recorded before facts were (`{}`) count as current.
     fn ensured(row: Option<&AdapterStateRow>, facts: &serde_json::Value) -> bool {
         row.is_some_and(|s| {
-            s.state == "ensured" && (s.facts == *facts || s.facts.as_object().is_some_and(|o| o.is_empty()))
+            s.state == AdapterState::Ensured && (s.facts == *facts || s.facts.as_object().is_some_and(|o| o.is_empty()))
         })
     }
 
@@ -194,20 +202,23 @@ impl<'a, P: Provider> Run<'a, P> {
         let ensured = a.ensure(t, own).await;
         self.halted()?;
         let ensured = match ensured {
-            Err(e) => return self.adapter_error(a.name(), "ensuring", e, now).await,
+            Err(e) => return self.adapter_error(a.name(), AdapterState::Ensuring, e, now).await,
             Ok(d) => d,
         };
         let checked = a.check(t, own).await;
         self.halted()?;
         match checked {
             Ok(Presence::Present(d)) => {
-                w.receipts.adapter_set(&self.infra.client_id, a.name(), "ensured", &d, Some(facts), now).await?;
+                w.receipts
+                    .adapter_set(&self.infra.client_id, a.name(), AdapterState::Ensured, &d, Some(facts), now)
+                    .await?;
                 Ok(self.wait(now))
             }
             Ok(Presence::Absent) => {
-                self.adapter_failed(a.name(), "ensuring", format!("absent after ensure ({ensured})"), now).await
+                self.adapter_failed(a.name(), AdapterState::Ensuring, format!("absent after ensure ({ensured})"), now)
+                    .await
             }
-            Err(e) => self.adapter_error(a.name(), "ensuring", e, now).await,
+            Err(e) => self.adapter_error(a.name(), AdapterState::Ensuring, e, now).await,
         }
     }
 
@@ -222,7 +233,7 @@ impl<'a, P: Provider> Run<'a, P> {
         // deleted; the evidence names it.
         let orphaned: Vec<&AdapterStateRow> = states
             .iter()
-            .filter(|s| s.state != "removed" && !w.adapters.iter().any(|a| a.name() == s.adapter))
+            .filter(|s| s.state != AdapterState::Removed && !w.adapters.iter().any(|a| a.name() == s.adapter))
             .collect();
         if !orphaned.is_empty() {
             let names: Vec<String> =
@@ -240,7 +251,7 @@ impl<'a, P: Provider> Run<'a, P> {
         let current = self.identity_target(true).await?;
         for a in w.adapters.iter() {
             let row = states.iter().find(|s| s.adapter == a.name());
-            if row.is_some_and(|s| s.state == "removed") {
+            if row.is_some_and(|s| s.state == AdapterState::Removed) {
                 continue;
             }
             self.check_fence().await?;
@@ -267,7 +278,7 @@ impl<'a, P: Provider> Run<'a, P> {
         let removed = a.remove(t, own).await;
         self.halted()?;
         if let Err(e) = removed {
-            return self.adapter_error(a.name(), "removing", e, now).await;
+            return self.adapter_error(a.name(), AdapterState::Removing, e, now).await;
         }
         fail_step!("adapter-removed");
         let checked = a.check(t, own).await;
@@ -275,13 +286,16 @@ impl<'a, P: Provider> Run<'a, P> {
         match checked {
             Ok(Presence::Absent) => {
                 let client = &self.infra.client_id;
-                w.receipts.adapter_set(client, a.name(), "removed", "check reports absence", None, now).await?;
+                w.receipts
+                    .adapter_set(client, a.name(), AdapterState::Removed, "check reports absence", None, now)
+                    .await?;
                 Ok(self.wait(now))
             }
             Ok(Presence::Present(d)) => {
-                self.adapter_failed(a.name(), "removing", format!("still present after remove: {d}"), now).await
+                self.adapter_failed(a.name(), AdapterState::Removing, format!("still present after remove: {d}"), now)
+                    .await
             }
-            Err(e) => self.adapter_error(a.name(), "removing", e, now).await,
+            Err(e) => self.adapter_error(a.name(), AdapterState::Removing, e, now).await,
         }
     }
 }

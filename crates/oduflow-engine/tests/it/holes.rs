@@ -280,7 +280,7 @@ async fn failed_ensure_leaves_the_adapter_not_removed(store: Store) -> Result<()
     drain(&w, 50).await;
     assert_eq!(status(&store, "acme").await.infra.blocked_reason, Some(BlockedReason::AdapterFailed));
     let st = store.adapter_states(&c.id).await?;
-    assert_eq!(st[0].state, "ensuring", "{st:?}");
+    assert_eq!(st[0].state, oduflow_model::identity::AdapterState::Ensuring, "{st:?}");
     // The identity was ensured (the check only failed): deleting must remove it.
     a.fail_check.store(false, std::sync::atomic::Ordering::SeqCst);
     let removes = a.removes.load(std::sync::atomic::Ordering::SeqCst);
