@@ -1276,8 +1276,10 @@ fn verbose(f: impl FnOnce() -> String) {
 }
 
 /// Runs an operator's command until it ends other than on the provider's
-/// error, at most `OPERATOR_TRIES_MAX` times: a command that fails that way
-/// changes nothing, and an operator runs it again.
+/// error or a transient database error (a pool that timed out while the
+/// server's connections were all taken by the suite beside it), at most
+/// `OPERATOR_TRIES_MAX` times: the commands run here are safe to repeat,
+/// and an operator runs a command that failed that way again.
 async fn as_an_operator<T, F, Fut>(seed: u64, what: &str, mut command: F) -> Result<T>
 where
     F: FnMut() -> Fut,
@@ -1290,6 +1292,11 @@ where
                 verbose(|| format!("seed {seed}: {what} failed on the provider's error ({e}); again"));
                 tries += 1;
                 tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(operator::OperatorError::Store(e)) if e.is_transient() && tries < OPERATOR_TRIES_MAX => {
+                println!("seed {seed}: {what} failed on a transient database error ({e}); again in 1 s");
+                tries += 1;
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
             Err(e) => return Err(anyhow::Error::from(e).context(format!("{what}, try {tries}"))),
             Ok(v) => return Ok(v),
