@@ -41,6 +41,9 @@ const WORKER_TIMEOUT: Duration = Duration::from_secs(20);
 /// oduflow's back (after a restore: one deleted after the backup) as gone.
 const LIVENESS_BOUND: Duration =
     Duration::from_millis(45_000 + oduflow_vultr::dns_adapter::RECORD_MISSING_MS.unsigned_abs());
+/// How many times a worker killed at its timeout before it refused to run
+/// on a restored copy is started again.
+const RESTORE_REFUSAL_TRIES_MAX: usize = 3;
 /// Provider requests per created resource above which a seed fails.
 const REQUESTS_PER_RESOURCE_MAX: u64 = 150;
 /// How long a pause waits for a worker to be in the middle of a run.
@@ -1131,7 +1134,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         // restored copy lags the cloud: a worker must refuse until an
         // inventory pass has run; the pass reports what no receipt covers.
         store.restore_declare("campaign restored an older copy", SystemClock.now_ms()).await?;
-        let errors = s.workers(1, KEY, 0.0, false, WORKER_TIMEOUT).await?;
+        let errors = s.worker_on_a_restored_copy().await?;
         if !errors.iter().any(|e| e.contains("restore pending")) {
             bail!("a worker ran on a restored database without an inventory pass ({errors:?})");
         }
@@ -1197,6 +1200,22 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
 }
 
 impl Seed<'_> {
+    /// One worker started on a restored copy before its inventory pass; its
+    /// errors. A worker killed at its timeout before it said anything (its
+    /// start-up waiting for room on a PostgreSQL server the suite beside it
+    /// fills) is started again: only its refusal, or its running, answers.
+    async fn worker_on_a_restored_copy(&mut self) -> Result<Vec<String>> {
+        let mut errors = vec![];
+        for _ in 0..RESTORE_REFUSAL_TRIES_MAX {
+            let killed = self.crashes;
+            errors = self.workers(1, KEY, 0.0, false, WORKER_TIMEOUT).await?;
+            if !(errors.is_empty() && self.crashes > killed) {
+                break;
+            }
+        }
+        Ok(errors)
+    }
+
     /// Runs workers (the simulator's faults as they are; with `planted`, a
     /// planted bug on, never a crash) until every client is settled, within
     /// `bound`; a worker's failure fails the seed.
