@@ -601,10 +601,25 @@ pub async fn snapshot(store: &Store, dir: &std::path::Path) -> KitResult<String>
             let snap = format!("{name}_snap");
             let mut admin = admin().await?;
             // CREATE DATABASE ... TEMPLATE needs no other session on the source.
-            terminate_sessions(&mut admin, &name).await?;
             let sql = format!("CREATE DATABASE {} TEMPLATE {}", ident(&snap), ident(&name));
-            sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut admin).await?;
+            without_sessions(&mut admin, &name, &sql).await?;
             Ok(snap)
+        }
+    }
+}
+
+/// Runs `sql` (a copy or a drop of database `name`) once its sessions are
+/// ended: workers still running reconnect between the two, so it ends them
+/// again while the server says the database is in use (SQLSTATE 55006), up
+/// to [`IN_USE_WAIT_MAX`].
+async fn without_sessions(admin: &mut sqlx::PgConnection, name: &str, sql: &str) -> KitResult<()> {
+    let started = std::time::Instant::now();
+    loop {
+        terminate_sessions(admin, name).await?;
+        match sqlx::query(sqlx::AssertSqlSafe(sql.to_owned())).execute(&mut *admin).await {
+            Err(sqlx::Error::Database(e))
+                if e.code().as_deref() == Some("55006") && started.elapsed() < IN_USE_WAIT_MAX => {}
+            r => return Ok(r.map(drop)?),
         }
     }
 }
@@ -624,8 +639,7 @@ pub async fn restore(store: &Store, url: &str, snap: &str) -> KitResult<()> {
             let name = current_database(p).await?;
             p.close().await;
             let mut admin = admin().await?;
-            terminate_sessions(&mut admin, &name).await?;
-            sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {}", ident(&name)))).execute(&mut admin).await?;
+            without_sessions(&mut admin, &name, &format!("DROP DATABASE {}", ident(&name))).await?;
             let sql = format!("ALTER DATABASE {} RENAME TO {}", ident(snap), ident(&name));
             sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut admin).await?;
         }
