@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pgbench single-row-INSERT ceiling for issue 7 item 2 (queue throughput).
+# pgbench single-row-INSERT ceiling: the queue benchmark compares its throughput with it.
 # Usage: bench/pgbench-ceiling.sh [DATABASE_URL] [SECONDS]
 # Prints one line per client count: "pgbench clients=C tps=T".
 set -euo pipefail
