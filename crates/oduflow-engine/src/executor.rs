@@ -555,7 +555,7 @@ impl<'a, P: Provider> Converge<'a, P> {
             return Via::View { after_ms: i64::MIN, since: Some(self.started), may_defer: false };
         }
         // A deletion of this very dispatch still in flight reads by id.
-        let deleting = r.progress().delete_sent && !r.progress().deleted;
+        let deleting = matches!(r.progress(), DeleteProgress { delete_sent: true, deleted: false, .. });
         if !self.first_provisioning || deleting || self.must_get[slot(kind)] {
             return Via::Get;
         }

@@ -95,7 +95,6 @@ fn never_seen(c: &ClientRow, receipts: &[ReceiptRow], kind: &str) -> Vec<Resolut
                 && !(x.effect().id().is_some()
                     && x.listed_ms.is_some()
                     && c.infra.target == oduflow_model::Target::Present)
-                && !matches!(x.effect(), Effect::Rejected { .. })
         })
         .map(|x| {
             let what = match x.effect().id() {
