@@ -416,7 +416,10 @@ impl ReceiptLedger {
     }
 
     /// Records where an adapter's identity stands (independent commit);
-    /// with `facts`, the facts it was ensured with too.
+    /// with `facts`, the facts it was ensured with too. `removed` also
+    /// advances the ownership's version: a run that read the ownership
+    /// before the removal (stale: its client deleted meanwhile) can no
+    /// longer record a create, so it never sends one.
     pub async fn adapter_set(
         &self,
         client: &ClientId,
@@ -433,7 +436,8 @@ impl ReceiptLedger {
                     "INSERT INTO adapter_state (client_id, adapter, state, detail, failures, updated_ms, facts) \
                      VALUES ($1, $2, $3, $4, 0, $5, coalesce($6, '{}')) ON CONFLICT (client_id, adapter) \
                      DO UPDATE SET state = excluded.state, detail = excluded.detail, failures = 0, \
-                     updated_ms = excluded.updated_ms, facts = coalesce($6, adapter_state.facts)")
+                     updated_ms = excluded.updated_ms, facts = coalesce($6, adapter_state.facts), \
+                     owned_version = adapter_state.owned_version + CASE WHEN $3 = 'removed' THEN 1 ELSE 0 END")
                     .bind(client.as_str()).bind(adapter).bind(state.as_str()).bind(detail).bind(now_ms).bind(&facts)
                     .execute(&mut *tx).await?;
                 (*tx).event_insert(Some(client), "adapter_state", &serde_json::json!({
@@ -448,7 +452,9 @@ impl ReceiptLedger {
     /// Replaces what an adapter records it owns for a client, if
     /// `owned_version` is still `expected` (0: nothing recorded yet).
     /// Returns the new version, or `None` when another run recorded since
-    /// (independent commit; the ownership's own event is its audit).
+    /// (independent commit; the ownership's own event is its audit). An
+    /// identity recorded `removed` is `ensuring` again: what is owned now
+    /// is removed before its client is reported deleted.
     pub async fn adapter_owned_put(
         &self,
         client: &ClientId,
@@ -464,6 +470,7 @@ impl ReceiptLedger {
                     "INSERT INTO adapter_state (client_id, adapter, state, detail, failures, updated_ms, owned, owned_version) \
                      VALUES ($1, $2, 'ensuring', '', 0, $3, $4, 1) ON CONFLICT (client_id, adapter) \
                      DO UPDATE SET owned = excluded.owned, owned_version = adapter_state.owned_version + 1, \
+                     state = CASE WHEN adapter_state.state = 'removed' THEN 'ensuring' ELSE adapter_state.state END, \
                      updated_ms = excluded.updated_ms WHERE adapter_state.owned_version = $5 \
                      RETURNING owned_version")
                     .bind(client.as_str()).bind(adapter).bind(now_ms).bind(&text).bind(expected)

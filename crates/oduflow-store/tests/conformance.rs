@@ -220,9 +220,6 @@ async fn receipts_survive_replace_from_any_connection(store: Store) {
     assert!(matches!(ledger.change_claim(&change).await, Err(StoreError::ReceiptExists(_))), "claimed twice");
 }
 
-/// A change receipt is claimed once per client, resource and
-/// spec generation; what it recorded (its change, its send, a rejection, a
-/// confirmation) is never rewritten, and it is never deleted.
 /// What an identity adapter owns is replaced only by a writer that
 /// read the current version; a stale one is refused and changes nothing.
 async fn adapter_ownership_is_written_by_compare_and_set(store: Store) {
@@ -243,10 +240,24 @@ async fn adapter_ownership_is_written_by_compare_and_set(store: Store) {
     ledger.adapter_set(&c, "dns", oduflow_model::identity::AdapterState::Removed, "gone", None, 6).await.unwrap();
     let rows = store.adapter_states(&c).await.unwrap();
     assert_eq!(rows.len(), 1);
-    assert_eq!((rows[0].owned.clone(), rows[0].owned_version), (second, 2));
+    assert_eq!(rows[0].owned, second);
     assert_eq!((rows[0].state.as_str(), rows[0].facts.clone()), ("removed", facts));
+    // The removal advanced the version: a run that read the ownership
+    // before it (its client deleted since) cannot record a create.
+    let late = serde_json::json!({ "records": [{ "type": "TXT" }] });
+    assert_eq!(ledger.adapter_owned_put(&c, "dns", &late, 2, 7).await.unwrap(), None, "stale after the removal");
+    assert_eq!(rows[0].owned_version, 3);
+    // A run that read it after (the client created again) records, and
+    // the identity is no longer `removed`: what it owns now is removed
+    // before the client is reported deleted again.
+    assert_eq!(ledger.adapter_owned_put(&c, "dns", &late, 3, 8).await.unwrap(), Some(4));
+    let rows = store.adapter_states(&c).await.unwrap();
+    assert_eq!((rows[0].state.as_str(), rows[0].owned.clone()), ("ensuring", late));
 }
 
+/// A change receipt is claimed once per client, resource and
+/// spec generation; what it recorded (its change, its send, a rejection, a
+/// confirmation) is never rewritten, and it is never deleted.
 async fn change_receipts_are_claimed_once_and_never_rewritten(store: Store) {
     let store = &store;
     let c = client(store, "acme").await;

@@ -492,7 +492,10 @@ impl DnsAdapter {
     /// database restored from an older backup, the client recovered under
     /// its id). Taken back by id, one per type (the marker, A, AAAA): the
     /// record set itself says whose they are. Several of one type: none of
-    /// them is taken (the name check then blocks on them). Whether any was.
+    /// them is taken (the name check then blocks on them). An address
+    /// record is taken only while no other client's marker stands at the
+    /// name: the name may have been given since to that client, whose
+    /// record it then is. Whether any was.
     async fn reclaim(
         &self,
         t: &IdentityTarget,
@@ -507,9 +510,15 @@ impl DnsAdapter {
         if !z.records.iter().any(|r| r.name == name && marked(r)) {
             return Ok(false);
         }
+        let shared = z
+            .records
+            .iter()
+            .filter(|r| r.name == name && r.record_type == "TXT")
+            .filter_map(|r| dns_marker_owner(&r.data))
+            .any(|owner| owner != t.client_id);
         let mut took = false;
         for rtype in ["TXT", "A", "AAAA"] {
-            if o.records.iter().any(|r| r.rtype == rtype && r.id.is_some()) {
+            if o.records.iter().any(|r| r.rtype == rtype && r.id.is_some()) || (shared && rtype != "TXT") {
                 continue;
             }
             let of: Vec<&DnsRecord> = z

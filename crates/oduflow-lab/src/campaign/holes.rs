@@ -404,9 +404,13 @@ async fn check_zone(
         let for_deleted = owners.iter().any(|o| deleted(o.as_str()))
             || (at.is_none() && !claimants.is_empty() && claimants.iter().all(|c| deleted(c)));
         if for_deleted {
+            let mut evidence = String::new();
+            for o in &owners {
+                evidence.push_str(&dns_history(store, o).await?);
+            }
             bail!(
                 "invariant 14: DNS record {} ({} {} -> {}) is live, but its client is reported deleted \
-                 (owners {owners:?}, clients named so {:?})",
+                 (owners {owners:?}, clients named so {:?}){evidence}",
                 r.id.0,
                 r.record_type,
                 r.name,
@@ -419,6 +423,29 @@ async fn check_zone(
         bail!("invariant 13: DNS name {name} has address records of {} clients: {cs:?}", cs.len());
     }
     Ok(())
+}
+
+/// Evidence for a DNS invariant: one client's events in order (requests
+/// left out), the last `DNS_HISTORY_MAX` of them.
+async fn dns_history(store: &Store, client: &ClientId) -> Result<String> {
+    const DNS_HISTORY_MAX: usize = 60;
+    const DNS_DETAIL_MAX: usize = 600;
+    let events = store.events_for_client(client).await?;
+    let dns: Vec<String> = events
+        .iter()
+        .filter(|e| !e.kind.starts_with("request_"))
+        .map(|e| {
+            let d = e.detail.to_string();
+            format!("\n    {} {} {}", e.at_ms, e.kind, &d[..d.floor_char_boundary(DNS_DETAIL_MAX)])
+        })
+        .collect();
+    let skip = dns.len().saturating_sub(DNS_HISTORY_MAX);
+    Ok(format!(
+        "\n  {client}'s DNS history ({} events, the last {} shown):{}",
+        dns.len(),
+        dns.len() - skip,
+        dns[skip..].concat()
+    ))
 }
 
 /// Invariant 16: a worker that records a create's outcome as unknown was

@@ -213,3 +213,34 @@ async fn a_record_whose_owner_marker_names_another_client_stays_foreign() {
     assert_eq!(at(&sim, "shared").await, theirs, "nothing added or changed at the name");
     assert_eq!(own_me.get()["records"].as_array().map_or(0, |v| v.len()), 0, "{}", own_me.get());
 }
+
+/// A client being removed whose ownership lacks an A record while its
+/// owner marker still stands at its name (its A record deleted and
+/// dropped, the marker's DELETE not yet confirmed), and the name given
+/// since to another client, which made its marker and A record there: the
+/// removal takes back by the marker only what no other client's marker
+/// can claim, so it never deletes the other client's record.
+#[tokio::test]
+async fn a_removal_never_takes_another_clients_record_at_its_name() {
+    let sim = sim().await;
+    let a = adapter(&sim);
+    let (own_old, own_new) = (MemoryOwnership::default(), MemoryOwnership::default());
+    a.ensure(&target("old", "shared", "192.0.2.60"), &own_old).await.unwrap();
+    let c = client(&sim.base_url);
+    let old_a = owned_id(&own_old, "A");
+    assert_eq!(c.dns_record_delete(ZONE, &DnsRecordId(old_a.clone())).await.unwrap(), DeleteOutcome::Sent);
+    let mut v = own_old.get();
+    v["records"].as_array_mut().unwrap().retain(|r| r["type"] != "A");
+    own_old.put(v).await.unwrap();
+
+    let new = target("new", "shared", "192.0.2.61");
+    a.ensure(&new, &own_new).await.unwrap_or_else(|e| panic!("the name is free of address records: {e}"));
+    let theirs = owned_id(&own_new, "A");
+
+    let old = IdentityTarget { removing: true, ..target("old", "shared", "192.0.2.60") };
+    a.remove(&old, &own_old).await.unwrap();
+    let left = at(&sim, "shared").await;
+    assert!(left.iter().any(|r| r.id.as_str() == theirs), "the other client's A record was deleted: {left:?}");
+    assert!(matches!(a.check(&new, &own_new).await.unwrap(), Presence::Present(_)));
+    assert!(matches!(a.check(&old, &own_old).await.unwrap(), Presence::Absent), "its own marker went: {left:?}");
+}

@@ -132,6 +132,7 @@ oduflow_store::on_both_stores!(
     a_recovered_client_adopts_its_own_dns_record,
     a_deleted_client_takes_its_marked_records_along,
     a_record_answering_404_is_asked_again_only_spaced_out,
+    a_client_recreated_and_deleted_takes_its_new_records_along,
 );
 
 async fn an_operators_record_with_the_clients_name_is_never_touched(env: Env) {
@@ -578,4 +579,29 @@ async fn a_record_answering_404_is_asked_again_only_spaced_out(env: Env) {
     assert!(asked <= 2 && vm_reads <= 6, "{asked} PATCH/GET of the record, {vm_reads} VM reads in 3 s: {after:?}");
     let v = show(&env, "acme");
     assert_ne!(v["status"], "blocked", "{v}");
+}
+
+/// A client deleted (its DNS identity recorded `removed`), created again,
+/// and deleted once more while the worker that was making its records was
+/// killed before it recorded anything but ownership: the records that run
+/// made are the client's, so its removal deletes them before it is
+/// reported deleted. The identity once stayed `removed`, so the second
+/// removal skipped the adapter and left the records live.
+async fn a_client_recreated_and_deleted_takes_its_new_records_along(env: Env) {
+    failpoints_required();
+    configure(&env);
+    env.ok(&["init"]);
+    create(&env, "acme", &[]);
+    settle(&env);
+    env.ok(&["client", "delete", "acme"]);
+    settle(&env);
+    assert_eq!(show(&env, "acme")["status"], "deleted");
+    create(&env, "acme", &[]);
+    assert!(killed_at(&env, "dns-record-created"));
+    assert!(!with_markers(&env, "acme").await.is_empty(), "the killed run made a record");
+    env.ok(&["client", "delete", "acme"]);
+    settle(&env);
+    let v = show(&env, "acme");
+    assert_eq!(v["status"], "deleted", "{v}");
+    assert!(with_markers(&env, "acme").await.is_empty(), "reported deleted, its records still live");
 }
