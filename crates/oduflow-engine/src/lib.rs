@@ -38,11 +38,6 @@ use std::sync::Arc;
 pub struct EngineConfig {
     /// Names this worker in leases and events.
     pub worker_id: String,
-    /// SQLite only: how long a claim keeps other workers off a client. Longer
-    /// than any job can run (each does one side effect plus bounded reads, all
-    /// under the provider's timeouts), short enough that a dead worker's
-    /// client is picked up again soon.
-    pub lease_ms: i64,
     /// The base interval between observations of one resource.
     pub poll_interval_ms: i64,
     /// The polling limit before an outcome is declared uncertain.
@@ -87,7 +82,6 @@ impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             worker_id: format!("worker-{}", std::process::id()),
-            lease_ms: 120_000,
             poll_interval_ms: 5_000,
             // 60 observations at a 5 s base with backoff: well past the
             // minutes-long windows in which Vultr may not list or find a new

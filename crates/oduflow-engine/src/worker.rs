@@ -95,7 +95,7 @@ impl<P: Provider> Worker<P> {
     /// Claims and runs the next runnable job, if any.
     pub async fn run_next(&self) -> Result<RunOutcome, EngineError> {
         let now = self.now_ms();
-        let Some(claim) = self.store.job_claim_next(&self.cfg.worker_id, now, self.cfg.lease_ms).await? else {
+        let Some(claim) = self.store.job_claim_next(&self.cfg.worker_id, now).await? else {
             return Ok(RunOutcome::Idle);
         };
         let cref = claim.claim_ref();

@@ -452,7 +452,6 @@ impl Seed<'_> {
                 .env("ODUFLOW_VULTR_URL", &self.sim.base_url)
                 .env("ODUFLOW_POLL_INTERVAL_MS", POLL_MS.to_string())
                 .env("ODUFLOW_OBSERVATIONS_MAX", OBSERVATIONS_MAX.to_string())
-                .env("ODUFLOW_LEASE_MS", "400")
                 .env("ODUFLOW_RATE_PER_SEC", if faults { self.h.hp.rate_per_sec } else { 1000 }.to_string())
                 .env("ODUFLOW_DNS_DOMAIN", holes::DNS_ZONE)
                 .env("ODUFLOW_REQUEST_TIMEOUT_MS", "400")
@@ -959,6 +958,10 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
     let store = Store::connect_sized(&url, true, HARNESS_CONNECTIONS).await?;
     store.migrate().await?;
     store.lineage().await?;
+    // The schema in the database file itself (SQLite): a copy taken
+    // without its `-wal` later goes back to a checkpoint, never to before
+    // `init`, which no operator's backup would.
+    oduflow_store::testing::sqlite_checkpoint(&store).await.map_err(anyhow::Error::from_boxed)?;
     let (sim, faults) = start_sim(p).await?;
     let mut s = Seed::new(exe, url.clone(), sim, p, dir.path())?;
     let spec = campaign_spec()?;

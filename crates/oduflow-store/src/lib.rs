@@ -925,12 +925,12 @@ mod tests {
         let b = Store::connect(&format!("sqlite://{}", dir.path().join("link.db").display()), false).await.unwrap();
         let spec = oduflow_model::ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
         a.client_create(&oduflow_model::ClientName::parse("acme").unwrap(), &spec, 1, 3).await.unwrap();
-        let first = a.job_claim_next("a", 1, 50).await.unwrap().expect("a claims the job");
+        let first = a.job_claim_next("a", 1).await.unwrap().expect("a claims the job");
         // A duplicate delivery of the same work, claimable by time alone.
         let mut dup = NewJob::for_client(&first.job.client_id, oduflow_model::JobKind::Provision, 1, 1, 3);
         dup.identity_key = None;
         b.job_enqueue(&dup).await.unwrap();
-        assert!(b.job_claim_next("b", 10_000, 50).await.unwrap().is_none(), "the client was claimed twice");
+        assert!(b.job_claim_next("b", 10_000).await.unwrap().is_none(), "the client was claimed twice");
         drop(first);
     }
 
@@ -950,12 +950,12 @@ mod tests {
         let b = Store::connect(&url, false).await.unwrap().with_planted(bug);
         let spec = oduflow_model::ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
         plain.client_create(&oduflow_model::ClientName::parse("acme").unwrap(), &spec, 1, 3).await.unwrap();
-        let first = a.job_claim_next("a", 1, 50).await.unwrap().expect("a claims the job");
+        let first = a.job_claim_next("a", 1).await.unwrap().expect("a claims the job");
         // A duplicate delivery of the same work, claimable by time alone.
         let mut dup = NewJob::for_client(&first.job.client_id, oduflow_model::JobKind::Provision, 1, 1, 3);
         dup.identity_key = None;
         plain.job_enqueue(&dup).await.unwrap();
-        let second = b.job_claim_next("b", 10_000, 50).await.unwrap().expect("the bug: a second claim");
+        let second = b.job_claim_next("b", 10_000).await.unwrap().expect("the bug: a second claim");
         assert_eq!(first.fence().check().await.unwrap(), Footing::Held, "the bug: a fence that never refuses");
         assert!(plain.planted().name().is_none(), "the store without the bug");
         drop(second);

@@ -434,6 +434,15 @@ pub async fn execute_raw(store: &Store, sql: &str) -> Result<(), String> {
     crate::both!(store, p => sqlx::query(sql).execute(p).await.map(|_| ()).map_err(|e| e.to_string()))
 }
 
+/// SQLite: copies the write-ahead log into the database file (`FULL`: it
+/// waits for the writer under way), and says whether every frame was
+/// copied (no reader held one back). PostgreSQL: nothing to do, `true`.
+pub async fn sqlite_checkpoint(store: &Store) -> KitResult<bool> {
+    let Db::Sqlite(p) = &store.db else { return Ok(true) };
+    let (busy, log, copied): (i64, i64, i64) = sqlx::query_as("PRAGMA wal_checkpoint(FULL)").fetch_one(p).await?;
+    Ok(busy == 0 && log == copied)
+}
+
 /// Runs one statement as it is on a connection of its own, opened the way
 /// any other program opens the file (SQLite: the `sqlite3` shell or a
 /// maintenance script, without the store's `recursive_triggers`), and says

@@ -76,10 +76,10 @@ async fn claimed_clients_are_skipped(store: Store) {
     let mut extra = NewJob::for_client(&c, JobKind::Noop, 1, 1, 3);
     extra.identity_key = None;
     store.job_enqueue(&extra).await.unwrap();
-    let first = store.job_claim_next("a", 10, 60_000).await.unwrap().expect("the first claim gets a job");
-    assert!(store.job_claim_next("b", 10, 60_000).await.unwrap().is_none(), "a claimed client was claimed again");
+    let first = store.job_claim_next("a", 10).await.unwrap().expect("the first claim gets a job");
+    assert!(store.job_claim_next("b", 10).await.unwrap().is_none(), "a claimed client was claimed again");
     first.release().await.unwrap();
-    assert!(store.job_claim_next("b", 10, 60_000).await.unwrap().is_some(), "a released client stayed claimed");
+    assert!(store.job_claim_next("b", 10).await.unwrap().is_some(), "a released client stayed claimed");
 }
 
 /// Each failure schedules the job base x 2^(n-1) later (capped); the last
@@ -91,7 +91,7 @@ async fn failures_back_off_then_fail_and_block(store: Store) {
     let mut now = 10;
     let mut delays = vec![];
     loop {
-        let claim = store.job_claim_next("w", now, 60_000).await.unwrap().expect("a job to run");
+        let claim = store.job_claim_next("w", now).await.unwrap().expect("a job to run");
         let r = claim.claim_ref();
         claim.release().await.unwrap();
         let state = store.job_record_failure(&r, "boom", now, base).await.unwrap();
@@ -101,10 +101,7 @@ async fn failures_back_off_then_fail_and_block(store: Store) {
             break;
         }
         delays.push(job.run_after_ms - now);
-        assert!(
-            store.job_claim_next("w", job.run_after_ms - 1, 60_000).await.unwrap().is_none(),
-            "ran before its backoff"
-        );
+        assert!(store.job_claim_next("w", job.run_after_ms - 1).await.unwrap().is_none(), "ran before its backoff");
         now = job.run_after_ms;
     }
     assert_eq!(delays, vec![base, 2 * base], "backoff of a 3-attempt job");
@@ -322,7 +319,7 @@ async fn change_receipts_are_claimed_once_and_never_rewritten(store: Store) {
 async fn fences_see_moved_records_and_lost_leases(store: Store) {
     let store = &store;
     let c = client(store, "acme").await;
-    let claim = store.job_claim_next("a", 10, 60_000).await.unwrap().expect("a job");
+    let claim = store.job_claim_next("a", 10).await.unwrap().expect("a job");
     let fence = claim.fence();
     assert_eq!(fence.check().await.unwrap(), Footing::Held);
     let bumped = try_bump_generation(store, &c).await.unwrap();

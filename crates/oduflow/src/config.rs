@@ -24,7 +24,8 @@ struct FileConfig {
     per_page: Option<i64>,
     request_timeout_ms: Option<i64>,
     concurrency: Option<i64>,
-    lease_ms: Option<i64>,
+    /// No longer used; its presence is named at start (`deprecated`).
+    lease_ms: Option<toml::Value>,
     shutdown_grace_ms: Option<i64>,
     startup_retry_ms: Option<i64>,
     attempts_max: Option<i64>,
@@ -80,7 +81,9 @@ pub struct Config {
     pub per_page: u32,
     pub request_timeout_ms: u64,
     pub concurrency: usize,
-    pub lease_ms: i64,
+    /// Settings set that no longer do anything, each as one line the
+    /// worker logs at start.
+    pub deprecated: Vec<String>,
     /// How long a worker told to stop (SIGTERM, SIGINT) lets its runs under
     /// way finish before it cuts them and exits 1. The service units' stop
     /// timeout (`TimeoutStopSec`) must be longer.
@@ -136,6 +139,22 @@ fn env(name: &str) -> Option<String> {
 
 const DAY_MS: i64 = 24 * 3600 * 1000;
 
+/// The start-up lines for settings that no longer do anything: `lease_ms`
+/// (`ODUFLOW_LEASE_MS`) bounded a SQLite claim, which its lock file holds
+/// now for as long as the run lives. Ignored, never refused: a unit file
+/// that still sets it keeps working.
+fn deprecated(lease_ms: bool) -> Vec<String> {
+    let mut v = vec![];
+    if lease_ms {
+        v.push(
+            "ODUFLOW_LEASE_MS (lease_ms in the config file) is ignored: a SQLite claim is held by its lock file for as \
+             long as its run lives, and a PostgreSQL claim by its session; remove the setting"
+                .to_owned(),
+        );
+    }
+    v
+}
+
 /// A numeric setting: its environment variable, its key in the config file,
 /// its default and the values it may take. The upper bounds keep the
 /// arithmetic made with them (deadlines, backoff, pool sizes) in range.
@@ -168,7 +187,6 @@ const PER_PAGE: Num = Num {
 const REQUEST_TIMEOUT_MS: Num =
     Num { env: "ODUFLOW_REQUEST_TIMEOUT_MS", key: "request_timeout_ms", default: 30_000, min: 1, max: DAY_MS };
 const CONCURRENCY: Num = Num { env: "ODUFLOW_CONCURRENCY", key: "concurrency", default: 4, min: 1, max: 1024 };
-const LEASE_MS: Num = Num { env: "ODUFLOW_LEASE_MS", key: "lease_ms", default: 120_000, min: 1, max: 7 * DAY_MS };
 const SHUTDOWN_GRACE_MS: Num =
     Num { env: "ODUFLOW_SHUTDOWN_GRACE_MS", key: "shutdown_grace_ms", default: 60_000, min: 0, max: 3_600_000 };
 const STARTUP_RETRY_MS: Num =
@@ -254,7 +272,7 @@ impl Config {
             per_page: u32::try_from(PER_PAGE.read(fc.per_page, file.as_deref())?)?,
             request_timeout_ms: u64::try_from(REQUEST_TIMEOUT_MS.read(fc.request_timeout_ms, file.as_deref())?)?,
             concurrency: usize::try_from(CONCURRENCY.read(fc.concurrency, file.as_deref())?)?,
-            lease_ms: LEASE_MS.read(fc.lease_ms, file.as_deref())?,
+            deprecated: deprecated(env("ODUFLOW_LEASE_MS").is_some() || fc.lease_ms.is_some()),
             shutdown_grace_ms: SHUTDOWN_GRACE_MS.read(fc.shutdown_grace_ms, file.as_deref())?,
             startup_retry_ms: STARTUP_RETRY_MS.read(fc.startup_retry_ms, file.as_deref())?,
             attempts_max: i32::try_from(ATTEMPTS_MAX.read(fc.attempts_max, file.as_deref())?)?,
@@ -296,7 +314,6 @@ impl Config {
             poll_interval_ms: self.poll_interval_ms,
             observations_max: self.observations_max,
             concurrency: self.concurrency,
-            lease_ms: self.lease_ms,
             attempts_max: self.attempts_max,
             ready_wait_ms: self.ready_wait_ms,
             bulk_view: self.bulk_view,

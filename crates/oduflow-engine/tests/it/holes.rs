@@ -197,16 +197,15 @@ async fn inventory_reports_a_deleted_clients_live_vm(store: Store) -> Result<()>
     Ok(())
 }
 
-/// A run outlives its lease (read retries, Retry-After waits, a paused
-/// process): no other worker may run the same client meanwhile.
+/// A run outlives any timed lease (read retries, Retry-After waits, a
+/// paused process): no other worker may run the same client meanwhile.
 async fn a_run_longer_than_its_lease_is_never_overlapped(store: Store) -> Result<()> {
     let p = Arc::new(MemoryProvider::new(key("k1")));
-    let short = |c: &mut EngineConfig| c.lease_ms = 50;
-    let a = worker_with(&store, p.clone(), short);
-    // Worker b lives ten minutes ahead: every lease worker a takes has long
-    // expired by b's clock, with no sleeping.
+    let a = worker_with(&store, p.clone(), |_| {});
+    // Worker b lives ten minutes ahead: any timed lease worker a could
+    // have taken has long expired by b's clock, with no sleeping.
     let b_clock = Arc::new(ManualClock::at(now() + 600_000));
-    let b = worker_on(&store, p.clone(), short, b_clock);
+    let b = worker_on(&store, p.clone(), |_| {}, b_clock);
     let c = create(&store, "acme").await;
     let hold = Arc::new(tokio::sync::Notify::new());
     p.with(|s| s.hold_next_create = Some(hold.clone()));
@@ -238,7 +237,7 @@ async fn a_job_that_kills_its_worker_every_time_blocks(store: Store) -> Result<(
     for i in 0..3 {
         let t = std::time::Instant::now();
         let claim = loop {
-            if let Some(claim) = store.job_claim_next("dying", now(), 50).await? {
+            if let Some(claim) = store.job_claim_next("dying", now()).await? {
                 break claim;
             }
             assert!(t.elapsed() < std::time::Duration::from_secs(10), "the job never came back");

@@ -74,7 +74,6 @@ fn test_config(f: impl FnOnce(&mut EngineConfig)) -> EngineConfig {
         retry_base_ms: 0,
         observations_max: 5,
         attempts_max: 3,
-        lease_ms: 60_000,
         ..EngineConfig::default()
     };
     f(&mut cfg);
@@ -386,13 +385,8 @@ async fn failures_back_off_then_block(store: Store) -> Result<()> {
     // job is due on it.
     let c = create(&store, "acme").await;
     let clock = Arc::new(ManualClock::at(now() + 1));
-    let mut cfg = EngineConfig {
-        worker_id: "test".into(),
-        retry_base_ms: 1_000,
-        attempts_max: 3,
-        lease_ms: 60_000,
-        ..EngineConfig::default()
-    };
+    let mut cfg =
+        EngineConfig { worker_id: "test".into(), retry_base_ms: 1_000, attempts_max: 3, ..EngineConfig::default() };
     cfg.poll_interval_ms = 0;
     let w = Worker::new(store.clone(), Arc::new(MemoryProvider::new(key("k1"))), cfg, clock.clone());
     let scenario = fail::FailScenario::setup();
@@ -669,15 +663,15 @@ async fn a_dropped_claim_gives_its_job_back_postgres() {
     let w = worker(&store, Arc::new(MemoryProvider::new(key("k1"))));
     drain(&w, 50).await;
     let job = store.job_enqueue(&NewJob::for_client(&c.id, JobKind::Noop, 1, now(), 3)).await.unwrap().id();
-    let claim = store.job_claim_next("a", now(), 60_000).await.unwrap().expect("a claim");
+    let claim = store.job_claim_next("a", now()).await.unwrap().expect("a claim");
     assert_eq!(claim.job.id, job);
     // While it is held, the client is busy: nothing else to claim.
-    assert!(store.job_claim_next("b", now(), 60_000).await.unwrap().is_none());
+    assert!(store.job_claim_next("b", now()).await.unwrap().is_none());
     drop(claim);
     let start = std::time::Instant::now();
     let again = loop {
         // The server notices the closed connection asynchronously.
-        if let Some(c) = store.job_claim_next("b", now(), 60_000).await.unwrap() {
+        if let Some(c) = store.job_claim_next("b", now()).await.unwrap() {
             break c;
         }
         assert!(start.elapsed() < std::time::Duration::from_secs(10), "the dropped claim's locks were never released");

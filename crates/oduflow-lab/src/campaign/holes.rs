@@ -207,10 +207,18 @@ impl Seed<'_> {
     /// Takes the older copy now, while the workers run. PostgreSQL's copy
     /// needs no session on the database: the workers are stopped meanwhile
     /// (their sessions are terminated, a reset for them). For the lost-WAL
-    /// variant (SQLite), a checkpoint instead: the point it goes back to.
+    /// variant (SQLite), a checkpoint instead: the point it goes back to
+    /// (tried again while a reader holds frames back, at most
+    /// `CHECKPOINT_TRIES_MAX` times; what it copied then is the point).
     pub(super) async fn snapshot_now(&mut self, store: &Store, pids: &[u32]) -> Result<()> {
         if self.h.sqlite && self.h.hp.lost_wal {
-            testing::execute_raw(store, "PRAGMA wal_checkpoint(PASSIVE)").await.map_err(anyhow::Error::msg)?;
+            const CHECKPOINT_TRIES_MAX: usize = 20;
+            for _ in 0..CHECKPOINT_TRIES_MAX {
+                if testing::sqlite_checkpoint(store).await.map_err(anyhow::Error::from_boxed)? {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
             return Ok(());
         }
         let stop = !self.h.sqlite;

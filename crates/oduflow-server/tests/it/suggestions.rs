@@ -77,7 +77,6 @@ fn config() -> EngineConfig {
         retry_base_ms: 0,
         observations_max: 3,
         attempts_max: 3,
-        lease_ms: 60_000,
         ready_wait_ms: 200,
         ..EngineConfig::default()
     }
@@ -807,7 +806,7 @@ async fn attempts_exhausted() {
         for _ in 0..3 {
             let t = Instant::now();
             let claim = loop {
-                if let Some(c) = w.store.job_claim_next("dying", now(), 50).await.unwrap() {
+                if let Some(c) = w.store.job_claim_next("dying", now()).await.unwrap() {
                     break c;
                 }
                 assert!(t.elapsed() < Duration::from_secs(10), "the job never came back");

@@ -12,13 +12,7 @@ use sqlx::{SqliteConnection, SqlitePool};
 /// Claims the next runnable job whose client's lock file is free, or `None`.
 /// `timed_lease`: the planted bug `lease_overlap` (test builds only; always
 /// false otherwise).
-pub(super) async fn claim_next(
-    p: &SqlitePool,
-    worker: &str,
-    now_ms: i64,
-    lease_ms: i64,
-    timed_lease: bool,
-) -> Result<Option<Claim>> {
+pub(super) async fn claim_next(p: &SqlitePool, worker: &str, now_ms: i64, timed_lease: bool) -> Result<Option<Claim>> {
     let token = format!("{worker}/{}", uuid::Uuid::new_v4());
     let locks = sqlite_lock_dir(p)?;
     let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;
@@ -47,7 +41,7 @@ pub(super) async fn claim_next(
         sqlx::query("UPDATE infra SET lease_owner = $2, lease_until_ms = $3 WHERE client_id = $1")
             .bind(job.client_id.as_str())
             .bind(&token)
-            .bind(now_ms + lease_ms)
+            .bind(timed_lease.then_some(now_ms + crate::planted::TIMED_LEASE_MS))
             .execute(&mut *tx)
             .await?;
         let unfinished = count_start_sqlite(&mut tx, job.id).await?;

@@ -594,7 +594,7 @@ impl Store {
     /// Each claimed run is counted in `job_starts` on a commit of its own
     /// before it does anything, and uncounted when it finishes: a run killed
     /// outright stays counted (see [`Claim::unfinished_runs`]).
-    pub async fn job_claim_next(&self, worker: &str, now_ms: i64, lease_ms: i64) -> Result<Option<Claim>> {
+    pub async fn job_claim_next(&self, worker: &str, now_ms: i64) -> Result<Option<Claim>> {
         crate::named("job_claim_next", async move {
             match &self.db {
                 Db::Pg(p, conns) => claim_pg::claim_next(p, conns, now_ms).await,
@@ -603,7 +603,7 @@ impl Store {
                     let timed_lease = self.planted.is("lease_overlap");
                     #[cfg(not(feature = "failpoints"))]
                     let timed_lease = false;
-                    claim_sqlite::claim_next(p, worker, now_ms, lease_ms, timed_lease).await
+                    claim_sqlite::claim_next(p, worker, now_ms, timed_lease).await
                 }
             }
         })

@@ -100,6 +100,9 @@ pub async fn run(
     );
     tracing::info!("{started}");
     eprintln!("{started}");
+    for line in &cfg.deprecated {
+        tracing::warn!("{line}");
+    }
     if shutdown_grace(cfg) >= UNIT_STOP_TIMEOUT {
         tracing::warn!(
             "shutdown grace {} ms (ODUFLOW_SHUTDOWN_GRACE_MS) is not below the {} s the units in deploy/ give a \

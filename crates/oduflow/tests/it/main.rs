@@ -68,7 +68,6 @@ impl Env {
             .env("ODUFLOW_STATE_DIR", self.dir.path().join("state"))
             .env("ODUFLOW_POLL_INTERVAL_MS", "20")
             .env("ODUFLOW_OBSERVATIONS_MAX", "15")
-            .env("ODUFLOW_LEASE_MS", "1500")
             .env_remove("FAILPOINTS");
         c
     }
