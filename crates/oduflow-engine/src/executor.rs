@@ -756,15 +756,15 @@ impl<'a, P: Provider> Converge<'a, P> {
             return Ok(Backups::Done);
         };
         let progress = &self.run.infra.progress;
-        if progress.get("backup_schedule").and_then(|v| v.as_str()) == Some(&want.to_string()) {
+        if progress.backup_schedule.as_deref() == Some(want.to_string().as_str()) {
             return Ok(Backups::Done);
         }
-        let sets = progress.get("backup_schedule_sets").and_then(serde_json::Value::as_i64).unwrap_or(0);
+        let sets = progress.backup_schedule_sets;
         let p = &self.run.w.provider;
         let read = |e: provider::ProviderError| EngineError::ProviderRead(format!("backup schedule of {vm}: {e}"));
         let have = p.backup_schedule_get(&vm).await.map_err(read)?;
         if have == Some(want) {
-            self.run.infra.progress["backup_schedule"] = serde_json::json!(want.to_string());
+            self.run.infra.progress.backup_schedule = Some(want.to_string());
             self.run
                 .event("backup_schedule_confirmed", serde_json::json!({ "vm_id": vm, "schedule": want.to_string() }));
             return Ok(Backups::Done);
@@ -781,7 +781,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         self.side_effects += 1;
         self.run.check_fence().await?;
         p.backup_schedule_set(&vm, &want).await.map_err(read)?;
-        self.run.infra.progress["backup_schedule_sets"] = serde_json::json!(sets + 1);
+        self.run.infra.progress.backup_schedule_sets = sets + 1;
         self.run.event("backup_schedule_set", serde_json::json!({ "vm_id": vm, "schedule": want.to_string() }));
         Ok(Backups::WaitUntil(self.now + self.run.w.cfg.poll_interval_ms))
     }
@@ -1094,8 +1094,8 @@ impl<P: Provider> Run<'_, P> {
         w.receipts
             .audit(&self.infra.client_id, "preflight_read_failed", serde_json::json!({ "error": e.to_string() }), now)
             .await?;
-        let n = self.infra.progress.get("preflight_read_failures").and_then(serde_json::Value::as_i64).unwrap_or(0) + 1;
-        self.infra.progress["preflight_read_failures"] = serde_json::json!(n);
+        self.infra.progress.preflight_read_failures += 1;
+        let n = self.infra.progress.preflight_read_failures;
         if n >= w.cfg.observations_max {
             let detail =
                 format!("preflight reads failed {n} times (the polling limit); last: {e}; nothing was created");
@@ -1348,12 +1348,12 @@ fn instance_facts(spec: &ClientSpec, label: &str, i: provider::Instance) -> Fact
     }
 }
 
-/// Records the size a read showed a volume to have (`progress.volume_size`:
-/// its id and size), so `client update` can go back to it after a refused
-/// grow without asking the provider.
-fn note_volume_size(progress: &mut serde_json::Value, seen: &Seen) {
+/// Records the size a read showed a volume to have (its id and size), so
+/// `client update` can go back to it after a refused grow without asking
+/// the provider.
+fn note_volume_size(progress: &mut oduflow_store::Progress, seen: &Seen) {
     if let Seen::Present(Facts { id, size_gb: Some(gb), .. }) = seen {
-        progress[oduflow_store::PROGRESS_VOLUME_SIZE] = serde_json::json!({ "id": id, "gb": gb });
+        progress.volume_size = Some(oduflow_store::VolumeSize { id: id.clone(), gb: *gb });
     }
 }
 

@@ -952,16 +952,22 @@ impl<'a> Seed<'a> {
     }
 }
 
-async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &mut Totals) -> Result<()> {
-    let dir = tempfile::tempdir()?;
-    let url = fresh_db(store_kind, dir.path()).await?;
+/// A seed's database, initialized, and its URL. The schema is checkpointed
+/// into the database file itself (SQLite): a copy taken without its `-wal`
+/// later goes back to a checkpoint, never to before `init`, which no
+/// operator's backup would.
+async fn seed_store(store_kind: Option<&str>, dir: &std::path::Path) -> Result<(String, Store)> {
+    let url = fresh_db(store_kind, dir).await?;
     let store = Store::connect_sized(&url, true, HARNESS_CONNECTIONS).await?;
     store.migrate().await?;
     store.lineage().await?;
-    // The schema in the database file itself (SQLite): a copy taken
-    // without its `-wal` later goes back to a checkpoint, never to before
-    // `init`, which no operator's backup would.
     oduflow_store::testing::sqlite_checkpoint(&store).await.map_err(anyhow::Error::from_boxed)?;
+    Ok((url, store))
+}
+
+async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &mut Totals) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (url, store) = seed_store(store_kind, dir.path()).await?;
     let (sim, faults) = start_sim(p).await?;
     let mut s = Seed::new(exe, url.clone(), sim, p, dir.path())?;
     let spec = campaign_spec()?;

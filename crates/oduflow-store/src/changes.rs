@@ -163,19 +163,14 @@ pub enum ChangeAnswer {
     Stopped(String),
 }
 
-/// Where a run records the size its last read showed the client's volume to
-/// have, in the infra row's `progress`: `{"id": "...", "gb": 40}`.
-pub const PROGRESS_VOLUME_SIZE: &str = "volume_size";
-
 /// The size the client's current volume had at its last read, if a run
 /// recorded one for that very volume (an open receipt names its id).
 fn volume_size_read(client: &ClientRow, receipts: &[ReceiptRow]) -> Option<i64> {
-    let read = client.infra.progress.get(PROGRESS_VOLUME_SIZE)?;
-    let id = read.get("id")?.as_str()?;
-    let current = receipts
-        .iter()
-        .any(|r| r.resource_kind == ResourceKind::Volume && r.is_open() && r.resource_id.as_deref() == Some(id));
-    current.then(|| read.get("gb")?.as_i64()).flatten()
+    let read = client.infra.progress.volume_size.as_ref()?;
+    let current = receipts.iter().any(|r| {
+        r.resource_kind == ResourceKind::Volume && r.is_open() && r.resource_id.as_deref() == Some(read.id.as_str())
+    });
+    current.then_some(read.gb)
 }
 
 /// The blocks a `client update` lifts: the new spec is their fix.

@@ -15,11 +15,6 @@ use std::sync::Arc;
 /// The environment variable a process reads its planted bug from.
 pub const PLANTED_BUG_ENV: &str = "ODUFLOW_PLANTED_BUG";
 
-/// The planted bug `lease_overlap`'s timed lease on a SQLite claim: the
-/// campaign's runs outlast it, so a second worker takes a client whose run
-/// is still under way.
-pub const TIMED_LEASE_MS: i64 = 400;
-
 /// The bug planted in a worker or store, if any (none by default).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PlantedBug(Option<Arc<str>>);

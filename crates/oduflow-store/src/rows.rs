@@ -94,8 +94,8 @@ pub struct InfraRow {
     pub vm_dispatch_generation: i64,
     pub volume_dispatch_generation: i64,
     pub attach_dispatch_generation: i64,
-    /// Progress of the current target that is not a provider id (JSON).
-    pub progress: serde_json::Value,
+    /// Progress of the current target that is not a provider id.
+    pub progress: Progress,
     pub updated_ms: i64,
     /// Addresses and mount id, as last seen ready.
     pub outputs: oduflow_model::ServerOutputs,
@@ -149,7 +149,10 @@ pub(crate) fn infra_from_row(r: &impl RowExt, id_col: &str) -> Result<InfraRow> 
         vm_dispatch_generation: r.int("vm_dispatch_generation")?,
         volume_dispatch_generation: r.int("volume_dispatch_generation")?,
         attach_dispatch_generation: r.int("attach_dispatch_generation")?,
-        progress: json_col(&r.text("progress")?)?,
+        progress: {
+            let j = r.text("progress")?;
+            serde_json::from_str(&j).map_err(|e| StoreError::Corrupt(format!("progress {e}")))?
+        },
         updated_ms: r.int("updated_ms")?,
         outputs: {
             let j = r.text("outputs")?;
@@ -167,6 +170,60 @@ pub(crate) fn client_from_row(r: &impl RowExt) -> Result<ClientRow> {
         created_ms: r.int("created_ms")?,
         infra: infra_from_row(r, "id")?,
     })
+}
+
+/// What a client's runs keep between them for its current target that is
+/// not a provider id: counts toward a limit and what a read confirmed. Kept
+/// in the infra row's `progress` (JSON; a field at its default is left
+/// out), written with the run's other writes, cleared by a `client delete`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Progress {
+    /// Failed reads of the preflight's label search (toward the polling
+    /// limit: then `provider_unavailable`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub preflight_read_failures: i64,
+    /// Failed reads of the VM's upgrades, counted per spec generation (an
+    /// update or a reconcile starts the count again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrades_read_failures: Option<GenerationCount>,
+    /// The spec generation the identity adapters were last updated for.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub updated_generation: i64,
+    /// The backup schedule Vultr last read back as the wanted one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_schedule: Option<String>,
+    /// Sets of the backup schedule sent (toward their limit).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub backup_schedule_sets: i64,
+    /// The size the last read showed the client's volume to have, so a
+    /// `client update` can go back to it after a refused grow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_size: Option<VolumeSize>,
+}
+
+/// A count at one spec generation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct GenerationCount {
+    pub generation: i64,
+    pub count: i64,
+}
+
+/// A volume's size as a read showed it, with the volume's id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct VolumeSize {
+    pub id: String,
+    pub gb: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+impl Progress {
+    /// The upgrades' failed reads at `generation` (0 at another).
+    pub fn upgrades_read_failures_at(&self, generation: i64) -> i64 {
+        self.upgrades_read_failures.as_ref().filter(|f| f.generation == generation).map_or(0, |f| f.count)
+    }
 }
 
 fn json_col(s: &str) -> Result<serde_json::Value> {
@@ -437,5 +494,22 @@ mod tests {
         assert!(!abandoned.is_open() && known.is_open() && !not_sent.is_open() && sent.is_open());
         assert_eq!(known.effect().id(), Some("i-1"));
         assert!(!known.effect().is_uncertain() && r.effect().is_uncertain());
+    }
+
+    /// Rows written while `progress` was an untyped JSON bag read back
+    /// with every key the runs wrote; a typed write keeps the same keys.
+    #[test]
+    fn progress_reads_the_keys_runs_wrote_and_writes_them_back() {
+        let old = r#"{"preflight_read_failures":2,"upgrades_read_failures":{"generation":3,"count":1},
+            "updated_generation":3,"backup_schedule":"daily at 04:00 UTC","backup_schedule_sets":1,
+            "volume_size":{"id":"b-1","gb":40}}"#;
+        let p: Progress = serde_json::from_str(old).unwrap();
+        assert_eq!((p.preflight_read_failures, p.updated_generation, p.backup_schedule_sets), (2, 3, 1));
+        assert_eq!((p.upgrades_read_failures_at(3), p.upgrades_read_failures_at(4)), (1, 0));
+        assert_eq!(p.volume_size, Some(VolumeSize { id: "b-1".into(), gb: 40 }));
+        let again: serde_json::Value = serde_json::to_value(&p).unwrap();
+        assert_eq!(again, serde_json::from_str::<serde_json::Value>(old).unwrap());
+        assert_eq!(serde_json::to_string(&Progress::default()).unwrap(), "{}", "a cleared row reads as before");
+        assert_eq!(serde_json::from_str::<Progress>("{}").unwrap(), Progress::default());
     }
 }

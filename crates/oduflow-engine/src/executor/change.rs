@@ -10,7 +10,7 @@ use oduflow_model::identity::AdapterState;
 use oduflow_model::ledger::Effect;
 use oduflow_model::provider::{self, Outcome, Provider};
 use oduflow_model::*;
-use oduflow_store::{ChangeAnswer, ChangeRow, Finish, NewChange};
+use oduflow_store::{ChangeAnswer, ChangeRow, Finish, GenerationCount, NewChange};
 use std::sync::Arc;
 
 /// The one PATCH a change is: the instance's or the block's.
@@ -146,10 +146,8 @@ impl<'a, P: Provider> Converge<'a, P> {
                 // starts the count again.
                 let generation = self.run.infra.spec_generation;
                 let progress = &mut self.run.infra.progress;
-                let failures = progress.get("upgrades_read_failures");
-                let counted = failures.filter(|f| f["generation"].as_i64() == Some(generation));
-                let n = counted.and_then(|f| f["count"].as_i64()).unwrap_or(0) + 1;
-                progress["upgrades_read_failures"] = serde_json::json!({ "generation": generation, "count": n });
+                let n = progress.upgrades_read_failures_at(generation) + 1;
+                progress.upgrades_read_failures = Some(GenerationCount { generation, count: n });
                 if n >= w.cfg.observations_max {
                     let detail =
                         format!("vm {id}: reading its upgrades failed {n} times (the polling limit); last: {e}");
@@ -208,7 +206,7 @@ impl<P: Provider> Run<'_, P> {
     pub(super) async fn adapters_update(&mut self) -> Result<Option<Finish>, EngineError> {
         let w = self.w;
         let generation = self.infra.spec_generation;
-        let done = self.infra.progress.get("updated_generation").and_then(serde_json::Value::as_i64).unwrap_or(0);
+        let done = self.infra.progress.updated_generation;
         if generation == 0 || done >= generation || w.adapters.is_empty() {
             return Ok(None);
         }
@@ -243,7 +241,7 @@ impl<P: Provider> Run<'_, P> {
                 }
             }
         }
-        self.infra.progress["updated_generation"] = serde_json::json!(generation);
+        self.infra.progress.updated_generation = generation;
         Ok(None)
     }
 }

@@ -9,6 +9,11 @@ use crate::{Result, StoreError};
 use oduflow_model::*;
 use sqlx::{SqliteConnection, SqlitePool};
 
+/// The planted bug `lease_overlap`'s timed lease: the campaign's runs
+/// outlast it, so a second worker takes a client whose run is under way.
+/// The real claim is not timed (its lease columns name its owner only).
+const PLANTED_TIMED_LEASE_MS: i64 = 400;
+
 /// Claims the next runnable job whose client's lock file is free, or `None`.
 /// `timed_lease`: the planted bug `lease_overlap` (test builds only; always
 /// false otherwise).
@@ -41,7 +46,7 @@ pub(super) async fn claim_next(p: &SqlitePool, worker: &str, now_ms: i64, timed_
         sqlx::query("UPDATE infra SET lease_owner = $2, lease_until_ms = $3 WHERE client_id = $1")
             .bind(job.client_id.as_str())
             .bind(&token)
-            .bind(timed_lease.then_some(now_ms + crate::planted::TIMED_LEASE_MS))
+            .bind(timed_lease.then_some(now_ms + PLANTED_TIMED_LEASE_MS))
             .execute(&mut *tx)
             .await?;
         let unfinished = count_start_sqlite(&mut tx, job.id).await?;

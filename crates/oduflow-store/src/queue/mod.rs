@@ -443,7 +443,7 @@ macro_rules! impl_conn {
                 .bind(i.vm_dispatch_generation)
                 .bind(i.volume_dispatch_generation)
                 .bind(i.attach_dispatch_generation)
-                .bind(i.progress.to_string())
+                .bind(serde_json::to_string(&i.progress).expect("progress always serializes"))
                 .bind(now_ms)
                 .bind(i.generation)
                 .bind(serde_json::to_string(&i.outputs).map_err(|e| StoreError::Corrupt(e.to_string()))?)

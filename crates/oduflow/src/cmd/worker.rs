@@ -35,6 +35,22 @@ fn shutdown_grace(cfg: &Config) -> std::time::Duration {
     std::time::Duration::from_millis(u64::try_from(cfg.shutdown_grace_ms).unwrap_or(0))
 }
 
+/// The start-up warnings about this worker's settings: ignored ones, and a
+/// grace the service units' stop timeout does not cover.
+fn warn_of_settings(cfg: &Config) {
+    for line in &cfg.deprecated {
+        tracing::warn!("{line}");
+    }
+    if shutdown_grace(cfg) >= UNIT_STOP_TIMEOUT {
+        tracing::warn!(
+            "shutdown grace {} ms (ODUFLOW_SHUTDOWN_GRACE_MS) is not below the {} s the units in deploy/ give a \
+             stopping worker before SIGKILL (TimeoutStopSec): raise that too, or runs will be killed, not cut",
+            cfg.shutdown_grace_ms,
+            UNIT_STOP_TIMEOUT.as_secs()
+        );
+    }
+}
+
 pub async fn run(
     cfg: &Config,
     until_settled: bool,
@@ -100,17 +116,7 @@ pub async fn run(
     );
     tracing::info!("{started}");
     eprintln!("{started}");
-    for line in &cfg.deprecated {
-        tracing::warn!("{line}");
-    }
-    if shutdown_grace(cfg) >= UNIT_STOP_TIMEOUT {
-        tracing::warn!(
-            "shutdown grace {} ms (ODUFLOW_SHUTDOWN_GRACE_MS) is not below the {} s the units in deploy/ give a \
-             stopping worker before SIGKILL (TimeoutStopSec): raise that too, or runs will be killed, not cut",
-            cfg.shutdown_grace_ms,
-            UNIT_STOP_TIMEOUT.as_secs()
-        );
-    }
+    warn_of_settings(cfg);
     // Keep this host's high-water mark fresh, and stop if the database turns
     // out to be a restored copy while running.
     let (watch_store, watch_clock) = (store.clone(), clock.clone());
