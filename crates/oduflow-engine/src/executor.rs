@@ -341,7 +341,7 @@ impl<'a, P: Provider> Converge<'a, P> {
                 .max_by_key(|r| r.claimed_ms)
                 .map(|r| r.key_fingerprint.clone())
                 .unwrap_or_else(|| current_key.clone());
-            run.event("key_bound", serde_json::json!({ "fingerprint": bound.short() }));
+            run.event(EventKind::KeyBound, serde_json::json!({ "fingerprint": bound.short() }));
             run.infra.key_fingerprint = Some(bound);
         }
         let target = run.infra.target;
@@ -626,7 +626,8 @@ impl<'a, P: Provider> Converge<'a, P> {
         let w = self.run.w;
         w.receipts.record_id(&r.operation_key, &id, IdSource::AdoptedByLabel, w.now_ms()).await?;
         self.run.set_id(kind, Some(id.clone()));
-        self.run.event("resource_adopted_by_label", serde_json::json!({ "kind": kind, "id": id, "label": r.label }));
+        self.run
+            .event(EventKind::ResourceAdoptedByLabel, serde_json::json!({ "kind": kind, "id": id, "label": r.label }));
         // Read it by id next: a listing may show a new resource while
         // GET by id (and DELETE) still answer 404, so only a GET by id
         // establishes that it has been seen (campaign seed 7020).
@@ -687,7 +688,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         w.receipts.mark_deleted(&r.operation_key, w.now_ms()).await?;
         fail_step!("get-404-recorded");
         let id = r.resource_id;
-        self.run.event("resource_deleted", serde_json::json!({ "kind": kind, "id": id }));
+        self.run.event(EventKind::ResourceDeleted, serde_json::json!({ "kind": kind, "id": id }));
         self.run.set_id(kind, None);
         Ok(Step::Next(self))
     }
@@ -716,7 +717,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         self.run.infra.status = ClientStatus::Blocked;
         self.run.infra.blocked_reason = Some(reason);
         self.run.infra.blocked_detail = Some(detail.clone());
-        self.run.event("blocked", serde_json::json!({ "reason": reason, "detail": detail }));
+        self.run.event(EventKind::Blocked, serde_json::json!({ "reason": reason, "detail": detail }));
         Ok(Step::Finish(self.run.done()))
     }
 
@@ -742,7 +743,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         self.run.infra.blocked_reason = None;
         self.run.infra.blocked_detail = None;
         let ids = serde_json::json!({ "vm_id": self.run.infra.vm_id, "volume_id": self.run.infra.volume_id });
-        self.run.event("ready", ids);
+        self.run.event(EventKind::Ready, ids);
         Ok(Step::Finish(self.run.done()))
     }
 
@@ -765,8 +766,10 @@ impl<'a, P: Provider> Converge<'a, P> {
         let have = p.backup_schedule_get(&vm).await.map_err(read)?;
         if have == Some(want) {
             self.run.infra.progress.backup_schedule = Some(want.to_string());
-            self.run
-                .event("backup_schedule_confirmed", serde_json::json!({ "vm_id": vm, "schedule": want.to_string() }));
+            self.run.event(
+                EventKind::BackupScheduleConfirmed,
+                serde_json::json!({ "vm_id": vm, "schedule": want.to_string() }),
+            );
             return Ok(Backups::Done);
         }
         if sets >= BACKUP_SCHEDULE_SETS_MAX {
@@ -782,7 +785,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         self.run.check_fence().await?;
         p.backup_schedule_set(&vm, &want).await.map_err(read)?;
         self.run.infra.progress.backup_schedule_sets = sets + 1;
-        self.run.event("backup_schedule_set", serde_json::json!({ "vm_id": vm, "schedule": want.to_string() }));
+        self.run.event(EventKind::BackupScheduleSet, serde_json::json!({ "vm_id": vm, "schedule": want.to_string() }));
         Ok(Backups::WaitUntil(self.now + self.run.w.cfg.poll_interval_ms))
     }
 
@@ -795,7 +798,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         self.run.infra.status = ClientStatus::Deleted;
         self.run.infra.blocked_reason = None;
         self.run.infra.blocked_detail = None;
-        self.run.event("deleted", serde_json::json!({}));
+        self.run.event(EventKind::Deleted, serde_json::json!({}));
         Ok(Step::Finish(self.run.done()))
     }
 }
@@ -860,8 +863,8 @@ fn poll_delay(base_ms: i64, n: i64) -> i64 {
 }
 
 impl<P: Provider> Run<'_, P> {
-    fn event(&mut self, kind: &str, detail: serde_json::Value) {
-        self.events.push(NewEvent { kind: kind.into(), detail });
+    fn event(&mut self, kind: EventKind, detail: serde_json::Value) {
+        self.events.push(NewEvent { kind, detail });
     }
 
     fn finish(self, next: JobNext) -> Finish {
@@ -888,7 +891,10 @@ impl<P: Provider> Run<'_, P> {
             return;
         }
         *g = dg;
-        self.event("dispatch_generation_advanced", serde_json::json!({ "kind": kind, "dispatch_generation": dg }));
+        self.event(
+            EventKind::DispatchGenerationAdvanced,
+            serde_json::json!({ "kind": kind, "dispatch_generation": dg }),
+        );
     }
 
     fn set_id(&mut self, kind: ResourceKind, id: Option<String>) {
@@ -926,7 +932,7 @@ impl<P: Provider> Run<'_, P> {
         w.receipts
             .audit(
                 &self.infra.client_id,
-                "provider_read_failed",
+                EventKind::ProviderReadFailed,
                 serde_json::json!({ "kind": kind, "error": e.to_string() }),
                 now,
             )
@@ -944,7 +950,7 @@ impl<P: Provider> Run<'_, P> {
         self.infra.status = ClientStatus::Blocked;
         self.infra.blocked_reason = Some(reason);
         self.infra.blocked_detail = Some(detail.clone());
-        self.event("blocked", serde_json::json!({ "reason": reason, "detail": detail }));
+        self.event(EventKind::Blocked, serde_json::json!({ "reason": reason, "detail": detail }));
         self.done()
     }
 
@@ -1092,7 +1098,12 @@ impl<P: Provider> Run<'_, P> {
     async fn preflight_read_failed(mut self, e: &provider::ProviderError, now: i64) -> Result<Finish, EngineError> {
         let w = self.w;
         w.receipts
-            .audit(&self.infra.client_id, "preflight_read_failed", serde_json::json!({ "error": e.to_string() }), now)
+            .audit(
+                &self.infra.client_id,
+                EventKind::PreflightReadFailed,
+                serde_json::json!({ "error": e.to_string() }),
+                now,
+            )
             .await?;
         self.infra.progress.preflight_read_failures += 1;
         let n = self.infra.progress.preflight_read_failures;
@@ -1204,7 +1215,10 @@ impl<P: Provider> Run<'_, P> {
                 w.receipts.record_id(&op, &id, IdSource::Response, now).await?;
                 fail_step!("id-recorded");
                 self.set_id(kind, Some(id.clone()));
-                self.event("dispatch_accepted", serde_json::json!({ "operation_key": op, "kind": kind, "id": id }));
+                self.event(
+                    EventKind::DispatchAccepted,
+                    serde_json::json!({ "operation_key": op, "kind": kind, "id": id }),
+                );
                 Ok(false)
             }
             Outcome::Rejected { status, message } => {
@@ -1215,7 +1229,7 @@ impl<P: Provider> Run<'_, P> {
                 w.receipts
                     .audit(
                         &client,
-                        "dispatch_outcome_unknown",
+                        EventKind::DispatchOutcomeUnknown,
                         serde_json::json!({ "operation_key": op, "reason": reason }),
                         now,
                     )
@@ -1273,7 +1287,9 @@ impl<P: Provider> Run<'_, P> {
         let client = self.infra.client_id.clone();
         let op = &r.operation_key;
         // Audited before it leaves, so a killed worker's DELETE is on record.
-        w.receipts.audit(&client, "delete_sending", serde_json::json!({ "kind": kind, "id": id }), w.now_ms()).await?;
+        w.receipts
+            .audit(&client, EventKind::DeleteSending, serde_json::json!({ "kind": kind, "id": id }), w.now_ms())
+            .await?;
         // The run's guard checks the claim right before each attempt leaves:
         // nothing but this process's own scheduling lies between the check
         // and the request.
@@ -1306,7 +1322,12 @@ impl<P: Provider> Run<'_, P> {
             Err(e) => serde_json::json!({ "error": e.to_string() }),
         };
         w.receipts
-            .audit(&client, "delete_sent", serde_json::json!({ "kind": kind, "id": id, "answer": answer_json }), at)
+            .audit(
+                &client,
+                EventKind::DeleteSent,
+                serde_json::json!({ "kind": kind, "id": id, "answer": answer_json }),
+                at,
+            )
             .await?;
         if let Some(why) = refusal {
             w.receipts.observe(op, &why).await?;

@@ -195,7 +195,7 @@ pub async fn adopt<P: Provider>(
     writer
         .audit(
             &c.id,
-            "resource_adopted_by_operator",
+            EventKind::ResourceAdoptedByOperator,
             serde_json::json!({ "kind": kind, "id": id, "by": actor }),
             now_ms,
         )
@@ -528,7 +528,7 @@ fn unreceipted_note(owner: &ClientId, kind: ResourceKind, known: Option<&ClientR
 /// most `settle_ms`.
 async fn settle_after_restore(store: &Store, now_ms: i64, settle_ms: i64) -> Result<()> {
     let now = store.clock_now_ms(now_ms).await?;
-    let declared = store.events_by_kind("restore_declared").await?.last().map_or(now, |e| e.at_ms);
+    let declared = store.events_by_kind(EventKind::RestoreDeclared).await?.last().map_or(now, |e| e.at_ms);
     let wait = (declared + settle_ms - now).clamp(0, settle_ms);
     if wait > 0 {
         tracing::info!(wait_ms = wait, "inventory: waiting for the provider's listings to settle after the restore");
@@ -694,8 +694,8 @@ pub async fn orphan_delete<P: Provider>(
     let client = o.client_ref.as_deref().map(ClientId::from);
     let detail = serde_json::json!({ "id": id, "kind": o.kind, "label": o.label, "by": by, "reason": reason });
     match &client {
-        Some(c) => ReceiptWriter::new(store.clone()).audit(c, "orphan_delete_attested", detail, now_ms).await?,
-        None => store.event_global("orphan_delete_attested", detail, now_ms).await?,
+        Some(c) => ReceiptWriter::new(store.clone()).audit(c, EventKind::OrphanDeleteAttested, detail, now_ms).await?,
+        None => store.event_global(EventKind::OrphanDeleteAttested, detail, now_ms).await?,
     }
     let answer = provider.resource_delete(&ResourceId::new(o.kind, id)).await?;
     if let provider::DeleteOutcome::Refused { status, message } = answer {

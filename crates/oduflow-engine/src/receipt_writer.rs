@@ -142,7 +142,7 @@ impl ReceiptWriter {
     pub(crate) async fn audit(
         &self,
         client: &ClientId,
-        kind: &str,
+        kind: EventKind,
         detail: serde_json::Value,
         now_ms: i64,
     ) -> oduflow_store::Result<()> {

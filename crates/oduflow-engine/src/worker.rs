@@ -247,7 +247,7 @@ impl<P: Provider> Worker<P> {
             next: JobNext::Exhausted,
             infra: Some(infra),
             events: vec![NewEvent {
-                kind: "blocked".into(),
+                kind: EventKind::Blocked,
                 detail: serde_json::json!({ "reason": BlockedReason::AttemptsExhausted, "detail": detail }),
             }],
             enqueue: vec![],
@@ -267,7 +267,12 @@ impl<P: Provider> Worker<P> {
             // Committed on its own: lets a test see the run has begun.
             let _ = self
                 .receipts
-                .audit(&claim.job.client_id, "noop_started", serde_json::json!({ "job": claim.job.id.0 }), start_ms)
+                .audit(
+                    &claim.job.client_id,
+                    EventKind::NoopStarted,
+                    serde_json::json!({ "job": claim.job.id.0 }),
+                    start_ms,
+                )
                 .await;
         }
         let sleep_ms = claim.job.payload.get("sleep_ms").and_then(|v| v.as_u64()).unwrap_or(0);
@@ -276,7 +281,7 @@ impl<P: Provider> Worker<P> {
         }
         let events = if record {
             vec![NewEvent {
-                kind: "noop_ran".into(),
+                kind: EventKind::NoopRan,
                 detail: serde_json::json!({
                     "job": claim.job.id.0,
                     "worker": self.cfg.worker_id,

@@ -1190,7 +1190,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
     }
     let ledger = s.sim.ledger();
     if std::env::var("ODUFLOW_CAMPAIGN_VERBOSE").is_ok() {
-        let failed = store.events_by_kind("job_failed").await?;
+        let failed = store.events_by_kind(EventKind::JobFailed).await?;
         for e in failed.iter().take(5) {
             println!("  job_failed: {}", e.detail);
         }
@@ -1417,7 +1417,7 @@ fn first_line(s: &str, max: usize) -> String {
 
 /// The invariants of docs/protocol.md §8, against the database and the ledger.
 /// The operation keys the events of `kind` name.
-async fn event_ops(store: &Store, kind: &str) -> Result<std::collections::HashSet<String>> {
+async fn event_ops(store: &Store, kind: EventKind) -> Result<std::collections::HashSet<String>> {
     Ok(store
         .events_by_kind(kind)
         .await?
@@ -1434,7 +1434,8 @@ async fn check_requests_audited(
     by_label: &HashMap<&str, &oduflow_store::ReceiptRow>,
     restored: bool,
 ) -> Result<()> {
-    let (sent, doubted) = (event_ops(store, "request_sent").await?, event_ops(store, "not_sent_doubted").await?);
+    let (sent, doubted) =
+        (event_ops(store, EventKind::RequestSent).await?, event_ops(store, EventKind::NotSentDoubted).await?);
     for label in ledger.creates_per_label.keys() {
         // (A restored copy may hold a receipt claimed before the backup and
         // sent after it: neither its mark nor its event is in the copy, and

@@ -749,7 +749,10 @@ pub async fn events(State(s): State<AppState>, ApiQuery(f): ApiQuery<EventFilter
                     "kind must be 1 to {EVENT_KIND_LEN_MAX} lowercase letters, digits or '_'"
                 )));
             }
-            let mut rows = s.store().events_by_kind(&kind).await?;
+            let Some(kind) = oduflow_model::EventKind::parse(&kind) else {
+                return Err(ApiError::InvalidInput(format!("kind {kind:?} is not an event kind oduflow writes")));
+            };
+            let mut rows = s.store().events_by_kind(kind).await?;
             rows.reverse();
             rows.truncate(limit as usize);
             rows

@@ -277,7 +277,7 @@ impl Store {
                     let job = queue::NewJob::for_client(&client.id, JobKind::Provision, generation, now_ms, attempts_max);
                     queue::job_insert(&mut *tx, &job).await?;
                 }
-                queue::event_insert(&mut *tx, Some(&client.id), "client_update_requested",
+                queue::event_insert(&mut *tx, Some(&client.id), EventKind::ClientUpdateRequested,
                     &serde_json::json!({ "generation": generation, "update": u, "blocked": blocked }), now_ms).await?;
                 tx.commit().await?;
             });
@@ -319,7 +319,7 @@ impl ReceiptLedger {
                 if !crate::receipts::inserted(n)? {
                     return Err(StoreError::ReceiptExists(key));
                 }
-                (*tx).event_insert(Some(&c.client_ref), "change_claimed", &serde_json::json!({
+                (*tx).event_insert(Some(&c.client_ref), EventKind::ChangeClaimed, &serde_json::json!({
                     "operation_key": key, "kind": c.resource_kind, "id": c.resource_id, "change": c.change,
                 }), c.claimed_ms).await?;
             });
@@ -350,7 +350,7 @@ impl ReceiptLedger {
                     return Err(StoreError::ReceiptNotFound(format!(
                         "{key} (not in a not-sent state: sent already, or answered)")));
                 }
-                (*tx).event_insert(Some(client), "request_sent", &serde_json::json!({
+                (*tx).event_insert(Some(client), EventKind::RequestSent, &serde_json::json!({
                     "operation_key": key, "evidence": "sent: recorded right before the request left",
                 }), now_ms).await?;
             });
@@ -396,7 +396,7 @@ impl ReceiptLedger {
                 if n == 0 {
                     return Err(StoreError::ReceiptNotFound(key.to_owned()));
                 }
-                (*tx).event_insert(Some(client), "change_answered", &serde_json::json!({
+                (*tx).event_insert(Some(client), EventKind::ChangeAnswered, &serde_json::json!({
                     "operation_key": key, "outcome": outcome, "status": status, "message": message, "reason": not_sent,
                 }), now_ms).await?;
             });
@@ -418,7 +418,7 @@ impl ReceiptLedger {
                      AND (not_sent_ms IS NOT NULL OR sent_ms IS NULL)")
                     .bind(now_ms).execute(&mut *tx).await?.rows_affected();
                 if n > 0 {
-                    (*tx).event_insert(None, "changes_not_sent_doubted", &serde_json::json!({
+                    (*tx).event_insert(None, EventKind::ChangesNotSentDoubted, &serde_json::json!({
                         "count": n, "why": "restored copy: a send after the backup may have gone out",
                     }), now_ms).await?;
                 }
@@ -451,7 +451,7 @@ impl ReceiptLedger {
                      AND confirmed_ms IS NULL AND rejection_status IS NULL")
                     .bind(key).bind(now_ms).execute(&mut *tx).await?.rows_affected();
                 if n == 1 {
-                    (*tx).event_insert(Some(client), "change_confirmed", &serde_json::json!({ "operation_key": key }),
+                    (*tx).event_insert(Some(client), EventKind::ChangeConfirmed, &serde_json::json!({ "operation_key": key }),
                         now_ms).await?;
                 }
             });

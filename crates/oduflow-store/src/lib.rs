@@ -47,7 +47,7 @@ pub use rows::*;
 pub use stats::*;
 pub use tokens::*;
 
-use oduflow_model::{ClientName, ClientSpec, ClientStatus, JobKind, Target};
+use oduflow_model::{ClientName, ClientSpec, ClientStatus, EventKind, JobKind, Target};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{PgPool, SqlitePool};
@@ -690,7 +690,7 @@ impl Store {
                     let id = oduflow_model::ClientId(id);
                     let job = NewJob::for_client(&id, JobKind::Provision, generation, now_ms, attempts_max);
                     queue::job_insert(&mut *tx, &job).await?;
-                    queue::event_insert(&mut *tx, Some(&id), "client_recreate_requested",
+                    queue::event_insert(&mut *tx, Some(&id), EventKind::ClientRecreateRequested,
                         &serde_json::json!({ "generation": generation }), now_ms).await?;
                     tx.commit().await?;
                     return self.client_get(name.as_str()).await?
@@ -715,7 +715,7 @@ impl Store {
                 .execute(&mut *tx).await.map_err(|e| crate::dns_name_race(e, dns))?;
                 let job = NewJob::for_client(&id, JobKind::Provision, 1, now_ms, attempts_max);
                 queue::job_insert(&mut *tx, &job).await?;
-                queue::event_insert(&mut *tx, Some(&id), "client_created", &serde_json::json!({
+                queue::event_insert(&mut *tx, Some(&id), EventKind::ClientCreated, &serde_json::json!({
                     "name": name.as_str(), "spec": spec, "recovered": recover.is_some(),
                 }), now_ms).await?;
                 tx.commit().await?;
@@ -757,7 +757,7 @@ impl Store {
                     let id = oduflow_model::ClientId(id);
                     let job = NewJob::for_client(&id, JobKind::Deprovision, generation, now_ms, attempts_max);
                     queue::job_insert(&mut *tx, &job).await?;
-                    queue::event_insert(&mut *tx, Some(&id), "client_delete_requested",
+                    queue::event_insert(&mut *tx, Some(&id), EventKind::ClientDeleteRequested,
                         &serde_json::json!({ "generation": generation }), now_ms).await?;
                 }
                 tx.commit().await?;
@@ -866,12 +866,12 @@ impl Store {
         .await
     }
 
-    pub async fn events_by_kind(&self, kind: &str) -> Result<Vec<EventRow>> {
+    pub async fn events_by_kind(&self, kind: EventKind) -> Result<Vec<EventRow>> {
         crate::named("events_by_kind", async move {
             both!(self, p => {
                 let rows = sqlx::query("SELECT id, client_ref, kind, detail, at_ms FROM events \
                                         WHERE kind = $1 ORDER BY id")
-                    .bind(kind).fetch_all(p).await?;
+                    .bind(kind.as_str()).fetch_all(p).await?;
                 rows.iter().map(rows::event_from_row).collect()
             })
         })

@@ -85,7 +85,7 @@ impl Store {
                 let mut job = NewJob::for_client(&id, kind, generation, now_ms, attempts_max);
                 job.payload = serde_json::json!({ crate::RECONCILE_PAYLOAD: true });
                 job_insert(&mut *tx, &job).await?;
-                event_insert(&mut *tx, Some(&id), "reconcile_requested", &serde_json::json!({
+                event_insert(&mut *tx, Some(&id), EventKind::ReconcileRequested, &serde_json::json!({
                     "by": actor, "generation": generation,
                     "new_dispatch": advance.iter().map(|(k, g)| serde_json::json!({ "kind": k, "dispatch_generation": g })).collect::<Vec<_>>(),
                 }), now_ms).await?;
@@ -143,7 +143,7 @@ impl Store {
                     let Some((target, generation)) = row else { continue };
                     let kind = if target == Target::Present.as_str() { JobKind::Provision } else { JobKind::Deprovision };
                     job_insert(&mut *tx, &NewJob::for_client(&c.client, kind, generation, now_ms, attempts_max)).await?;
-                    event_insert(&mut *tx, Some(&c.client), "key_rebound", &serde_json::json!({
+                    event_insert(&mut *tx, Some(&c.client), EventKind::KeyRebound, &serde_json::json!({
                         "by": actor, "from": c.old.short(), "to": new.short(), "generation": generation,
                     }), now_ms).await?;
                 }
@@ -163,7 +163,7 @@ impl Store {
     pub async fn restore_declare(&self, why: &str, now_ms: i64) -> Result<()> {
         crate::named("restore_declare", async move {
             self.setting_set(SETTING_RESTORE_PENDING, why).await?;
-            self.event_global("restore_declared", serde_json::json!({ "why": why }), now_ms).await
+            self.event_global(EventKind::RestoreDeclared, serde_json::json!({ "why": why }), now_ms).await
         })
         .await
     }
@@ -180,12 +180,12 @@ impl Store {
             if was_pending {
                 self.setting_set(SETTING_LINEAGE, &uuid::Uuid::new_v4().to_string()).await?;
             }
-            self.event_global("inventory_reconciled", report, now_ms).await
+            self.event_global(EventKind::InventoryReconciled, report, now_ms).await
         })
         .await
     }
 
-    pub async fn event_global(&self, kind: &str, detail: serde_json::Value, now_ms: i64) -> Result<()> {
+    pub async fn event_global(&self, kind: EventKind, detail: serde_json::Value, now_ms: i64) -> Result<()> {
         crate::named("event_global", async move {
             both!(self, p => {
                 let mut c = p.acquire().await?;

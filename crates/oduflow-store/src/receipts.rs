@@ -114,7 +114,7 @@ impl ReceiptLedger {
                 if !inserted(n)? {
                     return Err(StoreError::ReceiptExists(r.operation_key.to_string()));
                 }
-                (*tx).event_insert(Some(&r.client_ref), "receipt_claimed", &serde_json::json!({
+                (*tx).event_insert(Some(&r.client_ref), EventKind::ReceiptClaimed, &serde_json::json!({
                     "operation_key": r.operation_key, "label": r.label, "kind": r.resource_kind,
                 }), r.claimed_ms).await?;
             });
@@ -151,7 +151,7 @@ impl ReceiptLedger {
                     return Err(StoreError::ReceiptNotFound(format!(
                         "{key} (not in a not-sent state: sent already, answered or abandoned)")));
                 }
-                (*tx).event_insert(Some(client), "request_sent", &serde_json::json!({
+                (*tx).event_insert(Some(client), EventKind::RequestSent, &serde_json::json!({
                     "operation_key": key, "evidence": "sent: recorded right before the request left",
                 }), now_ms).await?;
             });
@@ -176,7 +176,7 @@ impl ReceiptLedger {
                     .bind(key.as_str()).bind(now_ms).bind(&reason)
                     .fetch_optional(&mut *tx).await?;
                 if let Some((client, n)) = &row {
-                    (*tx).event_insert(Some(&ClientId(client.clone())), "request_not_sent", &serde_json::json!({
+                    (*tx).event_insert(Some(&ClientId(client.clone())), EventKind::RequestNotSent, &serde_json::json!({
                         "operation_key": key, "reason": reason, "count": n,
                     }), now_ms).await?;
                 }
@@ -211,7 +211,7 @@ impl ReceiptLedger {
                     });
                 }
                 if n == 1 {
-                    (*tx).event_insert(Some(&ClientId(client)), "resource_id_recorded", &serde_json::json!({
+                    (*tx).event_insert(Some(&ClientId(client)), EventKind::ResourceIdRecorded, &serde_json::json!({
                         "operation_key": key, "resource_id": id, "source": source,
                     }), now_ms).await?;
                 }
@@ -234,7 +234,7 @@ impl ReceiptLedger {
                     .bind(key.as_str()).bind(now_ms).bind(reason)
                     .fetch_optional(&mut *tx).await?
                     .ok_or_else(|| StoreError::ReceiptNotFound(key.to_string()))?;
-                (*tx).event_insert(Some(&ClientId(client)), "request_not_sent", &serde_json::json!({
+                (*tx).event_insert(Some(&ClientId(client)), EventKind::RequestNotSent, &serde_json::json!({
                     "operation_key": key, "reason": reason, "count": n,
                 }), now_ms).await?;
                 n
@@ -260,7 +260,7 @@ impl ReceiptLedger {
                     .bind(key.as_str()).bind(i64::from(status)).bind(message)
                     .fetch_optional(&mut *tx).await?
                     .ok_or_else(|| StoreError::ReceiptNotFound(key.to_string()))?;
-                (*tx).event_insert(Some(&ClientId(client)), "dispatch_rejected", &serde_json::json!({
+                (*tx).event_insert(Some(&ClientId(client)), EventKind::DispatchRejected, &serde_json::json!({
                     "operation_key": key, "status": status, "message": message,
                 }), now_ms).await?;
             });
@@ -362,7 +362,7 @@ impl ReceiptLedger {
                      RETURNING client_ref")
                     .bind(key.as_str()).bind(now_ms).fetch_optional(&mut *tx).await?;
                 if let Some(c) = &client {
-                    (*tx).event_insert(Some(&ClientId(c.clone())), "not_sent_doubted", &serde_json::json!({
+                    (*tx).event_insert(Some(&ClientId(c.clone())), EventKind::NotSentDoubted, &serde_json::json!({
                         "operation_key": key,
                         "why": "restored copy: a later attempt may have been sent after the backup",
                     }), now_ms).await?;
@@ -406,7 +406,7 @@ impl ReceiptLedger {
                     .bind(key.as_str()).bind(by).bind(reason).bind(listed_gone)
                     .fetch_optional(&mut *tx).await?
                     .ok_or_else(|| StoreError::ReceiptNotFound(format!("{key} (uncertain: no id, or one never seen nor listed; not abandoned)")))?;
-                (*tx).event_insert(Some(&ClientId(client)), "dispatch_abandoned", &serde_json::json!({
+                (*tx).event_insert(Some(&ClientId(client)), EventKind::DispatchAbandoned, &serde_json::json!({
                     "operation_key": key, "by": by, "reason": reason,
                 }), now_ms).await?;
             });
@@ -440,7 +440,7 @@ impl ReceiptLedger {
                      owned_version = adapter_state.owned_version + CASE WHEN $3 = 'removed' THEN 1 ELSE 0 END")
                     .bind(client.as_str()).bind(adapter).bind(state.as_str()).bind(detail).bind(now_ms).bind(&facts)
                     .execute(&mut *tx).await?;
-                (*tx).event_insert(Some(client), "adapter_state", &serde_json::json!({
+                (*tx).event_insert(Some(client), EventKind::AdapterState, &serde_json::json!({
                     "adapter": adapter, "state": state, "detail": detail,
                 }), now_ms).await?;
             });
@@ -482,7 +482,7 @@ impl ReceiptLedger {
                     return Ok(None);
                 }
                 {
-                    (*tx).event_insert(Some(client), "adapter_owned", &serde_json::json!({
+                    (*tx).event_insert(Some(client), EventKind::AdapterOwned, &serde_json::json!({
                         "adapter": adapter, "owned": owned,
                     }), now_ms).await?;
                 }
@@ -514,7 +514,7 @@ impl ReceiptLedger {
                      RETURNING failures")
                     .bind(client.as_str()).bind(adapter).bind(state.as_str()).bind(detail).bind(now_ms)
                     .fetch_one(&mut *tx).await?;
-                (*tx).event_insert(Some(client), "adapter_failed", &serde_json::json!({
+                (*tx).event_insert(Some(client), EventKind::AdapterFailed, &serde_json::json!({
                     "adapter": adapter, "error": detail, "failures": n,
                 }), now_ms).await?;
                 n
@@ -528,7 +528,7 @@ impl ReceiptLedger {
     pub async fn event_append(
         &self,
         client: Option<&ClientId>,
-        kind: &str,
+        kind: EventKind,
         detail: &serde_json::Value,
         now_ms: i64,
     ) -> Result<()> {

@@ -9,6 +9,7 @@
 
 use crate::queue::event_insert;
 use crate::{Result, Store, StoreError, both};
+use oduflow_model::EventKind;
 use serde::Serialize;
 
 /// A token's row id (a UUID v4), independent of its name.
@@ -57,7 +58,7 @@ impl Store {
                     .bind(&id).bind(name).bind(token_sha256).bind(now_ms)
                     .execute(&mut *tx).await
                     .map_err(|e| crate::unique_to(e, || StoreError::TokenExists(name.to_owned())))?;
-                event_insert(&mut *tx, None, "api_token_created", &serde_json::json!({ "name": name, "id": id }), now_ms).await?;
+                event_insert(&mut *tx, None, EventKind::ApiTokenCreated, &serde_json::json!({ "name": name, "id": id }), now_ms).await?;
                 tx.commit().await?;
             });
             Ok(ApiTokenRow { id: ApiTokenId(id), name: name.to_owned(), created_ms: now_ms, revoked_ms: None })
@@ -94,7 +95,7 @@ impl Store {
                 };
                 sqlx::query("UPDATE api_tokens SET revoked_ms = $2 WHERE id = $1")
                     .bind(&id).bind(now_ms).execute(&mut *tx).await?;
-                event_insert(&mut *tx, None, "api_token_revoked", &serde_json::json!({ "name": name, "id": id }), now_ms).await?;
+                event_insert(&mut *tx, None, EventKind::ApiTokenRevoked, &serde_json::json!({ "name": name, "id": id }), now_ms).await?;
                 tx.commit().await?;
                 Ok(ApiTokenRow { id: ApiTokenId(id), name: name.to_owned(), created_ms, revoked_ms: Some(now_ms) })
             })

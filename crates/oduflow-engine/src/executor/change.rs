@@ -115,7 +115,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         };
         w.receipts.ledger().change_record(&key, &client, &answer, w.now_ms()).await?;
         fail_step!("change-answer-recorded");
-        self.run.event("change_sent", serde_json::json!({ "kind": kind, "id": id, "change": d.change }));
+        self.run.event(EventKind::ChangeSent, serde_json::json!({ "kind": kind, "id": id, "change": d.change }));
         if matches!(answer, ChangeAnswer::Rejected { .. }) {
             return Ok(Step::Next(self));
         }
@@ -167,8 +167,10 @@ impl<'a, P: Provider> Converge<'a, P> {
             .ok_or_else(|| EngineError::Invariant("confirm without a change".into()))?;
         w.receipts.ledger().change_confirm(&c.operation_key, &self.run.infra.client_id, w.now_ms()).await?;
         fail_step!("change-confirmed");
-        self.run
-            .event("change_confirmed", serde_json::json!({ "kind": kind, "id": c.resource_id, "change": c.change }));
+        self.run.event(
+            EventKind::ChangeConfirmed,
+            serde_json::json!({ "kind": kind, "id": c.resource_id, "change": c.change }),
+        );
         Ok(Step::Next(self))
     }
 
@@ -228,9 +230,8 @@ impl<P: Provider> Run<'_, P> {
                 let result = update.await;
                 self.halted()?;
                 match result {
-                    Ok(detail) => {
-                        self.event("adapter_updated", serde_json::json!({ "adapter": a.name(), "detail": detail }))
-                    }
+                    Ok(detail) => self
+                        .event(EventKind::AdapterUpdated, serde_json::json!({ "adapter": a.name(), "detail": detail })),
                     Err(e) => {
                         // The identity stays ensured; the failure is counted.
                         let run = std::mem::replace(self, self.clone_shallow());

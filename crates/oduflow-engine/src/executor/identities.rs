@@ -124,7 +124,10 @@ impl<'a, P: Provider> Run<'a, P> {
             self.infra.status = ClientStatus::Blocked;
             self.infra.blocked_reason = Some(BlockedReason::AdapterFailed);
             self.infra.blocked_detail = Some(detail.clone());
-            self.event("blocked", serde_json::json!({ "reason": BlockedReason::AdapterFailed, "detail": detail }));
+            self.event(
+                EventKind::Blocked,
+                serde_json::json!({ "reason": BlockedReason::AdapterFailed, "detail": detail }),
+            );
             return Ok(self.done());
         }
         let at = now + self.w.cfg.poll_interval_ms * n;
@@ -145,13 +148,13 @@ impl<'a, P: Provider> Run<'a, P> {
             AdapterError::Pending(detail) => {
                 let w = self.w;
                 let audit = serde_json::json!({ "adapter": a, "detail": detail });
-                w.receipts.audit(&self.infra.client_id, "adapter_pending", audit, now).await?;
+                w.receipts.audit(&self.infra.client_id, EventKind::AdapterPending, audit, now).await?;
                 Ok(self.wait(now + w.cfg.poll_interval_ms))
             }
             AdapterError::Waiting { until_ms, detail } => {
                 let w = self.w;
                 let audit = serde_json::json!({ "adapter": a, "detail": detail, "until_ms": until_ms });
-                w.receipts.audit(&self.infra.client_id, "adapter_pending", audit, now).await?;
+                w.receipts.audit(&self.infra.client_id, EventKind::AdapterPending, audit, now).await?;
                 Ok(self.wait(until_ms.max(now + w.cfg.poll_interval_ms)))
             }
             AdapterError::Blocked(reason, detail) => Ok(self.block(reason, format!("adapter {a}: {detail}"))),

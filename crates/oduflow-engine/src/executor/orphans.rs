@@ -102,7 +102,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         let how = format!("adopted by the first provisioning of client {client} (its label names it)");
         w.store.orphan_resolve(&id, &how, now).await?;
         self.run.set_id(kind, Some(id.clone()));
-        self.run.event("orphan_adopted", serde_json::json!({ "kind": kind, "id": id, "label": label }));
+        self.run.event(EventKind::OrphanAdopted, serde_json::json!({ "kind": kind, "id": id, "label": label }));
         // Read by id next, and the orphans again.
         self.seen[slot(kind)].1 = decide::Seen::NotRead;
         self.orphans = None;

@@ -618,7 +618,7 @@ async fn a_deleted_clients_orphan_is_deleted_on_an_attestation(store: Store) -> 
     assert!(store.orphans_list(false).await?.is_empty());
     let all = store.orphans_list(true).await?;
     assert!(all[0].resolution.as_deref().is_some_and(|r| r.contains("client left in November")), "{all:?}");
-    let ev = store.events_by_kind("orphan_delete_attested").await?;
+    let ev = store.events_by_kind(EventKind::OrphanDeleteAttested).await?;
     assert_eq!(ev.len(), 1);
     assert_eq!(ev[0].client_ref.as_deref(), Some(c.id.as_str()));
     // The next pass finds nothing more.

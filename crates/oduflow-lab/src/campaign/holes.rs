@@ -461,7 +461,7 @@ async fn dns_history(store: &Store, client: &ClientId) -> Result<String> {
 /// worker recorded unknown reached the provider.
 async fn check_unknown_outcomes(store: &Store, ledger: &Ledger) -> Result<()> {
     let receipts = store.receipts_all().await?;
-    for e in store.events_by_kind("dispatch_outcome_unknown").await? {
+    for e in store.events_by_kind(EventKind::DispatchOutcomeUnknown).await? {
         let Some(op) = e.detail["operation_key"].as_str() else { continue };
         let Some(r) = receipts.iter().find(|r| r.operation_key.as_str() == op) else { continue };
         if r.resource_kind == ResourceKind::Attach {

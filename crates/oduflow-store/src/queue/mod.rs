@@ -66,7 +66,7 @@ impl Enqueued {
 /// An audit event written in a job's main transaction.
 #[derive(Clone, Debug)]
 pub struct NewEvent {
-    pub kind: String,
+    pub kind: EventKind,
     pub detail: serde_json::Value,
 }
 
@@ -362,7 +362,7 @@ pub(crate) trait Conn {
     async fn event_insert(
         &mut self,
         client: Option<&ClientId>,
-        kind: &str,
+        kind: EventKind,
         detail: &serde_json::Value,
         at_ms: i64,
     ) -> Result<()>;
@@ -405,13 +405,13 @@ macro_rules! impl_conn {
             async fn event_insert(
                 &mut self,
                 client: Option<&ClientId>,
-                kind: &str,
+                kind: EventKind,
                 detail: &serde_json::Value,
                 at_ms: i64,
             ) -> Result<()> {
                 sqlx::query("INSERT INTO events (client_ref, kind, detail, at_ms) VALUES ($1, $2, $3, $4)")
                     .bind(client.map(|c| c.as_str()))
-                    .bind(kind)
+                    .bind(kind.as_str())
                     .bind(detail.to_string())
                     .bind(at_ms)
                     .execute(&mut *self)
@@ -491,7 +491,7 @@ pub(crate) async fn job_insert(c: &mut impl Conn, job: &NewJob) -> Result<Enqueu
 pub(crate) async fn event_insert(
     c: &mut impl Conn,
     client: Option<&ClientId>,
-    kind: &str,
+    kind: EventKind,
     detail: &serde_json::Value,
     at_ms: i64,
 ) -> Result<()> {
@@ -544,7 +544,7 @@ async fn apply_in(
         c.job_set_next(job.id, &next, now_ms).await?;
     }
     for e in &finish.events {
-        c.event_insert(Some(&job.client_id), &e.kind, &e.detail, now_ms).await?;
+        c.event_insert(Some(&job.client_id), e.kind, &e.detail, now_ms).await?;
     }
     for j in &finish.enqueue {
         c.job_insert(j).await?;
@@ -691,7 +691,7 @@ impl Store {
                     .execute(&mut *tx)
                     .await?;
                 }
-                event_insert(&mut *tx, Some(&c.client_id), "job_failed", &serde_json::json!({
+                event_insert(&mut *tx, Some(&c.client_id), EventKind::JobFailed, &serde_json::json!({
                     "job": c.job_id.0, "attempts": attempts, "exhausted": exhausted, "error": error,
                 }), now_ms).await?;
                 if let Some(token) = &c.lease_token {
@@ -738,7 +738,7 @@ impl Store {
             self.setting_set(SETTING_QUEUE_PAUSED, if paused { "true" } else { "false" }).await?;
             both!(self, p => {
                 let mut c = p.acquire().await?;
-                event_insert(&mut *c, None, if paused { "queue_paused" } else { "queue_resumed" },
+                event_insert(&mut *c, None, if paused { EventKind::QueuePaused } else { EventKind::QueueResumed },
                     &serde_json::json!({}), now_ms).await
             })
         })

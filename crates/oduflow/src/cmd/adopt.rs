@@ -100,7 +100,13 @@ impl DnsOwnership {
 
     /// Records the new ownership (refused if a run recorded meanwhile), the
     /// operator's event, and queues the client's work again.
-    async fn save(self, cfg: &Config, event: &str, detail: serde_json::Value, by: &str) -> Result<()> {
+    async fn save(
+        self,
+        cfg: &Config,
+        event: oduflow_model::EventKind,
+        detail: serde_json::Value,
+        by: &str,
+    ) -> Result<()> {
         let ledger = oduflow_store::ReceiptLedger::new(self.store.clone());
         let now = now_ms(&self.store).await?;
         let put = ledger.adapter_owned_put(&self.row.id, "dns", &self.owned.to_value(), self.version, now).await?;
@@ -156,7 +162,7 @@ pub async fn adopt_dns(cfg: &Config, name: &str, id: &str, by: &str) -> Result<(
         .adopt(&domain, &rec, by, now_ms(&d.store).await?)
         .map_err(|e| BadInput(format!("{e}; nothing was recorded")))?;
     let detail = serde_json::json!({ "by": by, "record": id, "type": rec.record_type, "data": rec.data });
-    d.save(cfg, "dns_record_adopted", detail, by).await
+    d.save(cfg, oduflow_model::EventKind::DnsRecordAdopted, detail, by).await
 }
 
 /// `oduflow abandon NAME --kind dns`: the operator attests that Vultr has
@@ -173,5 +179,5 @@ pub async fn abandon_dns(cfg: &Config, name: &str, by: &str, reason: &str) -> Re
     }
     let records: Vec<String> = lost.iter().map(|r| format!("{} {} -> {}", r.rtype, r.name, r.data)).collect();
     let detail = serde_json::json!({ "by": by, "reason": reason, "records": records });
-    d.save(cfg, "dns_create_abandoned", detail, by).await
+    d.save(cfg, oduflow_model::EventKind::DnsCreateAbandoned, detail, by).await
 }

@@ -6,6 +6,7 @@ use crate::output::{print_client, print_orphan_deleted, print_orphans};
 use crate::setup::{now_ms, open, provider, refuse_if_restored};
 use anyhow::Result;
 use oduflow_engine::operator::{self, Actor};
+use oduflow_model::EventKind;
 
 pub async fn run(cfg: &Config, c: OrphanCmd) -> Result<()> {
     match c {
@@ -59,7 +60,7 @@ async fn delete_dns(
     let detail = serde_json::json!({
         "id": id, "type": o.rtype, "name": o.name, "data": o.data, "client_id": o.client_id, "by": by, "reason": reason,
     });
-    store.event_global("dns_orphan_delete_attested", detail, now).await?;
+    store.event_global(EventKind::DnsOrphanDeleteAttested, detail, now).await?;
     let rid = oduflow_vultr::DnsRecordId(id.to_owned());
     if let oduflow_model::provider::DeleteOutcome::Refused { status, message } =
         vultr.dns_record_delete(zone, &rid).await?

@@ -265,7 +265,7 @@ async fn bad_input_exits_2_and_changes_nothing(env: Env) {
 
 /// Waits until a worker process sits inside its main write transaction (it is
 /// paused at the `main-tx-commit` fail point).
-async fn wait_in_main_tx(url: &str, marker: &str, timeout: Duration) {
+async fn wait_in_main_tx(url: &str, marker: oduflow_model::EventKind, timeout: Duration) {
     let start = Instant::now();
     let store = Store::connect(url, false).await.unwrap();
     // The run has begun once its independently committed marker is there.
@@ -337,7 +337,7 @@ async fn sigkill_mid_job_reruns_cleanly(env: Env) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_in_main_tx(&env.url, "noop_started", Duration::from_secs(30)).await;
+    wait_in_main_tx(&env.url, oduflow_model::EventKind::NoopStarted, Duration::from_secs(30)).await;
     // SIGKILL: no destructor, no rollback from the process itself.
     child.kill().unwrap();
     child.wait().unwrap();
@@ -345,14 +345,14 @@ async fn sigkill_mid_job_reruns_cleanly(env: Env) {
     // Nothing of the killed run's main transaction is left.
     let j = store.job_get(job).await.unwrap().unwrap();
     assert_eq!(j.state, JobState::Queued);
-    assert!(store.events_by_kind("noop_ran").await.unwrap().is_empty(), "partial write survived SIGKILL");
+    assert!(store.events_by_kind(EventKind::NoopRan).await.unwrap().is_empty(), "partial write survived SIGKILL");
 
     // The job is claimable again (on SQLite once the dead worker's lease
     // expires) and completes exactly once.
     env.ok(&["worker", "--until-settled"]);
     let j = store.job_get(job).await.unwrap().unwrap();
     assert_eq!(j.state, JobState::Done);
-    assert_eq!(store.events_by_kind("noop_ran").await.unwrap().len(), 1);
+    assert_eq!(store.events_by_kind(EventKind::NoopRan).await.unwrap().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -382,7 +382,7 @@ async fn multi_process_workers_never_overlap_on_a_client() {
         assert!(o.status.success(), "worker failed: {}", String::from_utf8_lossy(&o.stderr));
     }
     let elapsed = started.elapsed();
-    let events = store.events_by_kind("noop_ran").await.unwrap();
+    let events = store.events_by_kind(EventKind::NoopRan).await.unwrap();
     assert_eq!(events.len(), JOBS, "every job ran exactly once");
     let mut jobs: Vec<i64> = events.iter().map(|e| e.detail["job"].as_i64().unwrap()).collect();
     jobs.sort();
@@ -543,7 +543,10 @@ async fn a_restored_copy_written_to_before_any_check_is_detected() {
     // Writes land on the restored copy before anything compares.
     let store = env.store().await;
     while store.high_water_mark().await.unwrap() <= seen {
-        store.event_global("note", serde_json::json!({ "after": "restore" }), 1).await.unwrap();
+        store
+            .event_global(oduflow_model::EventKind::QueueResumed, serde_json::json!({ "after": "restore" }), 1)
+            .await
+            .unwrap();
     }
     drop(store);
     let o = run(&["worker", "--until-settled"]);
@@ -568,7 +571,7 @@ async fn sigkill_after_create_keeps_receipt(env: Env) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_in_main_tx(&env.url, "resource_id_recorded", Duration::from_secs(30)).await;
+    wait_in_main_tx(&env.url, oduflow_model::EventKind::ResourceIdRecorded, Duration::from_secs(30)).await;
     child.kill().unwrap();
     child.wait().unwrap();
 
@@ -578,7 +581,7 @@ async fn sigkill_after_create_keeps_receipt(env: Env) {
     let vm_id = receipts[0].resource_id.clone().expect("the id survived SIGKILL");
     assert_eq!(c.infra.vm_id, None, "the killed run's main transaction left a write");
     assert_eq!(c.infra.status, ClientStatus::Pending);
-    assert!(store.events_by_kind("dispatch_accepted").await.unwrap().is_empty());
+    assert!(store.events_by_kind(EventKind::DispatchAccepted).await.unwrap().is_empty());
     assert_eq!(store.jobs_for_client(&c.id).await.unwrap()[0].state, JobState::Queued);
 
     env.ok(&["worker", "--until-settled"]);

@@ -69,7 +69,7 @@ fn address_after(line: &str, marker: &str) -> String {
 /// begun (its marker is committed on its own).
 async fn wait_started(store: &Store, n: usize) {
     let start = Instant::now();
-    while store.events_by_kind("noop_started").await.unwrap().len() < n {
+    while store.events_by_kind(EventKind::NoopStarted).await.unwrap().len() < n {
         assert!(start.elapsed() < Duration::from_secs(30), "the worker never started the job");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -118,7 +118,7 @@ async fn sigterm_mid_run_finishes_the_run_releases_everything_and_the_next_worke
     // The run under way finished and committed: not cut, not left to a lease.
     let j = store.job_get(first).await.unwrap().unwrap();
     assert_eq!(j.state, JobState::Done, "the run under way was not let finish");
-    assert_eq!(store.events_by_kind("noop_ran").await.unwrap().len(), 1);
+    assert_eq!(store.events_by_kind(EventKind::NoopRan).await.unwrap().len(), 1);
     assert_eq!(oduflow_store::testing::sqlite_lease_holders(&store).await.unwrap(), vec![], "a lease was left");
     assert!(!oduflow_store::testing::sqlite_client_locked(&store, &clients[0]).unwrap());
     assert_eq!(oduflow_store::testing::pg_idle_in_transaction_pids(&store).await.unwrap(), Vec::<i32>::new());
@@ -166,7 +166,7 @@ async fn sigterm_stops_claiming_the_jobs_still_queued(env: Env) {
     assert_eq!(status.code(), Some(0), "{err}");
     assert_eq!(store.job_get(first).await.unwrap().unwrap().state, JobState::Done, "{err}");
     assert_eq!(store.job_get(second).await.unwrap().unwrap().state, JobState::Queued, "claimed after SIGTERM: {err}");
-    assert_eq!(store.events_by_kind("noop_started").await.unwrap().len(), 1, "{err}");
+    assert_eq!(store.events_by_kind(EventKind::NoopStarted).await.unwrap().len(), 1, "{err}");
     assert!(!oduflow_store::testing::sqlite_client_locked(&store, &clients[1]).unwrap());
     env.ok(&["worker", "--until-settled"]);
     assert_eq!(store.job_get(second).await.unwrap().unwrap().state, JobState::Done);
@@ -207,7 +207,7 @@ async fn a_run_past_the_shutdown_grace_is_cut_and_its_claim_ends_with_the_proces
     assert!(took < Duration::from_secs(20), "the grace of 700 ms took {took:?}");
     println!("SIGTERM past a 700 ms grace to exit: {took:?}");
     assert_eq!(store.job_get(job).await.unwrap().unwrap().state, JobState::Queued);
-    assert!(store.events_by_kind("noop_ran").await.unwrap().is_empty());
+    assert!(store.events_by_kind(EventKind::NoopRan).await.unwrap().is_empty());
     assert!(
         !oduflow_store::testing::sqlite_client_locked(&store, &clients[0]).unwrap(),
         "the claim outlived its process"
@@ -306,7 +306,7 @@ async fn a_second_signal_stops_at_once(env: Env) {
     println!("second SIGTERM to exit: {took:?}");
     // Cut like a crash: its main transaction never committed.
     assert_eq!(store.job_get(job).await.unwrap().unwrap().state, JobState::Queued);
-    assert!(store.events_by_kind("noop_ran").await.unwrap().is_empty());
+    assert!(store.events_by_kind(EventKind::NoopRan).await.unwrap().is_empty());
 }
 
 /// One HTTP/1.0 request (with a bearer token if given): status and body.
