@@ -366,7 +366,8 @@ pub struct ClientFilter {
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct EventFilter {
-    /// Only events of this kind (e.g. client_created, reconcile_requested).
+    /// Only events of this kind (e.g. client_created, reconcile_requested):
+    /// one of the kinds oduflow writes; any other is refused (422).
     #[param(pattern = "^[a-z0-9_]{1,64}$")]
     pub kind: Option<String>,
     /// At most this many, newest first (default 100).
