@@ -5,7 +5,8 @@
 //! adopting one claims a receipt for it, so the create it stands for is
 //! never sent.
 
-use super::{Converge, Step, block_facts, create_digest, instance_facts, slot};
+use super::observe::{block_facts, instance_facts};
+use super::{Converge, Step, create_digest, slot};
 use crate::EngineError;
 use oduflow_model::decide::Orphan;
 use oduflow_model::ledger::Effect;
