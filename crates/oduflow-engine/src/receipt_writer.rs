@@ -96,6 +96,7 @@ impl ReceiptWriter {
         self.ledger.receipt_mark_deleted(key, now_ms).await
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn adapter_set(
         &self,
         client: &ClientId,
@@ -103,9 +104,10 @@ impl ReceiptWriter {
         state: AdapterState,
         detail: &str,
         facts: Option<&serde_json::Value>,
+        expected: i64,
         now_ms: i64,
-    ) -> oduflow_store::Result<()> {
-        self.ledger.adapter_set(client, adapter, state, detail, facts, now_ms).await
+    ) -> oduflow_store::Result<bool> {
+        self.ledger.adapter_set(client, adapter, state, detail, facts, expected, now_ms).await
     }
 
     pub(crate) async fn adapter_fail(

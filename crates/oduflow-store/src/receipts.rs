@@ -415,11 +415,16 @@ impl ReceiptLedger {
         .await
     }
 
-    /// Records where an adapter's identity stands (independent commit);
-    /// with `facts`, the facts it was ensured with too. `removed` also
-    /// advances the ownership's version: a run that read the ownership
-    /// before the removal (stale: its client deleted meanwhile) can no
-    /// longer record a create, so it never sends one.
+    /// Records where an adapter's identity stands (independent commit),
+    /// if the ownership's version is still `expected` (what the run last
+    /// read or wrote; 0: nothing recorded yet); with `facts`, the facts it
+    /// was ensured with too. Whether it was recorded: a run that read the
+    /// ownership before another run wrote it is stale, and its `removed`
+    /// or `ensured` would hide what that run owns. `removed` also advances
+    /// the version: a run that read the ownership before the removal (its
+    /// client deleted meanwhile) can no longer record a create, so it never
+    /// sends one.
+    #[allow(clippy::too_many_arguments)]
     pub async fn adapter_set(
         &self,
         client: &ClientId,
@@ -427,24 +432,30 @@ impl ReceiptLedger {
         state: AdapterState,
         detail: &str,
         facts: Option<&serde_json::Value>,
+        expected: i64,
         now_ms: i64,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         crate::named("adapter_set", async move {
             let facts = facts.map(serde_json::Value::to_string);
-            ledger_write!(&self.store, tx => {
-                sqlx::query(
+            Ok(ledger_write!(&self.store, tx => {
+                let v: Option<i64> = sqlx::query_scalar(
                     "INSERT INTO adapter_state (client_id, adapter, state, detail, failures, updated_ms, facts) \
                      VALUES ($1, $2, $3, $4, 0, $5, coalesce($6, '{}')) ON CONFLICT (client_id, adapter) \
                      DO UPDATE SET state = excluded.state, detail = excluded.detail, failures = 0, \
                      updated_ms = excluded.updated_ms, facts = coalesce($6, adapter_state.facts), \
-                     owned_version = adapter_state.owned_version + CASE WHEN $3 = 'removed' THEN 1 ELSE 0 END")
+                     owned_version = adapter_state.owned_version + CASE WHEN $3 = 'removed' THEN 1 ELSE 0 END \
+                     WHERE adapter_state.owned_version = $7 RETURNING owned_version")
                     .bind(client.as_str()).bind(adapter).bind(state.as_str()).bind(detail).bind(now_ms).bind(&facts)
-                    .execute(&mut *tx).await?;
+                    .bind(expected)
+                    .fetch_optional(&mut *tx).await?;
+                if v.is_none() {
+                    return Ok(false);
+                }
                 (*tx).event_insert(Some(client), EventKind::AdapterState, &serde_json::json!({
                     "adapter": adapter, "state": state, "detail": detail,
                 }), now_ms).await?;
-            });
-            Ok(())
+                true
+            }))
         })
         .await
     }

@@ -232,9 +232,13 @@ async fn adapter_ownership_is_written_by_compare_and_set(store: Store) {
     assert_eq!(ledger.adapter_owned_put(&c, "dns", &second, 1, 3).await.unwrap(), Some(2));
     assert_eq!(ledger.adapter_owned_put(&c, "dns", &stale, 1, 4).await.unwrap(), None);
     let facts = serde_json::json!({ "ipv4": "192.0.2.1" });
-    ledger.adapter_set(&c, "dns", oduflow_model::identity::AdapterState::Ensured, "ok", Some(&facts), 5).await.unwrap();
+    use oduflow_model::identity::AdapterState::{Ensured, Removed};
+    assert!(ledger.adapter_set(&c, "dns", Ensured, "ok", Some(&facts), 2, 5).await.unwrap());
+    // A run that read the ownership before the last write records no state:
+    // its `removed` would hide what the newer run owns.
+    assert!(!ledger.adapter_set(&c, "dns", Removed, "stale", None, 1, 5).await.unwrap(), "a stale state write");
     // A state change without facts keeps the recorded ones and the ownership.
-    ledger.adapter_set(&c, "dns", oduflow_model::identity::AdapterState::Removed, "gone", None, 6).await.unwrap();
+    assert!(ledger.adapter_set(&c, "dns", Removed, "gone", None, 2, 6).await.unwrap());
     let rows = store.adapter_states(&c).await.unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].owned, second);
@@ -250,6 +254,9 @@ async fn adapter_ownership_is_written_by_compare_and_set(store: Store) {
     assert_eq!(ledger.adapter_owned_put(&c, "dns", &late, 3, 8).await.unwrap(), Some(4));
     let rows = store.adapter_states(&c).await.unwrap();
     assert_eq!((rows[0].state.as_str(), rows[0].owned.clone()), ("ensuring", late));
+    // The removal that read version 3 is stale now too.
+    assert!(!ledger.adapter_set(&c, "dns", Removed, "late", None, 3, 9).await.unwrap(), "removed over a new create");
+    assert_eq!(store.adapter_states(&c).await.unwrap()[0].state.as_str(), "ensuring");
 }
 
 /// A change receipt is claimed once per client, resource and

@@ -2,7 +2,8 @@
 //! and volume are ready, removed once they are gone, each confirmed by the
 //! adapter's own check. What an adapter owns (a DNS record's id) is kept in
 //! its durable ownership record, written by compare-and-set on the receipt
-//! writer's connection; the facts an identity was ensured with are recorded
+//! writer's connection (the identity's state too, on the same version); the
+//! facts an identity was ensured with are recorded
 //! with it, so a removal gets them back and a change of them (a new address,
 //! a new DNS name) ensures it again.
 
@@ -47,6 +48,22 @@ impl StoredOwnership {
             now_ms,
             state: Mutex::new((owned, version)),
         }
+    }
+}
+
+/// A state write refused because another run recorded the identity's
+/// ownership since this one read it: this run is stale (its claim lost, or
+/// it outlived it) and stops; its job is retried, and the retry reads the
+/// ownership as it now is.
+fn stale_state(adapter: &str) -> EngineError {
+    EngineError::ClaimLost(format!("another run recorded {adapter}'s ownership since this run read it"))
+}
+
+impl StoredOwnership {
+    /// The version this run last read or wrote: its state writes are
+    /// recorded only while no other run has written since.
+    fn version(&self) -> i64 {
+        self.state.lock().expect("ownership lock poisoned").1
     }
 }
 
@@ -212,9 +229,10 @@ impl<'a, P: Provider> Run<'a, P> {
         self.halted()?;
         match checked {
             Ok(Presence::Present(d)) => {
-                w.receipts
-                    .adapter_set(&self.infra.client_id, a.name(), AdapterState::Ensured, &d, Some(facts), now)
-                    .await?;
+                let (client, v) = (&self.infra.client_id, own.version());
+                if !w.receipts.adapter_set(client, a.name(), AdapterState::Ensured, &d, Some(facts), v, now).await? {
+                    return Err(stale_state(a.name()));
+                }
                 Ok(self.wait(now))
             }
             Ok(Presence::Absent) => {
@@ -288,10 +306,11 @@ impl<'a, P: Provider> Run<'a, P> {
         self.halted()?;
         match checked {
             Ok(Presence::Absent) => {
-                let client = &self.infra.client_id;
-                w.receipts
-                    .adapter_set(client, a.name(), AdapterState::Removed, "check reports absence", None, now)
-                    .await?;
+                let (client, v) = (&self.infra.client_id, own.version());
+                let why = "check reports absence";
+                if !w.receipts.adapter_set(client, a.name(), AdapterState::Removed, why, None, v, now).await? {
+                    return Err(stale_state(a.name()));
+                }
                 Ok(self.wait(now))
             }
             Ok(Presence::Present(d)) => {
