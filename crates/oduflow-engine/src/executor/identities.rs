@@ -49,6 +49,12 @@ impl StoredOwnership {
             state: Mutex::new((owned, version)),
         }
     }
+
+    /// The version this run last read or wrote: its ownership and state
+    /// writes are recorded only while no other run has written since.
+    fn version(&self) -> i64 {
+        self.state.lock().expect("ownership lock poisoned").1
+    }
 }
 
 /// A state write refused because another run recorded the identity's
@@ -59,14 +65,6 @@ fn stale_state(adapter: &str) -> EngineError {
     EngineError::ClaimLost(format!("another run recorded {adapter}'s ownership since this run read it"))
 }
 
-impl StoredOwnership {
-    /// The version this run last read or wrote: its state writes are
-    /// recorded only while no other run has written since.
-    fn version(&self) -> i64 {
-        self.state.lock().expect("ownership lock poisoned").1
-    }
-}
-
 impl Ownership for StoredOwnership {
     fn get(&self) -> serde_json::Value {
         self.state.lock().expect("ownership lock poisoned").0.clone()
@@ -74,8 +72,8 @@ impl Ownership for StoredOwnership {
 
     fn put(&self, v: serde_json::Value) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
-            let expected = self.state.lock().expect("ownership lock poisoned").1;
-            let put = self.receipts.ledger().adapter_owned_put(&self.client, &self.adapter, &v, expected, self.now_ms);
+            let put =
+                self.receipts.ledger().adapter_owned_put(&self.client, &self.adapter, &v, self.version(), self.now_ms);
             match put.await {
                 Ok(Some(version)) => {
                     *self.state.lock().expect("ownership lock poisoned") = (v, version);
