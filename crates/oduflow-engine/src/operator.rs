@@ -1,6 +1,11 @@
-//! Operator commands that need the provider: reconcile, adopt, abandon,
-//! credential rotation and the inventory pass. Each leaves an audit event and
-//! refuses, with a clear reason, anything the protocol does not allow.
+//! The operations both front ends run: what is asked of a client (in
+//! [`intent`]) and the operator's commands that need the provider:
+//! reconcile, adopt, abandon, credential rotation, orphans and the inventory
+//! pass. Each leaves an audit event and refuses, with a clear reason,
+//! anything the protocol does not allow.
+
+mod intent;
+pub use intent::{Updated, client_create, client_delete, client_update, preflight, queue_resume, refuse_if_restored};
 
 use crate::ReceiptWriter;
 use oduflow_model::decide::{block_mismatch, instance_mismatch};
@@ -13,13 +18,17 @@ use std::collections::{HashMap, HashSet};
 
 #[derive(Debug, thiserror::Error)]
 pub enum OperatorError {
-    #[error("store")]
+    #[error(transparent)]
     Store(#[from] oduflow_store::StoreError),
-    #[error("provider")]
+    #[error(transparent)]
     Provider(#[from] provider::ProviderError),
     /// The protocol does not allow this action now; the message says why.
     #[error("{0}")]
     Refused(String),
+    /// The request itself is wrong (a spec the catalog refuses, a plan Vultr
+    /// does not offer): bad input, and nothing was stored.
+    #[error("{0}")]
+    Invalid(String),
     /// The client's records are bound to another API key than the one the
     /// action was given (short fingerprints): refused before any request.
     #[error(
@@ -47,6 +56,15 @@ async fn current_receipt(store: &Store, c: &ClientRow, kind: ResourceKind) -> Re
     let receipts = store.receipts_for_client(&c.id).await?;
     let cur = crate::current::current(&c.infra, c.infra.target, &receipts);
     Ok((cur.receipt(kind).cloned(), cur.generation(kind)))
+}
+
+/// The client an action on the provider is about to touch: refused while a
+/// restore is pending, or when its records are bound to another key.
+async fn acting_on<P: Provider>(store: &Store, name: &str, provider: &P) -> Result<ClientRow> {
+    refuse_if_restored(store).await?;
+    let c = client(store, name).await?;
+    check_key(&c, provider)?;
+    Ok(c)
 }
 
 fn check_key<P: Provider>(c: &ClientRow, provider: &P) -> Result<()> {
@@ -79,8 +97,7 @@ pub async fn reconcile<P: Provider>(
     actor: Actor<'_>,
 ) -> Result<ClientRow> {
     let Actor { by: actor, now_ms, attempts_max } = actor;
-    let c = client(store, name).await?;
-    check_key(&c, provider)?;
+    let c = acting_on(store, name, provider).await?;
     let writer = ReceiptWriter::new(store.clone());
     let mut advance = vec![];
     for kind in [ResourceKind::Vm, ResourceKind::Volume, ResourceKind::Attach] {
@@ -116,8 +133,7 @@ pub async fn adopt<P: Provider>(
     actor: Actor<'_>,
 ) -> Result<ClientRow> {
     let Actor { by: actor, now_ms, attempts_max } = actor;
-    let c = client(store, name).await?;
-    check_key(&c, provider)?;
+    let c = acting_on(store, name, provider).await?;
     if kind == ResourceKind::Attach {
         return refused("only a vm or a volume can be adopted");
     }
@@ -217,6 +233,7 @@ pub async fn abandon(
     if by.trim().is_empty() || reason.trim().is_empty() {
         return refused("abandoning a dispatch needs an attestation: --by WHO and --reason WHY");
     }
+    refuse_if_restored(store).await?;
     let c = client(store, name).await?;
     let (Some(r), dg) = current_receipt(store, &c, kind).await? else {
         return refused(format!("{name} has no current {} dispatch", kind.as_str()));
@@ -260,10 +277,9 @@ pub async fn credentials_rotate<P: Provider>(
     actor: Actor<'_>,
 ) -> Result<std::result::Result<Vec<String>, Vec<Unproven>>> {
     let Actor { by: actor, now_ms, attempts_max } = actor;
+    refuse_if_restored(store).await?;
     let new = provider.key_fingerprint();
-    let mut unproven = vec![];
-    let mut rebind = vec![];
-    let mut names = vec![];
+    let (mut unproven, mut rebind, mut names) = (vec![], vec![], vec![]);
     for c in store.client_list().await? {
         let Some(old) = c.infra.key_fingerprint.clone() else { continue };
         if old == new {
@@ -594,6 +610,7 @@ async fn open_orphan(store: &Store, id: &str) -> Result<oduflow_store::OrphanRow
 /// the client already has a resource of that kind recorded, or is deleted).
 pub async fn orphan_adopt<P: Provider>(store: &Store, provider: &P, id: &str, actor: Actor<'_>) -> Result<ClientRow> {
     let Actor { by: actor, now_ms, attempts_max } = actor;
+    refuse_if_restored(store).await?;
     let o = open_orphan(store, id).await?;
     let Some(owner) = o.client_ref.as_deref() else {
         return refused(format!(
@@ -642,6 +659,7 @@ pub async fn orphan_delete<P: Provider>(
     if by.trim().is_empty() || reason.trim().is_empty() {
         return refused("deleting an orphan needs an attestation: --by WHO and --reason WHY");
     }
+    refuse_if_restored(store).await?;
     let o = open_orphan(store, id).await?;
     refuse_if_accounted(store, id, &o.label).await?;
     let label = match provider.resource_get(&ResourceId::new(o.kind, id)).await? {
@@ -653,9 +671,9 @@ pub async fn orphan_delete<P: Provider>(
         }
         x => x.map(|x| x.label().to_owned()),
     };
+    let client = o.client_ref.as_deref().map(ClientId::from);
     let Some(label) = label else {
         store.orphan_resolve(id, "gone: the provider answered 404", now_ms).await?;
-        let client = o.client_ref.as_deref().map(ClientId::from);
         reconcile_blocked_by_orphan(store, client.as_ref(), actor).await?;
         return Ok(OrphanDeleted { id: id.into(), kind: o.kind, confirmed: true, note: "already gone (404)".into() });
     };
@@ -691,7 +709,6 @@ pub async fn orphan_delete<P: Provider>(
     for r in recorded.iter().filter(|r| r.seen_ms.is_none()) {
         writer.mark_seen(&r.operation_key, now_ms).await?;
     }
-    let client = o.client_ref.as_deref().map(ClientId::from);
     let detail = serde_json::json!({ "id": id, "kind": o.kind, "label": o.label, "by": by, "reason": reason });
     match &client {
         Some(c) => ReceiptWriter::new(store.clone()).audit(c, EventKind::OrphanDeleteAttested, detail, now_ms).await?,
@@ -784,35 +801,4 @@ async fn trust_nothing_restored<'c>(
         store.client_reconcile(&c.name, &[], "inventory after restore", now_ms, 20).await?;
     }
     Ok(())
-}
-
-/// Before `client update --plan` is recorded: when the client's VM is
-/// recorded and `plan` is neither its spec's plan, nor the plan the VM has,
-/// nor among the upgrades Vultr lists for it (GET /instances/{id}/upgrades), why the update cannot
-/// be made in place (a plan only grows). `None`: nothing to refuse here (the
-/// worker checks the list again before it sends anything).
-pub async fn plan_refusal<P: Provider>(store: &Store, provider: &P, name: &str, plan: &str) -> Result<Option<String>> {
-    let c = client(store, name).await?;
-    let Some(vm) = c.infra.vm_id.clone().filter(|_| c.infra.spec.plan != plan) else {
-        return Ok(None);
-    };
-    // Bound to another key: no request (the worker blocks it
-    // `credential_changed` before anything is sent).
-    if check_key(&c, provider).is_err() {
-        return Ok(None);
-    }
-    // Back to the plan the server has is no change at Vultr.
-    if provider.instance_get(&vm).await?.is_some_and(|i| i.plan == plan) {
-        return Ok(None);
-    }
-    let plans = provider.instance_upgrade_plans(&vm).await?;
-    if plans.iter().any(|p| p == plan) {
-        return Ok(None);
-    }
-    Ok(Some(format!(
-        "plan {} -> {plan}: Vultr offers vm {vm} only these upgrades: {} (a plan only grows; to move to a smaller \
-         one, create a new client and move the data)",
-        c.infra.spec.plan,
-        if plans.is_empty() { "none".to_owned() } else { plans.join(", ") }
-    )))
 }

@@ -12,7 +12,7 @@
 //! Pure: the store applies it inside the transaction that bumps the
 //! generation and enqueues the job.
 
-use crate::{ClientSpec, SpecError};
+use crate::{ClientSpec, ImageSource, SpecError};
 use serde::{Deserialize, Serialize};
 
 /// The fields `client update` and `PATCH /api/v1/clients/{name}` take. A
@@ -36,9 +36,9 @@ pub struct SpecUpdate {
     /// to the client's name. Renames the records in place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns_name: Option<String>,
-    /// Another image source, as asked (`os_id 2136`): always refused.
+    /// Another image source: always refused (a reinstall).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
+    pub image: Option<ImageSource>,
 }
 
 /// Why an update is refused, in one line an operator can act on.
@@ -92,7 +92,7 @@ impl SpecUpdate {
             return Err(UpdateRefused::Empty);
         }
         if let Some(image) = &self.image {
-            return Err(UpdateRefused::Image(image.clone()));
+            return Err(UpdateRefused::Image(image.to_string()));
         }
         let mut next = spec.clone();
         if let Some(r) = &self.region {
@@ -171,7 +171,7 @@ mod tests {
         let e = shrink.apply(&spec(), true).unwrap_err();
         assert!(e.to_string().contains("only grow"), "{e}");
         assert_eq!(SpecUpdate::default().apply(&spec(), true), Err(UpdateRefused::Empty));
-        let image = SpecUpdate { image: Some("os_id 2136".into()), ..SpecUpdate::default() };
+        let image = SpecUpdate { image: Some(ImageSource::Os(2136)), ..SpecUpdate::default() };
         let e = image.apply(&spec(), false).unwrap_err();
         assert!(e.to_string().contains("reinstall") && e.to_string().contains("out of scope"), "{e}");
         let same = SpecUpdate { plan: Some("vc2-1c-1gb".into()), ..SpecUpdate::default() };

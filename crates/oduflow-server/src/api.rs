@@ -12,7 +12,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use oduflow_engine::operator;
-use oduflow_model::{BlockedReason, ClientId, ClientSpec, ClientStatus, ResourceKind, Target};
+use oduflow_model::{BlockedReason, ClientId, ClientSpec, ClientStatus, ImageSource, ResourceKind, Target};
 use oduflow_store::{ClientRow, EventRow, JobRow, ReceiptRow};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -293,6 +293,19 @@ pub struct ClientCreate {
     /// the client's name).
     #[serde(default)]
     pub dns_name: Option<String>,
+    /// Check the spec against Vultr's catalog before anything is stored, as
+    /// `oduflow client create` does: a spec the catalog refuses is answered
+    /// 422, a catalog that cannot be read 502. Default false: a create then
+    /// asks Vultr nothing (a catalog read costs several requests of the
+    /// shared rate budget), and the worker checks before the first create.
+    /// A server without a key cannot check.
+    #[serde(default)]
+    pub preflight: bool,
+    /// The id of a client a restored copy of the database lost, which its
+    /// resources' labels name: its first provisioning adopts them instead
+    /// of creating them again (`oduflow client create --recover`).
+    #[serde(default)]
+    pub recover: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, ToSchema)]
@@ -438,14 +451,25 @@ pub async fn clients_list(
 #[utoipa::path(post, path = "/api/v1/clients", tag = "clients", request_body = ClientCreate,
     responses((status = 201, body = Accepted), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
-        (status = 422, body = ErrorBody)))]
+        (status = 422, body = ErrorBody), (status = 502, description = "preflight asked, and Vultr's catalog could not be read", body = ErrorBody)))]
 pub async fn clients_create(
     State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ApiJson(req): ApiJson<ClientCreate>,
 ) -> ApiResult<(StatusCode, Json<Accepted>)> {
     let name = oduflow_model::ClientName::parse(&req.name)?;
+    let recover = req.recover.as_deref().map(ClientId::parse).transpose().map_err(ApiError::InvalidInput)?;
+    let checker = s.provider().filter(|_| req.preflight);
     let spec = spec_of(&s, &name, req)?;
-    let row = s.store().client_create(&name, &spec, s.now_ms(), s.attempts_max()).await?;
+    let row = operator::client_create(
+        s.store(),
+        checker.as_deref(),
+        &name,
+        &spec,
+        recover.as_ref(),
+        s.actor(&caller.actor()),
+    )
+    .await?;
     let job_id = latest_queued_job(&s, &row).await?;
     Ok((StatusCode::CREATED, Json(Accepted { client: (&row).into(), job_id })))
 }
@@ -504,14 +528,15 @@ pub async fn clients_show(State(s): State<AppState>, ClientPath(name): ClientPat
         (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn clients_update(
     State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ClientPath(name): ClientPath,
     ApiJson(req): ApiJson<ClientUpdate>,
 ) -> ApiResult<(StatusCode, Json<Accepted>)> {
     let image = [
-        req.os_id.map(|n| format!("os_id {n}")),
-        req.snapshot_id.map(|s| format!("snapshot_id {s}")),
-        req.app_id.map(|n| format!("app_id {n}")),
-        req.image_id.map(|i| format!("image_id {i}")),
+        req.os_id.map(ImageSource::Os),
+        req.snapshot_id.map(ImageSource::Snapshot),
+        req.app_id.map(ImageSource::App),
+        req.image_id.map(ImageSource::Image),
     ]
     .into_iter()
     .flatten()
@@ -525,15 +550,12 @@ pub async fn clients_update(
         dns_name: req.dns_name,
         image,
     };
-    if let Some(plan) = &update.plan {
-        match operator::plan_refusal(s.store(), s.acting_provider()?.as_ref(), name.as_str(), plan).await {
-            Ok(Some(why)) => return Err(ApiError::InvalidInput(why)),
-            // Not checked now: the worker checks before it sends anything.
-            Ok(None) | Err(operator::OperatorError::Provider(_)) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    let row = s.store().client_update(name.as_str(), &update, s.now_ms(), s.attempts_max()).await?;
+    // A plan not checked now (a failed read) the worker checks before it
+    // sends anything.
+    let provider = s.provider();
+    let row = operator::client_update(s.store(), provider.as_deref(), name.as_str(), &update, s.actor(&caller.actor()))
+        .await?
+        .row;
     let job_id = latest_queued_job(&s, &row).await?;
     Ok((StatusCode::ACCEPTED, Json(Accepted { client: (&row).into(), job_id })))
 }
@@ -546,9 +568,10 @@ pub async fn clients_update(
         (status = 422, body = ErrorBody)))]
 pub async fn clients_delete(
     State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
     ClientPath(name): ClientPath,
 ) -> ApiResult<(StatusCode, Json<Accepted>)> {
-    let row = s.store().client_delete(name.as_str(), s.now_ms(), s.attempts_max()).await?;
+    let row = operator::client_delete(s.store(), name.as_str(), s.actor(&caller.actor())).await?;
     let job_id = latest_queued_job(&s, &row).await?;
     Ok((StatusCode::ACCEPTED, Json(Accepted { client: (&row).into(), job_id })))
 }
@@ -588,13 +611,12 @@ pub async fn clients_reconcile(
     ClientPath(name): ClientPath,
     ApiJson(req): ApiJson<ReconcileRequest>,
 ) -> ApiResult<Json<ClientView>> {
-    refuse_if_restored(&s).await?;
     let row = operator::reconcile(
         s.store(),
         s.acting_provider()?.as_ref(),
         name.as_str(),
         req.new_dispatch,
-        operator::Actor { by: &caller.actor(), now_ms: s.now_ms(), attempts_max: s.attempts_max() },
+        s.actor(&caller.actor()),
     )
     .await?;
     Ok(Json((&row).into()))
@@ -619,7 +641,6 @@ pub async fn clients_adopt(
         AdoptKind::Vm => ResourceKind::Vm,
         AdoptKind::Volume => ResourceKind::Volume,
     };
-    refuse_if_restored(&s).await?;
     client_or_404(&s, name.as_str()).await?;
     let row = operator::adopt(
         s.store(),
@@ -627,7 +648,7 @@ pub async fn clients_adopt(
         name.as_str(),
         kind,
         &req.id,
-        operator::Actor { by: &caller.actor(), now_ms: s.now_ms(), attempts_max: s.attempts_max() },
+        s.actor(&caller.actor()),
     )
     .await?;
     Ok(Json((&row).into()))
@@ -652,17 +673,9 @@ pub async fn clients_abandon(
         AbandonKind::Volume => ResourceKind::Volume,
         AbandonKind::Attach => ResourceKind::Attach,
     };
-    refuse_if_restored(&s).await?;
     // The attestation names a person; the token that sent it is kept too.
     let by = format!("{by} (via {})", caller.actor());
-    let row = operator::abandon(
-        s.store(),
-        name.as_str(),
-        kind,
-        &reason,
-        operator::Actor { by: &by, now_ms: s.now_ms(), attempts_max: s.attempts_max() },
-    )
-    .await?;
+    let row = operator::abandon(s.store(), name.as_str(), kind, &reason, s.actor(&by)).await?;
     Ok(Json((&row).into()))
 }
 
@@ -793,29 +806,12 @@ pub async fn queue_pause(State(s): State<AppState>) -> ApiResult<Json<QueueView>
     Ok(Json(queue_view(&s).await?))
 }
 
-/// Operator actions that act on the provider wait, like the queue, until a
-/// restored copy has been reconciled with the provider (`reconcile --all`):
-/// the copy may lag the cloud.
-async fn refuse_if_restored(s: &AppState) -> ApiResult<()> {
-    match s.store().restore_pending().await? {
-        Some(why) => {
-            Err(ApiError::Refused(format!("the database was restored ({why}); run `oduflow reconcile --all` first")))
-        }
-        None => Ok(()),
-    }
-}
-
 /// Lets workers claim jobs again; refused while a restore is pending.
 #[utoipa::path(post, path = "/api/v1/queue/resume", tag = "queue",
     responses((status = 200, body = QueueView), (status = 401, body = ErrorBody),
         (status = 409, description = "a restore is pending", body = ErrorBody)))]
 pub async fn queue_resume(State(s): State<AppState>) -> ApiResult<Json<QueueView>> {
-    if let Some(why) = s.store().restore_pending().await? {
-        return Err(ApiError::Refused(format!(
-            "the database was restored ({why}); run `oduflow reconcile --all` before resuming the queue"
-        )));
-    }
-    s.store().queue_set_paused(false, s.now_ms()).await?;
+    operator::queue_resume(s.store(), s.now_ms()).await?;
     Ok(Json(queue_view(&s).await?))
 }
 
@@ -870,7 +866,6 @@ pub async fn credentials_rotate(
         )));
     }
     let current = s.acting_provider()?;
-    refuse_if_restored(&s).await?;
     let new = Arc::new(
         current
             .with_key(secrecy::SecretString::from(key.to_owned()))
@@ -886,7 +881,8 @@ pub async fn credentials_rotate(
         }
         Err(e) => return Err(ApiError::Provider(e.into())),
     }
-    let actor = operator::Actor { by: &caller.actor(), now_ms: s.now_ms(), attempts_max: s.attempts_max() };
+    let by = caller.actor();
+    let actor = s.actor(&by);
     match operator::credentials_rotate(s.store(), new.as_ref(), actor).await? {
         Ok(rebound) => {
             let key_fingerprint = new.fingerprint().short().to_string();

@@ -142,6 +142,7 @@ impl From<OperatorError> for ApiError {
             OperatorError::Store(e) => e.into(),
             OperatorError::Provider(e) => ApiError::Provider(e),
             OperatorError::Refused(m) => ApiError::Refused(m),
+            OperatorError::Invalid(m) => ApiError::InvalidInput(m),
             // The command line's advice ("rotate first") is wrong for a
             // server whose key predates a rotation made elsewhere.
             OperatorError::KeyMismatch { client, bound, configured } => ApiError::KeyMismatch(format!(

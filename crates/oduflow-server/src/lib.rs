@@ -185,6 +185,11 @@ impl AppState {
     pub fn attempts_max(&self) -> i32 {
         self.inner.attempts_max
     }
+
+    /// `by` acting now, with this server's attempt budget.
+    pub(crate) fn actor<'a>(&self, by: &'a str) -> oduflow_engine::operator::Actor<'a> {
+        oduflow_engine::operator::Actor { by, now_ms: self.now_ms(), attempts_max: self.attempts_max() }
+    }
 }
 
 /// Logs each request's method, path (never the query, which may carry a

@@ -18,6 +18,7 @@ use anyhow::Result;
 use clap::Parser;
 use cli::{Cli, Cmd};
 use config::{BadInput, Config};
+use oduflow_engine::operator::OperatorError;
 use oduflow_model::*;
 use oduflow_store::StoreError;
 use std::process::ExitCode;
@@ -71,11 +72,17 @@ fn main() -> ExitCode {
         // `oduflow client list | head -1`: the reader has what it wanted.
         Err(e) if e.downcast_ref::<output::StdoutClosed>().is_some() => ExitCode::SUCCESS,
         Err(e) => {
+            let operator = e.downcast_ref::<OperatorError>();
+            let store = e.downcast_ref::<StoreError>().or(match operator {
+                Some(OperatorError::Store(s)) => Some(s),
+                _ => None,
+            });
             let bad_input = e.downcast_ref::<BadInput>().is_some()
                 || lab_bad_input(&e)
                 || e.downcast_ref::<SpecError>().is_some()
+                || matches!(operator, Some(OperatorError::Invalid(_)))
                 || matches!(
-                    e.downcast_ref::<StoreError>(),
+                    store,
                     Some(
                         StoreError::InvalidUrl { .. }
                             | StoreError::ClientExists(_)

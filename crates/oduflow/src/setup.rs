@@ -35,13 +35,11 @@ pub(crate) fn redacted_url(url: &str) -> String {
     }
 }
 
-/// Operator actions that act on the provider wait, like the queue, until a
-/// restored copy has been reconciled with the provider's inventory (this
-/// host's high-water mark tells, or a declared restore).
-pub(crate) async fn refuse_if_restored(store: &Store) -> Result<()> {
-    if let Some(why) = lineage::check(store, now_ms(store).await?).await? {
-        anyhow::bail!("restore pending ({why}): run `oduflow reconcile --all` first");
-    }
+/// This host's memory of the database compared with it: a copy older than
+/// one seen here declares a restore, which the operations then refuse to
+/// act through (`oduflow_engine::operator::refuse_if_restored`).
+pub(crate) async fn compare_lineage(store: &Store) -> Result<()> {
+    lineage::check(store, now_ms(store).await?).await?;
     Ok(())
 }
 

@@ -508,6 +508,37 @@ async fn clients_update_changes_the_spec_and_refuses_what_cannot_change(h: H) {
     );
 }
 
+/// `"preflight": true` checks the spec against Vultr's catalog as `oduflow
+/// client create` does, in the one operation both call: what the catalog
+/// lacks is a 422 naming it, and nothing is stored. Without it a create asks
+/// Vultr nothing.
+#[tokio::test]
+async fn a_create_asking_for_preflight_is_refused_what_the_catalog_lacks() {
+    let h = H::start().await;
+    for (region, plan, why) in [
+        ("mel", "vc2-1c-1gb", "region mel offers no high_perf block storage"),
+        ("lax", "vhf-1c-1gb", "plan vhf-1c-1gb is not sold in region lax"),
+    ] {
+        let mut body = create_body("acme");
+        (body["region"], body["plan"], body["preflight"]) = (json!(region), json!(plan), json!(true));
+        let before = h.footprint().await.0;
+        let got = h.post("/api/v1/clients", body.clone()).await;
+        assert_error(&got, 422, "invalid_input");
+        let m = got.1["error"]["message"].as_str().unwrap();
+        assert!(m.contains(why) && m.contains("nothing was stored"), "{m}");
+        assert_eq!(h.footprint().await.0, before, "a refused create stores nothing");
+        body["preflight"] = json!(false);
+        let name = format!("unchecked-{region}");
+        body["name"] = json!(name);
+        assert_eq!(h.post("/api/v1/clients", body).await.0, 201, "without preflight the worker checks");
+    }
+    let asked = h.sim.ledger().requests.values().sum::<u64>();
+    assert!(asked > 0, "a preflight reads the catalog");
+    let mut body = create_body("acme");
+    body["preflight"] = json!(true);
+    assert_eq!(h.post("/api/v1/clients", body).await.0, 201);
+}
+
 /// A DNS name (the spec's `dns_name`, else the client's name) belongs to at
 /// most one client not yet deleted: a create or an update that would give a
 /// second client the name is a 409 that changes nothing (before, both got an

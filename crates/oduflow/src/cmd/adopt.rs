@@ -3,7 +3,7 @@
 
 use crate::config::{BadInput, Config};
 use crate::output::print_client;
-use crate::setup::{now_ms, open, provider, refuse_if_restored};
+use crate::setup::{compare_lineage, now_ms, open, provider};
 use anyhow::Result;
 use oduflow_engine::operator::{self, Actor};
 use oduflow_model::*;
@@ -21,7 +21,7 @@ pub async fn adopt(cfg: &Config, name: &str, kind: &str, id: &str, by: &str) -> 
     let kind = ResourceKind::parse(kind).expect("clap checked");
     let store = open(cfg).await?;
     let provider = provider(cfg, &store, "adopt")?;
-    refuse_if_restored(&store).await?;
+    compare_lineage(&store).await?;
     let actor = Actor { by, now_ms: now_ms(&store).await?, attempts_max: cfg.attempts_max };
     let row = operator::adopt(&store, provider.as_ref(), name, kind, id, actor).await?;
     print_client(&store, &row, false, false).await
@@ -36,7 +36,7 @@ pub async fn abandon(cfg: &Config, name: &str, kind: &str, by: &str, reason: &st
     ClientName::parse(name)?;
     let kind = ResourceKind::parse(kind).expect("clap checked");
     let store = open(cfg).await?;
-    refuse_if_restored(&store).await?;
+    compare_lineage(&store).await?;
     let actor = Actor { by, now_ms: now_ms(&store).await?, attempts_max: cfg.attempts_max };
     let row = operator::abandon(&store, name, kind, reason, actor).await?;
     print_client(&store, &row, false, false).await
@@ -73,7 +73,8 @@ impl DnsOwnership {
         };
         let store = open(cfg).await?;
         let vultr = provider(cfg, &store, command)?;
-        refuse_if_restored(&store).await?;
+        compare_lineage(&store).await?;
+        operator::refuse_if_restored(&store).await?;
         let row = store.client_get(name).await?.ok_or_else(|| StoreError::ClientNotFound(name.to_owned()))?;
         // Only a client the machine has stopped for: a run in flight may be
         // creating a record this very moment.

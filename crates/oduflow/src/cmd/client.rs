@@ -5,6 +5,7 @@ use crate::config::{BadInput, Config};
 use crate::output::{print_client, print_clients};
 use crate::setup::{now_ms, open};
 use anyhow::Result;
+use oduflow_engine::operator::{self, Actor};
 use oduflow_model::*;
 use oduflow_store::StoreError;
 
@@ -16,51 +17,46 @@ pub async fn run(cfg: &Config, c: ClientCmd) -> Result<()> {
             let recover = recover.map(|id| ClientId::parse(&id)).transpose().map_err(BadInput)?;
             let spec = resolve(cfg, &name, *spec)?;
             let store = open(cfg).await?;
-            if !no_preflight {
-                preflight(cfg, &store, &spec).await?;
-            }
-            let row =
-                store.client_create_as(&name, &spec, recover.as_ref(), now_ms(&store).await?, cfg.attempts_max).await?;
+            let checker = match (no_preflight, cfg.api_key.is_some()) {
+                (true, _) => None,
+                (false, true) => Some(crate::setup::provider(cfg, &store, "client create")?),
+                (false, false) => {
+                    eprintln!(
+                        "note: VULTR_API_KEY is not set, so the spec was not checked against Vultr's catalog; the \
+                         worker checks it before the first create"
+                    );
+                    None
+                }
+            };
+            let actor = actor(cfg, &store).await?;
+            let row = operator::client_create(&store, checker.as_deref(), &name, &spec, recover.as_ref(), actor)
+                .await
+                .map_err(|e| match e {
+                    operator::OperatorError::Provider(e) => anyhow::anyhow!(
+                        "preflight could not read Vultr's catalog: {e} (use --no-preflight to skip the check)"
+                    ),
+                    e => e.into(),
+                })?;
             print_client(&store, &row, json, false).await
         }
         ClientCmd::Update { name, change, json } => {
             ClientName::parse(&name)?;
-            let crate::cli::UpdateFlags {
-                region,
-                plan,
-                volume_gb,
-                tags,
-                no_tags,
-                firewall_group,
-                dns_name,
-                os_id,
-                snapshot,
-                app,
-                image,
-            } = *change;
-            let image = [
-                os_id.map(|n| format!("--os-id {n}")),
-                snapshot.map(|s| format!("--snapshot {s}")),
-                app.map(|n| format!("--app {n}")),
-                image.map(|i| format!("--image {i}")),
-            ]
-            .into_iter()
-            .flatten()
-            .next();
-            let update = oduflow_model::update::SpecUpdate {
-                region,
-                plan,
-                volume_gb,
-                tags: if no_tags { Some(vec![]) } else { (!tags.is_empty()).then_some(tags) },
-                firewall_group,
-                dns_name,
-                image,
-            };
+            let update = update_of(*change);
             let store = open(cfg).await?;
-            if let Some(plan) = &update.plan {
-                plan_check(cfg, &store, &name, plan).await?;
+            // With a key, a new plan is checked against Vultr's upgrades.
+            let checker = match cfg.api_key.is_some() {
+                true => Some(crate::setup::provider(cfg, &store, "client update")?),
+                false => None,
+            };
+            let actor = actor(cfg, &store).await?;
+            let operator::Updated { row, plan_unchecked } =
+                operator::client_update(&store, checker.as_deref(), &name, &update, actor).await?;
+            if let Some(e) = plan_unchecked {
+                eprintln!(
+                    "note: the plan was not checked against Vultr's list of upgrades ({e}); the worker checks it \
+                     before sending"
+                );
             }
-            let row = store.client_update(&name, &update, now_ms(&store).await?, cfg.attempts_max).await?;
             if row.infra.status == ClientStatus::Blocked && !json {
                 eprintln!(
                     "note: {name} is blocked ({}): the new spec is recorded; `oduflow reconcile {name}` applies it",
@@ -72,7 +68,7 @@ pub async fn run(cfg: &Config, c: ClientCmd) -> Result<()> {
         ClientCmd::Delete { name, json } => {
             ClientName::parse(&name)?;
             let store = open(cfg).await?;
-            let row = store.client_delete(&name, now_ms(&store).await?, cfg.attempts_max).await?;
+            let row = operator::client_delete(&store, &name, actor(cfg, &store).await?).await?;
             print_client(&store, &row, json, false).await
         }
         ClientCmd::Show { name, json } => {
@@ -85,6 +81,41 @@ pub async fn run(cfg: &Config, c: ClientCmd) -> Result<()> {
             let store = open(cfg).await?;
             print_clients(&store.client_list().await?, json)
         }
+    }
+}
+
+/// The flags of `client update`, as the change they ask for.
+fn update_of(f: crate::cli::UpdateFlags) -> oduflow_model::update::SpecUpdate {
+    let crate::cli::UpdateFlags {
+        region,
+        plan,
+        volume_gb,
+        tags,
+        no_tags,
+        firewall_group,
+        dns_name,
+        os_id,
+        snapshot,
+        app,
+        image,
+    } = f;
+    let image = [
+        os_id.map(ImageSource::Os),
+        snapshot.map(ImageSource::Snapshot),
+        app.map(ImageSource::App),
+        image.map(ImageSource::Image),
+    ]
+    .into_iter()
+    .flatten()
+    .next();
+    oduflow_model::update::SpecUpdate {
+        region,
+        plan,
+        volume_gb,
+        tags: if no_tags { Some(vec![]) } else { (!tags.is_empty()).then_some(tags) },
+        firewall_group,
+        dns_name,
+        image,
     }
 }
 
@@ -117,45 +148,7 @@ fn resolve(cfg: &Config, name: &ClientName, f: SpecFlags) -> Result<ClientSpec> 
     Ok(cfg.spec_input(f.profile.as_deref(), flags)?.resolve(name, &cfg.spec_defaults)?)
 }
 
-/// With a key configured and the client's VM recorded: a plan Vultr does
-/// not list among its upgrades is bad input (exit code 2), and nothing is
-/// stored. A failed read only says so: the worker checks again before it
-/// sends anything.
-async fn plan_check(cfg: &Config, store: &oduflow_store::Store, name: &str, plan: &str) -> Result<()> {
-    if cfg.api_key.is_none() {
-        return Ok(());
-    }
-    let provider = crate::setup::provider(cfg, store, "client update")?;
-    match oduflow_engine::operator::plan_refusal(store, provider.as_ref(), name, plan).await {
-        Ok(None) => Ok(()),
-        Ok(Some(why)) => Err(BadInput(format!("{why}; nothing was stored")).into()),
-        Err(oduflow_engine::operator::OperatorError::Provider(e)) => {
-            eprintln!(
-                "note: the plan was not checked against Vultr's list of upgrades ({e}); the worker checks it before sending"
-            );
-            Ok(())
-        }
-        Err(oduflow_engine::operator::OperatorError::Store(e)) => Err(e.into()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// The worker's preflight, made at once when a key is configured: a spec
-/// the catalog refuses is bad input (exit code 2), and nothing is stored.
-async fn preflight(cfg: &Config, store: &oduflow_store::Store, spec: &ClientSpec) -> Result<()> {
-    if cfg.api_key.is_none() {
-        eprintln!(
-            "note: VULTR_API_KEY is not set, so the spec was not checked against Vultr's catalog; the worker checks it before the first create"
-        );
-        return Ok(());
-    }
-    let provider = crate::setup::provider(cfg, store, "client create")?;
-    let catalog = provider.catalog_read(&spec.region).await.map_err(|e| {
-        anyhow::anyhow!("preflight could not read Vultr's catalog: {e} (use --no-preflight to skip the check)")
-    })?;
-    let problems = catalog.problems(spec);
-    if !problems.is_empty() {
-        return Err(BadInput(format!("preflight: {}; nothing was stored", problems.join("; "))).into());
-    }
-    Ok(())
+/// The operator at this terminal, now by the database's clock.
+async fn actor<'a>(cfg: &Config, store: &oduflow_store::Store) -> Result<Actor<'a>> {
+    Ok(Actor { by: "cli", now_ms: now_ms(store).await?, attempts_max: cfg.attempts_max })
 }

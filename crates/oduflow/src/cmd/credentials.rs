@@ -2,7 +2,7 @@
 
 use crate::cli::CredentialsCmd;
 use crate::config::Config;
-use crate::setup::{now_ms, open, provider, refuse_if_restored};
+use crate::setup::{compare_lineage, now_ms, open, provider};
 use anyhow::Result;
 use oduflow_engine::operator::{self, Actor};
 use oduflow_model::provider::Provider;
@@ -11,7 +11,7 @@ pub async fn run(cfg: &Config, c: CredentialsCmd) -> Result<()> {
     let CredentialsCmd::Rotate { by, json } = c;
     let store = open(cfg).await?;
     let provider = provider(cfg, &store, "credentials rotate")?;
-    refuse_if_restored(&store).await?;
+    compare_lineage(&store).await?;
     let actor = Actor { by: &by, now_ms: now_ms(&store).await?, attempts_max: cfg.attempts_max };
     let done = operator::credentials_rotate(&store, provider.as_ref(), actor).await?;
     crate::output::print_rotation(done, &provider.key_fingerprint(), json)

@@ -3,7 +3,7 @@
 use crate::cli::OrphanCmd;
 use crate::config::Config;
 use crate::output::{print_client, print_orphan_deleted, print_orphans};
-use crate::setup::{now_ms, open, provider, refuse_if_restored};
+use crate::setup::{compare_lineage, now_ms, open, provider};
 use anyhow::Result;
 use oduflow_engine::operator::{self, Actor};
 use oduflow_model::EventKind;
@@ -17,7 +17,7 @@ pub async fn run(cfg: &Config, c: OrphanCmd) -> Result<()> {
         OrphanCmd::Adopt { id, by } => {
             let store = open(cfg).await?;
             let provider = provider(cfg, &store, "orphan adopt")?;
-            refuse_if_restored(&store).await?;
+            compare_lineage(&store).await?;
             let actor = Actor { by: &by, now_ms: now_ms(&store).await?, attempts_max: cfg.attempts_max };
             let row = operator::orphan_adopt(&store, provider.as_ref(), &id, actor).await?;
             print_client(&store, &row, false, false).await
@@ -26,12 +26,13 @@ pub async fn run(cfg: &Config, c: OrphanCmd) -> Result<()> {
             let (by, reason) = crate::cmd::adopt::attestation(&by, &reason)?;
             let store = open(cfg).await?;
             let provider = provider(cfg, &store, "orphan delete")?;
-            refuse_if_restored(&store).await?;
+            compare_lineage(&store).await?;
             // A DNS record the inventory traced is no row of the orphans
             // table: it is found again in a listing taken now.
             if let Some(dns) = &cfg.dns
                 && store.orphan_get(&id).await?.is_none()
             {
+                operator::refuse_if_restored(&store).await?;
                 let now = now_ms(&store).await?;
                 return delete_dns(&store, provider.as_ref(), &dns.domain, &id, (&by, &reason), now, json).await;
             }

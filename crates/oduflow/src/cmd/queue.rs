@@ -18,12 +18,7 @@ pub async fn run(cfg: &Config, q: QueueCmd) -> Result<()> {
             outln!("queue paused")?;
         }
         QueueCmd::Resume => {
-            if let Some(why) = store.restore_pending().await? {
-                anyhow::bail!(
-                    "the database was restored ({why}); run `oduflow reconcile --all` before resuming the queue"
-                );
-            }
-            store.queue_set_paused(false, now_ms(&store).await?).await?;
+            oduflow_engine::operator::queue_resume(&store, now_ms(&store).await?).await?;
             outln!("queue resumed")?;
         }
     }

@@ -3,7 +3,7 @@
 
 use crate::config::{BadInput, Config};
 use crate::output::{print_client, print_inventory};
-use crate::setup::{now_ms, open, provider, refuse_if_restored};
+use crate::setup::{compare_lineage, now_ms, open, provider};
 use anyhow::Result;
 use oduflow_engine::operator::{self, Actor};
 use oduflow_model::*;
@@ -35,7 +35,7 @@ pub async fn run(
     ClientName::parse(&name)?;
     let store = open(cfg).await?;
     let provider = provider(cfg, &store, "reconcile")?;
-    refuse_if_restored(&store).await?;
+    compare_lineage(&store).await?;
     let actor = Actor { by, now_ms: now_ms(&store).await?, attempts_max: cfg.attempts_max };
     let row = operator::reconcile(&store, provider.as_ref(), &name, new_dispatch, actor).await?;
     print_client(&store, &row, json, false).await
