@@ -82,10 +82,24 @@ pub struct CampaignArgs {
     /// File of failing seeds, run first and appended to.
     #[arg(long, default_value = "campaign-failures.txt")]
     failures_file: PathBuf,
-    /// Stop at the first failing seed.
+    /// Stop at the first failing seed (seeds already started finish).
     #[arg(long)]
     stop_on_failure: bool,
+    /// Seeds run side by side (SQLite only: one PostgreSQL seed holds up to
+    /// about 35 connections). A seed mostly waits on its workers and the
+    /// simulator, so a few at once shorten a search on two cores.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=JOBS_MAX))]
+    jobs: u64,
+    /// Run the seeds this many times each: a catch that depends on the
+    /// processes' scheduling is tried again with one command.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=REPEAT_MAX))]
+    repeat: u64,
 }
+
+/// Most seeds a campaign runs side by side.
+const JOBS_MAX: u64 = 8;
+/// Most runs of each seed one campaign makes.
+const REPEAT_MAX: u64 = 32;
 
 /// Everything a seed draws, printed on failure.
 #[derive(Clone, Debug, Serialize)]
@@ -235,6 +249,65 @@ struct Totals {
     holes: holes::Figures,
 }
 
+impl Totals {
+    /// `o`'s figures (one seed's) added to these; every field named, so a
+    /// new one cannot be left out.
+    fn add(&mut self, o: &Totals) {
+        let Totals {
+            seeds,
+            faults,
+            crashes,
+            adopted_by_label,
+            blocked,
+            ready,
+            deleted,
+            requests,
+            resources,
+            restores,
+            orphans_reported,
+            pauses,
+            pauses_mid_run,
+            pauses_until_deleted,
+            terminations,
+            flips_during_runs,
+            reconciles_during_runs,
+            adopts_abandons_rotations: (a, b, c),
+            updates: (d, e, f),
+            holes,
+        } = o;
+        for (mine, theirs) in [
+            (&mut self.seeds, seeds),
+            (&mut self.faults, faults),
+            (&mut self.crashes, crashes),
+            (&mut self.adopted_by_label, adopted_by_label),
+            (&mut self.ready, ready),
+            (&mut self.deleted, deleted),
+            (&mut self.requests, requests),
+            (&mut self.resources, resources),
+            (&mut self.restores, restores),
+            (&mut self.orphans_reported, orphans_reported),
+            (&mut self.pauses, pauses),
+            (&mut self.pauses_mid_run, pauses_mid_run),
+            (&mut self.pauses_until_deleted, pauses_until_deleted),
+            (&mut self.terminations, terminations),
+            (&mut self.flips_during_runs, flips_during_runs),
+            (&mut self.reconciles_during_runs, reconciles_during_runs),
+            (&mut self.adopts_abandons_rotations.0, a),
+            (&mut self.adopts_abandons_rotations.1, b),
+            (&mut self.adopts_abandons_rotations.2, c),
+            (&mut self.updates.0, d),
+            (&mut self.updates.1, e),
+            (&mut self.updates.2, f),
+        ] {
+            *mine += theirs;
+        }
+        for (reason, n) in blocked {
+            *self.blocked.entry(reason.clone()).or_default() += n;
+        }
+        self.holes.add(holes);
+    }
+}
+
 pub async fn run(args: CampaignArgs) -> Result<()> {
     if !cfg!(feature = "failpoints") {
         bail!(BadInput(
@@ -265,33 +338,47 @@ pub async fn run(args: CampaignArgs) -> Result<()> {
         }
         seeds.extend((0..args.seeds).map(|i| base + i));
     }
+    if args.jobs > 1 && args.store.as_deref() != Some("sqlite") {
+        bail!(BadInput("--jobs above 1 needs --store sqlite: PostgreSQL seeds share the server's connections".into()));
+    }
+    let seeds: Vec<u64> = seeds.iter().flat_map(|s| std::iter::repeat_n(*s, args.repeat as usize)).collect();
     let started = Instant::now();
     let mut totals = Totals::default();
     let mut failures = vec![];
-    for seed in seeds {
-        let params = Params::draw(seed);
-        match run_seed(&exe, &params, args.store.as_deref(), &mut totals).await {
-            Ok(()) => {}
-            Err(e) => {
-                let rerun = format!(
-                    "{}cargo run --release --features failpoints -- campaign --seed {seed}{}",
-                    bug.as_ref().map(|b| format!("ODUFLOW_PLANTED_BUG={b} ")).unwrap_or_default(),
-                    args.store.as_ref().map(|s| format!(" --store {s}")).unwrap_or_default()
-                );
-                println!("\nSEED {seed} FAILED: {e:#}");
-                println!("parameters: {}", serde_json::to_string(&params)?);
-                println!("rerun: {rerun}");
-                failures.push(format!("{seed} ({})", first_line(&format!("{e:#}"), 400)));
-                if args.seed.is_none() && bug.is_none() {
-                    use std::io::Write;
-                    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&args.failures_file)?;
-                    writeln!(f, "{seed} {}", e.to_string().replace('\n', " "))?;
-                }
-                if args.stop_on_failure {
-                    break;
-                }
-            }
+    let mut pending = seeds.into_iter();
+    let mut running = tokio::task::JoinSet::new();
+    let mut stopped = false;
+    loop {
+        while !stopped && running.len() < args.jobs as usize {
+            let Some(seed) = pending.next() else { break };
+            let (exe, store) = (exe.clone(), args.store.clone());
+            running.spawn(async move {
+                let params = Params::draw(seed);
+                let mut t = Totals::default();
+                let r = run_seed(&exe, &params, store.as_deref(), &mut t).await;
+                (params, r, t)
+            });
         }
+        let Some(done) = running.join_next().await else { break };
+        let (params, result, t) = done?;
+        totals.add(&t);
+        let Err(e) = result else { continue };
+        let seed = params.seed;
+        let rerun = format!(
+            "{}cargo run --release --features failpoints -- campaign --seed {seed}{}",
+            bug.as_ref().map(|b| format!("ODUFLOW_PLANTED_BUG={b} ")).unwrap_or_default(),
+            args.store.as_ref().map(|s| format!(" --store {s}")).unwrap_or_default()
+        );
+        println!("\nSEED {seed} FAILED: {e:#}");
+        println!("parameters: {}", serde_json::to_string(&params)?);
+        println!("rerun: {rerun}");
+        failures.push(format!("{seed} ({})", first_line(&format!("{e:#}"), 400)));
+        if args.seed.is_none() && bug.is_none() {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&args.failures_file)?;
+            writeln!(f, "{seed} {}", e.to_string().replace('\n', " "))?;
+        }
+        stopped |= args.stop_on_failure;
     }
     print_totals(&totals, failures.len(), started.elapsed().as_secs_f64());
     totals.holes.print(args.store.as_deref().unwrap_or("postgres"), totals.restores);
