@@ -222,17 +222,8 @@ struct Converge<'a, P> {
     job_created: i64,
     target: Target,
     current_key: KeyFingerprint,
-    /// The latest read of the VM (0) and the volume (1): for which receipt,
-    /// and what it showed.
-    seen: [(Option<OperationKey>, Seen); 2],
-    /// When each of those reads was made.
-    read_at: [i64; 2],
-    /// Whether each of those reads came from the bulk view (a listing)
-    /// rather than a GET by id.
-    from_view: [bool; 2],
-    /// Set once a decision taken on the bulk view had to be confirmed: that
-    /// resource is read by id for the rest of the run.
-    must_get: [bool; 2],
+    /// The latest read of the VM and of the volume.
+    reads: observe::LastReads,
     /// When the run started, on this process's monotonic clock.
     started: std::time::Instant,
     /// The client is being provisioned for the first time: target present,
@@ -316,7 +307,6 @@ impl<'a, P: Provider> Converge<'a, P> {
             Target::Present => ClientStatus::Provisioning,
             Target::Absent => ClientStatus::Deleting,
         };
-        let seen = [(None, Seen::NotRead), (None, Seen::NotRead)];
         Ok(Self {
             run,
             now,
@@ -324,10 +314,7 @@ impl<'a, P: Provider> Converge<'a, P> {
             job_created: job.created_ms,
             target,
             current_key,
-            seen,
-            read_at: [0; 2],
-            from_view: [false; 2],
-            must_get: [false; 2],
+            reads: observe::LastReads::default(),
             started: std::time::Instant::now(),
             first_provisioning,
             side_effects: 0,
@@ -348,10 +335,10 @@ impl<'a, P: Provider> Converge<'a, P> {
         for kind in [ResourceKind::Vm, ResourceKind::Volume, ResourceKind::Attach] {
             self.run.set_dispatch_generation(kind, cur.generation(kind));
         }
-        for (i, r) in [&cur.vm, &cur.volume].into_iter().enumerate() {
+        for (read, r) in self.reads.both_mut().into_iter().zip([&cur.vm, &cur.volume]) {
             let key = r.as_ref().map(|r| r.operation_key.clone());
-            if self.seen[i].0 != key {
-                self.seen[i] = (key, Seen::NotRead);
+            if read.op != key {
+                (read.op, read.seen) = (key, Seen::NotRead);
             }
         }
         for kind in [ResourceKind::Vm, ResourceKind::Volume] {
@@ -380,7 +367,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         let update_overdue = infra.spec_updated_ms.is_some_and(|at| w.now_ms() - at > ready_wait);
         let resource = |r: Option<&ReceiptRow>, kind: ResourceKind| Resource {
             receipt: ReceiptFacts::of(r.map(ReceiptRow::effect), self.target),
-            seen: self.seen[slot(kind)].1.clone(),
+            seen: self.reads.of(kind).seen.clone(),
             progress: progress_of(r),
             overdue: overdue(r),
             // Updated, and this resource's part of the spec is not what it
@@ -450,7 +437,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         // Read it by id next: a listing may show a new resource while
         // GET by id (and DELETE) still answer 404, so only a GET by id
         // establishes that it has been seen (campaign seed 7020).
-        self.seen[slot(kind)].1 = Seen::NotRead;
+        self.reads.of_mut(kind).seen = Seen::NotRead;
         Ok(Step::Next(self))
     }
 
@@ -499,8 +486,8 @@ impl<'a, P: Provider> Converge<'a, P> {
 
     /// Records a deletion, once a GET sent after the DELETE answered 404.
     async fn confirm_deleted(mut self, kind: ResourceKind, r: ReceiptRow) -> Result<Step<'a, P>, EngineError> {
-        if r.delete_sent_ms.is_none_or(|d| self.read_at[slot(kind)] <= d) {
-            self.seen[slot(kind)].1 = Seen::NotRead;
+        if r.delete_sent_ms.is_none_or(|d| self.reads.of(kind).at <= d) {
+            self.reads.of_mut(kind).seen = Seen::NotRead;
             return Ok(Step::Next(self));
         }
         let w = self.run.w;
@@ -544,7 +531,7 @@ impl<'a, P: Provider> Converge<'a, P> {
     async fn ready(mut self) -> Result<Step<'a, P>, EngineError> {
         fail_step!("attach-confirmed");
         // What this run's reads showed (both are read before Ready).
-        if let [(_, Seen::Present(vm)), (_, Seen::Present(vol))] = &self.seen {
+        if let (Seen::Present(vm), Seen::Present(vol)) = (&self.reads.vm.seen, &self.reads.volume.seen) {
             self.run.infra.outputs = ServerOutputs { mount_id: vol.outputs.mount_id.clone(), ..vm.outputs.clone() };
         }
         match self.backup_schedule().await? {

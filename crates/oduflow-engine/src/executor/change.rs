@@ -3,7 +3,7 @@
 //! provably never sent, and confirmed only by a read (see
 //! `oduflow_model::decide` for when each step is taken).
 
-use super::{Converge, MarkOf, Run, SentMark, Step, View, poll_delay, slot};
+use super::{Converge, MarkOf, Run, SentMark, Step, View, poll_delay};
 use crate::{EngineError, fail_step};
 use oduflow_model::decide::{Change, Seen};
 use oduflow_model::identity::AdapterState;
@@ -46,7 +46,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         if self.side_effects > 0 {
             return Ok(Step::Finish(self.run.wait(self.now)));
         }
-        let Seen::Present(f) = &self.seen[slot(kind)].1 else {
+        let Seen::Present(f) = &self.reads.of(kind).seen else {
             return Err(EngineError::Invariant("change without a read".into()));
         };
         let (id, d) = match &f.drift {
@@ -185,12 +185,12 @@ impl<'a, P: Provider> Converge<'a, P> {
         // on one receipt (as a client that retries a timed-out PATCH would).
         #[cfg(feature = "failpoints")]
         if w.cfg.planted.is("resend_change")
-            && let Seen::Present(f) = &self.seen[slot(kind)].1
+            && let Seen::Present(f) = &self.reads.of(kind).seen
             && let Some(d) = &f.drift
         {
             let _ = send(w.provider.as_ref(), &f.id, &d.change).await;
         }
-        let summary = match &self.seen[slot(kind)].1 {
+        let summary = match &self.reads.of(kind).seen {
             Seen::Present(f) => format!("{}: {}", f.state, f.drift.as_ref().map_or("", |d| d.what.as_str())),
             other => format!("{other:?}"),
         };

@@ -35,12 +35,73 @@ enum Observed {
     Later(std::time::Duration),
 }
 
+/// What the run's latest read of one resource showed, and how it was made.
+pub(super) struct LastRead {
+    /// The receipt it was read for: a read made for an older one no longer
+    /// counts.
+    pub op: Option<OperationKey>,
+    pub seen: Seen,
+    /// When it was made.
+    pub at: i64,
+    /// It came from the bulk view (a listing) rather than a GET by id.
+    pub from_view: bool,
+    /// A decision taken on the bulk view had to be confirmed: the resource
+    /// is read by id for the rest of the run.
+    pub must_get: bool,
+}
+
+impl Default for LastRead {
+    fn default() -> Self {
+        Self { op: None, seen: Seen::NotRead, at: 0, from_view: false, must_get: false }
+    }
+}
+
+/// The run's latest reads of the VM and of the volume (an attach is read
+/// on the volume).
+#[derive(Default)]
+pub(super) struct LastReads {
+    pub vm: LastRead,
+    pub volume: LastRead,
+}
+
+impl LastReads {
+    pub(super) fn of(&self, kind: ResourceKind) -> &LastRead {
+        if kind == ResourceKind::Vm { &self.vm } else { &self.volume }
+    }
+
+    pub(super) fn of_mut(&mut self, kind: ResourceKind) -> &mut LastRead {
+        if kind == ResourceKind::Vm { &mut self.vm } else { &mut self.volume }
+    }
+
+    pub(super) fn both_mut(&mut self) -> [&mut LastRead; 2] {
+        [&mut self.vm, &mut self.volume]
+    }
+}
+
 /// What the bulk view gave one read.
 enum InView {
     Shown(Seen),
     /// The listing does not show it: only a GET by id can tell.
     NotShown,
     Later(std::time::Duration),
+}
+
+/// What a listing shows of `r`'s resource: by its id when recorded, else
+/// everything under its label. An id an operator adopted is not held to
+/// the receipt's label (`oduflow adopt` verified everything else).
+fn shown<T: fleet_view::Listed>(got: fleet_view::Got<T>, r: &ReceiptRow, facts: impl Fn(&str, T) -> Facts) -> InView {
+    let snap = match got {
+        fleet_view::Got::Snapshot(s) => s,
+        fleet_view::Got::Later(d) => return InView::Later(d),
+    };
+    let label = r.label.as_str();
+    let by_operator = r.resource_id_source == Some(IdSource::AdoptedByOperator);
+    match &r.resource_id {
+        Some(id) => snap.get(id).map_or(InView::NotShown, |x| {
+            InView::Shown(Seen::Present(facts(if by_operator { x.label() } else { label }, x.clone())))
+        }),
+        None => InView::Shown(Seen::ByLabel(snap.with_label(label).into_iter().map(|x| facts(label, x)).collect())),
+    }
 }
 
 pub(super) fn instance_facts(spec: &ClientSpec, label: &str, i: provider::Instance) -> Facts {
@@ -109,7 +170,7 @@ impl<'a, P: Provider> Converge<'a, P> {
                 return Ok(Step::Finish(self.run.wait(at)));
             }
             Ok(Observed::Read(seen, from_view)) => {
-                self.from_view[slot(kind)] = from_view;
+                self.reads.of_mut(kind).from_view = from_view;
                 Ok(seen)
             }
             Err(e) => Err(e),
@@ -119,22 +180,22 @@ impl<'a, P: Provider> Converge<'a, P> {
             // (deletion bookkeeping): a listing may show a new resource
             // while GET by id and DELETE still answer 404.
             Ok(s @ Seen::Present(_))
-                if r.seen_ms.is_none() && (!self.from_view[slot(kind)] || listing_taken_as_seen(&w.cfg)) =>
+                if r.seen_ms.is_none() && (!self.reads.of(kind).from_view || listing_taken_as_seen(&w.cfg)) =>
             {
                 w.receipts.mark_seen(&r.operation_key, w.now_ms()).await?;
-                self.seen[slot(kind)].1 = s;
+                self.reads.of_mut(kind).seen = s;
             }
             // A listing showed it: it exists (its outcome is known), though
             // it is not yet "seen" for deletion's bookkeeping.
-            Ok(s @ Seen::Present(_)) if r.listed_ms.is_none() && self.from_view[slot(kind)] => {
+            Ok(s @ Seen::Present(_)) if r.listed_ms.is_none() && self.reads.of(kind).from_view => {
                 w.receipts.mark_listed(&r.operation_key, w.now_ms()).await?;
-                self.seen[slot(kind)].1 = s;
+                self.reads.of_mut(kind).seen = s;
             }
-            Ok(s) => self.seen[slot(kind)].1 = s,
+            Ok(s) => self.reads.of_mut(kind).seen = s,
             Err(e) => return Ok(Step::Finish(self.run.read_failed(kind, &r, &e, self.now).await?)),
         }
-        note_volume_size(&mut self.run.infra.progress, &self.seen[slot(kind)].1);
-        self.read_at[slot(kind)] = at;
+        note_volume_size(&mut self.run.infra.progress, &self.reads.of(kind).seen);
+        self.reads.of_mut(kind).at = at;
         Ok(Step::Next(self))
     }
 
@@ -159,7 +220,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         }
         // A deletion of this very dispatch still in flight reads by id.
         let deleting = matches!(r.progress(), DeleteProgress { delete_sent: true, deleted: false, .. });
-        if !self.first_provisioning || deleting || self.must_get[slot(kind)] {
+        if !self.first_provisioning || deleting || self.reads.of(kind).must_get {
             return Via::Get;
         }
         // After the create and the attach were sent (for either resource:
@@ -186,22 +247,19 @@ impl<'a, P: Provider> Converge<'a, P> {
     pub(super) fn confirm_by_get(&mut self, action: &Action) -> bool {
         // Ready is decided on the volume's attachment; its outputs come from
         // the VM read, which must then show the VM ready.
-        let vm_not_ready = matches!(&self.seen[0].1, Seen::Present(f) if !f.ready);
-        if *action == Action::Ready && self.from_view[0] && vm_not_ready {
-            self.must_get[0] = true;
-            self.from_view[0] = false;
-            self.seen[0].1 = Seen::NotRead;
+        let vm = &mut self.reads.vm;
+        let vm_not_ready = matches!(&vm.seen, Seen::Present(f) if !f.ready);
+        if *action == Action::Ready && vm.from_view && vm_not_ready {
+            (vm.must_get, vm.from_view, vm.seen) = (true, false, Seen::NotRead);
             return true;
         }
         if !matches!(action, Action::Block(..) | Action::CountObservation(_)) {
             return false;
         }
         let mut again = false;
-        for i in 0..2 {
-            if self.from_view[i] && !matches!(self.seen[i].1, Seen::NotRead | Seen::ByLabel(_)) {
-                self.must_get[i] = true;
-                self.from_view[i] = false;
-                self.seen[i].1 = Seen::NotRead;
+        for read in self.reads.both_mut() {
+            if read.from_view && !matches!(read.seen, Seen::NotRead | Seen::ByLabel(_)) {
+                (read.must_get, read.from_view, read.seen) = (true, false, Seen::NotRead);
                 again = true;
             }
         }
@@ -212,7 +270,7 @@ impl<'a, P: Provider> Converge<'a, P> {
     /// the run waits for the next poll.
     pub(super) async fn count_observation(self, kind: ResourceKind, r: ReceiptRow) -> Result<Step<'a, P>, EngineError> {
         let w = self.run.w;
-        let summary = match &self.seen[slot(kind)].1 {
+        let summary = match &self.reads.of(kind).seen {
             Seen::Missing => "GET by id answered 404".to_owned(),
             Seen::ByLabel(f) if f.is_empty() => "no resource carries the label".to_owned(),
             _ if kind == ResourceKind::Attach => "volume not yet attached".to_owned(),
@@ -258,37 +316,13 @@ impl<P: Provider> Run<'_, P> {
     ) -> Result<InView, provider::ProviderError> {
         let w = self.w;
         let spec = &self.infra.spec;
-        let label = r.label.as_str();
-        let by_operator = r.resource_id_source == Some(IdSource::AdoptedByOperator);
-        let expect = |found: &str| if by_operator { found.to_owned() } else { label.to_owned() };
         let clock = w.clock.clone();
         let now: Arc<dyn Fn() -> i64 + Send + Sync> = Arc::new(move || clock.now_ms());
-        let shown = |s: Option<Seen>| s.map_or(InView::NotShown, InView::Shown);
-        Ok(match (kind, &r.resource_id) {
-            (ResourceKind::Vm, id) => {
-                let snap = match w.view.instances(&w.provider, ask, now).await? {
-                    fleet_view::Got::Snapshot(s) => s,
-                    fleet_view::Got::Later(d) => return Ok(InView::Later(d)),
-                };
-                shown(match id {
-                    Some(id) => snap.get(id).map(|i| Seen::Present(instance_facts(spec, &expect(&i.label), i.clone()))),
-                    None => Some(Seen::ByLabel(
-                        snap.with_label(label).into_iter().map(|i| instance_facts(spec, label, i)).collect(),
-                    )),
-                })
+        Ok(match kind {
+            ResourceKind::Vm => {
+                shown(w.view.instances(&w.provider, ask, now).await?, r, |l, i| instance_facts(spec, l, i))
             }
-            (_, id) => {
-                let snap = match w.view.blocks(&w.provider, ask, now).await? {
-                    fleet_view::Got::Snapshot(s) => s,
-                    fleet_view::Got::Later(d) => return Ok(InView::Later(d)),
-                };
-                shown(match id {
-                    Some(id) => snap.get(id).map(|b| Seen::Present(block_facts(spec, &expect(&b.label), b.clone()))),
-                    None => Some(Seen::ByLabel(
-                        snap.with_label(label).into_iter().map(|b| block_facts(spec, label, b)).collect(),
-                    )),
-                })
-            }
+            _ => shown(w.view.blocks(&w.provider, ask, now).await?, r, |l, b| block_facts(spec, l, b)),
         })
     }
 

@@ -105,7 +105,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         self.run.set_id(kind, Some(id.clone()));
         self.run.event(EventKind::OrphanAdopted, serde_json::json!({ "kind": kind, "id": id, "label": label }));
         // Read by id next, and the orphans again.
-        self.seen[slot(kind)].1 = decide::Seen::NotRead;
+        self.reads.of_mut(kind).seen = decide::Seen::NotRead;
         self.orphans = None;
         Ok(Step::Next(self))
     }
