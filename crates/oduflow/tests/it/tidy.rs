@@ -189,7 +189,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
 const LONG_ENGINE_FILES: &[(&str, usize)] = &[
     ("crates/oduflow-engine/src/fleet_view.rs", 676),
     ("crates/oduflow-engine/src/memory.rs", 503),
-    ("crates/oduflow-engine/src/operator.rs", 818),
+    ("crates/oduflow-engine/src/operator.rs", 804),
     ("crates/oduflow-engine/src/executor.rs", 1102),
 ];
 
