@@ -31,7 +31,7 @@ pub async fn preflight<P: Provider>(provider: &P, spec: &ClientSpec) -> Result<(
 }
 
 /// Records a new client's intent (`present`) and queues its provisioning,
-/// after the catalog's preflight when `preflight` gives a provider. With
+/// after the catalog's preflight when `preflight_with` gives a provider. With
 /// `recover`, the id of a client a restored copy lost (its labels name it).
 pub async fn client_create<P: Provider>(
     store: &Store,

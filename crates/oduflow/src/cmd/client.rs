@@ -43,8 +43,9 @@ pub async fn run(cfg: &Config, c: ClientCmd) -> Result<()> {
             ClientName::parse(&name)?;
             let update = update_of(*change);
             let store = open(cfg).await?;
-            // With a key, a new plan is checked against Vultr's upgrades.
-            let checker = match cfg.api_key.is_some() {
+            // With a key, a new plan is checked against Vultr's upgrades
+            // (nothing else of an update asks Vultr anything).
+            let checker = match update.plan.is_some() && cfg.api_key.is_some() {
                 true => Some(crate::setup::provider(cfg, &store, "client update")?),
                 false => None,
             };
