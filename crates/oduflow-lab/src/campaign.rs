@@ -348,6 +348,7 @@ pub async fn run(args: CampaignArgs) -> Result<()> {
     let mut pending = seeds.into_iter();
     let mut running = tokio::task::JoinSet::new();
     let mut stopped = false;
+    let mut recorded = std::collections::HashSet::new();
     loop {
         while !stopped && running.len() < args.jobs as usize {
             let Some(seed) = pending.next() else { break };
@@ -373,7 +374,8 @@ pub async fn run(args: CampaignArgs) -> Result<()> {
         println!("parameters: {}", serde_json::to_string(&params)?);
         println!("rerun: {rerun}");
         failures.push(format!("{seed} ({})", first_line(&format!("{e:#}"), 400)));
-        if args.seed.is_none() && bug.is_none() {
+        // A seed run again (`--repeat`) is written once.
+        if args.seed.is_none() && bug.is_none() && recorded.insert(seed) {
             use std::io::Write;
             let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&args.failures_file)?;
             writeln!(f, "{seed} {}", e.to_string().replace('\n', " "))?;
