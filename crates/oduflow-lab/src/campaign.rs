@@ -1828,6 +1828,17 @@ const RESTART_SETTLE_MAX: Duration = Duration::from_secs(15);
 /// measured at the end, with the whole suite running).
 const CLOCKS_APART_MS: i64 = 50;
 
+/// How far the database's clock is ahead of this host's wall clock, both
+/// read at the instant the database's reading stands for (SQLite's is taken
+/// as its boot-time clock ticks, up to 10 ms after the call starts, and
+/// several ticks later on a loaded machine).
+async fn db_ahead_ms(store: &Store) -> Result<i64> {
+    let (started, host) = (Instant::now(), SystemClock.now_ms());
+    let (db, at) = store.clock_sample(host).await?;
+    let waited = i64::try_from(at.saturating_duration_since(started).as_millis())?;
+    Ok(db - (host + waited))
+}
+
 async fn check_strict(
     store: &Store,
     ledger: &Ledger,
@@ -1839,8 +1850,7 @@ async fn check_strict(
     use oduflow_model::provider::Provider as _;
     let receipts = store.receipts_all().await?;
     let owner: HashMap<&str, &oduflow_store::ReceiptRow> = receipts.iter().map(|r| (r.label.as_str(), r)).collect();
-    let host = SystemClock.now_ms();
-    let db_ahead = store.clock_now_ms(host).await? - host;
+    let db_ahead = db_ahead_ms(store).await?;
     // At most one create *request* per operation key (label).
     for (label, n) in &ledger.create_requests_per_label {
         if *n > 1 {
@@ -1951,4 +1961,35 @@ fn campaign_spec() -> Result<ClientSpec, oduflow_model::SpecError> {
         ..Default::default()
     }
     .resolve(&ClientName::parse("c0").expect("a valid name"), &oduflow_model::SpecDefaults::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The offset is measured at the instant the database's reading stands
+    /// for: SQLite's is taken as its boot-time clock ticks, up to 10 ms (and,
+    /// on a loaded machine, several ticks) after the call starts, and an
+    /// offset taken against the host's clock at the call's start is larger
+    /// by that wait, which invariant 9 would read as a request sent after a
+    /// deletion. Measured again and again against one anchored clock, the
+    /// offset stays put.
+    #[tokio::test]
+    async fn the_offset_to_the_databases_clock_does_not_depend_on_the_tick_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("clock.db").display());
+        let store = Store::connect(&url, true).await.unwrap();
+        store.migrate().await.unwrap();
+        let mut offsets = vec![];
+        for i in 0..21u64 {
+            // Each measurement starts at another phase of the 10 ms tick.
+            tokio::time::sleep(Duration::from_micros(1_000 + i * 3_700 % 10_000)).await;
+            offsets.push(db_ahead_ms(&store).await.unwrap());
+        }
+        offsets.sort_unstable();
+        // The middle half, so that a sample preempted by the machine's
+        // other work does not decide.
+        let (low, high) = (offsets[5], offsets[15]);
+        assert!(high - low <= 2, "the measured offset moved by {} ms: {offsets:?}", high - low);
+    }
 }
