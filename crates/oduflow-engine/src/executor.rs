@@ -179,7 +179,11 @@ pub(crate) async fn converge<P: Provider>(
     job: JobTimes,
 ) -> Result<Finish, EngineError> {
     let guard = Arc::new(RunGuard { fence, stop: Mutex::new(None) });
-    provider::with_send_guard(guard.clone(), converge_guarded(w, infra0, guard, job)).await
+    // The run's requests carry its guard: it runs on a worker whose
+    // provider asks the guard before each request it sends.
+    let sending = provider::Sending::guarded(guard.clone());
+    let w = Worker { provider: Arc::new(w.provider.sending_as(sending)), ..w.clone() };
+    converge_guarded(&w, infra0, guard, job).await
 }
 
 async fn converge_guarded<P: Provider>(
@@ -861,11 +865,10 @@ impl<P: Provider> Run<'_, P> {
         // slot and the run's guard (which checks the claim again; a lost
         // claim sends nothing). A create stopped before the mark never left.
         let mark = Arc::new(SentMark::new(w, MarkOf::Dispatch(op.clone()), client.clone(), forget));
-        let outcome: Outcome<String> = provider::with_send_mark(mark.clone(), async {
+        let p = w.provider.sending_as(w.provider.sending().marked(mark.clone()));
+        let outcome: Outcome<String> = async {
             Ok::<_, EngineError>(match kind {
-                ResourceKind::Vm => {
-                    map_outcome(w.provider.instance_create(&instance_request(&spec, &label)).await, |id| id.0)
-                }
+                ResourceKind::Vm => map_outcome(p.instance_create(&instance_request(&spec, &label)).await, |id| id.0),
                 ResourceKind::Volume => {
                     let req = BlockRequest {
                         region: spec.region.clone(),
@@ -873,7 +876,7 @@ impl<P: Provider> Run<'_, P> {
                         block_type: spec.volume_type,
                         label: label.clone(),
                     };
-                    map_outcome(w.provider.block_create(&req).await, |id| id.0)
+                    map_outcome(p.block_create(&req).await, |id| id.0)
                 }
                 ResourceKind::Attach => {
                     let vm_id = vm
@@ -882,12 +885,12 @@ impl<P: Provider> Run<'_, P> {
                     let vol_id = volume
                         .and_then(|r| r.resource_id.clone())
                         .ok_or_else(|| EngineError::Invariant("attach without volume id".into()))?;
-                    let o = w.provider.block_attach(&VultrBlockId(vol_id), &VultrInstanceId(vm_id.clone())).await;
+                    let o = p.block_attach(&VultrBlockId(vol_id), &VultrInstanceId(vm_id.clone())).await;
                     fail_step!("attach-sent");
                     map_outcome(o, |()| vm_id)
                 }
             })
-        })
+        }
         .await?;
         fail_step!("request-sent");
         fail_step!("response-received");

@@ -20,7 +20,7 @@
 //! absence, a block, a counted observation, deletion bookkeeping or a
 //! change's confirmation, which keep their GET by id.
 
-use oduflow_model::provider::{Block, Instance, Provider, ProviderError};
+use oduflow_model::provider::{Block, Instance, Provider, ProviderError, Sending};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -319,8 +319,7 @@ impl<T: Listed> Slot<T> {
             if let Some(n) = self.lock().next.as_mut() {
                 (n.start_ms, n.start_at, n.started) = (started_ms.max(n.start_ms), started_at, true);
             }
-            let r = oduflow_model::provider::as_shared_listing(list()).await;
-            let took = started_at.elapsed();
+            let (r, took) = (list().await, started_at.elapsed());
             let more = {
                 let mut s = self.lock();
                 match r {
@@ -433,8 +432,9 @@ impl FleetView {
         got
     }
 
+    /// Pages go as a shared listing, never with the asking run's guard.
     fn instance_lister<P: Provider>(&self, p: &Arc<P>) -> Lister<Instance> {
-        let (p, stats) = (p.clone(), self.stats.clone());
+        let (p, stats) = (Arc::new(p.sending_as(Sending::shared_listing())), self.stats.clone());
         Arc::new(move || {
             let (p, stats) = (p.clone(), stats.clone());
             Box::pin(async move { stats.timed(p.instance_list()).await })
@@ -442,7 +442,7 @@ impl FleetView {
     }
 
     fn block_lister<P: Provider>(&self, p: &Arc<P>) -> Lister<Block> {
-        let (p, stats) = (p.clone(), self.stats.clone());
+        let (p, stats) = (Arc::new(p.sending_as(Sending::shared_listing())), self.stats.clone());
         Arc::new(move || {
             let (p, stats) = (p.clone(), stats.clone());
             Box::pin(async move { stats.timed(p.block_list()).await })

@@ -6,7 +6,7 @@
 use oduflow_model::provider::*;
 use oduflow_model::*;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 #[derive(Default)]
 pub struct MemoryState {
@@ -22,7 +22,7 @@ pub struct MemoryState {
     pub reject_next_create: Option<(u16, String)>,
     /// The next VM create, once applied, waits for this before it answers:
     /// lets a test act while a run is between its create and its commit.
-    pub hold_next_create: Option<std::sync::Arc<tokio::sync::Notify>>,
+    pub hold_next_create: Option<Arc<tokio::sync::Notify>>,
     /// Every DELETE is refused with this status and message.
     pub refuse_deletes: Option<(u16, String)>,
     /// Every read fails with this error (a revoked key, a wrong URL).
@@ -32,7 +32,7 @@ pub struct MemoryState {
     /// The next this-many creates cannot connect: not applied, `NotSent`.
     pub unreachable_creates: u32,
     /// The next `GET /instances/{id}` waits for this before it answers.
-    pub hold_next_get: Option<std::sync::Arc<tokio::sync::Notify>>,
+    pub hold_next_get: Option<Arc<tokio::sync::Notify>>,
     /// The next this-many creates are answered `Unknown` and *not* applied
     /// (a 500 from a proxy in front of the API, say).
     pub unknown_unapplied_creates: u32,
@@ -59,7 +59,7 @@ pub struct MemoryState {
     /// While set, every create, attach and change waits for a permit of this
     /// before its guard is asked, as a request waits for its slot in the
     /// rate budget: lets a test act while a send waits for its slot.
-    pub slot_gate: Option<std::sync::Arc<tokio::sync::Semaphore>>,
+    pub slot_gate: Option<Arc<tokio::sync::Semaphore>>,
     /// How many sends have come to the gate so far.
     pub slot_waiting: u32,
     next_id: u64,
@@ -78,8 +78,6 @@ impl MemoryState {
         }
     }
 
-    /// Puts an active VM with this id and label, of the tests' usual spec
-    /// (ewr, vc2-1c-1gb, os 2284), as if made outside the run under test.
     /// The answer to a change just applied: lost while
     /// `lose_update_responses` lasts.
     fn lost_update_outcome(&mut self) -> Outcome<()> {
@@ -101,12 +99,14 @@ impl MemoryState {
                 size_gb: 40,
                 block_type: "high_perf".into(),
                 status: "active".into(),
-                attached_to_instance: None,
                 mount_id: format!("{id}-mount"),
+                ..Block::default()
             },
         );
     }
 
+    /// Puts an active VM with this id and label, of the tests' usual spec
+    /// (ewr, vc2-1c-1gb, os 2284), as if made outside the run under test.
     pub fn put_vm(&mut self, id: &str, label: &str) {
         self.instances.insert(
             id.to_owned(),
@@ -116,8 +116,7 @@ impl MemoryState {
                 region: "ewr".into(),
                 plan: "vc2-1c-1gb".into(),
                 os_id: 2284,
-                // Unknown: not held against it (a VM made outside the run
-                // under test, whose hostname the test does not care about).
+                // Unknown: not held against it (the test does not care).
                 hostname: String::new(),
                 status: "active".into(),
                 server_status: "ok".into(),
@@ -130,22 +129,17 @@ impl MemoryState {
 
 pub struct MemoryProvider {
     key: KeyFingerprint,
-    pub state: Mutex<MemoryState>,
+    pub state: Arc<Mutex<MemoryState>>,
+    sending: Sending,
 }
 
 impl MemoryProvider {
     pub fn new(key: KeyFingerprint) -> Self {
-        Self { key, state: Mutex::new(MemoryState::default()) }
+        Self { key, state: Arc::default(), sending: Sending::default() }
     }
 
     pub fn with<R>(&self, f: impl FnOnce(&mut MemoryState) -> R) -> R {
         f(&mut self.state.lock().expect("memory provider poisoned"))
-    }
-
-    /// The run's send guard, asked like the Vultr client asks it: a refused
-    /// request is neither applied nor logged in `calls`.
-    async fn guard() -> Result<(), String> {
-        send_guard_check().await
     }
 
     /// What a create, attach or change goes through before it leaves, in
@@ -153,28 +147,24 @@ impl MemoryProvider {
     /// guard, then the record that it is sent.
     async fn before_send(&self) -> Result<(), String> {
         let gate = self.with(|s| {
-            let g = s.slot_gate.clone();
-            if g.is_some() {
-                s.slot_waiting += 1;
-            }
-            g
+            s.slot_waiting += u32::from(s.slot_gate.is_some());
+            s.slot_gate.clone()
         });
         if let Some(g) = gate {
             g.acquire().await.map_err(|e| e.to_string())?.forget();
         }
-        Self::guard().await?;
-        send_mark_record().await
+        self.sending.check().await?;
+        self.sending.mark().await
     }
 
-    async fn guard_read() -> Result<(), ProviderError> {
-        Self::guard().await.map_err(|e| ProviderError::Transport(format!("request not sent: {e}")))
+    /// The run's send guard, asked like the Vultr client asks it: a refused
+    /// request is neither applied nor logged in `calls`.
+    async fn guard_read(&self) -> Result<(), ProviderError> {
+        self.sending.check().await.map_err(|e| ProviderError::Transport(format!("request not sent: {e}")))
     }
 
     fn read_fault(&self) -> Result<(), ProviderError> {
-        match self.with(|s| s.fail_reads.clone()) {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        self.with(|s| s.fail_reads.clone()).map_or(Ok(()), Err)
     }
 
     fn delete_refusal(&self) -> Option<DeleteOutcome> {
@@ -215,6 +205,14 @@ impl MemoryProvider {
 impl Provider for MemoryProvider {
     fn key_fingerprint(&self) -> KeyFingerprint {
         self.key.clone()
+    }
+
+    fn sending_as(&self, sending: Sending) -> Self {
+        Self { key: self.key.clone(), state: self.state.clone(), sending }
+    }
+
+    fn sending(&self) -> &Sending {
+        &self.sending
     }
 
     async fn instance_create(&self, req: &InstanceRequest) -> Outcome<VultrInstanceId> {
@@ -260,7 +258,7 @@ impl Provider for MemoryProvider {
         if let Some(hold) = self.with(|s| s.hold_next_get.take()) {
             hold.notified().await;
         }
-        Self::guard_read().await?;
+        self.guard_read().await?;
         self.read_fault()?;
         Ok(self.with(|s| {
             s.calls.push("GET /instances/{id}".into());
@@ -269,7 +267,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn instance_list_by_label(&self, label: &Label) -> Result<Vec<Instance>, ProviderError> {
-        Self::guard_read().await?;
+        self.guard_read().await?;
         self.read_fault()?;
         Ok(self.with(|s| {
             s.calls.push("GET /instances?label".into());
@@ -278,7 +276,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn instance_list(&self) -> Result<Vec<Instance>, ProviderError> {
-        Self::guard_read().await?;
+        self.guard_read().await?;
         self.read_fault()?;
         Ok(self.with(|s| {
             s.calls.push("GET /instances".into());
@@ -287,7 +285,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn instance_delete(&self, id: &VultrInstanceId) -> Result<DeleteOutcome, ProviderError> {
-        Self::guard_read().await?;
+        self.guard_read().await?;
         if let Some(r) = self.delete_refusal() {
             return Ok(r);
         }
@@ -337,7 +335,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn block_get(&self, id: &VultrBlockId) -> Result<Option<Block>, ProviderError> {
-        Self::guard_read().await?;
+        self.guard_read().await?;
         self.read_fault()?;
         Ok(self.with(|s| {
             s.calls.push("GET /blocks/{id}".into());
@@ -346,7 +344,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn block_list(&self) -> Result<Vec<Block>, ProviderError> {
-        Self::guard_read().await?;
+        self.guard_read().await?;
         self.read_fault()?;
         Ok(self.with(|s| {
             s.calls.push("GET /blocks".into());
@@ -380,7 +378,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn instance_upgrade_plans(&self, id: &VultrInstanceId) -> Result<Vec<String>, ProviderError> {
-        Self::guard_read().await?;
+        self.guard_read().await?;
         self.read_fault()?;
         Ok(self.with(|s| {
             s.calls.push("GET /instances/{id}/upgrades".into());
@@ -446,7 +444,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn block_detach(&self, id: &VultrBlockId) -> Result<DeleteOutcome, ProviderError> {
-        Self::guard_read().await?;
+        self.guard_read().await?;
         Ok(self.with(|s| {
             s.calls.push("POST /blocks/{id}/detach".into());
             match s.blocks.get_mut(id.as_str()) {
@@ -460,7 +458,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn catalog(&self, _region: &str) -> Result<Catalog, ProviderError> {
-        Self::guard_read().await?;
+        self.guard_read().await?;
         self.read_fault()?;
         Ok(self.with(|s| {
             s.catalog_reads += 1;
@@ -469,7 +467,7 @@ impl Provider for MemoryProvider {
     }
 
     async fn backup_schedule_set(&self, id: &VultrInstanceId, b: &BackupSchedule) -> Result<(), ProviderError> {
-        Self::guard_read().await?;
+        self.guard_read().await?;
         self.read_fault()?;
         self.with(|s| {
             s.calls.push("POST /instances/{id}/backup-schedule".into());
@@ -479,13 +477,13 @@ impl Provider for MemoryProvider {
     }
 
     async fn backup_schedule_get(&self, id: &VultrInstanceId) -> Result<Option<BackupSchedule>, ProviderError> {
-        Self::guard_read().await?;
+        self.guard_read().await?;
         self.read_fault()?;
         Ok(self.with(|s| s.backup_schedules.get(id.as_str()).copied()))
     }
 
     async fn block_delete(&self, id: &VultrBlockId) -> Result<DeleteOutcome, ProviderError> {
-        Self::guard_read().await?;
+        self.guard_read().await?;
         if let Some(r) = self.delete_refusal() {
             return Ok(r);
         }

@@ -225,6 +225,13 @@ pub enum ProviderError {
 pub trait Provider: Send + Sync + 'static {
     /// The fingerprint of the API key this provider sends.
     fn key_fingerprint(&self) -> KeyFingerprint;
+    /// This provider, sending with `sending` instead of what it had (it
+    /// shares everything else: connections, rate budget, state).
+    fn sending_as(&self, sending: Sending) -> Self
+    where
+        Self: Sized;
+    /// What this provider asks before each request.
+    fn sending(&self) -> &Sending;
 
     fn instance_create(&self, req: &InstanceRequest) -> impl Future<Output = Outcome<VultrInstanceId>> + Send;
     /// `Ok(None)` on 404.
@@ -307,23 +314,14 @@ pub trait Provider: Send + Sync + 'static {
 
 /// Asked right before each request leaves for the provider: after the rate
 /// limiter's wait, before every retry of a read or DELETE and before a create
-/// or attach. A run installs one that checks its claim, so a run whose claim
-/// was lost while it waited (its connection terminated, its record moved on)
-/// sends nothing more, not even the next retry of a read. `Err` names why;
+/// or attach. A run's provider carries one that checks its claim
+/// ([`Sending`]), so a run whose claim was lost while it waited (its
+/// connection terminated, its record moved on) sends nothing more, not even
+/// the next retry of a read. `Err` names why;
 /// the sender then sends nothing and answers as if the connection had never
 /// been made (`NotSent`, or a read error that is not retried).
 pub trait SendGuard: Send + Sync {
     fn check(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
-}
-
-tokio::task_local! {
-    static SEND_GUARD: Arc<dyn SendGuard>;
-}
-
-/// Runs `f` with `guard` asked before every request sent from within it (on
-/// this task: a request sent from a spawned task is not guarded).
-pub async fn with_send_guard<F: Future>(guard: Arc<dyn SendGuard>, f: F) -> F::Output {
-    SEND_GUARD.scope(guard, f).await
 }
 
 /// Records, durably, that a create, attach or change is leaving: asked by
@@ -337,49 +335,71 @@ pub trait SendMark: Send + Sync {
     fn mark(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
 }
 
-tokio::task_local! {
-    static SEND_MARK: Arc<dyn SendMark>;
+/// What a provider asks before each request it sends, given to it
+/// explicitly ([`Provider::sending_as`]): a run's provider carries its
+/// guard, a create's or change's also its mark, and the bulk view's
+/// listings say they are shared. A clone of the provider carries it along,
+/// into whatever task it is used from; the provider a worker was built with
+/// carries none.
+#[derive(Clone, Default)]
+pub struct Sending {
+    guard: Option<Arc<dyn SendGuard>>,
+    mark: Option<Arc<dyn SendMark>>,
+    shared_listing: bool,
 }
 
-/// Runs `f`, one create, attach or change, with `mark` recorded right
-/// before its request leaves (on this task).
-pub async fn with_send_mark<F: Future>(mark: Arc<dyn SendMark>, f: F) -> F::Output {
-    SEND_MARK.scope(mark, f).await
+impl std::fmt::Debug for Sending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sending")
+            .field("guarded", &self.guard.is_some())
+            .field("marked", &self.mark.is_some())
+            .field("shared_listing", &self.shared_listing)
+            .finish()
+    }
 }
 
-/// What a sender calls right before a create, attach or change leaves, once
-/// its guard passed; `Ok` outside any mark.
-pub async fn send_mark_record() -> Result<(), String> {
-    let Ok(mark) = SEND_MARK.try_with(Arc::clone) else {
-        return Ok(());
-    };
-    mark.mark().await
-}
+impl Sending {
+    /// A run's requests: `guard` asked before each.
+    pub fn guarded(guard: Arc<dyn SendGuard>) -> Self {
+        Self { guard: Some(guard), ..Self::default() }
+    }
 
-tokio::task_local! {
-    static SHARED_LISTING: ();
-}
+    /// These requests, and one create, attach or change among them with
+    /// `mark` recorded right before it leaves.
+    pub fn marked(&self, mark: Arc<dyn SendMark>) -> Self {
+        Self { mark: Some(mark), ..self.clone() }
+    }
 
-/// Runs `f`, a listing that many runs wait for (the bulk view's): its pages
-/// go ahead of this process's other requests in the rate budget's line, so
-/// a queue of creates does not hold up every run waiting for it. Such
-/// listings start at most one per kind per gap, so they cannot starve the
-/// creates in turn.
-pub async fn as_shared_listing<F: Future>(f: F) -> F::Output {
-    SHARED_LISTING.scope((), f).await
-}
+    /// The pages of a listing that many runs wait for (the bulk view's):
+    /// they go ahead of this process's other requests in the rate budget's
+    /// line, so a queue of creates does not hold up every run waiting for
+    /// it. Such listings start at most one per kind per gap, so they cannot
+    /// starve the creates in turn. No run's guard: the listing is not one
+    /// run's.
+    pub fn shared_listing() -> Self {
+        Self { shared_listing: true, ..Self::default() }
+    }
 
-/// Whether the request being sent belongs to a shared listing.
-pub fn is_shared_listing() -> bool {
-    SHARED_LISTING.try_with(|_| ()).is_ok()
-}
+    pub fn is_shared_listing(&self) -> bool {
+        self.shared_listing
+    }
 
-/// What a sender calls right before each request; `Ok` outside any guard.
-pub async fn send_guard_check() -> Result<(), String> {
-    let Ok(guard) = SEND_GUARD.try_with(Arc::clone) else {
-        return Ok(());
-    };
-    guard.check().await
+    /// What a sender calls right before each request; `Ok` without a guard.
+    pub async fn check(&self) -> Result<(), String> {
+        match &self.guard {
+            Some(g) => g.check().await,
+            None => Ok(()),
+        }
+    }
+
+    /// What a sender calls right before a create, attach or change leaves,
+    /// once its guard passed; `Ok` without a mark.
+    pub async fn mark(&self) -> Result<(), String> {
+        match &self.mark {
+            Some(m) => m.mark().await,
+            None => Ok(()),
+        }
+    }
 }
 
 /// A VM's or a volume's id at Vultr, typed by its kind: the one place a

@@ -22,6 +22,7 @@
 //! began while it slept looks again and waits the pause out, so nothing,
 //! create or read, is sent into a paused group.
 
+use oduflow_model::provider::Sending;
 use oduflow_model::rate::RateBudget;
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -65,7 +66,7 @@ const SLOT_NOW: Duration = Duration::from_millis(1);
 /// Which line of the turnstile a request waits in, served in this order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Line {
-    /// A page of a shared listing ([`oduflow_model::provider::as_shared_listing`]).
+    /// A page of a shared listing ([`Sending::shared_listing`]).
     Shared,
     /// A request that changes something at Vultr.
     Change,
@@ -74,11 +75,11 @@ pub enum Line {
 }
 
 impl Line {
-    /// The line of a request being sent from this task.
-    pub fn of(change: bool) -> Self {
+    /// The line of a request sent with `sending`.
+    pub fn of(change: bool, sending: &Sending) -> Self {
         if change {
             Line::Change
-        } else if oduflow_model::provider::is_shared_listing() {
+        } else if sending.is_shared_listing() {
             Line::Shared
         } else {
             Line::Read
@@ -355,17 +356,12 @@ mod tests {
         assert!(t.lock().shared.is_empty() && t.lock().changes.is_empty() && t.lock().reads.is_empty());
     }
 
-    #[tokio::test]
-    async fn only_the_requests_of_a_shared_listing_go_in_its_line() {
-        assert_eq!((Line::of(true), Line::of(false)), (Line::Change, Line::Read));
-        let inside = oduflow_model::provider::as_shared_listing(async { (Line::of(false), Line::of(true)) }).await;
-        assert_eq!(inside, (Line::Shared, Line::Change));
-        // Not inherited by a task spawned from a listing.
-        let spawned =
-            oduflow_model::provider::as_shared_listing(async { tokio::spawn(async { Line::of(false) }).await })
-                .await
-                .unwrap();
-        assert_eq!(spawned, Line::Read);
+    #[test]
+    fn only_the_requests_of_a_shared_listing_go_in_its_line() {
+        let plain = Sending::default();
+        assert_eq!((Line::of(true, &plain), Line::of(false, &plain)), (Line::Change, Line::Read));
+        let shared = Sending::shared_listing();
+        assert_eq!((Line::of(false, &shared), Line::of(true, &shared)), (Line::Shared, Line::Change));
     }
 
     /// A budget whose pause check is slow the first time: the request wakes

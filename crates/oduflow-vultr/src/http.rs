@@ -33,7 +33,7 @@
 use crate::config::VultrConfig;
 use crate::error::VultrError;
 use oduflow_model::KeyFingerprint;
-use oduflow_model::provider::Outcome;
+use oduflow_model::provider::{Outcome, Sending};
 use oduflow_model::rate::{LocalBudget, RateBudget};
 use reqwest::header::{AUTHORIZATION, HeaderValue, LOCATION, RETRY_AFTER};
 use reqwest::{Method, Url};
@@ -80,6 +80,8 @@ const BODY_EXCERPT_CHARS_MAX: usize = 200;
 #[derive(Clone)]
 pub struct VultrClient {
     pub(crate) inner: Arc<Inner>,
+    /// What is asked before each request (a run's guard, a create's mark).
+    pub(crate) sending: Sending,
 }
 
 pub(crate) struct Inner {
@@ -265,6 +267,7 @@ impl VultrClient {
             .map_err(|e| VultrError::Config(format!("HTTP client: {}", describe(&e))))?;
         let fingerprint = KeyFingerprint::of_key(&cfg.api_key);
         Ok(Self {
+            sending: Sending::default(),
             inner: Arc::new(Inner {
                 base,
                 cfg,
@@ -340,7 +343,7 @@ impl VultrClient {
             &inner.turnstile,
             inner.budget.as_ref(),
             inner.interval,
-            crate::budget::Line::of(change),
+            crate::budget::Line::of(change, &self.sending),
         )
         .await
         {
@@ -353,14 +356,14 @@ impl VultrClient {
         }
         // After the wait, which can be long: a run whose claim was lost
         // meanwhile sends nothing (`oduflow_model::provider::SendGuard`).
-        if let Err(why) = oduflow_model::provider::send_guard_check().await {
+        if let Err(why) = self.sending.check().await {
             tracing::debug!(%method, why = %why, "vultr request stopped by the run's guard");
             return Reply::Stopped(why);
         }
         // A create, attach or change is recorded as sent only now, after
         // the slot and the guard: one stopped before this never left
         // (`oduflow_model::provider::SendMark`).
-        if once && let Err(why) = oduflow_model::provider::send_mark_record().await {
+        if once && let Err(why) = self.sending.mark().await {
             tracing::debug!(%method, why = %why, "vultr request stopped: its send could not be recorded");
             return Reply::Stopped(why);
         }

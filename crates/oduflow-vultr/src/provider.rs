@@ -4,7 +4,7 @@ use crate::http::VultrClient;
 use crate::wire;
 use oduflow_model::provider::{
     Block, BlockRequest, Catalog, DeleteOutcome, Instance, InstanceChange, InstanceRequest, Outcome, Provider,
-    ProviderError,
+    ProviderError, Sending,
 };
 use oduflow_model::{BackupSchedule, KeyFingerprint, Label, VultrBlockId, VultrInstanceId};
 use reqwest::Method;
@@ -46,6 +46,14 @@ impl VultrClient {
 impl Provider for VultrClient {
     fn key_fingerprint(&self) -> KeyFingerprint {
         self.fingerprint().clone()
+    }
+
+    fn sending_as(&self, sending: Sending) -> Self {
+        Self { inner: self.inner.clone(), sending }
+    }
+
+    fn sending(&self) -> &Sending {
+        &self.sending
     }
 
     async fn instance_create(&self, req: &InstanceRequest) -> Outcome<VultrInstanceId> {

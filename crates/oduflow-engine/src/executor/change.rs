@@ -8,7 +8,7 @@ use crate::{EngineError, fail_step};
 use oduflow_model::decide::{Change, Seen};
 use oduflow_model::identity::AdapterState;
 use oduflow_model::ledger::Effect;
-use oduflow_model::provider::{self, Outcome, Provider};
+use oduflow_model::provider::{Outcome, Provider};
 use oduflow_model::*;
 use oduflow_store::{ChangeAnswer, ChangeRow, Finish, GenerationCount, NewChange};
 use std::sync::Arc;
@@ -85,7 +85,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         // Marked sent right before the PATCH leaves, after its rate slot
         // and the run's guard: a PATCH stopped before that never left.
         let mark = Arc::new(SentMark::new(w, MarkOf::Change(key.clone()), client.clone(), false));
-        let outcome = provider::with_send_mark(mark.clone(), send(w.provider.as_ref(), &id, &d.change)).await;
+        let outcome = send(&w.provider.sending_as(w.provider.sending().marked(mark.clone())), &id, &d.change).await;
         fail_step!("change-sent");
         if let Outcome::NotSent { reason } = &outcome {
             // Known by this live worker even if it no longer holds the

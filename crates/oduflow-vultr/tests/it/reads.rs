@@ -1,7 +1,7 @@
 //! Reads and DELETE: bounded retries, Retry-After, pagination, label scans.
 
 use crate::*;
-use oduflow_model::provider::{DeleteOutcome, Outcome, Provider, ProviderError, SendGuard, with_send_guard};
+use oduflow_model::provider::{DeleteOutcome, Outcome, Provider, ProviderError, SendGuard, Sending};
 use oduflow_model::{Label, VultrBlockId, VultrInstanceId};
 use serde_json::{Value, json};
 use std::future::Future;
@@ -258,12 +258,12 @@ async fn a_retry_after_the_run_lost_its_claim_is_never_sent() {
         .mount(&server)
         .await;
     let c = client(&format!("{}/v2", server.uri()));
-    let guard = Arc::new(Guard { passes: AtomicUsize::new(1) });
-    let err = with_send_guard(guard.clone(), c.instance_get(&VultrInstanceId::from("i-1"))).await.unwrap_err();
+    let guarded = c.sending_as(Sending::guarded(Arc::new(Guard { passes: AtomicUsize::new(1) })));
+    let err = guarded.instance_get(&VultrInstanceId::from("i-1")).await.unwrap_err();
     assert!(err.to_string().contains("not sent: claim lost"), "{err}");
     assert_eq!(gets(&server).await, 1, "the retry after the refusal was sent");
     // A create under a refusing guard is not sent, and says so.
-    let outcome = with_send_guard(guard, c.instance_create(&crate::instance_req("l"))).await;
+    let outcome = guarded.instance_create(&crate::instance_req("l")).await;
     assert!(matches!(&outcome, Outcome::NotSent { reason } if reason.contains("claim lost")), "{outcome:?}");
     assert_eq!(server.received_requests().await.unwrap().len(), 1, "only the first GET left");
 }
