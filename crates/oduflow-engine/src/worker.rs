@@ -66,9 +66,6 @@ impl<P> Clone for Worker<P> {
 impl<P: Provider> Worker<P> {
     pub fn new(store: Store, provider: Arc<P>, cfg: EngineConfig, clock: SharedClock) -> Self {
         let receipts = ReceiptWriter::new(store.clone());
-        // An adapter's own steps are crash points too (test builds only).
-        #[cfg(feature = "failpoints")]
-        oduflow_model::identity::set_step_hook(crate::crash_if_asked);
         Self {
             store,
             provider,

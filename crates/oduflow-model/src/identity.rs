@@ -53,22 +53,6 @@ pub struct IdentityTarget {
     pub removing: bool,
 }
 
-/// Test builds install the engine's crash points here, so an adapter can
-/// name the steps of its own protocol (`reached("dns-record-created")`)
-/// and a test can kill the worker exactly there.
-static STEP_HOOK: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new();
-
-pub fn set_step_hook(f: fn(&str)) {
-    let _ = STEP_HOOK.set(f);
-}
-
-/// An adapter reached a named step (a no-op unless a hook is installed).
-pub fn reached(step: &str) {
-    if let Some(f) = STEP_HOOK.get() {
-        f(step);
-    }
-}
-
 impl IdentityTarget {
     /// The facts recorded with an ensured identity: when they differ from a
     /// later run's, the identity is ensured again (a new address, a new DNS
@@ -156,6 +140,14 @@ pub trait Ownership: Send + Sync {
     /// survives the job rolling back). Refused when another run recorded
     /// something since this one read: this run is stale and must stop.
     fn put(&self, v: serde_json::Value) -> BoxFuture<'_, Result<(), String>>;
+    /// What the adapter's requests to the provider carry: the run's guard,
+    /// so a run whose claim was lost sends nothing more. None outside a run.
+    fn sending(&self) -> crate::provider::Sending {
+        crate::provider::Sending::default()
+    }
+    /// The adapter reached a named step of its own protocol
+    /// (`"dns-record-created"`): a test build's worker can be killed there.
+    fn reached(&self, _step: &str) {}
 }
 
 /// An [`Ownership`] held in memory only: for tests and for adapters run

@@ -36,7 +36,7 @@ use crate::VultrClient;
 use crate::dns::{DnsRecord, DnsRecordId, DnsRecordPatch, DnsRecordRequest};
 use oduflow_model::BlockedReason;
 use oduflow_model::identity::*;
-use oduflow_model::provider::{DeleteOutcome, Outcome};
+use oduflow_model::provider::{DeleteOutcome, Outcome, Provider as _};
 use serde::{Deserialize, Serialize};
 
 /// Zone listings, each taken after a create's answer was lost and a poll
@@ -276,6 +276,13 @@ impl DnsAdapter {
         format!("{name}.{}", self.domain)
     }
 
+    /// The client as a run's step sends with it: with the run's guard, given
+    /// with its ownership record. (The shared zone listing is not one
+    /// run's, as the bulk view's listings are not.)
+    fn sent_by(&self, own: &dyn Ownership) -> VultrClient {
+        self.client.sending_as(own.sending())
+    }
+
     /// The zone an owned record is in.
     fn zone_of<'r>(&'r self, r: &'r OwnedRecord) -> &'r str {
         if r.zone.is_empty() { &self.domain } else { &r.zone }
@@ -301,11 +308,11 @@ impl DnsAdapter {
 
     /// The record by id in the configured zone; `Ok(None)` on 404.
     pub async fn record(&self, id: &str) -> Result<Option<DnsRecord>, String> {
-        self.record_in(&self.domain, id).await
+        self.record_in(&self.client, &self.domain, id).await
     }
 
-    async fn record_in(&self, zone: &str, id: &str) -> Result<Option<DnsRecord>, String> {
-        self.client
+    async fn record_in(&self, client: &VultrClient, zone: &str, id: &str) -> Result<Option<DnsRecord>, String> {
+        client
             .dns_record_get(zone, &DnsRecordId(id.to_owned()))
             .await
             .map_err(|e| format!("reading record {id} of {zone}: {e}"))
@@ -560,7 +567,7 @@ impl DnsAdapter {
             gone_ms: None,
         });
         Self::save(own, o).await?;
-        reached("dns-record-claimed");
+        own.reached("dns-record-claimed");
         let req = DnsRecordRequest {
             name: name.to_owned(),
             record_type: rtype.to_owned(),
@@ -568,8 +575,8 @@ impl DnsAdapter {
             ttl: Some(self.ttl),
             priority: None,
         };
-        let outcome = self.client.dns_record_create(&self.domain, &req).await;
-        reached("dns-record-created");
+        let outcome = self.sent_by(own).dns_record_create(&self.domain, &req).await;
+        own.reached("dns-record-created");
         let last = o.records.len() - 1;
         let what = format!("{rtype} {} -> {data}", self.fqdn(name));
         match outcome {
@@ -633,7 +640,7 @@ impl DnsAdapter {
     ) -> Result<bool, AdapterError> {
         let id = o.records[i].id.clone().expect("only records with an id are patched");
         let p = DnsRecordPatch { name: name.to_owned(), data: data.to_owned(), ttl: self.ttl };
-        match self.client.dns_record_patch(&self.domain, &DnsRecordId(id.clone()), &p).await {
+        match self.sent_by(own).dns_record_patch(&self.domain, &DnsRecordId(id.clone()), &p).await {
             Outcome::Accepted(()) => {
                 let r = &mut o.records[i];
                 (r.name, r.data, r.ttl) = (p.name.clone(), p.data.clone(), p.ttl);
@@ -788,7 +795,7 @@ impl IdentityAdapter for DnsAdapter {
                 };
                 let zone = self.zone_of(&o.records[i]).to_owned();
                 let (deleting, gone) = (o.records[i].deleting, o.records[i].gone_ms.is_some());
-                match self.record_in(&zone, &id).await? {
+                match self.record_in(&self.sent_by(own), &zone, &id).await? {
                     Some(r) => {
                         Self::found(&mut o, own, i).await?;
                         seen.push(Some(r));
@@ -882,12 +889,12 @@ impl DnsAdapter {
             o.records[i].delete_sent = true;
             Self::save(own, o).await?;
         }
-        match self.client.dns_record_delete(&zone, &DnsRecordId(id.clone())).await {
+        match self.sent_by(own).dns_record_delete(&zone, &DnsRecordId(id.clone())).await {
             Ok(DeleteOutcome::NotFound) if !earlier && self.now_ms() - o.records[i].claimed_ms < RECORD_GET_LAG_MS => {
                 Err(AdapterError::Pending(format!("record {id} answers 404 to its DELETE so soon after its create")))
             }
             Ok(DeleteOutcome::Sent | DeleteOutcome::NotFound) => {
-                reached("dns-record-deleted");
+                own.reached("dns-record-deleted");
                 o.records[i].deleting = true;
                 Self::save(own, o).await?;
                 self.view_edit(|v| v.retain(|r| r.id.0 != id)).await;

@@ -223,8 +223,7 @@ impl<P: Provider> Run<'_, P> {
             for a in w.adapters.iter() {
                 let now = w.now_ms();
                 let row = states.iter().find(|s| s.adapter == a.name());
-                let own =
-                    super::identities::StoredOwnership::new(&w.receipts, &self.infra.client_id, a.name(), row, now);
+                let own = super::identities::StoredOwnership::new(w, &self.infra.client_id, a.name(), row, now);
                 let Some(update) = a.update(&t, &own) else { continue };
                 self.check_fence().await?;
                 let result = update.await;

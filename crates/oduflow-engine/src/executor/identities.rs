@@ -8,11 +8,11 @@
 //! a new DNS name) ensures it again.
 
 use super::Run;
-use crate::{EngineError, ReceiptWriter, fail_step};
+use crate::{EngineError, ReceiptWriter, Worker, fail_step};
 use oduflow_model::identity::{
     AdapterError, AdapterState, BoxFuture, IdentityAdapter, IdentityTarget, Ownership, Presence,
 };
-use oduflow_model::provider::Provider;
+use oduflow_model::provider::{Provider, Sending};
 use oduflow_model::*;
 use oduflow_store::{AdapterStateRow, Finish};
 use std::sync::Mutex;
@@ -30,11 +30,13 @@ pub(super) struct StoredOwnership {
     now_ms: i64,
     /// What was recorded, and its version (the compare-and-set's).
     state: Mutex<(serde_json::Value, i64)>,
+    /// The run's guard, which the adapter's requests carry.
+    sending: Sending,
 }
 
 impl StoredOwnership {
-    pub(super) fn new(
-        receipts: &ReceiptWriter,
+    pub(super) fn new<P: Provider>(
+        w: &Worker<P>,
         client: &ClientId,
         adapter: &str,
         row: Option<&AdapterStateRow>,
@@ -42,7 +44,8 @@ impl StoredOwnership {
     ) -> Self {
         let (owned, version) = row.map_or((serde_json::Value::Null, 0), |r| (r.owned.clone(), r.owned_version));
         Self {
-            receipts: receipts.clone(),
+            receipts: w.receipts.clone(),
+            sending: w.provider.sending().clone(),
             client: client.clone(),
             adapter: adapter.to_owned(),
             now_ms,
@@ -68,6 +71,16 @@ fn stale_state(adapter: &str) -> EngineError {
 impl Ownership for StoredOwnership {
     fn get(&self) -> serde_json::Value {
         self.state.lock().expect("ownership lock poisoned").0.clone()
+    }
+
+    fn sending(&self) -> Sending {
+        self.sending.clone()
+    }
+
+    /// An adapter's own steps are crash points too (test builds only).
+    fn reached(&self, _step: &str) {
+        #[cfg(feature = "failpoints")]
+        crate::crash_if_asked(_step);
     }
 
     fn put(&self, v: serde_json::Value) -> BoxFuture<'_, Result<(), String>> {
@@ -201,7 +214,7 @@ impl<'a, P: Provider> Run<'a, P> {
             }
             self.check_fence().await?;
             let now = w.now_ms();
-            let own = StoredOwnership::new(&w.receipts, &self.infra.client_id, a.name(), row, now);
+            let own = StoredOwnership::new(w, &self.infra.client_id, a.name(), row, now);
             let run = std::mem::replace(self, self.clone_shallow());
             return Ok(Some(run.ensure_one(a.as_ref(), &t, &own, &facts, now).await?));
         }
@@ -279,7 +292,7 @@ impl<'a, P: Provider> Run<'a, P> {
                 None => current.clone(),
             };
             let now = w.now_ms();
-            let own = StoredOwnership::new(&w.receipts, &self.infra.client_id, a.name(), row, now);
+            let own = StoredOwnership::new(w, &self.infra.client_id, a.name(), row, now);
             let run = std::mem::replace(self, self.clone_shallow());
             return Ok(Some(run.remove_one(a.as_ref(), &t, &own, now).await?));
         }

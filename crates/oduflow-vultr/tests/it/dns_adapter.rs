@@ -244,3 +244,49 @@ async fn a_removal_never_takes_another_clients_record_at_its_name() {
     assert!(matches!(a.check(&new, &own_new).await.unwrap(), Presence::Present(_)));
     assert!(matches!(a.check(&old, &own_old).await.unwrap(), Presence::Absent), "its own marker went: {left:?}");
 }
+
+/// The ownership record of a run whose claim is lost: its requests carry a
+/// guard that refuses.
+struct LostClaim(MemoryOwnership);
+
+struct Refuses;
+
+impl oduflow_model::provider::SendGuard for Refuses {
+    fn check(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + '_>> {
+        Box::pin(async { Err("claim lost".to_owned()) })
+    }
+}
+
+impl Ownership for LostClaim {
+    fn get(&self) -> serde_json::Value {
+        self.0.get()
+    }
+    fn put(&self, v: serde_json::Value) -> oduflow_model::identity::BoxFuture<'_, Result<(), String>> {
+        self.0.put(v)
+    }
+    fn sending(&self) -> oduflow_model::provider::Sending {
+        oduflow_model::provider::Sending::guarded(std::sync::Arc::new(Refuses))
+    }
+}
+
+/// The adapter sends its creates and deletes with the run's guard (given
+/// with the ownership record): a run whose claim is lost makes no record
+/// and deletes none.
+#[tokio::test]
+async fn a_run_whose_claim_is_lost_sends_no_dns_create_or_delete() {
+    let sim = sim().await;
+    let a = adapter(&sim);
+    let lost = LostClaim(MemoryOwnership::default());
+    assert!(a.ensure(&target("x", "x", "192.0.2.40"), &lost).await.is_err());
+    assert!(at(&sim, "x").await.is_empty(), "a record was made by a run whose claim was lost");
+    let own = MemoryOwnership::default();
+    a.ensure(&target("x", "x", "192.0.2.40"), &own).await.unwrap();
+    let made = at(&sim, "x").await;
+    assert_eq!(made.len(), 2, "{made:?}");
+    let lost = LostClaim(MemoryOwnership::default());
+    lost.0.put(own.get()).await.unwrap();
+    let mut gone = target("x", "x", "192.0.2.40");
+    gone.removing = true;
+    let _ = a.remove(&gone, &lost).await;
+    assert_eq!(at(&sim, "x").await.len(), 2, "a record was deleted by a run whose claim was lost");
+}
