@@ -44,23 +44,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-tokio::task_local! {
-    /// Set by [`failures_reported_by_caller`].
-    static REPORTED_BY_CALLER: ();
-}
-
-/// Runs `f` with this crate's warnings about failed exchanges (429, 5xx, no
-/// connection) lowered to debug: for a caller that reports the failure
-/// itself, in one line (the worker's check of its footing at start, whose
-/// refusal names the error).
-pub async fn failures_reported_by_caller<F: std::future::Future>(f: F) -> F::Output {
-    REPORTED_BY_CALLER.scope((), f).await
-}
-
-/// `tracing::warn!`, or `debug!` inside [`failures_reported_by_caller`].
+/// `tracing::warn!`, or `debug!` for a client whose caller reports its
+/// failures itself ([`VultrClient::failures_reported_by_caller`]).
 macro_rules! warn_unless_reported {
-    ($($t:tt)*) => {
-        if REPORTED_BY_CALLER.try_with(|_| ()).is_ok() {
+    ($client:expr, $($t:tt)*) => {
+        if $client.failures_reported_by_caller {
             tracing::debug!($($t)*)
         } else {
             tracing::warn!($($t)*)
@@ -82,6 +70,8 @@ pub struct VultrClient {
     pub(crate) inner: Arc<Inner>,
     /// What is asked before each request (a run's guard, a create's mark).
     pub(crate) sending: Sending,
+    /// Failed exchanges logged at debug, not warn: the caller reports them.
+    pub(crate) failures_reported_by_caller: bool,
 }
 
 pub(crate) struct Inner {
@@ -224,6 +214,14 @@ fn describe(err: &reqwest::Error) -> String {
 }
 
 impl VultrClient {
+    /// This client with its warnings about failed exchanges (429, 5xx, no
+    /// connection) lowered to debug: for a caller that reports the failure
+    /// itself, in one line (the worker's check of its footing at start,
+    /// whose refusal names the error).
+    pub fn failures_reported_by_caller(&self) -> Self {
+        Self { failures_reported_by_caller: true, ..self.clone() }
+    }
+
     /// A client with a budget of its own (tests, tools): only this process's
     /// requests count against its rate.
     pub fn new(cfg: VultrConfig) -> Result<Self, VultrError> {
@@ -268,6 +266,7 @@ impl VultrClient {
         let fingerprint = KeyFingerprint::of_key(&cfg.api_key);
         Ok(Self {
             sending: Sending::default(),
+            failures_reported_by_caller: false,
             inner: Arc::new(Inner {
                 base,
                 cfg,
@@ -416,7 +415,7 @@ impl VultrClient {
     /// (the default level: an operator sees a provider in trouble), one line
     /// each, naming the method, the route as a template (never an id), the
     /// status or the kind of failure: never the key, never a body. Inside
-    /// [`failures_reported_by_caller`] those lines are debug. Everything
+    /// [`VultrClient::failures_reported_by_caller`] those lines are debug. Everything
     /// else is debug.
     async fn note_reply(&self, method: &Method, segments: &[&str], route: &str, reply: &Reply, ms: u64) {
         let inner = &self.inner;
@@ -438,6 +437,7 @@ impl VultrClient {
                 // This process at once; the group through the database.
                 inner.turnstile.pause_locally(pause);
                 warn_unless_reported!(
+                    self,
                     %method, route = %template, status = 429, pause_ms = pause.as_millis() as u64,
                     group = inner.budget.group(), "vultr answered 429: pausing the rate group"
                 );
@@ -449,12 +449,13 @@ impl VultrClient {
                 }
             }
             Reply::Answer(a) if a.status >= 500 => {
-                warn_unless_reported!(%method, route = %template, status = a.status, ms, "vultr answered {}", a.status)
+                warn_unless_reported!(self, %method, route = %template, status = a.status, ms, "vultr answered {}", a.status)
             }
             Reply::Answer(a) => tracing::debug!(%method, %route, status = a.status, ms, "vultr request"),
             Reply::NotSent(e) => {
                 tracing::debug!(%method, %route, error = %e, ms, "vultr request not sent");
                 warn_unless_reported!(
+                    self,
                     %method, route = %template, error = "connect", ms,
                     "vultr request not sent: no connection could be established"
                 );
@@ -468,7 +469,7 @@ impl VultrClient {
                 } else {
                     "connection failed"
                 };
-                warn_unless_reported!(%method, route = %template, error = kind, ms, "vultr request failed: {kind}");
+                warn_unless_reported!(self, %method, route = %template, error = kind, ms, "vultr request failed: {kind}");
             }
             Reply::Stopped(_) => {}
         }

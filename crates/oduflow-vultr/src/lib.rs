@@ -40,4 +40,4 @@ pub use account::{Account, AccountProbe, Plan, Region};
 pub use config::*;
 pub use dns::{DnsDomain, DnsRecord, DnsRecordId, DnsRecordPatch, DnsRecordRequest};
 pub use error::VultrError;
-pub use http::{VultrClient, failures_reported_by_caller};
+pub use http::VultrClient;

@@ -49,7 +49,7 @@ impl Provider for VultrClient {
     }
 
     fn sending_as(&self, sending: Sending) -> Self {
-        Self { inner: self.inner.clone(), sending }
+        Self { sending, ..self.clone() }
     }
 
     fn sending(&self) -> &Sending {

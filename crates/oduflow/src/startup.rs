@@ -126,7 +126,7 @@ pub(crate) async fn account(
     };
     let refused = &refused;
     retrying(&format!("GET {url}"), limit(cfg), stop, || async move {
-        match oduflow_vultr::failures_reported_by_caller(provider.account_probe()).await {
+        match provider.failures_reported_by_caller().account_probe().await {
             AccountProbe::Accepted(_) => Attempt::Done(()),
             AccountProbe::KeyRefused { status, message } => {
                 Attempt::Fatal(refused(format!("Vultr refused the key ({status}: {message})")).into())
