@@ -78,19 +78,28 @@ impl EngineConfig {
     }
 }
 
+/// The defaults of the settings an operator can set (the binary's
+/// configuration reads them from here).
+impl EngineConfig {
+    pub const POLL_INTERVAL_MS_DEFAULT: i64 = 5_000;
+    /// 60 observations at a 5 s base with backoff: well past the
+    /// minutes-long windows in which Vultr may not list or find a new
+    /// resource (docs/vultr.md §7).
+    pub const OBSERVATIONS_MAX_DEFAULT: i64 = 60;
+    pub const ATTEMPTS_MAX_DEFAULT: i32 = 10;
+    pub const CONCURRENCY_DEFAULT: usize = 4;
+}
+
 impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             worker_id: format!("worker-{}", std::process::id()),
-            poll_interval_ms: 5_000,
-            // 60 observations at a 5 s base with backoff: well past the
-            // minutes-long windows in which Vultr may not list or find a new
-            // resource (docs/vultr.md §7).
-            observations_max: 60,
+            poll_interval_ms: Self::POLL_INTERVAL_MS_DEFAULT,
+            observations_max: Self::OBSERVATIONS_MAX_DEFAULT,
             retry_base_ms: 1_000,
-            attempts_max: 10,
+            attempts_max: Self::ATTEMPTS_MAX_DEFAULT,
             idle_ms: 200,
-            concurrency: 4,
+            concurrency: Self::CONCURRENCY_DEFAULT,
             ready_wait_ms: 0,
             bulk_view: true,
             #[cfg(feature = "failpoints")]

@@ -3,6 +3,7 @@
 //! in the file is refused, because files get copied, committed and backed up.
 
 use anyhow::{Result, bail};
+use oduflow_engine::EngineConfig;
 use secrecy::SecretString;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -166,10 +167,20 @@ struct Num {
     max: i64,
 }
 
-const POLL_INTERVAL_MS: Num =
-    Num { env: "ODUFLOW_POLL_INTERVAL_MS", key: "poll_interval_ms", default: 5_000, min: 0, max: DAY_MS };
-const OBSERVATIONS_MAX: Num =
-    Num { env: "ODUFLOW_OBSERVATIONS_MAX", key: "observations_max", default: 60, min: 1, max: 1_000_000 };
+const POLL_INTERVAL_MS: Num = Num {
+    env: "ODUFLOW_POLL_INTERVAL_MS",
+    key: "poll_interval_ms",
+    default: EngineConfig::POLL_INTERVAL_MS_DEFAULT,
+    min: 0,
+    max: DAY_MS,
+};
+const OBSERVATIONS_MAX: Num = Num {
+    env: "ODUFLOW_OBSERVATIONS_MAX",
+    key: "observations_max",
+    default: EngineConfig::OBSERVATIONS_MAX_DEFAULT,
+    min: 1,
+    max: 1_000_000,
+};
 const RATE_PER_SEC: Num = Num {
     env: "ODUFLOW_RATE_PER_SEC",
     key: "rate_per_sec",
@@ -186,12 +197,24 @@ const PER_PAGE: Num = Num {
 };
 const REQUEST_TIMEOUT_MS: Num =
     Num { env: "ODUFLOW_REQUEST_TIMEOUT_MS", key: "request_timeout_ms", default: 30_000, min: 1, max: DAY_MS };
-const CONCURRENCY: Num = Num { env: "ODUFLOW_CONCURRENCY", key: "concurrency", default: 4, min: 1, max: 1024 };
+const CONCURRENCY: Num = Num {
+    env: "ODUFLOW_CONCURRENCY",
+    key: "concurrency",
+    default: EngineConfig::CONCURRENCY_DEFAULT as i64,
+    min: 1,
+    max: 1024,
+};
 const SHUTDOWN_GRACE_MS: Num =
     Num { env: "ODUFLOW_SHUTDOWN_GRACE_MS", key: "shutdown_grace_ms", default: 60_000, min: 0, max: 3_600_000 };
 const STARTUP_RETRY_MS: Num =
     Num { env: "ODUFLOW_STARTUP_RETRY_MS", key: "startup_retry_ms", default: 300_000, min: 0, max: DAY_MS };
-const ATTEMPTS_MAX: Num = Num { env: "ODUFLOW_ATTEMPTS_MAX", key: "attempts_max", default: 10, min: 1, max: 1_000_000 };
+const ATTEMPTS_MAX: Num = Num {
+    env: "ODUFLOW_ATTEMPTS_MAX",
+    key: "attempts_max",
+    default: EngineConfig::ATTEMPTS_MAX_DEFAULT as i64,
+    min: 1,
+    max: 1_000_000,
+};
 const LISTING_SETTLE_MS: Num = Num {
     env: "ODUFLOW_LISTING_SETTLE_MS",
     key: "listing_settle_ms",
