@@ -838,8 +838,8 @@ fn campaign_on_sqlite_part_3() {
     campaign_on(Some("sqlite"), &SQLITE_PARTS, 2);
 }
 
-/// A planted bug is caught within the CI budget (60 seeds, after the earlier
-/// failing ones), and its rerun line fails again. Seeds fix every drawn
+/// A planted bug is caught within the CI budget (60 seeds), and its rerun
+/// line fails again. Seeds fix every drawn
 /// parameter and fault, not the processes' scheduling, so a catch may not
 /// recur: each catch is rerun up to eight times, and up to three catches are
 /// tried (the campaign going on from the seed after the last one, within
@@ -851,7 +851,19 @@ fn campaign_on_sqlite_part_3() {
 /// [`RERUN_JOBS`]: one after the other, the slowest of these campaigns took
 /// 770 s of the suite's wall time.
 fn planted_bug_is_caught(bug: &str, store: Option<&str>, invariants: &[&str]) {
-    planted_bug_is_caught_within(bug, store, invariants, 60)
+    planted_bug_is_caught_within(bug, store, invariants, 60, Earlier::Skipped)
+}
+
+/// Whether a planted-bug search runs the earlier failing seeds first.
+#[derive(Clone, Copy, PartialEq)]
+enum Earlier {
+    /// Not them: the store campaigns run those (about 18 s each,
+    /// restores), and for a bug the search catches within a few seeds they
+    /// were 11 more seeds, about 100 s of each search.
+    Skipped,
+    /// First, in the first pass: for a bug few seeds show, whose known
+    /// catches are among them.
+    First,
 }
 
 /// Seeds of a planted-bug search run side by side (SQLite).
@@ -859,7 +871,7 @@ const SEARCH_JOBS: &str = "2";
 /// Reruns of a catch run side by side (SQLite).
 const RERUN_JOBS: &str = "4";
 
-fn planted_bug_is_caught_within(bug: &str, store: Option<&str>, invariants: &[&str], seeds_max: u64) {
+fn planted_bug_is_caught_within(bug: &str, store: Option<&str>, invariants: &[&str], seeds_max: u64, e: Earlier) {
     failpoints_required();
     const CATCHES_TRIED_MAX: usize = 3;
     let none = tempfile::tempdir().unwrap();
@@ -874,8 +886,7 @@ fn planted_bug_is_caught_within(bug: &str, store: Option<&str>, invariants: &[&s
         if store == Some("sqlite") {
             args.extend(["--jobs", SEARCH_JOBS]);
         }
-        // The earlier failing seeds run first in the first pass only.
-        let (ok, out) = if tried.is_empty() {
+        let (ok, out) = if tried.is_empty() && e == Earlier::First {
             campaign(&args, Some(bug))
         } else {
             campaign_with(&args, Some(bug), no_failures.to_str().unwrap())
@@ -924,11 +935,12 @@ fn campaign_catches_a_deletion_that_skips_open_receipts() {
 /// Hole 3: a SQLite lease taken once and never checked lets a run stopped
 /// past its lease act after its client was deleted. Only a worker stopped in
 /// the middle of a run whose deletion then completes can show it: about one
-/// seed in twelve (20 catches in 250 seeds, measured), so 100 seeds leave a
-/// miss at about 1 in 4,000; the first catch comes after about 12.
+/// seed in twelve (20 catches in 250 seeds, measured; once, beside the
+/// other planted-bug campaigns, the first catch came only at seed 65), so
+/// the earlier failing seeds, among them catches of it, run first.
 #[test]
 fn campaign_catches_an_unfenced_sqlite_lease() {
-    planted_bug_is_caught_within("lease_overlap", Some("sqlite"), &["invariant "], 100);
+    planted_bug_is_caught_within("lease_overlap", Some("sqlite"), &["invariant "], 100, Earlier::First);
 }
 
 /// A run that ignores a changed key sends requests with a key its record is
