@@ -277,8 +277,7 @@ impl DnsAdapter {
     }
 
     /// The client as a run's step sends with it: with the run's guard, given
-    /// with its ownership record. (The shared zone listing is not one
-    /// run's, as the bulk view's listings are not.)
+    /// with its ownership record.
     fn sent_by(&self, own: &dyn Ownership) -> VultrClient {
         self.client.sending_as(own.sending())
     }
@@ -289,15 +288,17 @@ impl DnsAdapter {
     }
 
     /// A zone listing started at or after `min_taken_ms`: the shared one
-    /// when it is recent enough, else a new one (which then is shared).
-    async fn zone(&self, min_taken_ms: i64) -> Result<ZoneView, String> {
+    /// when it is recent enough, else a new one (which then is shared),
+    /// taken with the guard of the run that asked (a stopped listing is
+    /// that run's error, and is not kept).
+    async fn zone(&self, own: &dyn Ownership, min_taken_ms: i64) -> Result<ZoneView, String> {
         let mut v = self.view.lock().await;
         if let Some(z) = v.as_ref().filter(|z| z.taken_ms >= min_taken_ms) {
             return Ok(z.clone());
         }
         let taken_ms = self.now_ms();
         let records = self
-            .client
+            .sent_by(own)
             .dns_record_list(&self.domain)
             .await
             .map_err(|e| format!("listing the {} zone: {e}", self.domain))?;
@@ -359,7 +360,7 @@ impl DnsAdapter {
                 ));
             }
             let after = rec.lost_ms.unwrap_or(rec.claimed_ms).max(rec.listed_ms.unwrap_or(0));
-            let z = self.zone(after + 1).await?;
+            let z = self.zone(own, after + 1).await?;
             o.records[i].listed_ms = Some(z.taken_ms);
             let found: Vec<&DnsRecord> = z
                 .records
@@ -433,9 +434,10 @@ impl DnsAdapter {
         t: &IdentityTarget,
         name: &str,
         o: &Owned,
+        own: &dyn Ownership,
         z: &mut Option<ZoneView>,
     ) -> Result<(), AdapterError> {
-        let z = self.listed(z).await?;
+        let z = self.listed(own, z).await?;
         let Some(r) = z
             .records
             .iter()
@@ -487,9 +489,9 @@ impl DnsAdapter {
     }
 
     /// The listing this ensure took, else a new one started now.
-    async fn listed<'z>(&self, z: &'z mut Option<ZoneView>) -> Result<&'z ZoneView, AdapterError> {
+    async fn listed<'z>(&self, own: &dyn Ownership, z: &'z mut Option<ZoneView>) -> Result<&'z ZoneView, AdapterError> {
         if z.is_none() {
-            *z = Some(self.zone(self.now_ms()).await?);
+            *z = Some(self.zone(own, self.now_ms()).await?);
         }
         Ok(z.as_ref().expect("listed above"))
     }
@@ -512,7 +514,7 @@ impl DnsAdapter {
         z: &mut Option<ZoneView>,
     ) -> Result<bool, AdapterError> {
         let mine = dns_owner_marker(&t.client_id);
-        let z = self.listed(z).await?.clone();
+        let z = self.listed(own, z).await?.clone();
         let marked = |r: &DnsRecord| r.record_type == "TXT" && same_data("TXT", &r.data, &mine);
         if !z.records.iter().any(|r| r.name == name && marked(r)) {
             return Ok(false);
@@ -729,7 +731,7 @@ impl DnsAdapter {
                 return Ok(format!("{what} (record {}, kept)", r.id.as_deref().unwrap_or("")));
             }
             if r.name != name {
-                self.foreign(t, name, o, z).await?;
+                self.foreign(t, name, o, own, z).await?;
             }
             if self.patch(o, own, i, name, data).await? {
                 return Ok(format!("{what} (record {}, updated in place)", o.records[i].id.as_deref().unwrap_or("")));
@@ -739,7 +741,7 @@ impl DnsAdapter {
             // id is deleted below, as no longer wanted.
             self.missing(o, own, i, "PATCH").await?;
         }
-        self.foreign(t, name, o, z).await?;
+        self.foreign(t, name, o, own, z).await?;
         self.create(o, own, rtype, name, data).await
     }
 }

@@ -269,15 +269,17 @@ impl Ownership for LostClaim {
     }
 }
 
-/// The adapter sends its creates and deletes with the run's guard (given
-/// with the ownership record): a run whose claim is lost makes no record
-/// and deletes none.
+/// The adapter sends with the run's guard (given with the ownership
+/// record): a run whose claim is lost lists nothing, makes no record and
+/// deletes none.
 #[tokio::test]
 async fn a_run_whose_claim_is_lost_sends_no_dns_create_or_delete() {
     let sim = sim().await;
     let a = adapter(&sim);
     let lost = LostClaim(MemoryOwnership::default());
     assert!(a.ensure(&target("x", "x", "192.0.2.40"), &lost).await.is_err());
+    let sent = sim.ledger().request_log;
+    assert!(sent.is_empty(), "a run whose claim was lost sent {sent:?}");
     assert!(at(&sim, "x").await.is_empty(), "a record was made by a run whose claim was lost");
     let own = MemoryOwnership::default();
     a.ensure(&target("x", "x", "192.0.2.40"), &own).await.unwrap();
