@@ -865,7 +865,7 @@ impl<P: Provider> Run<'_, P> {
         // slot and the run's guard (which checks the claim again; a lost
         // claim sends nothing). A create stopped before the mark never left.
         let mark = Arc::new(SentMark::new(w, MarkOf::Dispatch(op.clone()), client.clone(), forget));
-        let p = w.provider.sending_as(w.provider.sending().marked(mark.clone()));
+        let p = w.provider.marked(mark.clone());
         let outcome: Outcome<String> = async {
             Ok::<_, EngineError>(match kind {
                 ResourceKind::Vm => map_outcome(p.instance_create(&instance_request(&spec, &label)).await, |id| id.0),

@@ -232,6 +232,14 @@ pub trait Provider: Send + Sync + 'static {
         Self: Sized;
     /// What this provider asks before each request.
     fn sending(&self) -> &Sending;
+    /// This provider, with `mark` recorded right before its one create,
+    /// attach or change leaves (and what it asked before, the run's guard).
+    fn marked(&self, mark: Arc<dyn SendMark>) -> Self
+    where
+        Self: Sized,
+    {
+        self.sending_as(self.sending().marked(mark))
+    }
 
     fn instance_create(&self, req: &InstanceRequest) -> impl Future<Output = Outcome<VultrInstanceId>> + Send;
     /// `Ok(None)` on 404.

@@ -85,7 +85,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         // Marked sent right before the PATCH leaves, after its rate slot
         // and the run's guard: a PATCH stopped before that never left.
         let mark = Arc::new(SentMark::new(w, MarkOf::Change(key.clone()), client.clone(), false));
-        let outcome = send(&w.provider.sending_as(w.provider.sending().marked(mark.clone())), &id, &d.change).await;
+        let outcome = send(&w.provider.marked(mark.clone()), &id, &d.change).await;
         fail_step!("change-sent");
         if let Outcome::NotSent { reason } = &outcome {
             // Known by this live worker even if it no longer holds the
