@@ -941,12 +941,14 @@ fn campaign_catches_a_deletion_that_skips_open_receipts() {
 /// Hole 3: a SQLite lease taken once and never checked lets a run stopped
 /// past its lease act after its client was deleted. Only a worker stopped in
 /// the middle of a run whose deletion then completes can show it: about one
-/// seed in twelve (20 catches in 250 seeds, measured; once, beside the
-/// other planted-bug campaigns, the first catch came only at seed 65), so
-/// the earlier failing seeds, among them catches of it, run first.
+/// seed in twelve when measured over 250 seeds, but fewer beside the rest
+/// of the suite: once the first catch came only at seed 65, and once 111
+/// seeds (100 and the earlier failing ones, which run first) caught
+/// nothing. So 150 seeds; a catch stops the search, so only a miss costs
+/// the whole budget (about 5 s a seed, two at a time).
 #[test]
 fn campaign_catches_an_unfenced_sqlite_lease() {
-    planted_bug_is_caught_within("lease_overlap", Some("sqlite"), &["invariant "], 100, Earlier::First);
+    planted_bug_is_caught_within("lease_overlap", Some("sqlite"), &["invariant "], 150, Earlier::First);
 }
 
 /// A run that ignores a changed key sends requests with a key its record is
