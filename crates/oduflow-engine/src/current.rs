@@ -88,14 +88,13 @@ fn generation(infra: &InfraRow, receipts: &[ReceiptRow], kind: ResourceKind) -> 
 /// What a worker's run step works on: [`current`], or (test builds with the
 /// planted bug `skip_open_receipts`) a deletion that looks
 /// only at the dispatch generations the infra row recorded.
-#[cfg(feature = "failpoints")]
 pub fn current_planted(
     infra: &InfraRow,
     target: Target,
     receipts: &[ReceiptRow],
-    planted: &crate::PlantedBug,
+    planted: crate::PlantedBug,
 ) -> Current {
-    if target == Target::Absent && planted.is("skip_open_receipts") {
+    if target == Target::Absent && planted.is(crate::Bug::SkipOpenReceipts) {
         let g = |k| infra.dispatch_generation(k);
         let r = |k| at(receipts, k, g(k)).cloned();
         return Current {

@@ -7,7 +7,7 @@
 //! main transaction.
 
 use crate::current::{self, spec_digest};
-use crate::{EngineError, Worker, fail_step};
+use crate::{Bug, EngineError, Worker, fail_step};
 use oduflow_model::decide::{self, Action, DeleteProgress, Facts, Inputs, ReceiptFacts, Resource, Seen};
 use oduflow_model::provider::{BlockRequest, DeleteOutcome, InstanceRequest, Outcome, Provider, SendGuard};
 use oduflow_model::*;
@@ -150,7 +150,6 @@ impl provider::SendMark for SentMark {
             recorded.map_err(|e| format!("the receipt could not be marked sent: {e}"))?;
             // A crash from here on leaves the receipt marked: maybe sent.
             if matches!(self.of, MarkOf::Dispatch(_)) {
-                #[cfg(feature = "failpoints")]
                 crate::crash_if_asked("request-about-to-be-sent");
                 fail::fail_point!("request-about-to-be-sent", |_| Err("fail point request-about-to-be-sent".into()));
             }
@@ -332,10 +331,7 @@ impl<'a, P: Provider> Converge<'a, P> {
     /// receipt no longer counts.
     async fn view(&mut self) -> Result<View, EngineError> {
         let receipts = self.run.w.store.receipts_for_client(&self.run.infra.client_id).await?;
-        #[cfg(feature = "failpoints")]
-        let cur = current::current_planted(&self.run.infra, self.target, &receipts, &self.run.w.cfg.planted);
-        #[cfg(not(feature = "failpoints"))]
-        let cur = current::current(&self.run.infra, self.target, &receipts);
+        let cur = current::current_planted(&self.run.infra, self.target, &receipts, self.run.w.cfg.planted);
         for kind in [ResourceKind::Vm, ResourceKind::Volume, ResourceKind::Attach] {
             self.run.set_dispatch_generation(kind, cur.generation(kind));
         }
@@ -362,8 +358,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         let key_changed = self.run.infra.key_fingerprint.as_ref() != Some(&self.current_key);
         // A planted bug, for proving the campaign catches requests sent with
         // a key the record is not bound to.
-        #[cfg(feature = "failpoints")]
-        let key_changed = key_changed && !w.cfg.planted.is("ignore_key_change");
+        let key_changed = key_changed && !w.cfg.planted.is(Bug::IgnoreKeyChange);
         let ready_wait = w.cfg.ready_wait();
         let overdue =
             |r: Option<&ReceiptRow>| r.is_some_and(|r| w.now_ms() - r.sent_ms.unwrap_or(r.claimed_ms) > ready_wait);
@@ -853,10 +848,7 @@ impl<P: Provider> Run<'_, P> {
             ),
             _ => create_digest(&spec, kind),
         };
-        #[cfg(feature = "failpoints")]
-        let forget = w.cfg.planted.is("forget_receipt") && kind != ResourceKind::Attach;
-        #[cfg(not(feature = "failpoints"))]
-        let forget = false;
+        let forget = w.cfg.planted.is(Bug::ForgetReceipt) && kind != ResourceKind::Attach;
         if !forget && !resend {
             w.receipts.claim(&self.new_receipt(kind, label.clone(), digest)).await?;
         }
@@ -943,7 +935,6 @@ impl<P: Provider> Run<'_, P> {
         Ok(())
     }
 
-    #[cfg(feature = "failpoints")]
     async fn resend_planted_bug(&self, kind: ResourceKind, r: &ReceiptRow) {
         let spec = &self.infra.spec;
         match kind {

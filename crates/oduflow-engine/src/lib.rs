@@ -60,7 +60,6 @@ pub struct EngineConfig {
     pub bulk_view: bool,
     /// The bug planted in this worker's runs (test builds only; none by
     /// default).
-    #[cfg(feature = "failpoints")]
     pub planted: PlantedBug,
 }
 
@@ -102,7 +101,6 @@ impl Default for EngineConfig {
             concurrency: Self::CONCURRENCY_DEFAULT,
             ready_wait_ms: 0,
             bulk_view: true,
-            #[cfg(feature = "failpoints")]
             planted: PlantedBug::none(),
         }
     }
@@ -135,10 +133,12 @@ pub fn host_now_ms() -> i64 {
     ms.saturating_add(host_clock_offset_ms())
 }
 
-#[cfg(feature = "failpoints")]
+/// Test builds only: `ODUFLOW_CLOCK_OFFSET_MS` sets this host's clock off,
+/// read once; a product build never reads it.
 fn host_clock_offset_ms() -> i64 {
     static OFFSET: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
     *OFFSET.get_or_init(|| match std::env::var("ODUFLOW_CLOCK_OFFSET_MS") {
+        _ if !cfg!(feature = "failpoints") => 0,
         Err(_) => 0,
         Ok(v) => v.trim().parse().unwrap_or_else(|_| {
             // A test hook only: a test that asked for a wrong clock and
@@ -146,11 +146,6 @@ fn host_clock_offset_ms() -> i64 {
             panic!("ODUFLOW_CLOCK_OFFSET_MS={v:?}: expected signed milliseconds")
         }),
     })
-}
-
-#[cfg(not(feature = "failpoints"))]
-fn host_clock_offset_ms() -> i64 {
-    0
 }
 
 pub type SharedClock = Arc<dyn Clock>;
@@ -239,7 +234,6 @@ pub fn fail_scenario() -> fail::FailScenario<'static> {
 /// `=panic`, or `=pause` (blocks, so a test can SIGKILL the worker there).
 macro_rules! fail_step {
     ($name:literal) => {
-        #[cfg(feature = "failpoints")]
         $crate::crash_if_asked($name);
         fail::fail_point!($name, |_| Err($crate::EngineError::FailPoint($name)))
     };
@@ -269,21 +263,21 @@ pub const FAIL_POINTS: &[&str] = &[
 /// Test builds only: a deliberate protocol violation the worker's
 /// configuration carries ([`EngineConfig::planted`]; the worker binary reads
 /// it once from `ODUFLOW_PLANTED_BUG`), so the fault campaign can show that
-/// it catches such bugs: `resend_after_lost` (re-send a create whose answer
-/// was lost), `forget_receipt` (send creates without a receipt),
-/// `resend_change` (send a change's PATCH again while its outcome is
-/// unknown), `skip_open_receipts`, `skip_label_check`, `ignore_key_change`,
-/// `listing_taken_as_seen`; the store's `lease_overlap` is planted in the
-/// [`oduflow_store::Store`] (`Store::with_planted`).
-#[cfg(feature = "failpoints")]
-pub use oduflow_store::{PLANTED_BUG_ENV, PlantedBug};
+/// it catches such bugs ([`Bug`] names them all; the store's
+/// `lease_overlap` is planted in the [`oduflow_store::Store`],
+/// `Store::with_planted`).
+pub use oduflow_store::{Bug, PLANTED_BUG_ENV, PlantedBug};
 
 /// With `ODUFLOW_CRASH_AT=<fail point>` (test builds only), the process kills
 /// itself with SIGKILL when it reaches that point: no destructor, no rollback
 /// from inside, exactly like a worker killed from outside at that instant.
-#[cfg(feature = "failpoints")]
+/// The variable is read once, at the first step; a product build never
+/// reads it.
 pub fn crash_if_asked(name: &str) {
-    if std::env::var("ODUFLOW_CRASH_AT").as_deref() == Ok(name) {
+    static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let at =
+        AT.get_or_init(|| if cfg!(feature = "failpoints") { std::env::var("ODUFLOW_CRASH_AT").ok() } else { None });
+    if at.as_deref() == Some(name) {
         let pid = std::process::id().to_string();
         let _ = std::process::Command::new("kill").args(["-9", &pid]).status();
         std::process::abort();

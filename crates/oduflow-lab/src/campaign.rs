@@ -315,7 +315,10 @@ pub async fn run(args: CampaignArgs) -> Result<()> {
         ));
     }
     let exe = std::env::current_exe()?;
-    let bug = planted_bug();
+    // The bug planted in the workers: they inherit this process's
+    // `ODUFLOW_PLANTED_BUG` (each reads it once as it starts); the
+    // campaign's own store and operator steps run the real protocol.
+    let bug = oduflow_engine::PlantedBug::from_env().map_err(BadInput)?.bug();
     let mut seeds: Vec<u64> = vec![];
     if let Some(s) = args.seed {
         seeds.push(s);
@@ -367,7 +370,7 @@ pub async fn run(args: CampaignArgs) -> Result<()> {
         let seed = params.seed;
         let rerun = format!(
             "{}cargo run --release --features failpoints -- campaign --seed {seed}{}",
-            bug.as_ref().map(|b| format!("ODUFLOW_PLANTED_BUG={b} ")).unwrap_or_default(),
+            bug.map(|b| format!("ODUFLOW_PLANTED_BUG={} ", b.name())).unwrap_or_default(),
             args.store.as_ref().map(|s| format!(" --store {s}")).unwrap_or_default()
         );
         println!("\nSEED {seed} FAILED: {e:#}");
@@ -1253,7 +1256,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         // no crashes, no faults) until it settles: the first creates it
         // needs face its orphans.
         s.sim.set_faults(Faults::default())?;
-        let planted = planted_bug().is_some_and(|b| RESTORE_BUGS.contains(&b.as_str()));
+        let planted = oduflow_engine::PlantedBug::from_env().is_ok_and(|p| RESTORE_BUGS.iter().any(|b| p.is(*b)));
         if let Err(e) = s.settle(&store, p.workers, planted, "after the restore", RESTART_SETTLE_MAX).await {
             // A planted bug may keep it from settling: the liveness phase
             // (no planted bug) decides; the invariants judge what was done.
@@ -1798,22 +1801,11 @@ async fn check_keys(
     Ok(())
 }
 
-/// The bug planted in this campaign's workers, by name: this process's
-/// `ODUFLOW_PLANTED_BUG` (failpoints builds only), which the workers it
-/// spawns inherit (each reads it once as it starts). The campaign's own
-/// store and operator steps run the real protocol.
-fn planted_bug() -> Option<String> {
-    #[cfg(feature = "failpoints")]
-    return oduflow_engine::PlantedBug::from_env().name().map(str::to_owned);
-    #[cfg(not(feature = "failpoints"))]
-    None
-}
-
 /// The planted bugs whose hole is in the runs after a restore: only they
 /// stay on in the workers restarted then. The others are off there, as in
 /// the liveness phase (a bug that fails runs would push their jobs' retries
 /// past the liveness bound: `ignore_key_change`, seen in CI).
-const RESTORE_BUGS: &[&str] = &["skip_label_check"];
+const RESTORE_BUGS: &[oduflow_engine::Bug] = &[oduflow_engine::Bug::SkipLabelCheck];
 
 /// How long the workers restarted after a restore (a planted bug on) run
 /// before the liveness phase takes over: a planted bug may keep the copy

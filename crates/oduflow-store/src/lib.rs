@@ -25,7 +25,6 @@ mod changes;
 mod clock;
 mod operator;
 mod orphans;
-#[cfg(feature = "failpoints")]
 mod planted;
 mod queue;
 mod receipts;
@@ -39,8 +38,7 @@ pub use budget::*;
 pub use changes::*;
 pub use operator::*;
 pub use orphans::*;
-#[cfg(feature = "failpoints")]
-pub use planted::{PLANTED_BUG_ENV, PlantedBug};
+pub use planted::{Bug, PLANTED_BUG_ENV, PlantedBug};
 pub use queue::*;
 pub use receipts::*;
 pub use rows::*;
@@ -227,7 +225,6 @@ pub enum Backend {
 pub struct Store {
     pub(crate) db: Db,
     /// The bug planted in this store's claims (test builds only).
-    #[cfg(feature = "failpoints")]
     pub(crate) planted: PlantedBug,
 }
 
@@ -362,26 +359,20 @@ pub const DEFAULT_DATABASE_URL: &str = "sqlite://oduflow.db";
 impl Store {
     /// A store on `db`, with no planted bug.
     pub(crate) fn on(db: Db) -> Store {
-        Store {
-            db,
-            #[cfg(feature = "failpoints")]
-            planted: PlantedBug::none(),
-        }
+        Store { db, planted: PlantedBug::none() }
     }
 
     /// This store with `bug` planted in its claims (test builds only): the
     /// worker binary plants the bug its process was started with, a test
     /// the one it proves is caught.
-    #[cfg(feature = "failpoints")]
     pub fn with_planted(mut self, bug: PlantedBug) -> Store {
         self.planted = bug;
         self
     }
 
     /// The bug planted in this store's claims (test builds only).
-    #[cfg(feature = "failpoints")]
-    pub fn planted(&self) -> &PlantedBug {
-        &self.planted
+    pub fn planted(&self) -> PlantedBug {
+        self.planted
     }
 
     /// Parses a URL without touching anything, so a malformed one is refused
@@ -945,8 +936,8 @@ mod tests {
         let url = testing::sqlite_url(dir.path());
         let plain = Store::connect(&url, true).await.unwrap();
         plain.migrate().await.unwrap();
-        let bug = PlantedBug::named("lease_overlap");
-        let a = Store::connect(&url, false).await.unwrap().with_planted(bug.clone());
+        let bug = PlantedBug::of(Bug::LeaseOverlap);
+        let a = Store::connect(&url, false).await.unwrap().with_planted(bug);
         let b = Store::connect(&url, false).await.unwrap().with_planted(bug);
         let spec = oduflow_model::ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
         plain.client_create(&oduflow_model::ClientName::parse("acme").unwrap(), &spec, 1, 3).await.unwrap();
@@ -957,7 +948,7 @@ mod tests {
         plain.job_enqueue(&dup).await.unwrap();
         let second = b.job_claim_next("b", 10_000).await.unwrap().expect("the bug: a second claim");
         assert_eq!(first.fence().check().await.unwrap(), Footing::Held, "the bug: a fence that never refuses");
-        assert!(plain.planted().name().is_none(), "the store without the bug");
+        assert_eq!(plain.planted(), PlantedBug::none(), "the store without the bug");
         drop(second);
         drop(first);
     }

@@ -112,7 +112,6 @@ pub struct Config {
     /// The bug planted in this process's worker (test builds only): read
     /// once, here, from `ODUFLOW_PLANTED_BUG` (the campaign sets it on the
     /// workers it spawns); the engine and the store carry it from here.
-    #[cfg(feature = "failpoints")]
     pub planted: oduflow_engine::PlantedBug,
 }
 
@@ -310,8 +309,7 @@ impl Config {
             adapters: fc.adapter,
             profiles,
             root_password_command: fc.root_password_command,
-            #[cfg(feature = "failpoints")]
-            planted: oduflow_engine::PlantedBug::from_env(),
+            planted: oduflow_engine::PlantedBug::from_env().map_err(BadInput)?,
         };
         for a in &cfg.adapters {
             oduflow_engine::command_adapter::CommandAdapter::new(a.clone()).map_err(BadInput)?;
@@ -340,8 +338,7 @@ impl Config {
             attempts_max: self.attempts_max,
             ready_wait_ms: self.ready_wait_ms,
             bulk_view: self.bulk_view,
-            #[cfg(feature = "failpoints")]
-            planted: self.planted.clone(),
+            planted: self.planted,
             ..Default::default()
         }
     }

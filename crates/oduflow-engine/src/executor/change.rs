@@ -183,8 +183,7 @@ impl<'a, P: Provider> Converge<'a, P> {
             .ok_or_else(|| EngineError::Invariant("count without a change".into()))?;
         // A planted bug, for proving the campaign catches a PATCH sent twice
         // on one receipt (as a client that retries a timed-out PATCH would).
-        #[cfg(feature = "failpoints")]
-        if w.cfg.planted.is("resend_change")
+        if w.cfg.planted.is(crate::Bug::ResendChange)
             && let Seen::Present(f) = &self.reads.of(kind).seen
             && let Some(d) = &f.drift
         {

@@ -78,9 +78,8 @@ impl Ownership for StoredOwnership {
     }
 
     /// An adapter's own steps are crash points too (test builds only).
-    fn reached(&self, _step: &str) {
-        #[cfg(feature = "failpoints")]
-        crate::crash_if_asked(_step);
+    fn reached(&self, step: &str) {
+        crate::crash_if_asked(step);
     }
 
     fn put(&self, v: serde_json::Value) -> BoxFuture<'_, Result<(), String>> {

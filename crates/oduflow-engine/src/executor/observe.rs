@@ -8,12 +8,8 @@ use crate::fleet_view;
 /// A planted bug (test builds only), for proving the campaign catches it: a
 /// listing's sighting taken as the GET's, which deletion's bookkeeping
 /// trusts (a 404 inside the post-create window then "confirms" a deletion).
-#[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
 fn listing_taken_as_seen(cfg: &crate::EngineConfig) -> bool {
-    #[cfg(feature = "failpoints")]
-    return cfg.planted.is("listing_taken_as_seen");
-    #[cfg(not(feature = "failpoints"))]
-    false
+    cfg.planted.is(crate::Bug::ListingTakenAsSeen)
 }
 
 /// How an observation reads (see `Converge::read_via`).
@@ -148,8 +144,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         attach_sent: Option<i64>,
     ) -> Result<Step<'a, P>, EngineError> {
         let w = self.run.w;
-        #[cfg(feature = "failpoints")]
-        if w.cfg.planted.is("resend_after_lost")
+        if w.cfg.planted.is(crate::Bug::ResendAfterLost)
             && (r.effect().is_uncertain() || r.effect().is_unsent())
             && kind != ResourceKind::Attach
         {

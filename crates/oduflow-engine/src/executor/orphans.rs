@@ -26,8 +26,7 @@ impl<'a, P: Provider> Converge<'a, P> {
     /// receipt yet (its first create is next), or a deletion (`deleted` is
     /// next at some point).
     pub(super) fn orphans_needed(&self, view: &super::View) -> bool {
-        #[cfg(feature = "failpoints")]
-        if self.run.w.cfg.planted.is("skip_label_check") {
+        if self.run.w.cfg.planted.is(crate::Bug::SkipLabelCheck) {
             // A planted bug: no look at the labelled orphans at all.
             return false;
         }

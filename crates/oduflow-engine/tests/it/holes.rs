@@ -172,11 +172,8 @@ async fn inventory_reports_a_deleted_clients_live_vm(store: Store) -> Result<()>
     let p = Arc::new(MemoryProvider::new(key("k1")));
     // The bug is this worker's alone: the inventory below, and every other
     // test in the process, run the real protocol.
-    let w = worker_with(&store, p.clone(), |_c| {
-        #[cfg(feature = "failpoints")]
-        {
-            _c.planted = oduflow_engine::PlantedBug::named("skip_open_receipts");
-        }
+    let w = worker_with(&store, p.clone(), |c| {
+        c.planted = oduflow_engine::PlantedBug::of(oduflow_engine::Bug::SkipOpenReceipts)
     });
     ready(&store, &w, "acme").await;
     store.client_delete("acme", now(), 3).await?;

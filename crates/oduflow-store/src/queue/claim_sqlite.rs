@@ -51,13 +51,8 @@ pub(super) async fn claim_next(p: &SqlitePool, worker: &str, now_ms: i64, timed_
             .await?;
         let unfinished = count_start_sqlite(&mut tx, job.id).await?;
         tx.commit().await?;
-        let inner = ClaimInner::Sqlite {
-            pool: p.clone(),
-            lease_token: token,
-            hold: std::sync::Arc::new(hold),
-            #[cfg(feature = "failpoints")]
-            timed_lease,
-        };
+        let inner =
+            ClaimInner::Sqlite { pool: p.clone(), lease_token: token, hold: std::sync::Arc::new(hold), timed_lease };
         return Ok(Some(Claim { job, infra, unfinished_runs: unfinished, inner }));
     }
     tx.rollback().await?;
@@ -68,7 +63,6 @@ pub(super) async fn claim_next(p: &SqlitePool, worker: &str, now_ms: i64, timed_
 /// old timed lease, taken once and never checked again, instead of the lock
 /// file. `Some(held)`: whether an unexpired lease names someone; `None`: the
 /// real protocol.
-#[cfg(feature = "failpoints")]
 async fn planted_timed_lease(
     c: &mut SqliteConnection,
     client: &ClientId,
@@ -84,11 +78,6 @@ async fn planted_timed_lease(
             .fetch_one(c)
             .await?;
     Ok(Some(lease.0.is_some() && lease.1.is_some_and(|u| u >= now_ms)))
-}
-
-#[cfg(not(feature = "failpoints"))]
-async fn planted_timed_lease(_: &mut SqliteConnection, _: &ClientId, _: i64, _: bool) -> Result<Option<bool>> {
-    Ok(None)
 }
 
 /// The fence of a run: the row still names its lease, at its generation.

@@ -135,7 +135,6 @@ enum ClaimInner {
         hold: std::sync::Arc<std::fs::File>,
         /// The planted bug `lease_overlap` (test builds only): the old timed
         /// lease, whose fence never refuses.
-        #[cfg(feature = "failpoints")]
         timed_lease: bool,
     },
 }
@@ -160,8 +159,7 @@ enum FenceInner {
     Sqlite {
         pool: SqlitePool,
         lease_token: String,
-        /// See `ClaimInner::Sqlite` (test builds only).
-        #[cfg(feature = "failpoints")]
+        /// See `ClaimInner::Sqlite` (test builds only; always `false` else).
         timed_lease: bool,
     },
 }
@@ -187,7 +185,6 @@ impl Fence {
                 FenceInner::Pg { pool, pid, started } => claim_pg::fence_check(pool, *pid, started, &self.client).await,
                 FenceInner::Sqlite { pool, lease_token, .. } => {
                     // The planted bug `lease_overlap`: a lease never checked again.
-                    #[cfg(feature = "failpoints")]
                     if matches!(self.inner, FenceInner::Sqlite { timed_lease: true, .. }) {
                         return Ok(Footing::Held);
                     }
@@ -282,18 +279,9 @@ impl Claim {
             ClaimInner::Pg(c) => {
                 FenceInner::Pg { pool: c.pool.clone(), pid: c.conn.pid, started: c.conn.started.clone() }
             }
-            ClaimInner::Sqlite {
-                pool,
-                lease_token,
-                #[cfg(feature = "failpoints")]
-                timed_lease,
-                ..
-            } => FenceInner::Sqlite {
-                pool: pool.clone(),
-                lease_token: lease_token.clone(),
-                #[cfg(feature = "failpoints")]
-                timed_lease: *timed_lease,
-            },
+            ClaimInner::Sqlite { pool, lease_token, timed_lease, .. } => {
+                FenceInner::Sqlite { pool: pool.clone(), lease_token: lease_token.clone(), timed_lease: *timed_lease }
+            }
         };
         Fence { client: self.job.client_id.clone(), generation: self.infra.generation, inner }
     }
@@ -599,10 +587,7 @@ impl Store {
             match &self.db {
                 Db::Pg(p, conns) => claim_pg::claim_next(p, conns, now_ms).await,
                 Db::Sqlite(p) => {
-                    #[cfg(feature = "failpoints")]
-                    let timed_lease = self.planted.is("lease_overlap");
-                    #[cfg(not(feature = "failpoints"))]
-                    let timed_lease = false;
+                    let timed_lease = self.planted.is(crate::Bug::LeaseOverlap);
                     claim_sqlite::claim_next(p, worker, now_ms, timed_lease).await
                 }
             }

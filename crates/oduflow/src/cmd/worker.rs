@@ -73,8 +73,7 @@ pub async fn run(
         return Ok(());
     };
     // Test builds: the store's share of a planted bug (the engine has its own).
-    #[cfg(feature = "failpoints")]
-    let store = store.with_planted(engine.planted.clone());
+    let store = store.with_planted(engine.planted);
     let provider = provider(cfg, &store, "worker")?;
     // Every time this worker writes or compares is the database's clock's
     // (docs/protocol.md §4.1): a host clock off by hours misleads nothing.

@@ -860,6 +860,29 @@ fn planted_bug_is_caught(bug: &str, store: Option<&str>, invariants: &[&str]) {
     planted_bug_is_caught_within(bug, store, invariants, 60, Earlier::Skipped)
 }
 
+/// A misspelt planted bug is refused before anything runs, by the campaign
+/// and by a worker: a campaign that planted nothing would only look like
+/// one that caught nothing.
+#[test]
+fn an_unknown_planted_bug_is_refused() {
+    failpoints_required();
+    let dir = tempfile::tempdir().unwrap();
+    for args in [&["campaign", "--seeds", "1", "--store", "sqlite"][..], &["worker", "--until-settled"]] {
+        let o = Command::new(BIN)
+            .args(args)
+            .current_dir(dir.path())
+            .env("ODUFLOW_PLANTED_BUG", "lease_overlapp")
+            .env("ODUFLOW_DATABASE_URL", format!("sqlite:{}/db", dir.path().display()))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("unknown planted bug \"lease_overlapp\""), "{args:?}: {err}");
+        assert!(String::from_utf8_lossy(&o.stdout).is_empty(), "{args:?} ran");
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing was stored");
+}
+
 /// Whether a planted-bug search runs the earlier failing seeds first.
 #[derive(Clone, Copy, PartialEq)]
 enum Earlier {
