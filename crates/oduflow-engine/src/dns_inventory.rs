@@ -7,21 +7,13 @@
 //! command that resolves it.
 
 use crate::operator::OperatorError;
-use oduflow_model::identity::dns_marker_owner;
+pub use oduflow_model::identity::ZoneRecord;
+use oduflow_model::identity::{DnsZone, dns_marker_owner};
+use oduflow_model::provider::DeleteOutcome;
 use oduflow_model::*;
 use oduflow_store::{ClientRow, Store};
 use serde::Serialize;
 use std::collections::HashMap;
-
-/// One DNS record as a zone listing shows it.
-#[derive(Clone, Debug)]
-pub struct ZoneRecord {
-    pub id: String,
-    pub rtype: String,
-    /// Relative to the zone (`""` for its apex).
-    pub name: String,
-    pub data: String,
-}
 
 /// A record the inventory found that no live client owns.
 #[derive(Clone, Debug, Serialize)]
@@ -126,16 +118,77 @@ fn orphan_note(id: &str, client_id: &str, clients: &HashMap<ClientId, ClientRow>
     }
 }
 
+/// The inventory's DNS half: one listing of the zone, and its orphans.
+pub async fn dns_inventory(store: &Store, zone: &dyn DnsZone) -> Result<Vec<DnsOrphan>, OperatorError> {
+    let records = zone.records().await?;
+    dns_orphans(store, zone.zone(), &records).await
+}
+
+/// What `oduflow orphan delete RECORD` did.
+#[derive(Clone, Debug, Serialize)]
+pub struct DnsOrphanDeleted {
+    pub id: String,
+    /// Always `dns` (beside a VM's or a volume's `OrphanDeleted`).
+    pub kind: &'static str,
+    #[serde(rename = "type")]
+    pub rtype: String,
+    pub name: String,
+    pub data: String,
+    /// True once a GET after the DELETE answered 404.
+    pub confirmed: bool,
+    pub note: String,
+}
+
+/// `oduflow orphan delete RECORD --by WHO --reason WHY` for a DNS record the
+/// inventory reported: checked again in a listing taken now, the
+/// attestation recorded, deleted by id, and confirmed by a GET 404.
+pub async fn dns_orphan_delete(
+    store: &Store,
+    zone: &dyn DnsZone,
+    id: &str,
+    (by, reason): (&str, &str),
+    now_ms: i64,
+) -> Result<DnsOrphanDeleted, OperatorError> {
+    if by.trim().is_empty() || reason.trim().is_empty() {
+        return Err(OperatorError::Refused(
+            "deleting an orphan needs an attestation: --by WHO and --reason WHY".into(),
+        ));
+    }
+    crate::operator::refuse_if_restored(store).await?;
+    let o = dns_orphan_to_delete(store, zone, id).await?;
+    let detail = serde_json::json!({
+        "id": id, "type": o.rtype, "name": o.name, "data": o.data, "client_id": o.client_id, "by": by, "reason": reason,
+    });
+    store.event_global(EventKind::DnsOrphanDeleteAttested, detail, now_ms).await?;
+    if let DeleteOutcome::Refused { status, message } = zone.delete(id).await? {
+        return Err(OperatorError::Refused(format!(
+            "Vultr refused the DELETE of record {id} with {status}: {message}; nothing changed"
+        )));
+    }
+    let confirmed = !zone.exists(id).await?;
+    let note = if confirmed {
+        "deleted; GET answers 404"
+    } else {
+        "DELETE accepted, but Vultr still shows it; `oduflow reconcile --all` shows whether it is gone"
+    };
+    Ok(DnsOrphanDeleted {
+        id: id.into(),
+        kind: "dns",
+        rtype: o.rtype,
+        name: o.name,
+        data: o.data,
+        confirmed,
+        note: note.into(),
+    })
+}
+
 /// Before `oduflow orphan delete ID` of a DNS record: the orphan `id` is
 /// in a listing taken now, and the client it names is unknown or deleted
 /// (a live client's record, its create in flight, say, is that client's).
-pub async fn dns_orphan_to_delete(
-    store: &Store,
-    zone: &str,
-    records: &[ZoneRecord],
-    id: &str,
-) -> Result<DnsOrphan, OperatorError> {
-    let Some(o) = dns_orphans(store, zone, records).await?.into_iter().find(|o| o.id == id) else {
+async fn dns_orphan_to_delete(store: &Store, zone: &dyn DnsZone, id: &str) -> Result<DnsOrphan, OperatorError> {
+    let records = zone.records().await?;
+    let zone = zone.zone();
+    let Some(o) = dns_orphans(store, zone, &records).await?.into_iter().find(|o| o.id == id) else {
         return Err(OperatorError::Refused(format!(
             "{id} is not a DNS orphan now (not in {zone}, owned by a live client, or not at a name carrying \
              oduflow's owner marker); nothing was deleted"

@@ -5,7 +5,9 @@
 //! anything the protocol does not allow.
 
 mod intent;
+mod settle;
 pub use intent::{Updated, client_create, client_delete, client_update, preflight, queue_resume, refuse_if_restored};
+pub use settle::identity_settle;
 
 use crate::ReceiptWriter;
 use oduflow_model::decide::{block_mismatch, instance_mismatch};
@@ -44,10 +46,8 @@ fn refused<T>(msg: impl Into<String>) -> Result<T> {
 }
 
 async fn client(store: &Store, name: &str) -> Result<ClientRow> {
-    store
-        .client_get(name)
-        .await?
-        .ok_or_else(|| OperatorError::Store(oduflow_store::StoreError::ClientNotFound(name.to_owned())))
+    let c = store.client_get(name).await?;
+    c.ok_or_else(|| oduflow_store::StoreError::ClientNotFound(name.to_owned()).into())
 }
 
 /// The receipt a run would work on for `kind` now (see [`crate::current`]),

@@ -168,6 +168,51 @@ impl Ownership for MemoryOwnership {
 /// The answer of an adapter step.
 pub type Step<'a, T> = BoxFuture<'a, Result<T, AdapterError>>;
 
+/// One DNS record as a zone listing shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneRecord {
+    pub id: String,
+    pub rtype: String,
+    /// Relative to the zone (`""` for its apex).
+    pub name: String,
+    pub data: String,
+}
+
+/// The configured DNS zone as an operator's action reads and changes it
+/// (the inventory's listing, an orphan record's deletion), outside any run.
+pub trait DnsZone: Send + Sync {
+    /// The zone's domain.
+    fn zone(&self) -> &str;
+    /// One listing of the whole zone.
+    fn records(&self) -> BoxFuture<'_, Result<Vec<ZoneRecord>, crate::provider::ProviderError>>;
+    /// A DELETE of one record, by id.
+    fn delete<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<crate::provider::DeleteOutcome, crate::provider::ProviderError>>;
+    /// Whether a GET of the record by id finds it (`false` on 404).
+    fn exists<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, crate::provider::ProviderError>>;
+}
+
+/// How an operator settles what an adapter blocked its client on.
+#[derive(Clone, Copy, Debug)]
+pub enum Settle<'a> {
+    /// An existing resource, by id, becomes the client's.
+    Adopt { id: &'a str, by: &'a str, now_ms: i64 },
+    /// The creates whose outcome is unknown are attested never made: the
+    /// next run makes them.
+    Abandon { by: &'a str, reason: &'a str },
+}
+
+/// What an operator's settlement changes: the adapter's new ownership record
+/// (the caller records it by compare-and-set), and the event that says so.
+#[derive(Clone, Debug)]
+pub struct Settled {
+    pub owned: serde_json::Value,
+    pub event: crate::EventKind,
+    pub detail: serde_json::Value,
+}
+
 pub trait IdentityAdapter: Send + Sync + 'static {
     /// A stable name: the key of its state and the subject of its events.
     fn name(&self) -> &str;
@@ -181,6 +226,24 @@ pub trait IdentityAdapter: Send + Sync + 'static {
     /// adapter has nothing to do then. Must be safe to repeat.
     fn update<'a>(&'a self, _t: &'a IdentityTarget, _own: &'a dyn Ownership) -> Option<Step<'a, String>> {
         None
+    }
+    /// The blocked reasons an operator settles through this adapter
+    /// ([`IdentityAdapter::settle`]); none by default.
+    fn settles(&self) -> &'static [crate::BlockedReason] {
+        &[]
+    }
+    /// An operator's settlement of a client this adapter blocked, from the
+    /// ownership `owned` as recorded: what changes, or why not (the request
+    /// does not fit what the adapter owns or finds; nothing is recorded).
+    /// The caller has checked that the client is blocked for one of
+    /// [`IdentityAdapter::settles`].
+    fn settle<'a>(
+        &'a self,
+        _t: &'a IdentityTarget,
+        _owned: &'a serde_json::Value,
+        _how: Settle<'a>,
+    ) -> BoxFuture<'a, Result<Settled, String>> {
+        Box::pin(async { Err(format!("the {} adapter has nothing an operator settles", self.name())) })
     }
 }
 

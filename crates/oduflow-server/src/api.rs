@@ -12,6 +12,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use oduflow_engine::operator;
+use oduflow_model::identity::Settle;
 use oduflow_model::{BlockedReason, ClientId, ClientSpec, ClientStatus, ImageSource, ResourceKind, Target};
 use oduflow_store::{ClientRow, EventRow, JobRow, ReceiptRow};
 use serde::{Deserialize, Serialize};
@@ -329,6 +330,9 @@ pub struct ReconcileRequest {
 pub enum AdoptKind {
     Vm,
     Volume,
+    /// A record at the client's DNS name (a client blocked
+    /// `dns_record_foreign` or `uncertain_dns_record`).
+    Dns,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, ToSchema)]
@@ -337,6 +341,9 @@ pub enum AbandonKind {
     Vm,
     Volume,
     Attach,
+    /// The DNS record creates whose outcome is unknown (a client blocked
+    /// `uncertain_dns_record`).
+    Dns,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -346,6 +353,18 @@ pub struct AdoptRequest {
     /// The Vultr id (a UUID) of the resource to record.
     #[schema(pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")]
     pub id: String,
+}
+
+/// Who attests an action on an orphan, and why.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Attestation {
+    /// Who attests that the orphan is to be deleted.
+    #[schema(min_length = 1, max_length = 100)]
+    pub by: String,
+    /// Why (what was checked).
+    #[schema(min_length = 1, max_length = 1000)]
+    pub reason: String,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -640,6 +659,13 @@ pub async fn clients_adopt(
     let kind = match req.kind {
         AdoptKind::Vm => ResourceKind::Vm,
         AdoptKind::Volume => ResourceKind::Volume,
+        AdoptKind::Dns => {
+            let (by, adapter) = (caller.actor(), s.dns_adapter()?);
+            let actor = s.actor(&by);
+            let how = Settle::Adopt { id: &req.id, by: &by, now_ms: actor.now_ms };
+            let row = operator::identity_settle(s.store(), &adapter, name.as_str(), how, actor).await?;
+            return Ok(Json((&row).into()));
+        }
     };
     client_or_404(&s, name.as_str()).await?;
     let row = operator::adopt(
@@ -668,13 +694,18 @@ pub async fn clients_abandon(
 ) -> ApiResult<Json<ClientView>> {
     let by = attestation("by", &req.by, BY_LEN_MAX)?;
     let reason = attestation("reason", &req.reason, REASON_LEN_MAX)?;
+    // The attestation names a person; the token that sent it is kept too.
+    let by = format!("{by} (via {})", caller.actor());
     let kind = match req.kind {
         AbandonKind::Vm => ResourceKind::Vm,
         AbandonKind::Volume => ResourceKind::Volume,
         AbandonKind::Attach => ResourceKind::Attach,
+        AbandonKind::Dns => {
+            let how = Settle::Abandon { by: &by, reason: &reason };
+            let row = operator::identity_settle(s.store(), &s.dns_adapter()?, name.as_str(), how, s.actor(&by)).await?;
+            return Ok(Json((&row).into()));
+        }
     };
-    // The attestation names a person; the token that sent it is kept too.
-    let by = format!("{by} (via {})", caller.actor());
     let row = operator::abandon(s.store(), name.as_str(), kind, &reason, s.actor(&by)).await?;
     Ok(Json((&row).into()))
 }
@@ -742,6 +773,68 @@ pub(crate) async fn orphans_list(s: &AppState) -> ApiResult<Vec<Orphan>> {
         out.push(Orphan { row, client: c.map(|c| c.name), resolve });
     }
     Ok(out)
+}
+
+/// An orphan id in a path: a Vultr id (a UUID), checked before anything is
+/// read.
+fn orphan_id(id: &str) -> ApiResult<()> {
+    oduflow_model::check_resource_id(id).map_err(|e| ApiError::InvalidInput(format!("{e}; nothing was recorded")))
+}
+
+/// Adopts an orphan into the client its label names (`oduflow orphan
+/// adopt`), after the same checks as an adoption by id.
+#[utoipa::path(post, path = "/api/v1/orphans/{id}/adopt", tag = "actions",
+    params(("id" = String, Path, description = "the orphan's Vultr id")),
+    responses((status = 200, body = ClientView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "refused by the protocol", body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn orphans_adopt(
+    State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> ApiResult<Json<ClientView>> {
+    orphan_id(&id)?;
+    let by = caller.actor();
+    let row = operator::orphan_adopt(s.store(), s.acting_provider()?.as_ref(), &id, s.actor(&by)).await?;
+    Ok(Json((&row).into()))
+}
+
+/// What an orphan's deletion did: a VM's or volume's, or a DNS record's.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum OrphanDeletedView {
+    Resource(operator::OrphanDeleted),
+    Dns(oduflow_engine::dns_inventory::DnsOrphanDeleted),
+}
+
+/// Deletes an orphan on a recorded attestation (`oduflow orphan delete`):
+/// a VM or volume of the last inventory pass, or a DNS record a listing
+/// taken now shows is one, after checking again that no live client
+/// accounts for it.
+#[utoipa::path(post, path = "/api/v1/orphans/{id}/delete", tag = "actions", request_body = Attestation,
+    params(("id" = String, Path, description = "the orphan's Vultr id")),
+    responses((status = 200, body = Object, description = "id, kind, confirmed, note"),
+        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "refused by the protocol", body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 502, body = ErrorBody)))]
+pub async fn orphans_delete(
+    State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    ApiJson(req): ApiJson<Attestation>,
+) -> ApiResult<Json<OrphanDeletedView>> {
+    orphan_id(&id)?;
+    let by = attestation("by", &req.by, BY_LEN_MAX)?;
+    let reason = attestation("reason", &req.reason, REASON_LEN_MAX)?;
+    let by = format!("{by} (via {})", caller.actor());
+    // A DNS record the inventory traced is no row of the orphans table.
+    if s.dns_zone().is_some() && s.store().orphan_get(&id).await?.is_none() {
+        let zone = s.dns_adapter()?;
+        let d =
+            oduflow_engine::dns_inventory::dns_orphan_delete(s.store(), &zone, &id, (&by, &reason), s.now_ms()).await?;
+        return Ok(Json(OrphanDeletedView::Dns(d)));
+    }
+    let d = operator::orphan_delete(s.store(), s.acting_provider()?.as_ref(), &id, &reason, s.actor(&by)).await?;
+    Ok(Json(OrphanDeletedView::Resource(d)))
 }
 
 /// Recent audit events, newest first.
@@ -903,25 +996,6 @@ pub async fn credentials_rotate(
     }
 }
 
-/// One listing of the DNS zone, as the inventory reads it (the API's and
-/// `oduflow reconcile --all`'s).
-pub async fn zone_records(
-    vultr: &oduflow_vultr::VultrClient,
-    zone: &str,
-) -> Result<Vec<oduflow_engine::dns_inventory::ZoneRecord>, oduflow_model::provider::ProviderError> {
-    Ok(vultr
-        .dns_record_list(zone)
-        .await?
-        .into_iter()
-        .map(|r| oduflow_engine::dns_inventory::ZoneRecord {
-            id: r.id.0,
-            rtype: r.record_type,
-            name: r.name,
-            data: r.data,
-        })
-        .collect())
-}
-
 /// `oduflow reconcile --all` over HTTP: compares the provider's inventory
 /// under oduflow's label prefix with the receipts, from list pages, records
 /// orphans, and clears a pending restore when it completes.
@@ -932,9 +1006,8 @@ pub async fn zone_records(
 pub async fn inventory(State(s): State<AppState>) -> ApiResult<Json<operator::Inventory>> {
     let provider = s.acting_provider()?;
     let mut inv = operator::inventory_settled(s.store(), provider.as_ref(), s.now_ms(), s.listing_settle_ms()).await?;
-    if let Some(zone) = s.dns_zone() {
-        let records = zone_records(provider.as_ref(), zone).await.map_err(ApiError::Provider)?;
-        inv.dns_orphans = oduflow_engine::dns_inventory::dns_orphans(s.store(), zone, &records).await?;
+    if s.dns_zone().is_some() {
+        inv.dns_orphans = oduflow_engine::dns_inventory::dns_inventory(s.store(), &s.dns_adapter()?).await?;
     }
     provider.flush_budget().await;
     Ok(Json(inv))

@@ -70,9 +70,10 @@ struct Inner {
     /// How long after a declared restore the inventory lists
     /// (`oduflow_engine::operator::inventory_settled`).
     listing_settle_ms: i64,
-    /// `[dns] domain`: the inventory also lists this zone for records
-    /// carrying oduflow's owner marker that no live client owns.
-    dns_zone: Option<String>,
+    /// `[dns] domain` and its TTL: the inventory also lists this zone for
+    /// records carrying oduflow's owner marker that no live client owns, and
+    /// an operator settles a client's DNS block through its adapter.
+    dns: Option<(String, i64)>,
 }
 
 impl AppState {
@@ -96,7 +97,7 @@ impl AppState {
         let provider = std::sync::RwLock::new(provider);
         let listing_settle_ms = oduflow_engine::operator::LISTING_SETTLE_MS_DEFAULT;
         let inner =
-            Inner { store, provider, clock, attempts_max, profiles, spec_defaults, listing_settle_ms, dns_zone: None };
+            Inner { store, provider, clock, attempts_max, profiles, spec_defaults, listing_settle_ms, dns: None };
         Self { inner: Arc::new(inner) }
     }
 
@@ -112,16 +113,28 @@ impl AppState {
         self.inner.listing_settle_ms
     }
 
-    /// The DNS zone `POST /api/v1/inventory` lists (`[dns] domain`, as
-    /// `oduflow reconcile --all`).
-    pub fn with_dns_zone(mut self, zone: Option<String>) -> Self {
+    /// The DNS zone (`[dns] domain`) and record TTL: `POST
+    /// /api/v1/inventory` lists the zone (as `oduflow reconcile --all`), and
+    /// adopt and abandon of `kind: dns` go through its adapter.
+    pub fn with_dns(mut self, zone_ttl: Option<(String, i64)>) -> Self {
         let inner = Arc::get_mut(&mut self.inner).expect("settings are set before the state is shared");
-        inner.dns_zone = zone;
+        inner.dns = zone_ttl;
         self
     }
 
     pub(crate) fn dns_zone(&self) -> Option<&str> {
-        self.inner.dns_zone.as_deref()
+        self.inner.dns.as_ref().map(|(zone, _)| zone.as_str())
+    }
+
+    /// The DNS adapter an operator's action settles a client's DNS block
+    /// through; without a `[dns] domain`, bad input.
+    pub(crate) fn dns_adapter(&self) -> Result<oduflow_vultr::dns_adapter::DnsAdapter, ApiError> {
+        let Some((zone, ttl)) = &self.inner.dns else {
+            return Err(ApiError::InvalidInput(
+                "no [dns] domain is configured: this client has no DNS identity; nothing was recorded".into(),
+            ));
+        };
+        Ok(oduflow_vultr::dns_adapter::DnsAdapter::new(self.acting_provider()?.as_ref().clone(), zone.clone(), *ttl))
     }
 
     /// Times its writes on `clock` (`oduflow serve`: the database's clock,
@@ -238,6 +251,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/interventions", get(api::interventions))
         .route("/api/v1/receipts", get(api::receipts))
         .route("/api/v1/orphans", get(api::orphans))
+        .route("/api/v1/orphans/{id}/adopt", post(api::orphans_adopt))
+        .route("/api/v1/orphans/{id}/delete", post(api::orphans_delete))
         .route("/api/v1/events", get(api::events))
         .route("/api/v1/queue", get(api::queue))
         .route("/api/v1/queue/pause", post(api::queue_pause))

@@ -876,9 +876,98 @@ impl IdentityAdapter for DnsAdapter {
             Ok(format!("{n} record(s) deleted by id"))
         })
     }
+
+    fn settles(&self) -> &'static [BlockedReason] {
+        &[BlockedReason::DnsRecordForeign, BlockedReason::UncertainDnsRecord]
+    }
+
+    fn settle<'a>(
+        &'a self,
+        t: &'a IdentityTarget,
+        owned: &'a serde_json::Value,
+        how: Settle<'a>,
+    ) -> BoxFuture<'a, Result<Settled, String>> {
+        Box::pin(async move {
+            let mut o = Owned::from_value(owned)?;
+            let (event, detail) = match how {
+                Settle::Adopt { id, by, now_ms } => {
+                    let rec = self.adoptable(t, id).await?;
+                    o.adopt(&self.domain, &rec, by, now_ms)?;
+                    let detail =
+                        serde_json::json!({ "by": by, "record": id, "type": rec.record_type, "data": rec.data });
+                    (oduflow_model::EventKind::DnsRecordAdopted, detail)
+                }
+                Settle::Abandon { by, reason } => {
+                    let lost = o.abandon_lost();
+                    if lost.is_empty() {
+                        return Err(format!(
+                            "no DNS record create of {} has an unknown outcome: nothing to abandon",
+                            t.client
+                        ));
+                    }
+                    let records: Vec<String> =
+                        lost.iter().map(|r| format!("{} {} -> {}", r.rtype, r.name, r.data)).collect();
+                    let detail = serde_json::json!({ "by": by, "reason": reason, "records": records });
+                    (oduflow_model::EventKind::DnsCreateAbandoned, detail)
+                }
+            };
+            Ok(Settled { owned: o.to_value(), event, detail })
+        })
+    }
+}
+
+impl DnsZone for DnsAdapter {
+    fn zone(&self) -> &str {
+        &self.domain
+    }
+
+    fn records(&self) -> BoxFuture<'_, Result<Vec<ZoneRecord>, oduflow_model::provider::ProviderError>> {
+        Box::pin(async move {
+            let listed = self.client.dns_record_list(&self.domain).await?;
+            Ok(listed
+                .into_iter()
+                .map(|r| ZoneRecord { id: r.id.0, rtype: r.record_type, name: r.name, data: r.data })
+                .collect())
+        })
+    }
+
+    fn delete<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<DeleteOutcome, oduflow_model::provider::ProviderError>> {
+        Box::pin(async move { Ok(self.client.dns_record_delete(&self.domain, &DnsRecordId(id.to_owned())).await?) })
+    }
+
+    fn exists<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, oduflow_model::provider::ProviderError>> {
+        Box::pin(
+            async move { Ok(self.client.dns_record_get(&self.domain, &DnsRecordId(id.to_owned())).await?.is_some()) },
+        )
+    }
 }
 
 impl DnsAdapter {
+    /// The record `id` an operator asks to adopt for the client: one that
+    /// exists in the zone, at the client's DNS name, of a type oduflow
+    /// keeps there (A or AAAA).
+    async fn adoptable(&self, t: &IdentityTarget, id: &str) -> Result<DnsRecord, String> {
+        let domain = &self.domain;
+        let rec = self.record(id).await?.ok_or_else(|| format!("record {id} does not exist in {domain}"))?;
+        if rec.name != t.dns_name {
+            return Err(format!(
+                "record {id} is {} {}.{domain}, not at the client's DNS name {}.{domain}",
+                rec.record_type, rec.name, t.dns_name
+            ));
+        }
+        if !matches!(rec.record_type.as_str(), "A" | "AAAA") {
+            return Err(format!(
+                "record {id} is a {} record: only A and AAAA records can be adopted (remove it in the Vultr \
+                 console, or give the client another --dns-name)",
+                rec.record_type
+            ));
+        }
+        Ok(rec)
+    }
+
     /// One DELETE by id of an owned record; marked `deleting` once answered
     /// (the check's GET 404 then drops it).
     async fn delete_one(&self, o: &mut Owned, own: &dyn Ownership, i: usize) -> Result<(), AdapterError> {

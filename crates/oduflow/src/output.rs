@@ -266,6 +266,15 @@ pub(crate) fn print_orphan_deleted(d: &operator::OrphanDeleted, json: bool) -> R
     Ok(())
 }
 
+pub(crate) fn print_dns_orphan_deleted(d: &oduflow_engine::dns_inventory::DnsOrphanDeleted, json: bool) -> Result<()> {
+    if json {
+        outln!("{}", serde_json::to_string_pretty(d)?)?;
+    } else {
+        outln!("dns {} ({} {} -> {}): {}", d.id, d.rtype, d.name, d.data, d.note)?;
+    }
+    Ok(())
+}
+
 /// A rotation's outcome; a refusal lists what could not be proven, and is
 /// the command's error.
 pub(crate) fn print_rotation(

@@ -168,6 +168,16 @@ pub(crate) fn process_name(role: &str) -> String {
     format!("{host}/{}-{}", role.replace(' ', "-"), std::process::id())
 }
 
+/// The DNS adapter of `[dns] domain`, for an operator's action outside a run
+/// (the inventory's zone listing, an orphan record's deletion, settling a
+/// client's DNS block); `None` without one.
+pub(crate) fn dns_adapter(
+    cfg: &Config,
+    vultr: &oduflow_vultr::VultrClient,
+) -> Option<oduflow_vultr::dns_adapter::DnsAdapter> {
+    cfg.dns.as_ref().map(|d| oduflow_vultr::dns_adapter::DnsAdapter::new(vultr.clone(), d.domain.clone(), d.ttl))
+}
+
 /// The configured identity adapters, DNS first.
 /// `clock`: the process's database clock, on which the DNS adapter records
 /// and compares its times.
@@ -177,11 +187,9 @@ pub(crate) fn identity_adapters(
     clock: &oduflow_engine::SharedClock,
 ) -> Result<Vec<Arc<dyn oduflow_model::identity::IdentityAdapter>>> {
     let mut out: Vec<Arc<dyn oduflow_model::identity::IdentityAdapter>> = vec![];
-    if let Some(d) = &cfg.dns {
+    if let Some(dns) = dns_adapter(cfg, vultr) {
         let clock = clock.clone();
-        let dns = oduflow_vultr::dns_adapter::DnsAdapter::new(vultr.clone(), d.domain.clone(), d.ttl)
-            .with_clock(Arc::new(move || clock.now_ms()));
-        out.push(Arc::new(dns));
+        out.push(Arc::new(dns.with_clock(Arc::new(move || clock.now_ms()))));
     }
     for a in &cfg.adapters {
         out.push(Arc::new(oduflow_engine::command_adapter::CommandAdapter::new(a.clone()).map_err(BadInput)?));

@@ -15,6 +15,8 @@ const ACTIONS: &[(&str, &str)] = &[
     ("POST", "/api/v1/clients/acme/reconcile"),
     ("POST", "/api/v1/clients/acme/adopt"),
     ("POST", "/api/v1/clients/acme/abandon"),
+    ("POST", "/api/v1/orphans/00000000-0000-4000-8000-000000000000/adopt"),
+    ("POST", "/api/v1/orphans/00000000-0000-4000-8000-000000000000/delete"),
     ("POST", "/api/v1/queue/pause"),
     ("POST", "/api/v1/queue/resume"),
     ("POST", "/api/v1/inventory"),
@@ -194,12 +196,45 @@ async fn a_rotation_made_on_the_command_line_is_named_by_a_running_serve() {
     assert_eq!(s, 200, "{v}");
 }
 
+/// The orphan actions of the command line (`oduflow orphan adopt|delete`)
+/// over HTTP: the same operation, so the same refusals and result.
+#[tokio::test]
+async fn orphan_routes_adopt_and_delete_as_the_command_line_does() {
+    let h = H::start().await;
+    h.store.client_create(&ClientName::parse("acme").unwrap(), &spec(), now_ms(), 5).await.unwrap();
+    h.drain().await;
+    let orphan = h.orphan_of("acme").await;
+    let before = h.footprint().await;
+    assert_error(&h.post("/api/v1/orphans/not-an-id/adopt", json!({})).await, 422, "invalid_input");
+    let delete = format!("/api/v1/orphans/{orphan}/delete");
+    assert_error(&h.post(&delete, json!({ "by": "ops" })).await, 422, "invalid_input");
+    assert_error(&h.post(&delete, json!({ "by": "ops", "reason": " " })).await, 422, "invalid_input");
+    assert_eq!(h.footprint().await, before, "bad input changed something or asked the provider");
+    // acme has its VM: the orphan labelled for it is not adopted over it.
+    let refused = h.post(&format!("/api/v1/orphans/{orphan}/adopt"), json!({})).await;
+    assert_error(&refused, 409, "refused");
+    assert!(refused.1["error"]["message"].as_str().unwrap().contains("already has id"), "{}", refused.1);
+    let (s, d) = h.post(&delete, json!({ "by": "ops", "reason": "a stray copy" })).await;
+    assert_eq!(s, 200, "{d}");
+    assert_eq!((d["kind"].as_str(), d["confirmed"].as_bool()), (Some("vm"), Some(true)), "{d}");
+    let live =
+        h.sim.ledger().resources.into_iter().filter(|r| r.deleted_at.is_none()).map(|r| r.id).collect::<Vec<_>>();
+    assert!(!live.contains(&orphan), "{live:?}");
+    let (_, listed) = h.get("/api/v1/orphans").await;
+    assert_eq!(listed, json!([]), "resolved");
+    let again = h.post(&delete, json!({ "by": "ops", "reason": "again" })).await;
+    assert_error(&again, 409, "refused");
+    assert!(again.1["error"]["message"].as_str().unwrap().contains("no longer an orphan"), "{}", again.1);
+}
+
 #[tokio::test]
 async fn the_new_routes_are_in_the_openapi_document() {
     let h = H::start().await;
     let (s, doc) = h.get("/openapi.json").await;
     assert_eq!(s, 200);
-    for path in ["/api/v1/inventory", "/api/v1/credentials/rotate"] {
+    for path in
+        ["/api/v1/inventory", "/api/v1/credentials/rotate", "/api/v1/orphans/{id}/adopt", "/api/v1/orphans/{id}/delete"]
+    {
         let op = &doc["paths"][path]["post"];
         assert!(op.is_object(), "{path} missing from the OpenAPI document");
         assert!(op["responses"]["200"].is_object() && op["responses"]["409"].is_object(), "{path}: {op}");

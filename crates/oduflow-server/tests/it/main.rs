@@ -272,6 +272,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/v1/interventions"),
     ("GET", "/api/v1/receipts"),
     ("GET", "/api/v1/orphans"),
+    ("POST", "/api/v1/orphans/00000000-0000-4000-8000-000000000000/adopt"),
+    ("POST", "/api/v1/orphans/00000000-0000-4000-8000-000000000000/delete"),
     ("GET", "/api/v1/events"),
     ("GET", "/api/v1/queue"),
     ("POST", "/api/v1/queue/pause"),
@@ -416,7 +418,7 @@ async fn openapi_document_describes_every_route_and_the_bearer_scheme() {
         if matches!(*path, "/openapi.json" | "/metrics") {
             continue;
         }
-        let p = path.replace("/acme", "/{name}");
+        let p = path.replace("/acme", "/{name}").replace("/00000000-0000-4000-8000-000000000000", "/{id}");
         assert!(doc["paths"][&p][method.to_lowercase()].is_object(), "{method} {p} missing from the document");
     }
     let create = &doc["components"]["schemas"]["ClientCreate"];

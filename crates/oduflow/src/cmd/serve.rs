@@ -76,7 +76,7 @@ pub async fn serve(cfg: &Config, args: ServeArgs) -> Result<()> {
     let state = match &provider {
         Some(p) => oduflow_server::AppState::new(store, p.clone(), cfg.attempts_max)
             .with_listing_settle_ms(cfg.listing_settle_ms)
-            .with_dns_zone(cfg.dns.as_ref().map(|d| d.domain.clone())),
+            .with_dns(cfg.dns.as_ref().map(|d| (d.domain.clone(), d.ttl))),
         None => oduflow_server::AppState::read_only(store, cfg.attempts_max),
     }
     .with_shared_clock(clock)

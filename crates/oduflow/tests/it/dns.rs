@@ -6,6 +6,7 @@
 
 use super::*;
 use oduflow_vultr::{DnsRecord, DnsRecordRequest, VultrClient, VultrConfig};
+use serde_json::json;
 
 const ZONE: &str = "example.com";
 
@@ -133,7 +134,64 @@ oduflow_store::on_both_stores!(
     a_deleted_client_takes_its_marked_records_along,
     a_record_answering_404_is_asked_again_only_spaced_out,
     a_client_recreated_and_deleted_takes_its_new_records_along,
+    the_api_settles_a_dns_block_and_deletes_a_dns_orphan_as_the_cli_does,
 );
+
+/// The HTTP API's adopt, abandon and orphan delete of DNS records go through
+/// the same operation as the command line's: the same refusals (bad input
+/// 422, nothing recorded), the same result.
+async fn the_api_settles_a_dns_block_and_deletes_a_dns_orphan_as_the_cli_does(env: Env) {
+    use super::service::{address_after, http_with, stderr_line};
+    configure(&env);
+    env.ok(&["init"]);
+    let token = env.ok(&["token", "create", "erp"]).trim().to_owned();
+    let theirs = operator_record(&env, "www", "A", "198.51.100.8").await;
+    let other = operator_record(&env, "ftp", "A", "198.51.100.9").await;
+    create(&env, "www", &[]);
+    settle(&env);
+    assert_eq!(show(&env, "www")["blocked_reason"], "dns_record_foreign");
+    let mut serve =
+        env.cmd(&["serve", "--listen", "127.0.0.1:0"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let addr = address_after(&stderr_line(&mut serve, "oduflow serve: listening on"), "listening on http://");
+    let post = |path: &str, body: serde_json::Value| http_with(&addr, "POST", path, Some(&token), &body.to_string());
+    let events = |env: &Env| show(env, "www")["events"].to_string();
+    let before = events(&env);
+    for (body, why) in [
+        (json!({ "kind": "dns", "id": "00000000-0000-4000-8000-000000000000" }), "does not exist"),
+        (json!({ "kind": "dns", "id": other.id }), "not at the client's DNS name"),
+        (json!({ "kind": "dns", "id": "not an id" }), ""),
+    ] {
+        let (status, answer) = post("/api/v1/clients/www/adopt", body.clone());
+        assert_eq!(status, 422, "{body}: {answer}");
+        assert!(answer.contains(why), "{body}: {answer}");
+    }
+    let (status, answer) = post("/api/v1/clients/www/abandon", json!({ "kind": "dns", "by": "ops", "reason": "none" }));
+    assert_eq!(status, 422, "nothing to abandon: {answer}");
+    assert_eq!(events(&env), before, "the refusals recorded nothing");
+    let (status, answer) = post("/api/v1/clients/www/adopt", json!({ "kind": "dns", "id": theirs.id }));
+    assert_eq!(status, 200, "{answer}");
+    settle(&env);
+    let v = show(&env, "www");
+    assert_eq!(v["status"], "ready", "{v}");
+    let now = records(&env, "www").await;
+    assert_eq!((now.len(), now[0].id.as_str()), (1, theirs.id.as_str()), "adopted, updated in place: {now:?}");
+    assert!(events(&env).contains("dns_record_adopted"));
+    // A client no longer blocked settles nothing.
+    let (status, answer) = post("/api/v1/clients/www/adopt", json!({ "kind": "dns", "id": theirs.id }));
+    assert_eq!(status, 422, "{answer}");
+    // A record marked for a client this database does not know is a DNS
+    // orphan: deleted on an attestation, confirmed by a GET 404.
+    let (_, marker, a) = records_of_a_lost_client(&env, "lost").await;
+    let (status, answer) = post(&format!("/api/v1/orphans/{}/delete", a.id), json!({ "by": "ops" }));
+    assert_eq!(status, 422, "an attestation needs a reason: {answer}");
+    let (status, answer) = post(&format!("/api/v1/orphans/{}/delete", a.id), json!({ "by": "ops", "reason": "lost" }));
+    assert_eq!(status, 200, "{answer}");
+    let d: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!((d["kind"].as_str(), d["confirmed"].as_bool()), (Some("dns"), Some(true)), "{d}");
+    assert_eq!(with_markers(&env, "lost").await, vec![marker], "the A record alone went");
+    serve.kill().unwrap();
+    serve.wait().unwrap();
+}
 
 async fn an_operators_record_with_the_clients_name_is_never_touched(env: Env) {
     configure(&env);

@@ -47,7 +47,7 @@ fn wait_bounded(child: &mut std::process::Child, bound: Duration) -> (std::proce
 
 /// The first line of `child`'s standard error that starts with `prefix`
 /// (the rest is read on, so that the child never blocks on a full pipe).
-fn stderr_line(child: &mut std::process::Child, prefix: &str) -> String {
+pub(super) fn stderr_line(child: &mut std::process::Child, prefix: &str) -> String {
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let line = lines.by_ref().map(|l| l.unwrap()).find(|l| l.starts_with(prefix));
     std::thread::spawn(move || for _ in lines.by_ref() {});
@@ -55,7 +55,7 @@ fn stderr_line(child: &mut std::process::Child, prefix: &str) -> String {
 }
 
 /// The `host:port` that follows `marker` in `line`.
-fn address_after(line: &str, marker: &str) -> String {
+pub(super) fn address_after(line: &str, marker: &str) -> String {
     line.split(marker)
         .nth(1)
         .unwrap_or_else(|| panic!("{marker:?} missing from {line:?}"))
@@ -311,10 +311,14 @@ async fn a_second_signal_stops_at_once(env: Env) {
 
 /// One HTTP/1.0 request (with a bearer token if given): status and body.
 fn http(addr: &str, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    http_with(addr, method, path, token, if method == "GET" { "" } else { "{}" })
+}
+
+/// As [`http`], with `body` (JSON) sent.
+pub(super) fn http_with(addr: &str, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    let body = if method == "GET" { "" } else { "{}" };
     write!(
         s,
         "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
