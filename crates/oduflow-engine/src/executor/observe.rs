@@ -368,3 +368,33 @@ impl<P: Provider> Run<'_, P> {
         Ok(seen)
     }
 }
+
+impl<P: Provider> Run<'_, P> {
+    /// A read that failed after its bounded retries counts as an
+    /// observation of that receipt; past the polling limit the client
+    /// blocks `provider_unavailable` with the error as evidence.
+    async fn read_failed(
+        self,
+        kind: ResourceKind,
+        r: &ReceiptRow,
+        e: &provider::ProviderError,
+        now: i64,
+    ) -> Result<Finish, EngineError> {
+        let w = self.w;
+        w.receipts
+            .audit(
+                &self.infra.client_id,
+                EventKind::ProviderReadFailed,
+                serde_json::json!({ "kind": kind, "error": e.to_string() }),
+                now,
+            )
+            .await?;
+        w.receipts.observe(&r.operation_key, &format!("read failed: {e}")).await?;
+        let n = r.observations() + 1;
+        if n >= w.cfg.observations_max {
+            let detail = format!("{} reads failed {n} times (the polling limit); last: {e}", kind.as_str());
+            return Ok(self.block(BlockedReason::ProviderUnavailable, detail));
+        }
+        Ok(self.wait(now + poll_delay(w.cfg.poll_interval_ms, n)))
+    }
+}

@@ -162,7 +162,7 @@ const ALLOWANCE_SLACK_PERCENT: usize = 10;
 /// Functions longer than their limit, with the most lines each may have.
 /// They may only shrink.
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
-    ("crates/oduflow-engine/src/executor.rs", "dispatch", 102),
+    ("crates/oduflow-engine/src/executor/dispatch.rs", "dispatch", 93),
     ("crates/oduflow-engine/src/operator.rs", "adopt", 95),
     ("crates/oduflow-engine/src/operator.rs", "credentials_rotate", 72),
     ("crates/oduflow-engine/src/operator.rs", "inventory_settled", 99),
@@ -190,7 +190,6 @@ const LONG_ENGINE_FILES: &[(&str, usize)] = &[
     ("crates/oduflow-engine/src/fleet_view.rs", 676),
     ("crates/oduflow-engine/src/memory.rs", 503),
     ("crates/oduflow-engine/src/operator.rs", 804),
-    ("crates/oduflow-engine/src/executor.rs", 1102),
 ];
 
 /// (name, lines) of every `fn` with a body: from its signature to the
