@@ -117,7 +117,7 @@ struct Converge<'a, P> {
     side_effects: u32,
     /// The client's labelled orphans of each kind, read by id; `None`
     /// until a step needs them (executor/orphans.rs).
-    orphans: Option<[Vec<orphans::Read>; 2]>,
+    orphans: Option<orphans::ByKind>,
 }
 
 /// What one step leaves the loop with (a dozen per run at most: their size
@@ -150,10 +150,6 @@ impl View {
         };
         r.clone().ok_or_else(|| EngineError::Invariant(format!("{action} without receipt")))
     }
-}
-
-fn slot(kind: ResourceKind) -> usize {
-    if kind == ResourceKind::Vm { 0 } else { 1 }
 }
 
 impl<'a, P: Provider> Converge<'a, P> {

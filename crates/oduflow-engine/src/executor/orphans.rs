@@ -6,7 +6,7 @@
 //! never sent.
 
 use super::observe::{block_facts, instance_facts};
-use super::{Converge, Step, create_digest, slot};
+use super::{Converge, Step, create_digest};
 use crate::EngineError;
 use oduflow_model::decide::Orphan;
 use oduflow_model::ledger::Effect;
@@ -19,6 +19,23 @@ use oduflow_store::{IdSource, OrphanRow};
 pub(super) struct Read {
     pub(super) label: String,
     pub(super) orphan: Orphan,
+}
+
+/// The labelled orphans a run read, of each kind a label can name.
+#[derive(Default)]
+pub(super) struct ByKind {
+    vm: Vec<Read>,
+    volume: Vec<Read>,
+}
+
+impl ByKind {
+    fn of(&self, kind: ResourceKind) -> &[Read] {
+        if kind == ResourceKind::Vm { &self.vm } else { &self.volume }
+    }
+
+    fn of_mut(&mut self, kind: ResourceKind) -> &mut Vec<Read> {
+        if kind == ResourceKind::Vm { &mut self.vm } else { &mut self.volume }
+    }
 }
 
 impl<'a, P: Provider> Converge<'a, P> {
@@ -40,7 +57,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         let client = &self.run.infra.client_id;
         let recorded: Vec<&str> = view.receipts.iter().filter_map(|r| r.resource_id.as_deref()).collect();
         let rows: Vec<OrphanRow> = w.store.orphans_open_for_client(client).await?;
-        let mut read: [Vec<Read>; 2] = [vec![], vec![]];
+        let mut read = ByKind::default();
         for o in rows.into_iter().filter(|o| !recorded.contains(&o.resource_id.as_str())) {
             // Only a label naming this client and kind stands for its first
             // create; a receipt's label (a duplicate, an abandoned dispatch)
@@ -59,7 +76,7 @@ impl<'a, P: Provider> Converge<'a, P> {
                     if matches!(r.effect(), Effect::Abandoned { .. }) { " (abandoned)" } else { "" }
                 ));
             }
-            read[slot(kind)].push(Read { label: o.label, orphan: Orphan { id: o.resource_id, facts } });
+            read.of_mut(kind).push(Read { label: o.label, orphan: Orphan { id: o.resource_id, facts } });
         }
         self.orphans = Some(read);
         Ok(())
@@ -80,7 +97,7 @@ impl<'a, P: Provider> Converge<'a, P> {
 
     /// The orphans of `kind` the decision sees.
     pub(super) fn orphans_of(&self, kind: ResourceKind) -> Vec<Orphan> {
-        self.orphans.as_ref().map(|o| o[slot(kind)].iter().map(|r| r.orphan.clone()).collect()).unwrap_or_default()
+        self.orphans.as_ref().map(|o| o.of(kind).iter().map(|r| r.orphan.clone()).collect()).unwrap_or_default()
     }
 
     /// Claims a receipt of the current dispatch generation under the
@@ -91,7 +108,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         let label = self
             .orphans
             .as_ref()
-            .and_then(|o| o[slot(kind)].iter().find(|r| r.orphan.id == id))
+            .and_then(|o| o.of(kind).iter().find(|r| r.orphan.id == id))
             .map(|r| r.label.clone())
             .ok_or_else(|| EngineError::Invariant(format!("adopting {id}, which is no orphan of this run")))?;
         let client = self.run.infra.client_id.clone();
