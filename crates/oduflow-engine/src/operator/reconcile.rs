@@ -1,0 +1,177 @@
+//! The operator's answers to a dispatch the machine could not decide
+//! (docs/protocol.md §6): observe again (`reconcile`), record a named
+//! resource after verifying it (`adopt`), or give the dispatch up on an
+//! attestation (`abandon`).
+
+use super::*;
+
+/// `oduflow reconcile NAME [--new-dispatch]`.
+pub async fn reconcile<P: Provider>(
+    store: &Store,
+    provider: &P,
+    name: &str,
+    new_dispatch: bool,
+    actor: Actor<'_>,
+) -> Result<ClientRow> {
+    let Actor { by: actor, now_ms, attempts_max } = actor;
+    let c = acting_on(store, name, provider).await?;
+    let writer = ReceiptWriter::new(store.clone());
+    let mut advance = vec![];
+    for kind in [ResourceKind::Vm, ResourceKind::Volume, ResourceKind::Attach] {
+        let (Some(r), dg) = current_receipt(store, &c, kind).await? else { continue };
+        if matches!(r.effect(), Effect::Rejected { .. }) {
+            if new_dispatch {
+                advance.push((kind, dg + 1));
+            }
+        } else {
+            // Observe again: a fresh polling budget, the spent one kept.
+            writer.observations_restart(&r.operation_key).await?;
+        }
+    }
+    if new_dispatch && advance.is_empty() {
+        return refused(format!(
+            "{name} has no definitive rejection on its current dispatches: --new-dispatch is allowed only after \
+             a 400/401/403/422 answered to the create call itself"
+        ));
+    }
+    Ok(store.client_reconcile(name, &advance, actor, now_ms, attempts_max).await?)
+}
+
+/// `oduflow adopt NAME --kind vm|volume --id ID`: records a resource the
+/// operator names for a dispatch whose outcome is unknown (or that has none),
+/// after verifying that it exists in the right region with the right
+/// configuration and is not recorded anywhere else.
+pub async fn adopt<P: Provider>(
+    store: &Store,
+    provider: &P,
+    name: &str,
+    kind: ResourceKind,
+    id: &str,
+    actor: Actor<'_>,
+) -> Result<ClientRow> {
+    let Actor { by: actor, now_ms, attempts_max } = actor;
+    let c = acting_on(store, name, provider).await?;
+    if kind == ResourceKind::Attach {
+        return refused("only a vm or a volume can be adopted");
+    }
+    let all = store.receipts_all().await?;
+    if let Some(other) = all.iter().find(|r| r.resource_id.as_deref() == Some(id)) {
+        return refused(format!("{id} is already recorded on receipt {}", other.operation_key));
+    }
+    let spec = &c.infra.spec;
+    let (label, mismatch) = match provider.resource_get(&ResourceId::new(kind, id)).await? {
+        None => {
+            let noun = if kind == ResourceKind::Vm { "instance" } else { "block" };
+            return refused(format!("{noun} {id} is not visible with the configured key"));
+        }
+        Some(Existing::Instance(i)) => (i.label.clone(), instance_mismatch(spec, &i.label, &i)),
+        Some(Existing::Block(b)) => (b.label.clone(), block_mismatch(spec, &b.label, &b)),
+    };
+    // Whose it is comes first, then whether it matches. A label made by oduflow names the client and kind it was made for.
+    if let Some((owner, made_as)) = Label(label.clone()).owner()
+        && (owner != c.id || made_as != kind)
+    {
+        return refused(format!(
+            "{id} carries label {label}, made for the {} of client {owner}; it is not {name}'s {} to adopt",
+            made_as.as_str(),
+            kind.as_str()
+        ));
+    }
+    let writer = ReceiptWriter::new(store.clone());
+    let (receipt, dg) = current_receipt(store, &c, kind).await?;
+    // A resource carrying the label of another dispatch belongs to that
+    // dispatch: its own run adopts it by label. Two receipts owning one
+    // resource would let deleting one client delete the other's.
+    if let Some(other) = all.iter().find(|r| {
+        r.label.as_str() == label && receipt.as_ref().is_none_or(|mine| mine.operation_key != r.operation_key)
+    }) {
+        return refused(format!(
+            "{id} carries the label of dispatch {} (client {}); it is not {name}'s to adopt",
+            other.operation_key, other.client_ref
+        ));
+    }
+    if let Some(why) = mismatch {
+        return refused(format!("{} {id} does not match {name}'s spec: {why}", kind.as_str()));
+    }
+    let effect = receipt.as_ref().map(ReceiptRow::effect);
+    let op = match receipt {
+        Some(_) if let Some(had) = effect.as_ref().and_then(Effect::id) => {
+            return refused(format!("{} of {name} already has id {had}", kind.as_str()));
+        }
+        Some(_) if matches!(effect, Some(Effect::Rejected { .. })) => {
+            return refused(format!(
+                "the current {} dispatch of {name} was rejected; run `oduflow reconcile {name} --new-dispatch` \
+                 to start a new one instead",
+                kind.as_str()
+            ));
+        }
+        Some(r) => r.operation_key,
+        None => {
+            let op = OperationKey::new(&c.id, kind, dg);
+            writer
+                .claim(&NewReceipt {
+                    operation_key: op.clone(),
+                    client_ref: c.id.clone(),
+                    resource_kind: kind,
+                    dispatch_generation: dg,
+                    label: Label(label.clone()),
+                    region: spec.region.clone(),
+                    spec_digest: "adopted".into(),
+                    key_fingerprint: provider.key_fingerprint(),
+                    claimed_ms: now_ms,
+                })
+                .await?;
+            op
+        }
+    };
+    writer.record_id(&op, id, IdSource::AdoptedByOperator, now_ms).await?;
+    writer
+        .audit(
+            &c.id,
+            EventKind::ResourceAdoptedByOperator,
+            serde_json::json!({ "kind": kind, "id": id, "by": actor }),
+            now_ms,
+        )
+        .await?;
+    Ok(store.client_reconcile(name, &[], actor, now_ms, attempts_max).await?)
+}
+
+/// `oduflow abandon NAME --kind K --by WHO --reason WHY`: gives up an uncertain
+/// dispatch on an operator's recorded attestation. The dispatch generation
+/// moves on; the abandoned label stays on the inventory watch list.
+pub async fn abandon(
+    store: &Store,
+    name: &str,
+    kind: ResourceKind,
+    reason: &str,
+    actor: Actor<'_>,
+) -> Result<ClientRow> {
+    let Actor { by, now_ms, attempts_max } = actor;
+    if by.trim().is_empty() || reason.trim().is_empty() {
+        return refused("abandoning a dispatch needs an attestation: --by WHO and --reason WHY");
+    }
+    refuse_if_restored(store).await?;
+    let c = client(store, name).await?;
+    let (Some(r), dg) = current_receipt(store, &c, kind).await? else {
+        return refused(format!("{name} has no current {} dispatch", kind.as_str()));
+    };
+    // An id the provider answered with but that no GET ever showed is as
+    // uncertain as no id: Vultr may have dropped it, or it may still come.
+    // One a listing showed exists: it is abandoned only once its
+    // client is being deleted and GET answers 404 (deleted behind oduflow's
+    // back, or still inside the post-create window: the attestation says
+    // which, and the label stays watched).
+    let listed_gone = c.infra.target == Target::Absent;
+    let effect = r.effect();
+    if (effect.id().is_some() && (r.seen_ms.is_some() || (r.listed_ms.is_some() && !listed_gone)))
+        || matches!(effect, Effect::Rejected { .. })
+    {
+        return refused(format!(
+            "the current {} dispatch of {name} has a known outcome; only an uncertain one can be abandoned",
+            kind.as_str()
+        ));
+    }
+    let writer = ReceiptWriter::new(store.clone());
+    writer.abandon(&r.operation_key, by, reason, listed_gone, now_ms).await?;
+    Ok(store.client_reconcile(name, &[(kind, dg + 1)], by, now_ms, attempts_max).await?)
+}
