@@ -280,8 +280,11 @@ macro_rules! const_format_client_select {
             "SELECT c.id, c.name, c.created_ms, i.region, i.plan, i.os_id, i.volume_gb, i.volume_type, \
              i.target, i.generation, i.status, i.blocked_reason, i.blocked_detail, i.key_fingerprint, \
              i.vm_id, i.volume_id, i.vm_dispatch_generation, i.volume_dispatch_generation, \
-             i.attach_dispatch_generation, i.progress, i.updated_ms, i.image, i.server, i.outputs, \
-             i.spec_generation, i.spec_updated_ms, i.dns_name FROM clients c JOIN infra i ON i.client_id = c.id ",
+             i.attach_dispatch_generation, i.updated_ms, i.image, i.server, i.outputs, \
+             i.spec_generation, i.spec_updated_ms, i.dns_name, i.preflight_read_failures, \
+             i.upgrades_read_failures_generation, i.upgrades_read_failures, i.updated_generation, \
+             i.backup_schedule, i.backup_schedule_sets, i.volume_size_id, i.volume_size_gb \
+             FROM clients c JOIN infra i ON i.client_id = c.id ",
             $tail
         )
     };
@@ -315,7 +318,7 @@ impl BeginWrite for SqlitePool {
 pub const RECONCILE_PAYLOAD: &str = "reconcile";
 
 /// The migration this build needs (the last in [`Store::migrate`]).
-pub const SCHEMA_VERSION: i64 = 13;
+pub const SCHEMA_VERSION: i64 = 14;
 
 /// The PostgreSQL migrations, in order: (version, name, SQL). Embedded with
 /// include_str! rather than sqlx's `migrate!` macro, which would pull in
@@ -334,6 +337,7 @@ pub(crate) const PG_MIGRATIONS: &[(i64, &str, &str)] = &[
     (11, "dns name unique", include_str!("../migrations/postgres/0011_dns_name_unique.sql")),
     (12, "clock", include_str!("../migrations/postgres/0012_clock.sql")),
     (13, "no replace", include_str!("../migrations/postgres/0013_no_replace.sql")),
+    (14, "progress columns", include_str!("../migrations/postgres/0014_progress_columns.sql")),
 ];
 
 /// The SQLite migrations, as [`PG_MIGRATIONS`].
@@ -351,6 +355,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
     (11, "dns name unique", include_str!("../migrations/sqlite/0011_dns_name_unique.sql")),
     (12, "clock", include_str!("../migrations/sqlite/0012_clock.sql")),
     (13, "no replace", include_str!("../migrations/sqlite/0013_no_replace.sql")),
+    (14, "progress columns", include_str!("../migrations/sqlite/0014_progress_columns.sql")),
 ];
 
 /// The default database: a SQLite file in the working directory.
@@ -737,7 +742,10 @@ impl Store {
                     let generation = generation + 1;
                     sqlx::query(
                         "UPDATE infra SET target = 'absent', generation = $2, status = 'deleting', \
-                         blocked_reason = NULL, blocked_detail = NULL, progress = '{}', updated_ms = $3 \
+                         blocked_reason = NULL, blocked_detail = NULL, updated_ms = $3, \
+                         preflight_read_failures = 0, upgrades_read_failures_generation = NULL, \
+                         upgrades_read_failures = 0, updated_generation = 0, backup_schedule = NULL, \
+                         backup_schedule_sets = 0, volume_size_id = NULL, volume_size_gb = NULL \
                          WHERE client_id = $1",
                     )
                     .bind(&id)

@@ -61,9 +61,14 @@ pub(crate) const INFRA_COLUMNS_PREFIXED: &str = "i.client_id AS i_client_id, i.r
     i.key_fingerprint AS i_key_fingerprint, i.vm_id AS i_vm_id, i.volume_id AS i_volume_id, \
     i.vm_dispatch_generation AS i_vm_dispatch_generation, \
     i.volume_dispatch_generation AS i_volume_dispatch_generation, \
-    i.attach_dispatch_generation AS i_attach_dispatch_generation, i.progress AS i_progress, \
+    i.attach_dispatch_generation AS i_attach_dispatch_generation, \
     i.updated_ms AS i_updated_ms, i.image AS i_image, i.server AS i_server, i.outputs AS i_outputs, \
-    i.spec_generation AS i_spec_generation, i.spec_updated_ms AS i_spec_updated_ms, i.dns_name AS i_dns_name";
+    i.spec_generation AS i_spec_generation, i.spec_updated_ms AS i_spec_updated_ms, i.dns_name AS i_dns_name, \
+    i.preflight_read_failures AS i_preflight_read_failures, \
+    i.upgrades_read_failures_generation AS i_upgrades_read_failures_generation, \
+    i.upgrades_read_failures AS i_upgrades_read_failures, i.updated_generation AS i_updated_generation, \
+    i.backup_schedule AS i_backup_schedule, i.backup_schedule_sets AS i_backup_schedule_sets, \
+    i.volume_size_id AS i_volume_size_id, i.volume_size_gb AS i_volume_size_gb";
 
 fn parse<T>(what: &str, s: &str, f: impl Fn(&str) -> Option<T>) -> Result<T> {
     f(s).ok_or_else(|| StoreError::Corrupt(format!("{what} {s:?}")))
@@ -149,10 +154,7 @@ pub(crate) fn infra_from_row(r: &impl RowExt, id_col: &str) -> Result<InfraRow> 
         vm_dispatch_generation: r.int("vm_dispatch_generation")?,
         volume_dispatch_generation: r.int("volume_dispatch_generation")?,
         attach_dispatch_generation: r.int("attach_dispatch_generation")?,
-        progress: {
-            let j = r.text("progress")?;
-            serde_json::from_str(&j).map_err(|e| StoreError::Corrupt(format!("progress {e}")))?
-        },
+        progress: Progress::read(r)?,
         updated_ms: r.int("updated_ms")?,
         outputs: {
             let j = r.text("outputs")?;
@@ -174,8 +176,9 @@ pub(crate) fn client_from_row(r: &impl RowExt) -> Result<ClientRow> {
 
 /// What a client's runs keep between them for its current target that is
 /// not a provider id: counts toward a limit and what a read confirmed. Kept
-/// in the infra row's `progress` (JSON; a field at its default is left
-/// out), written with the run's other writes, cleared by a `client delete`.
+/// in typed columns of the infra row (`preflight_read_failures` and the
+/// rest), written with the run's other writes, cleared by a `client
+/// delete`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Progress {
     /// Failed reads of the preflight's label search (toward the polling
@@ -220,6 +223,24 @@ fn is_zero(n: &i64) -> bool {
 }
 
 impl Progress {
+    /// The run's progress from its typed columns.
+    fn read(r: &impl RowExt) -> Result<Self> {
+        Ok(Self {
+            preflight_read_failures: r.int("preflight_read_failures")?,
+            upgrades_read_failures: match r.int_opt("upgrades_read_failures_generation")? {
+                Some(generation) => Some(GenerationCount { generation, count: r.int("upgrades_read_failures")? }),
+                None => None,
+            },
+            updated_generation: r.int("updated_generation")?,
+            backup_schedule: r.text_opt("backup_schedule")?,
+            backup_schedule_sets: r.int("backup_schedule_sets")?,
+            volume_size: match (r.text_opt("volume_size_id")?, r.int_opt("volume_size_gb")?) {
+                (Some(id), Some(gb)) => Some(VolumeSize { id, gb }),
+                _ => None,
+            },
+        })
+    }
+
     /// The upgrades' failed reads at `generation` (0 at another).
     pub fn upgrades_read_failures_at(&self, generation: i64) -> i64 {
         self.upgrades_read_failures.as_ref().filter(|f| f.generation == generation).map_or(0, |f| f.count)
@@ -494,22 +515,5 @@ mod tests {
         assert!(!abandoned.is_open() && known.is_open() && !not_sent.is_open() && sent.is_open());
         assert_eq!(known.effect().id(), Some("i-1"));
         assert!(!known.effect().is_uncertain() && r.effect().is_uncertain());
-    }
-
-    /// Rows written while `progress` was an untyped JSON bag read back
-    /// with every key the runs wrote; a typed write keeps the same keys.
-    #[test]
-    fn progress_reads_the_keys_runs_wrote_and_writes_them_back() {
-        let old = r#"{"preflight_read_failures":2,"upgrades_read_failures":{"generation":3,"count":1},
-            "updated_generation":3,"backup_schedule":"daily at 04:00 UTC","backup_schedule_sets":1,
-            "volume_size":{"id":"b-1","gb":40}}"#;
-        let p: Progress = serde_json::from_str(old).unwrap();
-        assert_eq!((p.preflight_read_failures, p.updated_generation, p.backup_schedule_sets), (2, 3, 1));
-        assert_eq!((p.upgrades_read_failures_at(3), p.upgrades_read_failures_at(4)), (1, 0));
-        assert_eq!(p.volume_size, Some(VolumeSize { id: "b-1".into(), gb: 40 }));
-        let again: serde_json::Value = serde_json::to_value(&p).unwrap();
-        assert_eq!(again, serde_json::from_str::<serde_json::Value>(old).unwrap());
-        assert_eq!(serde_json::to_string(&Progress::default()).unwrap(), "{}", "a cleared row reads as before");
-        assert_eq!(serde_json::from_str::<Progress>("{}").unwrap(), Progress::default());
     }
 }

@@ -41,8 +41,51 @@ oduflow_store::on_both_stores!(
     adapter_ownership_is_written_by_compare_and_set,
     fences_see_moved_records_and_lost_leases,
     database_errors_name_the_operation,
-    a_database_with_shared_dns_names_migrates_and_the_oldest_keeps_the_name
+    a_database_with_shared_dns_names_migrates_and_the_oldest_keeps_the_name,
+    a_runs_progress_kept_as_json_is_carried_into_its_columns
 );
+
+/// The columns migration 14 added, dropped again to rebuild an older schema.
+async fn drop_progress_columns(store: &Store) {
+    for c in [
+        "preflight_read_failures",
+        "upgrades_read_failures_generation",
+        "upgrades_read_failures",
+        "updated_generation",
+        "backup_schedule",
+        "backup_schedule_sets",
+        "volume_size_id",
+        "volume_size_gb",
+    ] {
+        execute_raw(store, &format!("ALTER TABLE infra DROP COLUMN {c}")).await.unwrap();
+    }
+}
+
+/// A database from before the run's progress had columns of its own kept it
+/// as JSON text: migrating carries every key the runs wrote into its column
+/// (a client without any reads as none), and the runs' writes go there.
+async fn a_runs_progress_kept_as_json_is_carried_into_its_columns(store: Store) {
+    client(&store, "acme").await;
+    client(&store, "beta").await;
+    drop_progress_columns(&store).await;
+    let old = r#"{"preflight_read_failures":2,"upgrades_read_failures":{"generation":3,"count":1},"updated_generation":3,"backup_schedule":"daily at 04:00 UTC","backup_schedule_sets":1,"volume_size":{"id":"b-1","gb":40}}"#;
+    let set =
+        format!("UPDATE infra SET progress = '{old}' WHERE client_id = (SELECT id FROM clients WHERE name = 'acme')");
+    execute_raw(&store, &set).await.unwrap();
+    oduflow_store::testing::schema_rewind(&store, 13).await.unwrap();
+    store.migrate().await.unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION);
+    let p = store.client_get("acme").await.unwrap().unwrap().infra.progress;
+    assert_eq!((p.preflight_read_failures, p.updated_generation, p.backup_schedule_sets), (2, 3, 1));
+    assert_eq!((p.upgrades_read_failures_at(3), p.upgrades_read_failures_at(4)), (1, 0));
+    assert_eq!(p.backup_schedule.as_deref(), Some("daily at 04:00 UTC"));
+    assert_eq!(p.volume_size, Some(VolumeSize { id: "b-1".into(), gb: 40 }));
+    assert_eq!(serde_json::to_value(&p).unwrap(), serde_json::from_str::<serde_json::Value>(old).unwrap());
+    assert_eq!(store.client_get("beta").await.unwrap().unwrap().infra.progress, Progress::default());
+    // A deletion clears it, as it cleared the JSON.
+    store.client_delete("acme", 2, 3).await.unwrap();
+    assert_eq!(store.client_get("acme").await.unwrap().unwrap().infra.progress, Progress::default());
+}
 
 fn spec() -> ClientSpec {
     ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap()
@@ -398,6 +441,7 @@ async fn a_database_with_shared_dns_names_migrates_and_the_oldest_keeps_the_name
     ] {
         execute_raw(&store, sql).await.unwrap();
     }
+    drop_progress_columns(&store).await;
     oduflow_store::testing::schema_rewind(&store, 10).await.unwrap();
     store.migrate().await.unwrap();
     assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION);

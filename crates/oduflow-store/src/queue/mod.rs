@@ -418,8 +418,11 @@ macro_rules! impl_conn {
                 sqlx::query(
                     "UPDATE infra SET status = $2, blocked_reason = $3, blocked_detail = $4, \
                      key_fingerprint = $5, vm_id = $6, volume_id = $7, vm_dispatch_generation = $8, \
-                     volume_dispatch_generation = $9, attach_dispatch_generation = $10, progress = $11, \
-                     updated_ms = $12, outputs = $14 WHERE client_id = $1 AND generation = $13",
+                     volume_dispatch_generation = $9, attach_dispatch_generation = $10, \
+                     preflight_read_failures = $11, updated_ms = $12, outputs = $14, \
+                     upgrades_read_failures_generation = $15, upgrades_read_failures = $16, \
+                     updated_generation = $17, backup_schedule = $18, backup_schedule_sets = $19, \
+                     volume_size_id = $20, volume_size_gb = $21 WHERE client_id = $1 AND generation = $13",
                 )
                 .bind(i.client_id.as_str())
                 .bind(i.status.as_str())
@@ -431,10 +434,17 @@ macro_rules! impl_conn {
                 .bind(i.vm_dispatch_generation)
                 .bind(i.volume_dispatch_generation)
                 .bind(i.attach_dispatch_generation)
-                .bind(serde_json::to_string(&i.progress).expect("progress always serializes"))
+                .bind(i.progress.preflight_read_failures)
                 .bind(now_ms)
                 .bind(i.generation)
                 .bind(serde_json::to_string(&i.outputs).map_err(|e| StoreError::Corrupt(e.to_string()))?)
+                .bind(i.progress.upgrades_read_failures.as_ref().map(|f| f.generation))
+                .bind(i.progress.upgrades_read_failures.as_ref().map_or(0, |f| f.count))
+                .bind(i.progress.updated_generation)
+                .bind(i.progress.backup_schedule.as_deref())
+                .bind(i.progress.backup_schedule_sets)
+                .bind(i.progress.volume_size.as_ref().map(|v| v.id.as_str()))
+                .bind(i.progress.volume_size.as_ref().map(|v| v.gb))
                 .execute(&mut *self)
                 .await?;
                 Ok(())
