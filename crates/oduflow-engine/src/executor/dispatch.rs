@@ -30,6 +30,43 @@ fn instance_request(spec: &ClientSpec, label: &Label) -> InstanceRequest {
     }
 }
 
+/// The volume create for `spec` under `label`.
+fn block_request(spec: &ClientSpec, label: &Label) -> BlockRequest {
+    BlockRequest {
+        region: spec.region.clone(),
+        size_gb: spec.volume_gb,
+        block_type: spec.volume_type,
+        label: label.clone(),
+    }
+}
+
+/// Sends the create or the attach of `kind` through `p`, whose mark records
+/// its receipt sent right before the request leaves.
+async fn send<P: Provider>(
+    p: &P,
+    kind: ResourceKind,
+    spec: &ClientSpec,
+    label: &Label,
+    vm: Option<&ReceiptRow>,
+    volume: Option<&ReceiptRow>,
+) -> Result<Outcome<String>, EngineError> {
+    Ok(match kind {
+        ResourceKind::Vm => map_outcome(p.instance_create(&instance_request(spec, label)).await, |id| id.0),
+        ResourceKind::Volume => map_outcome(p.block_create(&block_request(spec, label)).await, |id| id.0),
+        ResourceKind::Attach => {
+            let vm_id = vm
+                .and_then(|r| r.resource_id.clone())
+                .ok_or_else(|| EngineError::Invariant("attach without VM id".into()))?;
+            let vol_id = volume
+                .and_then(|r| r.resource_id.clone())
+                .ok_or_else(|| EngineError::Invariant("attach without volume id".into()))?;
+            let o = p.block_attach(&VultrBlockId(vol_id), &VultrInstanceId(vm_id.clone())).await;
+            fail_step!("attach-sent");
+            map_outcome(o, |()| vm_id)
+        }
+    })
+}
+
 fn map_outcome<T>(o: Outcome<T>, f: impl FnOnce(T) -> String) -> Outcome<String> {
     match o {
         Outcome::Accepted(t) => Outcome::Accepted(f(t)),
@@ -195,32 +232,7 @@ impl<P: Provider> Run<'_, P> {
         // claim sends nothing). A create stopped before the mark never left.
         let mark = Arc::new(SentMark::new(w, MarkOf::Dispatch(op.clone()), client.clone(), forget));
         let p = w.provider.marked(mark.clone());
-        let outcome: Outcome<String> = async {
-            Ok::<_, EngineError>(match kind {
-                ResourceKind::Vm => map_outcome(p.instance_create(&instance_request(&spec, &label)).await, |id| id.0),
-                ResourceKind::Volume => {
-                    let req = BlockRequest {
-                        region: spec.region.clone(),
-                        size_gb: spec.volume_gb,
-                        block_type: spec.volume_type,
-                        label: label.clone(),
-                    };
-                    map_outcome(p.block_create(&req).await, |id| id.0)
-                }
-                ResourceKind::Attach => {
-                    let vm_id = vm
-                        .and_then(|r| r.resource_id.clone())
-                        .ok_or_else(|| EngineError::Invariant("attach without VM id".into()))?;
-                    let vol_id = volume
-                        .and_then(|r| r.resource_id.clone())
-                        .ok_or_else(|| EngineError::Invariant("attach without volume id".into()))?;
-                    let o = p.block_attach(&VultrBlockId(vol_id), &VultrInstanceId(vm_id.clone())).await;
-                    fail_step!("attach-sent");
-                    map_outcome(o, |()| vm_id)
-                }
-            })
-        }
-        .await?;
+        let outcome = send(&p, kind, &spec, &label, vm, volume).await?;
         fail_step!("request-sent");
         fail_step!("response-received");
         if forget {
@@ -279,13 +291,7 @@ impl<P: Provider> Run<'_, P> {
                 let _ = self.w.provider.instance_create(&instance_request(spec, &r.label)).await;
             }
             _ => {
-                let req = BlockRequest {
-                    region: spec.region.clone(),
-                    size_gb: spec.volume_gb,
-                    block_type: spec.volume_type,
-                    label: r.label.clone(),
-                };
-                let _ = self.w.provider.block_create(&req).await;
+                let _ = self.w.provider.block_create(&block_request(spec, &r.label)).await;
             }
         }
     }

@@ -36,30 +36,7 @@ pub async fn credentials_rotate<P: Provider>(
             if r.resource_kind == ResourceKind::Attach || !crate::current::is_open(&r) {
                 continue;
             }
-            let label = r.label.as_str();
-            let fail = |why: String| Unproven {
-                client: c.name.clone(),
-                kind: r.resource_kind,
-                resource: r.resource_id.clone().unwrap_or_else(|| format!("label {label}")),
-                why,
-            };
-            // An id an operator adopted is accepted by runs without its label
-            // (`oduflow adopt` verified it): proven the same way, by the new
-            // key seeing it.
-            let by_operator = r.resource_id_source == Some(IdSource::AdoptedByOperator);
-            match r.resource_id.as_ref().map(|id| ResourceId::new(r.resource_kind, id.clone())) {
-                Some(id) => match provider.resource_get(&id).await? {
-                    Some(x) if x.label() == label || by_operator => {}
-                    Some(x) => unproven.push(fail(format!("label is {:?}, receipt says {label:?}", x.label()))),
-                    None => unproven.push(fail("not visible with the new key".into())),
-                },
-                None => unproven.push(fail(
-                    "the dispatch's outcome is unknown, so ownership cannot be proven; resolve it first, with the \
-                     old key still in VULTR_API_KEY (`oduflow reconcile`, `oduflow adopt`), or give it up \
-                     (`oduflow abandon`, which needs no key)"
-                        .into(),
-                )),
-            }
+            unproven.extend(unproven_with(provider, &c, &r).await?);
         }
         rebind.push(oduflow_store::Rebind { client: c.id.clone(), old, proven: snapshot(&receipts_before) });
         names.push(c.name.clone());
@@ -86,6 +63,35 @@ pub async fn credentials_rotate<P: Provider>(
         return Ok(Err(unproven));
     }
     Ok(Ok(names))
+}
+
+/// Why the new key does not prove that `c` owns what receipt `r` may own
+/// (the resource by id, with the receipt's label); `None` once proven.
+async fn unproven_with<P: Provider>(provider: &P, c: &ClientRow, r: &ReceiptRow) -> Result<Option<Unproven>> {
+    let label = r.label.as_str();
+    let fail = |why: String| Unproven {
+        client: c.name.clone(),
+        kind: r.resource_kind,
+        resource: r.resource_id.clone().unwrap_or_else(|| format!("label {label}")),
+        why,
+    };
+    // An id an operator adopted is accepted by runs without its label
+    // (`oduflow adopt` verified it): proven the same way, by the new
+    // key seeing it.
+    let by_operator = r.resource_id_source == Some(IdSource::AdoptedByOperator);
+    Ok(match r.resource_id.as_ref().map(|id| ResourceId::new(r.resource_kind, id.clone())) {
+        Some(id) => match provider.resource_get(&id).await? {
+            Some(x) if x.label() == label || by_operator => None,
+            Some(x) => Some(fail(format!("label is {:?}, receipt says {label:?}", x.label()))),
+            None => Some(fail("not visible with the new key".into())),
+        },
+        None => Some(fail(
+            "the dispatch's outcome is unknown, so ownership cannot be proven; resolve it first, with the \
+             old key still in VULTR_API_KEY (`oduflow reconcile`, `oduflow adopt`), or give it up \
+             (`oduflow abandon`, which needs no key)"
+                .into(),
+        )),
+    })
 }
 
 /// What a record's receipts said when their ownership was proven.
