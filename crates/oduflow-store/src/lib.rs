@@ -745,7 +745,7 @@ impl Store {
                          blocked_reason = NULL, blocked_detail = NULL, updated_ms = $3, \
                          preflight_read_failures = 0, upgrades_read_failures_generation = NULL, \
                          upgrades_read_failures = 0, updated_generation = 0, backup_schedule = NULL, \
-                         backup_schedule_sets = 0, volume_size_id = NULL, volume_size_gb = NULL \
+                         backup_schedule_sets = 0, volume_size_id = NULL, volume_size_gb = NULL, progress = '{}' \
                          WHERE client_id = $1",
                     )
                     .bind(&id)

@@ -178,7 +178,8 @@ pub(crate) fn client_from_row(r: &impl RowExt) -> Result<ClientRow> {
 /// not a provider id: counts toward a limit and what a read confirmed. Kept
 /// in typed columns of the infra row (`preflight_read_failures` and the
 /// rest), written with the run's other writes, cleared by a `client
-/// delete`.
+/// delete`; also as JSON in `progress`, for an older binary running on
+/// this schema during an upgrade (migration 14).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Progress {
     /// Failed reads of the preflight's label search (toward the polling

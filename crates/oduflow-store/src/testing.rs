@@ -426,6 +426,13 @@ pub async fn table_count(store: &Store, table: &str) -> i64 {
     n.unwrap_or_else(|e| panic!("count of {table}: {e}"))
 }
 
+/// The count a `SELECT count(*) ...` of a test's own reads.
+pub async fn count_raw(store: &Store, sql: &str) -> i64 {
+    let q = sqlx::AssertSqlSafe(sql.to_owned());
+    let n: Result<i64, sqlx::Error> = crate::both!(store, p => sqlx::query_scalar(q).fetch_one(p).await);
+    n.unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
 /// Runs one statement as it is, and says whether the database accepted it:
 /// for tests that prove the schema refuses what it must (a receipt's
 /// `TRUNCATE`, `INSERT OR REPLACE`).

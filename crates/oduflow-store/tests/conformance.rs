@@ -45,8 +45,15 @@ oduflow_store::on_both_stores!(
     a_runs_progress_kept_as_json_is_carried_into_its_columns
 );
 
-/// The columns migration 14 added, dropped again to rebuild an older schema.
+/// The columns and trigger migration 14 added, dropped again to rebuild an
+/// older schema.
 async fn drop_progress_columns(store: &Store) {
+    if store.backend() == Backend::Postgres {
+        execute_raw(store, "DROP TRIGGER infra_progress_columns ON infra").await.unwrap();
+        execute_raw(store, "DROP FUNCTION infra_progress_columns()").await.unwrap();
+    } else {
+        execute_raw(store, "DROP TRIGGER infra_progress_columns").await.unwrap();
+    }
     for c in [
         "preflight_read_failures",
         "upgrades_read_failures_generation",
@@ -63,7 +70,9 @@ async fn drop_progress_columns(store: &Store) {
 
 /// A database from before the run's progress had columns of its own kept it
 /// as JSON text: migrating carries every key the runs wrote into its column
-/// (a client without any reads as none), and the runs' writes go there.
+/// (a client without any reads as none). An older binary, still running on
+/// the new schema during an upgrade, writes only the JSON: its writes reach
+/// the columns, and this build's writes reach the JSON it reads.
 async fn a_runs_progress_kept_as_json_is_carried_into_its_columns(store: Store) {
     client(&store, "acme").await;
     client(&store, "beta").await;
@@ -82,9 +91,20 @@ async fn a_runs_progress_kept_as_json_is_carried_into_its_columns(store: Store) 
     assert_eq!(p.volume_size, Some(VolumeSize { id: "b-1".into(), gb: 40 }));
     assert_eq!(serde_json::to_value(&p).unwrap(), serde_json::from_str::<serde_json::Value>(old).unwrap());
     assert_eq!(store.client_get("beta").await.unwrap().unwrap().infra.progress, Progress::default());
-    // A deletion clears it, as it cleared the JSON.
+    // An older binary's run counts a failed preflight read for beta.
+    let older = "UPDATE infra SET progress = '{\"preflight_read_failures\":1}' \
+                 WHERE client_id = (SELECT id FROM clients WHERE name = 'beta')";
+    execute_raw(&store, older).await.unwrap();
+    assert_eq!(store.client_get("beta").await.unwrap().unwrap().infra.progress.preflight_read_failures, 1);
+    // This build's deletion clears both; an older binary's (the JSON only)
+    // clears the columns too.
     store.client_delete("acme", 2, 3).await.unwrap();
     assert_eq!(store.client_get("acme").await.unwrap().unwrap().infra.progress, Progress::default());
+    let json = "SELECT count(*) FROM infra WHERE progress = '{}' AND client_id = \
+                (SELECT id FROM clients WHERE name = 'acme')";
+    assert_eq!(oduflow_store::testing::count_raw(&store, json).await, 1, "the older binary reads it cleared");
+    execute_raw(&store, "UPDATE infra SET progress = '{}'").await.unwrap();
+    assert_eq!(store.client_get("beta").await.unwrap().unwrap().infra.progress, Progress::default());
 }
 
 fn spec() -> ClientSpec {

@@ -419,7 +419,7 @@ macro_rules! impl_conn {
                     "UPDATE infra SET status = $2, blocked_reason = $3, blocked_detail = $4, \
                      key_fingerprint = $5, vm_id = $6, volume_id = $7, vm_dispatch_generation = $8, \
                      volume_dispatch_generation = $9, attach_dispatch_generation = $10, \
-                     preflight_read_failures = $11, updated_ms = $12, outputs = $14, \
+                     preflight_read_failures = $11, updated_ms = $12, outputs = $14, progress = $22, \
                      upgrades_read_failures_generation = $15, upgrades_read_failures = $16, \
                      updated_generation = $17, backup_schedule = $18, backup_schedule_sets = $19, \
                      volume_size_id = $20, volume_size_gb = $21 WHERE client_id = $1 AND generation = $13",
@@ -445,6 +445,8 @@ macro_rules! impl_conn {
                 .bind(i.progress.backup_schedule_sets)
                 .bind(i.progress.volume_size.as_ref().map(|v| v.id.as_str()))
                 .bind(i.progress.volume_size.as_ref().map(|v| v.gb))
+                // For an older binary on this schema (migration 14).
+                .bind(serde_json::to_string(&i.progress).expect("progress always serializes"))
                 .execute(&mut *self)
                 .await?;
                 Ok(())
