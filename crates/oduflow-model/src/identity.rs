@@ -204,6 +204,21 @@ pub enum Settle<'a> {
     Abandon { by: &'a str, reason: &'a str },
 }
 
+/// Why an operator's settlement was not made (nothing was recorded).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SettleError {
+    /// The request does not fit what the adapter owns or finds: bad input.
+    Refused(String),
+    /// The provider could not be read: the request may be right.
+    Provider(crate::provider::ProviderError),
+}
+
+impl From<String> for SettleError {
+    fn from(why: String) -> Self {
+        SettleError::Refused(why)
+    }
+}
+
 /// What an operator's settlement changes: the adapter's new ownership record
 /// (the caller records it by compare-and-set), and the event that says so.
 #[derive(Clone, Debug)]
@@ -242,8 +257,8 @@ pub trait IdentityAdapter: Send + Sync + 'static {
         _t: &'a IdentityTarget,
         _owned: &'a serde_json::Value,
         _how: Settle<'a>,
-    ) -> BoxFuture<'a, Result<Settled, String>> {
-        Box::pin(async { Err(format!("the {} adapter has nothing an operator settles", self.name())) })
+    ) -> BoxFuture<'a, Result<Settled, SettleError>> {
+        Box::pin(async { Err(format!("the {} adapter has nothing an operator settles", self.name()).into()) })
     }
 }
 

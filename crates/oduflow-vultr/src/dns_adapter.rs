@@ -886,7 +886,7 @@ impl IdentityAdapter for DnsAdapter {
         t: &'a IdentityTarget,
         owned: &'a serde_json::Value,
         how: Settle<'a>,
-    ) -> BoxFuture<'a, Result<Settled, String>> {
+    ) -> BoxFuture<'a, Result<Settled, SettleError>> {
         Box::pin(async move {
             let mut o = Owned::from_value(owned)?;
             let (event, detail) = match how {
@@ -903,7 +903,8 @@ impl IdentityAdapter for DnsAdapter {
                         return Err(format!(
                             "no DNS record create of {} has an unknown outcome: nothing to abandon",
                             t.client
-                        ));
+                        )
+                        .into());
                     }
                     let records: Vec<String> =
                         lost.iter().map(|r| format!("{} {} -> {}", r.rtype, r.name, r.data)).collect();
@@ -949,21 +950,26 @@ impl DnsAdapter {
     /// The record `id` an operator asks to adopt for the client: one that
     /// exists in the zone, at the client's DNS name, of a type oduflow
     /// keeps there (A or AAAA).
-    async fn adoptable(&self, t: &IdentityTarget, id: &str) -> Result<DnsRecord, String> {
+    async fn adoptable(&self, t: &IdentityTarget, id: &str) -> Result<DnsRecord, SettleError> {
         let domain = &self.domain;
-        let rec = self.record(id).await?.ok_or_else(|| format!("record {id} does not exist in {domain}"))?;
+        let read = self.client.dns_record_get(domain, &DnsRecordId(id.to_owned())).await;
+        let rec = read
+            .map_err(|e| SettleError::Provider(e.into()))?
+            .ok_or_else(|| format!("record {id} does not exist in {domain}"))?;
         if rec.name != t.dns_name {
             return Err(format!(
                 "record {id} is {} {}.{domain}, not at the client's DNS name {}.{domain}",
                 rec.record_type, rec.name, t.dns_name
-            ));
+            )
+            .into());
         }
         if !matches!(rec.record_type.as_str(), "A" | "AAAA") {
             return Err(format!(
                 "record {id} is a {} record: only A and AAAA records can be adopted (remove it in the Vultr \
                  console, or give the client another --dns-name)",
                 rec.record_type
-            ));
+            )
+            .into());
         }
         Ok(rec)
     }

@@ -5,7 +5,7 @@
 //! compare-and-set, with the operator's event, and queues the client again.
 
 use super::{Actor, OperatorError, Result, client, refuse_if_restored, refused};
-use oduflow_model::identity::{IdentityAdapter, IdentityTarget, Settle};
+use oduflow_model::identity::{IdentityAdapter, IdentityTarget, Settle, SettleError};
 use oduflow_model::*;
 use oduflow_store::{ClientRow, ReceiptLedger, Store};
 
@@ -39,14 +39,18 @@ pub async fn identity_settle(
         && let Some(other) = store.adapter_owners_of(adapter.name(), id).await?.into_iter().find(|o| *o != c.id)
     {
         return Err(invalid(format!(
-            "{} {id} is owned by another client ({other}), and what an identity owns is one client's",
+            "{} {id} is owned by another client ({other}), and what an identity owns is one client's: give {name} \
+             another --dns-name",
             adapter.name()
         )));
     }
     let states = store.adapter_states(&c.id).await?;
     let st = states.iter().find(|s| s.adapter == adapter.name());
     let (owned, version) = st.map_or((serde_json::Value::Null, 0), |s| (s.owned.clone(), s.owned_version));
-    let settled = adapter.settle(&target(&c), &owned, how).await.map_err(invalid)?;
+    let settled = adapter.settle(&target(&c), &owned, how).await.map_err(|e| match e {
+        SettleError::Refused(why) => invalid(why),
+        SettleError::Provider(e) => OperatorError::Provider(e),
+    })?;
     let ledger = ReceiptLedger::new(store.clone());
     let now = actor.now_ms;
     if ledger.adapter_owned_put(&c.id, adapter.name(), &settled.owned, version, now).await?.is_none() {
