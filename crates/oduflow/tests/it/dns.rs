@@ -242,6 +242,19 @@ async fn adopting_the_operators_record_makes_it_the_clients(env: Env) {
         let o = env.cmd(&["adopt", "www", "--kind", "dns", "--id", id]).output().unwrap();
         assert_eq!(o.status.code(), Some(2), "{id}: {}", String::from_utf8_lossy(&o.stderr));
     }
+    // A record Vultr cannot be asked about is no bad input: exit 1 (a
+    // provider error, worth trying again), not 2, and nothing recorded.
+    let fail_gets = |n| oduflow_sim::Faults {
+        error_5xx: 1.0,
+        ops: vec![oduflow_sim::Op::DnsRecordGet],
+        faults_max: Some(n),
+        ..Default::default()
+    };
+    env.sim.set_faults(fail_gets(1000)).unwrap();
+    let o = env.cmd(&["adopt", "www", "--kind", "dns", "--id", theirs.id.as_str()]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("500"), "{}", String::from_utf8_lossy(&o.stderr));
+    env.sim.set_faults(fail_gets(0)).unwrap();
     let v = show(&env, "www");
     assert_eq!(v["blocked_reason"], "dns_record_foreign");
     // The suggestion names the record: run as it is.
