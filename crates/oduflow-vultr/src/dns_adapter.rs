@@ -307,11 +307,6 @@ impl DnsAdapter {
         Ok(z)
     }
 
-    /// The record by id in the configured zone; `Ok(None)` on 404.
-    pub async fn record(&self, id: &str) -> Result<Option<DnsRecord>, String> {
-        self.record_in(&self.client, &self.domain, id).await
-    }
-
     async fn record_in(&self, client: &VultrClient, zone: &str, id: &str) -> Result<Option<DnsRecord>, String> {
         client
             .dns_record_get(zone, &DnsRecordId(id.to_owned()))
