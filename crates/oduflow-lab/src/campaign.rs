@@ -37,8 +37,9 @@ const POLL_MS: i64 = 15;
 /// campaign treats it as one more crash, not as a failure).
 const WORKER_TIMEOUT: Duration = Duration::from_secs(20);
 /// The liveness bound: with faults off, every client settles within this.
-/// It covers the minute of 404s that takes a DNS record deleted behind
-/// oduflow's back (after a restore: one deleted after the backup) as gone.
+/// It covers the minute of 404s that takes a client's DNS records deleted
+/// behind oduflow's back (after a restore: those deleted after the backup)
+/// as gone: counted together, all of them in that one minute.
 const LIVENESS_BOUND: Duration =
     Duration::from_millis(45_000 + oduflow_vultr::dns_adapter::RECORD_MISSING_MS.unsigned_abs());
 /// How many times a worker killed at its timeout before it refused to run

@@ -782,6 +782,11 @@ impl IdentityAdapter for DnsAdapter {
         Box::pin(async move {
             let mut o = Owned::from_value(&own.get())?;
             let mut seen = Vec::new();
+            // Every owned record is read before a 404 is answered: records
+            // deleted together (in the console, or after the backup a
+            // restore brought back) are taken as gone in one minute, not
+            // one after another.
+            let mut missing: Option<AdapterError> = None;
             let mut i = 0;
             while i < o.records.len() {
                 let Some(id) = o.records[i].id.clone() else {
@@ -808,15 +813,26 @@ impl IdentityAdapter for DnsAdapter {
                     // ensure): still this client's until then.
                     None if t.removing || gone => seen.push(None),
                     None => {
-                        self.missing(&mut o, own, i, "GET").await?;
-                        return Err(AdapterError::Pending(format!(
-                            "record {id} is taken as gone after {RECORD_MISSING_MAX} GETs or PATCHes answered 404 \
-                             over {} s or more; the next ensure makes a new one and deletes this id",
-                            RECORD_MISSING_MS / 1000
-                        )));
+                        let answer = match self.missing(&mut o, own, i, "GET").await {
+                            Ok(()) => AdapterError::Pending(format!(
+                                "record {id} is taken as gone after {RECORD_MISSING_MAX} GETs or PATCHes answered \
+                                 404 over {} s or more; the next ensure makes a new one and deletes this id",
+                                RECORD_MISSING_MS / 1000
+                            )),
+                            Err(e @ AdapterError::Waiting { .. }) => e,
+                            Err(e) => return Err(e),
+                        };
+                        // A record still being counted is asked for again
+                        // before one taken as gone is made again.
+                        if !matches!(missing, Some(AdapterError::Waiting { .. })) {
+                            missing = Some(answer);
+                        }
                     }
                 }
                 i += 1;
+            }
+            if let Some(e) = missing {
+                return Err(e);
             }
             if t.removing {
                 return Ok(match seen.len() {

@@ -292,3 +292,66 @@ async fn a_run_whose_claim_is_lost_sends_no_dns_create_or_delete() {
     let _ = a.remove(&gone, &lost).await;
     assert_eq!(at(&sim, "x").await.len(), 2, "a record was deleted by a run whose claim was lost");
 }
+
+/// A client all of whose records were deleted behind oduflow's back (in the
+/// console, or after a backup its database was restored from): their 404s
+/// are counted together, so the three records are taken as gone in the
+/// minute one takes, not one minute after another. Before, a check stopped
+/// at the first record that answered 404, and the next record's minute
+/// began only once the first was settled: three minutes for a client with
+/// an AAAA record, past the bound a client settles within.
+#[tokio::test]
+async fn records_deleted_together_are_taken_as_gone_together() {
+    use oduflow_vultr::dns_adapter::{RECORD_MISSING_MS, RECORD_MISSING_SPACING_MS};
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let sim = sim().await;
+    let start =
+        i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap();
+    let clock = std::sync::Arc::new(AtomicI64::new(start));
+    let now = clock.clone();
+    let a = adapter(&sim).with_clock(std::sync::Arc::new(move || now.load(Ordering::SeqCst)));
+    let own = MemoryOwnership::default();
+    let mut t = target("acme", "acme", "192.0.2.50");
+    t.outputs.v6_main_ip = "2001:db8::50".into();
+    a.ensure(&t, &own).await.unwrap();
+    let made = at(&sim, "acme").await;
+    assert_eq!(made.len(), 3, "a marker, an A and an AAAA record: {made:?}");
+    let c = client(&sim.base_url);
+    for r in &made {
+        assert_eq!(c.dns_record_delete(ZONE, &r.id).await.unwrap(), DeleteOutcome::Sent);
+    }
+    // Well past the lag a fresh record may 404 for.
+    clock.fetch_add(2 * RECORD_MISSING_MS, Ordering::SeqCst);
+    let begun = clock.load(Ordering::SeqCst);
+
+    // As the engine runs it: a check, then (once absent) an ensure, each
+    // asked again when its answer says.
+    let mut steps = 0;
+    loop {
+        steps += 1;
+        assert!(steps < 40, "not settled after {steps} steps");
+        let answer = match a.check(&t, &own).await {
+            Ok(Presence::Present(_)) => break,
+            Ok(Presence::Absent) | Err(AdapterError::Pending(_)) => a.ensure(&t, &own).await.map(drop),
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(()) => {}
+            Err(AdapterError::Waiting { until_ms, .. }) => {
+                let now = clock.load(Ordering::SeqCst);
+                clock.store(until_ms.max(now), Ordering::SeqCst);
+            }
+            Err(AdapterError::Pending(_)) => {}
+            Err(e) => panic!("after its records were deleted in the console: {e}"),
+        }
+    }
+    let took = clock.load(Ordering::SeqCst) - begun;
+    assert!(
+        took <= RECORD_MISSING_MS + RECORD_MISSING_SPACING_MS,
+        "three records deleted at once took {} s to be taken as gone and made again, one minute after another",
+        took / 1000
+    );
+    let again = at(&sim, "acme").await;
+    assert_eq!(again.len(), 3, "made again: {again:?}");
+    assert!(again.iter().all(|r| made.iter().all(|m| m.id != r.id)), "new ids: {again:?}");
+}
