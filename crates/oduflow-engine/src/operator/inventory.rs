@@ -71,8 +71,35 @@ pub async fn inventory_settled<P: Provider>(
         .map(|i| (ResourceKind::Vm, i.id.0.clone(), i.label.clone()))
         .chain(blocks.iter().map(|b| (ResourceKind::Volume, b.id.0.clone(), b.label.clone())))
         .collect();
+    let seen_ids = sort_listed(&mut inv, &listed, &by_label, &clients);
+    let found = found_orphans(&inv, &by_label);
+    record_orphans(store, &found, &clients, now_ms).await?;
+    inv.missing = missing(&receipts, &clients, &seen_ids);
+    if after_restore {
+        trust_nothing_restored(store, &receipts, clients.values(), now_ms).await?;
+    }
+    store
+        .restore_clear(
+            serde_json::json!({
+                "orphans": inv.orphans.len(), "missing": inv.missing.len(), "unrecorded": inv.unrecorded.len(),
+                "instances_listed": inv.instances_listed, "blocks_listed": inv.blocks_listed,
+            }),
+            now_ms,
+        )
+        .await?;
+    Ok(inv)
+}
+
+/// Sorts each listed resource carrying oduflow's label into the pass's
+/// orphans and unrecorded resources; the ids listed.
+fn sort_listed(
+    inv: &mut Inventory,
+    listed: &[(ResourceKind, String, String)],
+    by_label: &HashMap<&str, &ReceiptRow>,
+    clients: &HashMap<ClientId, ClientRow>,
+) -> HashSet<String> {
     let mut seen_ids = HashSet::new();
-    for (kind, id, label) in &listed {
+    for (kind, id, label) in listed {
         seen_ids.insert(id.clone());
         if !label.starts_with(LABEL_PREFIX) {
             continue;
@@ -118,8 +145,13 @@ pub async fn inventory_settled<P: Provider>(
         let live = o.client.as_deref().and_then(|n| clients.values().find(|c| c.name == n));
         o.resolve = Some(orphan_resolutions(&o.id, live).join(", or "));
     }
-    let found: Vec<oduflow_store::FoundOrphan> = inv
-        .orphans
+    seen_ids
+}
+
+/// The orphans as the store records them, each with the client its label
+/// or its receipt names.
+fn found_orphans(inv: &Inventory, by_label: &HashMap<&str, &ReceiptRow>) -> Vec<oduflow_store::FoundOrphan> {
+    inv.orphans
         .iter()
         .map(|o| oduflow_store::FoundOrphan {
             resource_id: o.id.clone(),
@@ -131,22 +163,7 @@ pub async fn inventory_settled<P: Provider>(
                 .or_else(|| by_label.get(o.label.as_str()).map(|r| r.client_ref.clone())),
             note: o.note.clone(),
         })
-        .collect();
-    record_orphans(store, &found, &clients, now_ms).await?;
-    inv.missing = missing(&receipts, &clients, &seen_ids);
-    if after_restore {
-        trust_nothing_restored(store, &receipts, clients.values(), now_ms).await?;
-    }
-    store
-        .restore_clear(
-            serde_json::json!({
-                "orphans": inv.orphans.len(), "missing": inv.missing.len(), "unrecorded": inv.unrecorded.len(),
-                "instances_listed": inv.instances_listed, "blocks_listed": inv.blocks_listed,
-            }),
-            now_ms,
-        )
-        .await?;
-    Ok(inv)
+        .collect()
 }
 
 /// Records what the pass found. A client reported deleted while a live

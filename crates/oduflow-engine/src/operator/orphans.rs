@@ -87,15 +87,7 @@ pub async fn orphan_delete<P: Provider>(
     refuse_if_restored(store).await?;
     let o = open_orphan(store, id).await?;
     refuse_if_accounted(store, id, &o.label).await?;
-    let label = match provider.resource_get(&ResourceId::new(o.kind, id)).await? {
-        Some(Existing::Block(b)) if b.attached_to_instance.is_some() => {
-            return refused(format!(
-                "volume {id} is attached to instance {}: delete or detach that first",
-                b.attached_to_instance.map(|i| i.0).unwrap_or_default()
-            ));
-        }
-        x => x.map(|x| x.label().to_owned()),
-    };
+    let label = label_now(provider, o.kind, id).await?;
     let client = o.client_ref.as_deref().map(ClientId::from);
     let Some(label) = label else {
         store.orphan_resolve(id, "gone: the provider answered 404", now_ms).await?;
@@ -112,25 +104,7 @@ pub async fn orphan_delete<P: Provider>(
     // deleted) follows the deletion protocol with it: seen, DELETE sent,
     // then 404.
     let writer = ReceiptWriter::new(store.clone());
-    let recorded: Vec<ReceiptRow> = store
-        .receipts_all()
-        .await?
-        .into_iter()
-        .filter(|r| crate::current::is_open(r) && r.resource_id.as_deref() == Some(id))
-        .collect();
-    // Read again right before the DELETE: an adoption that landed since the
-    // checks above (another operator) makes it a live client's again.
-    let clients_now: HashMap<ClientId, ClientRow> =
-        store.client_list().await?.into_iter().map(|c| (c.id.clone(), c)).collect();
-    if let Some(r) = recorded
-        .iter()
-        .find(|r| clients_now.get(&r.client_ref).is_some_and(|c| c.infra.status != ClientStatus::Deleted))
-    {
-        return refused(format!(
-            "{id} was just recorded on receipt {} of a live client: it is not an orphan now",
-            r.operation_key
-        ));
-    }
+    let recorded = recorded_by_the_deleted(store, id).await?;
     for r in recorded.iter().filter(|r| r.seen_ms.is_none()) {
         writer.mark_seen(&r.operation_key, now_ms).await?;
     }
@@ -167,6 +141,45 @@ pub async fn orphan_delete<P: Provider>(
         note: "DELETE accepted, but the provider still shows it; `oduflow reconcile --all` confirms once it is gone"
             .into(),
     })
+}
+
+/// The label orphan `id` carries now (`None`: gone); refused for a volume
+/// still attached to an instance.
+async fn label_now<P: Provider>(provider: &P, kind: ResourceKind, id: &str) -> Result<Option<String>> {
+    Ok(match provider.resource_get(&ResourceId::new(kind, id)).await? {
+        Some(Existing::Block(b)) if b.attached_to_instance.is_some() => {
+            return refused(format!(
+                "volume {id} is attached to instance {}: delete or detach that first",
+                b.attached_to_instance.map(|i| i.0).unwrap_or_default()
+            ));
+        }
+        x => x.map(|x| x.label().to_owned()),
+    })
+}
+
+/// The open receipts that record `id`, all of deleted clients: refused
+/// when a live client's records it (not an orphan now).
+async fn recorded_by_the_deleted(store: &Store, id: &str) -> Result<Vec<ReceiptRow>> {
+    let recorded: Vec<ReceiptRow> = store
+        .receipts_all()
+        .await?
+        .into_iter()
+        .filter(|r| crate::current::is_open(r) && r.resource_id.as_deref() == Some(id))
+        .collect();
+    // Read again right before the DELETE: an adoption that landed since the
+    // checks above (another operator) makes it a live client's again.
+    let clients_now: HashMap<ClientId, ClientRow> =
+        store.client_list().await?.into_iter().map(|c| (c.id.clone(), c)).collect();
+    if let Some(r) = recorded
+        .iter()
+        .find(|r| clients_now.get(&r.client_ref).is_some_and(|c| c.infra.status != ClientStatus::Deleted))
+    {
+        return refused(format!(
+            "{id} was just recorded on receipt {} of a live client: it is not an orphan now",
+            r.operation_key
+        ));
+    }
+    Ok(recorded)
 }
 
 /// An orphan a live client's open receipt records, or whose label such a

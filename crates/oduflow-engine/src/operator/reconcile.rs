@@ -59,6 +59,86 @@ pub async fn adopt<P: Provider>(
         return refused(format!("{id} is already recorded on receipt {}", other.operation_key));
     }
     let spec = &c.infra.spec;
+    let (label, mismatch) = read_for_adoption(provider, &c, kind, id).await?;
+    let writer = ReceiptWriter::new(store.clone());
+    let (receipt, dg) = current_receipt(store, &c, kind).await?;
+    refuse_if_another_dispatchs(&all, receipt.as_ref(), &label, id, name)?;
+    if let Some(why) = mismatch {
+        return refused(format!("{} {id} does not match {name}'s spec: {why}", kind.as_str()));
+    }
+    let effect = receipt.as_ref().map(ReceiptRow::effect);
+    let op = match receipt {
+        Some(_) if let Some(had) = effect.as_ref().and_then(Effect::id) => {
+            return refused(format!("{} of {name} already has id {had}", kind.as_str()));
+        }
+        Some(_) if matches!(effect, Some(Effect::Rejected { .. })) => {
+            return refused(format!(
+                "the current {} dispatch of {name} was rejected; run `oduflow reconcile {name} --new-dispatch` \
+                 to start a new one instead",
+                kind.as_str()
+            ));
+        }
+        Some(r) => r.operation_key,
+        None => {
+            let r = NewReceipt {
+                operation_key: OperationKey::new(&c.id, kind, dg),
+                client_ref: c.id.clone(),
+                resource_kind: kind,
+                dispatch_generation: dg,
+                label: Label(label.clone()),
+                region: spec.region.clone(),
+                spec_digest: "adopted".into(),
+                key_fingerprint: provider.key_fingerprint(),
+                claimed_ms: now_ms,
+            };
+            writer.claim(&r).await?;
+            r.operation_key
+        }
+    };
+    writer.record_id(&op, id, IdSource::AdoptedByOperator, now_ms).await?;
+    writer
+        .audit(
+            &c.id,
+            EventKind::ResourceAdoptedByOperator,
+            serde_json::json!({ "kind": kind, "id": id, "by": actor }),
+            now_ms,
+        )
+        .await?;
+    Ok(store.client_reconcile(name, &[], actor, now_ms, attempts_max).await?)
+}
+
+/// A resource carrying the label of another dispatch belongs to that
+/// dispatch: its own run adopts it by label. Two receipts owning one
+/// resource would let deleting one client delete the other's.
+fn refuse_if_another_dispatchs(
+    all: &[ReceiptRow],
+    receipt: Option<&ReceiptRow>,
+    label: &str,
+    id: &str,
+    name: &str,
+) -> Result<()> {
+    if let Some(other) = all
+        .iter()
+        .find(|r| r.label.as_str() == label && receipt.is_none_or(|mine| mine.operation_key != r.operation_key))
+    {
+        return refused(format!(
+            "{id} carries the label of dispatch {} (client {}); it is not {name}'s to adopt",
+            other.operation_key, other.client_ref
+        ));
+    }
+    Ok(())
+}
+
+/// The label of resource `id` as the provider shows it, and how it does not
+/// match `c`'s spec; refused when it is not visible, or its label names
+/// another client or kind.
+async fn read_for_adoption<P: Provider>(
+    provider: &P,
+    c: &ClientRow,
+    kind: ResourceKind,
+    id: &str,
+) -> Result<(String, Option<String>)> {
+    let (spec, name) = (&c.infra.spec, &c.name);
     let (label, mismatch) = match provider.resource_get(&ResourceId::new(kind, id)).await? {
         None => {
             let noun = if kind == ResourceKind::Vm { "instance" } else { "block" };
@@ -77,63 +157,7 @@ pub async fn adopt<P: Provider>(
             kind.as_str()
         ));
     }
-    let writer = ReceiptWriter::new(store.clone());
-    let (receipt, dg) = current_receipt(store, &c, kind).await?;
-    // A resource carrying the label of another dispatch belongs to that
-    // dispatch: its own run adopts it by label. Two receipts owning one
-    // resource would let deleting one client delete the other's.
-    if let Some(other) = all.iter().find(|r| {
-        r.label.as_str() == label && receipt.as_ref().is_none_or(|mine| mine.operation_key != r.operation_key)
-    }) {
-        return refused(format!(
-            "{id} carries the label of dispatch {} (client {}); it is not {name}'s to adopt",
-            other.operation_key, other.client_ref
-        ));
-    }
-    if let Some(why) = mismatch {
-        return refused(format!("{} {id} does not match {name}'s spec: {why}", kind.as_str()));
-    }
-    let effect = receipt.as_ref().map(ReceiptRow::effect);
-    let op = match receipt {
-        Some(_) if let Some(had) = effect.as_ref().and_then(Effect::id) => {
-            return refused(format!("{} of {name} already has id {had}", kind.as_str()));
-        }
-        Some(_) if matches!(effect, Some(Effect::Rejected { .. })) => {
-            return refused(format!(
-                "the current {} dispatch of {name} was rejected; run `oduflow reconcile {name} --new-dispatch` \
-                 to start a new one instead",
-                kind.as_str()
-            ));
-        }
-        Some(r) => r.operation_key,
-        None => {
-            let op = OperationKey::new(&c.id, kind, dg);
-            writer
-                .claim(&NewReceipt {
-                    operation_key: op.clone(),
-                    client_ref: c.id.clone(),
-                    resource_kind: kind,
-                    dispatch_generation: dg,
-                    label: Label(label.clone()),
-                    region: spec.region.clone(),
-                    spec_digest: "adopted".into(),
-                    key_fingerprint: provider.key_fingerprint(),
-                    claimed_ms: now_ms,
-                })
-                .await?;
-            op
-        }
-    };
-    writer.record_id(&op, id, IdSource::AdoptedByOperator, now_ms).await?;
-    writer
-        .audit(
-            &c.id,
-            EventKind::ResourceAdoptedByOperator,
-            serde_json::json!({ "kind": kind, "id": id, "by": actor }),
-            now_ms,
-        )
-        .await?;
-    Ok(store.client_reconcile(name, &[], actor, now_ms, attempts_max).await?)
+    Ok((label, mismatch))
 }
 
 /// `oduflow abandon NAME --kind K --by WHO --reason WHY`: gives up an uncertain
