@@ -1350,16 +1350,22 @@ impl Seed<'_> {
 }
 
 /// The evidence of a liveness failure: the queue's figures, and each
-/// client not yet settled with its jobs and its last events.
+/// client not yet settled or with a job queued, with its jobs and its last
+/// events.
 async fn unsettled(store: &Store) -> Result<String> {
     let now = SystemClock.now_ms();
     let mut out = format!("{:?}", store.queue_status(now).await?);
     for c in store.client_list().await? {
-        if matches!(c.infra.status, ClientStatus::Ready | ClientStatus::Deleted | ClientStatus::Blocked) {
+        let settled = matches!(c.infra.status, ClientStatus::Ready | ClientStatus::Deleted | ClientStatus::Blocked);
+        let open = store.jobs_for_client(&c.id).await?.iter().any(|j| j.finished_ms.is_none());
+        // A settled client with a job still queued keeps the queue from
+        // settling: its evidence too.
+        if settled && !open {
             continue;
         }
         let events = store.events_for_client(&c.id).await?;
-        let last: Vec<String> = events.iter().rev().take(6).rev().map(|e| format!("{} {}", e.kind, e.detail)).collect();
+        let last: Vec<String> =
+            events.iter().rev().take(12).rev().map(|e| format!("{} {}", e.kind, e.detail)).collect();
         let jobs: Vec<String> = store
             .jobs_for_client(&c.id)
             .await?

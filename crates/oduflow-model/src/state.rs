@@ -167,6 +167,7 @@ str_enum!(
         DeleteSent => "delete_sent",
         Deleted => "deleted",
         DispatchAbandoned => "dispatch_abandoned",
+        DnsNameReleased => "dns_name_released",
         DnsOrphanDeleteAttested => "dns_orphan_delete_attested",
         DnsRecordAdopted => "dns_record_adopted",
         DispatchAccepted => "dispatch_accepted",

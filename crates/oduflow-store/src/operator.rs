@@ -4,7 +4,7 @@
 //! has run.
 
 use crate::Db;
-use crate::queue::{NewJob, event_insert, job_insert};
+use crate::queue::{Conn as _, NewJob, event_insert, job_insert};
 use crate::{ClientRow, Result, Store, StoreError, both};
 use oduflow_model::*;
 
@@ -62,6 +62,9 @@ impl Store {
                 let to = |k: ResourceKind| advance.iter().find(|(a, _)| *a == k).map_or(0, |(_, g)| *g);
                 let (vm, volume, attach) = (to(ResourceKind::Vm), to(ResourceKind::Volume), to(ResourceKind::Attach));
                 let status = match target { Target::Present => "provisioning", Target::Absent => "deleting" };
+                if target == Target::Absent {
+                    (*tx).dns_name_release(&ClientId(id.clone()), now_ms).await?;
+                }
                 sqlx::query(
                     "UPDATE infra SET generation = $2, status = $3, blocked_reason = NULL, blocked_detail = NULL, \
                      vm_dispatch_generation = CASE WHEN vm_dispatch_generation < $4 THEN $4 ELSE vm_dispatch_generation END, \
@@ -75,8 +78,9 @@ impl Store {
                      WHERE client_id = $1")
                     .bind(&id).bind(generation).bind(status)
                     .bind(vm).bind(volume).bind(attach).bind(now_ms)
-                    // A deleted client reconciled holds its DNS name again:
-                    // refused while another client holds it.
+                    // A deleted client reconciled holds its DNS name again
+                    // (one being deleted gave it up above if another client
+                    // holds it): refused while another client holds it.
                     .execute(&mut *tx).await.map_err(|e| crate::dns_name_race(e, dns.as_deref().unwrap_or(name)))?;
                 // A fresh start for adapters that had failed.
                 sqlx::query("UPDATE adapter_state SET failures = 0 WHERE client_id = $1").bind(&id).execute(&mut *tx).await?;

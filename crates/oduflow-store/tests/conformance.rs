@@ -42,7 +42,8 @@ oduflow_store::on_both_stores!(
     fences_see_moved_records_and_lost_leases,
     database_errors_name_the_operation,
     a_database_with_shared_dns_names_migrates_and_the_oldest_keeps_the_name,
-    a_runs_progress_kept_as_json_is_carried_into_its_columns
+    a_runs_progress_kept_as_json_is_carried_into_its_columns,
+    a_deleted_client_brought_back_gives_up_a_name_another_holds
 );
 
 /// The columns and trigger migration 14 added, dropped again to rebuild an
@@ -480,4 +481,76 @@ async fn a_database_with_shared_dns_names_migrates_and_the_oldest_keeps_the_name
     let web = store.client_update("web", &rename, 4, 3).await.unwrap();
     assert_eq!((web.id, web.infra.spec.dns_name.as_deref()), (second, Some("web")));
     assert_eq!(store.client_get("acme").await.unwrap().unwrap().id, first);
+}
+
+/// Runs `acme`'s next job to an infra write with `status`, and commits.
+async fn run_to(store: &Store, now: i64, status: ClientStatus) -> Result<()> {
+    let claim = store.job_claim_next("w", now).await?.expect("a job to run");
+    let mut infra = claim.infra.clone();
+    infra.status = status;
+    let finish = Finish { next: JobNext::Done, infra: Some(infra), events: vec![], enqueue: vec![] };
+    claim.apply(&finish, now).await?.commit().await
+}
+
+/// A deleted client whose DNS name another client was given since, brought
+/// back by a run (a restored copy doubts a create it recorded as never
+/// sent) or by a reconcile (the inventory found a live resource carrying
+/// its label). It is being deleted and needs no name, so it gives the name
+/// up, with an event that says to whom, instead of failing on the other
+/// holder's entry in the unique index at every attempt until its job is
+/// exhausted (the client then stayed `deleted`, its possible live VM
+/// never looked for).
+async fn a_deleted_client_brought_back_gives_up_a_name_another_holds(store: Store) {
+    let store = &store;
+    let mut now = 10;
+    for name in ["acme", "beta", "gamma"] {
+        client(store, name).await;
+        store.client_delete(name, now, 3).await.unwrap();
+        // The provision job is stale; the deprovision job deletes.
+        while store.client_get(name).await.unwrap().unwrap().infra.status != ClientStatus::Deleted {
+            now += 1;
+            run_to(store, now, ClientStatus::Deleted).await.unwrap();
+        }
+        let mut s = spec();
+        s.dns_name = Some(name.into());
+        store.client_create(&ClientName::parse(&format!("{name}-new")).unwrap(), &s, now, 3).await.unwrap();
+    }
+    // The new clients' jobs out of the way (done, writing nothing).
+    while let Some(claim) = store.job_claim_next("w", now).await.unwrap() {
+        let mut done = Finish::stale();
+        done.next = JobNext::Done;
+        claim.apply(&done, now).await.unwrap().commit().await.unwrap();
+    }
+    // A run of acme's that moves it out of `deleted`.
+    let acme = store.client_get("acme").await.unwrap().unwrap();
+    let job = NewJob::for_client(&acme.id, JobKind::Deprovision, acme.infra.generation, now, 3);
+    store.job_enqueue(&job).await.unwrap();
+    now += 1;
+    run_to(store, now, ClientStatus::Deleting).await.unwrap_or_else(|e| panic!("acme's run: {e}"));
+    // A job of gamma's that fails its last attempt blocks it.
+    let gamma = store.client_get("gamma").await.unwrap().unwrap();
+    let job = NewJob::for_client(&gamma.id, JobKind::Deprovision, gamma.infra.generation, now, 1);
+    store.job_enqueue(&job).await.unwrap();
+    let claim = store.job_claim_next("w", now).await.unwrap().expect("gamma's job");
+    let r = claim.claim_ref();
+    claim.release().await.unwrap();
+    let failed = store.job_record_failure(&r, "boom", now, 1_000).await;
+    assert_eq!(failed.unwrap_or_else(|e| panic!("gamma's last failure: {e}")), JobState::Failed);
+    assert_eq!(store.client_get("gamma").await.unwrap().unwrap().infra.status, ClientStatus::Blocked);
+    let beta = store.client_reconcile("beta", &[], "inventory", now, 3).await;
+    let beta = beta.unwrap_or_else(|e| panic!("beta's reconcile: {e}"));
+    assert_eq!(beta.infra.status, ClientStatus::Deleting);
+    assert_eq!(store.client_get("acme").await.unwrap().unwrap().infra.status, ClientStatus::Deleting);
+    for (gave, holder) in [("acme", "acme-new"), ("beta", "beta-new"), ("gamma", "gamma-new")] {
+        let id = store.client_get(gave).await.unwrap().unwrap().id;
+        let events = store.events_for_client(&id).await.unwrap();
+        let e = events.iter().find(|e| e.kind == EventKind::DnsNameReleased.as_str());
+        let e = e.unwrap_or_else(|| panic!("{gave}: no dns_name_released event in {events:?}"));
+        assert_eq!((e.detail["name"].as_str(), e.detail["held_by"].as_str()), (Some(gave), Some(holder)));
+        // The name stays the new holder's.
+        let mut s = spec();
+        s.dns_name = Some(gave.into());
+        let again = store.client_create(&ClientName::parse(&format!("{gave}-third")).unwrap(), &s, now, 3).await;
+        assert!(matches!(again, Err(StoreError::DnsNameTaken { .. })), "{again:?}");
+    }
 }

@@ -356,6 +356,21 @@ pub(crate) trait Conn {
     ) -> Result<()>;
     async fn infra_lock_state(&mut self, client: &ClientId) -> Result<(i64, Option<String>)>;
     async fn infra_write(&mut self, infra: &InfraRow, now_ms: i64) -> Result<()>;
+    /// A deleted client about to leave `deleted` (a run or a reconcile
+    /// brings it back) gives up its DNS name when another live client was
+    /// given it since: it is being deleted and needs no name (its records
+    /// are owned by id), and holding it again would break the name's unique
+    /// index. An event names the holder.
+    async fn dns_name_release(&mut self, client: &ClientId, now_ms: i64) -> Result<()>;
+    /// Blocks the client `attempts_exhausted` at `generation` (a record
+    /// moved on since is left alone).
+    async fn infra_block_exhausted(
+        &mut self,
+        client: &ClientId,
+        generation: i64,
+        detail: &str,
+        now_ms: i64,
+    ) -> Result<()>;
     async fn job_set_next(&mut self, job: JobId, next: &JobNext, now_ms: i64) -> Result<()>;
     async fn lease_release(&mut self, client: &ClientId, token: &str) -> Result<()>;
 }
@@ -404,6 +419,45 @@ macro_rules! impl_conn {
                     .bind(at_ms)
                     .execute(&mut *self)
                     .await?;
+                Ok(())
+            }
+
+            async fn dns_name_release(&mut self, client: &ClientId, now_ms: i64) -> Result<()> {
+                let held: Option<(String, String)> = sqlx::query_as(
+                    "SELECT i.dns_key, c.name FROM infra i \
+                     JOIN infra o ON o.dns_key = i.dns_key AND o.status <> 'deleted' AND o.client_id <> i.client_id \
+                     JOIN clients c ON c.id = o.client_id WHERE i.client_id = $1 AND i.status = 'deleted'",
+                )
+                .bind(client.as_str())
+                .fetch_optional(&mut *self)
+                .await?;
+                let Some((name, holder)) = held else { return Ok(()) };
+                sqlx::query("UPDATE infra SET dns_key = NULL WHERE client_id = $1")
+                    .bind(client.as_str())
+                    .execute(&mut *self)
+                    .await?;
+                let detail = serde_json::json!({ "name": name, "held_by": holder });
+                self.event_insert(Some(client), EventKind::DnsNameReleased, &detail, now_ms).await
+            }
+
+            async fn infra_block_exhausted(
+                &mut self,
+                client: &ClientId,
+                generation: i64,
+                detail: &str,
+                now_ms: i64,
+            ) -> Result<()> {
+                self.dns_name_release(client, now_ms).await?;
+                sqlx::query(
+                    "UPDATE infra SET status = 'blocked', blocked_reason = 'attempts_exhausted', \
+                     blocked_detail = $3, updated_ms = $4 WHERE client_id = $1 AND generation = $2",
+                )
+                .bind(client.as_str())
+                .bind(generation)
+                .bind(detail)
+                .bind(now_ms)
+                .execute(&mut *self)
+                .await?;
                 Ok(())
             }
 
@@ -529,6 +583,9 @@ async fn apply_in(
     let mut next = finish.next.clone();
     match &finish.infra {
         Some(infra) if infra.generation == generation => {
+            if infra.status != ClientStatus::Deleted {
+                c.dns_name_release(&infra.client_id, now_ms).await?;
+            }
             c.infra_write(infra, now_ms).await?;
         }
         Some(_) => next = JobNext::Stale,
@@ -677,16 +734,8 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
                 if exhausted {
-                    sqlx::query(
-                        "UPDATE infra SET status = 'blocked', blocked_reason = 'attempts_exhausted', \
-                         blocked_detail = $3, updated_ms = $4 WHERE client_id = $1 AND generation = $2",
-                    )
-                    .bind(c.client_id.as_str())
-                    .bind(c.generation)
-                    .bind(format!("job {} failed {attempts} times; last error: {error}", c.job_id))
-                    .bind(now_ms)
-                    .execute(&mut *tx)
-                    .await?;
+                    let detail = format!("job {} failed {attempts} times; last error: {error}", c.job_id);
+                    (*tx).infra_block_exhausted(&c.client_id, c.generation, &detail, now_ms).await?;
                 }
                 event_insert(&mut *tx, Some(&c.client_id), EventKind::JobFailed, &serde_json::json!({
                     "job": c.job_id.0, "attempts": attempts, "exhausted": exhausted, "error": error,
