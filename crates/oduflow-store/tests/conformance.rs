@@ -503,13 +503,22 @@ async fn run_to(store: &Store, now: i64, status: ClientStatus) -> Result<()> {
 async fn a_deleted_client_brought_back_gives_up_a_name_another_holds(store: Store) {
     let store = &store;
     let mut now = 10;
-    for name in ["acme", "beta", "gamma"] {
+    for name in ["acme", "beta", "gamma", "delta"] {
         client(store, name).await;
         store.client_delete(name, now, 3).await.unwrap();
         // The provision job is stale; the deprovision job deletes.
         while store.client_get(name).await.unwrap().unwrap().infra.status != ClientStatus::Deleted {
             now += 1;
             run_to(store, now, ClientStatus::Deleted).await.unwrap();
+        }
+        if name == "delta" {
+            // Nobody took delta's name: reconciled, it holds it again.
+            store.client_reconcile("delta", &[], "inventory", now, 3).await.unwrap();
+            let mut s = spec();
+            s.dns_name = Some("delta".into());
+            let taken = store.client_create(&ClientName::parse("delta-new").unwrap(), &s, now, 3).await;
+            assert!(matches!(taken, Err(StoreError::DnsNameTaken { .. })), "{taken:?}");
+            continue;
         }
         let mut s = spec();
         s.dns_name = Some(name.into());

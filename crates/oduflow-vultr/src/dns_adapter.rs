@@ -822,8 +822,10 @@ impl IdentityAdapter for DnsAdapter {
                             Err(e @ AdapterError::Waiting { .. }) => e,
                             Err(e) => return Err(e),
                         };
-                        // A record still being counted is asked for again
-                        // before one taken as gone is made again.
+                        // While a record is still being counted the step
+                        // waits for its next read (`Waiting`, not a poll
+                        // interval); one taken as gone in this pass is made
+                        // again by the next ensure either way.
                         if !matches!(missing, Some(AdapterError::Waiting { .. })) {
                             missing = Some(answer);
                         }

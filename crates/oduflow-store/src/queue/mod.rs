@@ -432,10 +432,18 @@ macro_rules! impl_conn {
                 .fetch_optional(&mut *self)
                 .await?;
                 let Some((name, holder)) = held else { return Ok(()) };
-                sqlx::query("UPDATE infra SET dns_key = NULL WHERE client_id = $1")
-                    .bind(client.as_str())
-                    .execute(&mut *self)
-                    .await?;
+                // Still deleted and holding that key (PostgreSQL: a
+                // re-create may have committed since the read).
+                let released = sqlx::query(
+                    "UPDATE infra SET dns_key = NULL WHERE client_id = $1 AND status = 'deleted' AND dns_key = $2",
+                )
+                .bind(client.as_str())
+                .bind(&name)
+                .execute(&mut *self)
+                .await?;
+                if released.rows_affected() == 0 {
+                    return Ok(());
+                }
                 let detail = serde_json::json!({ "name": name, "held_by": holder });
                 self.event_insert(Some(client), EventKind::DnsNameReleased, &detail, now_ms).await
             }
@@ -447,6 +455,13 @@ macro_rules! impl_conn {
                 detail: &str,
                 now_ms: i64,
             ) -> Result<()> {
+                let at: Option<i64> = sqlx::query_scalar("SELECT generation FROM infra WHERE client_id = $1")
+                    .bind(client.as_str())
+                    .fetch_optional(&mut *self)
+                    .await?;
+                if at != Some(generation) {
+                    return Ok(());
+                }
                 self.dns_name_release(client, now_ms).await?;
                 sqlx::query(
                     "UPDATE infra SET status = 'blocked', blocked_reason = 'attempts_exhausted', \
