@@ -32,6 +32,8 @@ const KEY2: &str = "campaign-key-2";
 /// The polling limit in campaign runs: small so uncertain outcomes resolve
 /// (or block) within a seed's time.
 const OBSERVATIONS_MAX: i64 = 8;
+/// The simulator's resize time in the seeds that draw none longer.
+const RESIZE_MS: u64 = 300;
 const POLL_MS: i64 = 15;
 /// Per worker process: a process still running after this is killed (the
 /// campaign treats it as one more crash, not as a failure).
@@ -120,6 +122,10 @@ struct Params {
     crash_prob: f64,
     get_404_window_ms: u64,
     list_lag_ms: u64,
+    /// How long the simulator takes to show a plan or size change (real
+    /// resizes take minutes): a read in that window sees the change in
+    /// flight, whatever the machine's load.
+    resize_ms: u64,
     duplicate_jobs: bool,
     /// Target flips during the rounds, while workers run.
     flips: usize,
@@ -208,6 +214,8 @@ impl Params {
             // Drawn last, so every earlier parameter of a seed is as it was.
             updates: if r.chance(0.8) { r.range(1, 4) as usize } else { 0 },
             holes: holes::HoleParams::draw(&mut r),
+            // Drawn after the holes, so every earlier draw is as it was.
+            resize_ms: if r.chance(0.5) { r.range(600, 1500) } else { RESIZE_MS },
         }
         .fix()
     }
@@ -1004,6 +1012,7 @@ async fn start_sim(p: &Params) -> Result<(oduflow_sim::SimHandle, Faults)> {
             attach_lock_ms: 30,
             get_404_window_ms: p.get_404_window_ms,
             list_lag_ms: p.list_lag_ms,
+            resize_ms: p.resize_ms,
             faults: faults.clone(),
             ..SimConfig::default()
         }
