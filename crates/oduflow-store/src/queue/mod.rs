@@ -293,6 +293,9 @@ impl Claim {
     pub async fn apply(self, finish: &Finish, now_ms: i64) -> Result<Applied> {
         crate::named("apply", async move {
             let job = self.job;
+            // Deleted when claimed: a write that applies finds it so (its
+            // generation has not moved), and may bring it back.
+            let deleted = self.infra.status == ClientStatus::Deleted;
             match self.inner {
                 ClaimInner::Pg(mut c) => {
                     // The infra row has been locked since the claim: its generation
@@ -301,13 +304,13 @@ impl Claim {
                     // A job enqueued in this run may share this job's identity
                     // key, so this job must leave `queued` before it is inserted.
                     let defer = finish.enqueue.is_empty();
-                    let next = apply_in(&mut **c.conn, &job, finish, held, !defer, now_ms).await?;
+                    let next = apply_in(&mut **c.conn, &job, finish, held, !defer, deleted, now_ms).await?;
                     let finish_sql = defer.then(|| finish_sql(job.id, &next, now_ms));
                     Ok(Applied { inner: AppliedTx::Pg(c, finish_sql) })
                 }
                 ClaimInner::Sqlite { pool, lease_token, hold, .. } => {
                     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                    apply_in(&mut *tx, &job, finish, Held::Lease(&lease_token), true, now_ms).await?;
+                    apply_in(&mut *tx, &job, finish, Held::Lease(&lease_token), true, deleted, now_ms).await?;
                     sqlx::query("DELETE FROM job_starts WHERE job_id = $1").bind(job.id.0).execute(&mut *tx).await?;
                     Ok(Applied { inner: AppliedTx::Sqlite(tx, hold) })
                 }
@@ -583,6 +586,7 @@ async fn apply_in(
     finish: &Finish,
     held: Held<'_>,
     set_next: bool,
+    claimed_deleted: bool,
     now_ms: i64,
 ) -> Result<JobNext> {
     let (generation, lease_token) = match held {
@@ -598,7 +602,7 @@ async fn apply_in(
     let mut next = finish.next.clone();
     match &finish.infra {
         Some(infra) if infra.generation == generation => {
-            if infra.status != ClientStatus::Deleted {
+            if claimed_deleted && infra.status != ClientStatus::Deleted {
                 c.dns_name_release(&infra.client_id, now_ms).await?;
             }
             c.infra_write(infra, now_ms).await?;
