@@ -8,7 +8,7 @@
 use crate::current::{self, spec_digest};
 use crate::{Bug, EngineError, Worker, fail_step};
 use oduflow_model::decide::{self, Action, DeleteProgress, Facts, Inputs, ReceiptFacts, Resource, Seen};
-use oduflow_model::provider::{BlockRequest, DeleteOutcome, InstanceRequest, Outcome, Provider, SendGuard};
+use oduflow_model::provider::{BlockRequest, DeleteOutcome, InstanceRequest, Outcome, Provider, ResourceId, SendGuard};
 use oduflow_model::*;
 use oduflow_store::{Fence, Finish, Footing, IdSource, InfraRow, JobNext, NewEvent, NewReceipt, ReceiptRow};
 use std::sync::{Arc, Mutex};

@@ -423,9 +423,19 @@ impl ResourceId {
     /// volume's).
     pub fn new(kind: crate::ResourceKind, id: impl Into<String>) -> Self {
         match kind {
-            crate::ResourceKind::Vm => ResourceId::Instance(VultrInstanceId(id.into())),
-            crate::ResourceKind::Volume | crate::ResourceKind::Attach => ResourceId::Block(VultrBlockId(id.into())),
+            crate::ResourceKind::Vm => ResourceId::Instance(Self::vm(id)),
+            crate::ResourceKind::Volume | crate::ResourceKind::Attach => ResourceId::Block(Self::volume(id)),
         }
+    }
+
+    /// A VM's recorded id, as the provider's.
+    pub fn vm(id: impl Into<String>) -> VultrInstanceId {
+        VultrInstanceId(id.into())
+    }
+
+    /// A volume's recorded id, as the provider's.
+    pub fn volume(id: impl Into<String>) -> VultrBlockId {
+        VultrBlockId(id.into())
     }
 
     pub fn as_str(&self) -> &str {

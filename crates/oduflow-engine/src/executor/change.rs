@@ -8,16 +8,18 @@ use crate::{EngineError, fail_step};
 use oduflow_model::decide::{Change, Seen};
 use oduflow_model::identity::AdapterState;
 use oduflow_model::ledger::Effect;
-use oduflow_model::provider::{Outcome, Provider};
+use oduflow_model::provider::{Outcome, Provider, ResourceId};
 use oduflow_model::*;
 use oduflow_store::{ChangeAnswer, ChangeRow, Finish, GenerationCount, NewChange};
 use std::sync::Arc;
 
-/// The one PATCH a change is: the instance's or the block's.
-async fn send<P: Provider>(p: &P, id: &str, change: &Change) -> Outcome<()> {
-    match change {
-        Change::Instance(c) => p.instance_update(&VultrInstanceId(id.to_owned()), c).await,
-        Change::VolumeSize(gb) => p.block_resize(&VultrBlockId(id.to_owned()), *gb).await,
+/// The one PATCH a change is: the instance's or the block's (`kind`'s,
+/// by its recorded `id`).
+async fn send<P: Provider>(p: &P, kind: ResourceKind, id: &str, change: &Change) -> Outcome<()> {
+    match (ResourceId::new(kind, id), change) {
+        (ResourceId::Instance(i), Change::Instance(c)) => p.instance_update(&i, c).await,
+        (ResourceId::Block(b), Change::VolumeSize(gb)) => p.block_resize(&b, *gb).await,
+        (id, _) => Outcome::NotSent { reason: format!("{change:?} is not a change of {id:?}: nothing sent") },
     }
 }
 
@@ -85,7 +87,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         // Marked sent right before the PATCH leaves, after its rate slot
         // and the run's guard: a PATCH stopped before that never left.
         let mark = Arc::new(SentMark::new(w, MarkOf::Change(key.clone()), client.clone(), false));
-        let outcome = send(&w.provider.marked(mark.clone()), &id, &d.change).await;
+        let outcome = send(&w.provider.marked(mark.clone()), kind, &id, &d.change).await;
         fail_step!("change-sent");
         if let Outcome::NotSent { reason } = &outcome {
             // Known by this live worker even if it no longer holds the
@@ -127,7 +129,7 @@ impl<'a, P: Provider> Converge<'a, P> {
     /// `update_rejected` before anything is sent (a plan only grows).
     async fn upgrade_check(&mut self, id: &str, plan: &str) -> Result<Upgrade, EngineError> {
         let w = self.run.w;
-        let plans = w.provider.instance_upgrade_plans(&VultrInstanceId(id.to_owned())).await;
+        let plans = w.provider.instance_upgrade_plans(&ResourceId::vm(id)).await;
         self.run.halted()?;
         Ok(match plans {
             Ok(plans) if plans.iter().any(|p| p == plan) => Upgrade::Offered,
@@ -187,7 +189,7 @@ impl<'a, P: Provider> Converge<'a, P> {
             && let Seen::Present(f) = &self.reads.of(kind).seen
             && let Some(d) = &f.drift
         {
-            let _ = send(w.provider.as_ref(), &f.id, &d.change).await;
+            let _ = send(w.provider.as_ref(), kind, &f.id, &d.change).await;
         }
         let summary = match &self.reads.of(kind).seen {
             Seen::Present(f) => format!("{}: {}", f.state, f.drift.as_ref().map_or("", |d| d.what.as_str())),

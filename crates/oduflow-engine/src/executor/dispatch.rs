@@ -60,7 +60,7 @@ async fn send<P: Provider>(
             let vol_id = volume
                 .and_then(|r| r.resource_id.clone())
                 .ok_or_else(|| EngineError::Invariant("attach without volume id".into()))?;
-            let o = p.block_attach(&VultrBlockId(vol_id), &VultrInstanceId(vm_id.clone())).await;
+            let o = p.block_attach(&ResourceId::volume(vol_id), &ResourceId::vm(vm_id.clone())).await;
             fail_step!("attach-sent");
             map_outcome(o, |()| vm_id)
         }
