@@ -186,6 +186,42 @@ fn update_resolves(r: BlockedReason) -> bool {
     )
 }
 
+/// An update's new spec, as the record read before it is locked gives it.
+struct Planned {
+    spec: ClientSpec,
+    /// Something may exist at the provider: an open receipt of a VM or a
+    /// volume (a recorded id, or an outcome not yet known).
+    created: bool,
+    /// The update as if something existed: what the check allowed because
+    /// nothing existed yet must still hold once the record is locked (a run
+    /// may have claimed a create meanwhile).
+    in_place: std::result::Result<ClientSpec, oduflow_model::update::UpdateRefused>,
+}
+
+impl Store {
+    /// The new spec `u` makes of `client`'s, refused as
+    /// [`SpecUpdate::apply_to`] refuses it.
+    async fn update_planned(&self, client: &ClientRow, u: &SpecUpdate) -> Result<Planned> {
+        let receipts = self.receipts_for_client(&client.id).await?;
+        let created = receipts.iter().any(|r| r.resource_kind != ResourceKind::Attach && r.is_open());
+        // After a refused grow the spec is above the volume's real size:
+        // going back to that size (its last read) is no shrink.
+        let has = volume_size_read(client, &receipts);
+        // Back to what the spec says, while the server differs from it
+        // (`config_mismatch`: changed behind oduflow's back), or after
+        // Vultr refused the change (`update_rejected`, the cause fixed
+        // since): the update is the operator's word that the spec
+        // stands, so it is sent, once, on a new change receipt.
+        let stands =
+            matches!(client.infra.blocked_reason, Some(BlockedReason::ConfigMismatch | BlockedReason::UpdateRejected));
+        let spec = match u.apply_to(&client.infra.spec, created, has) {
+            Err(oduflow_model::update::UpdateRefused::Unchanged) if stands => client.infra.spec.clone(),
+            other => other?,
+        };
+        Ok(Planned { spec, created, in_place: u.apply_to(&client.infra.spec, true, has) })
+    }
+}
+
 impl Store {
     /// Changes a client's spec: the new spec, a new generation and the job,
     /// in one transaction. Refused, changing nothing, when the client does
@@ -200,30 +236,7 @@ impl Store {
             if client.infra.target == Target::Absent {
                 return Err(StoreError::ClientAbsent(name.to_owned()));
             }
-            // Something may exist at the provider: an open receipt of a VM
-            // or a volume (a recorded id, or an outcome not yet known).
-            let receipts = self.receipts_for_client(&client.id).await?;
-            let created = receipts.iter().any(|r| r.resource_kind != ResourceKind::Attach && r.is_open());
-            // After a refused grow the spec is above the volume's real size:
-            // going back to that size (its last read) is no shrink.
-            let has = volume_size_read(&client, &receipts);
-            // Back to what the spec says, while the server differs from it
-            // (`config_mismatch`: changed behind oduflow's back), or after
-            // Vultr refused the change (`update_rejected`, the cause fixed
-            // since): the update is the operator's word that the spec
-            // stands, so it is sent, once, on a new change receipt.
-            let stands = matches!(
-                client.infra.blocked_reason,
-                Some(BlockedReason::ConfigMismatch | BlockedReason::UpdateRejected)
-            );
-            let spec = match u.apply_to(&client.infra.spec, created, has) {
-                Err(oduflow_model::update::UpdateRefused::Unchanged) if stands => client.infra.spec.clone(),
-                other => other?,
-            };
-            // What the check above allowed because nothing existed yet must
-            // still hold once the record is locked: a run may have claimed a
-            // create meanwhile.
-            let in_place = u.apply_to(&client.infra.spec, true, has);
+            let Planned { spec, created, in_place } = self.update_planned(&client, u).await?;
             let dns = spec.dns_name.clone().unwrap_or_else(|| client.name.clone());
             let dns = dns.as_str();
             let image = serde_json::to_string(&spec.image).map_err(|e| StoreError::Corrupt(e.to_string()))?;

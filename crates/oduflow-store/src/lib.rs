@@ -268,6 +268,28 @@ macro_rules! dns_name_free {
 }
 pub(crate) use dns_name_free;
 
+/// A client's spec as its infra row stores it.
+pub(crate) struct SpecColumns<'a> {
+    pub spec: &'a ClientSpec,
+    pub os_id: i64,
+    pub image: String,
+    pub server: String,
+    /// The DNS name it holds: its own, or the client's name.
+    pub dns: String,
+}
+
+impl<'a> SpecColumns<'a> {
+    fn new(name: &ClientName, spec: &'a ClientSpec) -> Result<Self> {
+        Ok(SpecColumns {
+            spec,
+            os_id: spec.image.os_id().unwrap_or(0),
+            image: serde_json::to_string(&spec.image).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            server: serde_json::to_string(&spec.server).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            dns: spec.dns_name.clone().unwrap_or_else(|| name.to_string()),
+        })
+    }
+}
+
 /// The unique index's refusal, when a concurrent write took the name
 /// between the check above and this write.
 pub(crate) fn dns_name_race(e: sqlx::Error, dns: &str) -> StoreError {
@@ -636,12 +658,9 @@ impl Store {
             if spec.server.hostname.is_empty() {
                 spec.server.hostname = name.to_string();
             }
-            let spec = &spec;
-            let dns = spec.dns_name.clone().unwrap_or_else(|| name.to_string());
+            let cols = SpecColumns::new(name, &spec)?;
+            let SpecColumns { spec, os_id, ref image, ref server, ref dns } = cols;
             let dns = dns.as_str();
-            let os_id = spec.image.os_id().unwrap_or(0);
-            let image = serde_json::to_string(&spec.image).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            let server = serde_json::to_string(&spec.server).map_err(|e| StoreError::Corrupt(e.to_string()))?;
             both!(self, p => {
                 let mut tx = crate::BeginWrite::begin_write(p).await?;
                 let exists: Option<(String, String, i64, String)> = sqlx::query_as(
@@ -650,44 +669,8 @@ impl Store {
                     .bind(name.as_str())
                     .fetch_optional(&mut *tx)
                     .await?;
-                if let Some((id, target, generation, status)) = exists {
-                    // Creating a client whose target is `absent` with the same
-                    // spec sets it back to `present` (a target flip); once it
-                    // is deleted, with any spec (nothing of it is left to
-                    // verify against the old one). Anything else is a name
-                    // clash.
-                    let same: i64 = sqlx::query_scalar(
-                        "SELECT count(*) FROM infra WHERE client_id = $1 AND region = $2 AND plan = $3 AND os_id = $4 \
-                         AND volume_gb = $5 AND volume_type = $6 AND coalesce(image, '') = $7 AND server = $8 \
-                         AND coalesce(dns_name, '') = $9")
-                        .bind(&id).bind(&spec.region).bind(&spec.plan).bind(os_id)
-                        .bind(spec.volume_gb).bind(spec.volume_type.as_str()).bind(&image).bind(&server)
-                        .bind(spec.dns_name.as_deref().unwrap_or(""))
-                        .fetch_one(&mut *tx).await?;
-                    let deleted = status == ClientStatus::Deleted.as_str();
-                    if target != Target::Absent.as_str() {
-                        return Err(StoreError::ClientExists(name.to_string()));
-                    }
-                    if same == 0 && !deleted {
-                        return Err(StoreError::ClientStillDeleting(name.to_string()));
-                    }
-                    let generation = generation + 1;
-                    crate::dns_name_free!(tx, dns, &id);
-                    sqlx::query(
-                        "UPDATE infra SET target = 'present', generation = $2, status = 'pending', \
-                         blocked_reason = NULL, blocked_detail = NULL, updated_ms = $3, region = $4, plan = $5, \
-                         os_id = $6, volume_gb = $7, volume_type = $8, image = $9, server = $10, \
-                         spec_generation = 0, spec_updated_ms = NULL, dns_name = $11, dns_key = $12 \
-                         WHERE client_id = $1")
-                        .bind(&id).bind(generation).bind(now_ms).bind(&spec.region).bind(&spec.plan).bind(os_id)
-                        .bind(spec.volume_gb).bind(spec.volume_type.as_str()).bind(&image).bind(&server)
-                        .bind(&spec.dns_name).bind(dns)
-                        .execute(&mut *tx).await.map_err(|e| crate::dns_name_race(e, dns))?;
-                    let id = oduflow_model::ClientId(id);
-                    let job = NewJob::for_client(&id, JobKind::Provision, generation, now_ms, attempts_max);
-                    queue::job_insert(&mut *tx, &job).await?;
-                    queue::event_insert(&mut *tx, Some(&id), EventKind::ClientRecreateRequested,
-                        &serde_json::json!({ "generation": generation }), now_ms).await?;
+                if let Some(found) = exists {
+                    (*tx).client_bring_back(name, found, &cols, now_ms, attempts_max).await?;
                     tx.commit().await?;
                     return self.client_get(name.as_str()).await?
                         .ok_or_else(|| StoreError::ClientNotFound(name.to_string()));
@@ -707,7 +690,7 @@ impl Store {
                 )
                 .bind(id.as_str()).bind(&spec.region).bind(&spec.plan).bind(os_id)
                 .bind(spec.volume_gb).bind(spec.volume_type.as_str()).bind(now_ms)
-                .bind(&image).bind(&server).bind(&spec.dns_name).bind(dns)
+                .bind(image).bind(server).bind(&spec.dns_name).bind(dns)
                 .execute(&mut *tx).await.map_err(|e| crate::dns_name_race(e, dns))?;
                 let job = NewJob::for_client(&id, JobKind::Provision, 1, now_ms, attempts_max);
                 queue::job_insert(&mut *tx, &job).await?;

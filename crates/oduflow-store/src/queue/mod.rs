@@ -375,6 +375,29 @@ pub(crate) trait Conn {
         now_ms: i64,
     ) -> Result<()>;
     async fn job_set_next(&mut self, job: JobId, next: &JobNext, now_ms: i64) -> Result<()>;
+    /// Counts a failed run of `c`'s job, which had made `attempts` of its
+    /// `attempts_max`: queued again after a backoff, or, the last, failed
+    /// with its client blocked `attempts_exhausted`. Whether it was the last.
+    async fn job_count_failure(
+        &mut self,
+        c: &ClaimRef,
+        attempts: (i64, i64),
+        error: &str,
+        now_ms: i64,
+        retry_base_ms: i64,
+    ) -> Result<bool>;
+    /// Sets client `name`, `found` (id, target, generation, status) under
+    /// it, back to `present` with the spec of `cols`: a target flip with the
+    /// same spec, or, once it is deleted, any spec (nothing of it is left to
+    /// verify against the old one). Anything else is a name clash.
+    async fn client_bring_back(
+        &mut self,
+        name: &ClientName,
+        found: (String, String, i64, String),
+        cols: &crate::SpecColumns<'_>,
+        now_ms: i64,
+        attempts_max: i32,
+    ) -> Result<()>;
     async fn lease_release(&mut self, client: &ClientId, token: &str) -> Result<()>;
 }
 
@@ -536,6 +559,86 @@ macro_rules! impl_conn {
                 .bind(finished)
                 .execute(&mut *self)
                 .await?;
+                Ok(())
+            }
+
+            async fn job_count_failure(
+                &mut self,
+                c: &ClaimRef,
+                (attempts, attempts_max): (i64, i64),
+                error: &str,
+                now_ms: i64,
+                retry_base_ms: i64,
+            ) -> Result<bool> {
+                let attempts = attempts + 1;
+                let exhausted = attempts >= attempts_max;
+                let backoff = retry_base_ms
+                    .saturating_mul(1_i64 << (attempts - 1).clamp(0, 20))
+                    .min(RETRY_BACKOFF_CAP_MS);
+                sqlx::query(
+                    "UPDATE jobs SET attempts = $2, last_error = $3, run_after_ms = $4, state = $5, finished_ms = $6 \
+                     WHERE id = $1",
+                )
+                .bind(c.job_id.0)
+                .bind(attempts)
+                .bind(error)
+                .bind(now_ms + backoff)
+                .bind(if exhausted { "failed" } else { "queued" })
+                .bind(if exhausted { Some(now_ms) } else { None })
+                .execute(&mut *self)
+                .await?;
+                if exhausted {
+                    let detail = format!("job {} failed {attempts} times; last error: {error}", c.job_id);
+                    self.infra_block_exhausted(&c.client_id, c.generation, &detail, now_ms).await?;
+                }
+                event_insert(&mut *self, Some(&c.client_id), EventKind::JobFailed, &serde_json::json!({
+                    "job": c.job_id.0, "attempts": attempts, "exhausted": exhausted, "error": error,
+                }), now_ms).await?;
+                Ok(exhausted)
+            }
+
+            async fn client_bring_back(
+                &mut self,
+                name: &ClientName,
+                (id, target, generation, status): (String, String, i64, String),
+                cols: &crate::SpecColumns<'_>,
+                now_ms: i64,
+                attempts_max: i32,
+            ) -> Result<()> {
+                let crate::SpecColumns { spec, os_id, image, server, dns } = cols;
+                let dns = dns.as_str();
+                let same: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM infra WHERE client_id = $1 AND region = $2 AND plan = $3 AND os_id = $4 \
+                     AND volume_gb = $5 AND volume_type = $6 AND coalesce(image, '') = $7 AND server = $8 \
+                     AND coalesce(dns_name, '') = $9")
+                    .bind(&id).bind(&spec.region).bind(&spec.plan).bind(os_id)
+                    .bind(spec.volume_gb).bind(spec.volume_type.as_str()).bind(image).bind(server)
+                    .bind(spec.dns_name.as_deref().unwrap_or(""))
+                    .fetch_one(&mut *self).await?;
+                let deleted = status == ClientStatus::Deleted.as_str();
+                if target != Target::Absent.as_str() {
+                    return Err(StoreError::ClientExists(name.to_string()));
+                }
+                if same == 0 && !deleted {
+                    return Err(StoreError::ClientStillDeleting(name.to_string()));
+                }
+                let generation = generation + 1;
+                crate::dns_name_free!(self, dns, &id);
+                sqlx::query(
+                    "UPDATE infra SET target = 'present', generation = $2, status = 'pending', \
+                     blocked_reason = NULL, blocked_detail = NULL, updated_ms = $3, region = $4, plan = $5, \
+                     os_id = $6, volume_gb = $7, volume_type = $8, image = $9, server = $10, \
+                     spec_generation = 0, spec_updated_ms = NULL, dns_name = $11, dns_key = $12 \
+                     WHERE client_id = $1")
+                    .bind(&id).bind(generation).bind(now_ms).bind(&spec.region).bind(&spec.plan).bind(os_id)
+                    .bind(spec.volume_gb).bind(spec.volume_type.as_str()).bind(image).bind(server)
+                    .bind(&spec.dns_name).bind(dns)
+                    .execute(&mut *self).await.map_err(|e| crate::dns_name_race(e, dns))?;
+                let id = ClientId(id);
+                let job = NewJob::for_client(&id, JobKind::Provision, generation, now_ms, attempts_max);
+                job_insert(&mut *self, &job).await?;
+                event_insert(&mut *self, Some(&id), EventKind::ClientRecreateRequested,
+                    &serde_json::json!({ "generation": generation }), now_ms).await?;
                 Ok(())
             }
 
@@ -735,30 +838,8 @@ impl Store {
                     tx.commit().await?;
                     return Ok(JobState::parse(&state).unwrap_or(JobState::Done));
                 }
-                let attempts = attempts + 1;
-                let exhausted = attempts >= attempts_max;
-                let backoff = retry_base_ms
-                    .saturating_mul(1_i64 << (attempts - 1).clamp(0, 20))
-                    .min(RETRY_BACKOFF_CAP_MS);
-                sqlx::query(
-                    "UPDATE jobs SET attempts = $2, last_error = $3, run_after_ms = $4, state = $5, finished_ms = $6 \
-                     WHERE id = $1",
-                )
-                .bind(c.job_id.0)
-                .bind(attempts)
-                .bind(&error)
-                .bind(now_ms + backoff)
-                .bind(if exhausted { "failed" } else { "queued" })
-                .bind(if exhausted { Some(now_ms) } else { None })
-                .execute(&mut *tx)
-                .await?;
-                if exhausted {
-                    let detail = format!("job {} failed {attempts} times; last error: {error}", c.job_id);
-                    (*tx).infra_block_exhausted(&c.client_id, c.generation, &detail, now_ms).await?;
-                }
-                event_insert(&mut *tx, Some(&c.client_id), EventKind::JobFailed, &serde_json::json!({
-                    "job": c.job_id.0, "attempts": attempts, "exhausted": exhausted, "error": error,
-                }), now_ms).await?;
+                let exhausted =
+                    (*tx).job_count_failure(c, (attempts, attempts_max), &error, now_ms, retry_base_ms).await?;
                 if let Some(token) = &c.lease_token {
                     (*tx).lease_release(&c.client_id, token).await?;
                 }

@@ -168,9 +168,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("crates/oduflow-lab/src/campaign.rs", "run_seed", 245),
     ("crates/oduflow-server/src/dashboard.rs", "dashboard", 115),
     ("crates/oduflow-server/src/resolve.rs", "resolutions", 102),
-    ("crates/oduflow-store/src/changes.rs", "client_update", 91),
-    ("crates/oduflow-store/src/lib.rs", "client_create_as", 100),
-    ("crates/oduflow-store/src/queue/mod.rs", "job_record_failure", 89),
     ("crates/oduflow/src/cmd/demo.rs", "run", 110),
     (
         "crates/oduflow-server/tests/it/main.rs",
