@@ -753,7 +753,9 @@ impl Seed<'_> {
                     self.terminations += n;
                 }
                 Act::Update => {
-                    let n = &names[pick(&mut self.rng, names.len())];
+                    let ready = ready_ones(store, names).await?;
+                    let from = if ready.is_empty() { names } else { &ready };
+                    let n = &from[pick(&mut self.rng, from.len())];
                     self.update_a_client(store, n).await?;
                 }
                 Act::Snapshot => self.snapshot_now(store, pids).await?,
@@ -849,7 +851,8 @@ impl Seed<'_> {
         Ok(())
     }
 
-    /// `client update` on one client while the workers run: the next larger
+    /// `client update` on one client while the workers run (aimed at a
+    /// ready client when there is one, see [`ready_ones`]): the next larger
     /// plan, a larger volume, or other tags (drawn). A refusal (the client is
     /// being deleted, moved on meanwhile, or the plan is the largest) is what
     /// an operator would see: fine; a store error is not.
@@ -1714,15 +1717,19 @@ async fn check_changes(
         let fw = i.spec.server.firewall_group.clone().unwrap_or_default();
         if inst.plan != i.spec.plan || have != want || inst.firewall_group_id != fw || block.size_gb != i.spec.volume_gb
         {
+            let events = store.events_for_client(&c.id).await?;
+            let last: Vec<String> =
+                events.iter().rev().take(12).rev().map(|e| format!("{}@{}", e.kind, e.at_ms)).collect();
             bail!(
                 "invariant 12: {} is ready but has plan {} tags {have:?} firewall {:?} volume {} GB; its spec says \
-                 plan {} tags {want:?} firewall {fw:?} volume {} GB",
+                 plan {} tags {want:?} firewall {fw:?} volume {} GB; last events: {}",
                 c.name,
                 inst.plan,
                 inst.firewall_group_id,
                 block.size_gb,
                 i.spec.plan,
-                i.spec.volume_gb
+                i.spec.volume_gb,
+                last.join(", ")
             );
         }
     }
@@ -1969,6 +1976,18 @@ fn campaign_spec() -> Result<ClientSpec, oduflow_model::SpecError> {
         ..Default::default()
     }
     .resolve(&ClientName::parse("c0").expect("a valid name"), &oduflow_model::SpecDefaults::default())
+}
+
+/// The clients of `names` that are ready: an update aimed at one is a
+/// PATCH (a client still being made takes the new spec into its creates).
+async fn ready_ones(store: &Store, names: &[String]) -> Result<Vec<String>> {
+    let mut ready = vec![];
+    for n in names {
+        if store.client_get(n).await?.is_some_and(|c| c.infra.status == ClientStatus::Ready) {
+            ready.push(n.clone());
+        }
+    }
+    Ok(ready)
 }
 
 #[cfg(test)]

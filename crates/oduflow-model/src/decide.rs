@@ -100,6 +100,14 @@ pub struct Facts {
     pub size_gb: Option<i64>,
 }
 
+impl Facts {
+    /// A VM Vultr shows `resizing` (its status): a plan change is under
+    /// way, and the old plan shows until it is done.
+    pub fn resizing(&self) -> bool {
+        self.state.starts_with("resizing/")
+    }
+}
+
 /// A difference from the spec that a PATCH can remove.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Drift {
@@ -439,6 +447,21 @@ fn decide_present(i: &Inputs) -> Action {
         Have::Act(a) => return a,
         Have::Verified(f) => f,
     };
+    // Vultr shows the old plan while it resizes. A VM that matches the
+    // spec and resizes with no change of this client in flight is taking a
+    // plan change oduflow never sent: reported ready, it would show another
+    // plan once done, with no run left to read it.
+    if vm.resizing() {
+        return Action::Block(
+            BlockedReason::ConfigMismatch,
+            format!(
+                "vm {}: resizing ({}) though no change of this client is in flight: a plan change oduflow did not \
+                 send (the console, or the timeline a restore discarded); once it is done, `client update --plan` \
+                 to the plan it shows, or back, then `reconcile`",
+                vm.id, vm.state
+            ),
+        );
+    }
     let volume = match create_step(ResourceKind::Volume, &i.volume, max) {
         Have::Act(a) => return a,
         Have::Verified(f) => f,

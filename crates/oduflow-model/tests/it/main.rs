@@ -303,6 +303,25 @@ fn an_update_sends_one_change_once_the_server_is_ready() {
 }
 
 #[test]
+fn a_resize_no_change_of_the_client_explains_blocks_instead_of_ready() {
+    // Vultr shows the old plan while it resizes: a resize oduflow never
+    // sent (the console, or the timeline a restore discarded) would show
+    // another plan once done, after the client was reported ready.
+    let resizing = Facts { ready: false, state: "resizing/locked".into(), ..ok("v-1") };
+    for change in [ChangeFacts::None, ChangeFacts::Confirmed] {
+        let vm = Resource { change, ..known("v-1", 0, Seen::Present(resizing.clone())) };
+        check_block(present(vm, attached_volume(), ReceiptFacts::None), B::ConfigMismatch);
+    }
+    // Locked for a backup, say: no plan change, still ready.
+    let locked = Facts { ready: false, state: "active/locked".into(), ..ok("v-1") };
+    check(present(known("v-1", 0, Seen::Present(locked)), attached_volume(), ReceiptFacts::None), Action::Ready);
+    // Its own change in flight shows as a drift, counted as before.
+    let own = Facts { ready: false, state: "resizing/locked".into(), ..plan_drift("v-1") };
+    let i = present(drifted_vm(ChangeFacts::Sent { observations: 0 }, own), attached_volume(), ReceiptFacts::None);
+    check(i, Action::CountChange(K::Vm));
+}
+
+#[test]
 fn a_sent_change_is_confirmed_only_by_a_read_and_never_sent_again() {
     let sent = |n| ChangeFacts::Sent { observations: n };
     // The old value is accepted while the change is in flight: no block,
