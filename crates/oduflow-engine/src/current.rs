@@ -80,7 +80,7 @@ fn generation(infra: &InfraRow, receipts: &[ReceiptRow], kind: ResourceKind) -> 
     match at(receipts, kind, latest) {
         // Gone for good, or given up on an attestation: a present target
         // needs a new dispatch (a new operation key and label).
-        Some(r) if r.deleted_ms.is_some() || matches!(r.effect(), Effect::Abandoned { .. }) => latest + 1,
+        Some(r) if r.progress().deleted || matches!(r.effect(), Effect::Abandoned { .. }) => latest + 1,
         _ => latest,
     }
 }

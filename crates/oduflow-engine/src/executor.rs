@@ -217,7 +217,7 @@ impl<'a, P: Provider> Converge<'a, P> {
             }
         }
         for kind in [ResourceKind::Vm, ResourceKind::Volume] {
-            let id = cur.receipt(kind).filter(|r| r.deleted_ms.is_none()).and_then(|r| r.resource_id.clone());
+            let id = cur.receipt(kind).filter(|r| !r.progress().deleted).and_then(|r| r.resource_id.clone());
             self.run.set_id(kind, id);
         }
         let changes = match self.run.infra.spec_generation {
@@ -235,8 +235,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         // a key the record is not bound to.
         let key_changed = key_changed && !w.cfg.planted.is(Bug::IgnoreKeyChange);
         let ready_wait = w.cfg.ready_wait();
-        let overdue =
-            |r: Option<&ReceiptRow>| r.is_some_and(|r| w.now_ms() - r.sent_ms.unwrap_or(r.claimed_ms) > ready_wait);
+        let overdue = |r: Option<&ReceiptRow>| r.is_some_and(|r| w.now_ms() - r.sent_or_claimed_ms() > ready_wait);
         let infra = &self.run.infra;
         let update_overdue = infra.spec_updated_ms.is_some_and(|at| w.now_ms() - at > ready_wait);
         let resource = |r: Option<&ReceiptRow>, kind: ResourceKind| Resource {
@@ -273,7 +272,7 @@ impl<'a, P: Provider> Converge<'a, P> {
     async fn act(self, action: Action, view: &View) -> Result<Step<'a, P>, EngineError> {
         match action {
             Action::Observe(kind) => {
-                let attach_sent = view.cur.attach.as_ref().map(|a| a.sent_ms.unwrap_or(a.claimed_ms));
+                let attach_sent = view.cur.attach.as_ref().map(ReceiptRow::sent_or_claimed_ms);
                 self.observe(kind, view.receipt(kind, "observe")?, attach_sent).await
             }
             Action::CountObservation(kind) => self.count_observation(kind, view.receipt(kind, "count")?).await,

@@ -91,9 +91,9 @@ fn never_seen(c: &ClientRow, receipts: &[ReceiptRow], kind: &str) -> Vec<Resolut
             x.resource_kind.as_str() == kind
                 && x.resource_kind != ResourceKind::Attach
                 && oduflow_engine::current::is_open(x)
-                && x.seen_ms.is_none()
+                && !x.progress().seen
                 && !(x.effect().id().is_some()
-                    && x.listed_ms.is_some()
+                    && x.listed()
                     && c.infra.target == oduflow_model::Target::Present)
         })
         .map(|x| {

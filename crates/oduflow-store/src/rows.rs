@@ -385,6 +385,22 @@ impl ReceiptRow {
         self.observation_count - self.observation_base
     }
 
+    /// When its request left, or, never marked sent, when it was claimed.
+    pub fn sent_or_claimed_ms(&self) -> i64 {
+        self.sent_ms.unwrap_or(self.claimed_ms)
+    }
+
+    /// A listing (the bulk view) showed it by its id: it exists, though it
+    /// is not yet seen for deletion's bookkeeping.
+    pub fn listed(&self) -> bool {
+        self.listed_ms.is_some()
+    }
+
+    /// When its DELETE was first sent.
+    pub fn delete_sent_at(&self) -> Option<i64> {
+        self.delete_sent_ms
+    }
+
     /// How far the deletion of what it made has come.
     pub fn progress(&self) -> DeleteProgress {
         DeleteProgress {

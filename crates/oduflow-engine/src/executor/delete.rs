@@ -19,7 +19,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         kind: ResourceKind,
         r: ReceiptRow,
     ) -> Result<Step<'a, P>, EngineError> {
-        if r.delete_sent_ms.is_none_or(|d| self.reads.of(kind).at <= d) {
+        if r.delete_sent_at().is_none_or(|d| self.reads.of(kind).at <= d) {
             self.reads.of_mut(kind).seen = Seen::NotRead;
             return Ok(Step::Next(self));
         }
@@ -53,7 +53,7 @@ impl<P: Provider> Run<'_, P> {
         self.halted()?;
         let at = w.now_ms();
         let sent = matches!(answer, Ok(DeleteOutcome::Sent | DeleteOutcome::NotFound));
-        if sent && r.delete_sent_ms.is_none() {
+        if sent && !r.progress().delete_sent {
             // Deletion has a polling budget of its own: what creation spent
             // (label searches, early 404s) is not held against it.
             w.receipts.observations_restart(op).await?;
@@ -67,7 +67,7 @@ impl<P: Provider> Run<'_, P> {
             // Accepted again while a GET still shows it: a DELETE the
             // provider takes and never carries out would otherwise be sent
             // for ever. Each repeat counts against the polling limit.
-            Ok(DeleteOutcome::Sent) if r.delete_sent_ms.is_some() => {
+            Ok(DeleteOutcome::Sent) if r.progress().delete_sent => {
                 Some("DELETE accepted again, but a GET still shows the resource".to_owned())
             }
             Ok(_) => None,

@@ -175,14 +175,14 @@ impl<'a, P: Provider> Converge<'a, P> {
             // (deletion bookkeeping): a listing may show a new resource
             // while GET by id and DELETE still answer 404.
             Ok(s @ Seen::Present(_))
-                if r.seen_ms.is_none() && (!self.reads.of(kind).from_view || listing_taken_as_seen(&w.cfg)) =>
+                if !r.progress().seen && (!self.reads.of(kind).from_view || listing_taken_as_seen(&w.cfg)) =>
             {
                 w.receipts.mark_seen(&r.operation_key, w.now_ms()).await?;
                 self.reads.of_mut(kind).seen = s;
             }
             // A listing showed it: it exists (its outcome is known), though
             // it is not yet "seen" for deletion's bookkeeping.
-            Ok(s @ Seen::Present(_)) if r.listed_ms.is_none() && self.reads.of(kind).from_view => {
+            Ok(s @ Seen::Present(_)) if !r.listed() && self.reads.of(kind).from_view => {
                 w.receipts.mark_listed(&r.operation_key, w.now_ms()).await?;
                 self.reads.of_mut(kind).seen = s;
             }
@@ -225,7 +225,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         // show the resource yet (listing lag), and reading it would only
         // cost a GET by id. (Efficiency only: what a listing does not show
         // is read by id anyway.)
-        let sent = r.sent_ms.unwrap_or(r.claimed_ms).max(attach_sent.unwrap_or(0));
+        let sent = r.sent_or_claimed_ms().max(attach_sent.unwrap_or(0));
         let settled = sent.saturating_add(w.cfg.poll_interval_ms / 2);
         // Due, not started: a run that came back for a listing planned when
         // it left finds it qualifying, however long it then queued. Never

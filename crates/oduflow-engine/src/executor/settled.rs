@@ -2,6 +2,7 @@
 //! identities first), deleted, or blocked with its evidence.
 
 use super::*;
+use oduflow_model::ledger::Effect;
 
 /// Times the backup schedule is set without reading back before the client
 /// blocks `config_mismatch`: a set is repeatable, but not for ever.
@@ -45,11 +46,11 @@ async fn uncertain_evidence<P: Provider>(
                     && e.detail["operation_key"].as_str() == Some(r.operation_key.as_str())
             })
             .and_then(|e| e.detail["reason"].as_str().map(str::to_owned))
-            .unwrap_or_else(|| match r.sent_ms {
-                Some(_) => "no answer was recorded (the worker died or rolled back after sending)".to_owned(),
-                None => "claimed, never marked sent, and not recorded as stopped (a worker stopped or died \
-                         before its request left, or its mark is late)"
+            .unwrap_or_else(|| match r.effect() {
+                Effect::Unmarked { .. } => "claimed, never marked sent, and not recorded as stopped (a worker \
+                                            stopped or died before its request left, or its mark is late)"
                     .to_owned(),
+                _ => "no answer was recorded (the worker died or rolled back after sending)".to_owned(),
             })
     };
     let list: Vec<String> = unknown

@@ -105,7 +105,7 @@ pub async fn orphan_delete<P: Provider>(
     // then 404.
     let writer = ReceiptWriter::new(store.clone());
     let recorded = recorded_by_the_deleted(store, id).await?;
-    for r in recorded.iter().filter(|r| r.seen_ms.is_none()) {
+    for r in recorded.iter().filter(|r| !r.progress().seen) {
         writer.mark_seen(&r.operation_key, now_ms).await?;
     }
     let detail = serde_json::json!({ "id": id, "kind": o.kind, "label": o.label, "by": by, "reason": reason });

@@ -187,7 +187,7 @@ pub async fn abandon(
     // which, and the label stays watched).
     let listed_gone = c.infra.target == Target::Absent;
     let effect = r.effect();
-    if (effect.id().is_some() && (r.seen_ms.is_some() || (r.listed_ms.is_some() && !listed_gone)))
+    if (effect.id().is_some() && (r.progress().seen || (r.listed() && !listed_gone)))
         || matches!(effect, Effect::Rejected { .. })
     {
         return refused(format!(
