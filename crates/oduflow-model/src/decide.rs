@@ -447,15 +447,17 @@ fn decide_present(i: &Inputs) -> Action {
         Have::Act(a) => return a,
         Have::Verified(f) => f,
     };
-    // Vultr shows the old plan while it resizes. A VM that matches the
-    // spec and resizes with no change of this client in flight is taking a
-    // plan change oduflow never sent: reported ready, it would show another
-    // plan once done, with no run left to read it.
-    if vm.resizing() {
+    // A VM that matches the spec and resizes with no change of this
+    // client sent at this spec generation is taking a plan change oduflow
+    // never sent (the simulator shows the old plan until it is done):
+    // reported ready, it would show another plan once done, with no run
+    // left to read it. After its own change (sent or confirmed) a resize is
+    // that change's, whichever plan Vultr shows meanwhile.
+    if vm.resizing() && !matches!(i.vm.change, ChangeFacts::Sent { .. } | ChangeFacts::Confirmed) {
         return Action::Block(
             BlockedReason::ConfigMismatch,
             format!(
-                "vm {}: resizing ({}) though no change of this client is in flight: a plan change oduflow did not \
+                "vm {}: resizing ({}) though no change of this client was sent: a plan change oduflow did not \
                  send (the console, or the timeline a restore discarded); once it is done, `client update --plan` \
                  to the plan it shows, or back, then `reconcile`",
                 vm.id, vm.state

@@ -308,10 +308,15 @@ fn a_resize_no_change_of_the_client_explains_blocks_instead_of_ready() {
     // sent (the console, or the timeline a restore discarded) would show
     // another plan once done, after the client was reported ready.
     let resizing = Facts { ready: false, state: "resizing/locked".into(), ..ok("v-1") };
-    for change in [ChangeFacts::None, ChangeFacts::Confirmed] {
+    let rejected = ChangeFacts::Rejected { status: 400, message: "no".into() };
+    for change in [ChangeFacts::None, rejected] {
         let vm = Resource { change, ..known("v-1", 0, Seen::Present(resizing.clone())) };
         check_block(present(vm, attached_volume(), ReceiptFacts::None), B::ConfigMismatch);
     }
+    // After its own change, the resize is that change's, whichever plan
+    // Vultr shows meanwhile.
+    let vm = Resource { updated: true, change: ChangeFacts::Confirmed, ..known("v-1", 0, Seen::Present(resizing)) };
+    check(present(vm, attached_volume(), ReceiptFacts::None), Action::Ready);
     // Locked for a backup, say: no plan change, still ready.
     let locked = Facts { ready: false, state: "active/locked".into(), ..ok("v-1") };
     check(present(known("v-1", 0, Seen::Present(locked)), attached_volume(), ReceiptFacts::None), Action::Ready);
