@@ -7,7 +7,7 @@
 
 use crate::current::{self, spec_digest};
 use crate::{Bug, EngineError, Worker, fail_step};
-use oduflow_model::decide::{self, Action, DeleteProgress, Facts, Inputs, ReceiptFacts, Resource, Seen};
+use oduflow_model::decide::{self, Action, Change, DeleteProgress, Facts, Inputs, ReceiptFacts, Resource, Seen};
 use oduflow_model::provider::{BlockRequest, DeleteOutcome, InstanceRequest, Outcome, Provider, ResourceId, SendGuard};
 use oduflow_model::*;
 use oduflow_store::{Fence, Finish, Footing, IdSource, InfraRow, JobNext, NewEvent, NewReceipt, ReceiptRow};
@@ -256,6 +256,9 @@ impl<'a, P: Provider> Converge<'a, P> {
                 view.change_of(infra, kind).map(oduflow_store::ChangeRow::effect),
             ),
             update_overdue,
+            plan_change: view.change_of(infra, kind).is_some_and(
+                |c| matches!(serde_json::from_value(c.change.clone()), Ok(Change::Instance(i)) if i.plan.is_some()),
+            ),
             orphans: self.orphans_of(kind),
         };
         Inputs {

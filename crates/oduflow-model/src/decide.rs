@@ -194,6 +194,10 @@ pub struct Resource {
     /// The update was asked for longer ago than the readiness wait.
     #[serde(default)]
     pub update_overdue: bool,
+    /// This spec generation's change of the resource carries a new plan:
+    /// a VM's resize after it was sent is its own.
+    #[serde(default)]
+    pub plan_change: bool,
     /// Live resources whose label names this client and kind and that no
     /// receipt accounts for (the inventory pass after a restore recorded
     /// them as orphans), each read by id. A first create never goes out
@@ -447,19 +451,20 @@ fn decide_present(i: &Inputs) -> Action {
         Have::Act(a) => return a,
         Have::Verified(f) => f,
     };
-    // A VM that matches the spec and resizes with no change of this
-    // client sent at this spec generation is taking a plan change oduflow
-    // never sent (the simulator shows the old plan until it is done):
-    // reported ready, it would show another plan once done, with no run
-    // left to read it. After its own change (sent or confirmed) a resize is
-    // that change's, whichever plan Vultr shows meanwhile.
-    if vm.resizing() && !matches!(i.vm.change, ChangeFacts::Sent { .. } | ChangeFacts::Confirmed) {
+    // A VM that matches the spec and resizes with no plan change of this
+    // client sent at this spec generation is taking one oduflow never sent
+    // (the simulator shows the old plan until it is done): reported ready,
+    // it would show another plan once done, with no run left to read it.
+    // After its own plan change (sent or confirmed) a resize is that
+    // change's, whichever plan Vultr shows meanwhile.
+    let own = i.vm.plan_change && matches!(i.vm.change, ChangeFacts::Sent { .. } | ChangeFacts::Confirmed);
+    if vm.resizing() && !own {
         return Action::Block(
             BlockedReason::ConfigMismatch,
             format!(
-                "vm {}: resizing ({}) though no change of this client was sent: a plan change oduflow did not \
-                 send (the console, or the timeline a restore discarded); once it is done, `client update --plan` \
-                 to the plan it shows, or back, then `reconcile`",
+                "vm {}: resizing ({}) though no plan change of this client was sent: one oduflow did not send \
+                 (the console, or the timeline a restore discarded); once it is done, `client update --plan` to \
+                 the plan it shows",
                 vm.id, vm.state
             ),
         );

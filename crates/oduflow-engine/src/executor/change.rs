@@ -15,12 +15,12 @@ use std::sync::Arc;
 
 /// The one PATCH a change is: the instance's or the block's (`kind`'s,
 /// by its recorded `id`).
-async fn send<P: Provider>(p: &P, kind: ResourceKind, id: &str, change: &Change) -> Outcome<()> {
-    match (ResourceId::new(kind, id), change) {
+async fn send<P: Provider>(p: &P, kind: ResourceKind, id: &str, change: &Change) -> Result<Outcome<()>, EngineError> {
+    Ok(match (ResourceId::new(kind, id), change) {
         (ResourceId::Instance(i), Change::Instance(c)) => p.instance_update(&i, c).await,
         (ResourceId::Block(b), Change::VolumeSize(gb)) => p.block_resize(&b, *gb).await,
-        (id, _) => Outcome::NotSent { reason: format!("{change:?} is not a change of {id:?}: nothing sent") },
-    }
+        (id, _) => return Err(EngineError::Invariant(format!("{change:?} is not a change of {id:?}"))),
+    })
 }
 
 /// What Vultr's list of upgrades says of a plan change.
@@ -87,7 +87,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         // Marked sent right before the PATCH leaves, after its rate slot
         // and the run's guard: a PATCH stopped before that never left.
         let mark = Arc::new(SentMark::new(w, MarkOf::Change(key.clone()), client.clone(), false));
-        let outcome = send(&w.provider.marked(mark.clone()), kind, &id, &d.change).await;
+        let outcome = send(&w.provider.marked(mark.clone()), kind, &id, &d.change).await?;
         fail_step!("change-sent");
         if let Outcome::NotSent { reason } = &outcome {
             // Known by this live worker even if it no longer holds the

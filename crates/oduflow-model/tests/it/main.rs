@@ -15,6 +15,7 @@ fn res(receipt: ReceiptFacts, seen: Seen) -> Resource {
         updated: false,
         change: ChangeFacts::None,
         update_overdue: false,
+        plan_change: false,
         orphans: vec![],
     }
 }
@@ -309,14 +310,20 @@ fn a_resize_no_change_of_the_client_explains_blocks_instead_of_ready() {
     // another plan once done, after the client was reported ready.
     let resizing = Facts { ready: false, state: "resizing/locked".into(), ..ok("v-1") };
     let rejected = ChangeFacts::Rejected { status: 400, message: "no".into() };
-    for change in [ChangeFacts::None, rejected] {
-        let vm = Resource { change, ..known("v-1", 0, Seen::Present(resizing.clone())) };
+    // A tag change of this generation, confirmed, does not explain it (the
+    // plan change was sent after a backup a restore went back to).
+    let tags = |change| Resource { updated: true, change, ..known("v-1", 0, Seen::Present(resizing.clone())) };
+    for vm in [tags(ChangeFacts::None), tags(rejected), tags(ChangeFacts::Confirmed)] {
         check_block(present(vm, attached_volume(), ReceiptFacts::None), B::ConfigMismatch);
     }
-    // After its own change, the resize is that change's, whichever plan
-    // Vultr shows meanwhile.
-    let vm = Resource { updated: true, change: ChangeFacts::Confirmed, ..known("v-1", 0, Seen::Present(resizing)) };
-    check(present(vm, attached_volume(), ReceiptFacts::None), Action::Ready);
+    // After its own plan change, the resize is that change's, whichever
+    // plan Vultr shows meanwhile.
+    let own = |change| Resource { plan_change: true, ..tags(change) };
+    check(
+        present(own(ChangeFacts::Sent { observations: 1 }), attached_volume(), ReceiptFacts::None),
+        Action::ConfirmChange(K::Vm),
+    );
+    check(present(own(ChangeFacts::Confirmed), attached_volume(), ReceiptFacts::None), Action::Ready);
     // Locked for a backup, say: no plan change, still ready.
     let locked = Facts { ready: false, state: "active/locked".into(), ..ok("v-1") };
     check(present(known("v-1", 0, Seen::Present(locked)), attached_volume(), ReceiptFacts::None), Action::Ready);
