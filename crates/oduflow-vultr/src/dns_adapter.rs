@@ -757,8 +757,22 @@ impl IdentityAdapter for DnsAdapter {
             // One zone listing, taken when a step first needs it, serves
             // every step of this ensure.
             let mut z = None;
+            // A record whose PATCH answered 404 is being counted: the others
+            // are still brought to the spec, so records deleted together
+            // (an address change after a console deletion) are counted, and
+            // made again, together rather than one minute after another.
+            let mut waiting = None;
             for (rtype, data) in &wanted {
-                done.push(self.ensure_one(t, &mut o, own, rtype, data, &mut z).await?);
+                match self.ensure_one(t, &mut o, own, rtype, data, &mut z).await {
+                    Ok(d) => done.push(d),
+                    Err(e @ AdapterError::Waiting { .. }) => {
+                        waiting.get_or_insert(e);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            if let Some(e) = waiting {
+                return Err(e);
             }
             // A type no longer wanted (an address that went away): deleted,
             // by id, as it is oduflow's.

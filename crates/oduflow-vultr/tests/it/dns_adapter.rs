@@ -293,6 +293,57 @@ async fn a_run_whose_claim_is_lost_sends_no_dns_create_or_delete() {
     assert_eq!(at(&sim, "x").await.len(), 2, "a record was deleted by a run whose claim was lost");
 }
 
+/// An address change after the records were deleted in the console: each
+/// PATCH answers 404, and the records are counted together, not one minute
+/// after another.
+#[tokio::test]
+async fn records_deleted_together_are_made_again_together_on_an_address_change() {
+    use oduflow_vultr::dns_adapter::{RECORD_MISSING_MS, RECORD_MISSING_SPACING_MS};
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let sim = sim().await;
+    let start =
+        i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap();
+    let clock = std::sync::Arc::new(AtomicI64::new(start));
+    let now = clock.clone();
+    let a = adapter(&sim).with_clock(std::sync::Arc::new(move || now.load(Ordering::SeqCst)));
+    let own = MemoryOwnership::default();
+    let mut t = target("acme", "acme", "192.0.2.50");
+    t.outputs.v6_main_ip = "2001:db8::50".into();
+    a.ensure(&t, &own).await.unwrap();
+    let made = at(&sim, "acme").await;
+    let c = client(&sim.base_url);
+    for r in made.iter().filter(|r| r.record_type != "TXT") {
+        assert_eq!(c.dns_record_delete(ZONE, &r.id).await.unwrap(), DeleteOutcome::Sent);
+    }
+    clock.fetch_add(2 * RECORD_MISSING_MS, Ordering::SeqCst);
+    let begun = clock.load(Ordering::SeqCst);
+    t.main_ip = Some("192.0.2.51".into());
+    (t.outputs.main_ip, t.outputs.v6_main_ip) = ("192.0.2.51".into(), "2001:db8::51".into());
+    let mut steps = 0;
+    loop {
+        steps += 1;
+        assert!(steps < 40, "not settled after {steps} steps");
+        match a.ensure(&t, &own).await {
+            Ok(_) => break,
+            Err(AdapterError::Waiting { until_ms, .. }) => {
+                let now = clock.load(Ordering::SeqCst);
+                clock.store(until_ms.max(now), Ordering::SeqCst);
+            }
+            Err(e) => panic!("after its records were deleted in the console: {e}"),
+        }
+    }
+    let took = clock.load(Ordering::SeqCst) - begun;
+    assert!(
+        took <= RECORD_MISSING_MS + RECORD_MISSING_SPACING_MS,
+        "two records deleted at once took {} s to be made again, one minute after another",
+        took / 1000
+    );
+    let again = at(&sim, "acme").await;
+    assert!(
+        again.iter().any(|r| r.data == "192.0.2.51") && again.iter().any(|r| r.data == "2001:db8::51"),
+        "{again:?}"
+    );
+}
 /// A client all of whose records were deleted behind oduflow's back (in the
 /// console, or after a backup its database was restored from): their 404s
 /// are counted together, so the three records are taken as gone in the
