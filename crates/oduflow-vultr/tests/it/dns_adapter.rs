@@ -293,29 +293,43 @@ async fn a_run_whose_claim_is_lost_sends_no_dns_create_or_delete() {
     assert_eq!(at(&sim, "x").await.len(), 2, "a record was deleted by a run whose claim was lost");
 }
 
+/// An adapter on a clock the test moves, and client acme with an A and an
+/// AAAA record it made (and its marker); then the records `deleted` picks
+/// are deleted in the console, and the clock goes well past the lag a fresh
+/// record may 404 for. What it made is returned too.
+async fn made_then_deleted(
+    sim: &SimHandle,
+    deleted: impl Fn(&DnsRecord) -> bool,
+) -> (DnsAdapter, MemoryOwnership, IdentityTarget, std::sync::Arc<std::sync::atomic::AtomicI64>, Vec<DnsRecord>) {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let start =
+        i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap();
+    let clock = std::sync::Arc::new(AtomicI64::new(start));
+    let now = clock.clone();
+    let a = adapter(sim).with_clock(std::sync::Arc::new(move || now.load(Ordering::SeqCst)));
+    let own = MemoryOwnership::default();
+    let mut t = target("acme", "acme", "192.0.2.50");
+    t.outputs.v6_main_ip = "2001:db8::50".into();
+    a.ensure(&t, &own).await.unwrap();
+    let made = at(sim, "acme").await;
+    assert_eq!(made.len(), 3, "a marker, an A and an AAAA record: {made:?}");
+    let c = client(&sim.base_url);
+    for r in made.iter().filter(|r| deleted(r)) {
+        assert_eq!(c.dns_record_delete(ZONE, &r.id).await.unwrap(), DeleteOutcome::Sent);
+    }
+    clock.fetch_add(2 * oduflow_vultr::dns_adapter::RECORD_MISSING_MS, Ordering::SeqCst);
+    (a, own, t, clock, made)
+}
+
 /// An address change after the records were deleted in the console: each
 /// PATCH answers 404, and the records are counted together, not one minute
 /// after another.
 #[tokio::test]
 async fn records_deleted_together_are_made_again_together_on_an_address_change() {
     use oduflow_vultr::dns_adapter::{RECORD_MISSING_MS, RECORD_MISSING_SPACING_MS};
-    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::sync::atomic::Ordering;
     let sim = sim().await;
-    let start =
-        i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap();
-    let clock = std::sync::Arc::new(AtomicI64::new(start));
-    let now = clock.clone();
-    let a = adapter(&sim).with_clock(std::sync::Arc::new(move || now.load(Ordering::SeqCst)));
-    let own = MemoryOwnership::default();
-    let mut t = target("acme", "acme", "192.0.2.50");
-    t.outputs.v6_main_ip = "2001:db8::50".into();
-    a.ensure(&t, &own).await.unwrap();
-    let made = at(&sim, "acme").await;
-    let c = client(&sim.base_url);
-    for r in made.iter().filter(|r| r.record_type != "TXT") {
-        assert_eq!(c.dns_record_delete(ZONE, &r.id).await.unwrap(), DeleteOutcome::Sent);
-    }
-    clock.fetch_add(2 * RECORD_MISSING_MS, Ordering::SeqCst);
+    let (a, own, mut t, clock, _) = made_then_deleted(&sim, |r| r.record_type != "TXT").await;
     let begun = clock.load(Ordering::SeqCst);
     t.main_ip = Some("192.0.2.51".into());
     (t.outputs.main_ip, t.outputs.v6_main_ip) = ("192.0.2.51".into(), "2001:db8::51".into());
@@ -344,6 +358,7 @@ async fn records_deleted_together_are_made_again_together_on_an_address_change()
         "{again:?}"
     );
 }
+
 /// A client all of whose records were deleted behind oduflow's back (in the
 /// console, or after a backup its database was restored from): their 404s
 /// are counted together, so the three records are taken as gone in the
@@ -354,25 +369,9 @@ async fn records_deleted_together_are_made_again_together_on_an_address_change()
 #[tokio::test]
 async fn records_deleted_together_are_taken_as_gone_together() {
     use oduflow_vultr::dns_adapter::{RECORD_MISSING_MS, RECORD_MISSING_SPACING_MS};
-    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::sync::atomic::Ordering;
     let sim = sim().await;
-    let start =
-        i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap();
-    let clock = std::sync::Arc::new(AtomicI64::new(start));
-    let now = clock.clone();
-    let a = adapter(&sim).with_clock(std::sync::Arc::new(move || now.load(Ordering::SeqCst)));
-    let own = MemoryOwnership::default();
-    let mut t = target("acme", "acme", "192.0.2.50");
-    t.outputs.v6_main_ip = "2001:db8::50".into();
-    a.ensure(&t, &own).await.unwrap();
-    let made = at(&sim, "acme").await;
-    assert_eq!(made.len(), 3, "a marker, an A and an AAAA record: {made:?}");
-    let c = client(&sim.base_url);
-    for r in &made {
-        assert_eq!(c.dns_record_delete(ZONE, &r.id).await.unwrap(), DeleteOutcome::Sent);
-    }
-    // Well past the lag a fresh record may 404 for.
-    clock.fetch_add(2 * RECORD_MISSING_MS, Ordering::SeqCst);
+    let (a, own, t, clock, made) = made_then_deleted(&sim, |_| true).await;
     let begun = clock.load(Ordering::SeqCst);
 
     // As the engine runs it: a check, then (once absent) an ensure, each
