@@ -238,28 +238,29 @@ impl<'a, P: Provider> Converge<'a, P> {
         let overdue = |r: Option<&ReceiptRow>| r.is_some_and(|r| w.now_ms() - r.sent_or_claimed_ms() > ready_wait);
         let infra = &self.run.infra;
         let update_overdue = infra.spec_updated_ms.is_some_and(|at| w.now_ms() - at > ready_wait);
-        let resource = |r: Option<&ReceiptRow>, kind: ResourceKind| Resource {
-            receipt: ReceiptFacts::of(r.map(ReceiptRow::effect), self.target),
-            seen: self.reads.of(kind).seen.clone(),
-            progress: progress_of(r),
-            overdue: overdue(r),
-            // Updated, and this resource's part of the spec is not what it
-            // was created with, or an update already changed it: a drift is
-            // then a change to make. Otherwise (an update of the other part
-            // only) it is someone else's change, and blocks.
-            updated: infra.spec_generation > 0
-                && r.is_some_and(|r| {
-                    r.spec_digest != create_digest(&infra.spec, kind)
-                        || view.changes.iter().any(|c| Some(&c.resource_id) == r.resource_id.as_ref())
-                }),
-            change: oduflow_model::decide::ChangeFacts::of(
-                view.change_of(infra, kind).map(oduflow_store::ChangeRow::effect),
-            ),
-            update_overdue,
-            plan_change: view.change_of(infra, kind).is_some_and(
-                |c| matches!(serde_json::from_value(c.change.clone()), Ok(Change::Instance(i)) if i.plan.is_some()),
-            ),
-            orphans: self.orphans_of(kind),
+        let resource = |r: Option<&ReceiptRow>, kind: ResourceKind| {
+            let change = view.change_of(infra, kind);
+            Resource {
+                receipt: ReceiptFacts::of(r.map(ReceiptRow::effect), self.target),
+                seen: self.reads.of(kind).seen.clone(),
+                progress: progress_of(r),
+                overdue: overdue(r),
+                // Updated, and this resource's part of the spec is not what it
+                // was created with, or an update already changed it: a drift is
+                // then a change to make. Otherwise (an update of the other part
+                // only) it is someone else's change, and blocks.
+                updated: infra.spec_generation > 0
+                    && r.is_some_and(|r| {
+                        r.spec_digest != create_digest(&infra.spec, kind)
+                            || view.changes.iter().any(|c| Some(&c.resource_id) == r.resource_id.as_ref())
+                    }),
+                change: oduflow_model::decide::ChangeFacts::of(change.map(oduflow_store::ChangeRow::effect)),
+                update_overdue,
+                plan_change: change.is_some_and(
+                    |c| matches!(serde_json::from_value(c.change.clone()), Ok(Change::Instance(i)) if i.plan.is_some()),
+                ),
+                orphans: self.orphans_of(kind),
+            }
         };
         Inputs {
             target: self.target,

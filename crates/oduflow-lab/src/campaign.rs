@@ -20,7 +20,7 @@ use oduflow_sim::{Faults, Ledger, Sim, SimConfig};
 use oduflow_store::{Store, testing};
 use oduflow_vultr::{VultrClient, VultrConfig};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -1981,13 +1981,14 @@ fn campaign_spec() -> Result<ClientSpec, oduflow_model::SpecError> {
 /// The clients of `names` that are ready: an update aimed at one is a
 /// PATCH (a client still being made takes the new spec into its creates).
 async fn ready_ones(store: &Store, names: &[String]) -> Result<Vec<String>> {
-    let mut ready = vec![];
-    for n in names {
-        if store.client_get(n).await?.is_some_and(|c| c.infra.status == ClientStatus::Ready) {
-            ready.push(n.clone());
-        }
-    }
-    Ok(ready)
+    let ready: HashSet<String> = store
+        .client_list()
+        .await?
+        .into_iter()
+        .filter(|c| c.infra.status == ClientStatus::Ready)
+        .map(|c| c.name)
+        .collect();
+    Ok(names.iter().filter(|n| ready.contains(*n)).cloned().collect())
 }
 
 #[cfg(test)]

@@ -237,10 +237,9 @@ impl Store {
                 return Err(StoreError::ClientAbsent(name.to_owned()));
             }
             let Planned { spec, created, in_place } = self.update_planned(&client, u).await?;
-            let dns = spec.dns_name.clone().unwrap_or_else(|| client.name.clone());
+            let crate::SpecColumns { os_id, ref image, ref server, ref dns, .. } =
+                crate::SpecColumns::new(&client.name, &spec)?;
             let dns = dns.as_str();
-            let image = serde_json::to_string(&spec.image).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            let server = serde_json::to_string(&spec.server).map_err(|e| StoreError::Corrupt(e.to_string()))?;
             both!(self, p => {
                 let mut tx = crate::BeginWrite::begin_write(p).await?;
                 // The generation read before must still be current: a flip
@@ -261,7 +260,7 @@ impl Store {
                      WHERE client_id = $1 AND generation = $2 - 1 AND target = 'present' \
                      AND status = $11 AND coalesce(blocked_reason, '') = $12")
                     .bind(client.id.as_str()).bind(generation).bind(&spec.region).bind(&spec.plan)
-                    .bind(spec.image.os_id().unwrap_or(0)).bind(spec.volume_gb).bind(&image).bind(&server)
+                    .bind(os_id).bind(spec.volume_gb).bind(image).bind(server)
                     .bind(now_ms).bind(blocked)
                     // A run's finish writes the status without a new
                     // generation: the status read above must still hold, or

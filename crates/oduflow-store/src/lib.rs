@@ -279,7 +279,8 @@ pub(crate) struct SpecColumns<'a> {
 }
 
 impl<'a> SpecColumns<'a> {
-    fn new(name: &ClientName, spec: &'a ClientSpec) -> Result<Self> {
+    /// The columns of `spec`, for client `name`.
+    pub(crate) fn new(name: &str, spec: &'a ClientSpec) -> Result<Self> {
         Ok(SpecColumns {
             spec,
             os_id: spec.image.os_id().unwrap_or(0),
@@ -658,7 +659,7 @@ impl Store {
             if spec.server.hostname.is_empty() {
                 spec.server.hostname = name.to_string();
             }
-            let cols = SpecColumns::new(name, &spec)?;
+            let cols = SpecColumns::new(name.as_str(), &spec)?;
             let SpecColumns { spec, os_id, ref image, ref server, ref dns } = cols;
             let dns = dns.as_str();
             both!(self, p => {
