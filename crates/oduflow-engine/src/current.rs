@@ -132,8 +132,8 @@ pub fn current(infra: &InfraRow, target: Target, receipts: &[ReceiptRow]) -> Cur
     let mut attach_generation = generation(infra, receipts, ResourceKind::Attach);
     if let (Some(a), Some(vm_id), Some(vol_id)) = (
         at(receipts, ResourceKind::Attach, attach_generation),
-        vm.as_ref().and_then(|r| r.resource_id.as_deref()),
-        volume.as_ref().and_then(|r| r.resource_id.as_deref()),
+        vm.as_ref().and_then(|r| r.id()),
+        volume.as_ref().and_then(|r| r.id()),
     ) && a.spec_digest != attach_digest(Some(vm_id), Some(vol_id))
     {
         attach_generation += 1;

@@ -170,7 +170,7 @@ impl<'a, P: Provider> Converge<'a, P> {
             let earlier = w.store.receipts_for_client(&run.infra.client_id).await?;
             let bound = earlier
                 .iter()
-                .max_by_key(|r| r.claimed_ms)
+                .max_by_key(|r| r.claimed_ms())
                 .map(|r| r.key_fingerprint.clone())
                 .unwrap_or_else(|| current_key.clone());
             run.event(EventKind::KeyBound, serde_json::json!({ "fingerprint": bound.short() }));
@@ -217,7 +217,7 @@ impl<'a, P: Provider> Converge<'a, P> {
             }
         }
         for kind in [ResourceKind::Vm, ResourceKind::Volume] {
-            let id = cur.receipt(kind).filter(|r| !r.progress().deleted).and_then(|r| r.resource_id.clone());
+            let id = cur.receipt(kind).filter(|r| !r.progress().deleted).and_then(|r| r.id().map(str::to_string));
             self.run.set_id(kind, id);
         }
         let changes = match self.run.infra.spec_generation {
@@ -252,7 +252,7 @@ impl<'a, P: Provider> Converge<'a, P> {
                 updated: infra.spec_generation > 0
                     && r.is_some_and(|r| {
                         r.spec_digest != create_digest(&infra.spec, kind)
-                            || view.changes.iter().any(|c| Some(&c.resource_id) == r.resource_id.as_ref())
+                            || view.changes.iter().any(|c| Some(c.resource_id.as_str()) == r.id())
                     }),
                 change: oduflow_model::decide::ChangeFacts::of(change.map(oduflow_store::ChangeRow::effect)),
                 update_overdue,

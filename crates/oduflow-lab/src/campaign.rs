@@ -630,7 +630,7 @@ impl Seed<'_> {
         let cur = oduflow_engine::current::current(&c.infra, c.infra.target, &receipts);
         let Some((kind, r)) = [ResourceKind::Vm, ResourceKind::Volume]
             .into_iter()
-            .find_map(|k| cur.receipt(k).filter(|r| r.resource_id.is_none()).map(|r| (k, r.clone())))
+            .find_map(|k| cur.receipt(k).filter(|r| r.id().is_none()).map(|r| (k, r.clone())))
         else {
             return Ok(());
         };
@@ -1129,12 +1129,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
                         c.infra.target,
                         c.infra.vm_dispatch_generation,
                         rs.iter()
-                            .map(|r| (
-                                r.resource_kind,
-                                r.dispatch_generation,
-                                r.resource_id.is_some(),
-                                r.deleted_ms.is_some()
-                            ))
+                            .map(|r| (r.resource_kind, r.dispatch_generation, r.id().is_some(), r.progress().deleted))
                             .collect::<Vec<_>>()
                     )
                 });
@@ -1553,7 +1548,7 @@ async fn check_requests_audited(
         // the inventory doubts it, `not_sent_doubted`.)
         if let Some(r) = by_label.get(label.as_str())
             && !sent.contains(r.operation_key.as_str())
-            && !(restored && (r.sent_ms.is_none() || doubted.contains(r.operation_key.as_str())))
+            && !(restored && (r.sent_at().is_none() || doubted.contains(r.operation_key.as_str())))
         {
             bail!("invariant 7: no request_sent event for {}", r.operation_key);
         }
@@ -1576,12 +1571,13 @@ async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: boo
     // (Not after a restore: the receipts of the discarded timeline are gone,
     // and exactly-once is not promised after journal loss.)
     for (block, n) in ledger.attaches_per_block.iter().filter(|_| !restored) {
-        let owner =
-            receipts.iter().find(|r| r.resource_id.as_deref() == Some(block.as_str())).map(|r| r.client_ref.clone());
+        let owner = receipts.iter().find(|r| r.id() == Some(block.as_str())).map(|r| r.client_ref.clone());
         let dispatched = receipts
             .iter()
             .filter(|r| {
-                r.resource_kind == ResourceKind::Attach && Some(&r.client_ref) == owner.as_ref() && r.sent_ms.is_some()
+                r.resource_kind == ResourceKind::Attach
+                    && Some(&r.client_ref) == owner.as_ref()
+                    && r.sent_at().is_some()
             })
             .count() as u64;
         if *n > dispatched {
@@ -1592,8 +1588,8 @@ async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: boo
     for res in ledger.resources.iter().filter(|r| r.kind != oduflow_sim::ResourceKind::DnsRecord) {
         match by_label.get(res.label.as_str()) {
             Some(r) => {
-                if let Some(id) = &r.resource_id
-                    && *id != res.id
+                if let Some(id) = r.id()
+                    && id != res.id
                 {
                     bail!("invariant 2: receipt {} records {id} but {} carries its label", r.operation_key, res.id);
                 }
@@ -1601,7 +1597,7 @@ async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: boo
                 // sent with: the mark records it). After a restore, a receipt
                 // whose mark was lost with the copy adopts what carries its
                 // label without knowing which key made it.
-                let adopted = r.resource_id_source == Some(oduflow_store::IdSource::AdoptedByLabel);
+                let adopted = r.id_source() == Some(oduflow_store::IdSource::AdoptedByLabel);
                 if r.key_fingerprint.as_str() != res.key_fingerprint && !(restored && adopted) {
                     bail!("invariant 6: {} created with another key than its receipt's", res.id);
                 }
@@ -1628,11 +1624,11 @@ async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: boo
             }
             (ClientStatus::Deleted, Target::Absent) => {
                 for r in receipts.iter().filter(|r| r.client_ref == c.id && r.resource_kind != ResourceKind::Attach) {
-                    let Some(id) = &r.resource_id else { continue };
-                    if ledger.resources.iter().any(|x| x.id == *id && x.deleted_at.is_none()) {
+                    let Some(id) = r.id() else { continue };
+                    if ledger.resources.iter().any(|x| x.id == id && x.deleted_at.is_none()) {
                         bail!("invariant 5: {} is deleted but {id} is live", c.name);
                     }
-                    match (r.delete_sent_ms, r.deleted_ms) {
+                    match (r.delete_sent_at(), r.deleted_at()) {
                         (Some(s), Some(d)) if d >= s => {}
                         _ if r.dispatch_generation < i.dispatch_generation(r.resource_kind) => {}
                         _ => bail!("invariant 5: {} deleted without a GET 404 after a DELETE for {id}", c.name),
@@ -1648,8 +1644,7 @@ async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: boo
         }
     }
     totals.adopted_by_label +=
-        receipts.iter().filter(|r| r.resource_id_source == Some(oduflow_store::IdSource::AdoptedByLabel)).count()
-            as u64;
+        receipts.iter().filter(|r| r.id_source() == Some(oduflow_store::IdSource::AdoptedByLabel)).count() as u64;
     let requests: u64 = ledger.requests.values().sum();
     let resources = ledger.resources.len().max(1) as u64;
     if requests / resources > REQUESTS_PER_RESOURCE_MAX {
@@ -1683,7 +1678,7 @@ async fn check_changes(
     for c in store.client_list().await? {
         changes.extend(store.changes_for_client(&c.id).await?);
     }
-    totals.updates.2 += changes.iter().filter(|c| c.confirmed_ms.is_some()).count() as u64;
+    totals.updates.2 += changes.iter().filter(|c| c.confirmed()).count() as u64;
     // Change receipts cover the PATCHes of instances and blocks; a DNS
     // record's PATCH is the DNS adapter's (its ownership record).
     let patches: Vec<&oduflow_sim::RequestRecord> = ledger
@@ -1697,7 +1692,7 @@ async fn check_changes(
         *per_resource.entry(r.resource_id.as_deref().unwrap_or("")).or_default() += 1;
     }
     for (id, n) in per_resource.iter().filter(|_| !restored) {
-        let receipts = changes.iter().filter(|c| c.resource_id == *id && c.sent_ms.is_some()).count() as u64;
+        let receipts = changes.iter().filter(|c| c.resource_id == *id && c.sent_at().is_some()).count() as u64;
         if *n > receipts {
             bail!("invariant 11: {n} PATCH requests reached the provider for {id}, {receipts} change receipts sent");
         }
@@ -1747,9 +1742,9 @@ fn owned_by(
     x: &oduflow_sim::LedgerResource,
     client: &ClientId,
 ) -> bool {
-    owner.get(x.label.as_str()).is_some_and(|r| {
-        r.client_ref == *client && (!orphans.contains(&x.label) || r.resource_id.as_deref() == Some(x.id.as_str()))
-    })
+    owner
+        .get(x.label.as_str())
+        .is_some_and(|r| r.client_ref == *client && (!orphans.contains(&x.label) || r.id() == Some(x.id.as_str())))
 }
 
 /// Invariant 10: no request of any method with a changed key.
@@ -1771,7 +1766,7 @@ async fn check_keys(
     let by_id: HashMap<&str, &oduflow_store::ReceiptRow> = receipts
         .iter()
         .filter(|r| r.resource_kind != ResourceKind::Attach)
-        .filter_map(|r| r.resource_id.as_deref().map(|id| (id, r)))
+        .filter_map(|r| r.id().map(|id| (id, r)))
         .collect();
     // A rotation to the second key proves ownership with GETs under it,
     // then binds the records it rebinds to it: the sanctioned uses.
@@ -1800,8 +1795,8 @@ async fn check_keys(
                         "{} key {} claimed {} id {:?}",
                         x.operation_key,
                         x.key_fingerprint.short(),
-                        x.claimed_ms,
-                        x.resource_id
+                        x.claimed_ms(),
+                        x.id()
                     )
                 })
                 .collect();
@@ -1878,9 +1873,9 @@ async fn check_strict(
         .filter(|r| r.kind != oduflow_sim::ResourceKind::DnsRecord && r.deleted_at.is_none())
         .collect();
     // A receipt marked deleted means the provider deleted it.
-    for r in receipts.iter().filter(|r| r.deleted_ms.is_some()) {
-        if let Some(id) = &r.resource_id
-            && live.iter().any(|x| x.id == *id)
+    for r in receipts.iter().filter(|r| r.progress().deleted) {
+        if let Some(id) = r.id()
+            && live.iter().any(|x| x.id == id)
         {
             bail!("invariant 5: receipt {} says {id} was deleted, but it is live", r.operation_key);
         }
@@ -1929,10 +1924,9 @@ async fn check_strict(
                     .map(|e| e.at_ms - db_ahead + CLOCKS_APART_MS)
                     .max()
                     .unwrap_or(i64::MAX);
-                let ids: Vec<&str> =
-                    receipts.iter().filter(|r| r.client_ref == c.id).filter_map(|r| r.resource_id.as_deref()).collect();
-                let labels: Vec<&str> =
-                    receipts.iter().filter(|r| r.client_ref == c.id).map(|r| r.label.as_str()).collect();
+                let theirs = || receipts.iter().filter(|r| r.client_ref == c.id);
+                let ids: Vec<&str> = theirs().filter_map(|r| r.id()).collect();
+                let labels: Vec<&str> = theirs().map(|r| r.label.as_str()).collect();
                 // (A request of the timeline a restore discarded may follow
                 // a deletion the copy reports and that timeline undid, a
                 // flip back: invariant 14 judges what it left live.)

@@ -175,8 +175,8 @@ pub(crate) async fn dashboard(State(s): State<AppState>, Extension(caller): Exte
                     r.dispatch_generation,
                     esc(r.label.as_str()),
                     esc(&outcome(r)),
-                    r.observation_count,
-                    esc(r.last_observation.as_deref().unwrap_or("-"))
+                    r.observation_count(),
+                    esc(r.last_observation().unwrap_or("-"))
                 );
             }
             b.push_str("</table>");

@@ -43,7 +43,9 @@ pub fn change_key(client: &ClientId, kind: ResourceKind, spec_generation: i64, r
     format!("change:{client}:{}:{spec_generation}:{resource_id}", kind.as_str())
 }
 
-/// One change receipt, as `client show` and the engine read it.
+/// One change receipt, as `client show` and the engine read it. What it
+/// changes is public; how far it has come is read through
+/// [`ChangeRow::effect`] and the accessors, never from its columns.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ChangeRow {
     pub operation_key: String,
@@ -51,18 +53,18 @@ pub struct ChangeRow {
     pub resource_id: String,
     pub spec_generation: i64,
     pub change: serde_json::Value,
-    pub claimed_ms: i64,
-    pub sent_ms: Option<i64>,
-    pub not_sent_ms: Option<i64>,
-    pub not_sent_count: i64,
-    pub not_sent_reason: Option<String>,
+    claimed_ms: i64,
+    sent_ms: Option<i64>,
+    not_sent_ms: Option<i64>,
+    not_sent_count: i64,
+    not_sent_reason: Option<String>,
     /// `accepted`, `unknown: <why>`, `nothing_to_change` or `rejected`.
-    pub outcome: Option<String>,
-    pub rejection_status: Option<i64>,
-    pub rejection_message: Option<String>,
-    pub observation_count: i64,
-    pub last_observation: Option<String>,
-    pub confirmed_ms: Option<i64>,
+    outcome: Option<String>,
+    rejection_status: Option<i64>,
+    rejection_message: Option<String>,
+    observation_count: i64,
+    last_observation: Option<String>,
+    confirmed_ms: Option<i64>,
 }
 
 impl ChangeRow {
@@ -86,6 +88,21 @@ impl ChangeRow {
             // Sent, or about to be: only reads tell.
             Effect::Unknown { observations: self.observation_count }
         }
+    }
+
+    /// When its PATCH was marked sent, right before it left.
+    pub fn sent_at(&self) -> Option<i64> {
+        self.sent_ms
+    }
+
+    /// Whether a read showed the change made.
+    pub fn confirmed(&self) -> bool {
+        self.confirmed_ms.is_some()
+    }
+
+    /// Sends of it that could not connect, every one.
+    pub fn not_sent_count(&self) -> i64 {
+        self.not_sent_count
     }
 
     /// What the decision needs to know of it.
@@ -167,9 +184,9 @@ pub enum ChangeAnswer {
 /// recorded one for that very volume (an open receipt names its id).
 fn volume_size_read(client: &ClientRow, receipts: &[ReceiptRow]) -> Option<i64> {
     let read = client.infra.progress.volume_size.as_ref()?;
-    let current = receipts.iter().any(|r| {
-        r.resource_kind == ResourceKind::Volume && r.is_open() && r.resource_id.as_deref() == Some(read.id.as_str())
-    });
+    let current = receipts
+        .iter()
+        .any(|r| r.resource_kind == ResourceKind::Volume && r.is_open() && r.id() == Some(read.id.as_str()));
     current.then_some(read.gb)
 }
 

@@ -294,7 +294,10 @@ pub(crate) fn job_from_row(r: &impl RowExt) -> Result<JobRow> {
 pub use oduflow_model::decide::DeleteProgress;
 pub use oduflow_model::ledger::{Effect, IdSource};
 
-/// The durable record of one dispatch.
+/// The durable record of one dispatch. Who and what it is for are public;
+/// how far its create has come is read only through [`ReceiptRow::effect`],
+/// [`ReceiptRow::progress`] and the accessors below, never from its
+/// columns, so that one reading of them serves every caller.
 #[derive(Clone, Debug, Serialize)]
 pub struct ReceiptRow {
     pub operation_key: OperationKey,
@@ -305,30 +308,30 @@ pub struct ReceiptRow {
     pub region: String,
     pub spec_digest: String,
     pub key_fingerprint: KeyFingerprint,
-    pub claimed_ms: i64,
-    pub sent_ms: Option<i64>,
-    pub resource_id: Option<String>,
-    pub resource_id_source: Option<IdSource>,
-    pub rejection_status: Option<i64>,
-    pub rejection_message: Option<String>,
-    pub observation_count: i64,
+    claimed_ms: i64,
+    sent_ms: Option<i64>,
+    resource_id: Option<String>,
+    resource_id_source: Option<IdSource>,
+    rejection_status: Option<i64>,
+    rejection_message: Option<String>,
+    observation_count: i64,
     /// Observations before this were spent before an explicit reconciliation.
-    pub observation_base: i64,
-    pub last_observation: Option<String>,
-    pub abandoned_by: Option<String>,
-    pub abandoned_reason: Option<String>,
-    pub seen_ms: Option<i64>,
+    observation_base: i64,
+    last_observation: Option<String>,
+    abandoned_by: Option<String>,
+    abandoned_reason: Option<String>,
+    seen_ms: Option<i64>,
     /// When a listing (the bulk view) first showed the resource by its id:
     /// it exists, so its outcome is known; not `seen_ms`.
-    pub listed_ms: Option<i64>,
-    pub delete_sent_ms: Option<i64>,
-    pub deleted_ms: Option<i64>,
+    listed_ms: Option<i64>,
+    delete_sent_ms: Option<i64>,
+    deleted_ms: Option<i64>,
     /// Set when the last send provably never left the process (no
     /// connection); cleared before the next send on this receipt.
-    pub not_sent_ms: Option<i64>,
-    pub not_sent_reason: Option<String>,
+    not_sent_ms: Option<i64>,
+    not_sent_reason: Option<String>,
     /// How many sends on this receipt could not connect.
-    pub not_sent_count: i64,
+    not_sent_count: i64,
 }
 
 impl ReceiptRow {
@@ -399,6 +402,56 @@ impl ReceiptRow {
     /// When its DELETE was first sent.
     pub fn delete_sent_at(&self) -> Option<i64> {
         self.delete_sent_ms
+    }
+
+    /// When the provider's answer to that DELETE, or a read after it,
+    /// showed what it made gone.
+    pub fn deleted_at(&self) -> Option<i64> {
+        self.deleted_ms
+    }
+
+    /// When it was claimed: recorded before anything was sent.
+    pub fn claimed_ms(&self) -> i64 {
+        self.claimed_ms
+    }
+
+    /// When its request was marked sent, right before it left.
+    pub fn sent_at(&self) -> Option<i64> {
+        self.sent_ms
+    }
+
+    /// The provider's id of what it made, as [`Effect::id`] reads it (an
+    /// abandoned receipt keeps its id as evidence), without building the
+    /// effect.
+    pub fn id(&self) -> Option<&str> {
+        self.resource_id.as_deref()
+    }
+
+    /// That id, typed by the receipt's kind as [`provider::ResourceId::new`]
+    /// types it (reads by id are of VMs and volumes).
+    pub fn resource(&self) -> Option<provider::ResourceId> {
+        self.id().map(|id| provider::ResourceId::new(self.resource_kind, id.to_string()))
+    }
+
+    /// How the id became known.
+    pub fn id_source(&self) -> Option<IdSource> {
+        self.resource_id_source
+    }
+
+    /// Reads of an outcome, every one (the polling limit counts only those
+    /// since the last reconciliation: [`ReceiptRow::observations`]).
+    pub fn observation_count(&self) -> i64 {
+        self.observation_count
+    }
+
+    /// What the last read showed.
+    pub fn last_observation(&self) -> Option<&str> {
+        self.last_observation.as_deref()
+    }
+
+    /// Sends on this receipt that could not connect, every one.
+    pub fn not_sent_count(&self) -> i64 {
+        self.not_sent_count
     }
 
     /// How far the deletion of what it made has come.

@@ -206,7 +206,7 @@ async fn receipts_cannot_be_deleted_or_repointed(store: Store) {
         assert!(execute_raw(store, sql).await.is_err(), "{sql} was allowed");
     }
     let r = store.receipt_get(&key).await.unwrap().unwrap();
-    assert_eq!(r.resource_id.as_deref(), Some("vm-1"));
+    assert_eq!(r.id(), Some("vm-1"));
 }
 
 /// `INSERT OR REPLACE` / `REPLACE INTO` delete the row in the way without
@@ -253,7 +253,7 @@ async fn receipts_survive_replace_from_any_connection(store: Store) {
     ] {
         assert!(execute_raw_elsewhere(store, &sql).await.is_err(), "{sql} was allowed");
         let r = store.receipt_get(&key).await.unwrap().expect("the receipt is still there");
-        assert_eq!(r.resource_id.as_deref(), Some("vm-1"), "after {sql}");
+        assert_eq!(r.id(), Some("vm-1"), "after {sql}");
     }
     assert_eq!(store.receipts_all().await.unwrap().len(), 1, "one receipt, the one claimed");
     // The writer's own claims still answer as before.
@@ -276,7 +276,7 @@ async fn receipts_survive_replace_from_any_connection(store: Store) {
             format!("{verb} INTO change_receipts {cols} VALUES ('{ck}', '{id}', 'vm', 'other', 2, '{{}}', 'f', 1)");
         assert!(execute_raw_elsewhere(store, &sql).await.is_err(), "{sql} was allowed");
         let rows = store.changes_for_client(&c).await.unwrap();
-        assert_eq!((rows.len(), rows[0].resource_id.as_str(), rows[0].sent_ms), (1, "vm-1", Some(2)), "after {sql}");
+        assert_eq!((rows.len(), rows[0].resource_id.as_str(), rows[0].sent_at()), (1, "vm-1", Some(2)), "after {sql}");
     }
     assert!(matches!(ledger.change_claim(&change).await, Err(StoreError::ReceiptExists(_))), "claimed twice");
 }
@@ -360,7 +360,7 @@ async fn change_receipts_are_claimed_once_and_never_rewritten(store: Store) {
     }
     let rows = store.changes_for_client(&c).await.unwrap();
     assert_eq!(rows.len(), 1);
-    assert_eq!((rows[0].sent_ms, rows[0].confirmed_ms), (Some(2), Some(4)));
+    assert_eq!((rows[0].sent_at(), rows[0].confirmed()), (Some(2), true));
     assert_eq!(rows[0].facts(), oduflow_model::decide::ChangeFacts::Confirmed);
     // A rejection is kept as it was.
     let other = NewChange { spec_generation: 3, ..change };

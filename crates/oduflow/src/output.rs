@@ -118,8 +118,8 @@ pub(crate) async fn print_client(store: &Store, r: &ClientRow, json: bool, evide
                 rc.dispatch_generation,
                 rc.label,
                 outcome,
-                rc.observation_count,
-                rc.last_observation.as_deref().map(|o| format!(" (last: {o})")).unwrap_or_default()
+                rc.observation_count(),
+                rc.last_observation().map(|o| format!(" (last: {o})")).unwrap_or_default()
             )?;
         }
         if !changes.is_empty() {

@@ -34,7 +34,7 @@ impl View {
     /// The change receipt for `kind`'s current resource at the record's spec
     /// generation.
     pub(super) fn change_of(&self, infra: &oduflow_store::InfraRow, kind: ResourceKind) -> Option<&ChangeRow> {
-        let id = self.cur.receipt(kind)?.resource_id.as_deref()?;
+        let id = self.cur.receipt(kind)?.id()?;
         let key = oduflow_store::change_key(&infra.client_id, kind, infra.spec_generation, id);
         self.changes.iter().find(|c| c.operation_key == key)
     }

@@ -26,7 +26,7 @@ impl<'a, P: Provider> Converge<'a, P> {
         let w = self.run.w;
         w.receipts.mark_deleted(&r.operation_key, w.now_ms()).await?;
         fail_step!("get-404-recorded");
-        let id = r.resource_id;
+        let id = r.id();
         self.run.event(EventKind::ResourceDeleted, serde_json::json!({ "kind": kind, "id": id }));
         self.run.set_id(kind, None);
         Ok(Step::Next(self))

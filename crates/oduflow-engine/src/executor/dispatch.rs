@@ -55,10 +55,12 @@ async fn send<P: Provider>(
         ResourceKind::Volume => map_outcome(p.block_create(&block_request(spec, label)).await, |id| id.0),
         ResourceKind::Attach => {
             let vm_id = vm
-                .and_then(|r| r.resource_id.clone())
+                .and_then(ReceiptRow::id)
+                .map(str::to_string)
                 .ok_or_else(|| EngineError::Invariant("attach without VM id".into()))?;
             let vol_id = volume
-                .and_then(|r| r.resource_id.clone())
+                .and_then(ReceiptRow::id)
+                .map(str::to_string)
                 .ok_or_else(|| EngineError::Invariant("attach without volume id".into()))?;
             let o = p.block_attach(&ResourceId::volume(vol_id), &ResourceId::vm(vm_id.clone())).await;
             fail_step!("attach-sent");
@@ -216,10 +218,9 @@ impl<P: Provider> Run<'_, P> {
         let resend = unsent.is_some();
         let label = unsent.map_or_else(|| Label::new_dispatch(&client, kind), |r| r.label);
         let digest = match kind {
-            ResourceKind::Attach => current::attach_digest(
-                vm.and_then(|r| r.resource_id.as_deref()),
-                volume.and_then(|r| r.resource_id.as_deref()),
-            ),
+            ResourceKind::Attach => {
+                current::attach_digest(vm.and_then(ReceiptRow::id), volume.and_then(ReceiptRow::id))
+            }
             _ => create_digest(&spec, kind),
         };
         let forget = w.cfg.planted.is(Bug::ForgetReceipt) && kind != ResourceKind::Attach;

@@ -91,8 +91,8 @@ fn shown<T: fleet_view::Listed>(got: fleet_view::Got<T>, r: &ReceiptRow, facts: 
         fleet_view::Got::Later(d) => return InView::Later(d),
     };
     let label = r.label.as_str();
-    let by_operator = r.resource_id_source == Some(IdSource::AdoptedByOperator);
-    match &r.resource_id {
+    let by_operator = r.id_source() == Some(IdSource::AdoptedByOperator);
+    match r.id() {
         Some(id) => snap.get(id).map_or(InView::NotShown, |x| {
             InView::Shown(Seen::Present(facts(if by_operator { x.label() } else { label }, x.clone())))
         }),
@@ -333,10 +333,10 @@ impl<P: Provider> Run<'_, P> {
         let label = r.label.as_str();
         // An operator adopted this id knowing its label (`oduflow adopt`
         // verifies everything else): the label is not held against it.
-        let by_operator = r.resource_id_source == Some(IdSource::AdoptedByOperator);
+        let by_operator = r.id_source() == Some(IdSource::AdoptedByOperator);
         let expect = |found: &str| if by_operator { found.to_owned() } else { label.to_owned() };
-        let by_id = match &r.resource_id {
-            Some(id) => Some(p.resource_get(&provider::ResourceId::new(kind, id.clone())).await?),
+        let by_id = match r.resource() {
+            Some(id) => Some(p.resource_get(&id).await?),
             None => None,
         };
         let seen = match (kind, by_id) {

@@ -12,7 +12,7 @@ use oduflow_model::decide::Orphan;
 use oduflow_model::ledger::Effect;
 use oduflow_model::provider::Provider;
 use oduflow_model::*;
-use oduflow_store::{IdSource, OrphanRow};
+use oduflow_store::{IdSource, OrphanRow, ReceiptRow};
 
 /// One labelled orphan as this run read it, with the label to adopt it by.
 #[derive(Clone, Debug)]
@@ -55,7 +55,7 @@ impl<'a, P: Provider> Converge<'a, P> {
     pub(super) async fn read_orphans(&mut self, view: &super::View) -> Result<(), EngineError> {
         let w = self.run.w;
         let client = &self.run.infra.client_id;
-        let recorded: Vec<&str> = view.receipts.iter().filter_map(|r| r.resource_id.as_deref()).collect();
+        let recorded: Vec<&str> = view.receipts.iter().filter_map(ReceiptRow::id).collect();
         let rows: Vec<OrphanRow> = w.store.orphans_open_for_client(client).await?;
         let mut read = ByKind::default();
         for o in rows.into_iter().filter(|o| !recorded.contains(&o.resource_id.as_str())) {

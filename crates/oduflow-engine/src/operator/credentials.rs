@@ -72,14 +72,14 @@ async fn unproven_with<P: Provider>(provider: &P, c: &ClientRow, r: &ReceiptRow)
     let fail = |why: String| Unproven {
         client: c.name.clone(),
         kind: r.resource_kind,
-        resource: r.resource_id.clone().unwrap_or_else(|| format!("label {label}")),
+        resource: r.id().map_or_else(|| format!("label {label}"), str::to_string),
         why,
     };
     // An id an operator adopted is accepted by runs without its label
     // (`oduflow adopt` verified it): proven the same way, by the new
     // key seeing it.
-    let by_operator = r.resource_id_source == Some(IdSource::AdoptedByOperator);
-    Ok(match r.resource_id.as_ref().map(|id| ResourceId::new(r.resource_kind, id.clone())) {
+    let by_operator = r.id_source() == Some(IdSource::AdoptedByOperator);
+    Ok(match r.resource() {
         Some(id) => match provider.resource_get(&id).await? {
             Some(x) if x.label() == label || by_operator => None,
             Some(x) => Some(fail(format!("label is {:?}, receipt says {label:?}", x.label()))),
@@ -96,7 +96,7 @@ async fn unproven_with<P: Provider>(provider: &P, c: &ClientRow, r: &ReceiptRow)
 
 /// What a record's receipts said when their ownership was proven.
 fn snapshot(receipts: &[ReceiptRow]) -> Vec<(String, Option<String>)> {
-    let mut v: Vec<_> = receipts.iter().map(|r| (r.operation_key.to_string(), r.resource_id.clone())).collect();
+    let mut v: Vec<_> = receipts.iter().map(|r| (r.operation_key.to_string(), r.id().map(str::to_string))).collect();
     v.sort();
     v
 }

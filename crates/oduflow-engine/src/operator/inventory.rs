@@ -134,7 +134,7 @@ fn sort_listed(
                     "live resource of a deleted client (its receipt was never confirmed deleted)",
                 ))
             }
-            Some(r) => match &r.resource_id {
+            Some(r) => match r.id() {
                 Some(rid) if rid == id => {}
                 Some(rid) => inv.orphans.push(item(client_name(r), &format!("duplicate: the receipt records {rid}"))),
                 None => inv.unrecorded.push(item(client_name(r), "carries the label of a receipt without id")),
@@ -226,14 +226,14 @@ fn missing(
 ) -> Vec<InventoryItem> {
     let mut out = vec![];
     for r in receipts {
-        let (Some(id), Some(c)) = (&r.resource_id, clients.get(&r.client_ref)) else { continue };
+        let (Some(id), Some(c)) = (r.id(), clients.get(&r.client_ref)) else { continue };
         if r.resource_kind == ResourceKind::Attach || !crate::current::is_open(r) {
             continue;
         }
         if !seen_ids.contains(id) {
             out.push(InventoryItem {
                 kind: r.resource_kind,
-                id: id.clone(),
+                id: id.to_string(),
                 label: r.label.to_string(),
                 client: Some(c.name.clone()),
                 note: "recorded but not listed by the provider".into(),

@@ -160,12 +160,8 @@ async fn label_now<P: Provider>(provider: &P, kind: ResourceKind, id: &str) -> R
 /// The open receipts that record `id`, all of deleted clients: refused
 /// when a live client's records it (not an orphan now).
 async fn recorded_by_the_deleted(store: &Store, id: &str) -> Result<Vec<ReceiptRow>> {
-    let recorded: Vec<ReceiptRow> = store
-        .receipts_all()
-        .await?
-        .into_iter()
-        .filter(|r| crate::current::is_open(r) && r.resource_id.as_deref() == Some(id))
-        .collect();
+    let recorded: Vec<ReceiptRow> =
+        store.receipts_all().await?.into_iter().filter(|r| crate::current::is_open(r) && r.id() == Some(id)).collect();
     // Read again right before the DELETE: an adoption that landed since the
     // checks above (another operator) makes it a live client's again.
     let clients_now: HashMap<ClientId, ClientRow> =
@@ -189,7 +185,7 @@ async fn refuse_if_accounted(store: &Store, id: &str, label: &str) -> Result<()>
         store.client_list().await?.into_iter().map(|c| (c.id.clone(), c)).collect();
     let live = |r: &ReceiptRow| clients.get(&r.client_ref).is_some_and(|c| c.infra.status != ClientStatus::Deleted);
     for r in store.receipts_all().await?.iter().filter(|r| crate::current::is_open(r) && live(r)) {
-        if r.resource_id.as_deref() == Some(id) {
+        if r.id() == Some(id) {
             return refused(format!(
                 "{id} is recorded on receipt {} of a live client: it is not an orphan now",
                 r.operation_key

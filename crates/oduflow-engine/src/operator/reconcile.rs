@@ -55,7 +55,7 @@ pub async fn adopt<P: Provider>(
         return refused("only a vm or a volume can be adopted");
     }
     let all = store.receipts_all().await?;
-    if let Some(other) = all.iter().find(|r| r.resource_id.as_deref() == Some(id)) {
+    if let Some(other) = all.iter().find(|r| r.id() == Some(id)) {
         return refused(format!("{id} is already recorded on receipt {}", other.operation_key));
     }
     let spec = &c.infra.spec;

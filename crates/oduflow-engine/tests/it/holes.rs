@@ -383,7 +383,7 @@ async fn a_create_that_never_connected_is_sent_again_on_its_receipt(store: Store
     let receipts = store.receipts_for_client(&c.id).await?;
     let vm = receipts.iter().find(|r| r.resource_kind == ResourceKind::Vm).unwrap();
     assert_eq!(vm.dispatch_generation, 1, "sent again on the same receipt");
-    assert!(vm.not_sent_count >= 1 && vm.not_sent_ms.is_none(), "{vm:?}");
+    assert!(vm.not_sent_count() >= 1 && !matches!(vm.effect(), Effect::NotSent { .. }), "{vm:?}");
     assert_eq!(receipts.iter().filter(|r| r.resource_kind == ResourceKind::Vm).count(), 1);
     p.with(|s| {
         assert_eq!(s.calls.iter().filter(|c| *c == "POST /instances").count(), 3);
@@ -669,7 +669,7 @@ async fn a_vm_deleted_just_before_a_flip_back_is_not_missing(store: Store) -> Re
     assert_ne!(c.infra.vm_id, first.infra.vm_id, "a new VM");
     let r = store.receipts_for_client(&c.id).await?;
     assert!(
-        r.iter().any(|r| r.resource_kind == ResourceKind::Vm && r.deleted_ms.is_some()),
+        r.iter().any(|r| r.resource_kind == ResourceKind::Vm && r.progress().deleted),
         "the deletion was confirmed"
     );
     Ok(())
@@ -687,7 +687,7 @@ async fn a_restored_not_sent_receipt_is_never_sent_again_blindly(store: Store) -
     p.with(|s| s.unreachable_creates = 1);
     w.run_next().await?;
     let r = store.receipts_for_client(&c.id).await?.into_iter().find(|r| r.resource_kind == ResourceKind::Vm).unwrap();
-    assert!(r.not_sent_ms.is_some(), "{r:?}");
+    assert!(matches!(r.effect(), Effect::NotSent { .. }), "{r:?}");
     // The timeline the restore threw away: the resend made the VM.
     p.with(|s| s.put_vm("made-after-the-backup", r.label.as_str()));
     store.restore_declare("test: restored from a backup", now()).await?;
@@ -905,8 +905,8 @@ async fn a_delete_landing_while_a_create_waits_for_its_slot_records_it_not_sent(
     if store.backend() == Backend::Sqlite {
         let vm = store.receipts_for_client(&c.id).await?.into_iter().find(|r| r.resource_kind == ResourceKind::Vm);
         let vm = vm.expect("the create's receipt");
-        assert!(vm.sent_ms.is_none() && vm.not_sent_ms.is_some(), "recorded as not sent: {vm:?}");
-        let why = vm.not_sent_reason.clone().unwrap_or_default();
+        let Effect::NotSent { reason: why, .. } = vm.effect() else { panic!("recorded as not sent: {vm:?}") };
+        assert!(vm.sent_at().is_none(), "recorded as not sent: {vm:?}");
         assert!(why.starts_with("stopped before it left"), "{why}");
         p.with(|s| assert!(!s.calls.iter().any(|c| c == "POST /instances"), "{:?}", s.calls));
         let events = store.events_for_client(&c.id).await?;
@@ -948,7 +948,7 @@ async fn a_connection_reset_while_creates_wait_for_their_slot_costs_no_block(sto
         let receipts = store.receipts_for_client(&c.id).await?;
         let vms: Vec<_> = receipts.iter().filter(|r| r.resource_kind == ResourceKind::Vm).collect();
         assert_eq!(vms.len(), 1, "sent again on the same receipt: {vms:?}");
-        assert!(vms[0].not_sent_count >= 1, "{:?}", vms[0]);
+        assert!(vms[0].not_sent_count() >= 1, "{:?}", vms[0]);
     }
     p.with(|s| {
         assert_eq!(s.calls.iter().filter(|c| *c == "POST /instances").count(), names.len(), "{:?}", s.calls);
@@ -983,7 +983,7 @@ async fn a_claim_lost_while_a_change_waits_for_its_slot_sends_it_later(store: St
     assert_eq!(patches(&p), 1);
     let changes = store.changes_for_client(&c.id).await?;
     assert_eq!(changes.len(), 1, "sent again on the same change receipt: {changes:?}");
-    assert!(changes[0].confirmed_ms.is_some() && changes[0].not_sent_count >= 1, "{changes:?}");
+    assert!(changes[0].confirmed() && changes[0].not_sent_count() >= 1, "{changes:?}");
     Ok(())
 }
 
@@ -1109,7 +1109,7 @@ async fn a_create_first_sent_after_a_key_rotation_records_the_key_it_went_with(s
     w1.run_next().await?;
     let vm = |r: &Vec<ReceiptRow>| r.iter().find(|r| r.resource_kind == ResourceKind::Vm).cloned().unwrap();
     let claimed = vm(&store.receipts_for_client(&c.id).await?);
-    assert!(claimed.not_sent_ms.is_some() && claimed.key_fingerprint == key("old"), "{claimed:?}");
+    assert!(matches!(claimed.effect(), Effect::NotSent { .. }) && claimed.key_fingerprint == key("old"), "{claimed:?}");
     let p2 = Arc::new(MemoryProvider::new(key("new")));
     operator::credentials_rotate(&store, p2.as_ref(), actor("ops")).await?.unwrap();
     drain(&worker(&store, p2.clone()), 50).await;

@@ -148,7 +148,7 @@ async fn provisions_then_deletes(store: Store) -> Result<()> {
     });
     let receipts = store.receipts_for_client(&c.id).await?;
     assert_eq!(receipts.len(), 3, "vm, volume and attach receipts all kept");
-    assert!(receipts.iter().all(|r| r.resource_id.is_some()));
+    assert!(receipts.iter().all(|r| r.id().is_some()));
     Ok(())
 }
 
@@ -168,7 +168,7 @@ async fn rollback_case(store: Store, action: &str) -> Result<()> {
     // The receipt and its id were committed on their own connection...
     let receipts = store.receipts_for_client(&c.id).await?;
     assert_eq!(receipts.len(), 1);
-    let vm_id = receipts[0].resource_id.clone().expect("id recorded on the receipt");
+    let vm_id = receipts[0].id().map(str::to_string).expect("id recorded on the receipt");
     assert_eq!(receipts[0].resource_kind, ResourceKind::Vm);
     // ...while the main transaction's writes are gone.
     let after = status(&store, "acme").await;
@@ -268,7 +268,7 @@ async fn lost_response_is_adopted_never_resent(store: Store) -> Result<()> {
         receipts
             .iter()
             .filter(|r| r.resource_kind != ResourceKind::Attach)
-            .all(|r| r.resource_id_source == Some(IdSource::AdoptedByLabel))
+            .all(|r| r.id_source() == Some(IdSource::AdoptedByLabel))
     );
     Ok(())
 }
@@ -284,7 +284,7 @@ async fn rejection_blocks_without_resend(store: Store) -> Result<()> {
     assert_eq!(after.infra.blocked_reason, Some(BlockedReason::CreateRejected));
     assert!(after.infra.blocked_detail.as_deref().unwrap().contains("Invalid plan chosen."));
     let r = &store.receipts_for_client(&c.id).await?[0];
-    assert_eq!(r.rejection_status, Some(400));
+    assert!(matches!(r.effect(), Effect::Rejected { status: 400, .. }), "{r:?}");
     p.with(|s| assert_eq!(s.calls, vec!["POST /instances".to_owned()]));
     Ok(())
 }
@@ -353,7 +353,7 @@ async fn receipts_cannot_be_deleted_or_rewritten(store: Store) -> Result<()> {
     }
     let after = store.receipts_all().await?;
     assert_eq!(after.len(), n);
-    assert!(after.iter().all(|r| r.resource_id.as_deref().is_some_and(|id| id.starts_with("mem-"))));
+    assert!(after.iter().all(|r| r.id().is_some_and(|id| id.starts_with("mem-"))));
     Ok(())
 }
 
@@ -498,7 +498,7 @@ mod operator_actions {
         let receipts = store.receipts_for_client(&c.id).await?;
         let vms: Vec<_> = receipts.iter().filter(|r| r.resource_kind == ResourceKind::Vm).collect();
         assert_eq!(vms.len(), 2);
-        assert_eq!(vms[0].rejection_status, Some(422));
+        assert!(matches!(vms[0].effect(), Effect::Rejected { status: 422, .. }), "{:?}", vms[0]);
         assert_ne!(vms[0].label, vms[1].label);
         Ok(())
     }
@@ -575,8 +575,8 @@ mod operator_actions {
         assert!(matches!(r, Err(operator::OperatorError::Refused(ref m)) if m.contains("region")), "{r:?}");
         operator::adopt(&store, p.as_ref(), "acme", ResourceKind::Vm, &id, actor("ops")).await?;
         let r = &store.receipts_for_client(&c.id).await?[0];
-        assert_eq!(r.resource_id.as_deref(), Some(id.as_str()));
-        assert_eq!(r.resource_id_source, Some(IdSource::AdoptedByOperator));
+        assert_eq!(r.id(), Some(id.as_str()));
+        assert_eq!(r.id_source(), Some(IdSource::AdoptedByOperator));
         // Adopting again is refused: the id is recorded.
         assert!(operator::adopt(&store, p.as_ref(), "acme", ResourceKind::Vm, &id, actor("ops")).await.is_err());
         Ok(())

@@ -744,8 +744,8 @@ async fn adopt_verifies_the_resource_before_recording_it() {
     let c = h.store.client_get("lost-create").await.unwrap().unwrap();
     let receipts = h.store.receipts_for_client(&c.id).await.unwrap();
     let vm = receipts.iter().find(|r| r.resource_kind == ResourceKind::Vm).unwrap();
-    assert_eq!(vm.resource_id.as_deref(), Some(id.as_str()));
-    assert_eq!(vm.resource_id_source, Some(oduflow_store::IdSource::AdoptedByOperator));
+    assert_eq!(vm.id(), Some(id.as_str()));
+    assert_eq!(vm.id_source(), Some(oduflow_store::IdSource::AdoptedByOperator));
     // The same id again, for another client: refused.
     assert_error(
         &h.post("/api/v1/clients/lost-again/adopt", json!({ "kind": "vm", "id": id.as_str() })).await,
@@ -782,8 +782,8 @@ async fn abandon_needs_an_attestation_and_an_uncertain_dispatch() {
     let c = h.store.client_get("lost-again").await.unwrap().unwrap();
     let receipts = h.store.receipts_for_client(&c.id).await.unwrap();
     let vm = receipts.iter().find(|r| r.resource_kind == ResourceKind::Vm && r.dispatch_generation == 1).unwrap();
-    assert_eq!(vm.abandoned_by.as_deref(), Some("alice (via api-token:tester)"));
-    assert_eq!(vm.abandoned_reason.as_deref(), Some("checked the console: nothing"));
+    let oduflow_store::Effect::Abandoned { by, reason, .. } = vm.effect() else { panic!("not abandoned: {vm:?}") };
+    assert_eq!((by.as_str(), reason.as_str()), ("alice (via api-token:tester)", "checked the console: nothing"));
     assert_eq!(c.infra.vm_dispatch_generation, 2);
 }
 

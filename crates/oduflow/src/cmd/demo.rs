@@ -227,8 +227,7 @@ async fn print_live(store: &Store, ledger: &oduflow_sim::Ledger, receipts: &[odu
     let names: BTreeMap<String, String> =
         store.client_list().await?.into_iter().map(|c| (c.id.to_string(), c.name)).collect();
     for r in ledger.resources.iter().filter(|r| r.deleted_at.is_none()) {
-        let owner =
-            receipts.iter().find(|x| x.label.as_str() == r.label || x.resource_id.as_deref() == Some(r.id.as_str()));
+        let owner = receipts.iter().find(|x| x.label.as_str() == r.label || x.id() == Some(r.id.as_str()));
         let client = match owner {
             Some(x) => names.get(x.client_ref.as_str()).map_or(x.client_ref.to_string(), |n| n.clone()),
             None => "NO RECEIPT".to_owned(),

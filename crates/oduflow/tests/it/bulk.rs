@@ -84,8 +84,8 @@ async fn provisioning_reads_through_shared_listings_and_deletion_reads_by_id(env
         let c = store.client_get(&format!("on{i}")).await.unwrap().unwrap();
         let receipts = store.receipts_for_client(&c.id).await.unwrap();
         let resources = || receipts.iter().filter(|r| r.resource_kind != ResourceKind::Attach);
-        assert!(resources().all(|r| r.listed_ms.is_some() || r.seen_ms.is_some()), "{receipts:?}");
-        if resources().all(|r| r.listed_ms.is_some() && r.seen_ms.is_none()) {
+        assert!(resources().all(|r| r.listed() || r.progress().seen), "{receipts:?}");
+        if resources().all(|r| r.listed() && !r.progress().seen) {
             listed_only.get_or_insert(c);
         }
     }
@@ -108,7 +108,7 @@ async fn provisioning_reads_through_shared_listings_and_deletion_reads_by_id(env
     assert!(count(&del, "GET /v2/blocks/{id}") >= 2 * CLIENTS as u64, "{del:?}");
     let receipts = store.receipts_for_client(&c.id).await.unwrap();
     for r in receipts.iter().filter(|r| r.resource_kind != ResourceKind::Attach) {
-        assert!(r.seen_ms.is_some() && r.deleted_ms.is_some(), "{r:?}");
+        assert!(r.progress().seen && r.progress().deleted, "{r:?}");
     }
     assert!(env.sim.ledger().resources.iter().all(|r| r.deleted_at.is_some() || !r.label.contains(c.id.as_str())));
 }
@@ -138,7 +138,7 @@ async fn a_slow_create_is_looked_at_a_poll_interval_after_its_answer(env: Env) {
     let c = store.client_get("slow").await.unwrap().unwrap();
     let receipts = store.receipts_for_client(&c.id).await.unwrap();
     for r in receipts.iter().filter(|r| r.resource_kind != ResourceKind::Attach) {
-        assert!(r.listed_ms.is_some() && r.seen_ms.is_none() && r.observation_count == 0, "{r:?}\n{on:?}");
+        assert!(r.listed() && !r.progress().seen && r.observation_count() == 0, "{r:?}\n{on:?}");
     }
     assert_eq!(count(&on, "GET /v2/instances/{id}") + count(&on, "GET /v2/blocks/{id}"), 0, "{on:?}");
 }
@@ -186,14 +186,14 @@ async fn a_listing_sighting_never_lets_a_404_confirm_a_deletion(env: Env) {
     let start = Instant::now();
     let listed = loop {
         let rs = store.receipts_for_client(&c.id).await.unwrap();
-        if let Some(r) = rs.iter().find(|r| r.resource_kind == ResourceKind::Vm && r.listed_ms.is_some()) {
+        if let Some(r) = rs.iter().find(|r| r.resource_kind == ResourceKind::Vm && r.listed()) {
             break r.clone();
         }
         assert!(start.elapsed() < Duration::from_secs(3), "the view never listed the VM: {rs:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     super::service::service_stop(&mut worker);
-    println!("listed, not yet seen by a GET: {:?} / {:?}", listed.listed_ms, listed.seen_ms);
+    println!("listed, not yet seen by a GET: {} / {}", listed.listed(), listed.progress().seen);
     env.ok(&["client", "delete", "w"]);
     let o = env
         .cmd(&["worker", "--until-settled"])
@@ -238,7 +238,7 @@ async fn a_listed_vm_deleted_behind_oduflows_back_can_be_abandoned_once_its_clie
     let vm = c.infra.vm_id.clone().unwrap();
     let vm_receipt = |rs: &[ReceiptRow]| rs.iter().find(|r| r.resource_kind == ResourceKind::Vm).cloned().unwrap();
     let r = vm_receipt(&store.receipts_for_client(&c.id).await.unwrap());
-    assert!(r.listed_ms.is_some() && r.seen_ms.is_none(), "{r:?}");
+    assert!(r.listed() && !r.progress().seen, "{r:?}");
     // Wanted present: the listed VM cannot be abandoned.
     let o = env.run(&["abandon", "gone", "--kind", "vm", "--by", "test", "--reason", "checked"]);
     assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));

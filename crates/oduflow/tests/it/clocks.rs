@@ -85,7 +85,7 @@ async fn creates_sent(store: &Store) {
             .await
             .unwrap()
             .iter()
-            .filter(|r| r.resource_kind != ResourceKind::Attach && r.resource_id.is_some())
+            .filter(|r| r.resource_kind != ResourceKind::Attach && r.id().is_some())
             .count();
         if sent >= 2 * CLIENTS {
             return;

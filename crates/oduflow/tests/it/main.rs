@@ -578,7 +578,7 @@ async fn sigkill_after_create_keeps_receipt(env: Env) {
     let c = store.client_get("acme").await.unwrap().unwrap();
     let receipts = store.receipts_for_client(&c.id).await.unwrap();
     assert_eq!(receipts.len(), 1);
-    let vm_id = receipts[0].resource_id.clone().expect("the id survived SIGKILL");
+    let vm_id = receipts[0].id().map(str::to_string).expect("the id survived SIGKILL");
     assert_eq!(c.infra.vm_id, None, "the killed run's main transaction left a write");
     assert_eq!(c.infra.status, ClientStatus::Pending);
     assert!(store.events_by_kind(EventKind::DispatchAccepted).await.unwrap().is_empty());
@@ -683,7 +683,7 @@ async fn crash_at_every_fail_point(env: Env) {
     // Each client has one VM and one volume: nothing was created twice, and
     // the dispatch abandoned before its send never reached the provider.
     assert_eq!(ledger.resources.len(), 2 * oduflow_engine::FAIL_POINTS.len());
-    assert_eq!(receipts.iter().filter(|r| r.abandoned_by.is_some()).count(), 1);
+    assert_eq!(receipts.iter().filter(|r| matches!(r.effect(), oduflow_store::Effect::Abandoned { .. })).count(), 1);
 }
 
 oduflow_store::on_both_stores!(super::env_of => crash_at_every_fail_point, config_file_and_environment);

@@ -130,7 +130,7 @@ async fn duplicate_label_matches_block(store: Store) {
     let w = worker(&store, p.clone());
     let c = create(&store, "acme").await;
     let r = run_until_receipt(&store, &w, &c.id, ResourceKind::Vm).await;
-    assert!(r.resource_id.is_none());
+    assert!(r.id().is_none());
     // ...and something else (a client library's silent retry, say) creates a
     // second VM with the same label.
     let dup = p
@@ -260,8 +260,8 @@ async fn lost_responses_lag_and_404s_never_duplicate(store: Store) {
         if c.infra.status == ClientStatus::Deleted {
             // Deleted only after a GET 404 that followed a DELETE.
             for r in store.receipts_for_client(&c.id).await.unwrap() {
-                if r.resource_id.is_some() && r.resource_kind != ResourceKind::Attach {
-                    let (d, s) = (r.deleted_ms.unwrap(), r.delete_sent_ms.unwrap());
+                if r.id().is_some() && r.resource_kind != ResourceKind::Attach {
+                    let (d, s) = (r.deleted_at().unwrap(), r.delete_sent_at().unwrap());
                     assert!(d >= s);
                 }
             }

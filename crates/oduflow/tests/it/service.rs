@@ -274,12 +274,12 @@ async fn sigterm_during_a_slow_create_sends_it_once_and_records_its_answer(env: 
     let c = store.client_get("slow").await.unwrap().unwrap();
     let vm = store.receipts_for_client(&c.id).await.unwrap().into_iter().find(|r| r.resource_kind == ResourceKind::Vm);
     let vm = vm.expect("the create's receipt");
-    assert!(vm.resource_id.is_some(), "the create's answer was not recorded: {vm:?}\n{err}");
+    assert!(vm.id().is_some(), "the create's answer was not recorded: {vm:?}\n{err}");
     env.sim.set_faults(oduflow_sim::Faults::default()).unwrap();
     env.ok(&["worker", "--until-settled"]);
     let c = store.client_get("slow").await.unwrap().unwrap();
     assert_eq!(c.infra.status, ClientStatus::Ready, "{c:?}");
-    assert_eq!(c.infra.vm_id.as_ref().map(|v| v.0.clone()), vm.resource_id);
+    assert_eq!(c.infra.vm_id.as_ref().map(|v| v.0.as_str()), vm.id());
     assert_eq!(creates(&env), 1, "a second create was sent");
     assert!(env.sim.ledger().creates_per_label.values().all(|n| *n == 1));
 }
