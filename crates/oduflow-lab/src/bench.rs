@@ -806,46 +806,13 @@ async fn queue(a: &BenchArgs, peer: Option<Peer>, out: &mut Section) -> Result<(
     Ok(())
 }
 
-/// reconcile --all over `n` clients (2n resources), the simulator in another
-/// process so the figure is the inventory's own memory.
-async fn inventory(n: usize, out: &mut Section) -> Result<()> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let exe = std::env::current_exe()?;
-    let mut sim = tokio::process::Command::new(exe)
-        .args([
-            "sim",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--rate",
-            "1000000",
-            "--pending-ms",
-            "0",
-            "--get-404-window-ms",
-            "0",
-            "--list-lag-ms",
-            "0",
-        ])
-        .env("VULTR_API_KEY", KEY)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    let base = format!("http://127.0.0.1:{port}/v2");
-    let setup = vultr(&base, 100_000)?;
-    let start = Instant::now();
-    while setup.instance_list().await.is_err() {
-        anyhow::ensure!(start.elapsed() < Duration::from_secs(20), "oduflow sim did not start");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let url = oduflow_store::testing::fresh_pg_url().await;
-    let store = Store::connect(&url, true).await?;
-    store.migrate().await?;
+/// The inventory's setup, in parallel: each client with a VM and a volume
+/// created through the API and recorded on receipts, as the engine would
+/// have.
+async fn inventory_setup(n: usize, store: &Store, setup: &Arc<VultrClient>) -> Result<()> {
     let ledger = ReceiptLedger::new(store.clone());
     let spec = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf")?;
     let fp = KeyFingerprint::of_key(&secrecy::SecretString::from(KEY.to_owned()));
-    let t = Instant::now();
-    // Setup, in parallel: each client with a VM and a volume created through
-    // the API and recorded on receipts, as the engine would have.
     let sem = Arc::new(tokio::sync::Semaphore::new(32));
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..n {
@@ -905,9 +872,46 @@ async fn inventory(n: usize, out: &mut Section) -> Result<()> {
     while let Some(r) = tasks.join_next().await {
         r??;
     }
+    Ok(())
+}
+
+/// reconcile --all over `n` clients (2n resources), the simulator in another
+/// process so the figure is the inventory's own memory.
+async fn inventory(n: usize, out: &mut Section) -> Result<()> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let exe = std::env::current_exe()?;
+    let mut sim = tokio::process::Command::new(exe)
+        .args([
+            "sim",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--rate",
+            "1000000",
+            "--pending-ms",
+            "0",
+            "--get-404-window-ms",
+            "0",
+            "--list-lag-ms",
+            "0",
+        ])
+        .env("VULTR_API_KEY", KEY)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let base = format!("http://127.0.0.1:{port}/v2");
+    let setup = vultr(&base, 100_000)?;
+    let start = Instant::now();
+    while setup.instance_list().await.is_err() {
+        anyhow::ensure!(start.elapsed() < Duration::from_secs(20), "oduflow sim did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let url = oduflow_store::testing::fresh_pg_url().await;
+    let store = Store::connect(&url, true).await?;
+    store.migrate().await?;
+    let t = Instant::now();
+    inventory_setup(n, &store, &setup).await?;
     let setup_s = t.elapsed().as_secs_f64();
-    drop(tasks);
-    drop(ledger);
     store.close().await;
     // The pass itself: `oduflow reconcile --all` in a child process, so its
     // peak RSS is the command's own (it reports it on exit).

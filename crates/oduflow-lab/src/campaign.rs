@@ -1078,202 +1078,20 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
     let spec = campaign_spec()?;
     let names: Vec<String> = (0..p.clients).map(|i| format!("c{i}")).collect();
     s.create_clients(&store, &names, &spec).await?;
-    let (mut orphans_reported, mut restored): (Vec<String>, bool) = (vec![], false);
-
     if p.churn {
-        // The first client through ready and deleted (faults off), then
-        // brought back and deleted again while runs roll back (faults on).
-        s.sim.set_faults(Faults::default())?;
-        let settle = |store: Store, name: String, want: ClientStatus| async move {
-            Ok::<bool, anyhow::Error>(store.client_get(&name).await?.is_some_and(|c| c.infra.status == want))
-        };
-        for (step, want) in [(0, ClientStatus::Ready), (1, ClientStatus::Deleted)] {
-            if step == 1 {
-                store.client_delete(&names[0], SystemClock.now_ms(), 20).await?;
-            }
-            let t = Instant::now();
-            while !settle(store.clone(), names[0].clone(), want).await? && t.elapsed() < WORKER_TIMEOUT {
-                // (`faults` true: a planted bug stays on, as it would be in
-                // the old code it stands for; the simulator's are off.)
-                s.workers(1, KEY, 0.0, true, Duration::from_secs(5)).await?;
-                if store.queue_status(SystemClock.now_ms()).await?.is_settled() {
-                    break; // settled otherwise (blocked, say): no churn then
-                }
-            }
-        }
-        s.sim.set_faults(faults.clone())?;
-        let deleted = settle(store.clone(), names[0].clone(), ClientStatus::Deleted).await?;
-        verbose(|| format!("seed {}: churn: first client deleted before the churn: {deleted}", p.seed));
-        if deleted {
-            let what = Interference { churn: true, ..Interference::default() };
-            let errors = s
-                .workers_with(
-                    p.workers,
-                    KEY,
-                    0.0,
-                    true,
-                    Duration::from_millis(p.round_ms.max(600)),
-                    Some((what, &store, &names, &spec)),
-                )
-                .await?;
-            if errors.iter().any(|e| !e.contains("preflight:")) {
-                bail!("a worker failed: {}", errors.join(" | "));
-            }
-            if let Some(c) = store.client_get(&names[0]).await? {
-                let rs = store.receipts_for_client(&c.id).await?;
-                verbose(|| {
-                    format!(
-                        "seed {}: churn: {} {:?} dg {} receipts {:?}",
-                        p.seed,
-                        c.infra.status,
-                        c.infra.target,
-                        c.infra.vm_dispatch_generation,
-                        rs.iter()
-                            .map(|r| (r.resource_kind, r.dispatch_generation, r.id().is_some(), r.progress().deleted))
-                            .collect::<Vec<_>>()
-                    )
-                });
-                if std::env::var("ODUFLOW_CAMPAIGN_VERBOSE").is_ok() {
-                    for e in store.events_for_client(&c.id).await?.iter().rev().take(14).rev() {
-                        println!("    {} {}", e.kind, e.detail);
-                    }
-                }
-            }
-        }
+        s.churn(&store, p, &names, &spec, &faults).await?;
     }
-
     // Safety phase: faults, crashes, flips, duplicate jobs, a key change, a restore.
+    let mut restored = false;
     for round in 0..p.rounds {
-        if p.duplicate_jobs {
-            for c in store.client_list().await? {
-                let kind = match c.infra.target {
-                    Target::Present => JobKind::Provision,
-                    Target::Absent => JobKind::Deprovision,
-                };
-                let mut j =
-                    oduflow_store::NewJob::for_client(&c.id, kind, c.infra.generation, SystemClock.now_ms(), 20);
-                j.identity_key = None; // a second delivery of the same job
-                store.job_enqueue(&j).await?;
-            }
-        }
-        let key = if p.key_change && round == 1 { KEY2 } else { KEY };
-        let t = Instant::now();
-        // Flips and operator actions land while the workers run.
-        let what = Interference::for_round(p, round);
-        let errors = s
-            .workers_with(
-                p.workers,
-                key,
-                p.crash_prob,
-                true,
-                Duration::from_millis(p.round_ms),
-                Some((what, &store, &names, &spec)),
-            )
-            .await?;
-        verbose(|| format!("seed {} round {round}: workers {:.2} s", p.seed, t.elapsed().as_secs_f64()));
-        // A worker that refuses to start (a restore pending, or its preflight
-        // GET /account hit a fault) sent nothing: not a failure.
-        let restore_refusals =
-            errors.iter().filter(|e| e.contains("restore pending") || e.contains("preflight:")).count();
-        if errors.len() > restore_refusals {
-            bail!("a worker failed: {}", errors.join(" | "));
-        }
-        if p.key_change && round == 1 {
-            // Back to the first key: records bound to the second are
-            // rebound only after proving ownership.
-            // Faults are still on: an operator whose command fails on a
-            // provider error runs it again; so does the campaign.
-            let p1 = provider(&s.sim, KEY)?;
-            // Records it cannot prove stay bound to the second key.
-            let _rebound_or_unproven = as_an_operator(p.seed, "credentials rotate", || {
-                operator::credentials_rotate(
-                    &store,
-                    p1.as_ref(),
-                    operator::Actor { by: "campaign", now_ms: SystemClock.now_ms(), attempts_max: 20 },
-                )
-            })
-            .await?;
-            for c in store.client_list().await? {
-                if c.infra.blocked_reason == Some(BlockedReason::CredentialChanged) {
-                    operator::reconcile(
-                        &store,
-                        p1.as_ref(),
-                        &c.name,
-                        false,
-                        operator::Actor { by: "campaign", now_ms: SystemClock.now_ms(), attempts_max: 20 },
-                    )
-                    .await?;
-                }
-            }
-        }
-        if p.restore && round == 0 {
-            if !p.holes.restore_live {
-                s.h.snapshot = Some(db_snapshot(&store, dir.path()).await?);
-            }
-            s.late_client(&store, &spec, p.clients).await?;
-        }
-        if p.restore
-            && round == p.rounds - 1
-            && let Some(snap) = s.h.snapshot.take()
-        {
-            // The copy was taken while workers ran: the timeline it throws
-            // away finishes its work first (every create it made is live).
-            if p.holes.restore_live && !p.holes.lost_wal {
-                s.sim.set_faults(Faults::default())?;
-                // Best effort: a job backing off after the rounds' faults may
-                // outlast the bound; the restore goes ahead either way.
-                if let Err(e) = s.settle(&store, p.workers, false, "before the restore", LIVENESS_BOUND).await {
-                    verbose(|| format!("seed {}: {e}", p.seed));
-                }
-            }
-            db_restore(&store, &url, &snap).await?;
-            s.h.restored_at_ms = Some(SystemClock.now_ms());
-            restored = true;
-        }
+        restored |= s.round(&store, p, round, (&names, &spec), dir.path()).await?;
     }
     // The harness's connections of the rounds go back before it reconnects
     // (shadowing would keep them open to the end of the seed, one pool more
     // against the server's limit).
     store.close().await;
     let store = Store::connect_sized(&url, false, HARNESS_CONNECTIONS).await?;
-    if restored {
-        // The operator who restored a backup declares it (detection from the
-        // hosts' high-water marks is only a safety net: a worker killed right
-        // after creating something may not have recorded its mark). The
-        // restored copy lags the cloud: a worker must refuse until an
-        // inventory pass has run; the pass reports what no receipt covers.
-        store.restore_declare("campaign restored an older copy", SystemClock.now_ms()).await?;
-        let errors = s.worker_on_a_restored_copy().await?;
-        if !errors.iter().any(|e| e.contains("restore pending")) {
-            bail!("a worker ran on a restored database without an inventory pass ({errors:?})");
-        }
-        // Faults are still on: a 429 burst can outlast the listing's retries,
-        // and the pass then fails with the provider's error and changes
-        // nothing. An operator runs it again; so does the campaign.
-        let p1 = provider(&s.sim, KEY)?;
-        // Listings lag creates: the pass lists once the lag has passed
-        // since the restore was declared (what the product's settle does).
-        let settle = p.list_lag_ms as i64 + 100;
-        let now = s.op_now(&store).await?;
-        let inv = as_an_operator(p.seed, "inventory", || operator::inventory_settled(&store, p1.as_ref(), now, settle))
-            .await?;
-        orphans_reported = inv.orphans.iter().map(|o| o.label.clone()).collect();
-        verbose(|| format!("seed {}: orphans {:?}", p.seed, inv.orphans.iter().map(|o| &o.note).collect::<Vec<_>>()));
-        s.recover_absent(&store, &spec).await?;
-        // The workers start again on the reconciled copy (a planted bug on,
-        // no crashes, no faults) until it settles: the first creates it
-        // needs face its orphans.
-        s.sim.set_faults(Faults::default())?;
-        let planted = oduflow_engine::PlantedBug::from_env().is_ok_and(|p| RESTORE_BUGS.iter().any(|b| p.is(*b)));
-        if let Err(e) = s.settle(&store, p.workers, planted, "after the restore", RESTART_SETTLE_MAX).await {
-            // A planted bug may keep it from settling: the liveness phase
-            // (no planted bug) decides; the invariants judge what was done.
-            verbose(|| format!("seed {}: {e}", p.seed));
-        }
-        totals.restores += 1;
-        totals.orphans_reported += orphans_reported.len() as u64;
-    }
-
+    let mut orphans_reported = if restored { s.after_restore(&store, p, &spec, totals).await? } else { vec![] };
     // Liveness phase: faults off; every client must settle within the bound.
     s.sim.set_faults(Faults::default())?;
     let start = Instant::now();
@@ -1306,6 +1124,225 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
     s.sim.shutdown().await;
     drop_db(&store).await;
     Ok(())
+}
+
+impl Seed<'_> {
+    /// The first client through ready and deleted (faults off), then
+    /// brought back and deleted again while runs roll back (faults on).
+    async fn churn(
+        &mut self,
+        store: &Store,
+        p: &Params,
+        names: &[String],
+        spec: &ClientSpec,
+        faults: &Faults,
+    ) -> Result<()> {
+        self.sim.set_faults(Faults::default())?;
+        let settle = |store: Store, name: String, want: ClientStatus| async move {
+            Ok::<bool, anyhow::Error>(store.client_get(&name).await?.is_some_and(|c| c.infra.status == want))
+        };
+        for (step, want) in [(0, ClientStatus::Ready), (1, ClientStatus::Deleted)] {
+            if step == 1 {
+                store.client_delete(&names[0], SystemClock.now_ms(), 20).await?;
+            }
+            let t = Instant::now();
+            while !settle(store.clone(), names[0].clone(), want).await? && t.elapsed() < WORKER_TIMEOUT {
+                // (`faults` true: a planted bug stays on, as it would be in
+                // the old code it stands for; the simulator's are off.)
+                self.workers(1, KEY, 0.0, true, Duration::from_secs(5)).await?;
+                if store.queue_status(SystemClock.now_ms()).await?.is_settled() {
+                    break; // settled otherwise (blocked, say): no churn then
+                }
+            }
+        }
+        self.sim.set_faults(faults.clone())?;
+        let deleted = settle(store.clone(), names[0].clone(), ClientStatus::Deleted).await?;
+        verbose(|| format!("seed {}: churn: first client deleted before the churn: {deleted}", p.seed));
+        if deleted {
+            let what = Interference { churn: true, ..Interference::default() };
+            let errors = self
+                .workers_with(
+                    p.workers,
+                    KEY,
+                    0.0,
+                    true,
+                    Duration::from_millis(p.round_ms.max(600)),
+                    Some((what, store, names, spec)),
+                )
+                .await?;
+            if errors.iter().any(|e| !e.contains("preflight:")) {
+                bail!("a worker failed: {}", errors.join(" | "));
+            }
+            if let Some(c) = store.client_get(&names[0]).await? {
+                let rs = store.receipts_for_client(&c.id).await?;
+                verbose(|| {
+                    format!(
+                        "seed {}: churn: {} {:?} dg {} receipts {:?}",
+                        p.seed,
+                        c.infra.status,
+                        c.infra.target,
+                        c.infra.vm_dispatch_generation,
+                        rs.iter()
+                            .map(|r| (r.resource_kind, r.dispatch_generation, r.id().is_some(), r.progress().deleted))
+                            .collect::<Vec<_>>()
+                    )
+                });
+                if std::env::var("ODUFLOW_CAMPAIGN_VERBOSE").is_ok() {
+                    for e in store.events_for_client(&c.id).await?.iter().rev().take(14).rev() {
+                        println!("    {} {}", e.kind, e.detail);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One round of the safety phase: workers with faults and crashes while
+    /// flips and operator actions land, then the round's key change and
+    /// restore. Whether it restored the database.
+    async fn round(
+        &mut self,
+        store: &Store,
+        p: &Params,
+        round: usize,
+        (names, spec): (&[String], &ClientSpec),
+        dir: &std::path::Path,
+    ) -> Result<bool> {
+        if p.duplicate_jobs {
+            for c in store.client_list().await? {
+                let kind = match c.infra.target {
+                    Target::Present => JobKind::Provision,
+                    Target::Absent => JobKind::Deprovision,
+                };
+                let mut j =
+                    oduflow_store::NewJob::for_client(&c.id, kind, c.infra.generation, SystemClock.now_ms(), 20);
+                j.identity_key = None; // a second delivery of the same job
+                store.job_enqueue(&j).await?;
+            }
+        }
+        let key = if p.key_change && round == 1 { KEY2 } else { KEY };
+        let t = Instant::now();
+        // Flips and operator actions land while the workers run.
+        let what = Interference::for_round(p, round);
+        let errors = self
+            .workers_with(
+                p.workers,
+                key,
+                p.crash_prob,
+                true,
+                Duration::from_millis(p.round_ms),
+                Some((what, store, names, spec)),
+            )
+            .await?;
+        verbose(|| format!("seed {} round {round}: workers {:.2} s", p.seed, t.elapsed().as_secs_f64()));
+        // A worker that refuses to start (a restore pending, or its preflight
+        // GET /account hit a fault) sent nothing: not a failure.
+        let restore_refusals =
+            errors.iter().filter(|e| e.contains("restore pending") || e.contains("preflight:")).count();
+        if errors.len() > restore_refusals {
+            bail!("a worker failed: {}", errors.join(" | "));
+        }
+        if p.key_change && round == 1 {
+            // Back to the first key: records bound to the second are
+            // rebound only after proving ownership.
+            // Faults are still on: an operator whose command fails on a
+            // provider error runs it again; so does the campaign.
+            let p1 = provider(&self.sim, KEY)?;
+            // Records it cannot prove stay bound to the second key.
+            let _rebound_or_unproven = as_an_operator(p.seed, "credentials rotate", || {
+                operator::credentials_rotate(
+                    store,
+                    p1.as_ref(),
+                    operator::Actor { by: "campaign", now_ms: SystemClock.now_ms(), attempts_max: 20 },
+                )
+            })
+            .await?;
+            for c in store.client_list().await? {
+                if c.infra.blocked_reason == Some(BlockedReason::CredentialChanged) {
+                    operator::reconcile(
+                        store,
+                        p1.as_ref(),
+                        &c.name,
+                        false,
+                        operator::Actor { by: "campaign", now_ms: SystemClock.now_ms(), attempts_max: 20 },
+                    )
+                    .await?;
+                }
+            }
+        }
+        if p.restore && round == 0 {
+            if !p.holes.restore_live {
+                self.h.snapshot = Some(db_snapshot(store, dir).await?);
+            }
+            self.late_client(store, spec, p.clients).await?;
+        }
+        if p.restore
+            && round == p.rounds - 1
+            && let Some(snap) = self.h.snapshot.take()
+        {
+            // The copy was taken while workers ran: the timeline it throws
+            // away finishes its work first (every create it made is live).
+            if p.holes.restore_live && !p.holes.lost_wal {
+                self.sim.set_faults(Faults::default())?;
+                // Best effort: a job backing off after the rounds' faults may
+                // outlast the bound; the restore goes ahead either way.
+                if let Err(e) = self.settle(store, p.workers, false, "before the restore", LIVENESS_BOUND).await {
+                    verbose(|| format!("seed {}: {e}", p.seed));
+                }
+            }
+            db_restore(store, &self.url, &snap).await?;
+            self.h.restored_at_ms = Some(SystemClock.now_ms());
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// After a restore: declared, refused by a worker, reconciled by an
+    /// inventory pass, then settled. The labels the pass reported.
+    async fn after_restore(
+        &mut self,
+        store: &Store,
+        p: &Params,
+        spec: &ClientSpec,
+        totals: &mut Totals,
+    ) -> Result<Vec<String>> {
+        // The operator who restored a backup declares it (detection from the
+        // hosts' high-water marks is only a safety net: a worker killed right
+        // after creating something may not have recorded its mark). The
+        // restored copy lags the cloud: a worker must refuse until an
+        // inventory pass has run; the pass reports what no receipt covers.
+        store.restore_declare("campaign restored an older copy", SystemClock.now_ms()).await?;
+        let errors = self.worker_on_a_restored_copy().await?;
+        if !errors.iter().any(|e| e.contains("restore pending")) {
+            bail!("a worker ran on a restored database without an inventory pass ({errors:?})");
+        }
+        // Faults are still on: a 429 burst can outlast the listing's retries,
+        // and the pass then fails with the provider's error and changes
+        // nothing. An operator runs it again; so does the campaign.
+        let p1 = provider(&self.sim, KEY)?;
+        // Listings lag creates: the pass lists once the lag has passed
+        // since the restore was declared (what the product's settle does).
+        let settle = p.list_lag_ms as i64 + 100;
+        let now = self.op_now(store).await?;
+        let inv = as_an_operator(p.seed, "inventory", || operator::inventory_settled(store, p1.as_ref(), now, settle))
+            .await?;
+        let orphans_reported: Vec<String> = inv.orphans.iter().map(|o| o.label.clone()).collect();
+        verbose(|| format!("seed {}: orphans {:?}", p.seed, inv.orphans.iter().map(|o| &o.note).collect::<Vec<_>>()));
+        self.recover_absent(store, spec).await?;
+        // The workers start again on the reconciled copy (a planted bug on,
+        // no crashes, no faults) until it settles: the first creates it
+        // needs face its orphans.
+        self.sim.set_faults(Faults::default())?;
+        let planted = oduflow_engine::PlantedBug::from_env().is_ok_and(|p| RESTORE_BUGS.iter().any(|b| p.is(*b)));
+        if let Err(e) = self.settle(store, p.workers, planted, "after the restore", RESTART_SETTLE_MAX).await {
+            // A planted bug may keep it from settling: the liveness phase
+            // (no planted bug) decides; the invariants judge what was done.
+            verbose(|| format!("seed {}: {e}", p.seed));
+        }
+        totals.restores += 1;
+        totals.orphans_reported += orphans_reported.len() as u64;
+        Ok(orphans_reported)
+    }
 }
 
 impl Seed<'_> {
@@ -1556,9 +1593,9 @@ async fn check_requests_audited(
     Ok(())
 }
 
-async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: bool, totals: &mut Totals) -> Result<()> {
-    let receipts = store.receipts_all().await?;
-    let by_label: HashMap<&str, &oduflow_store::ReceiptRow> = receipts.iter().map(|r| (r.label.as_str(), r)).collect();
+/// Invariant 1: at most one create per operation key (label) ever
+/// applied, and at most one attach per attach receipt.
+fn check_at_most_once(ledger: &Ledger, receipts: &[oduflow_store::ReceiptRow], restored: bool) -> Result<()> {
     // 1. At most one create per operation key (label) ever applied.
     for (label, n) in &ledger.creates_per_label {
         if *n > 1 {
@@ -1584,6 +1621,13 @@ async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: boo
             bail!("invariant 1: {n} attaches applied to block {block}, {dispatched} attach dispatches sent");
         }
     }
+    Ok(())
+}
+
+async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: bool, totals: &mut Totals) -> Result<()> {
+    let receipts = store.receipts_all().await?;
+    let by_label: HashMap<&str, &oduflow_store::ReceiptRow> = receipts.iter().map(|r| (r.label.as_str(), r)).collect();
+    check_at_most_once(ledger, &receipts, restored)?;
     // 2 and 3. Every resource maps to a receipt carrying its id, or is reported.
     for res in ledger.resources.iter().filter(|r| r.kind != oduflow_sim::ResourceKind::DnsRecord) {
         match by_label.get(res.label.as_str()) {
@@ -1913,41 +1957,53 @@ async fn check_strict(
                         x.label
                     );
                 }
-                // Nothing reaches the provider for a client after it was
-                // reported deleted. (Events carry the database's clock, the
-                // simulator's log this host's: one is taken to the other.)
-                let at = store
-                    .events_for_client(&c.id)
-                    .await?
-                    .iter()
-                    .filter(|e| e.kind == "deleted")
-                    .map(|e| e.at_ms - db_ahead + CLOCKS_APART_MS)
-                    .max()
-                    .unwrap_or(i64::MAX);
-                let theirs = || receipts.iter().filter(|r| r.client_ref == c.id);
-                let ids: Vec<&str> = theirs().filter_map(|r| r.id()).collect();
-                let labels: Vec<&str> = theirs().map(|r| r.label.as_str()).collect();
-                // (A request of the timeline a restore discarded may follow
-                // a deletion the copy reports and that timeline undid, a
-                // flip back: invariant 14 judges what it left live.)
-                if let Some(req) = ledger.request_log.iter().find(|q| {
-                    q.at_ms > at
-                        && q.at_ms >= restored_at
-                        && (q.resource_id.as_deref().is_some_and(|id| ids.contains(&id))
-                            || q.label.as_deref().is_some_and(|l| labels.contains(&l)))
-                }) {
-                    bail!(
-                        "invariant 9: {} was reported deleted at {at} but {} {} ({:?}) reached the provider at {}",
-                        c.name,
-                        req.method,
-                        req.route,
-                        req.resource_id,
-                        req.at_ms
-                    );
-                }
+                check_silent_after_deletion(store, ledger, &receipts, &c, db_ahead, restored_at).await?;
             }
             _ => {}
         }
+    }
+    Ok(())
+}
+
+/// Invariant 9: nothing reaches the provider for a client after it was
+/// reported deleted. (Events carry the database's clock, the simulator's
+/// log this host's: one is taken to the other.)
+async fn check_silent_after_deletion(
+    store: &Store,
+    ledger: &Ledger,
+    receipts: &[oduflow_store::ReceiptRow],
+    c: &oduflow_store::ClientRow,
+    db_ahead: i64,
+    restored_at: i64,
+) -> Result<()> {
+    let at = store
+        .events_for_client(&c.id)
+        .await?
+        .iter()
+        .filter(|e| e.kind == "deleted")
+        .map(|e| e.at_ms - db_ahead + CLOCKS_APART_MS)
+        .max()
+        .unwrap_or(i64::MAX);
+    let theirs = || receipts.iter().filter(|r| r.client_ref == c.id);
+    let ids: Vec<&str> = theirs().filter_map(|r| r.id()).collect();
+    let labels: Vec<&str> = theirs().map(|r| r.label.as_str()).collect();
+    // (A request of the timeline a restore discarded may follow
+    // a deletion the copy reports and that timeline undid, a
+    // flip back: invariant 14 judges what it left live.)
+    if let Some(req) = ledger.request_log.iter().find(|q| {
+        q.at_ms > at
+            && q.at_ms >= restored_at
+            && (q.resource_id.as_deref().is_some_and(|id| ids.contains(&id))
+                || q.label.as_deref().is_some_and(|l| labels.contains(&l)))
+    }) {
+        bail!(
+            "invariant 9: {} was reported deleted at {at} but {} {} ({:?}) reached the provider at {}",
+            c.name,
+            req.method,
+            req.route,
+            req.resource_id,
+            req.at_ms
+        );
     }
     Ok(())
 }

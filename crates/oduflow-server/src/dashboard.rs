@@ -152,11 +152,43 @@ pub(crate) async fn dashboard(State(s): State<AppState>, Extension(caller): Exte
     b.push_str("</div>");
     b.push_str(&queue_line(&queue, restore.as_deref()));
 
+    interventions(&mut b, &cases);
+
+    let orphans = crate::api::orphans_list(&s).await?;
+    orphans_table(&mut b, &orphans);
+
+    b.push_str("<h2>Clients</h2><table id=\"clients\"><tr><th>name</th><th>status</th><th>blocked reason</th><th>target</th><th>region / plan</th><th>hostname</th><th>addresses</th><th>vm</th><th>volume (mount id)</th><th>updated</th></tr>");
+    for c in &clients {
+        client_row(&mut b, c);
+    }
+    b.push_str("</table>");
+
+    b.push_str(
+        "<h2>Recent events</h2><table id=\"events\"><tr><th>time</th><th>client</th><th>event</th><th>detail</th></tr>",
+    );
+    for e in &events {
+        let client = e.client_ref.as_deref().map(|r| names.get(r).copied().unwrap_or(r)).unwrap_or("-");
+        let _ = write!(
+            b,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+            esc(&utc(e.at_ms)),
+            esc(client),
+            esc(&e.kind),
+            esc(&e.detail.to_string())
+        );
+    }
+    b.push_str("</table>");
+    Ok(html(StatusCode::OK, page("oduflow dashboard", &b, true)))
+}
+
+/// The intervention queue: each blocked client's evidence, its receipts
+/// and the commands that resolve it.
+fn interventions(b: &mut String, cases: &[crate::api::Intervention]) {
     let _ = write!(b, "<h2>Intervention queue ({})</h2><div id=\"interventions\">", cases.len());
     if cases.is_empty() {
         b.push_str("<p class=\"muted\">Nothing is blocked.</p>");
     }
-    for case in &cases {
+    for case in cases {
         let c = &case.client;
         let _ = write!(
             b,
@@ -188,8 +220,10 @@ pub(crate) async fn dashboard(State(s): State<AppState>, Extension(caller): Exte
         b.push_str("</ul></div>");
     }
     b.push_str("</div>");
+}
 
-    let orphans = crate::api::orphans_list(&s).await?;
+/// The orphans the last inventory pass recorded, with their resolutions.
+fn orphans_table(b: &mut String, orphans: &[crate::api::Orphan]) {
     let _ = write!(
         b,
         "<h2>Orphans ({})</h2><p class=\"muted\">Resources under oduflow's label prefix that no receipt accounts for, as the last <code>oduflow reconcile --all</code> found them.</p><div id=\"orphans\">",
@@ -201,7 +235,7 @@ pub(crate) async fn dashboard(State(s): State<AppState>, Extension(caller): Exte
         b.push_str(
             "<table><tr><th>kind</th><th>id</th><th>label</th><th>client</th><th>note</th><th>resolve with</th></tr>",
         );
-        for o in &orphans {
+        for o in orphans {
             let cmds: Vec<String> = o.resolve.iter().map(|c| format!("<code>{}</code>", esc(c))).collect();
             let _ = write!(
                 b,
@@ -217,29 +251,6 @@ pub(crate) async fn dashboard(State(s): State<AppState>, Extension(caller): Exte
         b.push_str("</table>");
     }
     b.push_str("</div>");
-
-    b.push_str("<h2>Clients</h2><table id=\"clients\"><tr><th>name</th><th>status</th><th>blocked reason</th><th>target</th><th>region / plan</th><th>hostname</th><th>addresses</th><th>vm</th><th>volume (mount id)</th><th>updated</th></tr>");
-    for c in &clients {
-        client_row(&mut b, c);
-    }
-    b.push_str("</table>");
-
-    b.push_str(
-        "<h2>Recent events</h2><table id=\"events\"><tr><th>time</th><th>client</th><th>event</th><th>detail</th></tr>",
-    );
-    for e in &events {
-        let client = e.client_ref.as_deref().map(|r| names.get(r).copied().unwrap_or(r)).unwrap_or("-");
-        let _ = write!(
-            b,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
-            esc(&utc(e.at_ms)),
-            esc(client),
-            esc(&e.kind),
-            esc(&e.detail.to_string())
-        );
-    }
-    b.push_str("</table>");
-    Ok(html(StatusCode::OK, page("oduflow dashboard", &b, true)))
 }
 
 /// Whether the queue claims jobs, and if not why and what starts it again:

@@ -139,25 +139,7 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
                 "if you have checked that the attach was never applied",
             ),
         ],
-        BlockedReason::DuplicateMatches => {
-            let ids = c.infra.blocked_detail.as_deref().map(listed_ids).unwrap_or_default();
-            let mut out: Vec<Resolution> = ids
-                .iter()
-                .map(|id| {
-                    r(
-                        format!("oduflow adopt {n} --kind {kind} --id {id}"),
-                        "to keep this one; the others are then reported as orphans by `oduflow reconcile --all`",
-                    )
-                })
-                .collect();
-            if out.is_empty() {
-                out.push(r(
-                    format!("oduflow adopt {n} --kind {kind} --id ID"),
-                    "to keep one of the matching resources",
-                ));
-            }
-            out
-        }
+        BlockedReason::DuplicateMatches => duplicate_resolutions(c, n, kind),
         BlockedReason::KnownResourceMissing => {
             let mut out = vec![
                 reconcile("to look for the recorded resource again (a 404 may be Vultr's lag)"),
@@ -210,6 +192,25 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
         | BlockedReason::AttemptsExhausted
         | BlockedReason::AdapterFailed => fix_then_reconcile(reason, n),
     }
+}
+
+/// `duplicate_matches`: keep one of the resources the evidence lists.
+fn duplicate_resolutions(c: &ClientRow, n: &str, kind: &str) -> Vec<Resolution> {
+    let r = |command: String, when: &str| Resolution { command, when: when.to_owned() };
+    let ids = c.infra.blocked_detail.as_deref().map(listed_ids).unwrap_or_default();
+    let mut out: Vec<Resolution> = ids
+        .iter()
+        .map(|id| {
+            r(
+                format!("oduflow adopt {n} --kind {kind} --id {id}"),
+                "to keep this one; the others are then reported as orphans by `oduflow reconcile --all`",
+            )
+        })
+        .collect();
+    if out.is_empty() {
+        out.push(r(format!("oduflow adopt {n} --kind {kind} --id ID"), "to keep one of the matching resources"));
+    }
+    out
 }
 
 /// The reasons an operator resolves by fixing something outside oduflow

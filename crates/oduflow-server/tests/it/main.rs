@@ -960,27 +960,31 @@ async fn metrics_show_jobs_dispatches_blocked_reasons_provider_calls_and_lag(h: 
 
 // ---- bad input -----------------------------------------------------------------
 
-async fn bad_input_is_a_4xx_json_error_that_stores_nothing_and_calls_no_provider(h: H) {
-    let before = h.footprint().await;
-    let raw = |method: &str, path: &str, ctype: Option<&str>, body: Vec<u8>| {
-        let mut r = h
-            .http
-            .request(Method::from_bytes(method.as_bytes()).unwrap(), h.url(path))
-            .bearer_auth(&h.token)
-            .body(body);
-        if let Some(c) = ctype {
-            r = r.header("content-type", c);
-        }
-        r
-    };
-    let json_ct = Some("application/json");
-    let with = |f: &dyn Fn(&mut Value)| {
-        let mut b = create_body("acme");
-        f(&mut b);
-        serde_json::to_vec(&b).unwrap()
-    };
+/// A request to the API with the test token, its body sent as given.
+fn raw_request(h: &H, method: &str, path: &str, ctype: Option<&str>, body: Vec<u8>) -> reqwest::RequestBuilder {
+    let mut r =
+        h.http.request(Method::from_bytes(method.as_bytes()).unwrap(), h.url(path)).bearer_auth(&h.token).body(body);
+    if let Some(c) = ctype {
+        r = r.header("content-type", c);
+    }
+    r
+}
+
+/// A create's body with one change.
+fn create_with(f: &dyn Fn(&mut Value)) -> Vec<u8> {
+    let mut b = create_body("acme");
+    f(&mut b);
+    serde_json::to_vec(&b).unwrap()
+}
+
+type BadCase = (&'static str, reqwest::RequestBuilder, u16, &'static str);
+
+/// Bodies that are not a create's JSON at all.
+fn bad_bodies(h: &H) -> Vec<BadCase> {
+    let raw = |method: &str, path: &str, ctype: Option<&str>, body: Vec<u8>| raw_request(h, method, path, ctype, body);
+    let (json_ct, with) = (Some("application/json"), create_with);
     let oversized = serde_json::to_vec(&json!({ "name": "acme", "padding": "x".repeat(100 * 1024) })).unwrap();
-    let cases: Vec<(&str, reqwest::RequestBuilder, u16, &str)> = vec![
+    vec![
         (
             "malformed JSON",
             raw("POST", "/api/v1/clients", json_ct, b"{\"name\": \"acme\",".to_vec()),
@@ -997,6 +1001,14 @@ async fn bad_input_is_a_4xx_json_error_that_stores_nothing_and_calls_no_provider
             415,
             "unsupported_media_type",
         ),
+    ]
+}
+
+/// A create's JSON with one field wrong.
+fn bad_fields(h: &H) -> Vec<BadCase> {
+    let raw = |method: &str, path: &str, ctype: Option<&str>, body: Vec<u8>| raw_request(h, method, path, ctype, body);
+    let (json_ct, with) = (Some("application/json"), create_with);
+    vec![
         (
             "os_id as a string",
             raw("POST", "/api/v1/clients", json_ct, with(&|b| b["os_id"] = json!("2284"))),
@@ -1077,6 +1089,14 @@ async fn bad_input_is_a_4xx_json_error_that_stores_nothing_and_calls_no_provider
             422,
             "invalid_input",
         ),
+    ]
+}
+
+/// Actions, routes and methods the API does not have.
+fn bad_routes(h: &H) -> Vec<BadCase> {
+    let raw = |method: &str, path: &str, ctype: Option<&str>, body: Vec<u8>| raw_request(h, method, path, ctype, body);
+    let (json_ct, with) = (Some("application/json"), create_with);
+    vec![
         (
             "unknown field in an action",
             raw("POST", "/api/v1/clients/acme/reconcile", json_ct, br#"{"new_dispatch":false,"force":true}"#.to_vec()),
@@ -1086,42 +1106,15 @@ async fn bad_input_is_a_4xx_json_error_that_stores_nothing_and_calls_no_provider
         ("unknown route", raw("GET", "/api/v1/nothing", None, vec![]), 404, "not_found"),
         ("wrong method", raw("PUT", "/api/v1/clients", json_ct, with(&|_| {})), 405, "method_not_allowed"),
         ("bad percent-encoding in the path", raw("GET", "/api/v1/clients/%FF%FE", None, vec![]), 400, "bad_request"),
-    ];
-    let names = [
-        "acme'; DROP TABLE clients;--",
-        "acme\" OR \"1\"=\"1",
-        "<script>alert(1)</script>",
-        "../../etc/passwd",
-        "acme\u{0}",
-        "acme\nx",
-        "Acme",
-        "acmé",
-        "аcme", // Cyrillic а
-        "acme-🚀",
-        "\u{202e}emca",
-        "ａｃｍｅ", // full-width
-        "",
-        "-acme",
-        "acme-",
-        &"a".repeat(64),
-    ];
-    let mut all = cases;
-    for n in names {
-        all.push((
-            "a bad name in a body",
-            raw("POST", "/api/v1/clients", json_ct, with(&|b| b["name"] = json!(n))),
-            422,
-            "invalid_input",
-        ));
-    }
+    ]
+}
+
+/// Names in the path, percent-encoded, on every client route: each a 422.
+/// How many requests it checked.
+async fn bad_names_in_paths(h: &H, names: &[&str]) -> usize {
+    let raw = |method: &str, path: &str, ctype: Option<&str>, body: Vec<u8>| raw_request(h, method, path, ctype, body);
+    let json_ct = Some("application/json");
     let mut checked = 0;
-    for (what, req, status, code) in all {
-        let got = json_of(req.send().await.unwrap()).await;
-        assert_eq!(got.0, status, "{what}: {}", got.1);
-        assert_error(&got, status, code);
-        checked += 1;
-    }
-    // Names in the path, percent-encoded, on every client route.
     for n in names.iter().filter(|n| !n.is_empty()) {
         let enc: String = n.bytes().map(|b| format!("%{b:02X}")).collect();
         for (method, suffix) in [("GET", ""), ("DELETE", ""), ("GET", "/receipts"), ("GET", "/events")] {
@@ -1141,6 +1134,50 @@ async fn bad_input_is_a_4xx_json_error_that_stores_nothing_and_calls_no_provider
             checked += 1;
         }
     }
+    checked
+}
+
+async fn bad_input_is_a_4xx_json_error_that_stores_nothing_and_calls_no_provider(h: H) {
+    let before = h.footprint().await;
+    let raw = |method: &str, path: &str, ctype: Option<&str>, body: Vec<u8>| raw_request(&h, method, path, ctype, body);
+    let (json_ct, with) = (Some("application/json"), create_with);
+    let mut all = bad_bodies(&h);
+    all.extend(bad_fields(&h));
+    all.extend(bad_routes(&h));
+    let names = [
+        "acme'; DROP TABLE clients;--",
+        "acme\" OR \"1\"=\"1",
+        "<script>alert(1)</script>",
+        "../../etc/passwd",
+        "acme\u{0}",
+        "acme\nx",
+        "Acme",
+        "acmé",
+        "аcme", // Cyrillic а
+        "acme-🚀",
+        "\u{202e}emca",
+        "ａｃｍｅ", // full-width
+        "",
+        "-acme",
+        "acme-",
+        &"a".repeat(64),
+    ];
+    for n in names {
+        all.push((
+            "a bad name in a body",
+            raw("POST", "/api/v1/clients", json_ct, with(&|b| b["name"] = json!(n))),
+            422,
+            "invalid_input",
+        ));
+    }
+    let mut checked = 0;
+    for (what, req, status, code) in all {
+        let got = json_of(req.send().await.unwrap()).await;
+        assert_eq!(got.0, status, "{what}: {}", got.1);
+        assert_error(&got, status, code);
+        checked += 1;
+    }
+    checked += bad_names_in_paths(&h, &names).await;
     assert!(checked > 100, "{checked}");
     let after = h.footprint().await;
     assert_eq!(after.0, before.0, "no row stored");

@@ -30,12 +30,14 @@ fn demo_faults() -> Faults {
     }
 }
 
-pub async fn run(cfg: &Config, clients: usize, seed: u64, faults: bool) -> Result<()> {
-    if clients == 0 || clients > 10_000 {
-        return Err(BadInput("--clients must be between 1 and 10000".into()).into());
-    }
-    let (db, store) = fresh_store().await?;
-
+/// The simulator (its faults on or off) and a worker through the real
+/// Vultr adapter, with the demo's short intervals.
+async fn start(
+    cfg: &Config,
+    store: &Store,
+    seed: u64,
+    faults: bool,
+) -> Result<(oduflow_sim::SimHandle, Worker<VultrClient>, oduflow_engine::SharedClock)> {
     let key = "demo-key-not-secret";
     let sim = Sim::start(
         SimConfig {
@@ -62,8 +64,18 @@ pub async fn run(cfg: &Config, clients: usize, seed: u64, faults: bool) -> Resul
     engine.retry_base_ms = 100;
     engine.observations_max = 40;
     engine.concurrency = 8;
-    let clock: oduflow_engine::SharedClock = oduflow_engine::DbClock::start(&store).await?;
+    let clock: oduflow_engine::SharedClock = oduflow_engine::DbClock::start(store).await?;
     let worker = Worker::new(store.clone(), provider, engine, clock.clone());
+    Ok((sim, worker, clock))
+}
+
+pub async fn run(cfg: &Config, clients: usize, seed: u64, faults: bool) -> Result<()> {
+    if clients == 0 || clients > 10_000 {
+        return Err(BadInput("--clients must be between 1 and 10000".into()).into());
+    }
+    let (db, store) = fresh_store().await?;
+
+    let (sim, worker, clock) = start(cfg, &store, seed, faults).await?;
     outln!(
         "oduflow demo: {clients} clients, SQLite at {}, simulator at {} (seed {seed}, faults {})",
         db.display(),
