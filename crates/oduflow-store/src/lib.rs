@@ -248,6 +248,22 @@ macro_rules! both {
 }
 pub(crate) use both;
 
+/// A read (`$select`, a literal naming the infra row `i`) of a client's
+/// infra row that its transaction then writes back: on PostgreSQL it locks
+/// the row (`FOR UPDATE OF i`), so a concurrent writer waits for this one
+/// and then reads what it wrote (read committed would let both read first,
+/// and the second write back a target or generation the first had
+/// changed); SQLite's write transaction already orders them.
+macro_rules! locking {
+    ($store:expr, $select:literal) => {
+        match &($store).db {
+            $crate::Db::Pg(..) => concat!($select, " FOR UPDATE OF i"),
+            $crate::Db::Sqlite(_) => $select,
+        }
+    };
+}
+pub(crate) use locking;
+
 /// Refuses `$dns` when a client other than `$id` that is not deleted holds
 /// it (read in the write's transaction, for the message; the unique index
 /// `infra_dns_key_live` is what makes the refusal atomic).
@@ -664,9 +680,10 @@ impl Store {
             let dns = dns.as_str();
             both!(self, p => {
                 let mut tx = crate::BeginWrite::begin_write(p).await?;
-                let exists: Option<(String, String, i64, String)> = sqlx::query_as(
+                let exists: Option<(String, String, i64, String)> = sqlx::query_as(locking!(
+                    self,
                     "SELECT c.id, i.target, i.generation, i.status FROM clients c JOIN infra i ON i.client_id = c.id \
-                     WHERE c.name = $1")
+                     WHERE c.name = $1"))
                     .bind(name.as_str())
                     .fetch_optional(&mut *tx)
                     .await?;
@@ -710,12 +727,14 @@ impl Store {
     /// target is already `absent` changes nothing.
     pub async fn client_delete(&self, name: &str, now_ms: i64, attempts_max: i32) -> Result<ClientRow> {
         crate::named("client_delete", async move {
+            let read = locking!(
+                self,
+                "SELECT i.client_id, i.target, i.generation FROM infra i JOIN clients c ON c.id = i.client_id \
+                 WHERE c.name = $1"
+            );
             both!(self, p => {
                 let mut tx = crate::BeginWrite::begin_write(p).await?;
-                let row: Option<(String, String, i64)> = sqlx::query_as(
-                    "SELECT i.client_id, i.target, i.generation FROM infra i JOIN clients c ON c.id = i.client_id \
-                     WHERE c.name = $1",
-                )
+                let row: Option<(String, String, i64)> = sqlx::query_as(read)
                 .bind(name)
                 .fetch_optional(&mut *tx)
                 .await?;

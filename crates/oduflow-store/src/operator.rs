@@ -5,7 +5,7 @@
 
 use crate::Db;
 use crate::queue::{Conn as _, NewJob, event_insert, job_insert};
-use crate::{ClientRow, Result, Store, StoreError, both};
+use crate::{ClientRow, Result, Store, StoreError, both, locking};
 use oduflow_model::*;
 
 /// One record to rebind to a new key, with the receipts (operation key and
@@ -48,11 +48,14 @@ impl Store {
         attempts_max: i32,
     ) -> Result<ClientRow> {
         crate::named("client_reconcile", async move {
+            let read = locking!(
+                self,
+                "SELECT i.client_id, i.target, i.generation, i.dns_key FROM infra i \
+                 JOIN clients c ON c.id = i.client_id WHERE c.name = $1"
+            );
             both!(self, p => {
                 let mut tx = crate::BeginWrite::begin_write(p).await?;
-                let row: Option<(String, String, i64, Option<String>)> = sqlx::query_as(
-                    "SELECT i.client_id, i.target, i.generation, i.dns_key FROM infra i \
-                     JOIN clients c ON c.id = i.client_id WHERE c.name = $1")
+                let row: Option<(String, String, i64, Option<String>)> = sqlx::query_as(read)
                     .bind(name).fetch_optional(&mut *tx).await?;
                 let Some((id, target, generation, dns)) = row else {
                     return Err(StoreError::ClientNotFound(name.to_owned()));

@@ -43,7 +43,8 @@ oduflow_store::on_both_stores!(
     database_errors_name_the_operation,
     a_database_with_shared_dns_names_migrates_and_the_oldest_keeps_the_name,
     a_runs_progress_kept_as_json_is_carried_into_its_columns,
-    a_deleted_client_brought_back_gives_up_a_name_another_holds
+    a_deleted_client_brought_back_gives_up_a_name_another_holds,
+    a_delete_and_a_reconcile_side_by_side_each_see_the_others_write
 );
 
 /// The columns and trigger migration 14 added, dropped again to rebuild an
@@ -561,5 +562,66 @@ async fn a_deleted_client_brought_back_gives_up_a_name_another_holds(store: Stor
         s.dns_name = Some(gave.into());
         let again = store.client_create(&ClientName::parse(&format!("{gave}-third")).unwrap(), &s, now, 3).await;
         assert!(matches!(again, Err(StoreError::DnsNameTaken { .. })), "{again:?}");
+    }
+}
+
+/// `client delete` and `reconcile` each read the record and write it back
+/// in one transaction. Side by side on one client, the second must read
+/// what the first wrote: both move the generation on (two writes, two
+/// generations), and the record ends with the delete's target and a status
+/// that agrees with it. (On PostgreSQL, read committed lets a read made
+/// before the other's commit be written back after it, unless the read
+/// locks the row; SQLite's write lock orders them.)
+async fn a_delete_and_a_reconcile_side_by_side_each_see_the_others_write(store: Store) {
+    const CLIENTS: usize = 32;
+    let mut before = vec![];
+    for i in 0..CLIENTS {
+        client(&store, &format!("c{i}")).await;
+        before.push(store.client_get(&format!("c{i}")).await.unwrap().unwrap().infra.generation);
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..CLIENTS {
+        let (a, b, name) = (store.clone(), store.clone(), format!("c{i}"));
+        let n = name.clone();
+        tasks.spawn(async move { a.client_delete(&n, 2, 3).await.map(|_| ()) });
+        tasks.spawn(async move { b.client_reconcile(&name, &[], "operator", 2, 3).await.map(|_| ()) });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap().unwrap_or_else(|e| panic!("an operator write failed: {e}"));
+    }
+    let mut lost = vec![];
+    for (i, gen_before) in before.iter().enumerate() {
+        let c = store.client_get(&format!("c{i}")).await.unwrap().unwrap();
+        if c.infra.generation != gen_before + 2 || c.infra.status != ClientStatus::Deleting {
+            lost.push(format!(
+                "c{i}: generation {} (was {gen_before}), {} {:?}",
+                c.infra.generation, c.infra.status, c.infra.target
+            ));
+        }
+        assert_eq!(c.infra.target, Target::Absent, "c{i}");
+    }
+    assert!(lost.is_empty(), "a write read before the other's commit was written back after it: {lost:?}");
+    // Two creates of one client being deleted, side by side: one brings it
+    // back, the other finds it present.
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..CLIENTS {
+        for _ in 0..2 {
+            let (s, name) = (store.clone(), ClientName::parse(&format!("c{i}")).unwrap());
+            tasks.spawn(async move { (name.to_string(), s.client_create(&name, &spec(), 3, 3).await) });
+        }
+    }
+    let mut brought: std::collections::HashMap<String, usize> = Default::default();
+    while let Some(r) = tasks.join_next().await {
+        match r.unwrap() {
+            (name, Ok(_)) => *brought.entry(name).or_default() += 1,
+            (_, Err(StoreError::ClientExists(_))) => {}
+            (name, Err(e)) => panic!("{name}: {e}"),
+        }
+    }
+    for (i, gen_before) in before.iter().enumerate() {
+        let name = format!("c{i}");
+        let c = store.client_get(&name).await.unwrap().unwrap();
+        assert_eq!(brought.get(&name), Some(&1), "{name} brought back twice or never");
+        assert_eq!((c.infra.generation, c.infra.target), (gen_before + 3, Target::Present), "{name}");
     }
 }
