@@ -248,14 +248,14 @@ macro_rules! both {
 }
 pub(crate) use both;
 
-/// A read (`$select`, a literal naming the infra row `i`) of a client's
+/// A read (`$select`, a literal or a macro giving one, naming the infra row `i`) of a client's
 /// infra row that its transaction then writes back: on PostgreSQL it locks
 /// the row (`FOR UPDATE OF i`), so a concurrent writer waits for this one
 /// and then reads what it wrote (read committed would let both read first,
 /// and the second write back a target or generation the first had
 /// changed); SQLite's write transaction already orders them.
 macro_rules! locking {
-    ($store:expr, $select:literal) => {
+    ($store:expr, $select:expr) => {
         match &($store).db {
             $crate::Db::Pg(..) => concat!($select, " FOR UPDATE OF i"),
             $crate::Db::Sqlite(_) => $select,
@@ -263,6 +263,22 @@ macro_rules! locking {
     };
 }
 pub(crate) use locking;
+
+/// A client's id, target, generation and status, by name (`client create`).
+macro_rules! client_by_name {
+    () => {
+        "SELECT c.id, i.target, i.generation, i.status FROM clients c JOIN infra i ON i.client_id = c.id \
+         WHERE c.name = $1"
+    };
+}
+
+/// A client's id, target and generation, by name (`client delete`).
+macro_rules! client_target {
+    () => {
+        "SELECT i.client_id, i.target, i.generation FROM infra i JOIN clients c ON c.id = i.client_id \
+         WHERE c.name = $1"
+    };
+}
 
 /// Refuses `$dns` when a client other than `$id` that is not deleted holds
 /// it (read in the write's transaction, for the message; the unique index
@@ -680,13 +696,18 @@ impl Store {
             let dns = dns.as_str();
             both!(self, p => {
                 let mut tx = crate::BeginWrite::begin_write(p).await?;
-                let exists: Option<(String, String, i64, String)> = sqlx::query_as(locking!(
-                    self,
-                    "SELECT c.id, i.target, i.generation, i.status FROM clients c JOIN infra i ON i.client_id = c.id \
-                     WHERE c.name = $1"))
-                    .bind(name.as_str())
-                    .fetch_optional(&mut *tx)
-                    .await?;
+                // Read first without the lock: a client present is refused
+                // without waiting for its run; one going away is read again,
+                // locked, to be brought back.
+                let exists: Option<(String, String, i64, String)> =
+                    sqlx::query_as(client_by_name!()).bind(name.as_str()).fetch_optional(&mut *tx).await?;
+                let exists = match exists {
+                    Some((_, target, ..)) if target == Target::Absent.as_str() => {
+                        let locked = locking!(self, client_by_name!());
+                        sqlx::query_as(locked).bind(name.as_str()).fetch_optional(&mut *tx).await?
+                    }
+                    exists => exists,
+                };
                 if let Some(found) = exists {
                     (*tx).client_bring_back(name, found, &cols, now_ms, attempts_max).await?;
                     tx.commit().await?;
@@ -727,17 +748,20 @@ impl Store {
     /// target is already `absent` changes nothing.
     pub async fn client_delete(&self, name: &str, now_ms: i64, attempts_max: i32) -> Result<ClientRow> {
         crate::named("client_delete", async move {
-            let read = locking!(
-                self,
-                "SELECT i.client_id, i.target, i.generation FROM infra i JOIN clients c ON c.id = i.client_id \
-                 WHERE c.name = $1"
-            );
+            let lock = locking!(self, client_target!());
             both!(self, p => {
                 let mut tx = crate::BeginWrite::begin_write(p).await?;
-                let row: Option<(String, String, i64)> = sqlx::query_as(read)
-                .bind(name)
-                .fetch_optional(&mut *tx)
-                .await?;
+                // Read first without the lock: a client already going away
+                // needs no write, and so waits for no run (a run holds its
+                // row's lock to its end). Otherwise read again, locked.
+                let row: Option<(String, String, i64)> =
+                    sqlx::query_as(client_target!()).bind(name).fetch_optional(&mut *tx).await?;
+                let row = match row {
+                    Some((_, target, _)) if target != Target::Absent.as_str() => {
+                        sqlx::query_as(lock).bind(name).fetch_optional(&mut *tx).await?
+                    }
+                    row => row,
+                };
                 let Some((id, target, generation)) = row else {
                     return Err(StoreError::ClientNotFound(name.to_owned()));
                 };

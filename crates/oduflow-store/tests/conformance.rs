@@ -361,7 +361,7 @@ async fn change_receipts_are_claimed_once_and_never_rewritten(store: Store) {
     }
     let rows = store.changes_for_client(&c).await.unwrap();
     assert_eq!(rows.len(), 1);
-    assert_eq!((rows[0].sent_at(), rows[0].confirmed()), (Some(2), true));
+    assert_eq!((rows[0].sent_at(), rows[0].confirmed_at()), (Some(2), Some(4)));
     assert_eq!(rows[0].facts(), oduflow_model::decide::ChangeFacts::Confirmed);
     // A rejection is kept as it was.
     let other = NewChange { spec_generation: 3, ..change };
@@ -624,4 +624,26 @@ async fn a_delete_and_a_reconcile_side_by_side_each_see_the_others_write(store: 
         assert_eq!(brought.get(&name), Some(&1), "{name} brought back twice or never");
         assert_eq!((c.infra.generation, c.infra.target), (gen_before + 3, Target::Present), "{name}");
     }
+}
+
+/// PostgreSQL: a run holds its client's row locked to its end, so an
+/// operator write that locks the row waits for it. One that changes nothing
+/// does not wait: deleting a client already going away, or creating one
+/// that is present, answers while runs hold both rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_writes_that_change_nothing_wait_for_no_run_postgres() {
+    let (_db, store) = postgres().await;
+    client(&store, "acme").await;
+    store.client_delete("acme", 2, 3).await.unwrap();
+    client(&store, "beta").await;
+    let first = store.job_claim_next("w", 3).await.unwrap().expect("a job");
+    let second = store.job_claim_next("w", 3).await.unwrap().expect("a job of the other client");
+    let within = std::time::Duration::from_secs(10);
+    let deleted = tokio::time::timeout(within, store.client_delete("acme", 4, 3)).await;
+    assert!(matches!(deleted, Ok(Ok(_))), "deleting acme again waited for its run: {deleted:?}");
+    let beta = ClientName::parse("beta").unwrap();
+    let created = tokio::time::timeout(within, store.client_create(&beta, &spec(), 4, 3)).await;
+    assert!(matches!(created, Ok(Err(StoreError::ClientExists(_)))), "{created:?}");
+    first.release().await.unwrap();
+    second.release().await.unwrap();
 }
