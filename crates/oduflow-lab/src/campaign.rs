@@ -1722,7 +1722,7 @@ async fn check_changes(
     for c in store.client_list().await? {
         changes.extend(store.changes_for_client(&c.id).await?);
     }
-    totals.updates.2 += changes.iter().filter(|c| c.confirmed()).count() as u64;
+    totals.updates.2 += changes.iter().filter(|c| c.confirmed_at().is_some()).count() as u64;
     // Change receipts cover the PATCHes of instances and blocks; a DNS
     // record's PATCH is the DNS adapter's (its ownership record).
     let patches: Vec<&oduflow_sim::RequestRecord> = ledger

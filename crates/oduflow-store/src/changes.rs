@@ -95,9 +95,9 @@ impl ChangeRow {
         self.sent_ms
     }
 
-    /// Whether a read showed the change made.
-    pub fn confirmed(&self) -> bool {
-        self.confirmed_ms.is_some()
+    /// When a read showed the change made.
+    pub fn confirmed_at(&self) -> Option<i64> {
+        self.confirmed_ms
     }
 
     /// Sends of it that could not connect, every one.

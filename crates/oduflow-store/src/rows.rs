@@ -454,6 +454,12 @@ impl ReceiptRow {
         self.not_sent_count
     }
 
+    /// When its last send was recorded as provably never having left; the
+    /// next send clears it, whatever became known since.
+    pub fn not_sent_at(&self) -> Option<i64> {
+        self.not_sent_ms
+    }
+
     /// How far the deletion of what it made has come.
     pub fn progress(&self) -> DeleteProgress {
         DeleteProgress {
