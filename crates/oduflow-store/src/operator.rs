@@ -22,6 +22,25 @@ pub const SETTING_RESTORE_PENDING: &str = "restore_pending";
 /// A random id written at `init`; with the local high-water mark it tells a
 /// restored copy from the live database.
 pub const SETTING_LINEAGE: &str = "lineage";
+/// A random id written with each declared restore: two declarations with
+/// the same reason are told apart.
+pub const SETTING_RESTORE_DECLARED: &str = "restore_declared";
+
+/// The pending restore an inventory pass saw when it began (its reason and
+/// its declaration's id; neither when none was pending): the one its end
+/// may clear.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RestoreSeen {
+    why: Option<String>,
+    id: Option<String>,
+}
+
+impl RestoreSeen {
+    /// Whether a restore was pending.
+    pub fn pending(&self) -> bool {
+        self.why.is_some()
+    }
+}
 
 impl Store {
     /// Observe again: clears a blocked state, bumps the generation (queued
@@ -169,8 +188,28 @@ impl Store {
     /// inventory pass clears it.
     pub async fn restore_declare(&self, why: &str, now_ms: i64) -> Result<()> {
         crate::named("restore_declare", async move {
-            self.setting_set(SETTING_RESTORE_PENDING, why).await?;
+            let id = uuid::Uuid::now_v7().to_string();
+            both!(self, p => {
+                let mut tx = crate::BeginWrite::begin_write(p).await?;
+                for (key, value) in [(SETTING_RESTORE_PENDING, why), (SETTING_RESTORE_DECLARED, id.as_str())] {
+                    sqlx::query("INSERT INTO settings (key, value) VALUES ($1, $2) \
+                                 ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+                        .bind(key).bind(value).execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+            });
             self.event_global(EventKind::RestoreDeclared, serde_json::json!({ "why": why }), now_ms).await
+        })
+        .await
+    }
+
+    /// The pending restore, as an inventory pass sees it when it begins.
+    pub async fn restore_seen(&self) -> Result<RestoreSeen> {
+        crate::named("restore_seen", async move {
+            Ok(RestoreSeen {
+                why: self.setting_get(SETTING_RESTORE_PENDING).await?,
+                id: self.setting_get(SETTING_RESTORE_DECLARED).await?,
+            })
         })
         .await
     }
@@ -178,15 +217,41 @@ impl Store {
     /// Ends a pending restore after an inventory pass. The lineage moves to a
     /// new epoch, so hosts that remember the pre-restore high-water mark do
     /// not take the reconciled copy for another restore.
-    pub async fn restore_clear(&self, report: serde_json::Value, now_ms: i64) -> Result<()> {
+    /// Only the restore `seen` (what the pass saw pending when it began) is
+    /// cleared: one declared since stands, for the next pass. On PostgreSQL
+    /// the pending row is locked before the comparison, so a declaration
+    /// either lands before it (and is compared) or waits for the clear.
+    pub async fn restore_clear(&self, seen: &RestoreSeen, report: serde_json::Value, now_ms: i64) -> Result<()> {
         crate::named("restore_clear", async move {
-            let was_pending = self.restore_pending().await?.is_some();
-            both!(self, p => {
-                sqlx::query("DELETE FROM settings WHERE key = $1").bind(SETTING_RESTORE_PENDING).execute(p).await?;
+            let read_pending = match &self.db {
+                Db::Pg(..) => "SELECT value FROM settings WHERE key = $1 FOR UPDATE",
+                Db::Sqlite(_) => "SELECT value FROM settings WHERE key = $1",
+            };
+            let cleared = both!(self, p => {
+                let mut tx = crate::BeginWrite::begin_write(p).await?;
+                let why: Option<String> =
+                    sqlx::query_scalar(read_pending).bind(SETTING_RESTORE_PENDING).fetch_optional(&mut *tx).await?;
+                let id: Option<String> = sqlx::query_scalar("SELECT value FROM settings WHERE key = $1")
+                    .bind(SETTING_RESTORE_DECLARED).fetch_optional(&mut *tx).await?;
+                let now = RestoreSeen { why, id };
+                let cleared = now.pending() && now == *seen;
+                if cleared {
+                    sqlx::query("DELETE FROM settings WHERE key = $1 OR key = $2")
+                        .bind(SETTING_RESTORE_PENDING).bind(SETTING_RESTORE_DECLARED).execute(&mut *tx).await?;
+                    sqlx::query("INSERT INTO settings (key, value) VALUES ($1, $2) \
+                                 ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+                        .bind(SETTING_LINEAGE).bind(uuid::Uuid::new_v4().to_string()).execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+                cleared
             });
-            if was_pending {
-                self.setting_set(SETTING_LINEAGE, &uuid::Uuid::new_v4().to_string()).await?;
-            }
+            let report = match report {
+                serde_json::Value::Object(mut m) => {
+                    m.insert("restore_cleared".into(), cleared.into());
+                    serde_json::Value::Object(m)
+                }
+                other => other,
+            };
             self.event_global(EventKind::InventoryReconciled, report, now_ms).await
         })
         .await

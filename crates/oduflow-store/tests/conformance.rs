@@ -44,7 +44,8 @@ oduflow_store::on_both_stores!(
     a_database_with_shared_dns_names_migrates_and_the_oldest_keeps_the_name,
     a_runs_progress_kept_as_json_is_carried_into_its_columns,
     a_deleted_client_brought_back_gives_up_a_name_another_holds,
-    a_delete_and_a_reconcile_side_by_side_each_see_the_others_write
+    a_delete_and_a_reconcile_side_by_side_each_see_the_others_write,
+    an_inventory_pass_clears_only_the_restore_it_saw
 );
 
 /// The columns and trigger migration 14 added, dropped again to rebuild an
@@ -646,4 +647,30 @@ async fn operator_writes_that_change_nothing_wait_for_no_run_postgres() {
     assert!(matches!(created, Ok(Err(StoreError::ClientExists(_)))), "{created:?}");
     first.release().await.unwrap();
     second.release().await.unwrap();
+}
+
+/// An inventory pass clears the restore it saw pending when it began, and
+/// no other: a restore declared while it ran (the database copied back
+/// under it, say, and a worker's lineage check declaring it) stays pending
+/// for the next pass, even with the same reason; the lineage moves to a new
+/// epoch only when a restore is cleared.
+async fn an_inventory_pass_clears_only_the_restore_it_saw(store: Store) {
+    let lineage = || async { store.setting_get(SETTING_LINEAGE).await.unwrap() };
+    // Nothing pending when the pass began; a restore declared meanwhile.
+    let seen = store.restore_seen().await.unwrap();
+    store.restore_declare("copied back", 1).await.unwrap();
+    let before = lineage().await;
+    store.restore_clear(&seen, serde_json::json!({}), 2).await.unwrap();
+    assert_eq!(store.restore_pending().await.unwrap().as_deref(), Some("copied back"), "declared during the pass");
+    assert_eq!(lineage().await, before);
+    // Pending when it began, declared again (same reason) meanwhile.
+    let seen = store.restore_seen().await.unwrap();
+    store.restore_declare("copied back", 3).await.unwrap();
+    store.restore_clear(&seen, serde_json::json!({}), 4).await.unwrap();
+    assert_eq!(store.restore_pending().await.unwrap().as_deref(), Some("copied back"), "declared again");
+    // A pass that saw this one clears it.
+    let seen = store.restore_seen().await.unwrap();
+    store.restore_clear(&seen, serde_json::json!({}), 5).await.unwrap();
+    assert_eq!(store.restore_pending().await.unwrap(), None);
+    assert_ne!(lineage().await, before, "a new epoch");
 }

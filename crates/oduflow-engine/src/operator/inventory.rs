@@ -55,7 +55,8 @@ pub async fn inventory_settled<P: Provider>(
     now_ms: i64,
     settle_ms: i64,
 ) -> Result<Inventory> {
-    let after_restore = store.restore_pending().await?.is_some();
+    let seen = store.restore_seen().await?;
+    let after_restore = seen.pending();
     if after_restore && settle_ms > 0 {
         settle_after_restore(store, now_ms, settle_ms).await?;
     }
@@ -80,6 +81,7 @@ pub async fn inventory_settled<P: Provider>(
     }
     store
         .restore_clear(
+            &seen,
             serde_json::json!({
                 "orphans": inv.orphans.len(), "missing": inv.missing.len(), "unrecorded": inv.unrecorded.len(),
                 "instances_listed": inv.instances_listed, "blocks_listed": inv.blocks_listed,
