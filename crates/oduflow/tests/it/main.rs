@@ -1022,10 +1022,13 @@ fn campaign_catches_a_forgotten_receipt_and_reruns_it() {
 /// (the simulator shows a resize only after `resize_ms`, so reads see the
 /// change in flight). At 300 ms in every seed, a clean-clone run under the
 /// suite's load missed it in 60 seeds; half the seeds now draw 600 to
-/// 1,500 ms, so a read lands in that window whatever the load.
+/// 1,500 ms, so a read lands in that window whatever the load. Alone, seeds
+/// 1 to 6 catch it (seed 6); beside the rest of the suite the first catch
+/// came at seed 19 and 35, and once not in 60 seeds. So 120 seeds: a catch
+/// stops the search, so only a miss costs the whole budget.
 #[test]
 fn campaign_catches_a_change_sent_twice() {
-    planted_bug_is_caught("resend_change", Some("sqlite"), &["invariant 11"]);
+    planted_bug_is_caught_within("resend_change", Some("sqlite"), &["invariant 11"], 120, Earlier::Skipped);
 }
 
 /// Hole 1 of the restore class: a first create sent without looking for a
