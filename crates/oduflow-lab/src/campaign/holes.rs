@@ -412,9 +412,12 @@ async fn check_zone(
         let for_deleted = owners.iter().any(|o| deleted(o.as_str()))
             || (at.is_none() && !claimants.is_empty() && claimants.iter().all(|c| deleted(c)));
         if for_deleted {
+            // The owners' histories; with none (an ownership a restore
+            // lost), those of the clients the record names.
             let mut evidence = String::new();
-            for o in &owners {
-                evidence.push_str(&dns_history(store, o).await?);
+            let mut told = BTreeSet::new();
+            for c in claimants.iter().filter(|c| told.insert(**c)) {
+                evidence.push_str(&dns_history(store, &ClientId(c.to_string())).await?);
             }
             bail!(
                 "invariant 14: DNS record {} ({} {} -> {}) is live, but its client is reported deleted \
