@@ -340,8 +340,7 @@ async fn records_deleted_together_are_made_again_together_on_an_address_change()
         match a.ensure(&t, &own).await {
             Ok(_) => break,
             Err(AdapterError::Waiting { until_ms, .. }) => {
-                let now = clock.load(Ordering::SeqCst);
-                clock.store(until_ms.max(now), Ordering::SeqCst);
+                clock.fetch_max(until_ms, Ordering::SeqCst);
             }
             Err(e) => panic!("after its records were deleted in the console: {e}"),
         }
@@ -388,8 +387,7 @@ async fn records_deleted_together_are_taken_as_gone_together() {
         match answer {
             Ok(()) => {}
             Err(AdapterError::Waiting { until_ms, .. }) => {
-                let now = clock.load(Ordering::SeqCst);
-                clock.store(until_ms.max(now), Ordering::SeqCst);
+                clock.fetch_max(until_ms, Ordering::SeqCst);
             }
             Err(AdapterError::Pending(_)) => {}
             Err(e) => panic!("after its records were deleted in the console: {e}"),
