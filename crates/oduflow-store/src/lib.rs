@@ -855,11 +855,9 @@ impl Store {
     pub async fn setting_set(&self, key: &str, value: &str) -> Result<()> {
         crate::named("setting_set", async move {
             both!(self, p => {
-                sqlx::query("INSERT INTO settings (key, value) VALUES ($1, $2) \
-                             ON CONFLICT (key) DO UPDATE SET value = excluded.value")
-                    .bind(key).bind(value).execute(p).await?;
-            });
-            Ok(())
+                let mut c = p.acquire().await?;
+                (*c).setting_put(key, value).await
+            })
         })
         .await
     }

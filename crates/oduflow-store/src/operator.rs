@@ -191,11 +191,8 @@ impl Store {
             let id = uuid::Uuid::now_v7().to_string();
             both!(self, p => {
                 let mut tx = crate::BeginWrite::begin_write(p).await?;
-                for (key, value) in [(SETTING_RESTORE_PENDING, why), (SETTING_RESTORE_DECLARED, id.as_str())] {
-                    sqlx::query("INSERT INTO settings (key, value) VALUES ($1, $2) \
-                                 ON CONFLICT (key) DO UPDATE SET value = excluded.value")
-                        .bind(key).bind(value).execute(&mut *tx).await?;
-                }
+                (*tx).setting_put(SETTING_RESTORE_PENDING, why).await?;
+                (*tx).setting_put(SETTING_RESTORE_DECLARED, &id).await?;
                 tx.commit().await?;
             });
             self.event_global(EventKind::RestoreDeclared, serde_json::json!({ "why": why }), now_ms).await
@@ -238,9 +235,7 @@ impl Store {
                 if cleared {
                     sqlx::query("DELETE FROM settings WHERE key = $1 OR key = $2")
                         .bind(SETTING_RESTORE_PENDING).bind(SETTING_RESTORE_DECLARED).execute(&mut *tx).await?;
-                    sqlx::query("INSERT INTO settings (key, value) VALUES ($1, $2) \
-                                 ON CONFLICT (key) DO UPDATE SET value = excluded.value")
-                        .bind(SETTING_LINEAGE).bind(uuid::Uuid::new_v4().to_string()).execute(&mut *tx).await?;
+                    (*tx).setting_put(SETTING_LINEAGE, &uuid::Uuid::new_v4().to_string()).await?;
                 }
                 tx.commit().await?;
                 cleared

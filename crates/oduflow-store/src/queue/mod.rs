@@ -399,6 +399,8 @@ pub(crate) trait Conn {
         attempts_max: i32,
     ) -> Result<()>;
     async fn lease_release(&mut self, client: &ClientId, token: &str) -> Result<()>;
+    /// Sets setting `key` to `value`.
+    async fn setting_put(&mut self, key: &str, value: &str) -> Result<()>;
 }
 
 macro_rules! impl_conn {
@@ -639,6 +641,18 @@ macro_rules! impl_conn {
                 job_insert(&mut *self, &job).await?;
                 event_insert(&mut *self, Some(&id), EventKind::ClientRecreateRequested,
                     &serde_json::json!({ "generation": generation }), now_ms).await?;
+                Ok(())
+            }
+
+            async fn setting_put(&mut self, key: &str, value: &str) -> Result<()> {
+                sqlx::query(
+                    "INSERT INTO settings (key, value) VALUES ($1, $2) \
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                )
+                .bind(key)
+                .bind(value)
+                .execute(&mut *self)
+                .await?;
                 Ok(())
             }
 
