@@ -460,6 +460,33 @@ impl ReceiptLedger {
         .await
     }
 
+    /// After a restore: an identity recorded `removed` for a client not
+    /// deleted proves nothing any more (a run after the backup may have
+    /// recorded ownership, and made records, since lost with it). It is
+    /// `removing` again, so the next removal looks for what carries the
+    /// client's trace (the DNS owner marker) instead of skipping it, and the
+    /// next ensure recorrects it. The version moves on: a write from before
+    /// the restore is stale. Returns how many.
+    pub async fn adapter_doubt_removed(&self, now_ms: i64) -> Result<u64> {
+        crate::named("adapter_doubt_removed", async move {
+            let detail = "restored copy: the identity may have been made again after the backup";
+            Ok(ledger_write!(&self.store, tx => {
+                let rows: Vec<(String, String)> = sqlx::query_as(
+                    "UPDATE adapter_state SET state = 'removing', detail = $2, updated_ms = $1, \
+                     owned_version = owned_version + 1 WHERE state = 'removed' AND client_id IN \
+                     (SELECT client_id FROM infra WHERE status <> 'deleted') RETURNING client_id, adapter")
+                    .bind(now_ms).bind(detail).fetch_all(&mut *tx).await?;
+                for (client, adapter) in &rows {
+                    (*tx).event_insert(Some(&ClientId(client.clone())), EventKind::AdapterState, &serde_json::json!({
+                        "adapter": adapter, "state": AdapterState::Removing, "detail": detail,
+                    }), now_ms).await?;
+                }
+                rows.len() as u64
+            }))
+        })
+        .await
+    }
+
     /// Replaces what an adapter records it owns for a client, if
     /// `owned_version` is still `expected` (0: nothing recorded yet).
     /// Returns the new version, or `None` when another run recorded since

@@ -252,7 +252,8 @@ fn missing(
 /// again blindly; changes too (a PATCH recorded as unsent may
 /// have left). And it may say `ready` about a VM deleted since the backup,
 /// or `deleted` about nothing: every record not yet deleted observes again
-/// before it is trusted.
+/// before it is trusted. An identity it says `removed` for a client not
+/// deleted is looked for again.
 async fn trust_nothing_restored<'c>(
     store: &Store,
     receipts: &[ReceiptRow],
@@ -264,6 +265,7 @@ async fn trust_nothing_restored<'c>(
         writer.doubt_not_sent(&r.operation_key, now_ms).await?;
     }
     writer.ledger().change_doubt_open(now_ms).await?;
+    writer.ledger().adapter_doubt_removed(now_ms).await?;
     for c in clients.filter(|c| c.infra.status != ClientStatus::Deleted) {
         store.client_reconcile(&c.name, &[], "inventory after restore", now_ms, 20).await?;
     }

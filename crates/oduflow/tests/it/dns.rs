@@ -134,6 +134,7 @@ oduflow_store::on_both_stores!(
     a_deleted_client_takes_its_marked_records_along,
     a_record_answering_404_is_asked_again_only_spaced_out,
     a_client_recreated_and_deleted_takes_its_new_records_along,
+    a_restored_removed_identity_is_looked_for_again,
     the_api_settles_a_dns_block_and_deletes_a_dns_orphan_as_the_cli_does,
 );
 
@@ -671,6 +672,36 @@ async fn a_client_recreated_and_deleted_takes_its_new_records_along(env: Env) {
     assert!(killed_at(&env, "dns-record-created"));
     assert!(!with_markers(&env, "acme").await.is_empty(), "the killed run made a record");
     env.ok(&["client", "delete", "acme"]);
+    settle(&env);
+    let v = show(&env, "acme");
+    assert_eq!(v["status"], "deleted", "{v}");
+    assert!(with_markers(&env, "acme").await.is_empty(), "reported deleted, its records still live");
+}
+
+/// A database restored from a copy taken after a deleted client was
+/// created again but before its run recorded any DNS ownership: the copy
+/// says its identity is `removed` (the first deletion's), while the records
+/// that run made after the backup are live, carrying its owner marker.
+/// After the restore, `removed` proves nothing: the client's removal looks
+/// for them and deletes them before it is reported deleted. It once skipped
+/// the adapter and left them live.
+async fn a_restored_removed_identity_is_looked_for_again(env: Env) {
+    configure(&env);
+    env.ok(&["init"]);
+    create(&env, "acme", &[]);
+    settle(&env);
+    env.ok(&["client", "delete", "acme"]);
+    settle(&env);
+    assert_eq!(show(&env, "acme")["status"], "deleted");
+    // The copy: acme created again, no run since.
+    create(&env, "acme", &[]);
+    let id = show(&env, "acme")["id"].as_str().unwrap().to_owned();
+    // What the run after the backup made at its name.
+    operator_record(&env, "acme", "TXT", &oduflow_model::identity::dns_owner_marker(&id)).await;
+    operator_record(&env, "acme", "A", "203.0.113.9").await;
+    env.ok(&["restore", "declare", "--reason", "restored from last night's backup"]);
+    env.ok(&["client", "delete", "acme"]);
+    env.ok(&["reconcile", "--all"]);
     settle(&env);
     let v = show(&env, "acme");
     assert_eq!(v["status"], "deleted", "{v}");
