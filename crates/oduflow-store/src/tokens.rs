@@ -93,8 +93,13 @@ impl Store {
                 let Some((id, created_ms)) = row else {
                     return Err(StoreError::TokenNotFound(name.to_owned()));
                 };
-                sqlx::query("UPDATE api_tokens SET revoked_ms = $2 WHERE id = $1")
-                    .bind(&id).bind(now_ms).execute(&mut *tx).await?;
+                // Only while still live: a revocation side by side read it
+                // live too (PostgreSQL, read committed) and may have written.
+                let n = sqlx::query("UPDATE api_tokens SET revoked_ms = $2 WHERE id = $1 AND revoked_ms IS NULL")
+                    .bind(&id).bind(now_ms).execute(&mut *tx).await?.rows_affected();
+                if n == 0 {
+                    return Err(StoreError::TokenNotFound(name.to_owned()));
+                }
                 event_insert(&mut *tx, None, EventKind::ApiTokenRevoked, &serde_json::json!({ "name": name, "id": id }), now_ms).await?;
                 tx.commit().await?;
                 Ok(ApiTokenRow { id: ApiTokenId(id), name: name.to_owned(), created_ms, revoked_ms: Some(now_ms) })

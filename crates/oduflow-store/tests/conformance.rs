@@ -45,7 +45,8 @@ oduflow_store::on_both_stores!(
     a_runs_progress_kept_as_json_is_carried_into_its_columns,
     a_deleted_client_brought_back_gives_up_a_name_another_holds,
     a_delete_and_a_reconcile_side_by_side_each_see_the_others_write,
-    an_inventory_pass_clears_only_the_restore_it_saw
+    an_inventory_pass_clears_only_the_restore_it_saw,
+    a_token_revoked_twice_side_by_side_is_revoked_once
 );
 
 /// The columns and trigger migration 14 added, dropped again to rebuild an
@@ -673,4 +674,35 @@ async fn an_inventory_pass_clears_only_the_restore_it_saw(store: Store) {
     store.restore_clear(&seen, serde_json::json!({}), 5).await.unwrap();
     assert_eq!(store.restore_pending().await.unwrap(), None);
     assert_ne!(lineage().await, before, "a new epoch");
+}
+
+/// Two revocations of one token side by side: one revokes it, the other
+/// finds no live token of that name; one revocation time, one event. (On
+/// PostgreSQL both once read the token live and both wrote, the second
+/// overwriting the first's time and recording a second event.)
+async fn a_token_revoked_twice_side_by_side_is_revoked_once(store: Store) {
+    const TOKENS: usize = 16;
+    for i in 0..TOKENS {
+        store.api_token_create(&format!("t{i}"), &format!("{i:064}"), 10).await.unwrap();
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..TOKENS {
+        for at in [20, 30] {
+            let (s, name) = (store.clone(), format!("t{i}"));
+            tasks.spawn(async move { (name.clone(), s.api_token_revoke(&name, at).await) });
+        }
+    }
+    let mut revoked: std::collections::HashMap<String, Vec<i64>> = Default::default();
+    while let Some(r) = tasks.join_next().await {
+        match r.unwrap() {
+            (name, Ok(row)) => revoked.entry(name).or_default().push(row.revoked_ms.unwrap()),
+            (_, Err(StoreError::TokenNotFound(_))) => {}
+            (name, Err(e)) => panic!("{name}: {e}"),
+        }
+    }
+    let twice: Vec<_> = revoked.iter().filter(|(_, at)| at.len() != 1).collect();
+    assert!(twice.is_empty(), "revoked twice: {twice:?}");
+    assert_eq!(revoked.len(), TOKENS);
+    let events = store.events_by_kind(EventKind::ApiTokenRevoked).await.unwrap();
+    assert_eq!(events.len(), TOKENS, "one event per token");
 }
