@@ -55,6 +55,10 @@ impl Store {
     /// Records what a complete inventory pass found: each orphan is opened
     /// (again) or refreshed; an open one the pass no longer found is resolved
     /// as "no longer an orphan" (listed no more, or accounted for now).
+    /// `now_ms` is when the pass began, before it listed: passes side by side
+    /// commit in either order, and what happened after a pass began (an
+    /// operator's resolution, a later pass's sighting) is newer than its
+    /// listing, so it is left as it is.
     pub async fn orphans_record(&self, found: &[FoundOrphan], now_ms: i64) -> Result<()> {
         crate::named("orphans_record", async move {
             both!(self, p => {
@@ -68,13 +72,16 @@ impl Store {
                          ON CONFLICT (resource_id) DO UPDATE SET kind = excluded.kind, label = excluded.label, \
                          client_ref = excluded.client_ref, note = excluded.note, last_seen_ms = excluded.last_seen_ms, \
                          found_ms = CASE WHEN orphans.resolved_ms IS NULL THEN orphans.found_ms ELSE excluded.found_ms END, \
-                         resolved_ms = NULL, resolution = NULL")
+                         resolved_ms = NULL, resolution = NULL \
+                         WHERE orphans.last_seen_ms <= excluded.last_seen_ms \
+                         AND (orphans.resolved_ms IS NULL OR orphans.resolved_ms <= excluded.last_seen_ms)")
                         .bind(&o.resource_id).bind(o.kind.as_str()).bind(&o.label)
                         .bind(o.client_ref.as_ref().map(|c| c.as_str())).bind(&o.note).bind(now_ms)
                         .execute(&mut *tx).await?;
                 }
                 for id in open.iter().filter(|id| !found.iter().any(|o| &o.resource_id == *id)) {
-                    sqlx::query("UPDATE orphans SET resolved_ms = $2, resolution = $3 WHERE resource_id = $1 AND resolved_ms IS NULL")
+                    sqlx::query("UPDATE orphans SET resolved_ms = $2, resolution = $3 WHERE resource_id = $1 AND resolved_ms IS NULL \
+                                 AND last_seen_ms <= $2")
                         .bind(id).bind(now_ms).bind("no longer an orphan at the last inventory pass")
                         .execute(&mut *tx).await?;
                 }

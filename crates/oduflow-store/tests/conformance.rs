@@ -46,7 +46,8 @@ oduflow_store::on_both_stores!(
     a_deleted_client_brought_back_gives_up_a_name_another_holds,
     a_delete_and_a_reconcile_side_by_side_each_see_the_others_write,
     an_inventory_pass_clears_only_the_restore_it_saw,
-    a_token_revoked_twice_side_by_side_is_revoked_once
+    a_token_revoked_twice_side_by_side_is_revoked_once,
+    an_inventory_pass_never_undoes_what_happened_after_it_began
 );
 
 /// The columns and trigger migration 14 added, dropped again to rebuild an
@@ -705,4 +706,42 @@ async fn a_token_revoked_twice_side_by_side_is_revoked_once(store: Store) {
     assert_eq!(revoked.len(), TOKENS);
     let events = store.events_by_kind(EventKind::ApiTokenRevoked).await.unwrap();
     assert_eq!(events.len(), TOKENS, "one event per token");
+}
+
+/// Two inventory passes side by side commit in either order; each records
+/// what it found as of its start. One that began earlier and commits later
+/// neither reopens an orphan an operator resolved after it began (its
+/// listing may predate the resolution), nor resolves one a pass that began
+/// after it found (its listing predates that one's), nor moves a sighting
+/// back in time. (It once did all three: an adopted resource reopened as an
+/// orphan blocks its client `labelled_orphan`.)
+async fn an_inventory_pass_never_undoes_what_happened_after_it_began(store: Store) {
+    let orphan = |id: &str| FoundOrphan {
+        resource_id: id.into(),
+        kind: ResourceKind::Vm,
+        label: format!("oduflow-x-vm-{id}"),
+        client_ref: None,
+        note: "test".into(),
+    };
+    let (x, y) = (orphan("x"), orphan("y"));
+    store.orphans_record(std::slice::from_ref(&x), 10).await.unwrap();
+    assert!(store.orphan_resolve("x", "adopted by acme", 20).await.unwrap());
+    // A pass that began at 15 (listing x, before the adoption) commits now.
+    store.orphans_record(std::slice::from_ref(&x), 15).await.unwrap();
+    let row = store.orphan_get("x").await.unwrap().unwrap();
+    assert_eq!(row.resolved_ms, Some(20), "reopened by a pass older than its resolution: {row:?}");
+    // A pass that began at 40 found y; one that began at 35 (before y was
+    // listed) commits after it.
+    store.orphans_record(std::slice::from_ref(&y), 40).await.unwrap();
+    store.orphans_record(&[], 35).await.unwrap();
+    let row = store.orphan_get("y").await.unwrap().unwrap();
+    assert_eq!((row.resolved_ms, row.last_seen_ms), (None, 40), "undone by an older pass: {row:?}");
+    store.orphans_record(std::slice::from_ref(&y), 38).await.unwrap();
+    assert_eq!(store.orphan_get("y").await.unwrap().unwrap().last_seen_ms, 40, "a sighting moved back");
+    // Passes that began later still do both.
+    store.orphans_record(std::slice::from_ref(&x), 50).await.unwrap();
+    store.orphans_record(std::slice::from_ref(&x), 60).await.unwrap();
+    let (rx, ry) = (store.orphan_get("x").await.unwrap().unwrap(), store.orphan_get("y").await.unwrap().unwrap());
+    assert_eq!((rx.resolved_ms, rx.found_ms, rx.last_seen_ms), (None, 50, 60), "{rx:?}");
+    assert_eq!(ry.resolved_ms, Some(50), "{ry:?}");
 }
