@@ -465,14 +465,19 @@ impl ReceiptLedger {
     /// recorded ownership, and made records, since lost with it). It is
     /// `removing` again, so the next removal looks for what carries the
     /// client's trace (the DNS owner marker) instead of skipping it, and the
-    /// next ensure recorrects it. The version moves on: a write from before
-    /// the restore is stale. Returns how many.
+    /// next ensure recorrects it. Its facts (the removed identity's: an
+    /// older DNS name, say) are dropped, so the removal looks where the
+    /// client's spec, which that run made them from, says. The version
+    /// moves on: a write from before the restore is stale. Every adapter's
+    /// (command adapters' removals are idempotent); one no longer
+    /// configured then blocks the client's deletion `adapter_unconfigured`,
+    /// as it would for any identity it may still have. Returns how many.
     pub async fn adapter_doubt_removed(&self, now_ms: i64) -> Result<u64> {
         crate::named("adapter_doubt_removed", async move {
             let detail = "restored copy: the identity may have been made again after the backup";
             Ok(ledger_write!(&self.store, tx => {
                 let rows: Vec<(String, String)> = sqlx::query_as(
-                    "UPDATE adapter_state SET state = 'removing', detail = $2, updated_ms = $1, \
+                    "UPDATE adapter_state SET state = 'removing', detail = $2, updated_ms = $1, facts = '{}', \
                      owned_version = owned_version + 1 WHERE state = 'removed' AND client_id IN \
                      (SELECT client_id FROM infra WHERE status <> 'deleted') RETURNING client_id, adapter")
                     .bind(now_ms).bind(detail).fetch_all(&mut *tx).await?;

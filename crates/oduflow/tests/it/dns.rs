@@ -679,7 +679,8 @@ async fn a_client_recreated_and_deleted_takes_its_new_records_along(env: Env) {
 }
 
 /// A database restored from a copy taken after a deleted client was
-/// created again but before its run recorded any DNS ownership: the copy
+/// created again (under another DNS name) but before its run recorded any
+/// DNS ownership: the copy
 /// says its identity is `removed` (the first deletion's), while the records
 /// that run made after the backup are live, carrying its owner marker.
 /// After the restore, `removed` proves nothing: the client's removal looks
@@ -693,17 +694,17 @@ async fn a_restored_removed_identity_is_looked_for_again(env: Env) {
     env.ok(&["client", "delete", "acme"]);
     settle(&env);
     assert_eq!(show(&env, "acme")["status"], "deleted");
-    // The copy: acme created again, no run since.
-    create(&env, "acme", &[]);
+    // The copy: acme created again, under another DNS name, no run since.
+    create(&env, "acme", &["--dns-name", "shop"]);
     let id = show(&env, "acme")["id"].as_str().unwrap().to_owned();
-    // What the run after the backup made at its name.
-    operator_record(&env, "acme", "TXT", &oduflow_model::identity::dns_owner_marker(&id)).await;
-    operator_record(&env, "acme", "A", "203.0.113.9").await;
+    // What the run after the backup made at its (new) name.
+    operator_record(&env, "shop", "TXT", &oduflow_model::identity::dns_owner_marker(&id)).await;
+    operator_record(&env, "shop", "A", "203.0.113.9").await;
     env.ok(&["restore", "declare", "--reason", "restored from last night's backup"]);
     env.ok(&["client", "delete", "acme"]);
     env.ok(&["reconcile", "--all"]);
     settle(&env);
     let v = show(&env, "acme");
     assert_eq!(v["status"], "deleted", "{v}");
-    assert!(with_markers(&env, "acme").await.is_empty(), "reported deleted, its records still live");
+    assert!(with_markers(&env, "shop").await.is_empty(), "reported deleted, its records still live");
 }
