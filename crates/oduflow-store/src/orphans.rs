@@ -58,7 +58,8 @@ impl Store {
     /// `now_ms` is when the pass began, before it listed: passes side by side
     /// commit in either order, and what happened after a pass began (an
     /// operator's resolution, a later pass's sighting) is newer than its
-    /// listing, so it is left as it is.
+    /// listing, so it is left as it is; so is what happened in the same
+    /// millisecond (the next pass decides it).
     pub async fn orphans_record(&self, found: &[FoundOrphan], now_ms: i64) -> Result<()> {
         crate::named("orphans_record", async move {
             both!(self, p => {
@@ -74,14 +75,14 @@ impl Store {
                          found_ms = CASE WHEN orphans.resolved_ms IS NULL THEN orphans.found_ms ELSE excluded.found_ms END, \
                          resolved_ms = NULL, resolution = NULL \
                          WHERE orphans.last_seen_ms <= excluded.last_seen_ms \
-                         AND (orphans.resolved_ms IS NULL OR orphans.resolved_ms <= excluded.last_seen_ms)")
+                         AND (orphans.resolved_ms IS NULL OR orphans.resolved_ms < excluded.last_seen_ms)")
                         .bind(&o.resource_id).bind(o.kind.as_str()).bind(&o.label)
                         .bind(o.client_ref.as_ref().map(|c| c.as_str())).bind(&o.note).bind(now_ms)
                         .execute(&mut *tx).await?;
                 }
                 for id in open.iter().filter(|id| !found.iter().any(|o| &o.resource_id == *id)) {
                     sqlx::query("UPDATE orphans SET resolved_ms = $2, resolution = $3 WHERE resource_id = $1 AND resolved_ms IS NULL \
-                                 AND last_seen_ms <= $2")
+                                 AND last_seen_ms < $2")
                         .bind(id).bind(now_ms).bind("no longer an orphan at the last inventory pass")
                         .execute(&mut *tx).await?;
                 }
