@@ -85,6 +85,11 @@ pub struct CampaignArgs {
     /// File of failing seeds, run first and appended to.
     #[arg(long, default_value = "campaign-failures.txt")]
     failures_file: PathBuf,
+    /// Run only this share of the failures file's seeds, `K/N`: the K-th of
+    /// every N (from 1), so the parts of one campaign run side by side each
+    /// take their share of them (every part still appends new failures).
+    #[arg(long, value_parser = share)]
+    earlier_share: Option<(usize, usize)>,
     /// Stop at the first failing seed (seeds already started finish).
     #[arg(long)]
     stop_on_failure: bool,
@@ -101,6 +106,17 @@ pub struct CampaignArgs {
 
 /// Most seeds a campaign runs side by side.
 const JOBS_MAX: u64 = 8;
+
+/// `--earlier-share K/N`, 1 <= K <= N.
+fn share(s: &str) -> std::result::Result<(usize, usize), String> {
+    let bad = || format!("{s:?}: expected K/N with 1 <= K <= N, e.g. 2/4");
+    let (k, n) = s.split_once('/').ok_or_else(bad)?;
+    let (k, n): (usize, usize) = (k.parse().map_err(|_| bad())?, n.parse().map_err(|_| bad())?);
+    if k == 0 || k > n {
+        return Err(bad());
+    }
+    Ok((k, n))
+}
 /// Most runs of each seed one campaign makes.
 const REPEAT_MAX: u64 = 32;
 
@@ -338,10 +354,17 @@ pub async fn run(args: CampaignArgs) -> Result<()> {
         });
         println!("campaign base seed {base}: {} seeds", args.seeds);
         if let Ok(text) = std::fs::read_to_string(&args.failures_file) {
-            let earlier: Vec<u64> = text.lines().filter_map(|l| l.split_whitespace().next()?.parse().ok()).collect();
+            let (k, n) = args.earlier_share.unwrap_or((1, 1));
+            let earlier: Vec<u64> = text
+                .lines()
+                .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+                .enumerate()
+                .filter(|(i, _)| i % n == k - 1)
+                .map(|(_, s)| s)
+                .collect();
             if !earlier.is_empty() {
                 println!(
-                    "running {} earlier failing seed(s) from {} first",
+                    "running {} earlier failing seed(s) from {} first (share {k}/{n})",
                     earlier.len(),
                     args.failures_file.display()
                 );

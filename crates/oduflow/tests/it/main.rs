@@ -777,10 +777,10 @@ fn campaign_with(args: &[&str], bug: Option<&str>, failures: &str) -> (bool, Str
 ///
 /// Each store's seeds run in parts, side by side: a seed spends most of its
 /// time waiting on its worker processes and the simulator (one SQLite seed
-/// alone: 11 s of wall time, about 1 s of CPU). The first part also runs the
-/// earlier failing seeds, which take about 18 s each (restores), so it gets
-/// fewer new ones: measured in CI, halves of 40 took 275 s without them and
-/// 443 s with them.
+/// alone: 8 to 11 s of wall time, 1 to 2 s of CPU). Each part also runs its
+/// share of the earlier failing seeds (`--earlier-share`), which take about
+/// 18 s each (restores): in the first part alone they made it the suite's
+/// critical path.
 fn campaign_on(store: Option<&str>, sizes: &[u64], part: usize) {
     failpoints_required();
     let n = sizes[part].to_string();
@@ -797,9 +797,9 @@ fn campaign_on(store: Option<&str>, sizes: &[u64], part: usize) {
     if let Some(s) = store {
         args.extend(["--store", s]);
     }
-    let dir = tempfile::tempdir().unwrap();
-    let none = dir.path().join("no-earlier-failures.txt");
-    let (ok, out) = if part == 0 { campaign(&args, None) } else { campaign_with(&args, None, none.to_str().unwrap()) };
+    let share = format!("{}/{}", part + 1, sizes.len());
+    args.extend(["--earlier-share", share.as_str()]);
+    let (ok, out) = campaign(&args, None);
     println!("{out}");
     assert!(ok, "the campaign found a broken invariant (its whole output is above):\n{}", failed_seeds(&out));
     assert!(out.contains("seeds in") && out.contains("during runs:"), "{out}");
@@ -822,11 +822,11 @@ fn failed_seeds(out: &str) -> String {
 /// 30 PostgreSQL seeds in two parts, side by side (two PostgreSQL
 /// campaigns at once is what the server's 100 connections take, and a
 /// third part waited for a place: 555 s of the suite went to that chain);
-/// 80 SQLite seeds in four parts, each one seed at a time (more at once
-/// only loads the machine; in three parts of up to 33 seeds the last two
-/// were the suite's critical path, 420 and 433 s, after the others ended).
-const PG_PARTS: [u64; 2] = [6, 24];
-const SQLITE_PARTS: [u64; 4] = [14, 22, 22, 22];
+/// 80 SQLite seeds in six parts, each one seed at a time (in three parts of
+/// up to 33 seeds the last two were the suite's critical path, 420 and
+/// 433 s, after the others ended; in four of 22, about 400 s).
+const PG_PARTS: [u64; 2] = [15, 15];
+const SQLITE_PARTS: [u64; 6] = [13, 13, 13, 13, 14, 14];
 
 #[test]
 fn campaign_on_postgres_part_1() {
@@ -856,6 +856,16 @@ fn campaign_on_sqlite_part_3() {
 #[test]
 fn campaign_on_sqlite_part_4() {
     campaign_on(Some("sqlite"), &SQLITE_PARTS, 3);
+}
+
+#[test]
+fn campaign_on_sqlite_part_5() {
+    campaign_on(Some("sqlite"), &SQLITE_PARTS, 4);
+}
+
+#[test]
+fn campaign_on_sqlite_part_6() {
+    campaign_on(Some("sqlite"), &SQLITE_PARTS, 5);
 }
 
 /// A planted bug is caught within the CI budget (60 seeds), and its rerun
