@@ -18,6 +18,10 @@ pub struct FoundOrphan {
     pub note: String,
 }
 
+/// The orphans open when an inventory pass began ([`Store::orphans_open_before`]).
+#[derive(Clone, Debug, Default)]
+pub struct OpenBefore(std::collections::HashSet<String>);
+
 /// A recorded orphan, open or resolved.
 #[derive(Clone, Debug, Serialize)]
 pub struct OrphanRow {
@@ -52,15 +56,23 @@ fn from_row(r: &impl RowExt) -> Result<OrphanRow> {
 }
 
 impl Store {
+    /// The orphans open now: what an inventory pass reads before it lists,
+    /// for [`Store::orphans_record`].
+    pub async fn orphans_open_before(&self) -> Result<OpenBefore> {
+        let open = self.orphans_list(false).await?;
+        Ok(OpenBefore(open.into_iter().map(|o| o.resource_id).collect()))
+    }
+
     /// Records what a complete inventory pass found: each orphan is opened
     /// (again) or refreshed; an open one the pass no longer found is resolved
     /// as "no longer an orphan" (listed no more, or accounted for now).
-    /// `now_ms` is when the pass began, before it listed: passes side by side
-    /// commit in either order, and what happened after a pass began (an
-    /// operator's resolution, a later pass's sighting) is newer than its
-    /// listing, so it is left as it is; so is what happened in the same
-    /// millisecond (the next pass decides it).
-    pub async fn orphans_record(&self, found: &[FoundOrphan], now_ms: i64) -> Result<()> {
+    /// Passes side by side commit in either order, so a pass writes only
+    /// what its listing is newer than: `before` is what was open when it
+    /// began (read before it listed), `now_ms` when that was. An orphan
+    /// resolved since it began (by an operator, whatever the resolution's
+    /// stamp) is not reopened, one a later pass found is neither resolved
+    /// nor its sighting moved back; the next pass decides them.
+    pub async fn orphans_record(&self, found: &[FoundOrphan], before: &OpenBefore, now_ms: i64) -> Result<()> {
         crate::named("orphans_record", async move {
             both!(self, p => {
                 let mut tx = crate::BeginWrite::begin_write(p).await?;
@@ -74,13 +86,14 @@ impl Store {
                          client_ref = excluded.client_ref, note = excluded.note, last_seen_ms = excluded.last_seen_ms, \
                          found_ms = CASE WHEN orphans.resolved_ms IS NULL THEN orphans.found_ms ELSE excluded.found_ms END, \
                          resolved_ms = NULL, resolution = NULL \
-                         WHERE orphans.last_seen_ms <= excluded.last_seen_ms \
-                         AND (orphans.resolved_ms IS NULL OR orphans.resolved_ms < excluded.last_seen_ms)")
+                         WHERE orphans.last_seen_ms <= excluded.last_seen_ms AND (orphans.resolved_ms IS NULL OR $7)")
                         .bind(&o.resource_id).bind(o.kind.as_str()).bind(&o.label)
                         .bind(o.client_ref.as_ref().map(|c| c.as_str())).bind(&o.note).bind(now_ms)
+                        .bind(!before.0.contains(&o.resource_id))
                         .execute(&mut *tx).await?;
                 }
-                for id in open.iter().filter(|id| !found.iter().any(|o| &o.resource_id == *id)) {
+                let gone = open.iter().filter(|id| before.0.contains(*id) && !found.iter().any(|o| &o.resource_id == *id));
+                for id in gone {
                     sqlx::query("UPDATE orphans SET resolved_ms = $2, resolution = $3 WHERE resource_id = $1 AND resolved_ms IS NULL \
                                  AND last_seen_ms < $2")
                         .bind(id).bind(now_ms).bind("no longer an orphan at the last inventory pass")

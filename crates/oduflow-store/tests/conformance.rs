@@ -711,10 +711,11 @@ async fn a_token_revoked_twice_side_by_side_is_revoked_once(store: Store) {
 /// Two inventory passes side by side commit in either order; each records
 /// what it found as of its start. One that began earlier and commits later
 /// neither reopens an orphan an operator resolved after it began (its
-/// listing may predate the resolution), nor resolves one a pass that began
-/// after it found (its listing predates that one's), nor moves a sighting
-/// back in time. (It once did all three: an adopted resource reopened as an
-/// orphan blocks its client `labelled_orphan`.)
+/// listing may predate the resolution, whatever time the resolution was
+/// stamped with), nor resolves one a pass that began after it found (its
+/// listing predates that one's), nor moves a sighting back in time. (It once
+/// did all three: an adopted resource reopened as an orphan blocks its
+/// client `labelled_orphan`.)
 async fn an_inventory_pass_never_undoes_what_happened_after_it_began(store: Store) {
     let orphan = |id: &str| FoundOrphan {
         resource_id: id.into(),
@@ -724,24 +725,32 @@ async fn an_inventory_pass_never_undoes_what_happened_after_it_began(store: Stor
         note: "test".into(),
     };
     let (x, y) = (orphan("x"), orphan("y"));
-    store.orphans_record(std::slice::from_ref(&x), 10).await.unwrap();
-    assert!(store.orphan_resolve("x", "adopted by acme", 20).await.unwrap());
-    // A pass that began at 15 (listing x, before the adoption) commits now.
-    store.orphans_record(std::slice::from_ref(&x), 15).await.unwrap();
+    let before = store.orphans_open_before().await.unwrap();
+    store.orphans_record(std::slice::from_ref(&x), &before, 10).await.unwrap();
+    // A pass begins at 15 (x open), an operator's adoption stamped 12 (when
+    // its command began) commits, then the pass, which listed x before it.
+    let pass = store.orphans_open_before().await.unwrap();
+    assert!(store.orphan_resolve("x", "adopted by acme", 12).await.unwrap());
+    store.orphans_record(std::slice::from_ref(&x), &pass, 15).await.unwrap();
     let row = store.orphan_get("x").await.unwrap().unwrap();
-    assert_eq!(row.resolved_ms, Some(20), "reopened by a pass older than its resolution: {row:?}");
-    // A pass that began at 40 found y; one that began at 35 (before y was
-    // listed) commits after it.
-    store.orphans_record(std::slice::from_ref(&y), 40).await.unwrap();
-    store.orphans_record(&[], 35).await.unwrap();
+    assert_eq!(row.resolved_ms, Some(12), "reopened by a pass that began before its resolution: {row:?}");
+    // A pass that began at 35 (before y was listed) commits after one that
+    // began at 40 and found y.
+    let older = store.orphans_open_before().await.unwrap();
+    let newer = store.orphans_open_before().await.unwrap();
+    store.orphans_record(std::slice::from_ref(&y), &newer, 40).await.unwrap();
+    store.orphans_record(&[], &older, 35).await.unwrap();
     let row = store.orphan_get("y").await.unwrap().unwrap();
     assert_eq!((row.resolved_ms, row.last_seen_ms), (None, 40), "undone by an older pass: {row:?}");
-    store.orphans_record(std::slice::from_ref(&y), 38).await.unwrap();
+    let older = store.orphans_open_before().await.unwrap();
+    store.orphans_record(std::slice::from_ref(&y), &older, 38).await.unwrap();
     assert_eq!(store.orphan_get("y").await.unwrap().unwrap().last_seen_ms, 40, "a sighting moved back");
-    // Passes that began later still do both.
-    store.orphans_record(std::slice::from_ref(&x), 50).await.unwrap();
-    store.orphans_record(std::slice::from_ref(&x), 60).await.unwrap();
+    // Passes that began later still do both: x, resolved before the pass
+    // began and listed by it, is open again; y, open and no longer listed,
+    // is resolved.
+    let later = store.orphans_open_before().await.unwrap();
+    store.orphans_record(std::slice::from_ref(&x), &later, 50).await.unwrap();
     let (rx, ry) = (store.orphan_get("x").await.unwrap().unwrap(), store.orphan_get("y").await.unwrap().unwrap());
-    assert_eq!((rx.resolved_ms, rx.found_ms, rx.last_seen_ms), (None, 50, 60), "{rx:?}");
+    assert_eq!((rx.resolved_ms, rx.found_ms, rx.last_seen_ms), (None, 50, 50), "{rx:?}");
     assert_eq!(ry.resolved_ms, Some(50), "{ry:?}");
 }

@@ -60,6 +60,7 @@ pub async fn inventory_settled<P: Provider>(
     if after_restore && settle_ms > 0 {
         settle_after_restore(store, now_ms, settle_ms).await?;
     }
+    let before = store.orphans_open_before().await?;
     let instances = provider.instance_list().await?;
     let blocks = provider.block_list().await?;
     let receipts = store.receipts_all().await?;
@@ -74,7 +75,7 @@ pub async fn inventory_settled<P: Provider>(
         .collect();
     let seen_ids = sort_listed(&mut inv, &listed, &by_label, &clients);
     let found = found_orphans(&inv, &by_label);
-    record_orphans(store, &found, &clients, now_ms).await?;
+    record_orphans(store, &found, &before, &clients, now_ms).await?;
     inv.missing = missing(&receipts, &clients, &seen_ids);
     if after_restore {
         trust_nothing_restored(store, &receipts, clients.values(), now_ms).await?;
@@ -176,10 +177,11 @@ fn found_orphans(inv: &Inventory, by_label: &HashMap<&str, &ReceiptRow>) -> Vec<
 async fn record_orphans(
     store: &Store,
     found: &[oduflow_store::FoundOrphan],
+    before: &oduflow_store::OpenBefore,
     clients: &HashMap<ClientId, ClientRow>,
     now_ms: i64,
 ) -> Result<()> {
-    store.orphans_record(found, now_ms).await?;
+    store.orphans_record(found, before, now_ms).await?;
     let mut owners: Vec<&ClientRow> = found
         .iter()
         .filter_map(|o| Label(o.label.clone()).owner())
