@@ -24,7 +24,7 @@ mod run_stats;
 mod worker;
 
 pub use clock::{DB_CLOCK_RESAMPLE, DbClock};
-pub use fleet_view::{FleetView, ViewFigures};
+pub use fleet_view::ViewFigures;
 pub use outage::{OUTAGE_REPORT_EVERY_MS, Outage};
 pub use receipt_writer::ReceiptWriter;
 pub use run_stats::{HistogramSnapshot, RunResult, RunStats};

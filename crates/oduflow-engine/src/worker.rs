@@ -40,8 +40,9 @@ pub struct Worker<P> {
     pub adapters: Arc<Vec<Arc<dyn oduflow_model::identity::IdentityAdapter>>>,
     /// This process's runs, for its `/metrics`.
     pub stats: Arc<crate::RunStats>,
-    /// The bulk view of instances and blocks, shared by this process's runs.
-    pub view: Arc<crate::FleetView>,
+    /// The bulk view of instances and blocks, shared by this process's runs:
+    /// read by the observation module alone.
+    pub(crate) view: Arc<crate::fleet_view::FleetView>,
     /// What its loops have said about failing steps, shared by them.
     pub outage: Arc<crate::Outage>,
 }
@@ -87,6 +88,11 @@ impl<P: Provider> Worker<P> {
 
     pub fn now_ms(&self) -> i64 {
         self.clock.now_ms()
+    }
+
+    /// What the bulk view of this process's runs has cost so far.
+    pub fn view_figures(&self) -> crate::ViewFigures {
+        self.view.stats()
     }
 
     /// Claims and runs the next runnable job, if any.

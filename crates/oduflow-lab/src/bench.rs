@@ -286,7 +286,7 @@ pub(crate) struct Fleet {
     /// The rate budget (requests/s); the simulator answers 429 above
     /// `rate * 30 / 25` (Vultr's 30 at the default 25).
     pub rate: u32,
-    /// The bulk view (shared listings, `fleet_view`) on or off.
+    /// The bulk view (shared listings) on or off.
     pub bulk: bool,
 }
 

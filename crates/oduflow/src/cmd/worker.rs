@@ -127,14 +127,14 @@ pub async fn run(
             }
         }
     });
-    let (stats, view) = (worker.stats.clone(), worker.view.clone());
+    let (stats, probe) = (worker.stats.clone(), worker.clone());
     tokio::select! {
         r = drain(worker, until_settled, stop, shutdown_grace(cfg)) => r?,
         why = watch => anyhow::bail!("restore pending ({}): run `oduflow reconcile --all`", why.unwrap_or_default()),
     }
     provider.flush_budget().await;
     again("recording this host's high-water mark", || lineage::check(&store, clock.now_ms())).await?;
-    let view = view_summary(view.stats());
+    let view = view_summary(probe.view_figures());
     eprintln!(
         "oduflow worker: stopped ({} run(s) done, {} to run again, {} failed{view})",
         stats.runs(oduflow_engine::RunResult::Done),
