@@ -653,6 +653,17 @@ async fn a_record_answering_404_is_asked_again_only_spaced_out(env: Env) {
     assert_ne!(v["status"], "blocked", "{v}");
 }
 
+/// acme, with DNS, provisioned and deleted: its identity recorded `removed`.
+fn acme_made_and_deleted(env: &Env) {
+    configure(env);
+    env.ok(&["init"]);
+    create(env, "acme", &[]);
+    settle(env);
+    env.ok(&["client", "delete", "acme"]);
+    settle(env);
+    assert_eq!(show(env, "acme")["status"], "deleted");
+}
+
 /// A client deleted (its DNS identity recorded `removed`), created again,
 /// and deleted once more while the worker that was making its records was
 /// killed before it recorded anything but ownership: the records that run
@@ -661,13 +672,7 @@ async fn a_record_answering_404_is_asked_again_only_spaced_out(env: Env) {
 /// removal skipped the adapter and left the records live.
 async fn a_client_recreated_and_deleted_takes_its_new_records_along(env: Env) {
     failpoints_required();
-    configure(&env);
-    env.ok(&["init"]);
-    create(&env, "acme", &[]);
-    settle(&env);
-    env.ok(&["client", "delete", "acme"]);
-    settle(&env);
-    assert_eq!(show(&env, "acme")["status"], "deleted");
+    acme_made_and_deleted(&env);
     create(&env, "acme", &[]);
     assert!(killed_at(&env, "dns-record-created"));
     assert!(!with_markers(&env, "acme").await.is_empty(), "the killed run made a record");
@@ -680,20 +685,14 @@ async fn a_client_recreated_and_deleted_takes_its_new_records_along(env: Env) {
 
 /// A database restored from a copy taken after a deleted client was
 /// created again (under another DNS name) but before its run recorded any
-/// DNS ownership: the copy
-/// says its identity is `removed` (the first deletion's), while the records
-/// that run made after the backup are live, carrying its owner marker.
+/// DNS ownership: the copy says its identity is `removed` (the first
+/// deletion's), while the records that run made after the backup are live,
+/// carrying its owner marker.
 /// After the restore, `removed` proves nothing: the client's removal looks
 /// for them and deletes them before it is reported deleted. It once skipped
 /// the adapter and left them live.
 async fn a_restored_removed_identity_is_looked_for_again(env: Env) {
-    configure(&env);
-    env.ok(&["init"]);
-    create(&env, "acme", &[]);
-    settle(&env);
-    env.ok(&["client", "delete", "acme"]);
-    settle(&env);
-    assert_eq!(show(&env, "acme")["status"], "deleted");
+    acme_made_and_deleted(&env);
     // The copy: acme created again, under another DNS name, no run since.
     create(&env, "acme", &["--dns-name", "shop"]);
     let id = show(&env, "acme")["id"].as_str().unwrap().to_owned();

@@ -830,44 +830,25 @@ fn failed_seeds(out: &str) -> String {
 const PG_PARTS: [u64; 2] = [19, 11];
 const SQLITE_PARTS: [u64; 6] = [13, 13, 13, 13, 14, 14];
 
-#[test]
-fn campaign_on_postgres_part_1() {
-    campaign_on(None, &PG_PARTS, 0);
+/// One test per part, so nextest runs the parts side by side.
+macro_rules! campaign_parts {
+    ($($name:ident: $store:expr, $parts:ident, $part:literal;)*) => {$(
+        #[test]
+        fn $name() {
+            campaign_on($store, &$parts, $part);
+        }
+    )*};
 }
 
-#[test]
-fn campaign_on_postgres_part_2() {
-    campaign_on(None, &PG_PARTS, 1);
-}
-
-#[test]
-fn campaign_on_sqlite_part_1() {
-    campaign_on(Some("sqlite"), &SQLITE_PARTS, 0);
-}
-
-#[test]
-fn campaign_on_sqlite_part_2() {
-    campaign_on(Some("sqlite"), &SQLITE_PARTS, 1);
-}
-
-#[test]
-fn campaign_on_sqlite_part_3() {
-    campaign_on(Some("sqlite"), &SQLITE_PARTS, 2);
-}
-
-#[test]
-fn campaign_on_sqlite_part_4() {
-    campaign_on(Some("sqlite"), &SQLITE_PARTS, 3);
-}
-
-#[test]
-fn campaign_on_sqlite_part_5() {
-    campaign_on(Some("sqlite"), &SQLITE_PARTS, 4);
-}
-
-#[test]
-fn campaign_on_sqlite_part_6() {
-    campaign_on(Some("sqlite"), &SQLITE_PARTS, 5);
+campaign_parts! {
+    campaign_on_postgres_part_1: None, PG_PARTS, 0;
+    campaign_on_postgres_part_2: None, PG_PARTS, 1;
+    campaign_on_sqlite_part_1: Some("sqlite"), SQLITE_PARTS, 0;
+    campaign_on_sqlite_part_2: Some("sqlite"), SQLITE_PARTS, 1;
+    campaign_on_sqlite_part_3: Some("sqlite"), SQLITE_PARTS, 2;
+    campaign_on_sqlite_part_4: Some("sqlite"), SQLITE_PARTS, 3;
+    campaign_on_sqlite_part_5: Some("sqlite"), SQLITE_PARTS, 4;
+    campaign_on_sqlite_part_6: Some("sqlite"), SQLITE_PARTS, 5;
 }
 
 /// A planted bug is caught within the CI budget (60 seeds), and its rerun
