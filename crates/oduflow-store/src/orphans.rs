@@ -18,9 +18,10 @@ pub struct FoundOrphan {
     pub note: String,
 }
 
-/// The orphans open when an inventory pass began ([`Store::orphans_open_before`]).
+/// Every orphan recorded when an inventory pass began, open (`None`) or
+/// resolved at that time ([`Store::orphans_before`]).
 #[derive(Clone, Debug, Default)]
-pub struct OpenBefore(std::collections::HashSet<String>);
+pub struct OrphansBefore(std::collections::HashMap<String, Option<i64>>);
 
 /// A recorded orphan, open or resolved.
 #[derive(Clone, Debug, Serialize)]
@@ -56,23 +57,25 @@ fn from_row(r: &impl RowExt) -> Result<OrphanRow> {
 }
 
 impl Store {
-    /// The orphans open now: what an inventory pass reads before it lists,
-    /// for [`Store::orphans_record`].
-    pub async fn orphans_open_before(&self) -> Result<OpenBefore> {
-        let open = self.orphans_list(false).await?;
-        Ok(OpenBefore(open.into_iter().map(|o| o.resource_id).collect()))
+    /// The orphans recorded now, each open or resolved when: what an
+    /// inventory pass reads before it lists, for [`Store::orphans_record`].
+    pub async fn orphans_before(&self) -> Result<OrphansBefore> {
+        let all = self.orphans_list(true).await?;
+        Ok(OrphansBefore(all.into_iter().map(|o| (o.resource_id, o.resolved_ms)).collect()))
     }
 
     /// Records what a complete inventory pass found: each orphan is opened
     /// (again) or refreshed; an open one the pass no longer found is resolved
     /// as "no longer an orphan" (listed no more, or accounted for now).
     /// Passes side by side commit in either order, so a pass writes only
-    /// what its listing is newer than: `before` is what was open when it
-    /// began (read before it listed), `now_ms` when that was. An orphan
-    /// resolved since it began (by an operator, whatever the resolution's
-    /// stamp) is not reopened, one a later pass found is neither resolved
-    /// nor its sighting moved back; the next pass decides them.
-    pub async fn orphans_record(&self, found: &[FoundOrphan], before: &OpenBefore, now_ms: i64) -> Result<()> {
+    /// what its listing is newer than: `before` is what was recorded when
+    /// it began (read before it listed), `now_ms` when that was. An orphan
+    /// is reopened only if it is still resolved as it was then (one
+    /// resolved since, by an operator or a run's adoption, whatever the
+    /// resolution's stamp, or recorded since by another pass, is not); one
+    /// is resolved only if it was open then and no later pass has seen it;
+    /// a sighting never moves back. The next pass decides the rest.
+    pub async fn orphans_record(&self, found: &[FoundOrphan], before: &OrphansBefore, now_ms: i64) -> Result<()> {
         crate::named("orphans_record", async move {
             both!(self, p => {
                 let mut tx = crate::BeginWrite::begin_write(p).await?;
@@ -86,13 +89,15 @@ impl Store {
                          client_ref = excluded.client_ref, note = excluded.note, last_seen_ms = excluded.last_seen_ms, \
                          found_ms = CASE WHEN orphans.resolved_ms IS NULL THEN orphans.found_ms ELSE excluded.found_ms END, \
                          resolved_ms = NULL, resolution = NULL \
-                         WHERE orphans.last_seen_ms <= excluded.last_seen_ms AND (orphans.resolved_ms IS NULL OR $7)")
+                         WHERE orphans.last_seen_ms <= excluded.last_seen_ms \
+                         AND (orphans.resolved_ms IS NULL OR orphans.resolved_ms = $7)")
                         .bind(&o.resource_id).bind(o.kind.as_str()).bind(&o.label)
                         .bind(o.client_ref.as_ref().map(|c| c.as_str())).bind(&o.note).bind(now_ms)
-                        .bind(!before.0.contains(&o.resource_id))
+                        .bind(before.0.get(&o.resource_id).copied().flatten())
                         .execute(&mut *tx).await?;
                 }
-                let gone = open.iter().filter(|id| before.0.contains(*id) && !found.iter().any(|o| &o.resource_id == *id));
+                let open_then = |id: &String| matches!(before.0.get(id), Some(None));
+                let gone = open.iter().filter(|id| open_then(id) && !found.iter().any(|o| &o.resource_id == *id));
                 for id in gone {
                     sqlx::query("UPDATE orphans SET resolved_ms = $2, resolution = $3 WHERE resource_id = $1 AND resolved_ms IS NULL \
                                  AND last_seen_ms < $2")

@@ -710,12 +710,12 @@ async fn a_token_revoked_twice_side_by_side_is_revoked_once(store: Store) {
 
 /// Two inventory passes side by side commit in either order; each records
 /// what it found as of its start. One that began earlier and commits later
-/// neither reopens an orphan an operator resolved after it began (its
-/// listing may predate the resolution, whatever time the resolution was
-/// stamped with), nor resolves one a pass that began after it found (its
-/// listing predates that one's), nor moves a sighting back in time. (It once
-/// did all three: an adopted resource reopened as an orphan blocks its
-/// client `labelled_orphan`.)
+/// neither reopens an orphan resolved after it began (by an operator or a
+/// run's adoption: its listing may predate the resolution, whatever time
+/// the resolution was stamped with), nor resolves one a pass that began
+/// after it saw, nor moves a sighting back in time. (It once did all
+/// three: an adopted resource reopened as an orphan blocks its client
+/// `labelled_orphan`.)
 async fn an_inventory_pass_never_undoes_what_happened_after_it_began(store: Store) {
     let orphan = |id: &str| FoundOrphan {
         resource_id: id.into(),
@@ -724,33 +724,44 @@ async fn an_inventory_pass_never_undoes_what_happened_after_it_began(store: Stor
         client_ref: None,
         note: "test".into(),
     };
-    let (x, y) = (orphan("x"), orphan("y"));
-    let before = store.orphans_open_before().await.unwrap();
+    let (x, y, z) = (orphan("x"), orphan("y"), orphan("z"));
+    let state = |id: &'static str| {
+        let store = store.clone();
+        async move {
+            let r = store.orphan_get(id).await.unwrap().unwrap();
+            (r.resolved_ms, r.last_seen_ms)
+        }
+    };
+    let before = store.orphans_before().await.unwrap();
     store.orphans_record(std::slice::from_ref(&x), &before, 10).await.unwrap();
-    // A pass begins at 15 (x open), an operator's adoption stamped 12 (when
-    // its command began) commits, then the pass, which listed x before it.
-    let pass = store.orphans_open_before().await.unwrap();
+    // A pass begins at 15 (x open); an adoption stamped 12 (when its
+    // command began) commits; then the pass, which listed x before it.
+    let pass = store.orphans_before().await.unwrap();
     assert!(store.orphan_resolve("x", "adopted by acme", 12).await.unwrap());
     store.orphans_record(std::slice::from_ref(&x), &pass, 15).await.unwrap();
-    let row = store.orphan_get("x").await.unwrap().unwrap();
-    assert_eq!(row.resolved_ms, Some(12), "reopened by a pass that began before its resolution: {row:?}");
-    // A pass that began at 35 (before y was listed) commits after one that
-    // began at 40 and found y.
-    let older = store.orphans_open_before().await.unwrap();
-    let newer = store.orphans_open_before().await.unwrap();
-    store.orphans_record(std::slice::from_ref(&y), &newer, 40).await.unwrap();
+    assert_eq!(state("x").await, (Some(12), 10), "reopened by a pass that began before its resolution");
+    // Two passes begin before z is recorded (at 20 and 25); the first
+    // records it, an operator resolves it, then the second commits.
+    let (first, second) = (store.orphans_before().await.unwrap(), store.orphans_before().await.unwrap());
+    store.orphans_record(std::slice::from_ref(&z), &first, 20).await.unwrap();
+    assert!(store.orphan_resolve("z", "adopted by acme", 21).await.unwrap());
+    store.orphans_record(std::slice::from_ref(&z), &second, 25).await.unwrap();
+    assert_eq!(state("z").await, (Some(21), 20), "reopened: resolved while the pass ran");
+    // y is recorded at 30; a pass begins at 35 (y open), one that began at
+    // 40 sees y, then the first commits without it.
+    store.orphans_record(std::slice::from_ref(&y), &store.orphans_before().await.unwrap(), 30).await.unwrap();
+    let older = store.orphans_before().await.unwrap();
+    store.orphans_record(std::slice::from_ref(&y), &store.orphans_before().await.unwrap(), 40).await.unwrap();
     store.orphans_record(&[], &older, 35).await.unwrap();
-    let row = store.orphan_get("y").await.unwrap().unwrap();
-    assert_eq!((row.resolved_ms, row.last_seen_ms), (None, 40), "undone by an older pass: {row:?}");
-    let older = store.orphans_open_before().await.unwrap();
+    assert_eq!(state("y").await, (None, 40), "resolved by a pass older than its last sighting");
     store.orphans_record(std::slice::from_ref(&y), &older, 38).await.unwrap();
-    assert_eq!(store.orphan_get("y").await.unwrap().unwrap().last_seen_ms, 40, "a sighting moved back");
-    // Passes that began later still do both: x, resolved before the pass
-    // began and listed by it, is open again; y, open and no longer listed,
-    // is resolved.
-    let later = store.orphans_open_before().await.unwrap();
-    store.orphans_record(std::slice::from_ref(&x), &later, 50).await.unwrap();
-    let (rx, ry) = (store.orphan_get("x").await.unwrap().unwrap(), store.orphan_get("y").await.unwrap().unwrap());
-    assert_eq!((rx.resolved_ms, rx.found_ms, rx.last_seen_ms), (None, 50, 50), "{rx:?}");
-    assert_eq!(ry.resolved_ms, Some(50), "{ry:?}");
+    assert_eq!(state("y").await, (None, 40), "a sighting moved back");
+    // Passes that begin later do both: x and z, resolved before the pass
+    // began and listed by it, are open again; y, open and no longer
+    // listed, is resolved.
+    let later = store.orphans_before().await.unwrap();
+    store.orphans_record(&[x.clone(), z.clone()], &later, 50).await.unwrap();
+    assert_eq!(state("x").await, (None, 50));
+    assert_eq!(state("z").await, (None, 50));
+    assert_eq!(state("y").await, (Some(50), 40));
 }

@@ -60,7 +60,7 @@ pub async fn inventory_settled<P: Provider>(
     if after_restore && settle_ms > 0 {
         settle_after_restore(store, now_ms, settle_ms).await?;
     }
-    let before = store.orphans_open_before().await?;
+    let before = store.orphans_before().await?;
     let instances = provider.instance_list().await?;
     let blocks = provider.block_list().await?;
     let receipts = store.receipts_all().await?;
@@ -177,7 +177,7 @@ fn found_orphans(inv: &Inventory, by_label: &HashMap<&str, &ReceiptRow>) -> Vec<
 async fn record_orphans(
     store: &Store,
     found: &[oduflow_store::FoundOrphan],
-    before: &oduflow_store::OpenBefore,
+    before: &oduflow_store::OrphansBefore,
     clients: &HashMap<ClientId, ClientRow>,
     now_ms: i64,
 ) -> Result<()> {
