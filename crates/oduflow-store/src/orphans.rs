@@ -56,6 +56,20 @@ fn from_row(r: &impl RowExt) -> Result<OrphanRow> {
     })
 }
 
+/// What a pass writes, in id order: each orphan it found (`Some`), and
+/// each one open when it began that it did not find (`None`: resolved).
+fn orphan_writes<'a>(found: &'a [FoundOrphan], before: &'a OrphansBefore) -> Vec<(&'a str, Option<&'a FoundOrphan>)> {
+    let found_ids: std::collections::HashSet<&str> = found.iter().map(|o| o.resource_id.as_str()).collect();
+    let gone = before.0.iter().filter(|(id, at)| at.is_none() && !found_ids.contains(id.as_str()));
+    let mut writes: Vec<_> = found
+        .iter()
+        .map(|o| (o.resource_id.as_str(), Some(o)))
+        .chain(gone.map(|(id, _)| (id.as_str(), None)))
+        .collect();
+    writes.sort_by_key(|(id, _)| *id);
+    writes
+}
+
 impl Store {
     /// The orphans recorded now, each open or resolved when: what an
     /// inventory pass reads before it lists, for [`Store::orphans_record`].
@@ -79,30 +93,30 @@ impl Store {
         crate::named("orphans_record", async move {
             both!(self, p => {
                 let mut tx = crate::BeginWrite::begin_write(p).await?;
-                let open: Vec<String> = sqlx::query_scalar("SELECT resource_id FROM orphans WHERE resolved_ms IS NULL")
-                    .fetch_all(&mut *tx).await?;
-                for o in found {
-                    sqlx::query(
-                        "INSERT INTO orphans (resource_id, kind, label, client_ref, note, found_ms, last_seen_ms) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $6) \
-                         ON CONFLICT (resource_id) DO UPDATE SET kind = excluded.kind, label = excluded.label, \
-                         client_ref = excluded.client_ref, note = excluded.note, last_seen_ms = excluded.last_seen_ms, \
-                         found_ms = CASE WHEN orphans.resolved_ms IS NULL THEN orphans.found_ms ELSE excluded.found_ms END, \
-                         resolved_ms = NULL, resolution = NULL \
-                         WHERE orphans.last_seen_ms <= excluded.last_seen_ms \
-                         AND (orphans.resolved_ms IS NULL OR orphans.resolved_ms = $7)")
-                        .bind(&o.resource_id).bind(o.kind.as_str()).bind(&o.label)
-                        .bind(o.client_ref.as_ref().map(|c| c.as_str())).bind(&o.note).bind(now_ms)
-                        .bind(before.0.get(&o.resource_id).copied().flatten())
-                        .execute(&mut *tx).await?;
-                }
-                let open_then = |id: &String| matches!(before.0.get(id), Some(None));
-                let gone = open.iter().filter(|id| open_then(id) && !found.iter().any(|o| &o.resource_id == *id));
-                for id in gone {
-                    sqlx::query("UPDATE orphans SET resolved_ms = $2, resolution = $3 WHERE resource_id = $1 AND resolved_ms IS NULL \
-                                 AND last_seen_ms < $2")
-                        .bind(id).bind(now_ms).bind("no longer an orphan at the last inventory pass")
-                        .execute(&mut *tx).await?;
+                // One pass over the rows in id order: passes side by side
+                // lock them in the same order (on PostgreSQL two in
+                // different orders deadlocked, and one failed).
+                for (id, w) in orphan_writes(found, before) {
+                    match w {
+                        Some(o) => sqlx::query(
+                            "INSERT INTO orphans (resource_id, kind, label, client_ref, note, found_ms, last_seen_ms) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $6) \
+                             ON CONFLICT (resource_id) DO UPDATE SET kind = excluded.kind, label = excluded.label, \
+                             client_ref = excluded.client_ref, note = excluded.note, last_seen_ms = excluded.last_seen_ms, \
+                             found_ms = CASE WHEN orphans.resolved_ms IS NULL THEN orphans.found_ms ELSE excluded.found_ms END, \
+                             resolved_ms = NULL, resolution = NULL \
+                             WHERE orphans.last_seen_ms <= excluded.last_seen_ms \
+                             AND (orphans.resolved_ms IS NULL OR orphans.resolved_ms = $7)")
+                            .bind(id).bind(o.kind.as_str()).bind(&o.label)
+                            .bind(o.client_ref.as_ref().map(|c| c.as_str())).bind(&o.note).bind(now_ms)
+                            .bind(before.0.get(id).copied().flatten())
+                            .execute(&mut *tx).await?,
+                        None => sqlx::query(
+                            "UPDATE orphans SET resolved_ms = $2, resolution = $3 WHERE resource_id = $1 \
+                             AND resolved_ms IS NULL AND last_seen_ms < $2")
+                            .bind(id).bind(now_ms).bind("no longer an orphan at the last inventory pass")
+                            .execute(&mut *tx).await?,
+                    };
                 }
                 tx.commit().await?;
             });

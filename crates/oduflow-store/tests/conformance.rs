@@ -47,7 +47,8 @@ oduflow_store::on_both_stores!(
     a_delete_and_a_reconcile_side_by_side_each_see_the_others_write,
     an_inventory_pass_clears_only_the_restore_it_saw,
     a_token_revoked_twice_side_by_side_is_revoked_once,
-    an_inventory_pass_never_undoes_what_happened_after_it_began
+    an_inventory_pass_never_undoes_what_happened_after_it_began,
+    inventory_passes_side_by_side_all_commit
 );
 
 /// The columns and trigger migration 14 added, dropped again to rebuild an
@@ -764,4 +765,42 @@ async fn an_inventory_pass_never_undoes_what_happened_after_it_began(store: Stor
     assert_eq!(state("x").await, (None, 50));
     assert_eq!(state("z").await, (None, 50));
     assert_eq!(state("y").await, (Some(50), 40));
+}
+
+/// Inventory passes side by side, each finding an overlapping set of
+/// orphans in its own order and resolving others: every one commits (on
+/// PostgreSQL, two that lock the same rows in different orders once
+/// deadlocked, and one failed).
+async fn inventory_passes_side_by_side_all_commit(store: Store) {
+    const IDS: usize = 24;
+    const PASSES: usize = 8;
+    let orphan = |i: usize| FoundOrphan {
+        resource_id: format!("r{i:02}"),
+        kind: ResourceKind::Vm,
+        label: format!("oduflow-x-vm-r{i:02}"),
+        client_ref: None,
+        note: "test".into(),
+    };
+    let all: Vec<FoundOrphan> = (0..IDS).map(orphan).collect();
+    store.orphans_record(&all, &store.orphans_before().await.unwrap(), 1).await.unwrap();
+    for round in 0..4 {
+        let mut tasks = tokio::task::JoinSet::new();
+        for p in 0..PASSES {
+            let store = store.clone();
+            // Every other id from an offset, in descending or ascending order.
+            let mut found: Vec<FoundOrphan> = (0..IDS).filter(|i| (i + p) % 2 == 0).map(orphan).collect();
+            if p % 2 == 1 {
+                found.reverse();
+            }
+            let n = found.len();
+            found.rotate_left(p % n);
+            tasks.spawn(async move {
+                let before = store.orphans_before().await?;
+                store.orphans_record(&found, &before, 10 + round * 10 + p as i64).await
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap().unwrap_or_else(|e| panic!("a pass failed: {e}"));
+        }
+    }
 }
