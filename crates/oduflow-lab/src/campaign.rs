@@ -107,6 +107,9 @@ pub struct CampaignArgs {
 /// Most seeds a campaign runs side by side.
 const JOBS_MAX: u64 = 8;
 
+/// Most runs of each seed one campaign makes.
+const REPEAT_MAX: u64 = 32;
+
 /// `--earlier-share K/N`, 1 <= K <= N.
 fn share(s: &str) -> std::result::Result<(usize, usize), String> {
     let bad = || format!("{s:?}: expected K/N with 1 <= K <= N, e.g. 2/4");
@@ -117,8 +120,6 @@ fn share(s: &str) -> std::result::Result<(usize, usize), String> {
     }
     Ok((k, n))
 }
-/// Most runs of each seed one campaign makes.
-const REPEAT_MAX: u64 = 32;
 
 /// Everything a seed draws, printed on failure.
 #[derive(Clone, Debug, Serialize)]

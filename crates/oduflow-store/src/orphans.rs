@@ -74,8 +74,14 @@ impl Store {
     /// The orphans recorded now, each open or resolved when: what an
     /// inventory pass reads before it lists, for [`Store::orphans_record`].
     pub async fn orphans_before(&self) -> Result<OrphansBefore> {
-        let all = self.orphans_list(true).await?;
-        Ok(OrphansBefore(all.into_iter().map(|o| (o.resource_id, o.resolved_ms)).collect()))
+        crate::named("orphans_before", async move {
+            both!(self, p => {
+                let rows: Vec<(String, Option<i64>)> =
+                    sqlx::query_as("SELECT resource_id, resolved_ms FROM orphans").fetch_all(p).await?;
+                Ok(OrphansBefore(rows.into_iter().collect()))
+            })
+        })
+        .await
     }
 
     /// Records what a complete inventory pass found: each orphan is opened
