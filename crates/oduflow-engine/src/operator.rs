@@ -99,6 +99,8 @@ pub struct Actor<'a> {
 /// What a listing shows lags a create (docs/vultr.md): after a restore, a
 /// resource the discarded timeline made just before the restore was
 /// declared may be missing from a listing taken at once, and would then
-/// be created a second time. The pass lists only once this long has passed
-/// since the restore was declared (`ODUFLOW_LISTING_SETTLE_MS`).
+/// be created a second time; and a block resize it sent shows nothing in
+/// progress, only the new size once done, so a read taken sooner would
+/// report the copy's size as ready. The pass lists only once this long has
+/// passed since the restore was declared (`ODUFLOW_LISTING_SETTLE_MS`).
 pub const LISTING_SETTLE_MS_DEFAULT: i64 = 10_000;

@@ -1344,9 +1344,10 @@ impl Seed<'_> {
         // and the pass then fails with the provider's error and changes
         // nothing. An operator runs it again; so does the campaign.
         let p1 = provider(&self.sim, KEY)?;
-        // Listings lag creates: the pass lists once the lag has passed
-        // since the restore was declared (what the product's settle does).
-        let settle = p.list_lag_ms as i64 + 100;
+        // The pass lists once what the discarded timeline sent can show
+        // (what the product's settle is for): listings lag creates, and a
+        // block shows no resize in progress, only its new size once done.
+        let settle = p.list_lag_ms.max(p.resize_ms) as i64 + 100;
         let now = self.op_now(store).await?;
         let inv = as_an_operator(p.seed, "inventory", || operator::inventory_settled(store, p1.as_ref(), now, settle))
             .await?;

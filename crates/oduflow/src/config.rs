@@ -101,7 +101,8 @@ pub struct Config {
     /// default, `ODUFLOW_BULK_VIEW=false` or `bulk_view = false` turns it off.
     pub bulk_view: bool,
     /// How long after a declared restore the inventory pass (`reconcile
-    /// --all`, `POST /api/v1/inventory`) lists: a listing lags a create.
+    /// --all`, `POST /api/v1/inventory`) lists: a listing lags a create,
+    /// and a block's size lags its resize.
     pub listing_settle_ms: i64,
     pub dns: Option<DnsConfig>,
     pub adapters: Vec<oduflow_engine::command_adapter::CommandAdapterConfig>,
