@@ -102,7 +102,59 @@ pub struct CampaignArgs {
     /// processes' scheduling is tried again with one command.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=REPEAT_MAX))]
     repeat: u64,
+    /// Run only the seeds whose schedule draws this (the failures file's
+    /// too), counting only those: a search for a bug only such a schedule
+    /// can show spends its seeds where it can.
+    #[arg(long, value_enum)]
+    drawing: Option<Drawing>,
 }
+
+/// A part of a seed's schedule `--drawing` asks for.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Drawing {
+    /// A worker stopped well past its lease while another one runs.
+    Pauses,
+    /// An update while resizes take 600 ms or more: reads see the change
+    /// in flight.
+    SlowResizes,
+}
+
+impl Drawing {
+    fn name(self) -> &'static str {
+        match self {
+            Drawing::Pauses => "pauses",
+            Drawing::SlowResizes => "slow-resizes",
+        }
+    }
+
+    fn drawn_by(self, p: &Params) -> bool {
+        match self {
+            Drawing::Pauses => p.pauses > 0 && p.workers > 1,
+            Drawing::SlowResizes => p.updates > 0 && p.resize_ms >= 600,
+        }
+    }
+}
+
+/// `n` seeds from `base` on, only those that draw `drawing`.
+fn new_seeds(base: u64, n: u64, drawing: Option<Drawing>) -> Result<Vec<u64>> {
+    let Some(d) = drawing else { return Ok((base..base.saturating_add(n)).collect()) };
+    let scan = n.saturating_mul(DRAWING_SCAN_MAX);
+    let seeds: Vec<u64> =
+        (base..base.saturating_add(scan)).filter(|s| d.drawn_by(&Params::draw(*s))).take(n as usize).collect();
+    if (seeds.len() as u64) < n {
+        bail!(BadInput(format!(
+            "only {} of the {scan} seeds from {base} draw {}; {n} asked for",
+            seeds.len(),
+            d.name()
+        )));
+    }
+    Ok(seeds)
+}
+
+/// Most seeds `--drawing` looks at for each one it runs. Each part it asks
+/// for is drawn by about one seed in three; reaching this ends the
+/// campaign with an error.
+const DRAWING_SCAN_MAX: u64 = 100;
 
 /// Most seeds a campaign runs side by side.
 const JOBS_MAX: u64 = 8;
@@ -353,7 +405,11 @@ pub async fn run(args: CampaignArgs) -> Result<()> {
             let t = SystemClock.now_ms() as u64;
             Rng(t ^ u64::from(std::process::id())).next() % 1_000_000_000
         });
-        println!("campaign base seed {base}: {} seeds", args.seeds);
+        let drawn = |seed: &u64| args.drawing.is_none_or(|d| d.drawn_by(&Params::draw(*seed)));
+        match args.drawing {
+            Some(d) => println!("campaign base seed {base}: {} seeds drawing {}", args.seeds, d.name()),
+            None => println!("campaign base seed {base}: {} seeds", args.seeds),
+        }
         if let Ok(text) = std::fs::read_to_string(&args.failures_file) {
             let (k, n) = args.earlier_share.unwrap_or((1, 1));
             let earlier: Vec<u64> = text
@@ -362,6 +418,7 @@ pub async fn run(args: CampaignArgs) -> Result<()> {
                 .enumerate()
                 .filter(|(i, _)| i % n == k - 1)
                 .map(|(_, s)| s)
+                .filter(drawn)
                 .collect();
             if !earlier.is_empty() {
                 println!(
@@ -372,7 +429,7 @@ pub async fn run(args: CampaignArgs) -> Result<()> {
             }
             seeds.extend(earlier);
         }
-        seeds.extend((0..args.seeds).map(|i| base + i));
+        seeds.extend(new_seeds(base, args.seeds, args.drawing)?);
     }
     if args.jobs > 1 && args.store.as_deref() != Some("sqlite") {
         bail!(BadInput("--jobs above 1 needs --store sqlite: PostgreSQL seeds share the server's connections".into()));
@@ -2069,6 +2126,24 @@ async fn ready_ones(store: &Store, names: &[String]) -> Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--drawing` runs the seeds that draw it, as many as asked, in order
+    /// from the base seed, and no other; without it, the seeds from the base.
+    #[test]
+    fn a_campaign_drawing_a_part_runs_only_seeds_that_draw_it() {
+        assert_eq!(new_seeds(7, 3, None).unwrap(), vec![7, 8, 9]);
+        for d in [Drawing::Pauses, Drawing::SlowResizes] {
+            let seeds = new_seeds(1000, 20, Some(d)).unwrap();
+            assert_eq!(seeds.len(), 20);
+            let last = *seeds.last().unwrap();
+            for s in 1000..=last {
+                assert_eq!(seeds.contains(&s), d.drawn_by(&Params::draw(s)), "seed {s}, {}", d.name());
+            }
+            // About one seed in three or more draws each: the search is
+            // narrowed, not emptied.
+            assert!(last - 1000 < 20 * 5, "{}: 20 seeds took {} seed numbers", d.name(), last - 999);
+        }
+    }
 
     /// The offset is measured at the instant the database's reading stands
     /// for: SQLite's is taken as its boot-time clock ticks, up to 10 ms (and,
