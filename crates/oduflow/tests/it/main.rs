@@ -819,16 +819,19 @@ fn failed_seeds(out: &str) -> String {
     lines.collect::<Vec<_>>().join("\n")
 }
 
-/// 30 PostgreSQL seeds in two parts, side by side (two PostgreSQL
+/// 24 PostgreSQL seeds in two parts, side by side (two PostgreSQL
 /// campaigns at once is what the server's 100 connections take, and a
-/// third part waited for a place: 555 s of the suite went to that chain;
-/// the second part is the smaller: it starts once the benchmark's smoke
-/// run, which shares their two places, is done);
-/// 80 SQLite seeds in six parts, each one seed at a time (in three parts of
+/// third part waited for a place: 555 s of the suite went to that chain).
+/// Each part also runs half of the failures file's seeds, the slower ones
+/// (restores), and the second starts once the benchmark's smoke run, which
+/// shares their two places, is done: these parts are the suite's critical
+/// path (at 19 and 11 seeds, 540 s and 115 + 289 s);
+/// 86 SQLite seeds in six parts, each one seed at a time (in three parts of
 /// up to 33 seeds the last two were the suite's critical path, 420 and
-/// 433 s, after the others ended; in four of 22, about 400 s).
-const PG_PARTS: [u64; 2] = [19, 11];
-const SQLITE_PARTS: [u64; 6] = [13, 13, 13, 13, 14, 14];
+/// 433 s, after the others ended; in four of 22, about 400 s; six of 13
+/// or 14 took 184 to 214 s).
+const PG_PARTS: [u64; 2] = [15, 9];
+const SQLITE_PARTS: [u64; 6] = [14, 14, 14, 14, 15, 15];
 
 /// One test per part, so nextest runs the parts side by side.
 macro_rules! campaign_parts {
