@@ -1392,7 +1392,10 @@ impl Seed<'_> {
         // after creating something may not have recorded its mark). The
         // restored copy lags the cloud: a worker must refuse until an
         // inventory pass has run; the pass reports what no receipt covers.
-        store.restore_declare("campaign restored an older copy", SystemClock.now_ms()).await?;
+        // Stamped as the CLI stamps it (the database's clock): the pass
+        // measures its settle from this event on that clock.
+        let declared = self.op_now(store).await?;
+        store.restore_declare("campaign restored an older copy", declared).await?;
         let errors = self.worker_on_a_restored_copy().await?;
         if !errors.iter().any(|e| e.contains("restore pending")) {
             bail!("a worker ran on a restored database without an inventory pass ({errors:?})");

@@ -893,6 +893,13 @@ fn an_unknown_planted_bug_is_refused() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing was stored");
 }
 
+/// The number that starts the text after `prefix` on the campaign's first
+/// line that begins so (trimmed): `running 4 earlier…`, `campaign: 21
+/// seeds in…`.
+fn count_after(out: &str, prefix: &str) -> Option<u64> {
+    out.lines().find_map(|l| l.trim().strip_prefix(prefix)?.split_whitespace().next()?.parse().ok())
+}
+
 /// Whether a planted-bug search runs the earlier failing seeds first.
 #[derive(Clone, Copy, PartialEq)]
 enum Earlier {
@@ -937,7 +944,8 @@ fn planted_bug_is_caught_within(
         if let Some(d) = drawing {
             args.extend(["--drawing", d]);
         }
-        let (ok, out) = if tried.is_empty() && e == Earlier::First {
+        let with_file = tried.is_empty() && e == Earlier::First;
+        let (ok, out) = if with_file {
             campaign(&args, Some(bug))
         } else {
             campaign_with(&args, Some(bug), no_failures.to_str().unwrap())
@@ -965,10 +973,15 @@ fn planted_bug_is_caught_within(
             return;
         }
         tried.push(rerun);
-        if seed >= base {
-            // (With `drawing`, the seeds it skipped count too: a smaller
-            // budget is left, never a search started again on this seed.)
-            left = left.saturating_sub(seed + 1 - base);
+        // The next try goes on after the seeds this one ran (as the
+        // campaign counted them: `--drawing` skips seed numbers), or, for a
+        // catch among the earlier failing seeds, from where it began.
+        let failures = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/campaign-failures.txt")).unwrap();
+        let from_file = with_file && failures.lines().any(|l| l.split_whitespace().next() == Some(s.as_str()));
+        if !from_file {
+            let earlier = count_after(&out, "running ").unwrap_or(0);
+            let ran = count_after(&out, "campaign: ").expect(&out);
+            left = left.saturating_sub(ran.saturating_sub(earlier).max(1));
             base = seed + 1;
         }
     }
