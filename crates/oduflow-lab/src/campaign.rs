@@ -1153,14 +1153,18 @@ async fn seed_store(store_kind: Option<&str>, dir: &std::path::Path) -> Result<(
 
 async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &mut Totals) -> Result<()> {
     let dir = tempfile::tempdir()?;
+    let t = Instant::now();
     let (url, store) = seed_store(store_kind, dir.path()).await?;
     let (sim, faults) = start_sim(p).await?;
     let mut s = Seed::new(exe, url.clone(), sim, p, dir.path())?;
     let spec = campaign_spec()?;
     let names: Vec<String> = (0..p.clients).map(|i| format!("c{i}")).collect();
     s.create_clients(&store, &names, &spec).await?;
+    verbose(|| format!("seed {}: set up {:.2} s", p.seed, t.elapsed().as_secs_f64()));
     if p.churn {
+        let t = Instant::now();
         s.churn(&store, p, &names, &spec, &faults).await?;
+        verbose(|| format!("seed {}: churn {:.2} s", p.seed, t.elapsed().as_secs_f64()));
     }
     // Safety phase: faults, crashes, flips, duplicate jobs, a key change, a restore.
     let mut restored = false;
@@ -1195,12 +1199,14 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         }
         println!("  job_failed total {}, faults {:?}", failed.len(), ledger.faults.len());
     }
+    let t = Instant::now();
     check(&store, &ledger, &orphans_reported, restored, totals).await?;
     let restored_at = s.h.restored_at_ms.unwrap_or(i64::MIN);
     check_strict(&store, &ledger, &orphans_reported, provider(&s.sim, KEY)?.as_ref(), &s.rotations, restored_at)
         .await?;
     check_changes(&store, &ledger, provider(&s.sim, KEY)?.as_ref(), restored, totals).await?;
     holes::check_holes(&store, &ledger, holes::checker(&s.sim)?.as_ref(), &mut s.h).await?;
+    verbose(|| format!("seed {}: checks {:.2} s", p.seed, t.elapsed().as_secs_f64()));
     s.add_to(totals, &ledger);
     s.sim.shutdown().await;
     drop_db(&store).await;
