@@ -254,7 +254,7 @@ impl<'a, P: Provider> Converge<'a, P> {
                         r.spec_digest != create_digest(&infra.spec, kind)
                             || view.changes.iter().any(|c| Some(c.resource_id.as_str()) == r.id())
                     }),
-                change: oduflow_model::decide::ChangeFacts::of(change.map(oduflow_store::ChangeRow::effect)),
+                change: change.map_or_else(Default::default, oduflow_store::ChangeRow::facts),
                 update_overdue,
                 plan_change: change.is_some_and(
                     |c| matches!(serde_json::from_value(c.change.clone()), Ok(Change::Instance(i)) if i.plan.is_some()),

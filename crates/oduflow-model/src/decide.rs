@@ -140,6 +140,9 @@ pub enum ChangeFacts {
     Rejected { status: u16, message: String },
     /// A read showed the spec after the change.
     Confirmed,
+    /// Confirmed, before a restore the inventory pass reconciled: a resize
+    /// the provider shows since may be one the discarded timeline sent.
+    ConfirmedBeforeRestore,
 }
 
 impl ChangeFacts {
@@ -412,7 +415,9 @@ fn change_step(kind: ResourceKind, id: &str, r: &Resource, f: &Facts, d: &Drift,
         // behind oduflow's back (the console, say). `client update` to
         // either value resolves it.
         _ if !r.updated => Action::Block(BlockedReason::ConfigMismatch, what),
-        ChangeFacts::Confirmed => Action::Block(BlockedReason::ConfigMismatch, format!("{what} (after the change)")),
+        ChangeFacts::Confirmed | ChangeFacts::ConfirmedBeforeRestore => {
+            Action::Block(BlockedReason::ConfigMismatch, format!("{what} (after the change)"))
+        }
         ChangeFacts::None | ChangeFacts::NotSent { .. } if !f.ready && r.update_overdue => Action::Block(
             BlockedReason::NotReady,
             format!("{what}: still {} past the readiness wait, so the change was not sent", f.state),
@@ -456,7 +461,8 @@ fn decide_present(i: &Inputs) -> Action {
     // (the simulator shows the old plan until it is done): reported ready,
     // it would show another plan once done, with no run left to read it.
     // After its own plan change (sent or confirmed) a resize is that
-    // change's, whichever plan Vultr shows meanwhile.
+    // change's, whichever plan Vultr shows meanwhile; not after a restore
+    // since its confirmation (the discarded timeline may have sent another).
     let own = i.vm.plan_change && matches!(i.vm.change, ChangeFacts::Sent { .. } | ChangeFacts::Confirmed);
     if vm.resizing() && !own {
         return Action::Block(

@@ -65,6 +65,8 @@ pub struct ChangeRow {
     observation_count: i64,
     last_observation: Option<String>,
     confirmed_ms: Option<i64>,
+    /// Confirmed before a restore the inventory pass reconciled.
+    restored_ms: Option<i64>,
 }
 
 impl ChangeRow {
@@ -107,13 +109,17 @@ impl ChangeRow {
 
     /// What the decision needs to know of it.
     pub fn facts(&self) -> ChangeFacts {
-        ChangeFacts::of(Some(self.effect()))
+        match ChangeFacts::of(Some(self.effect())) {
+            ChangeFacts::Confirmed if self.restored_ms.is_some() => ChangeFacts::ConfirmedBeforeRestore,
+            facts => facts,
+        }
     }
 
     /// One line for `client show`.
     pub fn summary(&self) -> String {
         let state = match self.facts() {
             ChangeFacts::Confirmed => "confirmed by a read".to_owned(),
+            ChangeFacts::ConfirmedBeforeRestore => "confirmed by a read, before a restore".to_owned(),
             ChangeFacts::Rejected { status, message } => format!("rejected with {status}: {message}"),
             ChangeFacts::NotSent { count, reason } => format!("not sent ({count} times): {reason}"),
             ChangeFacts::Sent { observations } => format!(
@@ -134,7 +140,7 @@ impl ChangeRow {
 
 const CHANGE_COLUMNS: &str = "operation_key, resource_kind, resource_id, spec_generation, change, claimed_ms, \
     sent_ms, not_sent_ms, not_sent_count, not_sent_reason, outcome, rejection_status, rejection_message, \
-    observation_count, last_observation, confirmed_ms";
+    observation_count, last_observation, confirmed_ms, restored_ms";
 
 fn change_from_row(r: &impl RowExt) -> Result<ChangeRow> {
     let kind = r.text("resource_kind")?;
@@ -156,6 +162,7 @@ fn change_from_row(r: &impl RowExt) -> Result<ChangeRow> {
         observation_count: r.int("observation_count")?,
         last_observation: r.text_opt("last_observation")?,
         confirmed_ms: r.int_opt("confirmed_ms")?,
+        restored_ms: r.int_opt("restored_ms")?,
     })
 }
 
@@ -437,7 +444,9 @@ impl ReceiptLedger {
     /// After a restore: the copy cannot prove any open change "not sent"
     /// any more (a send after the backup may have gone out), so every change
     /// receipt neither confirmed nor rejected counts as sent from now on:
-    /// only reads resolve it. Returns how many were doubted.
+    /// only reads resolve it. Every confirmed one is marked confirmed before
+    /// the restore: a resize under way since is not its own. Returns how
+    /// many open ones were doubted.
     pub async fn change_doubt_open(&self, now_ms: i64) -> Result<u64> {
         crate::named("change_doubt_open", async move {
             Ok(ledger_write!(self.store(), tx => {
@@ -446,6 +455,9 @@ impl ReceiptLedger {
                      WHERE confirmed_ms IS NULL AND rejection_status IS NULL \
                      AND (not_sent_ms IS NOT NULL OR sent_ms IS NULL)")
                     .bind(now_ms).execute(&mut *tx).await?.rows_affected();
+                sqlx::query(
+                    "UPDATE change_receipts SET restored_ms = $1 WHERE confirmed_ms IS NOT NULL AND restored_ms IS NULL")
+                    .bind(now_ms).execute(&mut *tx).await?;
                 if n > 0 {
                     (*tx).event_insert(None, EventKind::ChangesNotSentDoubted, &serde_json::json!({
                         "count": n, "why": "restored copy: a send after the backup may have gone out",

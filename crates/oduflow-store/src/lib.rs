@@ -373,7 +373,7 @@ impl BeginWrite for SqlitePool {
 pub const RECONCILE_PAYLOAD: &str = "reconcile";
 
 /// The migration this build needs (the last in [`Store::migrate`]).
-pub const SCHEMA_VERSION: i64 = 14;
+pub const SCHEMA_VERSION: i64 = 15;
 
 /// The PostgreSQL migrations, in order: (version, name, SQL). Embedded with
 /// include_str! rather than sqlx's `migrate!` macro, which would pull in
@@ -393,6 +393,7 @@ pub(crate) const PG_MIGRATIONS: &[(i64, &str, &str)] = &[
     (12, "clock", include_str!("../migrations/postgres/0012_clock.sql")),
     (13, "no replace", include_str!("../migrations/postgres/0013_no_replace.sql")),
     (14, "progress columns", include_str!("../migrations/postgres/0014_progress_columns.sql")),
+    (15, "change restored", include_str!("../migrations/postgres/0015_change_restored.sql")),
 ];
 
 /// The SQLite migrations, as [`PG_MIGRATIONS`].
@@ -411,6 +412,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
     (12, "clock", include_str!("../migrations/sqlite/0012_clock.sql")),
     (13, "no replace", include_str!("../migrations/sqlite/0013_no_replace.sql")),
     (14, "progress columns", include_str!("../migrations/sqlite/0014_progress_columns.sql")),
+    (15, "change restored", include_str!("../migrations/sqlite/0015_change_restored.sql")),
 ];
 
 /// The default database: a SQLite file in the working directory.

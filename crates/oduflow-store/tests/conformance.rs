@@ -51,9 +51,10 @@ oduflow_store::on_both_stores!(
     inventory_passes_side_by_side_all_commit
 );
 
-/// The columns and trigger migration 14 added, dropped again to rebuild an
-/// older schema.
+/// The columns and trigger migration 14 added, and what the migrations
+/// after it added, dropped again to rebuild an older schema.
 async fn drop_progress_columns(store: &Store) {
+    execute_raw(store, "ALTER TABLE change_receipts DROP COLUMN restored_ms").await.unwrap();
     if store.backend() == Backend::Postgres {
         execute_raw(store, "DROP TRIGGER infra_progress_columns ON infra").await.unwrap();
         execute_raw(store, "DROP FUNCTION infra_progress_columns()").await.unwrap();

@@ -324,6 +324,10 @@ fn a_resize_no_change_of_the_client_explains_blocks_instead_of_ready() {
         Action::ConfirmChange(K::Vm),
     );
     check(present(own(ChangeFacts::Confirmed), attached_volume(), ReceiptFacts::None), Action::Ready);
+    // Not once a restore came after its confirmation: the timeline the
+    // restore discarded may have sent the resize under way.
+    let restored = own(ChangeFacts::ConfirmedBeforeRestore);
+    check_block(present(restored, attached_volume(), ReceiptFacts::None), B::ConfigMismatch);
     // Locked for a backup, say: no plan change, still ready.
     let locked = Facts { ready: false, state: "active/locked".into(), ..ok("v-1") };
     check(present(known("v-1", 0, Seen::Present(locked)), attached_volume(), ReceiptFacts::None), Action::Ready);

@@ -29,8 +29,9 @@ struct Env {
 
 const KEY: &str = "test-key-0123";
 
-async fn start_sim() -> oduflow_sim::SimHandle {
-    let cfg = oduflow_sim::SimConfig {
+/// The simulator's lifecycle in these tests: short, never instant.
+fn sim_config() -> oduflow_sim::SimConfig {
+    oduflow_sim::SimConfig {
         pending_ms: 100,
         installing_ms: 100,
         get_404_window_ms: 100,
@@ -39,7 +40,14 @@ async fn start_sim() -> oduflow_sim::SimHandle {
         dns_domains: vec!["example.com".into(), "example.org".into()],
         ..oduflow_sim::SimConfig::default()
     }
-    .with_key(KEY);
+    .with_key(KEY)
+}
+
+async fn start_sim() -> oduflow_sim::SimHandle {
+    start_sim_with(sim_config()).await
+}
+
+async fn start_sim_with(cfg: oduflow_sim::SimConfig) -> oduflow_sim::SimHandle {
     oduflow_sim::Sim::start(cfg, "127.0.0.1:0".parse().unwrap()).await.unwrap()
 }
 

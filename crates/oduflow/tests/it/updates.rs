@@ -18,6 +18,7 @@ oduflow_store::on_both_stores!(
     a_console_change_to_what_no_update_touched_blocks_and_is_not_reverted,
     a_refused_grow_can_go_back_to_the_size_the_volume_has,
     a_reconcile_after_a_refused_change_sends_nothing,
+    a_resize_a_restore_discarded_is_not_taken_for_the_copys_change,
 );
 
 /// PATCH /blocks/{id} requests that reached the simulator, refused ones too.
@@ -367,4 +368,47 @@ async fn a_console_change_to_what_no_update_touched_blocks_and_is_not_reverted(e
     assert_eq!(v["status"], "ready", "{v}");
     assert_eq!(env.sim.ledger().instance_patch_bodies.len(), 1, "still only the console's PATCH");
     assert_eq!(env.sim.ledger().block_patch_bodies.len(), 1, "the volume grew once");
+}
+
+/// The restored copy holds a plan change confirmed before the backup; the
+/// timeline it discarded sent another, still resizing (the simulator shows
+/// the old plan until it is done). That resize is not the copy's change:
+/// reported ready, the client would show the other plan once it ends, with
+/// no run left to read it. It blocks `config_mismatch` instead.
+async fn a_resize_a_restore_discarded_is_not_taken_for_the_copys_change(env: Env) {
+    use oduflow_model::provider::{InstanceChange, Provider};
+    const RESIZE_MS: u64 = 4_000;
+    let env = Env { sim: start_sim_with(oduflow_sim::SimConfig { resize_ms: RESIZE_MS, ..sim_config() }).await, ..env };
+    env.ok(&["init"]);
+    create(&env, "acme", &[]);
+    settle(&env);
+    env.ok(&["client", "update", "acme", "--plan", "vc2-1c-2gb"]);
+    // Reads far enough apart for the resize to end within the polling limit.
+    let o = env.cmd(&["worker", "--until-settled"]).env("ODUFLOW_POLL_INTERVAL_MS", "500").output().unwrap();
+    assert!(o.status.success(), "worker: {}", String::from_utf8_lossy(&o.stderr));
+    let v = show(&env, "acme");
+    assert_eq!((v["status"].as_str(), v["plan"].as_str()), (Some("ready"), Some("vc2-1c-2gb")), "{v}");
+    assert!(v["changes"][0]["confirmed_ms"].is_i64(), "{v}");
+    // What the discarded timeline sent after the backup.
+    let vm = v["vm_id"].as_str().unwrap().to_owned();
+    let discarded = oduflow_vultr::VultrClient::new(oduflow_vultr::VultrConfig {
+        base_url: env.sim.base_url.clone(),
+        rate_per_sec: 1000,
+        ..oduflow_vultr::VultrConfig::new(secrecy::SecretString::from(KEY.to_owned()))
+    })
+    .unwrap();
+    let plan = InstanceChange { plan: Some("vc2-2c-4gb".into()), ..InstanceChange::default() };
+    let o = discarded.instance_update(&oduflow_model::VultrInstanceId(vm.clone()), &plan).await;
+    assert!(matches!(o, oduflow_model::provider::Outcome::Accepted(())), "{o:?}");
+    env.ok(&["restore", "declare", "--reason", "restored from last night's backup"]);
+    let o = env.cmd(&["reconcile", "--all"]).env("ODUFLOW_LISTING_SETTLE_MS", "0").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    settle(&env);
+    let v = show(&env, "acme");
+    assert_eq!(v["blocked_reason"], "config_mismatch", "a resize nobody in this copy sent: {v}");
+    assert!(v["blocked_detail"].as_str().unwrap().contains("resizing"), "{v}");
+    // (The resize ends on the other plan: `ready` would have been wrong.)
+    tokio::time::sleep(std::time::Duration::from_millis(RESIZE_MS)).await;
+    let shown = discarded.instance_get(&oduflow_model::VultrInstanceId(vm)).await.unwrap().unwrap();
+    assert_eq!(shown.plan, "vc2-2c-4gb");
 }
