@@ -140,8 +140,9 @@ pub enum ChangeFacts {
     Rejected { status: u16, message: String },
     /// A read showed the spec after the change.
     Confirmed,
-    /// Confirmed, before a restore the inventory pass reconciled: a resize
-    /// the provider shows since may be one the discarded timeline sent.
+    /// Confirmed, and claimed before a restore the inventory pass
+    /// reconciled: a resize the provider shows since may be one the
+    /// discarded timeline sent.
     ConfirmedBeforeRestore,
 }
 

@@ -65,7 +65,8 @@ pub struct ChangeRow {
     observation_count: i64,
     last_observation: Option<String>,
     confirmed_ms: Option<i64>,
-    /// Confirmed before a restore the inventory pass reconciled.
+    /// When the inventory pass after a restore found it (open or
+    /// confirmed): a resize shown since is not proven its own.
     restored_ms: Option<i64>,
 }
 
@@ -444,9 +445,9 @@ impl ReceiptLedger {
     /// After a restore: the copy cannot prove any open change "not sent"
     /// any more (a send after the backup may have gone out), so every change
     /// receipt neither confirmed nor rejected counts as sent from now on:
-    /// only reads resolve it. Every confirmed one is marked confirmed before
-    /// the restore: a resize under way since is not its own. Returns how
-    /// many open ones were doubted.
+    /// only reads resolve it. Every one is marked as found by the pass
+    /// after a restore (`restored_ms`): once confirmed, a resize under way
+    /// since is not its own. Returns how many open ones were doubted.
     pub async fn change_doubt_open(&self, now_ms: i64) -> Result<u64> {
         crate::named("change_doubt_open", async move {
             Ok(ledger_write!(self.store(), tx => {
@@ -455,12 +456,12 @@ impl ReceiptLedger {
                      WHERE confirmed_ms IS NULL AND rejection_status IS NULL \
                      AND (not_sent_ms IS NOT NULL OR sent_ms IS NULL)")
                     .bind(now_ms).execute(&mut *tx).await?.rows_affected();
-                sqlx::query(
-                    "UPDATE change_receipts SET restored_ms = $1 WHERE confirmed_ms IS NOT NULL AND restored_ms IS NULL")
-                    .bind(now_ms).execute(&mut *tx).await?;
-                if n > 0 {
+                let marked = sqlx::query("UPDATE change_receipts SET restored_ms = $1 WHERE restored_ms IS NULL")
+                    .bind(now_ms).execute(&mut *tx).await?.rows_affected();
+                if n > 0 || marked > 0 {
                     (*tx).event_insert(None, EventKind::ChangesNotSentDoubted, &serde_json::json!({
                         "count": n, "why": "restored copy: a send after the backup may have gone out",
+                        "marked_restored": marked,
                     }), now_ms).await?;
                 }
                 n

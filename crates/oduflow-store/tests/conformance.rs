@@ -48,12 +48,19 @@ oduflow_store::on_both_stores!(
     an_inventory_pass_clears_only_the_restore_it_saw,
     a_token_revoked_twice_side_by_side_is_revoked_once,
     an_inventory_pass_never_undoes_what_happened_after_it_began,
-    inventory_passes_side_by_side_all_commit
+    inventory_passes_side_by_side_all_commit,
+    a_change_a_restores_pass_found_owns_no_resize_once_confirmed
 );
 
 /// The columns and trigger migration 14 added, and what the migrations
 /// after it added, dropped again to rebuild an older schema.
 async fn drop_progress_columns(store: &Store) {
+    if store.backend() == Backend::Postgres {
+        execute_raw(store, "DROP TRIGGER change_receipts_no_restored_rewrite ON change_receipts").await.unwrap();
+        execute_raw(store, "DROP FUNCTION change_receipts_restored_guard()").await.unwrap();
+    } else {
+        execute_raw(store, "DROP TRIGGER change_receipts_no_restored_rewrite").await.unwrap();
+    }
     execute_raw(store, "ALTER TABLE change_receipts DROP COLUMN restored_ms").await.unwrap();
     if store.backend() == Backend::Postgres {
         execute_raw(store, "DROP TRIGGER infra_progress_columns ON infra").await.unwrap();
@@ -804,4 +811,44 @@ async fn inventory_passes_side_by_side_all_commit(store: Store) {
             r.unwrap().unwrap_or_else(|e| panic!("a pass failed: {e}"));
         }
     }
+}
+
+/// The pass after a restore marks every change receipt it finds, open or
+/// confirmed, once: confirmed (then or later), it reads as confirmed
+/// before a restore, which owns no resize the instance shows since. A
+/// change claimed after the pass is the new timeline's own.
+async fn a_change_a_restores_pass_found_owns_no_resize_once_confirmed(store: Store) {
+    use oduflow_model::decide::ChangeFacts;
+    let c = client(&store, "acme").await;
+    let ledger = ReceiptLedger::new(store.clone());
+    let f = KeyFingerprint("f".into());
+    let change = |generation| NewChange {
+        client_ref: c.clone(),
+        resource_kind: ResourceKind::Vm,
+        resource_id: "vm-1".into(),
+        spec_generation: generation,
+        change: serde_json::json!({ "instance": { "plan": "vc2-2c-4gb" } }),
+        key_fingerprint: f.clone(),
+        claimed_ms: 1,
+    };
+    let confirmed = ledger.change_claim(&change(2)).await.unwrap();
+    ledger.change_mark_sent(&confirmed, &c, &f, 2).await.unwrap();
+    ledger.change_confirm(&confirmed, &c, 3).await.unwrap();
+    let open = ledger.change_claim(&change(3)).await.unwrap();
+    ledger.change_mark_sent(&open, &c, &f, 4).await.unwrap();
+    assert_eq!(ledger.change_doubt_open(10).await.unwrap(), 0, "nothing was unsent");
+    ledger.change_confirm(&open, &c, 11).await.unwrap();
+    let after = ledger.change_claim(&change(4)).await.unwrap();
+    ledger.change_mark_sent(&after, &c, &f, 12).await.unwrap();
+    ledger.change_confirm(&after, &c, 13).await.unwrap();
+    let facts = || async {
+        store.changes_for_client(&c).await.unwrap().iter().map(|r| (r.spec_generation, r.facts())).collect::<Vec<_>>()
+    };
+    let before = ChangeFacts::ConfirmedBeforeRestore;
+    assert_eq!(facts().await, vec![(2, before.clone()), (3, before.clone()), (4, ChangeFacts::Confirmed)]);
+    // A later restore's pass marks what it finds, and no mark twice.
+    ledger.change_doubt_open(20).await.unwrap();
+    assert_eq!(facts().await, vec![(2, before.clone()), (3, before.clone()), (4, before)]);
+    assert!(execute_raw(&store, "UPDATE change_receipts SET restored_ms = NULL").await.is_err(), "the mark was erased");
+    assert!(execute_raw(&store, "UPDATE change_receipts SET restored_ms = 99").await.is_err(), "the mark was moved");
 }

@@ -377,14 +377,16 @@ async fn a_console_change_to_what_no_update_touched_blocks_and_is_not_reverted(e
 /// no run left to read it. It blocks `config_mismatch` instead.
 async fn a_resize_a_restore_discarded_is_not_taken_for_the_copys_change(env: Env) {
     use oduflow_model::provider::{InstanceChange, Provider};
-    const RESIZE_MS: u64 = 4_000;
+    // Long enough for three commands and a worker's first read to land
+    // while the second resize is still under way, on a loaded machine.
+    const RESIZE_MS: u64 = 8_000;
     let env = Env { sim: start_sim_with(oduflow_sim::SimConfig { resize_ms: RESIZE_MS, ..sim_config() }).await, ..env };
     env.ok(&["init"]);
     create(&env, "acme", &[]);
     settle(&env);
     env.ok(&["client", "update", "acme", "--plan", "vc2-1c-2gb"]);
     // Reads far enough apart for the resize to end within the polling limit.
-    let o = env.cmd(&["worker", "--until-settled"]).env("ODUFLOW_POLL_INTERVAL_MS", "500").output().unwrap();
+    let o = env.cmd(&["worker", "--until-settled"]).env("ODUFLOW_POLL_INTERVAL_MS", "900").output().unwrap();
     assert!(o.status.success(), "worker: {}", String::from_utf8_lossy(&o.stderr));
     let v = show(&env, "acme");
     assert_eq!((v["status"].as_str(), v["plan"].as_str()), (Some("ready"), Some("vc2-1c-2gb")), "{v}");
@@ -408,7 +410,10 @@ async fn a_resize_a_restore_discarded_is_not_taken_for_the_copys_change(env: Env
     assert_eq!(v["blocked_reason"], "config_mismatch", "a resize nobody in this copy sent: {v}");
     assert!(v["blocked_detail"].as_str().unwrap().contains("resizing"), "{v}");
     // (The resize ends on the other plan: `ready` would have been wrong.)
-    tokio::time::sleep(std::time::Duration::from_millis(RESIZE_MS)).await;
-    let shown = discarded.instance_get(&oduflow_model::VultrInstanceId(vm)).await.unwrap().unwrap();
-    assert_eq!(shown.plan, "vc2-2c-4gb");
+    let id = oduflow_model::VultrInstanceId(vm);
+    let t = std::time::Instant::now();
+    while discarded.instance_get(&id).await.unwrap().unwrap().plan != "vc2-2c-4gb" {
+        assert!(t.elapsed().as_millis() < u128::from(RESIZE_MS) + 5_000, "the other plan never showed");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
