@@ -103,8 +103,8 @@ pub struct CampaignArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=REPEAT_MAX))]
     repeat: u64,
     /// Run only the seeds whose schedule draws this (the failures file's
-    /// too), counting only those: a search for a bug only such a schedule
-    /// can show spends its seeds where it can.
+    /// too), counting only those: a search for a bug such a schedule shows
+    /// most often spends its seeds where it is likeliest to catch it.
     #[arg(long, value_enum)]
     drawing: Option<Drawing>,
 }

@@ -926,7 +926,7 @@ const SEARCH_JOBS: &str = "2";
 const RERUN_JOBS: &str = "4";
 
 /// `drawing`: the search runs only seeds whose schedule draws this
-/// (`campaign --drawing`), the only ones that can show the bug.
+/// (`campaign --drawing`), the ones that show the bug most often.
 fn planted_bug_is_caught_within(
     bug: &str,
     store: Option<&str>,
