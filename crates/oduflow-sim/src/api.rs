@@ -2,7 +2,7 @@
 //! under `/sim`, and the gate every `/v2` request passes (rate limit, key,
 //! faults). Handlers are thin: the semantics live in `world.rs`.
 
-use crate::config::{Faults, Op};
+use crate::config::{Faults, Op, Scripted};
 use crate::world::{FaultKind, Gate, Reply, World};
 use axum::body::{Body, Bytes};
 use axum::extract::{MatchedPath, Path, Query, Request, State};
@@ -211,7 +211,10 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
     let needs_auth = !matches!(op, Op::RegionList | Op::PlanList);
     let label = format!("{} {route}", req.method());
     let decision = s.world().gate(&label, op, key_fp.as_deref(), needs_auth, source);
+    let (decision, mut hold_after) = scripted_pass(decision, &label).await;
     let resp = match decision {
+        Gate::Scripted(Scripted::Refuse { status, message }) => render(Reply::error(status, &message)),
+        Gate::Scripted(_) => render(Reply::no_content()),
         Gate::TooMany(secs) => render(Reply::too_many(secs)),
         Gate::Refuse(401) => render(Reply::error(401, "Invalid API token.")),
         Gate::Refuse(404) => render(Reply::error(404, "Record not found.")),
@@ -228,6 +231,10 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
             let kill = req.extensions().get::<ConnKill>().cloned();
             req.extensions_mut().insert(Caller(key_fp.unwrap_or_default()));
             let resp = next.run(req).await;
+            if let Some(n) = hold_after.take() {
+                tracing::debug!(%label, "scripted: applied, the answer held");
+                n.notified().await;
+            }
             match lost {
                 Some(FaultKind::LostDrop) if kill.is_some() => {
                     tracing::debug!(%label, "fault: applied, dropping the connection");
@@ -257,6 +264,22 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
     };
     s.world().count_response(resp.status().as_u16());
     resp
+}
+
+/// A scripted hold or lost answer as the pass it becomes (after the hold
+/// before it, if any), with the hold to wait on once it is applied.
+async fn scripted_pass(decision: Gate, label: &str) -> (Gate, Option<Arc<Notify>>) {
+    let pass = |lost| Gate::Pass { latency_ms: 0, lost, redirect: None };
+    match decision {
+        Gate::Scripted(Scripted::HoldBefore(n)) => {
+            tracing::debug!(%label, "scripted: held before it is served");
+            n.notified().await;
+            (pass(None), None)
+        }
+        Gate::Scripted(Scripted::HoldAfter(n)) => (pass(None), Some(n)),
+        Gate::Scripted(Scripted::LoseAnswer) => (pass(Some(FaultKind::LostDrop)), None),
+        other => (other, None),
+    }
 }
 
 /// A JSON request body; anything that is not JSON is Vultr's 400.

@@ -147,6 +147,25 @@ pub enum Op {
     BackupSchedule,
 }
 
+/// An answer a test in the same process scripts for the next requests of
+/// some operations ([`crate::SimControl::script`]), ahead of the seeded
+/// faults: what a fault plan drawn by chance cannot say (a refusal in
+/// Vultr's own words, a request held until the test lets it go).
+#[derive(Debug, Clone)]
+pub enum Scripted {
+    /// Not applied; answered with this status and Vultr's error body.
+    Refuse { status: u16, message: String },
+    /// Applied; then the connection closes with no answer.
+    LoseAnswer,
+    /// Not applied; answered 204 as if it had been (a DELETE Vultr accepts
+    /// and then never carries out).
+    AnswerWithoutApplying,
+    /// Held until the test notifies it, then served as usual.
+    HoldBefore(std::sync::Arc<tokio::sync::Notify>),
+    /// Applied; then the answer is held until the test notifies it.
+    HoldAfter(std::sync::Arc<tokio::sync::Notify>),
+}
+
 /// The fault plan: the body of `POST /sim/faults`. Each request draws once;
 /// the probabilities are tried in the order of the fields (lost_drop,
 /// lost_5xx, lost_stall, error_5xx, burst_429, redirect, lost_redirect,

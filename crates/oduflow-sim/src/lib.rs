@@ -29,6 +29,6 @@ mod server;
 mod time;
 mod world;
 
-pub use config::{DEFAULT_RATE_PER_SEC, Faults, Op, REDIRECT_STATUSES, SimConfig};
+pub use config::{DEFAULT_RATE_PER_SEC, Faults, Op, REDIRECT_STATUSES, Scripted, SimConfig};
 pub use server::{Sim, SimControl, SimError, SimHandle, serve};
 pub use world::{FaultEvent, FaultKind, Ledger, LedgerResource, RequestRecord, ResourceKind, sim_root_password};

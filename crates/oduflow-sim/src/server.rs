@@ -52,6 +52,29 @@ impl SimControl {
         Ok(())
     }
 
+    /// Answers the next `times` requests of `ops` (`None`: every one until
+    /// [`SimControl::unscript`]) with `answer`, ahead of the fault plan.
+    pub fn script(&self, ops: &[crate::Op], answer: crate::Scripted, times: Option<u32>) {
+        self.shared.world().script(ops, answer, times);
+    }
+
+    /// Drops every scripted answer not yet used.
+    pub fn unscript(&self) {
+        self.shared.world().unscript();
+    }
+
+    /// Accepts these API keys from now on, and no other (a key revoked in
+    /// the console, or a new one issued).
+    pub fn set_api_keys(&self, keys: &[secrecy::SecretString]) {
+        self.shared.world().set_api_keys(keys);
+    }
+
+    /// How long instances stay `pending` after their create, existing ones
+    /// included: a long time is an install that never ends.
+    pub fn set_pending_ms(&self, ms: u64) {
+        self.shared.world().set_pending_ms(ms);
+    }
+
     /// Gives a VM another main IP (see `World::instance_set_main_ip`);
     /// `false` when there is no such VM.
     pub fn set_instance_main_ip(&self, id: &str, ip: &str) -> bool {

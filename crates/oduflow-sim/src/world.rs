@@ -3,7 +3,7 @@
 //! synchronous and runs under one mutex, so the order in which requests take
 //! the lock *is* the arrival order that fault draws follow.
 
-use crate::config::{Faults, Op, REDIRECT_STATUSES, SimConfig};
+use crate::config::{Faults, Op, REDIRECT_STATUSES, Scripted, SimConfig};
 use crate::rng::SplitMix64;
 use crate::time::now_rfc3339;
 use oduflow_model::KeyFingerprint;
@@ -105,7 +105,7 @@ impl Reply {
     pub fn error(status: u16, msg: &str) -> Self {
         Self::json(status, json!({ "error": msg, "status": status }))
     }
-    fn no_content() -> Self {
+    pub(crate) fn no_content() -> Self {
         Self { status: 204, body: None, retry_after: None }
     }
     pub fn too_many(retry_after_secs: u64) -> Self {
@@ -296,8 +296,10 @@ struct SimRecord {
 }
 
 /// The decision the gate made for one request.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) enum Gate {
+    /// A test's scripted answer ([`Scripted`]).
+    Scripted(Scripted),
     /// Answer this right away, without applying.
     Refuse(u16),
     /// Answer 429 with this `Retry-After` (seconds), without applying.
@@ -310,8 +312,18 @@ pub(crate) enum Gate {
     Pass { latency_ms: u64, lost: Option<FaultKind>, redirect: Option<u16> },
 }
 
+/// Scripted answers for some operations: `left` more requests (`None`:
+/// every one until the test clears it).
+#[derive(Debug)]
+struct Script {
+    ops: Vec<Op>,
+    answer: Scripted,
+    left: Option<u32>,
+}
+
 pub(crate) struct World {
     cfg: SimConfig,
+    scripts: Vec<Script>,
     keys: HashSet<String>,
     faults: Faults,
     fault_rng: SplitMix64,
@@ -341,6 +353,7 @@ impl World {
         let domains = cfg.dns_domains.iter().map(|d| (d.clone(), Vec::new())).collect();
         Self {
             keys,
+            scripts: Vec::new(),
             faults: cfg.faults.clone(),
             fault_rng: SplitMix64::new(cfg.seed),
             // A separate stream, so creating resources never shifts the fault
@@ -384,6 +397,42 @@ impl World {
         self.burst_left = 0;
     }
 
+    /// Answers the next `times` requests of `ops` (`None`: every one until
+    /// [`World::unscript`]) with `answer`, after the rate limit and the key
+    /// check and instead of a fault draw. Scripts are tried in the order
+    /// they were given.
+    pub fn script(&mut self, ops: &[Op], answer: Scripted, times: Option<u32>) {
+        self.scripts.push(Script { ops: ops.to_vec(), answer, left: times });
+    }
+
+    /// Drops every scripted answer not yet used.
+    pub fn unscript(&mut self) {
+        self.scripts.clear();
+    }
+
+    /// Accepts these API keys from now on, and no other.
+    pub fn set_api_keys(&mut self, keys: &[secrecy::SecretString]) {
+        self.keys = keys.iter().map(|k| KeyFingerprint::of_key(k).0).collect();
+    }
+
+    /// How long new and existing instances stay `pending` after their create.
+    pub fn set_pending_ms(&mut self, ms: u64) {
+        self.cfg.pending_ms = ms;
+    }
+
+    fn scripted(&mut self, op: Op) -> Option<Scripted> {
+        let ix = self.scripts.iter().position(|s| s.ops.contains(&op))?;
+        let s = &mut self.scripts[ix];
+        let answer = s.answer.clone();
+        if let Some(n) = &mut s.left {
+            *n -= 1;
+            if *n == 0 {
+                self.scripts.remove(ix);
+            }
+        }
+        Some(answer)
+    }
+
     /// Records a request on arrival (see [`Ledger::request_log`]).
     pub fn log_request(&mut self, rec: RequestRecord) {
         if let Some(label) = &rec.label {
@@ -425,7 +474,16 @@ impl World {
         if needs_auth && !key_fp.is_some_and(|k| self.keys.contains(k)) {
             return Gate::Refuse(401);
         }
+        if let Some(answer) = self.scripted(op) {
+            return Gate::Scripted(answer);
+        }
 
+        self.draw_fault(op, u_fault, u_latency)
+    }
+
+    /// The fault plan's answer for a request that passed the rate limit, the
+    /// key and the scripts: `u_fault` and `u_latency` are its two draws.
+    fn draw_fault(&mut self, op: Op, u_fault: f64, u_latency: f64) -> Gate {
         let f = &self.faults;
         if !f.targets(op) {
             return Gate::Pass { latency_ms: 0, lost: None, redirect: None };

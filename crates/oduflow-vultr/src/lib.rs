@@ -34,6 +34,8 @@ mod error;
 mod http;
 mod provider;
 pub mod stats;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod wire;
 
 pub use account::{Account, AccountProbe, Plan, Region};

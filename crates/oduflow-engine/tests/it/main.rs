@@ -1,11 +1,14 @@
-//! Engine integration tests: the queue and the dispatch protocol against an
-//! in-process provider, each on SQLite and on PostgreSQL.
+//! Engine integration tests: the queue and the dispatch protocol against the
+//! Vultr simulator in process (`oduflow_vultr::testing::Cloud`), each on
+//! SQLite and on PostgreSQL.
 
 use anyhow::Result;
-use oduflow_engine::memory::MemoryProvider;
 use oduflow_engine::*;
 use oduflow_model::*;
+use oduflow_sim::{Op, ResourceKind as SimKind, Scripted};
 use oduflow_store::*;
+use oduflow_vultr::VultrClient;
+use oduflow_vultr::testing::Cloud;
 use std::sync::Arc;
 
 /// Runs one async test body on a fresh SQLite file and on a fresh PostgreSQL
@@ -44,26 +47,22 @@ fn key(s: &str) -> KeyFingerprint {
     KeyFingerprint::of_key(&secrecy::SecretString::from(s.to_owned()))
 }
 
-fn worker(store: &Store, provider: Arc<MemoryProvider>) -> Worker<MemoryProvider> {
+fn worker(store: &Store, provider: Arc<VultrClient>) -> Worker<VultrClient> {
     worker_with(store, provider, |_| {})
 }
 
 /// A test worker with its settings adjusted by `f`.
-fn worker_with(
-    store: &Store,
-    provider: Arc<MemoryProvider>,
-    f: impl FnOnce(&mut EngineConfig),
-) -> Worker<MemoryProvider> {
+fn worker_with(store: &Store, provider: Arc<VultrClient>, f: impl FnOnce(&mut EngineConfig)) -> Worker<VultrClient> {
     Worker::new(store.clone(), provider, test_config(f), Arc::new(SystemClock))
 }
 
 /// [`worker_with`], reading the time from a clock the test moves.
 fn worker_on(
     store: &Store,
-    provider: Arc<MemoryProvider>,
+    provider: Arc<VultrClient>,
     f: impl FnOnce(&mut EngineConfig),
     clock: Arc<ManualClock>,
-) -> Worker<MemoryProvider> {
+) -> Worker<VultrClient> {
     Worker::new(store.clone(), provider, test_config(f), clock)
 }
 
@@ -98,7 +97,7 @@ fn now() -> i64 {
 }
 
 /// Runs jobs until nothing is runnable; at most `n` runs.
-async fn drain(w: &Worker<MemoryProvider>, n: usize) -> Vec<RunOutcome> {
+async fn drain(w: &Worker<VultrClient>, n: usize) -> Vec<RunOutcome> {
     let mut out = vec![];
     for _ in 0..n {
         match w.run_next().await.unwrap() {
@@ -120,7 +119,8 @@ fn failpoints_required() {
 }
 
 async fn provisions_then_deletes(store: Store) -> Result<()> {
-    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let cloud = Cloud::start().await;
+    let p = cloud.client("k1");
     let w = worker(&store, p.clone());
     create(&store, "acme").await;
     drain(&w, 50).await;
@@ -128,24 +128,22 @@ async fn provisions_then_deletes(store: Store) -> Result<()> {
     assert_eq!(c.infra.status, ClientStatus::Ready, "{c:?}");
     assert!(c.infra.vm_id.is_some() && c.infra.volume_id.is_some());
     let vm = c.infra.vm_id.clone().unwrap();
-    p.with(|s| {
-        assert_eq!(s.instances.len(), 1);
-        assert_eq!(s.blocks.len(), 1);
-        assert_eq!(s.blocks.values().next().unwrap().attached_to_instance.as_ref(), Some(&vm));
-        assert!(s.creates_per_label.values().all(|n| *n == 1));
-    });
+    assert_eq!(cloud.live(SimKind::Instance).len(), 1);
+    let blocks = cloud.blocks().await;
+    assert_eq!(blocks.len(), 1);
+    assert_eq!(blocks[0].attached_to_instance.as_ref(), Some(&vm));
+    assert!(cloud.creates_per_label().values().all(|n| *n == 1));
     assert_eq!(c.infra.key_fingerprint, Some(key("k1")));
 
     store.client_delete("acme", now(), 3).await?;
     drain(&w, 50).await;
     let c = status(&store, "acme").await;
     assert_eq!(c.infra.status, ClientStatus::Deleted, "{c:?}");
-    p.with(|s| {
-        assert!(s.instances.is_empty() && s.blocks.is_empty());
-        // Deletion is confirmed by a GET after the DELETE.
-        let last_delete = s.calls.iter().rposition(|c| c == "DELETE /instances/{id}").unwrap();
-        assert!(s.calls[last_delete..].iter().any(|c| c == "GET /instances/{id}"));
-    });
+    assert!(cloud.live(SimKind::Instance).is_empty() && cloud.live(SimKind::Block).is_empty());
+    // Deletion is confirmed by a GET after the DELETE.
+    let calls = cloud.calls();
+    let last_delete = calls.iter().rposition(|c| c == "DELETE /instances/{id}").unwrap();
+    assert!(calls[last_delete..].iter().any(|c| c == "GET /instances/{id}"));
     let receipts = store.receipts_for_client(&c.id).await?;
     assert_eq!(receipts.len(), 3, "vm, volume and attach receipts all kept");
     assert!(receipts.iter().all(|r| r.id().is_some()));
@@ -156,8 +154,8 @@ async fn provisions_then_deletes(store: Store) -> Result<()> {
 /// transaction, then checks what survived.
 async fn rollback_case(store: Store, action: &str) -> Result<()> {
     failpoints_required();
-    let p = Arc::new(MemoryProvider::new(key("k1")));
-    let w = worker(&store, p.clone());
+    let cloud = Cloud::start().await;
+    let w = worker(&store, cloud.client("k1"));
     let c = create(&store, "acme").await;
     let scenario = fail::FailScenario::setup();
     fail::cfg("main-tx-commit", action).unwrap();
@@ -188,10 +186,8 @@ async fn rollback_case(store: Store, action: &str) -> Result<()> {
     let after = status(&store, "acme").await;
     assert_eq!(after.infra.status, ClientStatus::Ready);
     assert_eq!(after.infra.vm_id.as_ref().map(|v| v.0.clone()), Some(vm_id));
-    p.with(|s| {
-        assert_eq!(s.calls.iter().filter(|c| *c == "POST /instances").count(), 1);
-        assert_eq!(s.instances.len(), 1);
-    });
+    assert_eq!(cloud.count("POST /instances"), 1);
+    assert_eq!(cloud.live(SimKind::Instance).len(), 1);
     scenario.teardown();
     Ok(())
 }
@@ -205,8 +201,8 @@ async fn receipt_survives_panic_rollback(store: Store) -> Result<()> {
 }
 
 async fn stale_generation_is_noop(store: Store) -> Result<()> {
-    let p = Arc::new(MemoryProvider::new(key("k1")));
-    let w = worker(&store, p.clone());
+    let cloud = Cloud::start().await;
+    let w = worker(&store, cloud.client("k1"));
     let c = create(&store, "acme").await;
     // The target changes before the provisioning job ever runs.
     store.client_delete("acme", now(), 3).await?;
@@ -216,7 +212,7 @@ async fn stale_generation_is_noop(store: Store) -> Result<()> {
     assert_eq!(jobs[0].state, JobState::Stale);
     assert_eq!(jobs[1].state, JobState::Done);
     assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
-    p.with(|s| assert!(s.calls.is_empty(), "a stale job sent {:?}", s.calls));
+    assert!(cloud.calls().is_empty(), "a stale job sent {:?}", cloud.calls());
     Ok(())
 }
 
@@ -230,7 +226,8 @@ async fn identity_key_deduplicates(store: Store) -> Result<()> {
     assert_eq!(b, Enqueued::Duplicate(a.id()));
     // Once the first is done, the key is free again: it deduplicates pending
     // jobs only.
-    let w = worker(&store, Arc::new(MemoryProvider::new(key("k1"))));
+    let cloud = Cloud::start().await;
+    let w = worker(&store, cloud.client("k1"));
     drain(&w, 50).await;
     assert_eq!(store.job_get(a.id()).await?.unwrap().state, JobState::Done);
     assert!(matches!(store.job_enqueue(&job).await?, Enqueued::New(_)));
@@ -239,7 +236,8 @@ async fn identity_key_deduplicates(store: Store) -> Result<()> {
 
 async fn pause_stops_claiming(store: Store) -> Result<()> {
     let c = create(&store, "acme").await;
-    let w = worker(&store, Arc::new(MemoryProvider::new(key("k1"))));
+    let cloud = Cloud::start().await;
+    let w = worker(&store, cloud.client("k1"));
     store.queue_set_paused(true, now()).await?;
     assert_eq!(w.run_next().await?, RunOutcome::Idle);
     let q = store.queue_status(now()).await?;
@@ -251,18 +249,17 @@ async fn pause_stops_claiming(store: Store) -> Result<()> {
 }
 
 async fn lost_response_is_adopted_never_resent(store: Store) -> Result<()> {
-    let p = Arc::new(MemoryProvider::new(key("k1")));
-    p.with(|s| s.lose_create_responses = 2); // the VM's and the volume's
-    let w = worker(&store, p.clone());
+    let cloud = Cloud::start().await;
+    // The VM's and the volume's.
+    cloud.script(&[Op::InstanceCreate, Op::BlockCreate], Scripted::LoseAnswer, Some(2));
+    let w = worker(&store, cloud.client("k1"));
     let c = create(&store, "acme").await;
     drain(&w, 50).await;
     let after = status(&store, "acme").await;
     assert_eq!(after.infra.status, ClientStatus::Ready, "{after:?}");
-    p.with(|s| {
-        assert_eq!(s.calls.iter().filter(|c| *c == "POST /instances").count(), 1);
-        assert_eq!(s.calls.iter().filter(|c| *c == "POST /blocks").count(), 1);
-        assert!(s.creates_per_label.values().all(|n| *n == 1));
-    });
+    assert_eq!(cloud.count("POST /instances"), 1);
+    assert_eq!(cloud.count("POST /blocks"), 1);
+    assert!(cloud.creates_per_label().values().all(|n| *n == 1));
     let receipts = store.receipts_for_client(&c.id).await?;
     assert!(
         receipts
@@ -274,9 +271,9 @@ async fn lost_response_is_adopted_never_resent(store: Store) -> Result<()> {
 }
 
 async fn rejection_blocks_without_resend(store: Store) -> Result<()> {
-    let p = Arc::new(MemoryProvider::new(key("k1")));
-    p.with(|s| s.reject_next_create = Some((400, "Invalid plan chosen.".into())));
-    let w = worker(&store, p.clone());
+    let cloud = Cloud::start().await;
+    cloud.refuse(&[Op::InstanceCreate], 400, "Invalid plan chosen.", Some(1));
+    let w = worker(&store, cloud.client("k1"));
     let c = create(&store, "acme").await;
     drain(&w, 50).await;
     let after = status(&store, "acme").await;
@@ -285,7 +282,7 @@ async fn rejection_blocks_without_resend(store: Store) -> Result<()> {
     assert!(after.infra.blocked_detail.as_deref().unwrap().contains("Invalid plan chosen."));
     let r = &store.receipts_for_client(&c.id).await?[0];
     assert!(matches!(r.effect(), Effect::Rejected { status: 400, .. }), "{r:?}");
-    p.with(|s| assert_eq!(s.calls, vec!["POST /instances".to_owned()]));
+    assert_eq!(cloud.sends(), vec!["POST /instances".to_owned()]);
     Ok(())
 }
 
@@ -294,8 +291,9 @@ async fn rejection_blocks_without_resend(store: Store) -> Result<()> {
 /// `reconcile --new-dispatch` sends the corrected spec under a new label;
 /// the refused dispatch is never sent again.
 async fn a_rejected_create_is_corrected_by_update_and_a_new_dispatch(store: Store) -> Result<()> {
-    let p = Arc::new(MemoryProvider::new(key("k1")));
-    p.with(|s| s.reject_next_create = Some((400, "Invalid plan chosen.".into())));
+    let cloud = Cloud::start().await;
+    cloud.refuse(&[Op::InstanceCreate], 400, "Invalid plan chosen.", Some(1));
+    let p = cloud.client("k1");
     let w = worker(&store, p.clone());
     let c = create(&store, "acme").await;
     drain(&w, 50).await;
@@ -311,18 +309,17 @@ async fn a_rejected_create_is_corrected_by_update_and_a_new_dispatch(store: Stor
     let vms: Vec<_> = receipts.iter().filter(|r| r.resource_kind == ResourceKind::Vm).collect();
     assert_eq!(vms.len(), 2, "the refused dispatch and a new one");
     assert_ne!(vms[0].label, vms[1].label);
-    p.with(|s| {
-        assert_eq!(s.calls.iter().filter(|c| *c == "POST /instances").count(), 2, "{:?}", s.calls);
-        assert_eq!(s.instance_requests.len(), 1, "one create applied");
-        assert_eq!(s.instance_requests[0].plan, "vc2-2c-4gb", "the corrected spec was sent");
-        assert_eq!(s.instances.values().next().map(|i| i.plan.as_str()), Some("vc2-2c-4gb"));
-    });
+    assert_eq!(cloud.count("POST /instances"), 2, "{:?}", cloud.calls());
+    let applied = cloud.sim.ledger().instance_create_bodies;
+    assert_eq!(applied.len(), 1, "one create applied");
+    assert_eq!(applied[0]["plan"], "vc2-2c-4gb", "the corrected spec was sent");
+    assert_eq!(cloud.instances().await.first().map(|i| i.plan.clone()), Some("vc2-2c-4gb".into()));
     Ok(())
 }
 
 async fn receipts_cannot_be_deleted_or_rewritten(store: Store) -> Result<()> {
-    let p = Arc::new(MemoryProvider::new(key("k1")));
-    let w = worker(&store, p.clone());
+    let cloud = Cloud::start().await;
+    let w = worker(&store, cloud.client("k1"));
     create(&store, "acme").await;
     drain(&w, 50).await;
     let n = store.receipts_all().await?.len();
@@ -353,28 +350,29 @@ async fn receipts_cannot_be_deleted_or_rewritten(store: Store) -> Result<()> {
     }
     let after = store.receipts_all().await?;
     assert_eq!(after.len(), n);
-    assert!(after.iter().all(|r| r.id().is_some_and(|id| id.starts_with("mem-"))));
+    let made: Vec<String> = cloud.sim.ledger().resources.into_iter().map(|r| r.id).collect();
+    assert!(after.iter().all(|r| r.id().is_some_and(|id| made.iter().any(|m| m == id))), "{after:?}");
     Ok(())
 }
 
 async fn key_change_blocks_before_any_request(store: Store) -> Result<()> {
-    let p1 = Arc::new(MemoryProvider::new(key("k1")));
-    let w1 = worker(&store, p1.clone());
+    let cloud = Cloud::start().await;
+    let w1 = worker(&store, cloud.client("k1"));
     create(&store, "acme").await;
     // One run: the VM is dispatched under k1.
     w1.run_next().await?;
+    let sent_before = cloud.calls().len();
     // A worker configured with another key must not send anything.
-    let p2 = Arc::new(MemoryProvider::new(key("k2")));
-    let w2 = worker(&store, p2.clone());
+    let w2 = worker(&store, cloud.client("k2"));
     drain(&w2, 50).await;
     let after = status(&store, "acme").await;
     assert_eq!(after.infra.blocked_reason, Some(BlockedReason::CredentialChanged), "{after:?}");
-    p2.with(|s| assert!(s.calls.is_empty(), "sent with a changed key: {:?}", s.calls));
+    assert_eq!(cloud.calls().len(), sent_before, "sent with a changed key: {:?}", cloud.calls());
     // Deletion is refused the same way.
     store.client_delete("acme", now(), 3).await?;
     drain(&w2, 50).await;
     assert_eq!(status(&store, "acme").await.infra.blocked_reason, Some(BlockedReason::CredentialChanged));
-    p2.with(|s| assert!(s.calls.is_empty()));
+    assert_eq!(cloud.calls().len(), sent_before, "sent with a changed key: {:?}", cloud.calls());
     Ok(())
 }
 
@@ -388,7 +386,8 @@ async fn failures_back_off_then_block(store: Store) -> Result<()> {
     let mut cfg =
         EngineConfig { worker_id: "test".into(), retry_base_ms: 1_000, attempts_max: 3, ..EngineConfig::default() };
     cfg.poll_interval_ms = 0;
-    let w = Worker::new(store.clone(), Arc::new(MemoryProvider::new(key("k1"))), cfg, clock.clone());
+    let cloud = Cloud::start().await;
+    let w = Worker::new(store.clone(), cloud.client("k1"), cfg, clock.clone());
     let scenario = fail::FailScenario::setup();
     fail::cfg("job-claimed", "return").unwrap();
     let mut runs = 0;
@@ -418,7 +417,8 @@ async fn failures_back_off_then_block(store: Store) -> Result<()> {
 /// once STORE_OUTAGE_MAX_MS has passed on its clock, not before.
 async fn a_worker_whose_every_step_fails_stops_at_the_outage_limit(store: Store) -> Result<()> {
     let clock = Arc::new(ManualClock::at(now()));
-    let w = worker_on(&store, Arc::new(MemoryProvider::new(key("k1"))), |c| c.idle_ms = 5, clock.clone());
+    let cloud = Cloud::start().await;
+    let w = worker_on(&store, cloud.client("k1"), |c| c.idle_ms = 5, clock.clone());
     store.close().await;
     let (_stop_tx, stop) = tokio::sync::watch::channel(false);
     let run = tokio::spawn(async move { w.run(true, stop).await });
@@ -436,8 +436,8 @@ async fn a_worker_whose_every_step_fails_stops_at_the_outage_limit(store: Store)
 }
 
 async fn flip_present_absent_present_converges(store: Store) -> Result<()> {
-    let p = Arc::new(MemoryProvider::new(key("k1")));
-    let w = worker(&store, p.clone());
+    let cloud = Cloud::start().await;
+    let w = worker(&store, cloud.client("k1"));
     create(&store, "acme").await;
     // One run dispatches the VM, then the target flips twice.
     w.run_next().await?;
@@ -447,15 +447,14 @@ async fn flip_present_absent_present_converges(store: Store) -> Result<()> {
     drain(&w, 100).await;
     let c = status(&store, "acme").await;
     assert_eq!(c.infra.status, ClientStatus::Ready, "{c:?}");
-    p.with(|s| {
-        assert_eq!(s.instances.len(), 1, "exactly one VM");
-        assert_eq!(s.blocks.len(), 1, "exactly one volume");
-        assert!(s.creates_per_label.values().all(|n| *n == 1));
-    });
+    assert_eq!(cloud.live(SimKind::Instance).len(), 1, "exactly one VM");
+    assert_eq!(cloud.live(SimKind::Block).len(), 1, "exactly one volume");
+    assert!(cloud.creates_per_label().values().all(|n| *n == 1));
     Ok(())
 }
 
 mod holes;
+mod waits;
 
 mod operator_actions {
     use super::*;
@@ -471,7 +470,8 @@ mod operator_actions {
     );
 
     async fn reconcile_new_dispatch_only_after_rejection(store: Store) -> Result<()> {
-        let p = Arc::new(MemoryProvider::new(key("k1")));
+        let cloud = Cloud::start().await;
+        let p = cloud.client("k1");
         let w = worker(&store, p.clone());
         create(&store, "acme").await;
         drain(&w, 20).await;
@@ -480,15 +480,14 @@ mod operator_actions {
         assert!(matches!(r, Err(operator::OperatorError::Refused(_))), "{r:?}");
 
         create(&store, "beta").await;
-        p.with(|s| s.reject_next_create = Some((422, "Invalid region".into())));
+        cloud.refuse(&[Op::InstanceCreate], 422, "Invalid region", Some(1));
         drain(&w, 20).await;
         assert_eq!(status(&store, "beta").await.infra.blocked_reason, Some(BlockedReason::CreateRejected));
         // Plain reconcile observes again and stays blocked: no new POST.
         operator::reconcile(&store, p.as_ref(), "beta", false, actor("ops")).await?;
         drain(&w, 20).await;
         assert_eq!(status(&store, "beta").await.infra.blocked_reason, Some(BlockedReason::CreateRejected));
-        let posts = |p: &MemoryProvider| p.with(|s| s.calls.iter().filter(|c| *c == "POST /instances").count());
-        assert_eq!(posts(&p), 2);
+        assert_eq!(cloud.count("POST /instances"), 2);
         // --new-dispatch: a new operation key and label; the old receipt stays.
         let c = operator::reconcile(&store, p.as_ref(), "beta", true, actor("ops")).await?;
         assert_eq!(c.infra.vm_dispatch_generation, 2);
@@ -504,13 +503,14 @@ mod operator_actions {
     }
 
     async fn uncertain_create_blocks_then_abandon_watches_label(store: Store) -> Result<()> {
-        let p = Arc::new(MemoryProvider::new(key("k1")));
+        let cloud = Cloud::start().await;
+        let p = cloud.client("k1");
         let w = worker(&store, p.clone());
         // beta's VM POST is applied but its answer is lost; the VM then
         // disappears before anyone sees it. The outcome stays unknown: it is
         // observed, never re-sent.
         create(&store, "beta").await;
-        p.with(|s| s.lose_create_responses = 1);
+        cloud.script(&[Op::InstanceCreate], Scripted::LoseAnswer, Some(1));
         let beta = status(&store, "beta").await;
         // Run beta's first job: POST applied, answer lost.
         loop {
@@ -523,14 +523,18 @@ mod operator_actions {
         }
         // The VM the lost POST created disappears before anyone sees it.
         let label = store.receipts_for_client(&beta.id).await?[0].label.clone();
-        p.with(|s| s.instances.retain(|_, i| i.label != label.as_str()));
+        let lost = cloud.live(SimKind::Instance).into_iter().find(|i| i.label == label.as_str()).unwrap();
+        cloud.delete_vm(&VultrInstanceId(lost.id)).await;
         drain(&w, 50).await;
         let b = status(&store, "beta").await;
         assert_eq!(b.infra.blocked_reason, Some(BlockedReason::UncertainCreate), "{b:?}");
         // The evidence says why the outcome is unknown, naming the dispatch.
         let detail = b.infra.blocked_detail.clone().unwrap();
-        assert!(detail.contains("response lost (memory provider)") && detail.contains(label.as_str()), "{detail}");
-        assert_eq!(p.with(|s| s.calls.iter().filter(|c| *c == "POST /instances").count()), 1, "never re-sent");
+        assert!(
+            detail.contains("connection closed before message completed") && detail.contains(label.as_str()),
+            "{detail}"
+        );
+        assert_eq!(cloud.count("POST /instances"), 1, "never re-sent");
 
         // Abandon needs an attestation.
         assert!(operator::abandon(&store, "beta", ResourceKind::Vm, "x", actor("")).await.is_err());
@@ -538,12 +542,10 @@ mod operator_actions {
         drain(&w, 50).await;
         assert_eq!(status(&store, "beta").await.infra.status, ClientStatus::Ready);
         // The abandoned label stays watched: if it appears, it is an orphan.
-        p.with(|s| {
-            s.put_vm("late-1", label.as_str());
-        });
+        let late = cloud.put_vm(label.as_str()).await;
         let inv = operator::inventory(&store, p.as_ref(), now()).await?;
         assert_eq!(inv.orphans.len(), 1, "{inv:?}");
-        assert_eq!(inv.orphans[0].id, "late-1");
+        assert_eq!(inv.orphans[0].id, late.as_str());
         assert!(inv.orphans[0].note.contains("alice"));
         let events = store.events_for_client(&beta.id).await?;
         assert!(events.iter().any(|e| e.kind == "dispatch_abandoned" && e.detail["by"] == "alice"));
@@ -551,27 +553,20 @@ mod operator_actions {
     }
 
     async fn adopt_verifies_then_records(store: Store) -> Result<()> {
-        let p = Arc::new(MemoryProvider::new(key("k1")));
+        let cloud = Cloud::start().await;
+        let p = cloud.client("k1");
         let w = worker(&store, p.clone());
         create(&store, "acme").await;
-        p.with(|s| s.lose_create_responses = 1);
-        w.run_next().await?; // VM POST applied, answer lost
+        // The VM POST is answered 500, not applied: its outcome is unknown.
+        cloud.refuse(&[Op::InstanceCreate], 500, "Internal server error.", Some(1));
+        w.run_next().await?;
         let c = status(&store, "acme").await;
-        let label = store.receipts_for_client(&c.id).await?[0].label.clone();
-        // The VM exists but under another label (say, renamed by hand).
-        let id = p.with(|s| {
-            let i = s.instances.values_mut().find(|i| i.label == label.as_str()).unwrap();
-            i.label = "renamed".into();
-            i.id.0.clone()
-        });
+        assert!(store.receipts_for_client(&c.id).await?[0].id().is_none());
+        // A VM made by hand under another label is the one to adopt.
+        let id = cloud.put_vm("renamed").await.0;
         // A resource in the wrong region is refused.
-        p.with(|s| {
-            let mut other = s.instances[&id].clone();
-            other.id = VultrInstanceId("wrong-region".into());
-            other.region = "ams".into();
-            s.instances.insert("wrong-region".into(), other);
-        });
-        let r = operator::adopt(&store, p.as_ref(), "acme", ResourceKind::Vm, "wrong-region", actor("ops")).await;
+        let wrong = cloud.put_vm_in("renamed", "ams").await;
+        let r = operator::adopt(&store, p.as_ref(), "acme", ResourceKind::Vm, wrong.as_str(), actor("ops")).await;
         assert!(matches!(r, Err(operator::OperatorError::Refused(ref m)) if m.contains("region")), "{r:?}");
         operator::adopt(&store, p.as_ref(), "acme", ResourceKind::Vm, &id, actor("ops")).await?;
         let r = &store.receipts_for_client(&c.id).await?[0];
@@ -583,23 +578,18 @@ mod operator_actions {
     }
 
     async fn rotate_proves_ownership_then_rebinds(store: Store) -> Result<()> {
-        let p1 = Arc::new(MemoryProvider::new(key("old")));
-        let w = worker(&store, p1.clone());
+        let cloud = Cloud::start().await;
+        let w = worker(&store, cloud.client("old"));
         create(&store, "acme").await;
         drain(&w, 20).await;
         // A new key on another account sees nothing: refused, nothing changed.
-        let stranger = MemoryProvider::new(key("new"));
-        let refused = operator::credentials_rotate(&store, &stranger, actor("ops")).await?.unwrap_err();
+        let elsewhere = Cloud::start().await;
+        let stranger = elsewhere.client("new");
+        let refused = operator::credentials_rotate(&store, stranger.as_ref(), actor("ops")).await?.unwrap_err();
         assert_eq!(refused.len(), 2, "{refused:?}");
         assert_eq!(status(&store, "acme").await.infra.key_fingerprint, Some(key("old")));
         // A new key on the same account (same resources visible): rebound.
-        let p2 = Arc::new(MemoryProvider::new(key("new")));
-        p1.with(|s1| {
-            p2.with(|s2| {
-                s2.instances = s1.instances.clone();
-                s2.blocks = s1.blocks.clone();
-            })
-        });
+        let p2 = cloud.client("new");
         let names = operator::credentials_rotate(&store, p2.as_ref(), actor("ops")).await?.unwrap();
         assert_eq!(names, vec!["acme".to_owned()]);
         assert_eq!(status(&store, "acme").await.infra.key_fingerprint, Some(key("new")));
@@ -610,7 +600,8 @@ mod operator_actions {
     }
 
     async fn restore_stops_queue_until_inventory(store: Store) -> Result<()> {
-        let p = Arc::new(MemoryProvider::new(key("k1")));
+        let cloud = Cloud::start().await;
+        let p = cloud.client("k1");
         let w = worker(&store, p.clone());
         create(&store, "acme").await;
         store.restore_declare("test", now()).await?;
@@ -623,15 +614,10 @@ mod operator_actions {
         // recorded one the provider lost is missing.
         drain(&w, 20).await;
         let vm = status(&store, "acme").await.infra.vm_id.unwrap();
-        p.with(|s| {
-            let mut i = s.instances[vm.as_str()].clone();
-            s.instances.remove(vm.as_str());
-            i.id = VultrInstanceId("stray".into());
-            i.label = format!("{LABEL_PREFIX}not-ours-{}", 1);
-            s.instances.insert("stray".into(), i);
-        });
+        cloud.delete_vm(&vm).await;
+        let stray = cloud.put_vm(&format!("{LABEL_PREFIX}not-ours-{}", 1)).await;
         let inv = operator::inventory(&store, p.as_ref(), now()).await?;
-        assert_eq!(inv.orphans.iter().map(|o| o.id.as_str()).collect::<Vec<_>>(), vec!["stray"]);
+        assert_eq!(inv.orphans.iter().map(|o| o.id.as_str()).collect::<Vec<_>>(), vec![stray.as_str()]);
         assert_eq!(inv.missing.iter().map(|o| o.id.as_str()).collect::<Vec<_>>(), vec![vm.as_str()]);
         Ok(())
     }
@@ -645,7 +631,8 @@ async fn claims_survive_terminated_claim_connections_postgres() {
     let url = oduflow_store::testing::fresh_migrated_pg_url().await;
     let store = open(&url).await;
     let c = create(&store, "acme").await;
-    let w = worker(&store, Arc::new(MemoryProvider::new(key("k1"))));
+    let cloud = Cloud::start().await;
+    let w = worker(&store, cloud.client("k1"));
     assert!(!drain(&w, 50).await.is_empty());
     let killed = oduflow_store::testing::pg_terminate_all_sessions(&url).await.unwrap();
     assert!(killed > 0, "no connection to terminate");
@@ -660,7 +647,8 @@ async fn claims_survive_terminated_claim_connections_postgres() {
 async fn a_dropped_claim_gives_its_job_back_postgres() {
     let store = open(&oduflow_store::testing::fresh_migrated_pg_url().await).await;
     let c = create(&store, "acme").await;
-    let w = worker(&store, Arc::new(MemoryProvider::new(key("k1"))));
+    let cloud = Cloud::start().await;
+    let w = worker(&store, cloud.client("k1"));
     drain(&w, 50).await;
     let job = store.job_enqueue(&NewJob::for_client(&c.id, JobKind::Noop, 1, now(), 3)).await.unwrap().id();
     let claim = store.job_claim_next("a", now()).await.unwrap().expect("a claim");
