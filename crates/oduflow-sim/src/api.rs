@@ -211,7 +211,7 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
     let needs_auth = !matches!(op, Op::RegionList | Op::PlanList);
     let label = format!("{} {route}", req.method());
     let decision = s.world().gate(&label, op, key_fp.as_deref(), needs_auth, source);
-    let (decision, mut hold_after) = scripted_pass(decision, &label).await;
+    let (decision, mut hold_after) = scripted_pass(decision);
     let resp = match decision {
         Gate::Scripted(Scripted::Refuse { status, message }) => render(Reply::error(status, &message)),
         Gate::Scripted(_) => render(Reply::no_content()),
@@ -266,16 +266,11 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
     resp
 }
 
-/// A scripted hold or lost answer as the pass it becomes (after the hold
-/// before it, if any), with the hold to wait on once it is applied.
-async fn scripted_pass(decision: Gate, label: &str) -> (Gate, Option<Arc<Notify>>) {
+/// A scripted hold or lost answer as the pass it becomes, with the hold to
+/// wait on once it is applied.
+fn scripted_pass(decision: Gate) -> (Gate, Option<Arc<Notify>>) {
     let pass = |lost| Gate::Pass { latency_ms: 0, lost, redirect: None };
     match decision {
-        Gate::Scripted(Scripted::HoldBefore(n)) => {
-            tracing::debug!(%label, "scripted: held before it is served");
-            n.notified().await;
-            (pass(None), None)
-        }
         Gate::Scripted(Scripted::HoldAfter(n)) => (pass(None), Some(n)),
         Gate::Scripted(Scripted::LoseAnswer) => (pass(Some(FaultKind::LostDrop)), None),
         other => (other, None),

@@ -150,7 +150,7 @@ pub enum Op {
 /// An answer a test in the same process scripts for the next requests of
 /// some operations ([`crate::SimControl::script`]), ahead of the seeded
 /// faults: what a fault plan drawn by chance cannot say (a refusal in
-/// Vultr's own words, a request held until the test lets it go).
+/// Vultr's own words, an answer held until the test lets it go).
 #[derive(Debug, Clone)]
 pub enum Scripted {
     /// Not applied; answered with this status and Vultr's error body.
@@ -160,8 +160,6 @@ pub enum Scripted {
     /// Not applied; answered 204 as if it had been (a DELETE Vultr accepts
     /// and then never carries out).
     AnswerWithoutApplying,
-    /// Held until the test notifies it, then served as usual.
-    HoldBefore(std::sync::Arc<tokio::sync::Notify>),
     /// Applied; then the answer is held until the test notifies it.
     HoldAfter(std::sync::Arc<tokio::sync::Notify>),
 }

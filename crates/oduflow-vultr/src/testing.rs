@@ -1,7 +1,7 @@
 //! The provider the engine's and the server's tests run against: the Vultr
 //! simulator in process, instant (no lifecycle delays, no 404 window, no
 //! listing lag), with this crate's client on it. A test scripts what it
-//! needs (a lost answer, a refusal, a held request) through
+//! needs (a lost answer, a refusal, an answer held back) through
 //! [`Cloud::script`], and reads what reached the cloud from the
 //! simulator's ledger.
 //!
