@@ -558,9 +558,14 @@ async fn queue_once(jobs: usize, clients: usize, workers: usize) -> Result<f64> 
         r??;
     }
     let ids: Arc<Vec<ClientId>> = Arc::new(ids.lock().await.iter().map(|c| c.clone().expect("created")).collect());
-    let p = Arc::new(oduflow_engine::memory::MemoryProvider::new(KeyFingerprint::of_key(
-        &secrecy::SecretString::from(KEY.to_owned()),
-    )));
+    // The provider is the one every run has: the Vultr client, here on a
+    // simulator. No-op jobs (and the setup's clients, deleted before any
+    // create) send it nothing, so the figure is the queue's alone: the
+    // simulator's ledger checks that at the end (setup included).
+    let sim =
+        Sim::start(SimConfig { rate_per_sec: 1_000_000, ..SimConfig::default() }.with_key(KEY), "127.0.0.1:0".parse()?)
+            .await?;
+    let p = vultr(&sim.base_url, 1_000_000)?;
     let cfg = EngineConfig { concurrency: workers, idle_ms: 5, ..EngineConfig::default() };
     let w = Worker::new(store.clone(), p.clone(), cfg.clone(), Arc::new(SystemClock));
     let setup = Worker::new(store.clone(), p, EngineConfig { concurrency: 16, ..cfg }, Arc::new(SystemClock));
@@ -589,6 +594,9 @@ async fn queue_once(jobs: usize, clients: usize, workers: usize) -> Result<f64> 
     let q = store.queue_status(SystemClock.now_ms()).await?;
     // Setup left one stale provision job and one done deprovision job per client.
     anyhow::ensure!(q.queued == 0 && q.failed == 0 && q.done as usize == jobs + clients, "queue run ended with {q:?}");
+    let asked = sim.ledger().request_log.len();
+    anyhow::ensure!(asked == 0, "the queue run sent {asked} provider requests: the figure is not the queue's alone");
+    sim.shutdown().await;
     store.close().await;
     drop_db(&url).await;
     Ok(jobs as f64 / s)

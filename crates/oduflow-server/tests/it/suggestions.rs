@@ -5,26 +5,28 @@
 //! another, explained reason. A suggested command this file cannot run (a
 //! command that does not exist, a placeholder it does not know) fails.
 
-use oduflow_engine::memory::MemoryProvider;
 use oduflow_engine::{EngineConfig, RunOutcome, SystemClock, Worker, operator};
 use oduflow_model::identity::{IdentityAdapter, IdentityTarget, Ownership, Presence, Step};
-use oduflow_model::provider::Instance;
+use oduflow_model::provider::{InstanceChange, Outcome, Provider};
 use oduflow_model::*;
 use oduflow_server::resolve::{Resolution, resolutions};
+use oduflow_sim::{LedgerResource, Op, ResourceKind as SimKind, Scripted, SimConfig};
 use oduflow_store::{ClientRow, Store};
+use oduflow_vultr::VultrClient;
+use oduflow_vultr::testing::Cloud;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const NAME: &str = "acme";
 
+/// The key of the operator's own hands in the Vultr console (the fixes
+/// below that `Cloud`'s helpers do not cover: a resize, an attach).
+const CONSOLE: &str = "the-operators-console";
+
 fn now() -> i64 {
     use oduflow_engine::Clock;
     SystemClock.now_ms()
-}
-
-fn key(s: &str) -> KeyFingerprint {
-    KeyFingerprint::of_key(&secrecy::SecretString::from(s.to_owned()))
 }
 
 /// An identity adapter that can be told to fail.
@@ -60,12 +62,14 @@ impl IdentityAdapter for Vpn {
     }
 }
 
-/// One world: a SQLite store, a memory provider, a worker, one client.
+/// One world: a SQLite store, the Vultr simulator with the real client on
+/// it (key `k1`), a worker, one client.
 struct World {
     _dir: tempfile::TempDir,
     store: Store,
-    p: Arc<MemoryProvider>,
-    w: Worker<MemoryProvider>,
+    cloud: Cloud,
+    p: Arc<VultrClient>,
+    w: Worker<VultrClient>,
     /// What `ID` stands for in an `adopt` suggestion.
     id: Mutex<Option<String>>,
 }
@@ -84,17 +88,29 @@ fn config() -> EngineConfig {
 
 impl World {
     async fn new() -> World {
+        World::on(Cloud::start().await).await
+    }
+
+    /// A world on this simulator.
+    async fn on(cloud: Cloud) -> World {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::connect(&oduflow_store::testing::sqlite_url(dir.path()), true).await.unwrap();
         store.migrate().await.unwrap();
-        let p = Arc::new(MemoryProvider::new(key("k1")));
+        let p = cloud.client("k1");
         let w = Worker::new(store.clone(), p.clone(), config(), Arc::new(SystemClock));
-        World { _dir: dir, store, p, w, id: Mutex::new(None) }
+        World { _dir: dir, store, cloud, p, w, id: Mutex::new(None) }
     }
 
-    fn with_provider(&mut self, p: Arc<MemoryProvider>) {
+    fn with_provider(&mut self, p: Arc<VultrClient>) {
         self.p = p.clone();
         self.w = Worker::new(self.store.clone(), p, config(), Arc::new(SystemClock));
+    }
+
+    /// The same account on another simulator (key `k1` on it).
+    fn with_cloud(&mut self, cloud: Cloud) {
+        let p = cloud.client("k1");
+        self.cloud = cloud;
+        self.with_provider(p);
     }
 
     fn with_adapter(&mut self, a: Option<Arc<Vpn>>) {
@@ -103,6 +119,11 @@ impl World {
             Some(a) => w.with_adapters(vec![a as Arc<dyn IdentityAdapter>]),
             None => w,
         };
+    }
+
+    /// The operator's hands in the Vultr console.
+    fn console(&self) -> Arc<VultrClient> {
+        self.cloud.client(CONSOLE)
     }
 
     async fn create(&self) {
@@ -155,8 +176,36 @@ impl World {
         out
     }
 
-    fn vm(&self) -> Option<Instance> {
-        self.p.with(|s| s.instances.values().next().cloned())
+    /// The live VMs, oldest first (from the simulator's ledger: no request).
+    fn vms(&self) -> Vec<LedgerResource> {
+        self.cloud.live(SimKind::Instance)
+    }
+
+    /// The live volumes, oldest first.
+    fn volumes(&self) -> Vec<LedgerResource> {
+        self.cloud.live(SimKind::Block)
+    }
+
+    fn vm_id(&self) -> VultrInstanceId {
+        VultrInstanceId(self.vms().first().expect("a VM").id.clone())
+    }
+
+    fn volume_id(&self) -> VultrBlockId {
+        VultrBlockId(self.volumes().first().expect("a volume").id.clone())
+    }
+
+    /// The label of the client's VM dispatch.
+    async fn vm_label(&self) -> Label {
+        let c = self.client().await;
+        let r = self.store.receipts_for_client(&c.id).await.unwrap();
+        r.into_iter().find(|r| r.resource_kind == ResourceKind::Vm).unwrap().label
+    }
+
+    /// Vultr shows the VMs to no read while they exist: GET by id answers
+    /// 404 (as in the window after a create, terraform-provider-vultr#462),
+    /// and the listing fails, so the run reads by id. Until `unscript`.
+    fn hide_vms(&self) {
+        self.cloud.refuse(&[Op::InstanceGet, Op::InstanceList], 404, "instance not found", None);
     }
 
     /// Runs a suggested command as an operator would type it.
@@ -169,7 +218,7 @@ impl World {
                 "WHY" => "checked-the-console".to_owned(),
                 "ID" => id.clone().unwrap_or_else(|| panic!("{command}: no id for ID")),
                 // The plan the fix below leaves the server with (or an
-                // upgrade of the memory provider's).
+                // upgrade of the plan it has).
                 "PLAN" => "vc2-2c-4gb".to_owned(),
                 w => {
                     assert!(!w.chars().any(|c| c.is_ascii_uppercase()), "{command}: unknown placeholder {w}");
@@ -256,9 +305,9 @@ impl World {
         assert!(ok, "after `{command}` for {was:?}: {c:?}");
         if c.infra.status == ClientStatus::Ready {
             let (vm, vol) = (c.infra.vm_id.clone().unwrap(), c.infra.volume_id.clone().unwrap());
-            self.p.with(|s| {
-                assert_eq!(s.blocks[vol.as_str()].attached_to_instance.as_ref(), Some(&vm), "ready but not attached");
-            });
+            let blocks = self.cloud.blocks().await;
+            let b = blocks.iter().find(|b| b.id == vol).unwrap_or_else(|| panic!("ready but {vol:?} is gone"));
+            assert_eq!(b.attached_to_instance.as_ref(), Some(&vm), "ready but not attached");
         }
     }
 }
@@ -302,54 +351,73 @@ async fn labelled_orphan() {
         let w = World::new().await;
         w.create().await;
         let c = w.client().await;
-        w.p.with(|s| {
-            s.put_vm("vm-lost", Label::new_dispatch(&c.id, ResourceKind::Vm).as_str());
-            s.instances.get_mut("vm-lost").unwrap().region = "ams".into();
-        });
+        w.cloud.put_vm_in(Label::new_dispatch(&c.id, ResourceKind::Vm).as_str(), "ams").await;
         w.store.restore_declare("test: restored", now()).await.unwrap();
         operator::inventory(&w.store, w.p.as_ref(), now()).await.unwrap();
         w
     };
     every_suggestion!(BlockedReason::LabelledOrphan, setup(), |w, cmd| {
         if cmd.contains("adopt") {
-            // It is the client's after all: moved back where the spec says.
-            w.p.with(|s| s.instances.get_mut("vm-lost").unwrap().region = "ewr".into());
+            // It is the client's after all. Vultr cannot move a server to
+            // another region; the spec can still be corrected to where it
+            // was made, since nothing of the client exists yet.
+            let u = oduflow_model::update::SpecUpdate { region: Some("ams".into()), ..Default::default() };
+            w.store.client_update(NAME, &u, now(), 3).await.unwrap();
         } else if !cmd.contains("delete") {
             // Deleted in the console, and the inventory no longer lists it.
-            w.p.with(|s| s.instances.remove("vm-lost"));
+            w.cloud.delete_vm(&w.vm_id()).await;
             operator::inventory(&w.store, w.p.as_ref(), now()).await.unwrap();
         }
     });
 }
 
-/// A plan the memory provider does not list as an upgrade.
+/// A plan Vultr does not list as an upgrade of the server: blocked before
+/// anything is sent. Here the console resized the server to the spec's new
+/// plan between the run's read of the server and its read of the upgrades,
+/// which then no longer list that plan (a plan is no upgrade of itself; in
+/// the simulator, as at Vultr, a plan that is not an upgrade never becomes
+/// one later, so this is the refusal that reading the list again can lift).
 #[tokio::test]
 async fn update_rejected() {
     let setup = || async {
         let w = ready_world().await;
-        let u = oduflow_model::update::SpecUpdate { plan: Some("vc2-9c-9gb".into()), ..Default::default() };
+        let vm = w.client().await.infra.vm_id.unwrap();
+        let hold = Arc::new(tokio::sync::Notify::new());
+        // The run's read of the server (the plan it shows then), answered
+        // once the console has resized it.
+        w.cloud.script(&[Op::InstanceGet], Scripted::HoldAfter(hold.clone()), Some(1));
+        let u = oduflow_model::update::SpecUpdate { plan: Some("vc2-1c-2gb".into()), ..Default::default() };
         w.store.client_update(NAME, &u, now(), 3).await.unwrap();
+        let console = async {
+            let t = Instant::now();
+            while w.cloud.count("GET /instances/{id}") == 0 {
+                assert!(t.elapsed() < Duration::from_secs(20), "the server was never read");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            // Past its arrival, it is served (and held) at once.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let resize = InstanceChange { plan: Some("vc2-1c-2gb".into()), ..Default::default() };
+            assert_eq!(w.console().instance_update(&vm, &resize).await, Outcome::Accepted(()));
+            hold.notify_one();
+        };
+        tokio::join!(console, w.drain());
+        let d = w.client().await.infra.blocked_detail.unwrap_or_default();
+        assert!(d.contains("not among the upgrades") && d.contains("nothing was sent"), "{d}");
+        assert_eq!(w.cloud.sim.ledger().instance_patch_bodies.len(), 1, "only the console's PATCH");
         w
     };
-    every_suggestion!(BlockedReason::UpdateRejected, setup(), |w, cmd| {
-        if cmd.contains("reconcile") {
-            // The cause fixed outside oduflow: Vultr now offers the plan.
-            w.p.with(|s| s.upgrade_plans = vec!["vc2-9c-9gb".into()]);
-        }
-    });
+    every_suggestion!(BlockedReason::UpdateRejected, setup(), |w, _cmd| ());
 }
 
-/// The PATCH was applied, its answer lost, and then the plan was put back
-/// (in the console, say): reads never show the change.
+/// The PATCH was answered 500 and not applied (its outcome unknown): reads
+/// never show the change.
 #[tokio::test]
 async fn uncertain_update() {
     let setup = || async {
         let w = ready_world().await;
-        w.p.with(|s| s.lose_update_responses = 1);
+        w.cloud.refuse(&[Op::InstancePatch], 500, "Internal server error.", Some(1));
         let u = oduflow_model::update::SpecUpdate { plan: Some("vc2-2c-4gb".into()), ..Default::default() };
         w.store.client_update(NAME, &u, now(), 3).await.unwrap();
-        w.step_until("the PATCH", |w| w.vm().is_some_and(|v| v.plan == "vc2-2c-4gb")).await;
-        w.p.with(|s| s.instances.values_mut().next().unwrap().plan = "vc2-1c-1gb".into());
         w
     };
     every_suggestion!(BlockedReason::UncertainUpdate, setup(), |w, _cmd| ());
@@ -359,7 +427,7 @@ async fn uncertain_update() {
 async fn create_rejected() {
     let setup = || async {
         let w = World::new().await;
-        w.p.with(|s| s.reject_next_create = Some((400, "Invalid plan chosen.".into())));
+        w.cloud.refuse(&[Op::InstanceCreate], 400, "Invalid plan chosen.", Some(1));
         w.create().await;
         w
     };
@@ -370,7 +438,7 @@ async fn create_rejected() {
 async fn attach_rejected() {
     let setup = || async {
         let w = World::new().await;
-        w.p.with(|s| s.reject_next_attach = Some((400, "Block storage volume is already attached".into())));
+        w.cloud.refuse(&[Op::BlockAttach], 400, "Block storage volume is already attached", Some(1));
         w.create().await;
         w
     };
@@ -381,25 +449,21 @@ async fn attach_rejected() {
 async fn uncertain_create() {
     let setup = || async {
         let w = World::new().await;
-        w.p.with(|s| s.unknown_unapplied_creates = 1);
+        // Answered 500, not applied.
+        w.cloud.refuse(&[Op::InstanceCreate], 500, "Internal server error.", Some(1));
         w.create().await;
         w
     };
     every_suggestion!(BlockedReason::UncertainCreate, setup(), |w, cmd| {
         if cmd.contains("abandon") {
             // "only if you have checked that it was never created": true here.
+            assert!(w.vms().is_empty());
         } else {
             // The VM turns up after all (reconcile finds it under its label;
             // adopt takes the id the operator found in the console).
-            let c = w.client().await;
-            let r = w.store.receipts_for_client(&c.id).await.unwrap();
-            let label = r.iter().find(|r| r.resource_kind == ResourceKind::Vm).unwrap().label.clone();
-            let id = w.p.with(|s| {
-                let id = "found-in-console".to_owned();
-                s.put_vm(&id, label.as_str());
-                id
-            });
-            *w.id.lock().unwrap() = Some(id);
+            let label = w.vm_label().await;
+            let id = w.cloud.put_vm(label.as_str()).await;
+            *w.id.lock().unwrap() = Some(id.0);
         }
     });
 }
@@ -408,17 +472,15 @@ async fn uncertain_create() {
 async fn uncertain_attach() {
     let setup = || async {
         let w = World::new().await;
-        w.p.with(|s| s.unknown_unapplied_attaches = 1);
+        // Answered 500, not applied.
+        w.cloud.refuse(&[Op::BlockAttach], 500, "Internal server error.", Some(1));
         w.create().await;
         w
     };
     every_suggestion!(BlockedReason::UncertainAttach, setup(), |w, cmd| {
         if !cmd.contains("abandon") {
             // The attach was applied late: reconcile reads it.
-            w.p.with(|s| {
-                let vm = s.instances.keys().next().cloned().unwrap();
-                s.blocks.values_mut().next().unwrap().attached_to_instance = Some(VultrInstanceId(vm));
-            });
+            assert_eq!(w.console().block_attach(&w.volume_id(), &w.vm_id()).await, Outcome::Accepted(()));
         }
     });
 }
@@ -427,15 +489,12 @@ async fn uncertain_attach() {
 async fn duplicate_matches() {
     let setup = || async {
         let w = World::new().await;
-        w.p.with(|s| s.lose_create_responses = 1);
+        w.cloud.script(&[Op::InstanceCreate], Scripted::LoseAnswer, Some(1));
         w.create().await;
         // The lost create was applied; a second VM carries the same label.
-        w.step_until("the VM create", |w| w.vm().is_some()).await;
-        w.p.with(|s| {
-            let mut twin = s.instances.values().next().cloned().unwrap();
-            twin.id = VultrInstanceId("twin".into());
-            s.instances.insert("twin".into(), twin);
-        });
+        w.step_until("the VM create", |w| !w.vms().is_empty()).await;
+        let label = w.vms()[0].label.clone();
+        w.cloud.put_vm(&label).await;
         w
     };
     every_suggestion!(BlockedReason::DuplicateMatches, setup(), |w, _cmd| ());
@@ -445,16 +504,19 @@ async fn duplicate_matches() {
 async fn config_mismatch() {
     let setup = || async {
         let w = World::new().await;
-        w.p.with(|s| s.lose_create_responses = 1);
+        w.cloud.script(&[Op::InstanceCreate], Scripted::LoseAnswer, Some(1));
         w.create().await;
-        // Someone resized the VM before it was adopted by its label.
-        w.step_until("the VM create", |w| w.vm().is_some()).await;
-        w.p.with(|s| s.instances.values_mut().next().unwrap().plan = "vc2-2c-4gb".into());
+        // Someone tagged the VM in the console before it was adopted by its
+        // label. (A change the console can undo: a plan only grows.)
+        w.step_until("the VM create", |w| !w.vms().is_empty()).await;
+        let tag = InstanceChange { tags: Some(vec!["by-hand".into()]), ..Default::default() };
+        assert_eq!(w.console().instance_update(&w.vm_id(), &tag).await, Outcome::Accepted(()));
         w
     };
     every_suggestion!(BlockedReason::ConfigMismatch, setup(), |w, cmd| {
         if cmd.contains("reconcile") {
-            w.p.with(|s| s.instances.values_mut().next().unwrap().plan = "vc2-1c-1gb".into());
+            let untag = InstanceChange { tags: Some(vec![]), ..Default::default() };
+            assert_eq!(w.console().instance_update(&w.vm_id(), &untag).await, Outcome::Accepted(()));
         }
     });
 }
@@ -463,15 +525,9 @@ async fn config_mismatch() {
 async fn known_resource_missing() {
     let setup = || async {
         let w = ready_world().await;
-        let gone = w.p.with(|s| {
-            let (id, vm) = s.instances.pop_first().unwrap();
-            for b in s.blocks.values_mut() {
-                b.attached_to_instance = None;
-            }
-            (id, vm)
-        });
-        w.p.with(|s| s.calls.push(format!("test removed {}", gone.0)));
-        *w.id.lock().unwrap() = Some(gone.0.clone());
+        *w.id.lock().unwrap() = Some(w.vm_id().0);
+        // Every read of the VM answers 404.
+        w.hide_vms();
         // The restored copy, or an operator, asks it to look again.
         operator::reconcile(
             &w.store,
@@ -487,31 +543,24 @@ async fn known_resource_missing() {
     every_suggestion!(BlockedReason::KnownResourceMissing, setup(), |w, cmd| {
         if cmd.contains("reconcile") {
             // The 404 was the provider's lag: the VM is there again.
-            let id = w.id.lock().unwrap().clone().unwrap();
-            w.p.with(|s| s.put_vm(&id, ""));
-            let c = w.client().await;
-            let label = w
-                .store
-                .receipts_for_client(&c.id)
-                .await
-                .unwrap()
-                .into_iter()
-                .find(|r| r.resource_kind == ResourceKind::Vm)
-                .unwrap()
-                .label;
-            w.p.with(|s| s.instances.get_mut(&id).unwrap().label = label.to_string());
+            w.cloud.unscript();
+        } else {
+            // The 404 was true: it was deleted (in the console).
+            w.cloud.delete_vm(&w.vm_id()).await;
+            w.cloud.unscript();
         }
     });
 }
 
-/// A VM the provider answered with an id for, removed before any GET
-/// showed it: `keep` puts it back (the 404 was lag), else it stays gone.
-fn lost_vm(w: &World) -> Instance {
-    w.p.with(|s| s.instances.pop_first().unwrap().1)
-}
-
-fn put_back(w: &World, vm: &Instance) {
-    w.p.with(|s| s.instances.insert(vm.id.0.clone(), vm.clone()));
+/// A VM the provider answered with an id for, shown by no read since
+/// (GET by id answers 404, no listing shows it): after the block, it shows
+/// (the 404 was lag), or it is gone for good (deleted before any read
+/// showed it).
+async fn lost_vm(w: &World, shows: bool) {
+    if !shows {
+        w.cloud.delete_vm(&w.vm_id()).await;
+    }
+    w.cloud.unscript();
 }
 
 /// The recorded VM never showed: `client delete` ends at another reason
@@ -522,21 +571,19 @@ async fn known_resource_missing_never_seen() {
     let setup = || async {
         let w = World::new().await;
         w.create().await;
-        w.step_until("the VM create", |w| w.vm().is_some()).await;
-        let vm = lost_vm(&w);
-        (w, vm)
+        w.step_until("the VM create", |w| !w.vms().is_empty()).await;
+        w.hide_vms();
+        w
     };
     let count = {
-        let (w, _) = setup().await;
+        let w = setup().await;
         w.blocked(BlockedReason::KnownResourceMissing).await.len()
     };
     assert_eq!(count, 3, "reconcile, client delete, abandon");
     for i in 0..count {
-        let (w, vm) = setup().await;
+        let w = setup().await;
         let cmd = w.blocked(BlockedReason::KnownResourceMissing).await[i].command.clone();
-        if cmd.contains("reconcile") {
-            put_back(&w, &vm);
-        }
+        lost_vm(&w, cmd.contains("reconcile")).await;
         w.run(&cmd).await;
         w.resolved(BlockedReason::KnownResourceMissing, &cmd).await;
     }
@@ -550,22 +597,20 @@ async fn uncertain_delete_never_seen() {
     let setup = || async {
         let w = World::new().await;
         w.create().await;
-        w.step_until("the VM create", |w| w.vm().is_some()).await;
-        let vm = lost_vm(&w);
+        w.step_until("the VM create", |w| !w.vms().is_empty()).await;
+        w.hide_vms();
         w.store.client_delete(NAME, now(), 3).await.unwrap();
-        (w, vm)
+        w
     };
     let count = {
-        let (w, _) = setup().await;
+        let w = setup().await;
         w.blocked(BlockedReason::UncertainDelete).await.len()
     };
     assert_eq!(count, 2, "reconcile, abandon");
     for i in 0..count {
-        let (w, vm) = setup().await;
+        let w = setup().await;
         let cmd = w.blocked(BlockedReason::UncertainDelete).await[i].command.clone();
-        if cmd.contains("reconcile") {
-            put_back(&w, &vm);
-        }
+        lost_vm(&w, cmd.contains("reconcile")).await;
         w.run(&cmd).await;
         w.resolved(BlockedReason::UncertainDelete, &cmd).await;
         assert_eq!(w.client().await.infra.status, ClientStatus::Deleted);
@@ -579,26 +624,18 @@ async fn uncertain_delete_never_seen() {
 async fn uncertain_delete_of_an_unknown_create() {
     let setup = || async {
         let w = World::new().await;
-        w.p.with(|s| s.unknown_unapplied_creates = 1);
+        // Answered 500, not applied.
+        w.cloud.refuse(&[Op::InstanceCreate], 500, "Internal server error.", Some(1));
         w.create().await;
-        w.step_until("the VM receipt", |w| w.p.with(|s| s.calls.iter().any(|c| c == "POST /instances"))).await;
+        w.step_until("the VM receipt", |w| w.cloud.count("POST /instances") > 0).await;
         w.store.client_delete(NAME, now(), 3).await.unwrap();
         w
     };
     every_suggestion!(BlockedReason::UncertainDelete, setup(), |w, cmd| {
         if cmd.contains("reconcile") {
             // It was created after all and shows up under its label.
-            let c = w.client().await;
-            let label = w
-                .store
-                .receipts_for_client(&c.id)
-                .await
-                .unwrap()
-                .into_iter()
-                .find(|r| r.resource_kind == ResourceKind::Vm)
-                .unwrap()
-                .label;
-            w.p.with(|s| s.put_vm("late", label.as_str()));
+            let label = w.vm_label().await;
+            w.cloud.put_vm(label.as_str()).await;
         }
     });
 }
@@ -609,18 +646,15 @@ async fn foreign_attachment() {
         let w = World::new().await;
         w.create().await;
         // Before the attach: the volume is attached to someone else's VM.
-        w.step_until("both resources recorded", |w| w.p.with(|s| s.instances.len() == 1 && s.blocks.len() == 1)).await;
-        w.p.with(|s| {
-            let mut other = s.instances.values().next().cloned().unwrap();
-            other.id = VultrInstanceId("someone-else".into());
-            other.label = "not-ours".into();
-            s.instances.insert("someone-else".into(), other);
-            s.blocks.values_mut().next().unwrap().attached_to_instance = Some(VultrInstanceId("someone-else".into()));
-        });
+        w.step_until("both resources recorded", |w| w.vms().len() == 1 && w.volumes().len() == 1).await;
+        let other = w.cloud.put_vm("not-ours").await;
+        assert_eq!(w.console().block_attach(&w.volume_id(), &other).await, Outcome::Accepted(()));
         w
     };
     every_suggestion!(BlockedReason::ForeignAttachment, setup(), |w, _cmd| {
-        w.p.with(|s| s.blocks.values_mut().next().unwrap().attached_to_instance = None);
+        // Detached in the console.
+        let detached = w.console().block_detach(&w.volume_id()).await.unwrap();
+        assert_eq!(detached, provider::DeleteOutcome::Sent);
     });
 }
 
@@ -628,13 +662,14 @@ async fn foreign_attachment() {
 async fn uncertain_delete() {
     let setup = || async {
         let w = ready_world().await;
-        w.p.with(|s| s.deletes_not_applied = true);
+        // Answered 204, never carried out.
+        w.cloud.script(&[Op::InstanceDelete, Op::BlockDelete], Scripted::AnswerWithoutApplying, None);
         w.store.client_delete(NAME, now(), 3).await.unwrap();
         w
     };
     every_suggestion!(BlockedReason::UncertainDelete, setup(), |w, _cmd| {
         // The provider gets round to it.
-        w.p.with(|s| s.deletes_not_applied = false);
+        w.cloud.unscript();
     });
 }
 
@@ -642,19 +677,13 @@ async fn uncertain_delete() {
 async fn credential_changed() {
     let setup = || async {
         let mut w = ready_world().await;
+        // Keep the old key's client for the "back to the old key" case.
         let old = w.p.clone();
-        let new = Arc::new(MemoryProvider::new(key("k2")));
-        old.with(|a| {
-            new.with(|b| {
-                b.instances = a.instances.clone();
-                b.blocks = a.blocks.clone();
-            })
-        });
+        // A new key on the same account: the same resources.
+        let new = w.cloud.client("k2");
         w.with_provider(new);
         w.store.client_delete(NAME, now(), 3).await.unwrap();
         *w.id.lock().unwrap() = None;
-        // Keep the old provider for the "back to the old key" case.
-        old.with(|s| s.calls.push("old key".into()));
         (w, old)
     };
     let count = {
@@ -680,45 +709,45 @@ async fn credential_changed() {
 async fn delete_refused() {
     let setup = || async {
         let w = ready_world().await;
-        w.p.with(|s| s.refuse_deletes = Some((500, "Unable to destroy server: Server is currently locked".into())));
+        let locked = "Unable to destroy server: Server is currently locked";
+        w.cloud.refuse(&[Op::InstanceDelete, Op::BlockDelete], 500, locked, None);
         w.store.client_delete(NAME, now(), 3).await.unwrap();
         w
     };
-    every_suggestion!(BlockedReason::DeleteRefused, setup(), |w, _cmd| w.p.with(|s| s.refuse_deletes = None));
+    every_suggestion!(BlockedReason::DeleteRefused, setup(), |w, _cmd| w.cloud.unscript());
 }
 
 #[tokio::test]
 async fn provider_unavailable() {
     let setup = || async {
         let w = World::new().await;
-        w.p.with(|s| {
-            s.fail_reads = Some(provider::ProviderError::Status { status: 401, message: "Invalid API token.".into() })
-        });
+        // The key revoked in the console: 401 "Invalid API token." to all.
+        w.cloud.revoke("k1");
         w.create().await;
         w
     };
-    every_suggestion!(BlockedReason::ProviderUnavailable, setup(), |w, _cmd| w.p.with(|s| s.fail_reads = None));
+    every_suggestion!(BlockedReason::ProviderUnavailable, setup(), |w, _cmd| w.cloud.accept("k1"));
 }
 
 #[tokio::test]
 async fn preflight_failed() {
     let setup = || async {
-        let w = World::new().await;
-        // The catalog lacks the spec's plan: nothing may be created.
-        w.p.with(|s| {
-            let mut c = oduflow_engine::memory::MemoryState::usual_catalog();
-            c.available_plans.clear();
-            s.catalog = Some(c);
-        });
+        // The spec's plan is sold out: nothing may be created.
+        let sold_out = Cloud::start_with(|c| SimConfig { sold_out: vec!["vc2-1c-1gb".into()], ..c }).await;
+        let w = World::on(sold_out).await;
         w.create().await;
         w.drain().await;
-        w.p.with(|s| assert!(s.instances.is_empty() && s.blocks.is_empty(), "created despite the preflight"));
+        assert!(w.vms().is_empty() && w.volumes().is_empty(), "created despite the preflight");
+        assert!(w.cloud.sends().is_empty(), "sent despite the preflight: {:?}", w.cloud.sends());
         w
     };
     every_suggestion!(BlockedReason::PreflightFailed, setup(), |w, cmd| {
         if cmd.contains("reconcile") {
-            // The plan is back in stock.
-            w.p.with(|s| s.catalog = None);
+            // The plan is back in stock. The simulator's stock is fixed when
+            // it starts: the account later is one started with the plan in
+            // stock (nothing of the client exists at the provider to carry
+            // over, and the key is the same).
+            w.with_cloud(Cloud::start().await);
         }
     });
 }
@@ -727,20 +756,17 @@ async fn preflight_failed() {
 async fn not_ready() {
     let setup = || async {
         let w = World::new().await;
-        w.p.with(|s| s.vms_stay_pending = true);
+        // An install that never ends.
+        w.cloud.sim.control().set_pending_ms(3_600_000);
         w.create().await;
         w
     };
     every_suggestion!(BlockedReason::NotReady, setup(), |w, cmd| {
         if cmd.contains("reconcile") {
-            w.p.with(|s| {
-                s.vms_stay_pending = false;
-                for i in s.instances.values_mut() {
-                    i.status = "active".into();
-                    i.server_status = "ok".into();
-                }
-            });
+            w.cloud.sim.control().set_pending_ms(0);
         }
+        // `client delete` as it is: Vultr refuses to destroy a server still
+        // pending, so that ends `delete_refused`, saying so.
     });
 }
 
