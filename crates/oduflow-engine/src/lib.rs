@@ -16,7 +16,6 @@ pub mod current;
 pub mod dns_inventory;
 mod executor;
 mod fleet_view;
-pub mod memory;
 pub mod operator;
 mod outage;
 mod receipt_writer;

@@ -42,6 +42,16 @@ pub fn check_group(name: &str) -> Result<(), String> {
     }
 }
 
+/// What a send slot is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotUse {
+    /// A request that changes something at Vultr: a create, attach, change,
+    /// detach or delete.
+    Change,
+    /// A read.
+    Read,
+}
+
 /// A rate budget shared by the processes of one group.
 pub trait RateBudget: Send + Sync + fmt::Debug {
     /// The group's name.
@@ -51,6 +61,14 @@ pub trait RateBudget: Send + Sync + fmt::Debug {
     /// reserved before it, or now if the group was idle, and never before a
     /// pause ends. Returns how long from now until the slot.
     fn reserve(&self, interval: Duration) -> BudgetFuture<'_, Duration>;
+
+    /// [`RateBudget::reserve`] for a request of this use, which is what the
+    /// client asks. Both budgets hand out one timeline whatever the use;
+    /// the test kit's budget (`oduflow_vultr::testing`) holds or refuses
+    /// one use here, where a request waits before the run's guard is asked.
+    fn reserve_for(&self, interval: Duration, _use: SlotUse) -> BudgetFuture<'_, Duration> {
+        self.reserve(interval)
+    }
 
     /// How much longer the group is paused (zero: it is not).
     fn paused_for(&self) -> BudgetFuture<'_, Duration>;

@@ -23,7 +23,7 @@
 //! create or read, is sent into a paused group.
 
 use oduflow_model::provider::Sending;
-use oduflow_model::rate::RateBudget;
+use oduflow_model::rate::{RateBudget, SlotUse};
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -253,7 +253,8 @@ pub async fn wait_for_slot(
         }
     };
     loop {
-        let wait = match ask(budget.reserve(interval)).await {
+        let slot_use = if line == Line::Change { SlotUse::Change } else { SlotUse::Read };
+        let wait = match ask(budget.reserve_for(interval, slot_use)).await {
             Ok(w) => w,
             Err(e) => {
                 failed(e)?;

@@ -8,15 +8,25 @@
 //! What the test itself does at the provider (a VM made outside the run
 //! under test, a delete in the console) goes through a client of its own,
 //! whose key [`Cloud::calls`] leaves out.
+//!
+//! A request stopped inside the client never reaches the simulator. The
+//! clients' rate budget ([`Slots`]) stands where such a request waits, before
+//! the run's guard is asked: a test holds the changes or the reads there, or
+//! refuses the next changes their slot (then they are not sent, as when a
+//! connection is never established).
 
+use crate::budget::SLOT_WAIT_MAX;
 use crate::{VultrClient, VultrConfig};
 use oduflow_model::provider::{BlockRequest, InstanceRequest, Outcome, Provider};
+use oduflow_model::rate::{BudgetFuture, LocalBudget, RateBudget, SlotUse};
 use oduflow_model::{ImageSource, ServerSpec};
 use oduflow_model::{Label, VolumeType, VultrBlockId, VultrInstanceId};
 use oduflow_sim::{LedgerResource, Op, ResourceKind, Scripted, Sim, SimConfig, SimHandle};
 use secrecy::SecretString;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Semaphore;
 
 /// The key of the test's own client.
 const CONSOLE_KEY: &str = "console-of-the-test";
@@ -26,6 +36,8 @@ pub struct Cloud {
     pub sim: SimHandle,
     keys: Mutex<Vec<String>>,
     console: VultrClient,
+    /// The rate budget of every client [`Cloud::client`] makes.
+    pub slots: Arc<Slots>,
 }
 
 impl Cloud {
@@ -39,14 +51,14 @@ impl Cloud {
     pub async fn start_with(f: impl FnOnce(SimConfig) -> SimConfig) -> Self {
         let cfg = f(SimConfig { rate_per_sec: 100_000, ..SimConfig::default() }.instant()).with_key(CONSOLE_KEY);
         let sim = Sim::start(cfg, "127.0.0.1:0".parse().expect("an address")).await.expect("the simulator starts");
-        let console = client_on(&sim.base_url, CONSOLE_KEY);
-        Self { sim, keys: Mutex::new(vec![CONSOLE_KEY.to_owned()]), console }
+        let console = client_on(&sim.base_url, CONSOLE_KEY, Arc::new(LocalBudget::new("console")));
+        Self { sim, keys: Mutex::new(vec![CONSOLE_KEY.to_owned()]), console, slots: Arc::default() }
     }
 
     /// A client with this API key, which the simulator accepts from now on.
     pub fn client(&self, key: &str) -> Arc<VultrClient> {
         self.accept(key);
-        Arc::new(client_on(&self.sim.base_url, key))
+        Arc::new(client_on(&self.sim.base_url, key, self.slots.clone()))
     }
 
     /// Accepts `key` (again).
@@ -165,14 +177,123 @@ impl Cloud {
     }
 }
 
-fn client_on(base_url: &str, key: &str) -> VultrClient {
-    VultrClient::new(VultrConfig {
-        base_url: base_url.to_owned(),
-        rate_per_sec: 100_000,
-        request_timeout_ms: 2_000,
-        backoff_base_ms: 5,
-        backoff_max_ms: 20,
-        ..VultrConfig::new(SecretString::from(key.to_owned()))
-    })
+fn client_on(base_url: &str, key: &str, budget: Arc<dyn RateBudget>) -> VultrClient {
+    VultrClient::with_budget(
+        VultrConfig {
+            base_url: base_url.to_owned(),
+            rate_per_sec: 100_000,
+            request_timeout_ms: 2_000,
+            backoff_base_ms: 5,
+            backoff_max_ms: 20,
+            ..VultrConfig::new(SecretString::from(key.to_owned()))
+        },
+        budget,
+    )
     .expect("a client on the simulator")
+}
+
+/// The test clients' rate budget: the usual slots, and a gate a test closes
+/// on one use of them, or a refusal of the next few.
+#[derive(Debug)]
+pub struct Slots {
+    slots: LocalBudget,
+    gate: Mutex<Gate>,
+}
+
+#[derive(Debug, Default)]
+struct Gate {
+    /// While set, every reservation of this use waits for a permit.
+    held: Option<(SlotUse, Arc<Semaphore>)>,
+    /// Reservations that came to the closed gate since it was closed.
+    waiting: u32,
+    /// The next this-many changes get a slot too far away to wait for.
+    refused_changes: u32,
+}
+
+impl Default for Slots {
+    fn default() -> Self {
+        Self { slots: LocalBudget::new("test"), gate: Mutex::default() }
+    }
+}
+
+impl Slots {
+    fn gate(&self) -> std::sync::MutexGuard<'_, Gate> {
+        self.gate.lock().expect("the slot gate")
+    }
+
+    /// Closes the gate on `use_`: such requests wait at their slot until
+    /// [`Slots::open`].
+    pub fn hold(&self, use_: SlotUse) {
+        let mut g = self.gate();
+        g.held = Some((use_, Arc::new(Semaphore::new(0))));
+        g.waiting = 0;
+    }
+
+    /// Opens the gate for the requests waiting at it and every later one.
+    pub fn open(&self) {
+        if let Some((_, gate)) = self.gate().held.take() {
+            gate.add_permits(Semaphore::MAX_PERMITS / 2);
+        }
+    }
+
+    /// How many requests came to the closed gate.
+    pub fn waiting(&self) -> u32 {
+        self.gate().waiting
+    }
+
+    /// Until `n` requests wait at the gate (at most 10 s).
+    pub async fn until_waiting(&self, n: u32) {
+        let t = std::time::Instant::now();
+        while self.waiting() < n {
+            assert!(t.elapsed() < Duration::from_secs(10), "only {} requests reached their slot", self.waiting());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// The next `n` changes get no slot they could wait for: they are not
+    /// sent.
+    pub fn refuse_changes(&self, n: u32) {
+        self.gate().refused_changes = n;
+    }
+}
+
+impl RateBudget for Slots {
+    fn group(&self) -> &str {
+        self.slots.group()
+    }
+
+    fn reserve(&self, interval: Duration) -> BudgetFuture<'_, Duration> {
+        self.slots.reserve(interval)
+    }
+
+    fn reserve_for(&self, interval: Duration, use_: SlotUse) -> BudgetFuture<'_, Duration> {
+        let (gate, refused) = {
+            let mut g = self.gate();
+            let gate = match &g.held {
+                Some((held, gate)) if *held == use_ => Some(gate.clone()),
+                _ => None,
+            };
+            g.waiting += u32::from(gate.is_some());
+            let refused = use_ == SlotUse::Change && g.refused_changes > 0;
+            g.refused_changes -= u32::from(refused);
+            (gate, refused)
+        };
+        Box::pin(async move {
+            if refused {
+                return Ok(SLOT_WAIT_MAX + Duration::from_secs(1));
+            }
+            if let Some(gate) = gate {
+                gate.acquire().await.map_err(|e| e.to_string())?.forget();
+            }
+            self.slots.reserve(interval).await
+        })
+    }
+
+    fn paused_for(&self) -> BudgetFuture<'_, Duration> {
+        self.slots.paused_for()
+    }
+
+    fn pause(&self, d: Duration) -> BudgetFuture<'_, ()> {
+        self.slots.pause(d)
+    }
 }

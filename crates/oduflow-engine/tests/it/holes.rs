@@ -33,14 +33,6 @@ oduflow_store::on_both_stores!(
     a_restored_deleted_client_is_not_deleted_while_a_vm_labelled_for_it_lives,
 );
 
-async fn ready(store: &Store, w: &Worker<VultrClient>, name: &str) -> ClientRow {
-    create(store, name).await;
-    drain(w, 50).await;
-    let c = status(store, name).await;
-    assert_eq!(c.infra.status, ClientStatus::Ready, "{c:?}");
-    c
-}
-
 /// An identity adapter whose check can be told to fail.
 #[derive(Default)]
 struct TestAdapter {

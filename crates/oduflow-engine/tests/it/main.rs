@@ -108,6 +108,15 @@ async fn drain(w: &Worker<VultrClient>, n: usize) -> Vec<RunOutcome> {
     out
 }
 
+/// Creates the client and runs it to ready.
+async fn ready(store: &Store, w: &Worker<VultrClient>, name: &str) -> ClientRow {
+    create(store, name).await;
+    drain(w, 50).await;
+    let c = status(store, name).await;
+    assert_eq!(c.infra.status, ClientStatus::Ready, "{c:?}");
+    c
+}
+
 async fn status(store: &Store, name: &str) -> ClientRow {
     store.client_get(name).await.unwrap().unwrap()
 }

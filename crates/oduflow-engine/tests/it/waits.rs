@@ -1,13 +1,13 @@
 //! Requests stopped inside the client before they leave: a run whose request
 //! waits before its guard (for its slot in the rate budget, or a read's
 //! retry) while the run loses its claim or its client changes, and creates
-//! whose connection is never established (`NotSent`). These still run on
-//! the in-memory provider, whose gates hold or refuse a request at that
-//! point; the simulator sees only requests that left.
+//! that are never sent (`NotSent`). The simulator sees only requests that
+//! left, so these hold or refuse them at the clients' rate budget
+//! (`Cloud::slots`), where such a request waits before its guard is asked.
 
 use super::*;
-use oduflow_engine::memory::MemoryProvider;
 use oduflow_engine::operator;
+use oduflow_model::rate::SlotUse;
 
 oduflow_store::on_both_stores!(
     migrated crate::store_of =>
@@ -20,29 +20,6 @@ oduflow_store::on_both_stores!(
     a_create_first_sent_after_a_key_rotation_records_the_key_it_went_with,
 );
 
-fn worker(store: &Store, provider: Arc<MemoryProvider>) -> Worker<MemoryProvider> {
-    Worker::new(store.clone(), provider, test_config(|_| {}), Arc::new(SystemClock))
-}
-
-async fn drain(w: &Worker<MemoryProvider>, n: usize) -> Vec<RunOutcome> {
-    let mut out = vec![];
-    for _ in 0..n {
-        match w.run_next().await.unwrap() {
-            RunOutcome::Idle => break,
-            o => out.push(o),
-        }
-    }
-    out
-}
-
-async fn ready(store: &Store, w: &Worker<MemoryProvider>, name: &str) -> ClientRow {
-    create(store, name).await;
-    drain(w, 50).await;
-    let c = status(store, name).await;
-    assert_eq!(c.infra.status, ClientStatus::Ready, "{c:?}");
-    c
-}
-
 /// A run's read waits (the rate limiter, a retry's backoff, a paused
 /// process) and meanwhile loses its claim: PostgreSQL terminates its claim
 /// connection, or on SQLite the record moves on (`client create` flips it
@@ -51,22 +28,16 @@ async fn ready(store: &Store, w: &Worker<MemoryProvider>, name: &str) -> ClientR
 /// deleted by then (campaign seed 156635722: a GET and a DELETE reached the
 /// provider after `deleted`). Each request is checked as it leaves.
 async fn a_run_that_loses_its_claim_while_a_read_waits_sends_nothing_more(store: Store) -> Result<()> {
-    let p = Arc::new(MemoryProvider::new(key("k1")));
-    let w = worker(&store, p.clone());
+    let cloud = Cloud::start().await;
+    let w = worker(&store, cloud.client("k1"));
     ready(&store, &w, "acme").await;
     store.client_delete("acme", now(), 3).await?;
-    let hold = Arc::new(tokio::sync::Notify::new());
-    p.with(|s| s.hold_next_get = Some(hold.clone()));
-    let gets = |p: &MemoryProvider| p.with(|s| s.calls.iter().filter(|c| c.starts_with("GET /instances/")).count());
-    let before = gets(&p);
+    let before = cloud.calls().len();
+    cloud.slots.hold(SlotUse::Read);
     let w2 = w.clone();
     let run = tokio::spawn(async move { w2.run_next().await });
-    // Until the run's GET is waiting (it took the hold).
-    let t = std::time::Instant::now();
-    while p.with(|s| s.hold_next_get.is_some()) {
-        assert!(t.elapsed() < std::time::Duration::from_secs(10), "the run never read its VM");
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    // Until the run's first read waits for its slot.
+    cloud.slots.until_waiting(1).await;
     match store.backend() {
         Backend::Postgres => {
             let pids =
@@ -77,45 +48,15 @@ async fn a_run_that_loses_its_claim_while_a_read_waits_sends_nothing_more(store:
         }
         Backend::Sqlite => drop(store.client_create(&ClientName::parse("acme")?, &spec(), now(), 3).await?),
     }
-    hold.notify_one();
+    cloud.slots.open();
     let out = run.await?;
-    assert_eq!(gets(&p), before, "a read left after the run lost its claim ({out:?})");
-    p.with(|s| assert_eq!(s.calls.iter().filter(|c| c.starts_with("DELETE")).count(), 0, "{:?}", s.calls));
+    assert_eq!(cloud.calls().len(), before, "a request left after the run lost its claim ({out:?})");
     // Whoever holds the client next finishes the work.
     drain(&w, 50).await;
     let c = status(&store, "acme").await;
     let want = if store.backend() == Backend::Postgres { ClientStatus::Deleted } else { ClientStatus::Ready };
     assert_eq!(c.infra.status, want, "{c:?}");
     Ok(())
-}
-
-/// Closes the slot gate: every create, attach and change waits at it.
-fn close_slots(p: &MemoryProvider) -> Arc<tokio::sync::Semaphore> {
-    let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    p.with(|s| {
-        s.slot_gate = Some(gate.clone());
-        s.slot_waiting = 0;
-    });
-    gate
-}
-
-/// Opens the gate for the sends waiting at it and every later one.
-fn open_slots(p: &MemoryProvider, gate: &tokio::sync::Semaphore) {
-    p.with(|s| s.slot_gate = None);
-    gate.add_permits(1000);
-}
-
-/// Until `n` sends wait at the gate (at most 10 s).
-async fn until_waiting(p: &MemoryProvider, n: u32) {
-    let t = std::time::Instant::now();
-    while p.with(|s| s.slot_waiting) < n {
-        assert!(
-            t.elapsed() < std::time::Duration::from_secs(10),
-            "only {} sends reached their slot",
-            p.with(|s| s.slot_waiting)
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
 }
 
 /// Takes every claim away as a PostgreSQL failover or a lost SQLite lease
@@ -145,32 +86,33 @@ async fn lose_every_claim(store: &Store, claims: usize) -> Result<()> {
 /// stopped create was recorded as sent, and the client blocked
 /// `uncertain_delete` over a VM that was never asked for.
 async fn a_delete_landing_while_a_create_waits_for_its_slot_records_it_not_sent(store: Store) -> Result<()> {
-    let p = Arc::new(MemoryProvider::new(key("k1")));
-    let w = worker(&store, p.clone());
+    let cloud = Cloud::start().await;
+    let w = worker(&store, cloud.client("k1"));
     let c = create(&store, "acme").await;
-    let gate = close_slots(&p);
+    cloud.slots.hold(SlotUse::Change);
     let w2 = w.clone();
     let run = tokio::spawn(async move { w2.run_next().await });
-    until_waiting(&p, 1).await;
+    cloud.slots.until_waiting(1).await;
     let s2 = store.clone();
     let delete = tokio::spawn(async move { s2.client_delete("acme", now(), 3).await });
     // Aim, not a condition: give the deletion time to commit (SQLite) or to
     // queue behind the run's row lock (PostgreSQL) before the send goes on.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    open_slots(&p, &gate);
+    cloud.slots.open();
     let _ = run.await?;
     delete.await??;
     drain(&w, 50).await;
     let after = status(&store, "acme").await;
     assert_eq!(after.infra.status, ClientStatus::Deleted, "{after:?}");
-    p.with(|s| assert!(s.instances.is_empty() && s.blocks.is_empty(), "live after deletion: {:?}", s.instances));
+    let live = cloud.live(SimKind::Instance);
+    assert!(live.is_empty() && cloud.live(SimKind::Block).is_empty(), "live after deletion: {live:?}");
     if store.backend() == Backend::Sqlite {
         let vm = store.receipts_for_client(&c.id).await?.into_iter().find(|r| r.resource_kind == ResourceKind::Vm);
         let vm = vm.expect("the create's receipt");
         let Effect::NotSent { reason: why, .. } = vm.effect() else { panic!("recorded as not sent: {vm:?}") };
         assert!(vm.sent_at().is_none(), "recorded as not sent: {vm:?}");
         assert!(why.starts_with("stopped before it left"), "{why}");
-        p.with(|s| assert!(!s.calls.iter().any(|c| c == "POST /instances"), "{:?}", s.calls));
+        assert_eq!(cloud.count("POST /instances"), 0, "{:?}", cloud.calls());
         let events = store.events_for_client(&c.id).await?;
         let about = |e: &&EventRow| e.detail["operation_key"].as_str() == Some(vm.operation_key.as_str());
         assert!(!events.iter().filter(about).any(|e| e.kind == "request_sent"), "audited as sent: {events:?}");
@@ -182,13 +124,13 @@ async fn a_delete_landing_while_a_create_waits_for_its_slot_records_it_not_sent(
 /// and none of the creates leaves. They are sent later on the same receipts:
 /// no client blocks (it cost a ticket per in-flight create).
 async fn a_connection_reset_while_creates_wait_for_their_slot_costs_no_block(store: Store) -> Result<()> {
-    let p = Arc::new(MemoryProvider::new(key("k1")));
-    let w = worker(&store, p.clone());
+    let cloud = Cloud::start().await;
+    let w = worker(&store, cloud.client("k1"));
     let names = ["acme", "beta", "gamma"];
     for n in names {
         create(&store, n).await;
     }
-    let gate = close_slots(&p);
+    cloud.slots.hold(SlotUse::Change);
     let runs: Vec<_> = names
         .iter()
         .map(|_| {
@@ -196,13 +138,13 @@ async fn a_connection_reset_while_creates_wait_for_their_slot_costs_no_block(sto
             tokio::spawn(async move { w2.run_next().await })
         })
         .collect();
-    until_waiting(&p, names.len() as u32).await;
+    cloud.slots.until_waiting(names.len() as u32).await;
     lose_every_claim(&store, names.len()).await?;
-    open_slots(&p, &gate);
+    cloud.slots.open();
     for r in runs {
         let _ = r.await?;
     }
-    p.with(|s| assert!(!s.calls.iter().any(|c| c == "POST /instances"), "a stopped create left: {:?}", s.calls));
+    assert_eq!(cloud.count("POST /instances"), 0, "a stopped create left: {:?}", cloud.calls());
     drain(&w, 100).await;
     for n in names {
         let c = status(&store, n).await;
@@ -212,10 +154,8 @@ async fn a_connection_reset_while_creates_wait_for_their_slot_costs_no_block(sto
         assert_eq!(vms.len(), 1, "sent again on the same receipt: {vms:?}");
         assert!(vms[0].not_sent_count() >= 1, "{:?}", vms[0]);
     }
-    p.with(|s| {
-        assert_eq!(s.calls.iter().filter(|c| *c == "POST /instances").count(), names.len(), "{:?}", s.calls);
-        assert!(s.creates_per_label.values().all(|n| *n == 1), "{:?}", s.creates_per_label);
-    });
+    assert_eq!(cloud.count("POST /instances"), names.len(), "{:?}", cloud.calls());
+    assert!(cloud.creates_per_label().values().all(|n| *n == 1), "{:?}", cloud.creates_per_label());
     Ok(())
 }
 
@@ -224,25 +164,24 @@ async fn a_connection_reset_while_creates_wait_for_their_slot_costs_no_block(sto
 /// and confirmed; it was recorded as sent, and reads waited for a change
 /// nobody had asked for.
 async fn a_claim_lost_while_a_change_waits_for_its_slot_sends_it_later(store: Store) -> Result<()> {
-    let p = Arc::new(MemoryProvider::new(key("k1")));
-    let w = worker(&store, p.clone());
+    let cloud = Cloud::start().await;
+    let w = worker(&store, cloud.client("k1"));
     let c = ready(&store, &w, "acme").await;
     let u = oduflow_model::update::SpecUpdate { plan: Some("vc2-2c-4gb".into()), ..Default::default() };
     store.client_update("acme", &u, now(), 3).await?;
-    let gate = close_slots(&p);
+    cloud.slots.hold(SlotUse::Change);
     let w2 = w.clone();
     let run = tokio::spawn(async move { w2.run_next().await });
-    until_waiting(&p, 1).await;
+    cloud.slots.until_waiting(1).await;
     lose_every_claim(&store, 1).await?;
-    open_slots(&p, &gate);
+    cloud.slots.open();
     let _ = run.await?;
-    let patches = |p: &MemoryProvider| p.with(|s| s.calls.iter().filter(|c| *c == "PATCH /instances/{id}").count());
-    assert_eq!(patches(&p), 0, "the stopped PATCH left");
+    assert_eq!(cloud.count("PATCH /instances/{id}"), 0, "the stopped PATCH left");
     drain(&w, 50).await;
     let after = status(&store, "acme").await;
     assert_eq!(after.infra.status, ClientStatus::Ready, "{after:?}");
-    p.with(|s| assert_eq!(s.instances.values().next().map(|i| i.plan.as_str()), Some("vc2-2c-4gb")));
-    assert_eq!(patches(&p), 1);
+    assert_eq!(cloud.instances().await.first().map(|i| i.plan.clone()), Some("vc2-2c-4gb".into()));
+    assert_eq!(cloud.count("PATCH /instances/{id}"), 1);
     let changes = store.changes_for_client(&c.id).await?;
     assert_eq!(changes.len(), 1, "sent again on the same change receipt: {changes:?}");
     assert!(changes[0].confirmed_at().is_some() && changes[0].not_sent_count() >= 1, "{changes:?}");
@@ -250,9 +189,9 @@ async fn a_claim_lost_while_a_change_waits_for_its_slot_sends_it_later(store: St
 }
 
 async fn a_create_that_never_connected_is_sent_again_on_its_receipt(store: Store) -> Result<()> {
-    let p = Arc::new(MemoryProvider::new(key("k1")));
-    p.with(|s| s.unreachable_creates = 2);
-    let w = worker(&store, p.clone());
+    let cloud = Cloud::start().await;
+    cloud.slots.refuse_changes(2);
+    let w = worker(&store, cloud.client("k1"));
     let c = create(&store, "acme").await;
     drain(&w, 50).await;
     assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Ready);
@@ -261,13 +200,12 @@ async fn a_create_that_never_connected_is_sent_again_on_its_receipt(store: Store
     assert_eq!(vm.dispatch_generation, 1, "sent again on the same receipt");
     assert!(vm.not_sent_count() >= 1 && vm.not_sent_at().is_none(), "{vm:?}");
     assert_eq!(receipts.iter().filter(|r| r.resource_kind == ResourceKind::Vm).count(), 1);
-    p.with(|s| {
-        assert_eq!(s.calls.iter().filter(|c| *c == "POST /instances").count(), 3);
-        assert!(s.creates_per_label.values().all(|n| *n == 1));
-        assert_eq!(s.instances.len(), 1);
-    });
-    // Connections that never succeed end blocked, not in a loop.
-    p.with(|s| s.unreachable_creates = 1000);
+    assert_eq!(vm.not_sent_count(), 2, "{vm:?}");
+    assert_eq!(cloud.count("POST /instances"), 1, "{:?}", cloud.calls());
+    assert!(cloud.creates_per_label().values().all(|n| *n == 1));
+    assert_eq!(cloud.live(SimKind::Instance).len(), 1);
+    // Creates that are never sent end blocked, not in a loop.
+    cloud.slots.refuse_changes(1000);
     create(&store, "beta").await;
     drain(&w, 100).await;
     let b = status(&store, "beta").await;
@@ -281,29 +219,23 @@ async fn a_create_that_never_connected_is_sent_again_on_its_receipt(store: Store
 /// longer proves anything: the inventory pass makes it an unknown outcome,
 /// and the run adopts the VM by its label instead of creating a second one.
 async fn a_restored_not_sent_receipt_is_never_sent_again_blindly(store: Store) -> Result<()> {
-    let p = Arc::new(MemoryProvider::new(key("k1")));
+    let cloud = Cloud::start().await;
+    let p = cloud.client("k1");
     let w = worker(&store, p.clone());
     let c = create(&store, "acme").await;
-    p.with(|s| s.unreachable_creates = 1);
+    cloud.slots.refuse_changes(1);
     w.run_next().await?;
     let r = store.receipts_for_client(&c.id).await?.into_iter().find(|r| r.resource_kind == ResourceKind::Vm).unwrap();
     assert!(matches!(r.effect(), Effect::NotSent { .. }), "{r:?}");
     // The timeline the restore threw away: the resend made the VM.
-    p.with(|s| s.put_vm("made-after-the-backup", r.label.as_str()));
+    let made = cloud.put_vm(r.label.as_str()).await;
     store.restore_declare("test: restored from a backup", now()).await?;
     operator::inventory(&store, p.as_ref(), now()).await?;
     drain(&w, 50).await;
     let after = status(&store, "acme").await;
     assert_eq!(after.infra.status, ClientStatus::Ready, "{after:?}");
-    assert_eq!(after.infra.vm_id.as_ref().map(|v| v.as_str()), Some("made-after-the-backup"));
-    p.with(|s| {
-        assert_eq!(
-            s.creates_per_label.get(r.label.as_str()),
-            None,
-            "the create was sent again: {:?}",
-            s.creates_per_label
-        )
-    });
+    assert_eq!(after.infra.vm_id, Some(made));
+    assert_eq!(cloud.count("POST /instances"), 0, "the create was sent again: {:?}", cloud.calls());
     Ok(())
 }
 
@@ -313,15 +245,15 @@ async fn a_restored_not_sent_receipt_is_never_sent_again_blindly(store: Store) -
 /// its request went with (campaign invariant 6: a resource is created with
 /// its receipt's key).
 async fn a_create_first_sent_after_a_key_rotation_records_the_key_it_went_with(store: Store) -> Result<()> {
-    let p1 = Arc::new(MemoryProvider::new(key("old")));
-    let w1 = worker(&store, p1.clone());
+    let cloud = Cloud::start().await;
+    let w1 = worker(&store, cloud.client("old"));
     let c = create(&store, "acme").await;
-    p1.with(|s| s.unreachable_creates = 1);
+    cloud.slots.refuse_changes(1);
     w1.run_next().await?;
     let vm = |r: &Vec<ReceiptRow>| r.iter().find(|r| r.resource_kind == ResourceKind::Vm).cloned().unwrap();
     let claimed = vm(&store.receipts_for_client(&c.id).await?);
     assert!(matches!(claimed.effect(), Effect::NotSent { .. }) && claimed.key_fingerprint == key("old"), "{claimed:?}");
-    let p2 = Arc::new(MemoryProvider::new(key("new")));
+    let p2 = cloud.client("new");
     operator::credentials_rotate(&store, p2.as_ref(), actor("ops")).await?.unwrap();
     drain(&worker(&store, p2.clone()), 50).await;
     assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Ready);

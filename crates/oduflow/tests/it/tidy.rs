@@ -165,7 +165,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[];
 
 /// Engine files longer than [`ENGINE_FILE_LINES_MAX`], with the most lines
 /// each may have. They may only shrink.
-const LONG_ENGINE_FILES: &[(&str, usize)] = &[("crates/oduflow-engine/src/memory.rs", 503)];
+const LONG_ENGINE_FILES: &[(&str, usize)] = &[];
 
 /// (name, lines) of every `fn` with a body: from its signature to the
 /// closing brace at the signature's indentation.
