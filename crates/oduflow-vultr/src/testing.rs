@@ -15,7 +15,7 @@
 //! refuses the next changes their slot (then they are not sent, as when a
 //! connection is never established).
 
-use crate::budget::SLOT_WAIT_MAX;
+use crate::budget::{BUDGET_ASK_TIMEOUT, SLOT_WAIT_MAX};
 use crate::{VultrClient, VultrConfig};
 use oduflow_model::provider::{BlockRequest, InstanceRequest, Outcome, Provider};
 use oduflow_model::rate::{BudgetFuture, LocalBudget, RateBudget, SlotUse};
@@ -241,11 +241,14 @@ impl Slots {
         self.gate().waiting
     }
 
-    /// Until `n` requests wait at the gate (at most 10 s).
+    /// Until `n` requests wait at the gate. At most until the client gives up
+    /// asking the budget once and asks again ([`BUDGET_ASK_TIMEOUT`]): that
+    /// second ask would be counted as another request.
     pub async fn until_waiting(&self, n: u32) {
         let t = std::time::Instant::now();
         while self.waiting() < n {
-            assert!(t.elapsed() < Duration::from_secs(10), "only {} requests reached their slot", self.waiting());
+            let bound = BUDGET_ASK_TIMEOUT - Duration::from_secs(1);
+            assert!(t.elapsed() < bound, "only {} requests reached their slot", self.waiting());
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
