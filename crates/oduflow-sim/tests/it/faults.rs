@@ -1,7 +1,7 @@
 //! Each fault, run-time control, and determinism from the seed.
 
 use crate::*;
-use oduflow_sim::{FaultKind, Faults, Op};
+use oduflow_sim::{FaultKind, Faults, Op, Scripted};
 use std::time::Instant;
 
 fn only(op: Op, f: Faults) -> Faults {
@@ -290,4 +290,84 @@ async fn redirect_faults_are_set_through_the_admin_endpoint_and_validated() {
         (&defaults["redirect"], &defaults["lost_redirect"], &defaults["redirect_status"]),
         (&json!(0.0), &json!(0.0), &json!(null))
     );
+}
+
+#[tokio::test]
+async fn a_scripted_refusal_answers_vultrs_words_without_applying_then_ends() {
+    let sim = start(SimConfig::default().instant()).await;
+    let refuse = Scripted::Refuse { status: 400, message: "Invalid plan chosen.".into() };
+    sim.control().script(&[Op::InstanceCreate], refuse, Some(1));
+    let api = Api::new(&sim);
+    let (status, v) = body(post_create(&api).await.unwrap()).await;
+    assert_eq!((status, v["error"].as_str()), (400, Some("Invalid plan chosen.")));
+    assert!(!sim.ledger().creates_per_label.contains_key("lost-1"), "a refused create was applied");
+    // Used up: the next create is served as usual.
+    assert_eq!(body(post_create(&api).await.unwrap()).await.0, 202);
+    assert_eq!(sim.ledger().creates_per_label["lost-1"], 1);
+}
+
+#[tokio::test]
+async fn a_scripted_lost_answer_applies_then_closes_the_connection() {
+    let sim = start(SimConfig::default().instant()).await;
+    sim.control().script(&[Op::InstanceCreate], Scripted::LoseAnswer, Some(1));
+    let api = Api::new(&sim);
+    let err = post_create(&api).await.expect_err("the client must see a transport error");
+    assert!(!err.is_status() && !err.is_timeout(), "{err:?}");
+    assert_eq!(sim.ledger().creates_per_label["lost-1"], 1, "applied before the drop");
+}
+
+#[tokio::test]
+async fn a_delete_answered_without_applying_leaves_the_resource_until_unscripted() {
+    let sim = start(SimConfig::default().instant()).await;
+    let api = Api::new(&sim);
+    let (_, v) = body(post_create(&api).await.unwrap()).await;
+    let id = v["instance"]["id"].as_str().unwrap().to_owned();
+    sim.control().script(&[Op::InstanceDelete], Scripted::AnswerWithoutApplying, None);
+    let delete = || api.http.delete(api.url(&format!("/instances/{id}"))).bearer_auth(KEY).send();
+    for _ in 0..2 {
+        assert_eq!(delete().await.unwrap().status(), 204);
+        assert!(sim.ledger().resources[0].deleted_at.is_none(), "a scripted 204 deleted");
+    }
+    sim.control().unscript();
+    assert_eq!(delete().await.unwrap().status(), 204);
+    assert!(sim.ledger().resources[0].deleted_at.is_some());
+}
+
+#[tokio::test]
+async fn a_scripted_hold_applies_then_answers_only_when_let_go() {
+    let sim = start(SimConfig::default().instant()).await;
+    let hold = std::sync::Arc::new(tokio::sync::Notify::new());
+    sim.control().script(&[Op::InstanceCreate], Scripted::HoldAfter(hold.clone()), Some(1));
+    let api = Api::new(&sim);
+    let answer = tokio::spawn({
+        let (http, url) = (api.http.clone(), api.url("/instances"));
+        async move {
+            let r = http.post(url).bearer_auth(KEY).header("content-type", "application/json").body(CREATE);
+            r.send().await.map(|r| r.status().as_u16())
+        }
+    });
+    let t = Instant::now();
+    while !sim.ledger().creates_per_label.contains_key("lost-1") {
+        assert!(t.elapsed() < Duration::from_secs(5), "never applied");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!answer.is_finished(), "answered before it was let go");
+    hold.notify_one();
+    assert_eq!(answer.await.unwrap().unwrap(), 202);
+}
+
+#[tokio::test]
+async fn keys_and_install_time_change_while_it_runs() {
+    let sim = start(SimConfig::default().instant()).await;
+    let api = Api::new(&sim);
+    sim.control().set_pending_ms(3_600_000);
+    let (_, v) = body(post_create(&api).await.unwrap()).await;
+    let id = v["instance"]["id"].as_str().unwrap().to_owned();
+    let get = || api.http.get(api.url(&format!("/instances/{id}"))).bearer_auth(KEY).send();
+    assert_eq!(body(get().await.unwrap()).await.1["instance"]["status"], "pending");
+    sim.control().set_pending_ms(0);
+    assert_eq!(body(get().await.unwrap()).await.1["instance"]["status"], "active");
+    sim.control().set_api_keys(&[secrecy::SecretString::from("another-key".to_owned())]);
+    assert_eq!(get().await.unwrap().status(), 401, "a key no longer accepted");
 }
