@@ -5,7 +5,13 @@
 use crate::bench::{Fleet, Section, converge_with};
 use anyhow::Result;
 
-pub(crate) async fn bulk(sizes: &[(usize, u32)], views: &[bool], in_flight: usize, out: &mut Section) -> Result<()> {
+pub(crate) async fn bulk(
+    sizes: &[(usize, u32)],
+    views: &[bool],
+    in_flight: usize,
+    pace: u64,
+    out: &mut Section,
+) -> Result<()> {
     let which = match views {
         [false] => {
             "once, with the bulk view off (`ODUFLOW_BULK_VIEW=false`: a GET by id per resource per poll, \
@@ -20,7 +26,7 @@ pub(crate) async fn bulk(sizes: &[(usize, u32)], views: &[bool], in_flight: usiz
     out.line(&format!(
         "One `oduflow worker` process ({in_flight} jobs in flight) on PostgreSQL provisions, then deletes, each fleet \
          {which}. Same simulator lifecycle as section 1 (2 s pending, 2 s installing, 1 s block pending, 0.5 s \
-         post-create 404 window and listing lag, 0.5 s attach lock, poll interval 2 s); listings in pages of 500; the \
+         post-create 404 window and listing lag, 0.5 s attach lock, poll interval 2 s; a quarter of each in the smoke run); listings in pages of 500; the \
          simulator's 429 threshold is the rate × 30/25 (Vultr's 30 at the default 25). The rate-limit bound is all \
          calls / the rate. Peak RSS is the largest VmHWM of the worker processes.\n"
     ));
@@ -29,7 +35,7 @@ pub(crate) async fn bulk(sizes: &[(usize, u32)], views: &[bool], in_flight: usiz
     let mut routes = vec![];
     for &(n, rate) in sizes {
         for &bulk in views {
-            let r = converge_with(Fleet { n, processes: 1, in_flight, rate, bulk }).await?;
+            let r = converge_with(Fleet { n, processes: 1, in_flight, rate, bulk, pace }).await?;
             let per_prov = r.calls_provision as f64 / n as f64;
             let per_del = (r.calls_total - r.calls_provision) as f64 / n as f64;
             let bound_s = r.calls_total as f64 / f64::from(rate);
