@@ -165,6 +165,58 @@ impl Ownership for MemoryOwnership {
     }
 }
 
+/// An identity adapter held in memory, named `vpn`: for tests, as
+/// [`MemoryOwnership`] is. It can be told to fail its ensure or its check,
+/// and counts its removals.
+#[derive(Default)]
+pub struct MemoryAdapter {
+    pub present: std::sync::Mutex<bool>,
+    pub fail_ensure: std::sync::atomic::AtomicBool,
+    pub fail_check: std::sync::atomic::AtomicBool,
+    pub removes: std::sync::atomic::AtomicUsize,
+}
+
+impl MemoryAdapter {
+    fn failing(flag: &std::sync::atomic::AtomicBool) -> bool {
+        flag.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn set_present(&self, present: bool) {
+        *self.present.lock().expect("not poisoned") = present;
+    }
+}
+
+impl IdentityAdapter for MemoryAdapter {
+    fn name(&self) -> &str {
+        "vpn"
+    }
+    fn ensure<'a>(&'a self, _t: &'a IdentityTarget, _own: &'a dyn Ownership) -> Step<'a, String> {
+        Box::pin(async move {
+            if Self::failing(&self.fail_ensure) {
+                return Err("peer API answered 503".into());
+            }
+            self.set_present(true);
+            Ok("peer added".into())
+        })
+    }
+    fn check<'a>(&'a self, _t: &'a IdentityTarget, _own: &'a dyn Ownership) -> Step<'a, Presence> {
+        Box::pin(async move {
+            if Self::failing(&self.fail_check) {
+                return Err("check failed".into());
+            }
+            let present = *self.present.lock().expect("not poisoned");
+            Ok(if present { Presence::Present("peer".into()) } else { Presence::Absent })
+        })
+    }
+    fn remove<'a>(&'a self, _t: &'a IdentityTarget, _own: &'a dyn Ownership) -> Step<'a, String> {
+        Box::pin(async move {
+            self.removes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.set_present(false);
+            Ok("peer removed".into())
+        })
+    }
+}
+
 /// The answer of an adapter step.
 pub type Step<'a, T> = BoxFuture<'a, Result<T, AdapterError>>;
 

@@ -33,57 +33,6 @@ oduflow_store::on_both_stores!(
     a_restored_deleted_client_is_not_deleted_while_a_vm_labelled_for_it_lives,
 );
 
-/// An identity adapter whose check can be told to fail.
-#[derive(Default)]
-struct TestAdapter {
-    present: std::sync::Mutex<bool>,
-    fail_check: std::sync::atomic::AtomicBool,
-    removes: std::sync::atomic::AtomicUsize,
-}
-
-impl oduflow_model::identity::IdentityAdapter for TestAdapter {
-    fn name(&self) -> &str {
-        "vpn"
-    }
-    fn ensure<'a>(
-        &'a self,
-        _t: &'a identity::IdentityTarget,
-        _own: &'a dyn identity::Ownership,
-    ) -> identity::Step<'a, String> {
-        Box::pin(async move {
-            *self.present.lock().unwrap() = true;
-            Ok("peer added".into())
-        })
-    }
-    fn check<'a>(
-        &'a self,
-        _t: &'a identity::IdentityTarget,
-        _own: &'a dyn identity::Ownership,
-    ) -> identity::Step<'a, identity::Presence> {
-        Box::pin(async move {
-            if self.fail_check.load(std::sync::atomic::Ordering::SeqCst) {
-                return Err("check failed".into());
-            }
-            Ok(if *self.present.lock().unwrap() {
-                identity::Presence::Present("peer".into())
-            } else {
-                identity::Presence::Absent
-            })
-        })
-    }
-    fn remove<'a>(
-        &'a self,
-        _t: &'a identity::IdentityTarget,
-        _own: &'a dyn identity::Ownership,
-    ) -> identity::Step<'a, String> {
-        Box::pin(async move {
-            self.removes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            *self.present.lock().unwrap() = false;
-            Ok("peer removed".into())
-        })
-    }
-}
-
 /// ready -> deleted -> present again: the re-provisioning run sends the VM
 /// create at a new dispatch generation and then rolls back; the client is
 /// deleted before that job runs again. The VM the rolled-back run created
@@ -264,7 +213,7 @@ async fn a_job_that_kills_its_worker_every_time_blocks(store: Store) -> Result<(
 async fn failed_ensure_leaves_the_adapter_not_removed(store: Store) -> Result<()> {
     let cloud = Cloud::start().await;
     let p = cloud.client("k1");
-    let a = Arc::new(TestAdapter::default());
+    let a = Arc::new(identity::MemoryAdapter::default());
     let w = worker(&store, p.clone()).with_adapters(vec![a.clone()]);
     let c = ready(&store, &w, "acme").await;
     store.client_delete("acme", now(), 3).await?;
@@ -293,7 +242,7 @@ async fn failed_ensure_leaves_the_adapter_not_removed(store: Store) -> Result<()
 async fn unconfigured_adapter_blocks_deletion(store: Store) -> Result<()> {
     let cloud = Cloud::start().await;
     let p = cloud.client("k1");
-    let a = Arc::new(TestAdapter::default());
+    let a = Arc::new(identity::MemoryAdapter::default());
     let with = worker(&store, p.clone()).with_adapters(vec![a.clone()]);
     ready(&store, &with, "acme").await;
     let without = worker(&store, p.clone());

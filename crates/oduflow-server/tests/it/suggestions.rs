@@ -6,7 +6,7 @@
 //! command that does not exist, a placeholder it does not know) fails.
 
 use oduflow_engine::{EngineConfig, RunOutcome, SystemClock, Worker, operator};
-use oduflow_model::identity::{IdentityAdapter, IdentityTarget, Ownership, Presence, Step};
+use oduflow_model::identity::{IdentityAdapter, MemoryAdapter};
 use oduflow_model::provider::{InstanceChange, Outcome, Provider};
 use oduflow_model::*;
 use oduflow_server::resolve::{Resolution, resolutions};
@@ -14,7 +14,7 @@ use oduflow_sim::{LedgerResource, Op, ResourceKind as SimKind, Scripted, SimConf
 use oduflow_store::{ClientRow, Store};
 use oduflow_vultr::VultrClient;
 use oduflow_vultr::testing::Cloud;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,39 +27,6 @@ const CONSOLE: &str = "the-operators-console";
 fn now() -> i64 {
     use oduflow_engine::Clock;
     SystemClock.now_ms()
-}
-
-/// An identity adapter that can be told to fail.
-#[derive(Default)]
-struct Vpn {
-    present: Mutex<bool>,
-    failing: AtomicBool,
-}
-
-impl IdentityAdapter for Vpn {
-    fn name(&self) -> &str {
-        "vpn"
-    }
-    fn ensure<'a>(&'a self, _t: &'a IdentityTarget, _own: &'a dyn Ownership) -> Step<'a, String> {
-        Box::pin(async move {
-            if self.failing.load(Ordering::SeqCst) {
-                return Err("peer API answered 503".into());
-            }
-            *self.present.lock().unwrap() = true;
-            Ok("peer added".into())
-        })
-    }
-    fn check<'a>(&'a self, _t: &'a IdentityTarget, _own: &'a dyn Ownership) -> Step<'a, Presence> {
-        Box::pin(async move {
-            Ok(if *self.present.lock().unwrap() { Presence::Present("peer".into()) } else { Presence::Absent })
-        })
-    }
-    fn remove<'a>(&'a self, _t: &'a IdentityTarget, _own: &'a dyn Ownership) -> Step<'a, String> {
-        Box::pin(async move {
-            *self.present.lock().unwrap() = false;
-            Ok("peer removed".into())
-        })
-    }
 }
 
 /// One world: a SQLite store, the Vultr simulator with the real client on
@@ -113,7 +80,7 @@ impl World {
         self.with_provider(p);
     }
 
-    fn with_adapter(&mut self, a: Option<Arc<Vpn>>) {
+    fn with_adapter(&mut self, a: Option<Arc<MemoryAdapter>>) {
         let w = Worker::new(self.store.clone(), self.p.clone(), config(), Arc::new(SystemClock));
         self.w = match a {
             Some(a) => w.with_adapters(vec![a as Arc<dyn IdentityAdapter>]),
@@ -773,7 +740,7 @@ async fn not_ready() {
 #[tokio::test]
 async fn adapter_unconfigured() {
     let setup = || async {
-        let vpn = Arc::new(Vpn::default());
+        let vpn = Arc::new(MemoryAdapter::default());
         let mut w = World::new().await;
         w.with_adapter(Some(vpn.clone()));
         w.create().await;
@@ -802,8 +769,8 @@ async fn adapter_unconfigured() {
 #[tokio::test]
 async fn adapter_failed() {
     let setup = || async {
-        let vpn = Arc::new(Vpn::default());
-        vpn.failing.store(true, Ordering::SeqCst);
+        let vpn = Arc::new(MemoryAdapter::default());
+        vpn.fail_ensure.store(true, Ordering::SeqCst);
         let mut w = World::new().await;
         w.with_adapter(Some(vpn.clone()));
         w.create().await;
@@ -816,7 +783,7 @@ async fn adapter_failed() {
     for i in 0..count {
         let (w, vpn) = setup().await;
         let cmd = w.blocked(BlockedReason::AdapterFailed).await[i].command.clone();
-        vpn.failing.store(false, Ordering::SeqCst);
+        vpn.fail_ensure.store(false, Ordering::SeqCst);
         w.run(&cmd).await;
         w.resolved(BlockedReason::AdapterFailed, &cmd).await;
         assert!(*vpn.present.lock().unwrap());
