@@ -10,7 +10,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, watch};
 use tower::ServiceExt;
 
@@ -102,6 +102,9 @@ pub struct SimHandle {
     pub addr: SocketAddr,
     control: SimControl,
     shutdown: watch::Sender<bool>,
+    /// While false, the listening socket is closed: a connection to
+    /// [`SimHandle::addr`] is refused, open ones go on.
+    plugged: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -127,6 +130,25 @@ impl SimHandle {
         self.control.advance(by);
     }
 
+    /// Closes the listening socket: a new connection is refused (a client
+    /// sees a connect error: its request provably never left), while
+    /// connections already open, a client's pooled ones, still answer.
+    /// Returns once the socket is closed.
+    pub async fn unplug(&self) {
+        let _ = self.plugged.send(false);
+        while TcpStream::connect(self.addr).await.is_ok() {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Listens on the same address again. Returns once it accepts.
+    pub async fn plug(&self) {
+        let _ = self.plugged.send(true);
+        while TcpStream::connect(self.addr).await.is_err() {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
     /// Stops accepting, closes open connections and waits for the loop.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
@@ -145,9 +167,11 @@ impl Sim {
         let addr = listener.local_addr().map_err(|source| SimError::Bind { addr: listen, source })?;
         let shared = Arc::new(Shared::new(World::new(config)));
         let (shutdown, rx) = watch::channel(false);
-        let task = tokio::spawn(accept_loop(listener, router(shared.clone()), rx));
+        let (plugged, plugged_rx) = watch::channel(true);
+        let task = tokio::spawn(listen_loop(listener, addr, router(shared.clone()), rx, plugged_rx));
         tracing::info!(%addr, "Vultr simulator listening");
-        Ok(SimHandle { base_url: format!("http://{addr}/v2"), addr, control: SimControl { shared }, shutdown, task })
+        let control = SimControl { shared };
+        Ok(SimHandle { base_url: format!("http://{addr}/v2"), addr, control, shutdown, plugged, task })
     }
 }
 
@@ -159,7 +183,49 @@ pub async fn serve(config: SimConfig, listen: SocketAddr) -> Result<(), SimError
     Ok(())
 }
 
-async fn accept_loop(listener: TcpListener, app: axum::Router, mut shutdown: watch::Receiver<bool>) {
+/// Accepts while plugged; while unplugged the socket is closed, then bound
+/// again on the same address.
+async fn listen_loop(
+    listener: TcpListener,
+    addr: SocketAddr,
+    app: axum::Router,
+    mut shutdown: watch::Receiver<bool>,
+    mut plugged: watch::Receiver<bool>,
+) {
+    let mut listener = Some(listener);
+    loop {
+        match listener.take() {
+            Some(l) => {
+                let unplugged = tokio::select! {
+                    _ = accept_loop(&l, app.clone(), shutdown.clone()) => return,
+                    r = plugged.wait_for(|p| !*p) => r.is_ok(),
+                };
+                if !unplugged {
+                    // The handle is gone: serve until shut down.
+                    return accept_loop(&l, app, shutdown).await;
+                }
+            }
+            None => {
+                let plugged_again = tokio::select! {
+                    _ = shutdown.changed() => return,
+                    r = plugged.wait_for(|p| *p) => r.is_ok(),
+                };
+                if !plugged_again {
+                    return;
+                }
+                match TcpListener::bind(addr).await {
+                    Ok(l) => listener = Some(l),
+                    Err(e) => {
+                        tracing::warn!(error = %e, %addr, "the simulator could not listen again");
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn accept_loop(listener: &TcpListener, app: axum::Router, mut shutdown: watch::Receiver<bool>) {
     loop {
         let (stream, source) = tokio::select! {
             r = listener.accept() => match r {

@@ -11,11 +11,13 @@
 //!
 //! A request stopped inside the client never reaches the simulator. The
 //! clients' rate budget ([`Slots`]) stands where such a request waits, before
-//! the run's guard is asked: a test holds the changes or the reads there, or
-//! refuses the next changes their slot (then they are not sent, as when a
-//! connection is never established).
+//! the run's guard is asked: a test holds the changes or the reads there.
+//! [`Cloud::unplug`] closes the simulator's listening socket: a create
+//! opens a connection of its own, which is refused, so it provably never
+//! left, while reads go on over the connection the client keeps.
+//!
+//! Scripts apply to every client's requests, the test's own included.
 
-use crate::budget::{BUDGET_ASK_TIMEOUT, SLOT_WAIT_MAX};
 use crate::{VultrClient, VultrConfig};
 use oduflow_model::provider::{BlockRequest, InstanceRequest, Outcome, Provider};
 use oduflow_model::rate::{BudgetFuture, LocalBudget, RateBudget, SlotUse};
@@ -24,6 +26,7 @@ use oduflow_model::{Label, VolumeType, VultrBlockId, VultrInstanceId};
 use oduflow_sim::{LedgerResource, Op, ResourceKind, Scripted, Sim, SimConfig, SimHandle};
 use secrecy::SecretString;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -90,6 +93,19 @@ impl Cloud {
     /// Refuses the next `times` requests of `ops` with `status` and `message`.
     pub fn refuse(&self, ops: &[Op], status: u16, message: &str, times: Option<u32>) {
         self.script(ops, Scripted::Refuse { status, message: message.to_owned() }, times);
+    }
+
+    /// Closes the simulator's listening socket (see the module notes), once
+    /// `reads_over` holds a pooled connection for its reads: a client's
+    /// creates and attaches then cannot connect, its reads go on.
+    pub async fn unplug(&self, reads_over: &VultrClient) {
+        reads_over.instance_list().await.expect("a read that leaves a connection open");
+        self.sim.unplug().await;
+    }
+
+    /// Listens again after [`Cloud::unplug`].
+    pub async fn plug(&self) {
+        self.sim.plug().await;
     }
 
     /// Every request a client under test sent, in order, as `METHOD /route`
@@ -182,7 +198,9 @@ fn client_on(base_url: &str, key: &str, budget: Arc<dyn RateBudget>) -> VultrCli
         VultrConfig {
             base_url: base_url.to_owned(),
             rate_per_sec: 100_000,
-            request_timeout_ms: 2_000,
+            // Vultr's own default: a scripted hold outlasting a short timeout
+            // would become a lost answer, another path than the test's.
+            request_timeout_ms: crate::DEFAULT_REQUEST_TIMEOUT_MS,
             backoff_base_ms: 5,
             backoff_max_ms: 20,
             ..VultrConfig::new(SecretString::from(key.to_owned()))
@@ -193,70 +211,85 @@ fn client_on(base_url: &str, key: &str, budget: Arc<dyn RateBudget>) -> VultrCli
 }
 
 /// The test clients' rate budget: the usual slots, and a gate a test closes
-/// on one use of them, or a refusal of the next few.
+/// on one use of them.
 #[derive(Debug)]
 pub struct Slots {
     slots: LocalBudget,
-    gate: Mutex<Gate>,
-}
-
-#[derive(Debug, Default)]
-struct Gate {
     /// While set, every reservation of this use waits for a permit.
-    held: Option<(SlotUse, Arc<Semaphore>)>,
-    /// Reservations that came to the closed gate since it was closed.
-    waiting: u32,
-    /// The next this-many changes get a slot too far away to wait for.
-    refused_changes: u32,
+    held: Mutex<Option<(SlotUse, Arc<Semaphore>)>>,
+    /// Reservations waiting at the closed gate now. An ask the client gave
+    /// up on ([`crate::budget::BUDGET_ASK_TIMEOUT`]) leaves, so its next ask is not
+    /// counted twice.
+    waiting: AtomicU32,
+    /// Asks that left the gate before it opened (the client gave up on
+    /// them): a request then stopped may have been stopped for that.
+    given_up: AtomicU32,
 }
 
 impl Default for Slots {
     fn default() -> Self {
-        Self { slots: LocalBudget::new("test"), gate: Mutex::default() }
+        let zero = || AtomicU32::new(0);
+        Self { slots: LocalBudget::new("test"), held: Mutex::default(), waiting: zero(), given_up: zero() }
+    }
+}
+
+/// One reservation waiting at the gate, counted until it leaves.
+struct Waiting<'a> {
+    slots: &'a Slots,
+    let_through: bool,
+}
+
+impl<'a> Waiting<'a> {
+    fn enter(slots: &'a Slots) -> Self {
+        slots.waiting.fetch_add(1, Ordering::SeqCst);
+        Self { slots, let_through: false }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.slots.waiting.fetch_sub(1, Ordering::SeqCst);
+        if !self.let_through {
+            self.slots.given_up.fetch_add(1, Ordering::SeqCst);
+        }
     }
 }
 
 impl Slots {
-    fn gate(&self) -> std::sync::MutexGuard<'_, Gate> {
-        self.gate.lock().expect("the slot gate")
-    }
-
     /// Closes the gate on `use_`: such requests wait at their slot until
-    /// [`Slots::open`].
+    /// [`Slots::open`]. Open it within [`crate::budget::BUDGET_ASK_TIMEOUT`] of their
+    /// arrival, or the client gives up asking the budget and asks again
+    /// (three times at most, then the request is not sent for that).
     pub fn hold(&self, use_: SlotUse) {
-        let mut g = self.gate();
-        g.held = Some((use_, Arc::new(Semaphore::new(0))));
-        g.waiting = 0;
+        *self.held.lock().expect("the slot gate") = Some((use_, Arc::new(Semaphore::new(0))));
     }
 
     /// Opens the gate for the requests waiting at it and every later one.
     pub fn open(&self) {
-        if let Some((_, gate)) = self.gate().held.take() {
+        if let Some((_, gate)) = self.held.lock().expect("the slot gate").take() {
             gate.add_permits(Semaphore::MAX_PERMITS / 2);
         }
     }
 
-    /// How many requests came to the closed gate.
+    /// How many requests wait at the closed gate now.
     pub fn waiting(&self) -> u32 {
-        self.gate().waiting
+        self.waiting.load(Ordering::SeqCst)
     }
 
-    /// Until `n` requests wait at the gate. At most until the client gives up
-    /// asking the budget once and asks again ([`BUDGET_ASK_TIMEOUT`]): that
-    /// second ask would be counted as another request.
+    /// How many asks left the closed gate before it opened. A test whose
+    /// requests must be stopped by the run's guard checks it is 0: else a
+    /// request may have been stopped by its budget's bounds instead.
+    pub fn given_up(&self) -> u32 {
+        self.given_up.load(Ordering::SeqCst)
+    }
+
+    /// Until `n` requests wait at the gate (at most 10 s).
     pub async fn until_waiting(&self, n: u32) {
         let t = std::time::Instant::now();
         while self.waiting() < n {
-            let bound = BUDGET_ASK_TIMEOUT - Duration::from_secs(1);
-            assert!(t.elapsed() < bound, "only {} requests reached their slot", self.waiting());
+            assert!(t.elapsed() < Duration::from_secs(10), "only {} requests reached their slot", self.waiting());
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-    }
-
-    /// The next `n` changes get no slot they could wait for: they are not
-    /// sent.
-    pub fn refuse_changes(&self, n: u32) {
-        self.gate().refused_changes = n;
     }
 }
 
@@ -270,23 +303,15 @@ impl RateBudget for Slots {
     }
 
     fn reserve_for(&self, interval: Duration, use_: SlotUse) -> BudgetFuture<'_, Duration> {
-        let (gate, refused) = {
-            let mut g = self.gate();
-            let gate = match &g.held {
-                Some((held, gate)) if *held == use_ => Some(gate.clone()),
-                _ => None,
-            };
-            g.waiting += u32::from(gate.is_some());
-            let refused = use_ == SlotUse::Change && g.refused_changes > 0;
-            g.refused_changes -= u32::from(refused);
-            (gate, refused)
+        let gate = match &*self.held.lock().expect("the slot gate") {
+            Some((held, gate)) if *held == use_ => Some(gate.clone()),
+            _ => None,
         };
         Box::pin(async move {
-            if refused {
-                return Ok(SLOT_WAIT_MAX + Duration::from_secs(1));
-            }
             if let Some(gate) = gate {
+                let mut waiting = Waiting::enter(self);
                 gate.acquire().await.map_err(|e| e.to_string())?.forget();
+                waiting.let_through = true;
             }
             self.slots.reserve(interval).await
         })
@@ -298,5 +323,13 @@ impl RateBudget for Slots {
 
     fn pause(&self, d: Duration) -> BudgetFuture<'_, ()> {
         self.slots.pause(d)
+    }
+
+    fn record_wait(&self, waited: Duration) {
+        self.slots.record_wait(waited);
+    }
+
+    fn flush(&self) -> BudgetFuture<'_, ()> {
+        self.slots.flush()
     }
 }

@@ -49,6 +49,7 @@ async fn a_run_that_loses_its_claim_while_a_read_waits_sends_nothing_more(store:
         Backend::Sqlite => drop(store.client_create(&ClientName::parse("acme")?, &spec(), now(), 3).await?),
     }
     cloud.slots.open();
+    assert_eq!(cloud.slots.given_up(), 0, "an ask of the budget timed out: the guard is not what stopped it");
     let out = run.await?;
     assert_eq!(cloud.calls().len(), before, "a request left after the run lost its claim ({out:?})");
     // Whoever holds the client next finishes the work.
@@ -99,6 +100,7 @@ async fn a_delete_landing_while_a_create_waits_for_its_slot_records_it_not_sent(
     // queue behind the run's row lock (PostgreSQL) before the send goes on.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     cloud.slots.open();
+    assert_eq!(cloud.slots.given_up(), 0, "an ask of the budget timed out: the guard is not what stopped it");
     let _ = run.await?;
     delete.await??;
     drain(&w, 50).await;
@@ -111,7 +113,8 @@ async fn a_delete_landing_while_a_create_waits_for_its_slot_records_it_not_sent(
         let vm = vm.expect("the create's receipt");
         let Effect::NotSent { reason: why, .. } = vm.effect() else { panic!("recorded as not sent: {vm:?}") };
         assert!(vm.sent_at().is_none(), "recorded as not sent: {vm:?}");
-        assert!(why.starts_with("stopped before it left"), "{why}");
+        // Stopped by the run's guard, not by its budget.
+        assert!(why.ends_with("the client's record moved on while the run was in flight"), "{why}");
         assert_eq!(cloud.count("POST /instances"), 0, "{:?}", cloud.calls());
         let events = store.events_for_client(&c.id).await?;
         let about = |e: &&EventRow| e.detail["operation_key"].as_str() == Some(vm.operation_key.as_str());
@@ -143,6 +146,7 @@ async fn a_connection_reset_while_creates_wait_for_their_slot_costs_no_block(sto
     cloud.slots.until_waiting(names.len() as u32).await;
     lose_every_claim(&store, names.len()).await?;
     cloud.slots.open();
+    assert_eq!(cloud.slots.given_up(), 0, "an ask of the budget timed out: the guard is not what stopped it");
     for r in runs {
         let _ = r.await?;
     }
@@ -177,6 +181,7 @@ async fn a_claim_lost_while_a_change_waits_for_its_slot_sends_it_later(store: St
     cloud.slots.until_waiting(1).await;
     lose_every_claim(&store, 1).await?;
     cloud.slots.open();
+    assert_eq!(cloud.slots.given_up(), 0, "an ask of the budget timed out: the guard is not what stopped it");
     let _ = run.await?;
     assert_eq!(cloud.count("PATCH /instances/{id}"), 0, "the stopped PATCH left");
     drain(&w, 50).await;
@@ -192,9 +197,15 @@ async fn a_claim_lost_while_a_change_waits_for_its_slot_sends_it_later(store: St
 
 async fn a_create_that_never_connected_is_sent_again_on_its_receipt(store: Store) -> Result<()> {
     let cloud = Cloud::start().await;
-    cloud.slots.refuse_changes(2);
-    let w = worker(&store, cloud.client("k1"));
+    let p = cloud.client("k1");
+    let w = worker(&store, p.clone());
     let c = create(&store, "acme").await;
+    // Two runs whose create cannot connect (marked sent, then not sent).
+    cloud.unplug(&p).await;
+    for _ in 0..2 {
+        w.run_next().await?;
+    }
+    cloud.plug().await;
     drain(&w, 50).await;
     assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Ready);
     let receipts = store.receipts_for_client(&c.id).await?;
@@ -203,13 +214,15 @@ async fn a_create_that_never_connected_is_sent_again_on_its_receipt(store: Store
     assert!(vm.not_sent_count() >= 1 && vm.not_sent_at().is_none(), "{vm:?}");
     assert_eq!(receipts.iter().filter(|r| r.resource_kind == ResourceKind::Vm).count(), 1);
     assert_eq!(vm.not_sent_count(), 2, "{vm:?}");
+    // The refused connections never reached the simulator.
     assert_eq!(cloud.count("POST /instances"), 1, "{:?}", cloud.calls());
     assert!(cloud.creates_per_label().values().all(|n| *n == 1));
     assert_eq!(cloud.live(SimKind::Instance).len(), 1);
-    // Creates that are never sent end blocked, not in a loop.
-    cloud.slots.refuse_changes(1000);
+    // Connections that never succeed end blocked, not in a loop.
     create(&store, "beta").await;
+    cloud.unplug(&p).await;
     drain(&w, 100).await;
+    cloud.plug().await;
     let b = status(&store, "beta").await;
     assert_eq!(b.infra.blocked_reason, Some(BlockedReason::ProviderUnavailable), "{b:?}");
     Ok(())
@@ -225,10 +238,11 @@ async fn a_restored_not_sent_receipt_is_never_sent_again_blindly(store: Store) -
     let p = cloud.client("k1");
     let w = worker(&store, p.clone());
     let c = create(&store, "acme").await;
-    cloud.slots.refuse_changes(1);
+    cloud.unplug(&p).await;
     w.run_next().await?;
+    cloud.plug().await;
     let r = store.receipts_for_client(&c.id).await?.into_iter().find(|r| r.resource_kind == ResourceKind::Vm).unwrap();
-    assert!(matches!(r.effect(), Effect::NotSent { .. }), "{r:?}");
+    assert!(matches!(r.effect(), Effect::NotSent { .. }) && r.sent_at().is_some(), "marked, then not sent: {r:?}");
     // The timeline the restore threw away: the resend made the VM.
     let made = cloud.put_vm(r.label.as_str()).await;
     store.restore_declare("test: restored from a backup", now()).await?;
@@ -248,13 +262,16 @@ async fn a_restored_not_sent_receipt_is_never_sent_again_blindly(store: Store) -
 /// its receipt's key).
 async fn a_create_first_sent_after_a_key_rotation_records_the_key_it_went_with(store: Store) -> Result<()> {
     let cloud = Cloud::start().await;
-    let w1 = worker(&store, cloud.client("old"));
+    let p1 = cloud.client("old");
+    let w1 = worker(&store, p1.clone());
     let c = create(&store, "acme").await;
-    cloud.slots.refuse_changes(1);
+    cloud.unplug(&p1).await;
     w1.run_next().await?;
+    cloud.plug().await;
     let vm = |r: &Vec<ReceiptRow>| r.iter().find(|r| r.resource_kind == ResourceKind::Vm).cloned().unwrap();
     let claimed = vm(&store.receipts_for_client(&c.id).await?);
-    assert!(matches!(claimed.effect(), Effect::NotSent { .. }) && claimed.key_fingerprint == key("old"), "{claimed:?}");
+    let not_sent = matches!(claimed.effect(), Effect::NotSent { .. }) && claimed.sent_at().is_some();
+    assert!(not_sent && claimed.key_fingerprint == key("old"), "marked, then not sent: {claimed:?}");
     let p2 = cloud.client("new");
     operator::credentials_rotate(&store, p2.as_ref(), actor("ops")).await?.unwrap();
     drain(&worker(&store, p2.clone()), 50).await;

@@ -371,3 +371,18 @@ async fn keys_and_install_time_change_while_it_runs() {
     sim.control().set_api_keys(&[secrecy::SecretString::from("another-key".to_owned())]);
     assert_eq!(get().await.unwrap().status(), 401, "a key no longer accepted");
 }
+
+#[tokio::test]
+async fn unplugged_it_refuses_new_connections_and_answers_on_open_ones() {
+    let sim = start(SimConfig::default().instant()).await;
+    let api = Api::new(&sim);
+    let get = |http: &Client| http.get(api.url("/regions")).send();
+    assert_eq!(get(&api.http).await.unwrap().status(), 200, "the pooled connection is open");
+    sim.unplug().await;
+    let fresh = Client::builder().build().unwrap();
+    let err = get(&fresh).await.expect_err("a new connection is refused");
+    assert!(err.is_connect(), "{err:?}");
+    assert_eq!(get(&api.http).await.unwrap().status(), 200, "an open connection still answers");
+    sim.plug().await;
+    assert_eq!(get(&fresh).await.unwrap().status(), 200);
+}
