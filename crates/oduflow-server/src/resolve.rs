@@ -249,7 +249,12 @@ fn fix_then_reconcile(reason: BlockedReason, n: &str) -> Vec<Resolution> {
         )],
         BlockedReason::NotReady => vec![
             reconcile("once the resource is active in the Vultr console (a suspended account, a stuck install)"),
-            r(format!("oduflow client delete {n}"), "to remove the client and its resources instead"),
+            r(
+                format!("oduflow client delete {n}"),
+                "to remove the client and its resources instead (Vultr refuses to destroy a server that is not yet \
+                 active: while it is pending the deletion blocks delete_refused, and a reconcile once it is active \
+                 ends it)",
+            ),
         ],
         BlockedReason::AdapterUnconfigured => vec![reconcile(
             "after putting the adapter named in the evidence back into the configuration: it then removes the \

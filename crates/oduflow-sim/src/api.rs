@@ -188,13 +188,7 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
             .and_then(|v| v.get("label").and_then(|l| l.as_str()).map(str::to_owned));
         req = Request::from_parts(parts, axum::body::Body::from(bytes));
     }
-    let segs: Vec<&str> = req.uri().path().split('/').collect();
-    let resource_id = segs
-        .iter()
-        .position(|s| *s == "instances" || *s == "blocks")
-        .and_then(|i| segs.get(i + 1))
-        .filter(|s| !s.is_empty())
-        .map(|s| (*s).to_owned());
+    let resource_id = resource_id_in(req.uri().path());
     s.world().log_request(crate::world::RequestRecord {
         at_ms: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -214,7 +208,8 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
     let (decision, mut hold_after) = scripted_pass(decision);
     let resp = match decision {
         Gate::Scripted(Scripted::Refuse { status, message }) => render(Reply::error(status, &message)),
-        Gate::Scripted(_) => render(Reply::no_content()),
+        Gate::Scripted(Scripted::AnswerWithoutApplying) => render(Reply::no_content()),
+        Gate::Scripted(other) => unreachable!("{other:?} became a pass in scripted_pass"),
         Gate::TooMany(secs) => render(Reply::too_many(secs)),
         Gate::Refuse(401) => render(Reply::error(401, "Invalid API token.")),
         Gate::Refuse(404) => render(Reply::error(404, "Record not found.")),
@@ -264,6 +259,16 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
     };
     s.world().count_response(resp.status().as_u16());
     resp
+}
+
+/// The instance or block id in a request's path, if any.
+fn resource_id_in(path: &str) -> Option<String> {
+    let segs: Vec<&str> = path.split('/').collect();
+    segs.iter()
+        .position(|s| *s == "instances" || *s == "blocks")
+        .and_then(|i| segs.get(i + 1))
+        .filter(|s| !s.is_empty())
+        .map(|s| (*s).to_owned())
 }
 
 /// A scripted hold or lost answer as the pass it becomes, with the hold to

@@ -157,10 +157,11 @@ pub enum Scripted {
     Refuse { status: u16, message: String },
     /// Applied; then the connection closes with no answer.
     LoseAnswer,
-    /// Not applied; answered 204 as if it had been (a DELETE Vultr accepts
-    /// and then never carries out).
+    /// Not applied; answered 204 as if it had been: for a DELETE (or a
+    /// detach) Vultr accepts and then never carries out.
     AnswerWithoutApplying,
-    /// Applied; then the answer is held until the test notifies it.
+    /// Applied; then the answer is held until the test notifies it. Each
+    /// `notify_one` lets one held answer go.
     HoldAfter(std::sync::Arc<tokio::sync::Notify>),
 }
 

@@ -402,7 +402,9 @@ impl World {
     /// check and instead of a fault draw. Scripts are tried in the order
     /// they were given.
     pub fn script(&mut self, ops: &[Op], answer: Scripted, times: Option<u32>) {
-        self.scripts.push(Script { ops: ops.to_vec(), answer, left: times });
+        if times != Some(0) {
+            self.scripts.push(Script { ops: ops.to_vec(), answer, left: times });
+        }
     }
 
     /// Drops every scripted answer not yet used.

@@ -16,7 +16,7 @@ oduflow_store::on_both_stores!(
     unconfigured_adapter_blocks_deletion,
     delete_refused_for_ever_blocks_then_reconcile_deletes,
     reads_failing_for_ever_block_then_reconcile_recovers,
-    vm_never_ready_blocks_then_delete_removes_it,
+    vm_never_ready_blocks_and_is_deleted_once_it_is_active,
     adopted_renamed_vm_is_verified_without_its_label,
     adopt_refuses_another_dispatchs_labelled_resource,
     rotation_bumps_generation_and_resolves_credential_changed,
@@ -300,7 +300,7 @@ async fn reads_failing_for_ever_block_then_reconcile_recovers(store: Store) -> R
     Ok(())
 }
 
-async fn vm_never_ready_blocks_then_delete_removes_it(store: Store) -> Result<()> {
+async fn vm_never_ready_blocks_and_is_deleted_once_it_is_active(store: Store) -> Result<()> {
     let cloud = Cloud::start().await;
     let p = cloud.client("k1");
     cloud.sim.control().set_pending_ms(3_600_000);

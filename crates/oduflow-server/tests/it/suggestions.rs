@@ -355,13 +355,16 @@ async fn update_rejected() {
         w.cloud.script(&[Op::InstanceGet], Scripted::HoldAfter(hold.clone()), Some(1));
         let u = oduflow_model::update::SpecUpdate { plan: Some("vc2-1c-2gb".into()), ..Default::default() };
         w.store.client_update(NAME, &u, now(), 3).await.unwrap();
+        let before = w.cloud.count("GET /instances/{id}");
         let console = async {
             let t = Instant::now();
-            while w.cloud.count("GET /instances/{id}") == 0 {
+            while w.cloud.count("GET /instances/{id}") == before {
                 assert!(t.elapsed() < Duration::from_secs(20), "the server was never read");
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            // Past its arrival, it is served (and held) at once.
+            // Aim, not a condition: past its arrival it is served (and
+            // held) at once. Were the resize first, the read would show the
+            // new plan and the client would not block: the test fails.
             tokio::time::sleep(Duration::from_millis(100)).await;
             let resize = InstanceChange { plan: Some("vc2-1c-2gb".into()), ..Default::default() };
             assert_eq!(w.console().instance_update(&vm, &resize).await, Outcome::Accepted(()));
