@@ -1,9 +1,11 @@
 //! Requests stopped inside the client before they leave: a run whose request
 //! waits before its guard (for its slot in the rate budget, or a read's
 //! retry) while the run loses its claim or its client changes, and creates
-//! that are never sent (`NotSent`). The simulator sees only requests that
-//! left, so these hold or refuse them at the clients' rate budget
-//! (`Cloud::slots`), where such a request waits before its guard is asked.
+//! that cannot connect (`NotSent`). The simulator sees only requests that
+//! left: these hold a request at the clients' rate budget (`Cloud::slots`),
+//! where it waits before its guard is asked, or close the simulator's
+//! listening socket (`Cloud::unplug`), so that a create's own connection is
+//! refused.
 
 use super::*;
 use oduflow_engine::operator;
