@@ -64,8 +64,8 @@ pub trait RateBudget: Send + Sync + fmt::Debug {
 
     /// [`RateBudget::reserve`] for a request of this use, which is what the
     /// client asks. Both budgets hand out one timeline whatever the use;
-    /// the test kit's budget (`oduflow_vultr::testing`) holds or refuses
-    /// one use here, where a request waits before the run's guard is asked.
+    /// the test kit's budget (`oduflow_vultr::testing`) holds one use
+    /// here, where a request waits before the run's guard is asked.
     fn reserve_for(&self, interval: Duration, _use: SlotUse) -> BudgetFuture<'_, Duration> {
         self.reserve(interval)
     }

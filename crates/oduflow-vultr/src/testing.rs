@@ -66,18 +66,30 @@ impl Cloud {
 
     /// Accepts `key` (again).
     pub fn accept(&self, key: &str) {
-        let mut keys = self.keys.lock().expect("keys");
-        if !keys.iter().any(|k| k == key) {
-            keys.push(key.to_owned());
-        }
-        self.sim.control().set_api_keys(&keys.iter().map(|k| SecretString::from(k.clone())).collect::<Vec<_>>());
+        self.keys_then(|keys| {
+            if !keys.iter().any(|k| k == key) {
+                keys.push(key.to_owned());
+            }
+        });
     }
 
     /// Answers 401 to `key` from now on (a key revoked in the console).
     pub fn revoke(&self, key: &str) {
+        self.keys_then(|keys| keys.retain(|k| k != key));
+    }
+
+    /// Changes the accepted keys with `f`, then tells the simulator.
+    fn keys_then(&self, f: impl FnOnce(&mut Vec<String>)) {
         let mut keys = self.keys.lock().expect("keys");
-        keys.retain(|k| k != key);
+        f(&mut keys);
         self.sim.control().set_api_keys(&keys.iter().map(|k| SecretString::from(k.clone())).collect::<Vec<_>>());
+    }
+
+    /// The test's own client, the operator's hands in the Vultr console:
+    /// its requests are left out of [`Cloud::calls`], and the clients' slot
+    /// gate ([`Slots`]) never holds them (the simulator's scripts do apply).
+    pub fn console(&self) -> &VultrClient {
+        &self.console
     }
 
     /// Answers the next `times` requests of `ops` (`None`: every one until

@@ -20,10 +20,6 @@ use std::time::{Duration, Instant};
 
 const NAME: &str = "acme";
 
-/// The key of the operator's own hands in the Vultr console (the fixes
-/// below that `Cloud`'s helpers do not cover: a resize, an attach).
-const CONSOLE: &str = "the-operators-console";
-
 fn now() -> i64 {
     use oduflow_engine::Clock;
     SystemClock.now_ms()
@@ -89,8 +85,8 @@ impl World {
     }
 
     /// The operator's hands in the Vultr console.
-    fn console(&self) -> Arc<VultrClient> {
-        self.cloud.client(CONSOLE)
+    fn console(&self) -> &VultrClient {
+        self.cloud.console()
     }
 
     async fn create(&self) {
