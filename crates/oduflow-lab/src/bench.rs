@@ -257,6 +257,14 @@ fn vultr(base_url: &str, rate: u32) -> Result<Arc<VultrClient>> {
     })?))
 }
 
+/// A simulator and a client on it, neither limiting the rate to speak of.
+async fn unlimited_sim() -> Result<(oduflow_sim::SimHandle, Arc<VultrClient>)> {
+    let cfg = SimConfig { rate_per_sec: 1_000_000, ..SimConfig::default() }.with_key(KEY);
+    let sim = Sim::start(cfg, "127.0.0.1:0".parse()?).await?;
+    let p = vultr(&sim.base_url, 1_000_000)?;
+    Ok((sim, p))
+}
+
 async fn settle<P: Provider>(w: &Worker<P>) -> Result<()> {
     let (_tx, rx) = tokio::sync::watch::channel(false);
     w.run(true, rx).await?;
@@ -524,10 +532,7 @@ async fn budget(n: usize, out: &mut Section) -> Result<()> {
     }
     drop_db(&pg).await;
     // The floor of a provider call: the simulator over loopback.
-    let sim =
-        Sim::start(SimConfig { rate_per_sec: 1_000_000, ..SimConfig::default() }.with_key(KEY), "127.0.0.1:0".parse()?)
-            .await?;
-    let p = vultr(&sim.base_url, 1_000_000)?;
+    let (sim, p) = unlimited_sim().await?;
     let mut lat = Vec::new();
     for _ in 0..200 {
         let s = Instant::now();
@@ -575,10 +580,7 @@ async fn queue_once(jobs: usize, clients: usize, workers: usize) -> Result<f64> 
     // simulator. No-op jobs (and the setup's clients, deleted before any
     // create) send it nothing, so the figure is the queue's alone: the
     // simulator's ledger checks that at the end (setup included).
-    let sim =
-        Sim::start(SimConfig { rate_per_sec: 1_000_000, ..SimConfig::default() }.with_key(KEY), "127.0.0.1:0".parse()?)
-            .await?;
-    let p = vultr(&sim.base_url, 1_000_000)?;
+    let (sim, p) = unlimited_sim().await?;
     let cfg = EngineConfig { concurrency: workers, idle_ms: 5, ..EngineConfig::default() };
     let w = Worker::new(store.clone(), p.clone(), cfg.clone(), Arc::new(SystemClock));
     let setup = Worker::new(store.clone(), p, EngineConfig { concurrency: 16, ..cfg }, Arc::new(SystemClock));
