@@ -244,12 +244,7 @@ async fn a_listed_vm_deleted_behind_oduflows_back_can_be_abandoned_once_its_clie
     assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
 
     // Deleted in the console.
-    let p = oduflow_vultr::VultrClient::new(oduflow_vultr::VultrConfig {
-        base_url: env.sim.base_url.clone(),
-        rate_per_sec: 1000,
-        ..oduflow_vultr::VultrConfig::new(secrecy::SecretString::from(KEY.to_owned()))
-    })
-    .unwrap();
+    let p = env.console();
     p.instance_delete(&vm).await.unwrap();
     env.ok(&["client", "delete", "gone"]);
     env.ok(&["worker", "--until-settled"]);

@@ -202,12 +202,7 @@ async fn a_reconcile_from_a_host_behind_reads_by_id(env: Env) {
         .unwrap();
     let c = wait_for(&store, "acme", |c| c.infra.status == ClientStatus::Ready).await;
     // Someone moves the volume to another instance.
-    let p = oduflow_vultr::VultrClient::new(oduflow_vultr::VultrConfig {
-        base_url: env.sim.base_url.clone(),
-        rate_per_sec: 1000,
-        ..oduflow_vultr::VultrConfig::new(secrecy::SecretString::from(KEY.to_owned()))
-    })
-    .unwrap();
+    let p = env.console();
     use oduflow_model::provider::{InstanceRequest, Outcome, Provider};
     let other = match p
         .instance_create(&InstanceRequest {

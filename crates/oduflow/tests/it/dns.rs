@@ -5,7 +5,7 @@
 //! each of the adapter's steps resumes with nothing lost or duplicated.
 
 use super::*;
-use oduflow_vultr::{DnsRecord, DnsRecordRequest, VultrClient, VultrConfig};
+use oduflow_vultr::{DnsRecord, DnsRecordRequest};
 use serde_json::json;
 
 const ZONE: &str = "example.com";
@@ -14,20 +14,11 @@ fn configure(env: &Env) {
     std::fs::write(env.dir.path().join("oduflow.toml"), format!("[dns]\ndomain = \"{ZONE}\"\nttl = 120\n")).unwrap();
 }
 
-fn vultr(env: &Env) -> VultrClient {
-    VultrClient::new(VultrConfig {
-        base_url: env.sim.base_url.clone(),
-        rate_per_sec: 1000,
-        ..VultrConfig::new(secrecy::SecretString::from(KEY.to_owned()))
-    })
-    .unwrap()
-}
-
 /// The zone's records with this name, any type, oduflow's owner markers
 /// included.
 async fn with_markers(env: &Env, name: &str) -> Vec<DnsRecord> {
     let mut v: Vec<DnsRecord> =
-        vultr(env).dns_record_list(ZONE).await.unwrap().into_iter().filter(|r| r.name == name).collect();
+        env.console().dns_record_list(ZONE).await.unwrap().into_iter().filter(|r| r.name == name).collect();
     v.sort_by(|a, b| a.record_type.cmp(&b.record_type));
     v
 }
@@ -54,7 +45,7 @@ async fn operator_record(env: &Env, name: &str, rtype: &str, data: &str) -> DnsR
         ttl: Some(300),
         priority: None,
     };
-    match vultr(env).dns_record_create(ZONE, &req).await {
+    match env.console().dns_record_create(ZONE, &req).await {
         oduflow_model::provider::Outcome::Accepted(r) => r,
         other => panic!("{other:?}"),
     }
@@ -90,7 +81,7 @@ fn show(env: &Env, name: &str) -> serde_json::Value {
 /// The VM's main IP as the simulator shows it.
 async fn vm_ip(env: &Env, v: &serde_json::Value) -> String {
     let vm = v["vm_id"].as_str().unwrap();
-    let i = oduflow_model::provider::Provider::instance_get(&vultr(env), &VultrInstanceId(vm.to_owned()))
+    let i = oduflow_model::provider::Provider::instance_get(&env.console(), &VultrInstanceId(vm.to_owned()))
         .await
         .unwrap()
         .unwrap();
@@ -635,7 +626,7 @@ async fn a_record_answering_404_is_asked_again_only_spaced_out(env: Env) {
     assert_eq!(v["status"], "ready", "{v}");
     age_dns_ownership(&env, "acme").await;
     let a = records(&env, "acme").await.remove(0);
-    vultr(&env).dns_record_delete(ZONE, &a.id).await.unwrap();
+    env.console().dns_record_delete(ZONE, &a.id).await.unwrap();
     assert!(env.sim.control().set_instance_main_ip(v["vm_id"].as_str().unwrap(), "203.0.113.9"));
     env.ok(&["reconcile", "acme"]);
     let before = env.sim.ledger().requests.clone();

@@ -3,7 +3,6 @@
 //! deleted only when the infrastructure and every adapter confirm removal.
 
 use super::*;
-use oduflow_vultr::{VultrClient, VultrConfig};
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/identity.sh");
 
@@ -36,12 +35,7 @@ fn run_with(env: &Env, fixtures: &Path, args: &[&str], extra: &[(&str, &str)]) -
 }
 
 async fn a_records(env: &Env, name: &str) -> Vec<oduflow_vultr::DnsRecord> {
-    let v = VultrClient::new(VultrConfig {
-        base_url: env.sim.base_url.clone(),
-        rate_per_sec: 1000,
-        ..VultrConfig::new(secrecy::SecretString::from(KEY.to_owned()))
-    })
-    .unwrap();
+    let v = env.console();
     v.dns_record_list("example.com")
         .await
         .unwrap()

@@ -52,6 +52,17 @@ async fn start_sim_with(cfg: oduflow_sim::SimConfig) -> oduflow_sim::SimHandle {
 }
 
 impl Env {
+    /// A Vultr client on this test's simulator with the workers' key: the
+    /// operator's hands in the console (or a read of what is there).
+    fn console(&self) -> oduflow_vultr::VultrClient {
+        oduflow_vultr::VultrClient::new(oduflow_vultr::VultrConfig {
+            base_url: self.sim.base_url.clone(),
+            rate_per_sec: 1000,
+            ..oduflow_vultr::VultrConfig::new(secrecy::SecretString::from(KEY.to_owned()))
+        })
+        .unwrap()
+    }
+
     async fn sqlite() -> Env {
         let dir = tempfile::tempdir().unwrap();
         let url = oduflow_store::testing::sqlite_url(dir.path());

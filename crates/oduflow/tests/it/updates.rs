@@ -347,12 +347,7 @@ async fn a_console_change_to_what_no_update_touched_blocks_and_is_not_reverted(e
     create(&env, "acme", &[]);
     settle(&env);
     let vm = show(&env, "acme")["vm_id"].as_str().unwrap().to_owned();
-    let console = oduflow_vultr::VultrClient::new(oduflow_vultr::VultrConfig {
-        base_url: env.sim.base_url.clone(),
-        rate_per_sec: 1000,
-        ..oduflow_vultr::VultrConfig::new(secrecy::SecretString::from(KEY.to_owned()))
-    })
-    .unwrap();
+    let console = env.console();
     let tags = InstanceChange { tags: Some(vec!["console".into()]), ..InstanceChange::default() };
     let o = console.instance_update(&oduflow_model::VultrInstanceId(vm), &tags).await;
     assert!(matches!(o, oduflow_model::provider::Outcome::Accepted(())), "{o:?}");
@@ -393,12 +388,7 @@ async fn a_resize_a_restore_discarded_is_not_taken_for_the_copys_change(env: Env
     assert!(v["changes"][0]["confirmed_ms"].is_i64(), "{v}");
     // What the discarded timeline sent after the backup.
     let vm = v["vm_id"].as_str().unwrap().to_owned();
-    let discarded = oduflow_vultr::VultrClient::new(oduflow_vultr::VultrConfig {
-        base_url: env.sim.base_url.clone(),
-        rate_per_sec: 1000,
-        ..oduflow_vultr::VultrConfig::new(secrecy::SecretString::from(KEY.to_owned()))
-    })
-    .unwrap();
+    let discarded = env.console();
     let plan = InstanceChange { plan: Some("vc2-2c-4gb".into()), ..InstanceChange::default() };
     let o = discarded.instance_update(&oduflow_model::VultrInstanceId(vm.clone()), &plan).await;
     assert!(matches!(o, oduflow_model::provider::Outcome::Accepted(())), "{o:?}");
