@@ -1,5 +1,6 @@
 //! The lifecycle of an at-most-once side effect: a create (a VM, a volume,
-//! an attach) or a change (a PATCH) that is recorded before it is sent.
+//! an attach, a DNS record) or a change (a PATCH) that is recorded before
+//! it is sent.
 //! The store's ledger derives it from a receipt's columns, in one place;
 //! everything else matches on it instead of reading which columns are null.
 
@@ -17,6 +18,10 @@ pub enum IdSource {
     AdoptedByOperator,
     /// A change (a PATCH) on a known resource: a read showed it made.
     ConfirmedByRead,
+    /// A DNS record found by the owner marker its name carries, after the
+    /// record of its create was lost (a database restored from an older
+    /// copy).
+    ReclaimedByMarker,
 }
 
 impl IdSource {
@@ -26,6 +31,7 @@ impl IdSource {
             IdSource::AdoptedByLabel => "adopted_by_label",
             IdSource::AdoptedByOperator => "adopted_by_operator",
             IdSource::ConfirmedByRead => "confirmed_by_read",
+            IdSource::ReclaimedByMarker => "reclaimed_by_marker",
         }
     }
 
@@ -35,6 +41,7 @@ impl IdSource {
             "adopted_by_label" => Some(Self::AdoptedByLabel),
             "adopted_by_operator" => Some(Self::AdoptedByOperator),
             "confirmed_by_read" => Some(Self::ConfirmedByRead),
+            "reclaimed_by_marker" => Some(Self::ReclaimedByMarker),
             _ => None,
         }
     }

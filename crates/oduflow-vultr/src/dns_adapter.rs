@@ -34,10 +34,11 @@
 
 use crate::VultrClient;
 use crate::dns::{DnsRecord, DnsRecordId, DnsRecordPatch, DnsRecordRequest};
+use crate::dns_owned::{BY_MARKER, Deletion, Owned, OwnedRecord, same_data};
 use oduflow_model::BlockedReason;
 use oduflow_model::identity::*;
+use oduflow_model::ledger::IdSource;
 use oduflow_model::provider::{DeleteOutcome, Outcome, Provider as _};
-use serde::{Deserialize, Serialize};
 
 /// Zone listings, each taken after a create's answer was lost and a poll
 /// interval apart, that find no record for it before the client blocks
@@ -75,156 +76,6 @@ pub const STEPS: [&str; 3] = ["dns-record-claimed", "dns-record-created", "dns-r
 /// Record types that cannot share a name with the client's A/AAAA records
 /// without changing where that name resolves.
 const CONFLICTING: [&str; 3] = ["A", "AAAA", "CNAME"];
-
-/// What the DNS adapter records it owns for one client.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Owned {
-    #[serde(default)]
-    pub records: Vec<OwnedRecord>,
-}
-
-/// One record oduflow created or was told to adopt, or a create it sent.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OwnedRecord {
-    #[serde(rename = "type")]
-    pub rtype: String,
-    /// The zone it is in (`""`: recorded before zones were: the configured
-    /// one). After a changed `[dns] domain`, reads and DELETEs still go here;
-    /// the next ensure creates the record in the new zone and deletes this
-    /// one by id.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub zone: String,
-    /// Name, data and TTL as last written (created, patched or adopted).
-    pub name: String,
-    pub data: String,
-    pub ttl: i64,
-    /// Vultr's id; `None` while a create's answer is awaited or was lost.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// Wall-clock ms when the create was recorded, before it was sent.
-    pub claimed_ms: i64,
-    /// Why the create's outcome is unknown, and when its answer came back.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lost: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lost_ms: Option<i64>,
-    /// Zone listings taken since that found no record for the lost create,
-    /// and when the last one started (the next must start later).
-    #[serde(default)]
-    pub listings: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub listed_ms: Option<i64>,
-    /// Who adopted this record (`oduflow adopt --kind dns`), when it was
-    /// not created by oduflow.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub adopted_by: Option<String>,
-    /// A DELETE is recorded before it is sent (`delete_sent`), and
-    /// `deleting` once Vultr answered it; a GET 404 then confirms it.
-    #[serde(default)]
-    pub delete_sent: bool,
-    #[serde(default)]
-    pub deleting: bool,
-    /// 404s in a row to this record's GET or PATCH, and when the first of
-    /// them came (see [`RECORD_MISSING_MAX`]).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub missing: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub missing_ms: Option<i64>,
-    /// When it was taken as gone: no longer the client's record at its name
-    /// (the next ensure makes a new one and sends this id a DELETE), still
-    /// owned until a GET 404 follows that DELETE.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gone_ms: Option<i64>,
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
-}
-
-impl Owned {
-    pub fn from_value(v: &serde_json::Value) -> Result<Self, String> {
-        if v.is_null() || v.as_object().is_some_and(|o| o.is_empty()) {
-            return Ok(Self::default());
-        }
-        serde_json::from_value(v.clone()).map_err(|e| format!("the recorded DNS ownership is unreadable: {e}"))
-    }
-
-    pub fn to_value(&self) -> serde_json::Value {
-        serde_json::to_value(self).expect("ownership always serializes")
-    }
-
-    fn owns(&self, id: &str) -> bool {
-        self.records.iter().any(|r| r.id.as_deref() == Some(id))
-    }
-
-    /// Records `rec` as owned (an operator's adoption): refused when a record
-    /// of that type is owned already. A lost create of that type is
-    /// replaced (the operator found it, or it is settled by this one).
-    pub fn adopt(&mut self, zone: &str, rec: &DnsRecord, by: &str, now_ms: i64) -> Result<(), String> {
-        if let Some(o) = self.records.iter().find(|o| o.rtype == rec.record_type && o.id.is_some()) {
-            return Err(format!(
-                "this client already owns {} record {} ({} -> {}); it owns one per type",
-                o.rtype,
-                o.id.as_deref().unwrap_or(""),
-                o.name,
-                o.data
-            ));
-        }
-        // A lost create of this type is settled by this record only if it is
-        // that create (same name and data); else it stays to be resolved.
-        self.records
-            .retain(|o| !(o.rtype == rec.record_type && o.name == rec.name && same_data(&o.rtype, &o.data, &rec.data)));
-        self.records.push(OwnedRecord {
-            rtype: rec.record_type.clone(),
-            zone: zone.to_owned(),
-            name: rec.name.clone(),
-            data: rec.data.clone(),
-            ttl: rec.ttl,
-            id: Some(rec.id.0.clone()),
-            claimed_ms: now_ms,
-            lost: None,
-            lost_ms: None,
-            listings: 0,
-            listed_ms: None,
-            adopted_by: Some(by.to_owned()),
-            delete_sent: false,
-            deleting: false,
-            missing: 0,
-            missing_ms: None,
-            gone_ms: None,
-        });
-        Ok(())
-    }
-
-    /// Gives up the creates whose outcome is unknown and that a zone listing
-    /// has looked for (an operator attests that Vultr has no such record):
-    /// the next run creates again. A create still in flight (no listing
-    /// yet) is kept. Returns what was given up.
-    pub fn abandon_lost(&mut self) -> Vec<OwnedRecord> {
-        let (lost, keep): (Vec<_>, Vec<_>) = self.records.drain(..).partition(|r| r.id.is_none() && r.listings > 0);
-        self.records = keep;
-        lost
-    }
-}
-
-/// Whether two record data are the same: addresses compared as addresses
-/// (`2001:db8::1` and `2001:0db8:0::1` are one), anything else as text.
-pub fn same_data(rtype: &str, a: &str, b: &str) -> bool {
-    match rtype {
-        "A" | "AAAA" => match (a.parse::<std::net::IpAddr>(), b.parse::<std::net::IpAddr>()) {
-            (Ok(x), Ok(y)) => x == y,
-            _ => a == b,
-        },
-        "TXT" => unquoted(a) == unquoted(b),
-        _ => a == b,
-    }
-}
-
-/// TXT data without the quotes Vultr may or may not answer it with.
-fn unquoted(d: &str) -> &str {
-    let d = d.trim();
-    d.strip_prefix('"').and_then(|d| d.strip_suffix('"')).unwrap_or(d)
-}
 
 /// The clock an adapter records and compares times with (epoch ms).
 pub type NowMs = std::sync::Arc<dyn Fn() -> i64 + Send + Sync>;
@@ -335,7 +186,7 @@ impl DnsAdapter {
     /// after the answer came back (see the module notes).
     async fn resolve_lost(&self, t: &IdentityTarget, o: &mut Owned, own: &dyn Ownership) -> Result<(), AdapterError> {
         for i in 0..o.records.len() {
-            if o.records[i].id.is_some() {
+            if o.records[i].id().is_some() {
                 continue;
             }
             if o.records[i].lost_ms.is_none() {
@@ -371,11 +222,10 @@ impl DnsAdapter {
             let why = rec.lost.clone().unwrap_or_else(|| "the worker stopped before its answer was recorded".into());
             match found.as_slice() {
                 [one] => {
-                    o.records[i].id = Some(one.id.0.clone());
-                    o.records[i].lost = None;
+                    o.records[i].know(&one.id.0, IdSource::AdoptedByLabel);
                     Self::save(own, o).await?;
                 }
-                [] if rec.listings + 1 >= LOST_CREATE_LISTINGS_MAX => {
+                [] if rec.listings() + 1 >= LOST_CREATE_LISTINGS_MAX => {
                     return Err(AdapterError::Blocked(
                         BlockedReason::UncertainDnsRecord,
                         format!(
@@ -383,19 +233,19 @@ impl DnsAdapter {
                              no such record; if the Vultr console shows none either: oduflow abandon {} --kind dns \
                              --by NAME --reason WHY (the next run creates it), else oduflow adopt {} --kind dns \
                              --id RECORD_ID",
-                            rec.listings + 1,
+                            rec.listings() + 1,
                             t.client,
                             t.client
                         ),
                     ));
                 }
                 [] => {
-                    o.records[i].listings += 1;
+                    o.records[i].listed_nothing();
                     Self::save(own, o).await?;
                     return Err(AdapterError::Pending(format!(
                         "the create of {what} may have reached Vultr ({why}); zone listing {} of {} shows no such \
                          record yet",
-                        rec.listings + 1,
+                        rec.listings() + 1,
                         LOST_CREATE_LISTINGS_MAX
                     )));
                 }
@@ -522,7 +372,7 @@ impl DnsAdapter {
             .any(|owner| owner != t.client_id);
         let mut took = false;
         for rtype in ["TXT", "A", "AAAA"] {
-            if o.records.iter().any(|r| r.rtype == rtype && r.id.is_some()) || (shared && rtype != "TXT") {
+            if o.records.iter().any(|r| r.rtype == rtype && r.id().is_some()) || (shared && rtype != "TXT") {
                 continue;
             }
             let of: Vec<&DnsRecord> = z
@@ -532,7 +382,7 @@ impl DnsAdapter {
                 .filter(|r| rtype != "TXT" || marked(r))
                 .collect();
             let [one] = of.as_slice() else { continue };
-            o.adopt(&self.domain, one, "owner marker", self.now_ms()).map_err(AdapterError::Failed)?;
+            o.adopt(&self.domain, one, BY_MARKER, self.now_ms()).map_err(AdapterError::Failed)?;
             took = true;
         }
         if took {
@@ -544,25 +394,7 @@ impl DnsAdapter {
     /// Creates one record: recorded as sent before the POST can leave, its
     /// id recorded from the answer.
     async fn create(&self, o: &mut Owned, own: &dyn Ownership, rtype: &str, name: &str, data: &str) -> Step0 {
-        o.records.push(OwnedRecord {
-            rtype: rtype.to_owned(),
-            zone: self.domain.clone(),
-            name: name.to_owned(),
-            data: data.to_owned(),
-            ttl: self.ttl,
-            id: None,
-            claimed_ms: self.now_ms(),
-            lost: None,
-            lost_ms: None,
-            listings: 0,
-            listed_ms: None,
-            adopted_by: None,
-            delete_sent: false,
-            deleting: false,
-            missing: 0,
-            missing_ms: None,
-            gone_ms: None,
-        });
+        o.records.push(OwnedRecord::claimed(&self.domain, rtype, name, data, self.ttl, self.now_ms()));
         Self::save(own, o).await?;
         own.reached("dns-record-claimed");
         let req = DnsRecordRequest {
@@ -578,7 +410,7 @@ impl DnsAdapter {
         let what = format!("{rtype} {} -> {data}", self.fqdn(name));
         match outcome {
             Outcome::Accepted(r) => {
-                o.records[last].id = Some(r.id.0.clone());
+                o.records[last].know(&r.id.0, IdSource::Response);
                 let id = r.id.0.clone();
                 self.view_add(r).await;
                 Self::save(own, o).await.map_err(|e| {
@@ -635,7 +467,7 @@ impl DnsAdapter {
         name: &str,
         data: &str,
     ) -> Result<bool, AdapterError> {
-        let id = o.records[i].id.clone().expect("only records with an id are patched");
+        let id = o.records[i].id().expect("only records with an id are patched").to_owned();
         let p = DnsRecordPatch { name: name.to_owned(), data: data.to_owned(), ttl: self.ttl };
         match self.sent_by(own).dns_record_patch(&self.domain, &DnsRecordId(id.clone()), &p).await {
             Outcome::Accepted(()) => {
@@ -670,7 +502,7 @@ impl DnsAdapter {
         let r = &mut o.records[i];
         r.missing += 1;
         let first = *r.missing_ms.get_or_insert(now);
-        let (n, id) = (r.missing, r.id.clone().unwrap_or_default());
+        let (n, id) = (r.missing, r.id().unwrap_or_default().to_owned());
         let gone =
             n >= RECORD_MISSING_MAX && now - first >= RECORD_MISSING_MS && now - r.claimed_ms >= RECORD_GET_LAG_MS;
         if gone {
@@ -714,8 +546,12 @@ impl DnsAdapter {
     ) -> Step0 {
         let name = t.dns_name.as_str();
         let what = format!("{rtype} {} -> {data}", self.fqdn(name));
-        let here =
-            |r: &OwnedRecord| r.rtype == rtype && !r.deleting && r.gone_ms.is_none() && self.zone_of(r) == self.domain;
+        let here = |r: &OwnedRecord| {
+            r.rtype == rtype
+                && r.deletion != Deletion::Answered
+                && r.gone_ms.is_none()
+                && self.zone_of(r) == self.domain
+        };
         let mut pos = o.records.iter().position(here);
         if pos.is_none() && self.reclaim(t, name, o, own, z).await? {
             pos = o.records.iter().position(here);
@@ -723,13 +559,13 @@ impl DnsAdapter {
         if let Some(i) = pos {
             let r = &o.records[i];
             if r.name == name && same_data(rtype, &r.data, data) && r.ttl == self.ttl {
-                return Ok(format!("{what} (record {}, kept)", r.id.as_deref().unwrap_or("")));
+                return Ok(format!("{what} (record {}, kept)", r.id().unwrap_or("")));
             }
             if r.name != name {
                 self.foreign(t, name, o, own, z).await?;
             }
             if self.patch(o, own, i, name, data).await? {
-                return Ok(format!("{what} (record {}, updated in place)", o.records[i].id.as_deref().unwrap_or("")));
+                return Ok(format!("{what} (record {}, updated in place)", o.records[i].id().unwrap_or("")));
             }
             // A 404 to the PATCH, counted like a GET's: once the record is
             // taken as gone (deleted in the console, say), a new one; the old
@@ -779,7 +615,7 @@ impl IdentityAdapter for DnsAdapter {
             let stale: Vec<usize> = (0..o.records.len())
                 .filter(|i| {
                     let r = &o.records[*i];
-                    !r.deleting
+                    r.deletion != Deletion::Answered
                         && (r.gone_ms.is_some()
                             || self.zone_of(r) != self.domain
                             || !wanted.iter().any(|(w, _)| *w == r.rtype))
@@ -803,14 +639,14 @@ impl IdentityAdapter for DnsAdapter {
             let mut missing: Option<AdapterError> = None;
             let mut i = 0;
             while i < o.records.len() {
-                let Some(id) = o.records[i].id.clone() else {
+                let Some(id) = o.records[i].id().map(str::to_owned) else {
                     // A create whose outcome is unknown: it may exist.
                     seen.push(None);
                     i += 1;
                     continue;
                 };
                 let zone = self.zone_of(&o.records[i]).to_owned();
-                let (deleting, gone) = (o.records[i].deleting, o.records[i].gone_ms.is_some());
+                let (deleting, gone) = (o.records[i].deletion == Deletion::Answered, o.records[i].gone_ms.is_some());
                 match self.record_in(&self.sent_by(own), &zone, &id).await? {
                     Some(r) => {
                         Self::found(&mut o, own, i).await?;
@@ -886,7 +722,7 @@ impl IdentityAdapter for DnsAdapter {
             // record lacks (made after the backup it was restored from): a
             // client is never reported deleted while they are live. Its
             // marker and A record owned by id: nothing to look for.
-            let has = |rtype: &str| o.records.iter().any(|r| r.rtype == rtype && r.id.is_some());
+            let has = |rtype: &str| o.records.iter().any(|r| r.rtype == rtype && r.id().is_some());
             if !(has("TXT") && has("A")) {
                 self.reclaim(t, &t.dns_name, &mut o, own, &mut None).await?;
             }
@@ -896,7 +732,7 @@ impl IdentityAdapter for DnsAdapter {
             let mut order: Vec<usize> = (0..n).collect();
             order.sort_by_key(|i| o.records[*i].rtype == "TXT");
             for i in order {
-                if !o.records[i].deleting {
+                if o.records[i].deletion != Deletion::Answered {
                     self.delete_one(&mut o, own, i).await?;
                 }
             }
@@ -1004,13 +840,13 @@ impl DnsAdapter {
     /// One DELETE by id of an owned record; marked `deleting` once answered
     /// (the check's GET 404 then drops it).
     async fn delete_one(&self, o: &mut Owned, own: &dyn Ownership, i: usize) -> Result<(), AdapterError> {
-        let id = o.records[i].id.clone().expect("lost creates are resolved first");
+        let id = o.records[i].id().expect("lost creates are resolved first").to_owned();
         let zone = self.zone_of(&o.records[i]).to_owned();
         // A 404 after an earlier DELETE of ours confirms it; a 404 to the
         // first one, so soon after the create, proves nothing yet.
-        let earlier = o.records[i].delete_sent;
+        let earlier = o.records[i].deletion != Deletion::None;
         if !earlier {
-            o.records[i].delete_sent = true;
+            o.records[i].deletion = Deletion::Sent;
             Self::save(own, o).await?;
         }
         match self.sent_by(own).dns_record_delete(&zone, &DnsRecordId(id.clone())).await {
@@ -1019,7 +855,7 @@ impl DnsAdapter {
             }
             Ok(DeleteOutcome::Sent | DeleteOutcome::NotFound) => {
                 own.reached("dns-record-deleted");
-                o.records[i].deleting = true;
+                o.records[i].deletion = Deletion::Answered;
                 Self::save(own, o).await?;
                 self.view_edit(|v| v.retain(|r| r.id.0 != id)).await;
                 Ok(())

@@ -30,6 +30,7 @@ mod catalog;
 mod config;
 pub mod dns;
 pub mod dns_adapter;
+pub mod dns_owned;
 mod error;
 mod http;
 mod provider;
