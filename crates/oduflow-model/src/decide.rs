@@ -318,14 +318,19 @@ fn create_step(kind: ResourceKind, r: &Resource, max: i64) -> Have {
         (ReceiptFacts::Unknown { .. }, Seen::NotRead | Seen::Present(_) | Seen::Missing) => {
             Have::Act(Action::Observe(kind))
         }
-        (ReceiptFacts::Unknown { observations }, Seen::ByLabel(found)) => match found.as_slice() {
-            [] if *observations + 1 >= max => Have::Act(Action::Block(
-                uncertain,
-                format!("{} create outcome unknown; nothing carries its label after {max} observations", kind.as_str()),
-            )),
-            [] => Have::Act(Action::CountObservation(kind)),
-            found => Have::Act(label_matches(kind, found)),
-        },
+        (ReceiptFacts::Unknown { observations }, Seen::ByLabel(found)) => {
+            Have::Act(match lost_create_looked(found.iter().collect(), *observations, max) {
+                Looked::Uncertain => Action::Block(
+                    uncertain,
+                    format!(
+                        "{} create outcome unknown; nothing carries its label after {max} observations",
+                        kind.as_str()
+                    ),
+                ),
+                Looked::Again => Action::CountObservation(kind),
+                Looked::One(_) | Looked::Several(_) => label_matches(kind, found),
+            })
+        }
         (ReceiptFacts::Known { .. }, Seen::NotRead | Seen::ByLabel(_)) => Have::Act(Action::Observe(kind)),
         (ReceiptFacts::Known { id, observations }, Seen::Missing) => {
             if *observations + 1 >= max {
@@ -348,6 +353,34 @@ fn create_step(kind: ResourceKind, r: &Resource, max: i64) -> Have {
             (None, None) => Have::Verified(f.clone()),
             (None, Some(d)) => Have::Act(change_step(kind, id, r, f, d, max)),
         },
+    }
+}
+
+/// What one look for a create of unknown outcome found: the resources that
+/// carry its mark (a dispatch's label; a DNS record's name, type and data).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Looked<T> {
+    /// Exactly one: it is the one sent.
+    One(T),
+    /// None yet: the look is counted, and another follows later (a fresh
+    /// resource may not be listed yet).
+    Again,
+    /// None, in `max` looks: only an operator can tell (the console).
+    Uncertain,
+    /// Several: only an operator can tell which, if any, was sent.
+    Several(Vec<T>),
+}
+
+/// "Resolve a lost answer by looking", the one rule for every create whose
+/// outcome is unknown (a VM, a volume, an attach, a DNS record): `found`
+/// by this look, after `observations` looks that found none, with `max`
+/// looks in all before an absence is uncertain. Never a send again.
+pub fn lost_create_looked<T>(mut found: Vec<T>, observations: i64, max: i64) -> Looked<T> {
+    match found.len() {
+        0 if observations + 1 >= max => Looked::Uncertain,
+        0 => Looked::Again,
+        1 => Looked::One(found.remove(0)),
+        _ => Looked::Several(found),
     }
 }
 

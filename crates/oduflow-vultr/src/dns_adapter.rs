@@ -36,6 +36,7 @@ use crate::VultrClient;
 use crate::dns::{DnsRecord, DnsRecordId, DnsRecordPatch, DnsRecordRequest};
 use crate::dns_owned::{BY_MARKER, Deletion, Owned, OwnedRecord, same_data};
 use oduflow_model::BlockedReason;
+use oduflow_model::decide::{Looked, lost_create_looked};
 use oduflow_model::identity::*;
 use oduflow_model::ledger::IdSource;
 use oduflow_model::provider::{DeleteOutcome, Outcome, Provider as _};
@@ -220,36 +221,33 @@ impl DnsAdapter {
                 .collect();
             let what = format!("{} {} -> {}", rec.rtype, self.fqdn(&rec.name), rec.data);
             let why = rec.lost.clone().unwrap_or_else(|| "the worker stopped before its answer was recorded".into());
-            match found.as_slice() {
-                [one] => {
+            let listings = rec.listings() + 1;
+            match lost_create_looked(found, i64::from(rec.listings()), i64::from(LOST_CREATE_LISTINGS_MAX)) {
+                Looked::One(one) => {
                     o.records[i].know(&one.id.0, IdSource::AdoptedByLabel);
                     Self::save(own, o).await?;
                 }
-                [] if rec.listings() + 1 >= LOST_CREATE_LISTINGS_MAX => {
+                Looked::Uncertain => {
                     return Err(AdapterError::Blocked(
                         BlockedReason::UncertainDnsRecord,
                         format!(
-                            "the create of {what} may have reached Vultr ({why}), and {} zone listings since show \
-                             no such record; if the Vultr console shows none either: oduflow abandon {} --kind dns \
-                             --by NAME --reason WHY (the next run creates it), else oduflow adopt {} --kind dns \
+                            "the create of {what} may have reached Vultr ({why}), and {listings} zone listings since \
+                             show no such record; if the Vultr console shows none either: oduflow abandon {} --kind \
+                             dns --by NAME --reason WHY (the next run creates it), else oduflow adopt {} --kind dns \
                              --id RECORD_ID",
-                            rec.listings() + 1,
-                            t.client,
-                            t.client
+                            t.client, t.client
                         ),
                     ));
                 }
-                [] => {
+                Looked::Again => {
                     o.records[i].listed_nothing();
                     Self::save(own, o).await?;
                     return Err(AdapterError::Pending(format!(
-                        "the create of {what} may have reached Vultr ({why}); zone listing {} of {} shows no such \
-                         record yet",
-                        rec.listings() + 1,
-                        LOST_CREATE_LISTINGS_MAX
+                        "the create of {what} may have reached Vultr ({why}); zone listing {listings} of \
+                         {LOST_CREATE_LISTINGS_MAX} shows no such record yet"
                     )));
                 }
-                many => {
+                Looked::Several(many) => {
                     let ids: Vec<&str> = many.iter().map(|r| r.id.as_str()).collect();
                     return Err(AdapterError::Blocked(
                         BlockedReason::UncertainDnsRecord,

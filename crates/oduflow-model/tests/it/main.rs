@@ -482,3 +482,32 @@ fn each_ledger_state_of_a_change_reads_as_its_facts() {
     assert_eq!(ChangeFacts::of(Some(rejected)), ChangeFacts::Rejected { status: 400, message: "m".into() });
     assert_eq!(ChangeFacts::of(None), ChangeFacts::None);
 }
+
+/// The one rule for a create of unknown outcome, for dispatches and DNS
+/// records alike: one match is the one sent, several or none in `max` looks
+/// block, none before that is looked for again; never a send again.
+#[test]
+fn a_lost_create_is_resolved_by_looking_the_same_way_for_every_kind() {
+    let max = 3;
+    let cases: [(Vec<&str>, i64, Looked<&str>); 6] = [
+        (vec![], 0, Looked::Again),
+        (vec![], 1, Looked::Again),
+        (vec![], 2, Looked::Uncertain),
+        (vec!["r-1"], 2, Looked::One("r-1")),
+        (vec!["r-1"], 0, Looked::One("r-1")),
+        (vec!["r-1", "r-2"], 0, Looked::Several(vec!["r-1", "r-2"])),
+    ];
+    for (found, observations, want) in cases {
+        assert_eq!(lost_create_looked(found.clone(), observations, max), want, "{found:?} after {observations}");
+    }
+    // The dispatch's decision follows it, at its own limit.
+    check_block(present(unknown(MAX - 1, Seen::ByLabel(vec![])), none(), ReceiptFacts::None), B::UncertainCreate);
+    check(
+        present(unknown(MAX - 2, Seen::ByLabel(vec![])), none(), ReceiptFacts::None),
+        Action::CountObservation(K::Vm),
+    );
+    check(
+        present(unknown(MAX - 1, Seen::ByLabel(vec![ok("i-1")])), none(), ReceiptFacts::None),
+        Action::Adopt(K::Vm, "i-1".into()),
+    );
+}
