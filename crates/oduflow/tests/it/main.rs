@@ -838,24 +838,26 @@ fn failed_seeds(out: &str) -> String {
     lines.collect::<Vec<_>>().join("\n")
 }
 
-/// 21 PostgreSQL seeds in two parts, side by side (two PostgreSQL
-/// campaigns at once is what the server's 100 connections take, and a
-/// third part waited for a place: 555 s of the suite went to that chain).
+/// The test command has about five of its ten minutes for the tests (the
+/// build takes three and a half, the fuzzing one, the rate tests a third),
+/// and the campaigns set the end of that phase. So the seeds are what fits:
+///
+/// 14 random PostgreSQL seeds in two parts, side by side (two PostgreSQL
+/// campaigns at once is what the server's 100 connections take: a third
+/// part waited for a place, and 555 s of the suite went to that chain).
 /// Each part also runs half of the failures file's seeds, the slower ones
 /// (restores), and the second starts once the benchmark's smoke run, which
-/// shares their two places, is done: these parts are the suite's critical
-/// path (at 19 and 11 seeds, 540 s and 115 + 289 s; at 15 and 9, 253 s and
-/// 106 + 258 s; at 18 and 6, 305 to 394 s and 90 + 213 s; at 16 and 8,
-/// 324 s and 86 + 220 s: the random seeds' cost varies run to run by a
-/// third). At 13 and 8, with the smoke run at half its clients, the two
-/// parts aim at about 280 s each: under the 10 minutes of the whole
-/// command (a larger campaign runs with `oduflow campaign --seeds N`);
-/// 86 SQLite seeds in six parts, each one seed at a time (in three parts of
-/// up to 33 seeds the last two were the suite's critical path, 420 and
-/// 433 s, after the others ended; in four of 22, about 400 s; six of 13
-/// or 14 took 184 to 214 s).
-const PG_PARTS: [u64; 2] = [13, 8];
-const SQLITE_PARTS: [u64; 6] = [14, 14, 14, 14, 15, 15];
+/// shares their two places, is done (about 100 s under the suite's load).
+/// A seed takes about 17 s there, so the two places hold about 30 seeds in
+/// 280 s: the failures file's 15 and these 14 (at 13 and 8 random seeds,
+/// 363 s, and 107 + 245 s);
+/// 78 SQLite seeds in six parts, each one seed at a time (six parts of 14
+/// or 15 took 196 to 281 s).
+///
+/// A larger campaign runs on its own: `oduflow campaign --seeds N` (on
+/// PostgreSQL, or `--store sqlite`, with `--jobs` seeds side by side).
+const PG_PARTS: [u64; 2] = [9, 5];
+const SQLITE_PARTS: [u64; 6] = [13, 13, 13, 13, 13, 13];
 
 /// One test per part, so nextest runs the parts side by side.
 macro_rules! campaign_parts {
