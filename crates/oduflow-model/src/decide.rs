@@ -310,7 +310,9 @@ fn create_step(kind: ResourceKind, r: &Resource, max: i64) -> Have {
             Have::Act(Action::Observe(kind))
         }
         (ReceiptFacts::Unmarked { .. }, Seen::ByLabel(found)) if found.is_empty() => Have::Act(Action::Dispatch(kind)),
-        (ReceiptFacts::Unmarked { .. }, Seen::ByLabel(found)) => Have::Act(label_matches(kind, found)),
+        (ReceiptFacts::Unmarked { .. }, Seen::ByLabel(found)) => {
+            Have::Act(looked_action(kind, lost_create_looked(found.iter().collect(), 0, max), uncertain, max))
+        }
         (ReceiptFacts::Rejected { status, message }, _) => Have::Act(Action::Block(
             BlockedReason::CreateRejected,
             format!("{} create rejected with {status}: {message}", kind.as_str()),
@@ -318,19 +320,12 @@ fn create_step(kind: ResourceKind, r: &Resource, max: i64) -> Have {
         (ReceiptFacts::Unknown { .. }, Seen::NotRead | Seen::Present(_) | Seen::Missing) => {
             Have::Act(Action::Observe(kind))
         }
-        (ReceiptFacts::Unknown { observations }, Seen::ByLabel(found)) => {
-            Have::Act(match lost_create_looked(found.iter().collect(), *observations, max) {
-                Looked::Uncertain => Action::Block(
-                    uncertain,
-                    format!(
-                        "{} create outcome unknown; nothing carries its label after {max} observations",
-                        kind.as_str()
-                    ),
-                ),
-                Looked::Again => Action::CountObservation(kind),
-                Looked::One(_) | Looked::Several(_) => label_matches(kind, found),
-            })
-        }
+        (ReceiptFacts::Unknown { observations }, Seen::ByLabel(found)) => Have::Act(looked_action(
+            kind,
+            lost_create_looked(found.iter().collect(), *observations, max),
+            uncertain,
+            max,
+        )),
         (ReceiptFacts::Known { .. }, Seen::NotRead | Seen::ByLabel(_)) => Have::Act(Action::Observe(kind)),
         (ReceiptFacts::Known { id, observations }, Seen::Missing) => {
             if *observations + 1 >= max {
@@ -384,23 +379,34 @@ pub fn lost_create_looked<T>(mut found: Vec<T>, observations: i64, max: i64) -> 
     }
 }
 
-/// What a label search that found something decides: the one match is
-/// adopted when it matches the spec; a mismatch or several block.
-fn label_matches(kind: ResourceKind, found: &[Facts]) -> Action {
-    match found {
-        [one] => match &one.mismatch {
+/// What a label search decides: the one match is adopted when it matches
+/// the spec; a mismatch or several block; none is counted, and blocks
+/// `uncertain` at the limit.
+fn looked_action(kind: ResourceKind, looked: Looked<&Facts>, uncertain: BlockedReason, max: i64) -> Action {
+    match looked {
+        Looked::One(one) => match &one.mismatch {
             None => Action::Adopt(kind, one.id.clone()),
             Some(why) => Action::Block(BlockedReason::ConfigMismatch, format!("{} {}: {why}", kind.as_str(), one.id)),
         },
-        many => Action::Block(
-            BlockedReason::DuplicateMatches,
-            format!(
-                "{} resources carry this dispatch's label: {}",
-                many.len(),
-                many.iter().map(|f| f.id.as_str()).collect::<Vec<_>>().join(", ")
-            ),
+        Looked::Again => Action::CountObservation(kind),
+        Looked::Uncertain => Action::Block(
+            uncertain,
+            format!("{} create outcome unknown; nothing carries its label after {max} observations", kind.as_str()),
         ),
+        Looked::Several(many) => several_match(&many),
     }
+}
+
+/// Several resources carry one dispatch's label: only an operator can tell.
+fn several_match(many: &[&Facts]) -> Action {
+    Action::Block(
+        BlockedReason::DuplicateMatches,
+        format!(
+            "{} resources carry this dispatch's label: {}",
+            many.len(),
+            many.iter().map(|f| f.id.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+    )
 }
 
 /// A first create, unless a live resource already carries a label naming
@@ -573,27 +579,23 @@ fn absent_step(kind: ResourceKind, r: &Resource, max: i64) -> Option<Action> {
         // Only a creating run reads a receipt as unmarked.
         (ReceiptFacts::Unmarked { .. }, _) => Some(Action::Observe(kind)),
         (ReceiptFacts::Unknown { .. }, Seen::NotRead | Seen::Present(_) | Seen::Missing) => Some(Action::Observe(kind)),
-        (ReceiptFacts::Unknown { observations }, Seen::ByLabel(found)) => match found.as_slice() {
-            // Absence from a listing does not prove the create never landed.
-            [] if *observations + 1 >= max => Some(Action::Block(
-                BlockedReason::UncertainDelete,
-                format!(
-                    "{} create outcome unknown and nothing carries its label after {max} observations; \
-                     absence from a listing does not prove it was never created",
-                    kind.as_str()
+        (ReceiptFacts::Unknown { observations }, Seen::ByLabel(found)) => {
+            Some(match lost_create_looked(found.iter().collect(), *observations, max) {
+                // Absence from a listing does not prove the create never landed.
+                Looked::Uncertain => Action::Block(
+                    BlockedReason::UncertainDelete,
+                    format!(
+                        "{} create outcome unknown and nothing carries its label after {max} observations; \
+                         absence from a listing does not prove it was never created",
+                        kind.as_str()
+                    ),
                 ),
-            )),
-            [] => Some(Action::CountObservation(kind)),
-            [one] => Some(Action::Adopt(kind, one.id.clone())),
-            many => Some(Action::Block(
-                BlockedReason::DuplicateMatches,
-                format!(
-                    "{} resources carry this dispatch's label: {}",
-                    many.len(),
-                    many.iter().map(|f| f.id.as_str()).collect::<Vec<_>>().join(", ")
-                ),
-            )),
-        },
+                Looked::Again => Action::CountObservation(kind),
+                // Deleting: whatever carries its label is its own, and goes.
+                Looked::One(one) => Action::Adopt(kind, one.id.clone()),
+                Looked::Several(many) => several_match(&many),
+            })
+        }
         (ReceiptFacts::Known { .. }, Seen::NotRead | Seen::ByLabel(_)) => Some(Action::Observe(kind)),
         (ReceiptFacts::Known { id, .. }, Seen::Present(_)) => {
             if !r.progress.seen {

@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 pub enum IdSource {
     /// The create call's own response.
     Response,
-    /// Found by the dispatch's unique label after an unknown outcome.
+    /// Found by looking after an unknown outcome: the dispatch's unique
+    /// label, or a DNS record's name, type and data in a zone listing.
     AdoptedByLabel,
     /// Named by an operator (`oduflow adopt`), after verification.
     AdoptedByOperator,

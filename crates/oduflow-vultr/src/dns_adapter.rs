@@ -380,7 +380,8 @@ impl DnsAdapter {
                 .filter(|r| rtype != "TXT" || marked(r))
                 .collect();
             let [one] = of.as_slice() else { continue };
-            o.adopt(&self.domain, one, BY_MARKER, self.now_ms()).map_err(AdapterError::Failed)?;
+            o.adopt(&self.domain, one, (BY_MARKER, IdSource::ReclaimedByMarker), self.now_ms())
+                .map_err(AdapterError::Failed)?;
             took = true;
         }
         if took {
@@ -753,7 +754,7 @@ impl IdentityAdapter for DnsAdapter {
             let (event, detail) = match how {
                 Settle::Adopt { id, by, now_ms } => {
                     let rec = self.adoptable(t, id).await?;
-                    o.adopt(&self.domain, &rec, by, now_ms)?;
+                    o.adopt(&self.domain, &rec, (by, IdSource::AdoptedByOperator), now_ms)?;
                     let detail =
                         serde_json::json!({ "by": by, "record": id, "type": rec.record_type, "data": rec.data });
                     (oduflow_model::EventKind::DnsRecordAdopted, detail)

@@ -106,16 +106,21 @@ impl OwnedRecord {
     }
 
     /// Its id became known, and how (once: a known id is never replaced).
+    /// The listings that found nothing before stay, as evidence.
     pub fn know(&mut self, id: &str, source: IdSource) {
         debug_assert!(self.id().is_none(), "an owned record's id is written once");
-        self.effect = Effect::Known { id: id.to_owned(), source: Some(source), observations: 0 };
+        let observations = i64::from(self.listings());
+        self.effect = Effect::Known { id: id.to_owned(), source: Some(source), observations };
         self.lost = None;
     }
 
-    /// Zone listings that looked for its lost create and found nothing.
+    /// Zone listings that looked for its lost create and found nothing
+    /// (before its id became known, for a known one).
     pub fn listings(&self) -> u32 {
         match self.effect {
-            Effect::Unknown { observations } => u32::try_from(observations).unwrap_or(u32::MAX),
+            Effect::Unknown { observations } | Effect::Known { observations, .. } => {
+                u32::try_from(observations).unwrap_or(u32::MAX)
+            }
             _ => 0,
         }
     }
@@ -145,10 +150,16 @@ impl Owned {
     }
 
     /// Records `rec` as owned (an operator's adoption, or the owner
-    /// marker's: `by`): refused when a record of that type is owned
-    /// already. A lost create of that type is replaced (the operator found
-    /// it, or it is settled by this one).
-    pub fn adopt(&mut self, zone: &str, rec: &DnsRecord, by: &str, now_ms: i64) -> Result<(), String> {
+    /// marker's: `by`, and `source` says which): refused when a record of
+    /// that type is owned already. A lost create of that type is replaced
+    /// (the operator found it, or it is settled by this one).
+    pub fn adopt(
+        &mut self,
+        zone: &str,
+        rec: &DnsRecord,
+        (by, source): (&str, IdSource),
+        now_ms: i64,
+    ) -> Result<(), String> {
         if let Some(o) = self.records.iter().find(|o| o.rtype == rec.record_type && o.id().is_some()) {
             return Err(format!(
                 "this client already owns {} record {} ({} -> {}); it owns one per type",
@@ -163,7 +174,6 @@ impl Owned {
         self.records
             .retain(|o| !(o.rtype == rec.record_type && o.name == rec.name && same_data(&o.rtype, &o.data, &rec.data)));
         let mut r = OwnedRecord::claimed(zone, &rec.record_type, &rec.name, &rec.data, rec.ttl, now_ms);
-        let source = if by == BY_MARKER { IdSource::ReclaimedByMarker } else { IdSource::AdoptedByOperator };
         r.know(&rec.id.0, source);
         r.adopted_by = Some(by.to_owned());
         self.records.push(r);
@@ -175,7 +185,7 @@ impl Owned {
     /// the next run creates again. A create still in flight (no listing
     /// yet) is kept. Returns what was given up.
     pub fn abandon_lost(&mut self) -> Vec<OwnedRecord> {
-        let (lost, keep): (Vec<_>, Vec<_>) = self.records.drain(..).partition(|r| r.listings() > 0);
+        let (lost, keep): (Vec<_>, Vec<_>) = self.records.drain(..).partition(|r| r.id().is_none() && r.listings() > 0);
         self.records = keep;
         lost
     }
@@ -201,9 +211,10 @@ fn unquoted(d: &str) -> &str {
 }
 
 /// An owned record as the ownership record keeps it: flat, with the
-/// lifecycle spelt as its columns (`id` set or not, `listings`), and how
-/// the id came (`source`; absent in records written before it was kept:
-/// an adopter's name then says an adoption, else the answer).
+/// lifecycle spelt as its columns (`id` set or not, `listings`, a DELETE
+/// `delete_sent` then `deleting`), and how the id came (`source`; absent in
+/// records written before it was kept: an adopter's name then says an
+/// adoption, a listing's time a listing's find, else the answer).
 #[derive(Serialize, Deserialize)]
 struct Wire {
     #[serde(rename = "type")]
@@ -251,9 +262,11 @@ impl From<Wire> for OwnedRecord {
                 let source = w.source.unwrap_or(match w.adopted_by.as_deref() {
                     Some(BY_MARKER) => IdSource::ReclaimedByMarker,
                     Some(_) => IdSource::AdoptedByOperator,
+                    // Only a listing for a lost create sets `listed_ms`.
+                    None if w.listed_ms.is_some() || w.listings > 0 => IdSource::AdoptedByLabel,
                     None => IdSource::Response,
                 });
-                Effect::Known { id, source: Some(source), observations: 0 }
+                Effect::Known { id, source: Some(source), observations: i64::from(w.listings) }
             }
             None => Effect::Unknown { observations: i64::from(w.listings) },
         };
@@ -284,9 +297,13 @@ impl From<Wire> for OwnedRecord {
 
 impl From<OwnedRecord> for Wire {
     fn from(r: OwnedRecord) -> Self {
-        let (id, source, listings) = match (r.effect.id(), &r.effect) {
-            (Some(id), Effect::Known { source, .. }) => (Some(id.to_owned()), *source, 0),
-            _ => (None, None, r.listings()),
+        // The two states an owned record takes: a refused or unsent create
+        // is dropped, an abandoned one too.
+        debug_assert!(matches!(r.effect, Effect::Known { .. } | Effect::Unknown { .. }), "{:?}", r.effect);
+        let listings = r.listings();
+        let (id, source) = match &r.effect {
+            Effect::Known { id, source, .. } => (Some(id.clone()), *source),
+            _ => (None, None),
         };
         Wire {
             rtype: r.rtype,
@@ -343,6 +360,9 @@ mod tests {
               "lost_ms": 8, "listings": 2, "listed_ms": 10, "delete_sent": false, "deleting": false },
             { "type": "A", "name": "acme", "data": "192.0.2.8", "ttl": 300, "id": "a-2", "claimed_ms": 6,
               "adopted_by": "owner marker", "gone_ms": 11 },
+            // A lost create a listing found, after one that found nothing.
+            { "type": "TXT", "name": "acme", "data": "\"n\"", "ttl": 300, "id": "t-2", "claimed_ms": 12,
+              "listings": 1, "listed_ms": 14, "delete_sent": false, "deleting": false },
         ]});
         let o = Owned::from_value(&old).unwrap();
         let sources: Vec<Option<IdSource>> = o
@@ -355,11 +375,19 @@ mod tests {
             .collect();
         assert_eq!(
             sources,
-            [Some(IdSource::Response), Some(IdSource::AdoptedByOperator), None, Some(IdSource::ReclaimedByMarker)]
+            [
+                Some(IdSource::Response),
+                Some(IdSource::AdoptedByOperator),
+                None,
+                Some(IdSource::ReclaimedByMarker),
+                Some(IdSource::AdoptedByLabel)
+            ]
         );
         let deletions: Vec<Deletion> = o.records.iter().map(|r| r.deletion).collect();
-        assert_eq!(deletions, [Deletion::Sent, Deletion::Answered, Deletion::None, Deletion::None]);
+        assert_eq!(deletions, [Deletion::Sent, Deletion::Answered, Deletion::None, Deletion::None, Deletion::None]);
         assert_eq!((o.records[2].id(), o.records[2].listings()), (None, 2));
+        assert_eq!((o.records[4].id(), o.records[4].listings()), (Some("t-2"), 1));
+        assert!(o.clone().abandon_lost().iter().all(|r| r.id().is_none()), "only creates of unknown outcome");
         assert_eq!(
             (o.records[1].zone.as_str(), o.records[1].missing, o.records[1].missing_ms),
             ("old.example", 2, Some(9))
@@ -385,11 +413,12 @@ mod tests {
         r.listed_nothing();
         assert_eq!(r.listings(), 2);
         r.know("a-1", IdSource::AdoptedByLabel);
-        assert_eq!((r.id(), r.listings(), r.lost.as_deref()), (Some("a-1"), 0, None));
+        // The listings that found nothing stay, as evidence.
+        assert_eq!((r.id(), r.listings(), r.lost.as_deref()), (Some("a-1"), 2, None));
         r.listed_nothing();
         assert_eq!(
             r.effect,
-            Effect::Known { id: "a-1".into(), source: Some(IdSource::AdoptedByLabel), observations: 0 }
+            Effect::Known { id: "a-1".into(), source: Some(IdSource::AdoptedByLabel), observations: 2 }
         );
     }
 
@@ -400,12 +429,14 @@ mod tests {
         lost.listed_nothing();
         o.records.push(lost.clone());
         // Another address: the lost create stays to be resolved.
-        o.adopt("example.com", &record("a-9", "A", "192.0.2.9"), "ops", 2).unwrap();
+        o.adopt("example.com", &record("a-9", "A", "192.0.2.9"), ("ops", IdSource::AdoptedByOperator), 2).unwrap();
         assert_eq!(o.records.len(), 2);
-        let err = o.adopt("example.com", &record("a-8", "A", "192.0.2.7"), "ops", 3).unwrap_err();
+        let err = o
+            .adopt("example.com", &record("a-8", "A", "192.0.2.7"), ("ops", IdSource::AdoptedByOperator), 3)
+            .unwrap_err();
         assert!(err.contains("already owns A record a-9"), "{err}");
         let mut p = Owned { records: vec![lost] };
-        p.adopt("example.com", &record("a-7", "A", "192.0.2.7"), BY_MARKER, 4).unwrap();
+        p.adopt("example.com", &record("a-7", "A", "192.0.2.7"), (BY_MARKER, IdSource::ReclaimedByMarker), 4).unwrap();
         assert_eq!(p.records.len(), 1);
         assert_eq!(p.records[0].effect.id(), Some("a-7"));
         assert!(matches!(p.records[0].effect, Effect::Known { source: Some(IdSource::ReclaimedByMarker), .. }));
