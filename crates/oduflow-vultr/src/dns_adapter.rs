@@ -228,6 +228,11 @@ impl DnsAdapter {
                     Self::save(own, o).await?;
                 }
                 Looked::Uncertain => {
+                    // Counted, and its time kept: the next look (after an
+                    // operator's reconcile) takes a listing of its own, and
+                    // never the one this block rests on.
+                    o.records[i].listed_nothing();
+                    Self::save(own, o).await?;
                     return Err(AdapterError::Blocked(
                         BlockedReason::UncertainDnsRecord,
                         format!(

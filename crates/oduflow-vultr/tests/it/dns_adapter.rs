@@ -403,3 +403,84 @@ async fn records_deleted_together_are_taken_as_gone_together() {
     assert_eq!(again.len(), 3, "made again: {again:?}");
     assert!(again.iter().all(|r| made.iter().all(|m| m.id != r.id)), "new ids: {again:?}");
 }
+
+/// A create whose answer was lost (the worker killed after it was recorded)
+/// is resolved by the rule every lost create follows: one matching record
+/// in a zone listing is the one sent, and is kept with how it was found and
+/// the listings before it; several block `uncertain_dns_record` naming
+/// each, and none blocks after `LOST_CREATE_LISTINGS_MAX` listings; no
+/// create is sent again meanwhile.
+#[tokio::test]
+async fn a_lost_create_is_found_by_looking_and_never_sent_again() {
+    use oduflow_vultr::dns_adapter::LOST_CREATE_LISTINGS_MAX;
+    let sim = sim().await;
+    // A clock that moves on at every reading: each listing starts after
+    // the one before, whatever the host's clock resolution.
+    let ticks = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1_000));
+    let a =
+        adapter(&sim).with_clock(std::sync::Arc::new(move || ticks.fetch_add(1, std::sync::atomic::Ordering::SeqCst)));
+    let t = target("c1", "c1", "192.0.2.40");
+    let marker = oduflow_model::identity::dns_owner_marker("id-c1");
+    let put = |name: &str, rtype: &str, data: &str| {
+        let req = DnsRecordRequest {
+            name: name.into(),
+            record_type: rtype.into(),
+            data: data.into(),
+            ttl: Some(120),
+            priority: None,
+        };
+        let c = client(&sim.base_url);
+        async move {
+            let Outcome::Accepted(r) = c.dns_record_create(ZONE, &req).await else { panic!("console create") };
+            r.id.0
+        }
+    };
+    // Creates that reached the simulator (the console's included).
+    let posts = |sim: &SimHandle| sim.ledger().requests.get("POST /v2/domains/{domain}/records").copied().unwrap_or(0);
+
+    // None: looked for again, then blocked after the last listing.
+    let own = lost_marker(&marker).await;
+    for n in 1..LOST_CREATE_LISTINGS_MAX {
+        match a.ensure(&t, &own).await {
+            Err(AdapterError::Pending(d)) => assert!(d.contains(&format!("zone listing {n} of")), "{d}"),
+            other => panic!("listing {n}: expected Pending, got {other:?}"),
+        }
+    }
+    match a.ensure(&t, &own).await {
+        Err(AdapterError::Blocked(BlockedReason::UncertainDnsRecord, d)) => {
+            assert!(d.contains("oduflow abandon c1 --kind dns"), "{d}")
+        }
+        other => panic!("expected uncertain_dns_record, got {other:?}"),
+    }
+    assert_eq!(posts(&sim), 0, "no create sent again");
+
+    // One, made since (the operator found none, then one appeared): the
+    // next look takes a listing of its own, not the one the block rests
+    // on, finds it, and keeps it with how and after how many listings.
+    let first = put("c1", "TXT", &marker).await;
+    a.ensure(&t, &own).await.unwrap();
+    assert_eq!(owned_id(&own, "TXT"), first);
+    let rec = own.get()["records"][0].clone();
+    assert_eq!((rec["source"].as_str(), rec["listings"].as_i64()), (Some("adopted_by_label"), Some(3)), "{rec}");
+
+    // Several: none is taken, and each is named.
+    let second = put("c1", "TXT", &marker).await;
+    let own = lost_marker(&marker).await;
+    match a.ensure(&t, &own).await {
+        Err(AdapterError::Blocked(BlockedReason::UncertainDnsRecord, d)) => {
+            assert!(d.contains(&first) && d.contains(&second) && d.contains("2 records match it"), "{d}")
+        }
+        other => panic!("expected uncertain_dns_record, got {other:?}"),
+    }
+    assert!(own.get()["records"][0].get("id").is_none(), "none taken: {}", own.get());
+}
+
+/// An ownership record whose owner marker's create was recorded and whose
+/// answer never was (the worker killed in between).
+async fn lost_marker(marker: &str) -> MemoryOwnership {
+    let own = MemoryOwnership::default();
+    let rec = serde_json::json!({ "type": "TXT", "zone": ZONE, "name": "c1", "data": marker, "ttl": 120,
+        "claimed_ms": 1, "listings": 0 });
+    own.put(serde_json::json!({ "records": [rec] })).await.unwrap();
+    own
+}
