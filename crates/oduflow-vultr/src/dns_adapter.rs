@@ -230,7 +230,8 @@ impl DnsAdapter {
                 Looked::Uncertain => {
                     // Counted, and its time kept: the next look (after an
                     // operator's reconcile) takes a listing of its own, and
-                    // never the one this block rests on.
+                    // never the one this block rests on (the same after
+                    // several).
                     o.records[i].listed_nothing();
                     Self::save(own, o).await?;
                     return Err(AdapterError::Blocked(
@@ -254,6 +255,9 @@ impl DnsAdapter {
                 }
                 Looked::Several(many) => {
                     let ids: Vec<&str> = many.iter().map(|r| r.id.as_str()).collect();
+                    // Its time kept, as after none: the next look takes a
+                    // listing of its own.
+                    Self::save(own, o).await?;
                     return Err(AdapterError::Blocked(
                         BlockedReason::UncertainDnsRecord,
                         format!(

@@ -439,7 +439,7 @@ async fn a_lost_create_is_found_by_looking_and_never_sent_again() {
     let posts = |sim: &SimHandle| sim.ledger().requests.get("POST /v2/domains/{domain}/records").copied().unwrap_or(0);
 
     // None: looked for again, then blocked after the last listing.
-    let own = lost_marker(&marker).await;
+    let own = lost_marker("c1", &marker).await;
     for n in 1..LOST_CREATE_LISTINGS_MAX {
         match a.ensure(&t, &own).await {
             Err(AdapterError::Pending(d)) => assert!(d.contains(&format!("zone listing {n} of")), "{d}"),
@@ -463,23 +463,32 @@ async fn a_lost_create_is_found_by_looking_and_never_sent_again() {
     let rec = own.get()["records"][0].clone();
     assert_eq!((rec["source"].as_str(), rec["listings"].as_i64()), (Some("adopted_by_label"), Some(3)), "{rec}");
 
-    // Several: none is taken, and each is named.
-    let second = put("c1", "TXT", &marker).await;
-    let own = lost_marker(&marker).await;
-    match a.ensure(&t, &own).await {
+    // Several, after a look that found none: none is taken, and each is
+    // named. The operator then deletes the one oduflow did not make, in
+    // the console: the next look takes a listing of its own, not the one
+    // the block rests on, and keeps the one left.
+    let t3 = target("c3", "c3", "192.0.2.43");
+    let marker3 = oduflow_model::identity::dns_owner_marker("id-c3");
+    let own = lost_marker("c3", &marker3).await;
+    assert!(matches!(a.ensure(&t3, &own).await, Err(AdapterError::Pending(_))));
+    let (one, two) = (put("c3", "TXT", &marker3).await, put("c3", "TXT", &marker3).await);
+    match a.ensure(&t3, &own).await {
         Err(AdapterError::Blocked(BlockedReason::UncertainDnsRecord, d)) => {
-            assert!(d.contains(&first) && d.contains(&second) && d.contains("2 records match it"), "{d}")
+            assert!(d.contains(&one) && d.contains(&two) && d.contains("2 records match it"), "{d}")
         }
         other => panic!("expected uncertain_dns_record, got {other:?}"),
     }
     assert!(own.get()["records"][0].get("id").is_none(), "none taken: {}", own.get());
+    assert_eq!(client(&sim.base_url).dns_record_delete(ZONE, &DnsRecordId(two)).await, Ok(DeleteOutcome::Sent));
+    a.ensure(&t3, &own).await.unwrap();
+    assert_eq!(owned_id(&own, "TXT"), one);
 }
 
 /// An ownership record whose owner marker's create was recorded and whose
 /// answer never was (the worker killed in between).
-async fn lost_marker(marker: &str) -> MemoryOwnership {
+async fn lost_marker(name: &str, marker: &str) -> MemoryOwnership {
     let own = MemoryOwnership::default();
-    let rec = serde_json::json!({ "type": "TXT", "zone": ZONE, "name": "c1", "data": marker, "ttl": 120,
+    let rec = serde_json::json!({ "type": "TXT", "zone": ZONE, "name": name, "data": marker, "ttl": 120,
         "claimed_ms": 1, "listings": 0 });
     own.put(serde_json::json!({ "records": [rec] })).await.unwrap();
     own
