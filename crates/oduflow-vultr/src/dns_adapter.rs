@@ -206,8 +206,12 @@ impl DnsAdapter {
                     ),
                 ));
             }
+            // A listing started after this look began (never one another
+            // client's check took since the last look, which may predate a
+            // record made since), and after the answer was lost and the
+            // last look's listing (a clock another process set).
             let after = rec.lost_ms.unwrap_or(rec.claimed_ms).max(rec.listed_ms.unwrap_or(0));
-            let z = self.zone(own, after + 1).await?;
+            let z = self.zone(own, (after + 1).max(self.now_ms())).await?;
             o.records[i].listed_ms = Some(z.taken_ms);
             let found: Vec<&DnsRecord> = z
                 .records
@@ -452,7 +456,14 @@ impl DnsAdapter {
     /// A record this process created goes into the shared view, so another
     /// client's check sees it before the next listing.
     async fn view_add(&self, r: DnsRecord) {
-        self.view_edit(|v| v.push(r)).await;
+        // (A listing under way as it was made may hold it already: once
+        // is enough, twice would read as two records.)
+        self.view_edit(|v| {
+            if !v.iter().any(|x| x.id == r.id) {
+                v.push(r)
+            }
+        })
+        .await;
     }
 
     /// The shared view after a change this process made (a create, a

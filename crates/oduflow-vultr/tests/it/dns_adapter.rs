@@ -493,3 +493,30 @@ async fn lost_marker(name: &str, marker: &str) -> MemoryOwnership {
     own.put(serde_json::json!({ "records": [rec] })).await.unwrap();
     own
 }
+
+/// Each look for a lost create takes a listing started after the look
+/// began: never one another client's check took in between, which may
+/// predate a record made since.
+#[tokio::test]
+async fn a_lost_create_is_looked_for_in_a_listing_started_after_the_look() {
+    let sim = sim().await;
+    let ticks = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1_000));
+    let a =
+        adapter(&sim).with_clock(std::sync::Arc::new(move || ticks.fetch_add(1, std::sync::atomic::Ordering::SeqCst)));
+    let t = target("c4", "c4", "192.0.2.44");
+    let marker = oduflow_model::identity::dns_owner_marker("id-c4");
+    let own = lost_marker("c4", &marker).await;
+    assert!(matches!(a.ensure(&t, &own).await, Err(AdapterError::Pending(_))));
+    // Another client's ensure lists the zone: the process keeps that view.
+    a.ensure(&target("c5", "c5", "192.0.2.45"), &MemoryOwnership::default()).await.unwrap();
+    let req = DnsRecordRequest {
+        name: "c4".into(),
+        record_type: "TXT".into(),
+        data: marker.clone(),
+        ttl: Some(120),
+        priority: None,
+    };
+    let Outcome::Accepted(made) = client(&sim.base_url).dns_record_create(ZONE, &req).await else { panic!() };
+    a.ensure(&t, &own).await.unwrap();
+    assert_eq!(owned_id(&own, "TXT"), made.id.0);
+}
