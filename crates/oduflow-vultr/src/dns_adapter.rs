@@ -226,18 +226,20 @@ impl DnsAdapter {
             let what = format!("{} {} -> {}", rec.rtype, self.fqdn(&rec.name), rec.data);
             let why = rec.lost.clone().unwrap_or_else(|| "the worker stopped before its answer was recorded".into());
             let listings = rec.listings() + 1;
-            match lost_create_looked(found, i64::from(rec.listings()), i64::from(LOST_CREATE_LISTINGS_MAX)) {
-                Looked::One(one) => {
-                    o.records[i].know(&one.id.0, IdSource::AdoptedByLabel);
-                    Self::save(own, o).await?;
-                }
+            let looked = lost_create_looked(found, i64::from(rec.listings()), i64::from(LOST_CREATE_LISTINGS_MAX));
+            // Every look is recorded, whatever it found: the id it found,
+            // or a listing that found none counted; and its listing's time
+            // always, so the next look (after an operator's reconcile, too)
+            // never takes the listing a block rests on.
+            match &looked {
+                Looked::One(one) => o.records[i].know(&one.id.0, IdSource::AdoptedByLabel),
+                Looked::Again | Looked::Uncertain => o.records[i].listed_nothing(),
+                Looked::Several(_) => {}
+            }
+            Self::save(own, o).await?;
+            match looked {
+                Looked::One(_) => {}
                 Looked::Uncertain => {
-                    // Counted, and its time kept: the next look (after an
-                    // operator's reconcile) takes a listing of its own, and
-                    // never the one this block rests on (the same after
-                    // several).
-                    o.records[i].listed_nothing();
-                    Self::save(own, o).await?;
                     return Err(AdapterError::Blocked(
                         BlockedReason::UncertainDnsRecord,
                         format!(
@@ -250,8 +252,6 @@ impl DnsAdapter {
                     ));
                 }
                 Looked::Again => {
-                    o.records[i].listed_nothing();
-                    Self::save(own, o).await?;
                     return Err(AdapterError::Pending(format!(
                         "the create of {what} may have reached Vultr ({why}); zone listing {listings} of \
                          {LOST_CREATE_LISTINGS_MAX} shows no such record yet"
@@ -259,9 +259,6 @@ impl DnsAdapter {
                 }
                 Looked::Several(many) => {
                     let ids: Vec<&str> = many.iter().map(|r| r.id.as_str()).collect();
-                    // Its time kept, as after none: the next look takes a
-                    // listing of its own.
-                    Self::save(own, o).await?;
                     return Err(AdapterError::Blocked(
                         BlockedReason::UncertainDnsRecord,
                         format!(
