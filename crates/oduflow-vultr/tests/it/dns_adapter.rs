@@ -414,11 +414,7 @@ async fn records_deleted_together_are_taken_as_gone_together() {
 async fn a_lost_create_is_found_by_looking_and_never_sent_again() {
     use oduflow_vultr::dns_adapter::LOST_CREATE_LISTINGS_MAX;
     let sim = sim().await;
-    // A clock that moves on at every reading: each listing starts after
-    // the one before, whatever the host's clock resolution.
-    let ticks = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1_000));
-    let a =
-        adapter(&sim).with_clock(std::sync::Arc::new(move || ticks.fetch_add(1, std::sync::atomic::Ordering::SeqCst)));
+    let a = ticking_adapter(&sim);
     let t = target("c1", "c1", "192.0.2.40");
     let marker = oduflow_model::identity::dns_owner_marker("id-c1");
     let put = |name: &str, rtype: &str, data: &str| {
@@ -500,9 +496,7 @@ async fn lost_marker(name: &str, marker: &str) -> MemoryOwnership {
 #[tokio::test]
 async fn a_lost_create_is_looked_for_in_a_listing_started_after_the_look() {
     let sim = sim().await;
-    let ticks = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1_000));
-    let a =
-        adapter(&sim).with_clock(std::sync::Arc::new(move || ticks.fetch_add(1, std::sync::atomic::Ordering::SeqCst)));
+    let a = ticking_adapter(&sim);
     let t = target("c4", "c4", "192.0.2.44");
     let marker = oduflow_model::identity::dns_owner_marker("id-c4");
     let own = lost_marker("c4", &marker).await;
@@ -519,4 +513,11 @@ async fn a_lost_create_is_looked_for_in_a_listing_started_after_the_look() {
     let Outcome::Accepted(made) = client(&sim.base_url).dns_record_create(ZONE, &req).await else { panic!() };
     a.ensure(&t, &own).await.unwrap();
     assert_eq!(owned_id(&own, "TXT"), made.id.0);
+}
+
+/// An adapter on a clock that moves on at every reading: each listing
+/// starts after the one before, whatever the host's clock resolution.
+fn ticking_adapter(sim: &SimHandle) -> DnsAdapter {
+    let ticks = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1_000));
+    adapter(sim).with_clock(std::sync::Arc::new(move || ticks.fetch_add(1, std::sync::atomic::Ordering::SeqCst)))
 }
