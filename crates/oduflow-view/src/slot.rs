@@ -36,7 +36,7 @@ struct SlotState<T> {
 
 /// The newest snapshot of one kind, and the listings planned: at most one
 /// under way, each starting at least a gap after the one before.
-pub(super) struct Slot<T> {
+pub struct Slot<T> {
     state: std::sync::Mutex<SlotState<T>>,
     /// Counts the listings done: a waiter wakes at each and looks again.
     done: tokio::sync::watch::Sender<u64>,
@@ -52,9 +52,9 @@ impl<T> Default for Slot<T> {
 }
 
 /// How to list one kind, from a spawned task.
-pub(super) type Lister<T> = Arc<dyn Fn() -> BoxFuture<Result<Vec<T>, ProviderError>> + Send + Sync>;
+pub type Lister<T> = Arc<dyn Fn() -> BoxFuture<Result<Vec<T>, ProviderError>> + Send + Sync>;
 
-pub(super) type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+pub type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
 
 /// How long after a planned listing should be done a run comes back.
 const DEFER_MARGIN: std::time::Duration = std::time::Duration::from_millis(50);
@@ -69,7 +69,7 @@ impl<T: Listed> Slot<T> {
     /// under way, or the next, a gap after the last one started), and the
     /// run waits for it, bounded by [`VIEW_WAIT_MAX`], or is told when to
     /// come back.
-    pub(super) async fn get(
+    pub async fn get(
         self: &Arc<Self>,
         ask: Ask,
         now: Arc<dyn Fn() -> i64 + Send + Sync>,
@@ -101,7 +101,7 @@ impl<T: Listed> Slot<T> {
 
     /// Plans the listing `ask` needs, unless the newest snapshot, or one
     /// under way or planned, qualifies already; never waits.
-    pub(super) fn plan(self: &Arc<Self>, ask: Ask, now: &Arc<dyn Fn() -> i64 + Send + Sync>, list: &Lister<T>) {
+    pub fn plan(self: &Arc<Self>, ask: Ask, now: &Arc<dyn Fn() -> i64 + Send + Sync>, list: &Lister<T>) {
         let _ = self.look(ask, now, list);
     }
 

@@ -1,6 +1,5 @@
 //! The bulk view's scheduling, one kind's slot at a time.
 
-use super::slot::{Lister, Slot};
 use super::*;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
