@@ -10,7 +10,7 @@ mod slot;
 #[cfg(test)]
 mod tests;
 
-pub use slot::{BoxFuture, Lister, Slot};
+pub use slot::{BoxFuture, Edit, Lister, Slot};
 
 /// Something a listing returns: an id and a label.
 pub trait Listed: Clone + Send + Sync + 'static {
@@ -71,6 +71,11 @@ impl<T: Listed> Snapshot<T> {
 
     pub fn with_label(&self, label: &str) -> Vec<T> {
         self.by_label.get(label).map(|ix| ix.iter().map(|i| self.items[*i].clone()).collect()).unwrap_or_default()
+    }
+
+    /// Every item, in the listing's order (a repeated one once).
+    pub fn items(&self) -> &[T] {
+        &self.items
     }
 
     #[cfg(test)]

@@ -32,7 +32,14 @@ struct SlotState<T> {
     again: bool,
     /// When the latest listing started, and how long it took.
     last: Option<(std::time::Instant, std::time::Duration)>,
+    /// Edits made while a listing was under way: applied to it too when it
+    /// lands (it may have started before the change they record).
+    edits: Vec<Edit<T>>,
 }
+
+/// A change this process made, applied to the listed items so that the
+/// runs asking next see it before the next listing does.
+pub type Edit<T> = Arc<dyn Fn(&mut Vec<T>) + Send + Sync>;
 
 /// The newest snapshot of one kind, and the listings planned: at most one
 /// under way, each starting at least a gap after the one before.
@@ -45,7 +52,14 @@ pub struct Slot<T> {
 impl<T> Default for Slot<T> {
     fn default() -> Self {
         Self {
-            state: std::sync::Mutex::new(SlotState { cur: None, failed: None, next: None, again: false, last: None }),
+            state: std::sync::Mutex::new(SlotState {
+                cur: None,
+                failed: None,
+                next: None,
+                again: false,
+                last: None,
+                edits: Vec::new(),
+            }),
             done: tokio::sync::watch::channel(0).0,
         }
     }
@@ -96,6 +110,22 @@ impl<T: Listed> Slot<T> {
                     VIEW_WAIT_MAX.as_secs()
                 )));
             }
+        }
+    }
+
+    /// Applies `edit` (a change this process made and was answered for)
+    /// to the newest snapshot, and to the listing under way when it lands.
+    /// An edit is idempotent: it may meet a listing that shows the change.
+    pub fn edit(&self, edit: impl Fn(&mut Vec<T>) + Send + Sync + 'static) {
+        let edit: Edit<T> = Arc::new(edit);
+        let mut s = self.lock();
+        if let Some(c) = s.cur.take() {
+            let mut items = c.items().to_vec();
+            edit(&mut items);
+            s.cur = Some(Arc::new(Snapshot::new(c.started_ms, c.started_at, items)));
+        }
+        if s.next.as_ref().is_some_and(|n| n.started) {
+            s.edits.push(edit);
         }
     }
 
@@ -177,6 +207,7 @@ impl<T: Listed> Slot<T> {
                         s.failed = Some((n.start_ms, n.start_at, "the listing task ended".to_owned()));
                     }
                     s.again = false;
+                    s.edits.clear();
                     drop(s);
                     self.0.done.send_modify(|n| *n += 1);
                 }
@@ -203,8 +234,10 @@ impl<T: Listed> Slot<T> {
             let (r, took) = (list().await, started_at.elapsed());
             let more = {
                 let mut s = self.lock();
+                let edits = std::mem::take(&mut s.edits);
                 match r {
-                    Ok(items) => {
+                    Ok(mut items) => {
+                        edits.iter().for_each(|edit| edit(&mut items));
                         s.cur = Some(Arc::new(Snapshot::new(started_ms, started_at, items)));
                         s.failed = None;
                     }

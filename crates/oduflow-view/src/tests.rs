@@ -185,3 +185,47 @@ fn a_repeated_item_is_kept_once() {
     let s = Snapshot::new(1, std::time::Instant::now(), vec![It("a".into(), "l".into()), It("a".into(), "l".into())]);
     assert_eq!((s.len(), s.with_label("l").len()), (1, 1));
 }
+
+#[tokio::test]
+async fn an_edit_reaches_the_newest_snapshot_and_the_listing_under_way() {
+    let slot: Arc<Slot<It>> = Arc::default();
+    let (started, gate) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
+    let lists = Arc::new(AtomicU32::new(0));
+    // A listing that shows `a` and `b`, and lands only when let go.
+    let gated: Lister<It> = {
+        let (started, gate, lists) = (started.clone(), gate.clone(), lists.clone());
+        Arc::new(move || {
+            let (started, gate, lists) = (started.clone(), gate.clone(), lists.clone());
+            Box::pin(async move {
+                lists.fetch_add(1, Ordering::SeqCst);
+                started.notify_one();
+                gate.notified().await;
+                Ok(vec![It("a".into(), "l".into()), It("b".into(), "l".into())])
+            })
+        })
+    };
+    let now: Now = Arc::new(|| 100);
+    let asked = Ask { gap: std::time::Duration::ZERO, ..ask(50, false) };
+    let waiter = {
+        let (slot, now, gated) = (slot.clone(), now.clone(), gated.clone());
+        tokio::spawn(async move { slot.get(asked, now, gated).await })
+    };
+    // A change made while the listing is under way (it may have started
+    // before the change was applied): the listing lands with it.
+    started.notified().await;
+    slot.edit(|v| {
+        if !v.iter().any(|x| x.0 == "c") {
+            v.push(It("c".into(), "l".into()))
+        }
+    });
+    gate.notify_one();
+    let s = snapshot(waiter.await.unwrap()).await;
+    assert!(s.get("c").is_some(), "the edit made during the listing was lost");
+    assert_eq!(s.len(), 3);
+    // A change after it: the newest snapshot shows it at once, with no
+    // new listing, and still counts as started when the listing did.
+    slot.edit(|v| v.retain(|x| x.0 != "a"));
+    let s = snapshot(slot.get(asked, now, gated).await).await;
+    assert_eq!((s.get("a").is_none(), s.len(), s.started_ms), (true, 2, 100));
+    assert_eq!(lists.load(Ordering::SeqCst), 1);
+}

@@ -39,7 +39,8 @@ use oduflow_model::BlockedReason;
 use oduflow_model::decide::{Looked, lost_create_looked};
 use oduflow_model::identity::*;
 use oduflow_model::ledger::IdSource;
-use oduflow_model::provider::{DeleteOutcome, Outcome, Provider as _};
+use oduflow_model::provider::{DeleteOutcome, Outcome, Provider as _, Sending};
+use oduflow_view::{Ask, Got, Listed, Lister, Slot, Snapshot};
 
 /// Zone listings, each taken after a create's answer was lost and a poll
 /// interval apart, that find no record for it before the client blocks
@@ -88,25 +89,32 @@ fn host_now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-/// One zone listing and when it was started.
-#[derive(Clone)]
-struct ZoneView {
-    taken_ms: i64,
-    records: std::sync::Arc<Vec<DnsRecord>>,
+/// One zone listing, with when it started (the adapter's clock).
+type ZoneView = std::sync::Arc<Snapshot<DnsRecord>>;
+
+impl Listed for DnsRecord {
+    fn id(&self) -> &str {
+        &self.id.0
+    }
+    /// Records are found by name: Vultr's have no label.
+    fn label(&self) -> &str {
+        &self.name
+    }
 }
 
 pub struct DnsAdapter {
     client: VultrClient,
     domain: String,
     ttl: i64,
-    /// The shared zone view; the lock also makes concurrent refreshes one.
-    view: tokio::sync::Mutex<Option<ZoneView>>,
+    /// The zone's listings, shared by every run of this process: one
+    /// listing serves every look waiting when it starts.
+    view: std::sync::Arc<Slot<DnsRecord>>,
     clock: NowMs,
 }
 
 impl DnsAdapter {
     pub fn new(client: VultrClient, domain: String, ttl: i64) -> Self {
-        Self { client, domain, ttl, view: tokio::sync::Mutex::new(None), clock: std::sync::Arc::new(host_now_ms) }
+        Self { client, domain, ttl, view: Default::default(), clock: std::sync::Arc::new(host_now_ms) }
     }
 
     /// Records and compares times on `clock` (the process's database
@@ -139,24 +147,34 @@ impl DnsAdapter {
         if r.zone.is_empty() { &self.domain } else { &r.zone }
     }
 
-    /// A zone listing started at or after `min_taken_ms`: the shared one
-    /// when it is recent enough, else a new one (which then is shared),
-    /// taken with the guard of the run that asked (a stopped listing is
-    /// that run's error, and is not kept).
+    /// A zone listing started at or after `min_taken_ms`: the newest one
+    /// when it did, else the next one, which every look that waits for it
+    /// shares. Its pages go as a shared listing, with no run's guard (a
+    /// read, as the bulk view's listings are); a failed one is the error of
+    /// the looks that waited for it. A run whose claim is lost asks for
+    /// none.
     async fn zone(&self, own: &dyn Ownership, min_taken_ms: i64) -> Result<ZoneView, String> {
-        let mut v = self.view.lock().await;
-        if let Some(z) = v.as_ref().filter(|z| z.taken_ms >= min_taken_ms) {
-            return Ok(z.clone());
+        own.sending().check().await.map_err(|e| format!("listing the {} zone: {e}", self.domain))?;
+        let ask = Ask {
+            after_ms: min_taken_ms - 1,
+            since: None,
+            may_defer: false,
+            gap: std::time::Duration::ZERO,
+            defer_max: std::time::Duration::ZERO,
+        };
+        let listed = self.view.get(ask, self.clock.clone(), self.lister()).await;
+        match listed.map_err(|e| format!("listing the {} zone: {e}", self.domain))? {
+            Got::Snapshot(z) => Ok(z),
+            Got::Later(_) => Err(format!("listing the {} zone: deferred, which a look never is", self.domain)),
         }
-        let taken_ms = self.now_ms();
-        let records = self
-            .sent_by(own)
-            .dns_record_list(&self.domain)
-            .await
-            .map_err(|e| format!("listing the {} zone: {e}", self.domain))?;
-        let z = ZoneView { taken_ms, records: std::sync::Arc::new(records) };
-        *v = Some(z.clone());
-        Ok(z)
+    }
+
+    fn lister(&self) -> Lister<DnsRecord> {
+        let (client, domain) = (self.client.sending_as(Sending::shared_listing()), self.domain.clone());
+        std::sync::Arc::new(move || {
+            let (client, domain) = (client.clone(), domain.clone());
+            Box::pin(async move { Ok(client.dns_record_list(&domain).await?) })
+        })
     }
 
     async fn record_in(&self, client: &VultrClient, zone: &str, id: &str) -> Result<Option<DnsRecord>, String> {
@@ -212,9 +230,9 @@ impl DnsAdapter {
             // last look's listing (a clock another process set).
             let after = rec.lost_ms.unwrap_or(rec.claimed_ms).max(rec.listed_ms.unwrap_or(0));
             let z = self.zone(own, (after + 1).max(self.now_ms())).await?;
-            o.records[i].listed_ms = Some(z.taken_ms);
+            o.records[i].listed_ms = Some(z.started_ms);
             let found: Vec<&DnsRecord> = z
-                .records
+                .items()
                 .iter()
                 .filter(|r| {
                     r.record_type == rec.rtype
@@ -292,14 +310,14 @@ impl DnsAdapter {
     ) -> Result<(), AdapterError> {
         let z = self.listed(own, z).await?;
         let Some(r) = z
-            .records
+            .items()
             .iter()
             .find(|r| r.name == name && CONFLICTING.contains(&r.record_type.as_str()) && !o.owns(&r.id.0))
         else {
             return Ok(());
         };
         let others: Vec<&str> = z
-            .records
+            .items()
             .iter()
             .filter(|m| m.name == name && m.record_type == "TXT")
             .filter_map(|m| dns_marker_owner(&m.data))
@@ -369,11 +387,11 @@ impl DnsAdapter {
         let mine = dns_owner_marker(&t.client_id);
         let z = self.listed(own, z).await?.clone();
         let marked = |r: &DnsRecord| r.record_type == "TXT" && same_data("TXT", &r.data, &mine);
-        if !z.records.iter().any(|r| r.name == name && marked(r)) {
+        if !z.items().iter().any(|r| r.name == name && marked(r)) {
             return Ok(false);
         }
         let shared = z
-            .records
+            .items()
             .iter()
             .filter(|r| r.name == name && r.record_type == "TXT")
             .filter_map(|r| dns_marker_owner(&r.data))
@@ -384,7 +402,7 @@ impl DnsAdapter {
                 continue;
             }
             let of: Vec<&DnsRecord> = z
-                .records
+                .items()
                 .iter()
                 .filter(|r| r.name == name && r.record_type == rtype && !o.owns(&r.id.0))
                 .filter(|r| rtype != "TXT" || marked(r))
@@ -421,7 +439,7 @@ impl DnsAdapter {
             Outcome::Accepted(r) => {
                 o.records[last].know(&r.id.0, IdSource::Response);
                 let id = r.id.0.clone();
-                self.view_add(r).await;
+                self.view_add(r);
                 Self::save(own, o).await.map_err(|e| {
                     AdapterError::Failed(format!(
                         "{what}: record {id} created, but {e}; the run that recorded since resolves it"
@@ -452,25 +470,14 @@ impl DnsAdapter {
 
     /// A record this process created goes into the shared view, so another
     /// client's check sees it before the next listing.
-    async fn view_add(&self, r: DnsRecord) {
+    fn view_add(&self, r: DnsRecord) {
         // (A listing under way as it was made may hold it already: once
         // is enough, twice would read as two records.)
-        self.view_edit(|v| {
+        self.view.edit(move |v| {
             if !v.iter().any(|x| x.id == r.id) {
-                v.push(r)
+                v.push(r.clone())
             }
-        })
-        .await;
-    }
-
-    /// The shared view after a change this process made (a create, a
-    /// PATCH, a DELETE), so it does not wait for the next listing.
-    async fn view_edit(&self, f: impl FnOnce(&mut Vec<DnsRecord>)) {
-        if let Some(z) = self.view.lock().await.as_mut() {
-            let mut v = (*z.records).clone();
-            f(&mut v);
-            z.records = std::sync::Arc::new(v);
-        }
+        });
     }
 
     /// Brings an owned record to the wanted name, data and TTL with one
@@ -491,12 +498,11 @@ impl DnsAdapter {
                 (r.name, r.data, r.ttl) = (p.name.clone(), p.data.clone(), p.ttl);
                 (r.missing, r.missing_ms) = (0, None);
                 Self::save(own, o).await?;
-                self.view_edit(|v| {
+                self.view.edit(move |v| {
                     for r in v.iter_mut().filter(|r| r.id.0 == id) {
                         (r.name, r.data, r.ttl) = (p.name.clone(), p.data.clone(), p.ttl);
                     }
-                })
-                .await;
+                });
                 Ok(true)
             }
             Outcome::Rejected { status: 404, .. } => Ok(false),
@@ -873,7 +879,7 @@ impl DnsAdapter {
                 own.reached("dns-record-deleted");
                 o.records[i].deletion = Deletion::Answered;
                 Self::save(own, o).await?;
-                self.view_edit(|v| v.retain(|r| r.id.0 != id)).await;
+                self.view.edit(move |v| v.retain(|r| r.id.0 != id));
                 Ok(())
             }
             Ok(DeleteOutcome::Refused { status, message }) => {
