@@ -784,6 +784,23 @@ impl IdentityAdapter for DnsAdapter {
                 }
                 Settle::Abandon { by, reason } => {
                     let lost = o.abandon_lost();
+                    if let Some(r) = o.records.iter().find(|r| lost.is_empty() && r.id().is_none()) {
+                        // Several records matched it, or no listing has
+                        // looked yet: abandoning would attest an absence
+                        // nothing has shown.
+                        return Err(format!(
+                            "the create of {} {} -> {} for {} has an unknown outcome, but no zone listing has \
+                             shown it absent (one found several matching records, or none has looked yet): nothing to \
+                             abandon; oduflow adopt {} --kind dns --id RECORD_ID for the one oduflow made, or reconcile \
+                             to look again",
+                            r.rtype,
+                            self.fqdn(&r.name),
+                            r.data,
+                            t.client,
+                            t.client
+                        )
+                        .into());
+                    }
                     if lost.is_empty() {
                         return Err(format!(
                             "no DNS record create of {} has an unknown outcome: nothing to abandon",

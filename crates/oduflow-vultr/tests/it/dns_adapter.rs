@@ -478,6 +478,21 @@ async fn a_lost_create_is_found_by_looking_and_never_sent_again() {
     assert_eq!(client(&sim.base_url).dns_record_delete(ZONE, &DnsRecordId(two)).await, Ok(DeleteOutcome::Sent));
     a.ensure(&t3, &own).await.unwrap();
     assert_eq!(owned_id(&own, "TXT"), one);
+
+    // Several at the first look: no listing has shown the create absent,
+    // so an abandon is refused, and says why and what to do instead.
+    let t5 = target("c5", "c5", "192.0.2.45");
+    let marker5 = oduflow_model::identity::dns_owner_marker("id-c5");
+    let own = lost_marker("c5", &marker5).await;
+    let _ = (put("c5", "TXT", &marker5).await, put("c5", "TXT", &marker5).await);
+    assert!(matches!(a.ensure(&t5, &own).await, Err(AdapterError::Blocked(BlockedReason::UncertainDnsRecord, _))));
+    let how = oduflow_model::identity::Settle::Abandon { by: "ops", reason: "console shows none" };
+    match a.settle(&t5, &own.get(), how).await {
+        Err(oduflow_model::identity::SettleError::Refused(why)) => {
+            assert!(why.contains("no zone listing has shown it absent") && why.contains("oduflow adopt c5"), "{why}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
 }
 
 /// An ownership record whose owner marker's create was recorded and whose
