@@ -79,7 +79,7 @@ impl<T: Listed> Snapshot<T> {
     }
 
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.items.len()
     }
 }
