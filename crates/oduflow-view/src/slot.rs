@@ -1,4 +1,4 @@
-//! One kind's listings in the bulk view: the newest snapshot, and the
+//! One kind's shared listings: the newest snapshot, and the
 //! listings planned, at most one under way and each at least a gap after
 //! the one before; what a run that asks gets (a snapshot that qualifies, or
 //! when to come back); and the spawned task that lists.
@@ -106,7 +106,7 @@ impl<T: Listed> Slot<T> {
             }
             if tokio::time::timeout_at(deadline, done.changed()).await.is_err() {
                 return Err(ProviderError::Transport(format!(
-                    "bulk view: no listing within {} s",
+                    "shared listing: none within {} s",
                     VIEW_WAIT_MAX.as_secs()
                 )));
             }
@@ -149,7 +149,7 @@ impl<T: Listed> Slot<T> {
         }
         // A listing that would have qualified failed: read by id.
         if let Some((_, _, e)) = s.failed.as_ref().filter(|f| fits(f.0, f.1)) {
-            return Err(ProviderError::Transport(format!("bulk view: the listing failed: {e}")));
+            return Err(ProviderError::Transport(format!("shared listing: the listing failed: {e}")));
         }
         let took = s.last.map_or(FIRST_LISTING_GUESS, |l| l.1);
         let now_at = std::time::Instant::now();
@@ -165,7 +165,7 @@ impl<T: Listed> Slot<T> {
             // another host's clock is ahead): read by id.
             _ if !fits(now(), now_at) => {
                 return Err(ProviderError::Transport(
-                    "bulk view: no listing started now would be newer than the send".to_owned(),
+                    "shared listing: none started now would be newer than the bound asked for".to_owned(),
                 ));
             }
             // It does not: the one after it will (it starts once this one

@@ -536,3 +536,22 @@ fn ticking_adapter(sim: &SimHandle) -> DnsAdapter {
     let ticks = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1_000));
     adapter(sim).with_clock(std::sync::Arc::new(move || ticks.fetch_add(1, std::sync::atomic::Ordering::SeqCst)))
 }
+
+/// A look for a lost create needs a listing started after the look began,
+/// and the look begins in the millisecond the adapter read last: on a clock
+/// that reads the same millisecond several times in a row (any clock,
+/// read often enough), the look waits for the next millisecond and lists.
+/// It once failed at once, every time, and blocked `adapter_failed`.
+#[tokio::test]
+async fn a_look_that_begins_within_a_millisecond_waits_for_the_next_one() {
+    let sim = sim().await;
+    let reads = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let a = adapter(&sim)
+        .with_clock(std::sync::Arc::new(move || 1_000 + reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) / 8));
+    let t = target("c6", "c6", "192.0.2.46");
+    let own = lost_marker("c6", &oduflow_model::identity::dns_owner_marker("id-c6")).await;
+    match a.ensure(&t, &own).await {
+        Err(AdapterError::Pending(d)) => assert!(d.contains("zone listing 1 of"), "{d}"),
+        other => panic!("expected the first look, got {other:?}"),
+    }
+}
