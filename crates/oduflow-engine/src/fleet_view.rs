@@ -27,6 +27,22 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 pub(crate) use oduflow_view::{Ask, Got, Listed};
 use oduflow_view::{Lister, Slot};
 
+/// What a run asks the view for: a listing started after `after_ms` (and
+/// `since`), the listings at least half a poll interval apart, a run told
+/// to come back at most a poll interval later, or waiting up to
+/// [`oduflow_view::VIEW_WAIT_MAX`].
+pub(crate) fn ask(after_ms: i64, since: Option<std::time::Instant>, may_defer: bool, poll: std::time::Duration) -> Ask {
+    Ask {
+        after_ms,
+        since,
+        may_defer,
+        gap: poll / 2,
+        gap_times_last: 0,
+        defer_max: poll,
+        wait_max: oduflow_view::VIEW_WAIT_MAX,
+    }
+}
+
 /// Shared by every clone of a [`crate::Worker`].
 #[derive(Default)]
 pub struct FleetView {

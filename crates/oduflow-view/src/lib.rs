@@ -84,8 +84,8 @@ impl<T: Listed> Snapshot<T> {
     }
 }
 
-/// The longest a run waits for a listing (its own or another run's) before
-/// it reads by id instead.
+/// The longest a run of the bulk view waits for a listing (its own or
+/// another run's) before it reads by id instead.
 pub const VIEW_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// How long a listing is guessed to take before one was made.
@@ -110,8 +110,20 @@ pub struct Ask {
     pub since: Option<std::time::Instant>,
     /// Whether the run may come back later instead of waiting.
     pub may_defer: bool,
-    /// The least time between two listings' starts.
+    /// The least time between two listings' starts ...
     pub gap: std::time::Duration,
+    /// ... and the least multiple of the last listing's length (0: none):
+    /// listings then take at most `1 / gap_times_last` of the time.
+    pub gap_times_last: u32,
     /// The longest a run may be told to stay away (see [`Slot::get`]).
     pub defer_max: std::time::Duration,
+    /// The longest a run waits for a listing (its own or another run's).
+    pub wait_max: std::time::Duration,
+}
+
+impl Ask {
+    /// The gap after a listing that took `took`.
+    fn gap_after(&self, took: std::time::Duration) -> std::time::Duration {
+        self.gap.max(took * self.gap_times_last)
+    }
 }

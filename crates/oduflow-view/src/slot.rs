@@ -32,6 +32,8 @@ struct SlotState<T> {
     again: bool,
     /// When the latest listing started, and how long it took.
     last: Option<(std::time::Instant, std::time::Duration)>,
+    /// The spacing the latest ask asked for (the next listing's gap).
+    spacing: Option<Ask>,
     /// Edits made while a listing was under way: applied to it too when it
     /// lands (it may have started before the change they record).
     edits: Vec<Edit<T>>,
@@ -58,6 +60,7 @@ impl<T> Default for Slot<T> {
                 next: None,
                 again: false,
                 last: None,
+                spacing: None,
                 edits: Vec::new(),
             }),
             done: tokio::sync::watch::channel(0).0,
@@ -81,7 +84,7 @@ impl<T: Listed> Slot<T> {
     /// The newest snapshot if its listing started after `ask.after_ms`
     /// (and `ask.since`); else a listing that will qualify is planned (one
     /// under way, or the next, a gap after the last one started), and the
-    /// run waits for it, bounded by [`VIEW_WAIT_MAX`], or is told when to
+    /// run waits for it, bounded by `ask.wait_max`, or is told when to
     /// come back.
     pub async fn get(
         self: &Arc<Self>,
@@ -89,7 +92,7 @@ impl<T: Listed> Slot<T> {
         now: Arc<dyn Fn() -> i64 + Send + Sync>,
         list: Lister<T>,
     ) -> Result<Got<T>, ProviderError> {
-        let deadline = tokio::time::Instant::now() + VIEW_WAIT_MAX;
+        let deadline = tokio::time::Instant::now() + ask.wait_max;
         loop {
             let mut done = self.done.subscribe();
             match self.look(ask, &now, &list)? {
@@ -107,7 +110,7 @@ impl<T: Listed> Slot<T> {
             if tokio::time::timeout_at(deadline, done.changed()).await.is_err() {
                 return Err(ProviderError::Transport(format!(
                     "shared listing: none within {} s",
-                    VIEW_WAIT_MAX.as_secs()
+                    ask.wait_max.as_secs()
                 )));
             }
         }
@@ -152,6 +155,8 @@ impl<T: Listed> Slot<T> {
             return Err(ProviderError::Transport(format!("shared listing: the listing failed: {e}")));
         }
         let took = s.last.map_or(FIRST_LISTING_GUESS, |l| l.1);
+        let gap = ask.gap_after(s.last.map_or(std::time::Duration::ZERO, |l| l.1));
+        s.spacing = Some(ask);
         let now_at = std::time::Instant::now();
         Ok(match s.next.as_ref() {
             // Under way, and it qualifies: its end is near.
@@ -171,28 +176,24 @@ impl<T: Listed> Slot<T> {
             // It does not: the one after it will (it starts once this one
             // is done, so after now).
             Some(n) => {
-                let until = n.start_at.saturating_duration_since(now_at) + took.max(ask.gap) + took;
+                let until = n.start_at.saturating_duration_since(now_at) + took.max(gap) + took;
                 s.again = true;
                 Look::Planned(until)
             }
             None => {
-                let at = s.last.map_or(now_at, |(started, _)| (started + ask.gap).max(now_at));
+                let at = s.last.map_or(now_at, |(started, _)| (started + gap).max(now_at));
                 let wait = at - now_at;
                 s.next = Some(Next { start_ms: now() + wait.as_millis() as i64, start_at: at, started: false });
-                tokio::spawn(self.clone().refresh(ask.gap, now.clone(), list.clone()));
+                tokio::spawn(self.clone().refresh(now.clone(), list.clone()));
                 Look::Planned(wait + took)
             }
         })
     }
 
     /// Makes the listings planned in `next`, one after the other, each a
-    /// `gap` after the one before started, while runs want them.
-    async fn refresh(
-        self: Arc<Self>,
-        gap: std::time::Duration,
-        now: Arc<dyn Fn() -> i64 + Send + Sync>,
-        list: Lister<T>,
-    ) {
+    /// gap after the one before started (as the latest ask spaces them),
+    /// while runs want them.
+    async fn refresh(self: Arc<Self>, now: Arc<dyn Fn() -> i64 + Send + Sync>, list: Lister<T>) {
         // Should this task end any other way than by returning (a panic in
         // a listing, the runtime shutting down), nothing stays planned for
         // ever and whoever waits for it reads by id.
@@ -214,16 +215,11 @@ impl<T: Listed> Slot<T> {
             }
         }
         let mut ended = Ended(&self, false);
-        self.refresh_while_wanted(gap, now, list).await;
+        self.refresh_while_wanted(now, list).await;
         ended.1 = true;
     }
 
-    async fn refresh_while_wanted(
-        &self,
-        gap: std::time::Duration,
-        now: Arc<dyn Fn() -> i64 + Send + Sync>,
-        list: Lister<T>,
-    ) {
+    async fn refresh_while_wanted(&self, now: Arc<dyn Fn() -> i64 + Send + Sync>, list: Lister<T>) {
         loop {
             let Some(at) = self.lock().next.as_ref().map(|n| n.start_at) else { return };
             tokio::time::sleep_until(at.into()).await;
@@ -246,6 +242,7 @@ impl<T: Listed> Slot<T> {
                 s.last = Some((started_at, took));
                 let more = std::mem::take(&mut s.again);
                 s.next = more.then(|| {
+                    let gap = s.spacing.map_or(std::time::Duration::ZERO, |a| a.gap_after(took));
                     let at = (started_at + gap).max(std::time::Instant::now());
                     let wait = at.saturating_duration_since(std::time::Instant::now());
                     Next { start_ms: now() + wait.as_millis() as i64, start_at: at, started: false }

@@ -38,7 +38,9 @@ fn ask(after_ms: i64, may_defer: bool) -> Ask {
         since: None,
         may_defer,
         gap: std::time::Duration::from_millis(200),
+        gap_times_last: 0,
         defer_max: std::time::Duration::from_millis(400),
+        wait_max: VIEW_WAIT_MAX,
     }
 }
 
@@ -228,4 +230,27 @@ async fn an_edit_reaches_the_newest_snapshot_and_the_listing_under_way() {
     let s = snapshot(slot.get(asked, now, gated).await).await;
     assert_eq!((s.get("a").is_none(), s.len(), s.started_ms), (true, 2, 100));
     assert_eq!(lists.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn listings_made_one_after_another_keep_the_gap_the_last_listing_sets() {
+    // Listings of 50 ms, at least four times that apart: the one a run
+    // asks for while another is under way starts 200 ms after it, not as
+    // soon as it lands (the listing task goes on for it).
+    let slot: Arc<Slot<It>> = Arc::default();
+    let (lists, fail) = (Arc::new(AtomicU32::new(0)), Arc::default());
+    let list = lister(lists.clone(), fail);
+    let now: Now = Arc::new(|| 10);
+    let spaced = Ask { gap: std::time::Duration::ZERO, gap_times_last: 4, ..ask(5, false) };
+    let first = {
+        let (slot, now, list) = (slot.clone(), now.clone(), list.clone());
+        tokio::spawn(async move { slot.get(spaced, now, list).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let newer = Ask { since: Some(std::time::Instant::now()), ..spaced };
+    let s2 = snapshot(slot.get(newer, now.clone(), list.clone()).await).await;
+    let s1 = snapshot(first.await.unwrap()).await;
+    let apart = s2.started_at - s1.started_at;
+    assert!(apart >= std::time::Duration::from_millis(200), "listings {apart:?} apart");
+    assert_eq!(lists.load(Ordering::SeqCst), 2);
 }

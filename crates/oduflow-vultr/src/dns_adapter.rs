@@ -29,8 +29,8 @@
 //! Reads are by id (GET /domains/{d}/records/{id}). Vultr cannot filter a
 //! listing by name, so the "is the name free" check reads the zone, in a
 //! listing started after the check began (one listing serves every check of
-//! this process that was waiting when it started); a lost create forces a
-//! listing of its own the same way.
+//! this process that was waiting when it started); a look for a lost create
+//! waits the same way for a listing started after it began.
 
 use crate::VultrClient;
 use crate::dns::{DnsRecord, DnsRecordId, DnsRecordPatch, DnsRecordRequest};
@@ -82,10 +82,17 @@ pub const STEPS: [&str; 3] = ["dns-record-claimed", "dns-record-created", "dns-r
 /// start the next as soon as it lands, and the zone's pages (20 at 10,000
 /// records) are listed back to back for as long as creates come. With it,
 /// listings take at most a quarter of the time, and of the rate budget
-/// (their pages wait in its line like any request); a look waits at most
-/// a gap more.
+/// (their pages wait in its line like any request); a look waits a gap
+/// and a listing at most, up to [`ZONE_LOOK_WAIT_MAX`].
 pub const ZONE_LISTING_GAP: std::time::Duration = std::time::Duration::from_secs(1);
 pub const ZONE_LISTING_GAP_TIMES: u32 = 4;
+
+/// The longest a look waits for its listing: a gap and the listing itself.
+/// A zone that takes over 12 s to list (four times that, and the listing)
+/// fails the looks waiting for it; each counts as an adapter failure, and
+/// after `ADAPTER_FAILURES_MAX` of them the client blocks `adapter_failed`
+/// with the reason.
+pub const ZONE_LOOK_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The longest a look waits for the adapter's clock to pass the instant
 /// its listing must start after: that instant is a moment ahead when the
@@ -129,15 +136,13 @@ pub struct DnsAdapter {
     /// The zone's listings, shared by every run of this process: one
     /// listing serves every look waiting when it starts.
     view: std::sync::Arc<Slot<DnsRecord>>,
-    /// How long the last zone listing took (µs), for the gap after it.
-    listing_us: std::sync::Arc<std::sync::atomic::AtomicU64>,
     clock: NowMs,
 }
 
 impl DnsAdapter {
     pub fn new(client: VultrClient, domain: String, ttl: i64) -> Self {
         let clock = std::sync::Arc::new(host_now_ms);
-        Self { client, domain, ttl, view: Default::default(), listing_us: Default::default(), clock }
+        Self { client, domain, ttl, view: Default::default(), clock }
     }
 
     /// Records and compares times on `clock` (the process's database
@@ -185,8 +190,10 @@ impl DnsAdapter {
             after_ms: min_taken_ms - 1,
             since: None,
             may_defer: false,
-            gap: ZONE_LISTING_GAP.max(self.last_listing() * ZONE_LISTING_GAP_TIMES),
+            gap: ZONE_LISTING_GAP,
+            gap_times_last: ZONE_LISTING_GAP_TIMES,
             defer_max: std::time::Duration::ZERO,
+            wait_max: ZONE_LOOK_WAIT_MAX,
         };
         let listed = self.view.get(ask, self.clock.clone(), self.lister()).await;
         match listed.map_err(|e| format!("listing the {} zone: {e}", self.domain))? {
@@ -195,23 +202,14 @@ impl DnsAdapter {
         }
     }
 
-    fn last_listing(&self) -> std::time::Duration {
-        std::time::Duration::from_micros(self.listing_us.load(std::sync::atomic::Ordering::Relaxed))
-    }
-
-    /// Lists the zone, timed. Its pages carry no run's guard (the run's was
+    /// Lists the zone. Its pages carry no run's guard (the run's was
     /// asked before) and no shared listing's place at the head of the rate
     /// budget's line: a zone of many pages must not hold up the creates.
     fn lister(&self) -> Lister<DnsRecord> {
-        let (client, domain, took) = (self.client.clone(), self.domain.clone(), self.listing_us.clone());
+        let (client, domain) = (self.client.clone(), self.domain.clone());
         std::sync::Arc::new(move || {
-            let (client, domain, took) = (client.clone(), domain.clone(), took.clone());
-            Box::pin(async move {
-                let t = std::time::Instant::now();
-                let listed = client.dns_record_list(&domain).await;
-                took.store(t.elapsed().as_micros() as u64, std::sync::atomic::Ordering::Relaxed);
-                Ok(listed?)
-            })
+            let (client, domain) = (client.clone(), domain.clone());
+            Box::pin(async move { Ok(client.dns_record_list(&domain).await?) })
         })
     }
 
@@ -290,7 +288,7 @@ impl DnsAdapter {
             match &looked {
                 Looked::One(one) => o.records[i].know(&one.id.0, IdSource::AdoptedByLabel),
                 Looked::Again | Looked::Uncertain => o.records[i].listed_nothing(),
-                Looked::Several(_) => {}
+                Looked::Several(_) => o.records[i].listed_several(),
             }
             Self::save(own, o).await?;
             match looked {

@@ -131,6 +131,16 @@ impl OwnedRecord {
             *observations += 1;
         }
     }
+
+    /// A listing found several records that match its lost create: the
+    /// looks that found none before prove no absence now, so the count
+    /// starts again (an abandon attests an absence that only looks since
+    /// the last such listing have shown, see [`Owned::abandon_lost`]).
+    pub fn listed_several(&mut self) {
+        if let Effect::Unknown { observations } = &mut self.effect {
+            *observations = 0;
+        }
+    }
 }
 
 impl Owned {

@@ -288,7 +288,7 @@ impl<P: Provider> Run<'_, P> {
     ) -> Result<Observed, provider::ProviderError> {
         if let Via::View { after_ms, since, may_defer } = via {
             let poll = std::time::Duration::from_millis(self.w.cfg.poll_interval_ms.max(0) as u64);
-            let ask = fleet_view::Ask { after_ms, since, may_defer, gap: poll / 2, defer_max: poll };
+            let ask = fleet_view::ask(after_ms, since, may_defer, poll);
             match self.observe_in_view(kind, r, ask).await {
                 Ok(InView::Shown(seen)) => return Ok(Observed::Read(seen, true)),
                 Ok(InView::Later(d)) => return Ok(Observed::Later(d)),

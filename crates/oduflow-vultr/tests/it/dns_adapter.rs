@@ -493,6 +493,23 @@ async fn a_lost_create_is_found_by_looking_and_never_sent_again() {
         }
         other => panic!("expected a refusal, got {other:?}"),
     }
+
+    // Several after a look that found none: the earlier look proves no
+    // absence now, so an abandon is refused too (accepted, the next run
+    // would have sent a third create).
+    let t7 = target("c7", "c7", "192.0.2.47");
+    let marker7 = oduflow_model::identity::dns_owner_marker("id-c7");
+    let own = lost_marker("c7", &marker7).await;
+    assert!(matches!(a.ensure(&t7, &own).await, Err(AdapterError::Pending(_))));
+    let _ = (put("c7", "TXT", &marker7).await, put("c7", "TXT", &marker7).await);
+    assert!(matches!(a.ensure(&t7, &own).await, Err(AdapterError::Blocked(BlockedReason::UncertainDnsRecord, _))));
+    let how = oduflow_model::identity::Settle::Abandon { by: "ops", reason: "console shows none" };
+    match a.settle(&t7, &own.get(), how).await {
+        Err(oduflow_model::identity::SettleError::Refused(why)) => {
+            assert!(why.contains("no zone listing has shown it absent"), "{why}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
 }
 
 /// An ownership record whose owner marker's create was recorded and whose
