@@ -141,8 +141,7 @@ pub struct DnsAdapter {
 
 impl DnsAdapter {
     pub fn new(client: VultrClient, domain: String, ttl: i64) -> Self {
-        let clock = std::sync::Arc::new(host_now_ms);
-        Self { client, domain, ttl, view: Default::default(), clock }
+        Self { client, domain, ttl, view: Default::default(), clock: std::sync::Arc::new(host_now_ms) }
     }
 
     /// Records and compares times on `clock` (the process's database
@@ -177,9 +176,9 @@ impl DnsAdapter {
 
     /// A zone listing started at or after `min_taken_ms`: the newest one
     /// when it did, else the next one (at least [`ZONE_LISTING_GAP`] after
-    /// the one before), which every look that waits for it shares. A failed one is the
-    /// error of the looks that waited for it. A run whose claim is lost
-    /// asks for none.
+    /// the one before), which every look that waits for it shares. A
+    /// failed one is the error of the looks that waited for it. A run whose
+    /// claim is lost asks for none.
     async fn zone(&self, own: &dyn Ownership, min_taken_ms: i64) -> Result<ZoneView, String> {
         own.sending().check().await.map_err(|e| format!("listing the {} zone: {e}", self.domain))?;
         let until = std::time::Instant::now() + ZONE_BOUND_WAIT_MAX;

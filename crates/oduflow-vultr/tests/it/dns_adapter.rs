@@ -124,14 +124,7 @@ async fn a_record_made_since_the_last_listing_is_seen_before_a_create() {
     let sim = sim().await;
     let (a, own1, own2) = (adapter(&sim), MemoryOwnership::default(), MemoryOwnership::default());
     a.ensure(&target("c1", "c1", "192.0.2.21"), &own1).await.unwrap();
-    let req = DnsRecordRequest {
-        name: "c2".into(),
-        record_type: "A".into(),
-        data: "198.51.100.7".into(),
-        ttl: Some(300),
-        priority: None,
-    };
-    let Outcome::Accepted(theirs) = client(&sim.base_url).dns_record_create(ZONE, &req).await else { panic!() };
+    let theirs = console_record(&sim, "c2", "A", "198.51.100.7", 300).await;
     match a.ensure(&target("c2", "c2", "192.0.2.22"), &own2).await {
         Err(AdapterError::Blocked(BlockedReason::DnsRecordForeign, d)) => {
             assert!(d.contains(theirs.id.as_str()), "{d}")
@@ -417,19 +410,9 @@ async fn a_lost_create_is_found_by_looking_and_never_sent_again() {
     let a = ticking_adapter(&sim);
     let t = target("c1", "c1", "192.0.2.40");
     let marker = oduflow_model::identity::dns_owner_marker("id-c1");
-    let put = |name: &str, rtype: &str, data: &str| {
-        let req = DnsRecordRequest {
-            name: name.into(),
-            record_type: rtype.into(),
-            data: data.into(),
-            ttl: Some(120),
-            priority: None,
-        };
-        let c = client(&sim.base_url);
-        async move {
-            let Outcome::Accepted(r) = c.dns_record_create(ZONE, &req).await else { panic!("console create") };
-            r.id.0
-        }
+    let put = |name: &'static str, rtype: &'static str, data: &str| {
+        let (sim, data) = (&sim, data.to_owned());
+        async move { console_record(sim, name, rtype, &data, 120).await.id.0 }
     };
     // Creates that reached the simulator (the console's included).
     let posts = |sim: &SimHandle| sim.ledger().requests.get("POST /v2/domains/{domain}/records").copied().unwrap_or(0);
@@ -535,16 +518,24 @@ async fn a_lost_create_is_looked_for_in_a_listing_started_after_the_look() {
     assert!(matches!(a.ensure(&t, &own).await, Err(AdapterError::Pending(_))));
     // Another client's ensure lists the zone: the process keeps that view.
     a.ensure(&target("c5", "c5", "192.0.2.45"), &MemoryOwnership::default()).await.unwrap();
-    let req = DnsRecordRequest {
-        name: "c4".into(),
-        record_type: "TXT".into(),
-        data: marker.clone(),
-        ttl: Some(120),
-        priority: None,
-    };
-    let Outcome::Accepted(made) = client(&sim.base_url).dns_record_create(ZONE, &req).await else { panic!() };
+    let made = console_record(&sim, "c4", "TXT", &marker, 120).await;
     a.ensure(&t, &own).await.unwrap();
     assert_eq!(owned_id(&own, "TXT"), made.id.0);
+}
+
+/// A record made outside oduflow (the console's, another tool's).
+async fn console_record(sim: &SimHandle, name: &str, rtype: &str, data: &str, ttl: i64) -> DnsRecord {
+    let req = DnsRecordRequest {
+        name: name.into(),
+        record_type: rtype.into(),
+        data: data.into(),
+        ttl: Some(ttl),
+        priority: None,
+    };
+    let Outcome::Accepted(r) = client(&sim.base_url).dns_record_create(ZONE, &req).await else {
+        panic!("console create of {rtype} {name}")
+    };
+    r
 }
 
 /// An adapter on a clock that moves on at every reading: each listing
