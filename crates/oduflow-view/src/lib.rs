@@ -10,7 +10,7 @@ mod slot;
 #[cfg(test)]
 mod tests;
 
-pub use slot::{BoxFuture, Edit, Lister, Slot};
+pub use slot::{BoxFuture, Lister, Slot};
 
 /// Something a listing returns: an id and a label.
 pub trait Listed: Clone + Send + Sync + 'static {

@@ -41,7 +41,7 @@ struct SlotState<T> {
 
 /// A change this process made, applied to the listed items so that the
 /// runs asking next see it before the next listing does.
-pub type Edit<T> = Arc<dyn Fn(&mut Vec<T>) + Send + Sync>;
+type Edit<T> = Arc<dyn Fn(&mut Vec<T>) + Send + Sync>;
 
 /// The newest snapshot of one kind, and the listings planned: at most one
 /// under way, each starting at least a gap after the one before.
