@@ -256,6 +256,7 @@ impl<'a, P: Provider> Converge<'a, P> {
                     }),
                 change: change.map_or_else(Default::default, oduflow_store::ChangeRow::facts),
                 update_overdue,
+                resize_settling: view.resize_settling(kind, r, w.now_ms() - w.cfg.resize_interval_ms),
                 plan_change: change.is_some_and(
                     |c| matches!(serde_json::from_value(c.change.clone()), Ok(Change::Instance(i)) if i.plan.is_some()),
                 ),

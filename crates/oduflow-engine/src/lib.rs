@@ -53,6 +53,9 @@ pub struct EngineConfig {
     /// volume short of active) before the client blocks `not_ready`. Zero:
     /// derived from the polling limit (see [`EngineConfig::ready_wait`]).
     pub ready_wait_ms: i64,
+    /// How long after a volume's resize was sent the next resize waits:
+    /// Vultr refuses one sooner (docs/vultr.md §3).
+    pub resize_interval_ms: i64,
     /// Watch first provisioning through shared listings of instances and
     /// blocks (the bulk view) rather than a GET by id per
     /// resource per poll. Label searches share one listing per kind.
@@ -86,6 +89,10 @@ impl EngineConfig {
     pub const OBSERVATIONS_MAX_DEFAULT: i64 = 60;
     pub const ATTEMPTS_MAX_DEFAULT: i32 = 10;
     pub const CONCURRENCY_DEFAULT: usize = 4;
+    /// Vultr's 60 s between two resizes of a volume, and a second more:
+    /// the interval runs from when Vultr applied the resize, and it was
+    /// sent a moment before (Vultr's own Ansible tests wait 61 s).
+    pub const RESIZE_INTERVAL_MS_DEFAULT: i64 = 61_000;
 }
 
 impl Default for EngineConfig {
@@ -99,6 +106,7 @@ impl Default for EngineConfig {
             idle_ms: 200,
             concurrency: Self::CONCURRENCY_DEFAULT,
             ready_wait_ms: 0,
+            resize_interval_ms: Self::RESIZE_INTERVAL_MS_DEFAULT,
             bulk_view: true,
             planted: PlantedBug::none(),
         }

@@ -117,6 +117,8 @@ pub enum Drawing {
     /// An update while resizes take 600 ms or more: reads see the change
     /// in flight.
     SlowResizes,
+    /// Listing pages that repeat an item, two items a page.
+    PageRepeats,
 }
 
 impl Drawing {
@@ -124,6 +126,7 @@ impl Drawing {
         match self {
             Drawing::Pauses => "pauses",
             Drawing::SlowResizes => "slow-resizes",
+            Drawing::PageRepeats => "page-repeats",
         }
     }
 
@@ -131,6 +134,7 @@ impl Drawing {
         match self {
             Drawing::Pauses => p.pauses > 0 && p.workers > 1,
             Drawing::SlowResizes => p.updates > 0 && p.resize_ms >= 600,
+            Drawing::PageRepeats => p.page_repeat > 0.0,
         }
     }
 }
@@ -218,7 +222,24 @@ struct Params {
     /// Restores of a copy taken while workers run, DNS, clocks, resets.
     #[serde(default)]
     holes: holes::HoleParams,
+    /// The share of listing pages that repeat the item the page before
+    /// ended with (the simulator's `page_repeat`); where it is drawn, the
+    /// workers list [`REPEAT_PER_PAGE`] items a page, so that even a small
+    /// fleet's scans have pages to repeat across.
+    page_repeat: f64,
+    /// The simulator's interval between two resizes of one volume (Vultr:
+    /// 60 s), 0 for none; the workers wait [`RESIZE_INTERVAL_MARGIN_MS`]
+    /// longer, as they wait a second longer than Vultr's minute.
+    resize_interval_ms: u64,
 }
+
+/// How much longer than the simulator's interval between resizes the
+/// workers wait: it runs from the resize's arrival, theirs from just before
+/// it was sent.
+const RESIZE_INTERVAL_MARGIN_MS: u64 = 500;
+
+/// Items a listing page holds in the seeds that draw page repeats.
+const REPEAT_PER_PAGE: u32 = 1;
 
 /// SplitMix64: small, seedable, good enough for drawing parameters.
 struct Rng(u64);
@@ -285,6 +306,9 @@ impl Params {
             holes: holes::HoleParams::draw(&mut r),
             // Drawn after the holes, so every earlier draw is as it was.
             resize_ms: if r.chance(0.5) { r.range(600, 1500) } else { RESIZE_MS },
+            // Drawn after the resizes, so every earlier draw is as it was.
+            page_repeat: if r.chance(0.3) { 0.15 + r.f() * 0.3 } else { 0.0 },
+            resize_interval_ms: if r.chance(0.5) { r.range(300, 1500) } else { 0 },
         }
         .fix()
     }
@@ -304,6 +328,8 @@ impl Params {
 struct Totals {
     seeds: u64,
     faults: u64,
+    /// Of the faults: listing pages that repeated an item.
+    page_repeats: u64,
     crashes: u64,
     adopted_by_label: u64,
     blocked: BTreeMap<String, u64>,
@@ -334,6 +360,7 @@ impl Totals {
         let Totals {
             seeds,
             faults,
+            page_repeats,
             crashes,
             adopted_by_label,
             blocked,
@@ -356,6 +383,7 @@ impl Totals {
         for (mine, theirs) in [
             (&mut self.seeds, seeds),
             (&mut self.faults, faults),
+            (&mut self.page_repeats, page_repeats),
             (&mut self.crashes, crashes),
             (&mut self.adopted_by_label, adopted_by_label),
             (&mut self.ready, ready),
@@ -505,6 +533,10 @@ struct Seed<'a> {
     acts: (u64, u64, u64),
     /// Rotations to the round's key during runs.
     rotations: Vec<Rotation>,
+    /// The workers' `ODUFLOW_PER_PAGE`, if not the default.
+    per_page: Option<u32>,
+    /// The workers' `ODUFLOW_RESIZE_INTERVAL_MS`.
+    resize_interval_ms: u64,
     h: holes::State,
 }
 
@@ -575,6 +607,8 @@ impl Seed<'_> {
         totals.adopts_abandons_rotations.1 += self.acts.1;
         totals.adopts_abandons_rotations.2 += self.acts.2;
         totals.faults += ledger.faults.len() as u64;
+        totals.page_repeats +=
+            ledger.faults.iter().filter(|f| f.fault == Some(oduflow_sim::FaultKind::PageRepeat)).count() as u64;
         totals.crashes += self.crashes;
         totals.requests += ledger.requests.values().sum::<u64>();
         totals.resources += ledger.resources.len() as u64;
@@ -653,6 +687,11 @@ impl Seed<'_> {
             if !faults {
                 c.env_remove("ODUFLOW_PLANTED_BUG");
             }
+            c.env("ODUFLOW_RESIZE_INTERVAL_MS", self.resize_interval_ms.to_string());
+            match self.per_page {
+                Some(n) => c.env("ODUFLOW_PER_PAGE", n.to_string()),
+                None => c.env_remove("ODUFLOW_PER_PAGE"),
+            };
             // A host whose clock is off (failpoints builds honour it).
             match self.h.offset(k) {
                 Some(ms) => c.env("ODUFLOW_CLOCK_OFFSET_MS", ms.to_string()),
@@ -1082,6 +1121,7 @@ async fn start_sim(p: &Params) -> Result<(oduflow_sim::SimHandle, Faults)> {
         redirect: p.redirect,
         lost_redirect: p.lost_redirect,
         dns_get_404: p.holes.dns_get_404,
+        page_repeat: p.page_repeat,
         burst_429_len: 3,
         stall_ms: 600,
         ..Faults::default()
@@ -1097,6 +1137,7 @@ async fn start_sim(p: &Params) -> Result<(oduflow_sim::SimHandle, Faults)> {
             get_404_window_ms: p.get_404_window_ms,
             list_lag_ms: p.list_lag_ms,
             resize_ms: p.resize_ms,
+            resize_interval_ms: p.resize_interval_ms,
             faults: faults.clone(),
             ..SimConfig::default()
         }
@@ -1134,6 +1175,11 @@ impl<'a> Seed<'a> {
             reconciles: 0,
             acts: (0, 0, 0),
             rotations: vec![],
+            per_page: (p.page_repeat > 0.0).then_some(REPEAT_PER_PAGE),
+            resize_interval_ms: match p.resize_interval_ms {
+                0 => 0,
+                ms => ms + RESIZE_INTERVAL_MARGIN_MS,
+            },
         })
     }
 }
@@ -1589,10 +1635,11 @@ async fn db_restore(store: &Store, url: &str, snap: &str) -> Result<()> {
 /// The campaign's summary lines.
 fn print_totals(totals: &Totals, failed: usize, secs: f64) {
     println!(
-        "campaign: {} seeds in {secs:.0} s; {} failed; faults injected {}, worker crashes {}, uncertain outcomes resolved by label {}, restores {} (orphans reported {})",
+        "campaign: {} seeds in {secs:.0} s; {} failed; faults injected {} (listing requests drawn to repeat an item {}), worker crashes {}, uncertain outcomes resolved by label {}, restores {} (orphans reported {})",
         totals.seeds,
         failed,
         totals.faults,
+        totals.page_repeats,
         totals.crashes,
         totals.adopted_by_label,
         totals.restores,
@@ -2141,7 +2188,7 @@ mod tests {
     #[test]
     fn a_campaign_drawing_a_part_runs_only_seeds_that_draw_it() {
         assert_eq!(new_seeds(7, 3, None).unwrap(), vec![7, 8, 9]);
-        for d in [Drawing::Pauses, Drawing::SlowResizes] {
+        for d in [Drawing::Pauses, Drawing::SlowResizes, Drawing::PageRepeats] {
             let seeds = new_seeds(1000, 20, Some(d)).unwrap();
             assert_eq!(seeds.len(), 20);
             let last = *seeds.last().unwrap();

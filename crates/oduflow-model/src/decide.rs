@@ -198,6 +198,11 @@ pub struct Resource {
     /// The update was asked for longer ago than the readiness wait.
     #[serde(default)]
     pub update_overdue: bool,
+    /// A resize of this resource was sent less than the provider's
+    /// interval between resizes ago: the next would be refused, so it
+    /// waits (a wait bounded by that interval).
+    #[serde(default)]
+    pub resize_settling: bool,
     /// This spec generation's change of the resource carries a new plan:
     /// a VM's resize after it was sent is its own.
     #[serde(default)]
@@ -468,6 +473,7 @@ fn change_step(kind: ResourceKind, id: &str, r: &Resource, f: &Facts, d: &Drift,
             BlockedReason::ProviderUnavailable,
             format!("{what}: the change could not connect to the provider {count} times; last: {reason}"),
         ),
+        ChangeFacts::None | ChangeFacts::NotSent { .. } if r.resize_settling => Action::Wait,
         ChangeFacts::None | ChangeFacts::NotSent { .. } => Action::Change(kind),
         ChangeFacts::Sent { observations } if *observations + 1 >= max => Action::Block(
             BlockedReason::UncertainUpdate,

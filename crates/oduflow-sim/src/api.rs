@@ -50,6 +50,10 @@ pub(crate) struct Source(pub IpAddr);
 #[derive(Clone)]
 struct Caller(String);
 
+/// The fault `page_repeat` fell on this listing request.
+#[derive(Clone)]
+struct RepeatPage;
+
 type Q = Query<BTreeMap<String, String>>;
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
@@ -225,6 +229,9 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
             let location = own_url(&req);
             let kill = req.extensions().get::<ConnKill>().cloned();
             req.extensions_mut().insert(Caller(key_fp.unwrap_or_default()));
+            if lost == Some(FaultKind::PageRepeat) {
+                req.extensions_mut().insert(RepeatPage);
+            }
             let resp = next.run(req).await;
             if let Some(n) = hold_after.take() {
                 tracing::debug!(%label, "scripted: applied, the answer held");
@@ -314,8 +321,8 @@ async fn backup_schedule_set(State(s): State<Arc<Shared>>, Path(id): Path<String
 async fn plan_list(State(s): State<Arc<Shared>>, Query(q): Q) -> Response {
     render(s.world().plan_list(&q))
 }
-async fn instance_list(State(s): State<Arc<Shared>>, Query(q): Q) -> Response {
-    render(s.world().instance_list(&q))
+async fn instance_list(State(s): State<Arc<Shared>>, Query(q): Q, r: Option<Extension<RepeatPage>>) -> Response {
+    render(s.world().instance_list(&q, r.is_some()))
 }
 async fn instance_create(State(s): State<Arc<Shared>>, Extension(c): Extension<Caller>, body: Bytes) -> Response {
     match parse(&body) {
@@ -344,8 +351,8 @@ async fn block_patch(State(s): State<Arc<Shared>>, Path(id): Path<String>, body:
         Err(r) => render(r),
     }
 }
-async fn block_list(State(s): State<Arc<Shared>>, Query(q): Q) -> Response {
-    render(s.world().block_list(&q))
+async fn block_list(State(s): State<Arc<Shared>>, Query(q): Q, r: Option<Extension<RepeatPage>>) -> Response {
+    render(s.world().block_list(&q, r.is_some()))
 }
 async fn block_create(State(s): State<Arc<Shared>>, Extension(c): Extension<Caller>, body: Bytes) -> Response {
     match parse(&body) {
@@ -372,8 +379,13 @@ async fn block_detach(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> R
 async fn dns_domain_get(State(s): State<Arc<Shared>>, Path(domain): Path<String>) -> Response {
     render(s.world().dns_domain_get(&domain))
 }
-async fn dns_record_list(State(s): State<Arc<Shared>>, Path(domain): Path<String>, Query(q): Q) -> Response {
-    render(s.world().dns_record_list(&domain, &q))
+async fn dns_record_list(
+    State(s): State<Arc<Shared>>,
+    Path(domain): Path<String>,
+    Query(q): Q,
+    r: Option<Extension<RepeatPage>>,
+) -> Response {
+    render(s.world().dns_record_list(&domain, &q, r.is_some()))
 }
 async fn dns_record_create(
     State(s): State<Arc<Shared>>,

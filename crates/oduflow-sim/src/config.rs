@@ -12,6 +12,9 @@ pub const DEFAULT_STALL_MS: u64 = 5_000;
 
 /// Consecutive 429s in one burst when no length is given.
 pub const DEFAULT_BURST_429_LEN: u32 = 5;
+/// Vultr's interval between two resizes of one block, and between a resize
+/// and a detach (docs/vultr.md §3).
+pub const RESIZE_INTERVAL_MS: u64 = 60_000;
 
 /// The redirect statuses a `redirect` or `lost_redirect` fault answers with,
 /// one drawn per fault unless `redirect_status` fixes it. 307 and 308 keep the
@@ -50,6 +53,9 @@ pub struct SimConfig {
     /// A plan change keeps the instance `resizing` this long; then it shows
     /// the new plan. A block shows its new size after as long.
     pub resize_ms: u64,
+    /// A block resized is refused another resize, and a detach, until this
+    /// long after (Vultr: 60 s, docs/vultr.md §3).
+    pub resize_interval_ms: u64,
     /// Keys accepted as `Authorization: Bearer <key>`; any other gets 401.
     /// Only their SHA-256 fingerprints are kept once the simulator starts.
     pub api_keys: Vec<SecretString>,
@@ -79,6 +85,7 @@ impl Default for SimConfig {
             list_lag_ms: 200,
             attach_lock_ms: 200,
             resize_ms: 300,
+            resize_interval_ms: RESIZE_INTERVAL_MS,
             api_keys: Vec::new(),
             dns_domains: vec!["example.com".to_owned()],
             faults: Faults::default(),
@@ -105,6 +112,7 @@ impl SimConfig {
         self.list_lag_ms = 0;
         self.attach_lock_ms = 0;
         self.resize_ms = 0;
+        self.resize_interval_ms = 0;
         self
     }
 }
@@ -147,6 +155,13 @@ pub enum Op {
     BackupSchedule,
 }
 
+impl Op {
+    /// A listing whose pages a scan follows by cursor.
+    pub fn is_scan(self) -> bool {
+        matches!(self, Op::InstanceList | Op::BlockList | Op::DnsRecordList)
+    }
+}
+
 /// An answer a test in the same process scripts for the next requests of
 /// some operations ([`crate::SimControl::script`]), ahead of the seeded
 /// faults: what a fault plan drawn by chance cannot say (a refusal in
@@ -168,7 +183,8 @@ pub enum Scripted {
 /// The fault plan: the body of `POST /sim/faults`. Each request draws once;
 /// the probabilities are tried in the order of the fields (lost_drop,
 /// lost_5xx, lost_stall, error_5xx, burst_429, redirect, lost_redirect,
-/// dns_get_404) and must add up to at most 1, so a request gets at most one
+/// dns_get_404, page_repeat) and must add up to at most 1 for each
+/// operation, so a request gets at most one
 /// fault. Latency is drawn separately.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -204,6 +220,13 @@ pub struct Faults {
     /// make a client forget it). Other operations draw no fault from this
     /// share.
     pub dns_get_404: f64,
+    /// Only for the listings of instances, blocks and DNS records: the page
+    /// begins with the item the page before ended with, as an opaque cursor
+    /// may (an item that moved in the order while a scan ran). A client
+    /// that does not drop the repeat sees two resources where one is. A
+    /// first page has nothing to repeat. Other operations draw no fault
+    /// from this share.
+    pub page_repeat: f64,
     pub stall_ms: u64,
     /// Added to every faultable request, uniform in [min, max].
     pub latency_min_ms: u64,
@@ -229,6 +252,7 @@ impl Default for Faults {
             lost_redirect: 0.0,
             redirect_status: None,
             dns_get_404: 0.0,
+            page_repeat: 0.0,
             stall_ms: DEFAULT_STALL_MS,
             latency_min_ms: 0,
             latency_max_ms: 0,
@@ -250,11 +274,15 @@ impl Faults {
             self.redirect,
             self.lost_redirect,
             self.dns_get_404,
+            self.page_repeat,
         ];
         if ps.iter().any(|p| !(0.0..=1.0).contains(p)) {
             return Err("every probability must be within 0..=1".into());
         }
-        if ps.iter().sum::<f64>() > 1.0 + 1e-9 {
+        // dns_get_404 and page_repeat fall on operations of their own: a
+        // request draws from one of them at most.
+        let shared = ps.iter().sum::<f64>() - self.dns_get_404 - self.page_repeat;
+        if shared + self.dns_get_404.max(self.page_repeat) > 1.0 + 1e-9 {
             return Err("the fault probabilities add up to more than 1".into());
         }
         if let Some(s) = self.redirect_status

@@ -155,6 +155,9 @@ pub enum FaultKind {
     LostRedirect,
     /// A DNS record's GET answered 404 (`dns_get_404`).
     DnsGet404,
+    /// A listing's page began with the item the previous page ended with
+    /// (`page_repeat`).
+    PageRepeat,
 }
 
 /// One request that got a fault or added latency, in arrival order.
@@ -280,6 +283,9 @@ struct SimBlock {
     deleted: Option<Instant>,
     /// A resize in progress: the new size shows from then on.
     resizing: Option<(Instant, i64)>,
+    /// When the last resize was accepted: the next one, and a detach, are
+    /// refused until `resize_interval_ms` later.
+    resized: Option<Instant>,
     ledger_ix: usize,
 }
 
@@ -516,6 +522,7 @@ impl World {
                 (f.redirect, FaultKind::Redirect),
                 (f.lost_redirect, FaultKind::LostRedirect),
                 (if op == Op::DnsRecordGet { f.dns_get_404 } else { 0.0 }, FaultKind::DnsGet404),
+                (if op.is_scan() { f.page_repeat } else { 0.0 }, FaultKind::PageRepeat),
             ] {
                 let start = acc;
                 acc += p;
@@ -782,18 +789,21 @@ impl World {
         }
     }
 
-    pub fn instance_list(&self, q: &BTreeMap<String, String>) -> Reply {
+    /// `repeat`: the fault `page_repeat` fell on this request.
+    pub fn instance_list(&self, q: &BTreeMap<String, String>, repeat: bool) -> Reply {
         let now = self.now();
         let label = q.get("label");
-        let items: Vec<Value> = self
+        let items = self
             .instances
             .iter()
-            .filter(|i| self.listable(i.created, i.deleted, now))
-            .filter(|i| label.is_none_or(|l| &i.label == l))
-            .filter(|i| q.get("region").is_none_or(|r| &i.region == r))
-            .map(|i| self.instance_json(i, now))
+            .map(|i| {
+                let shown = self.listable(i.created, i.deleted, now)
+                    && label.is_none_or(|l| &i.label == l)
+                    && q.get("region").is_none_or(|r| &i.region == r);
+                (i.id.clone(), shown.then(|| self.instance_json(i, now)))
+            })
             .collect();
-        paginate("instances", items, q)
+        paginate("instances", items, q, repeat)
     }
 
     pub fn instance_delete(&mut self, id: &str) -> Reply {
@@ -966,6 +976,7 @@ impl World {
             created_wall: now_rfc3339(),
             deleted: None,
             resizing: None,
+            resized: None,
             ledger_ix,
         };
         let j = self.block_json(&b, now);
@@ -981,15 +992,15 @@ impl World {
         }
     }
 
-    pub fn block_list(&self, q: &BTreeMap<String, String>) -> Reply {
+    /// `repeat`: the fault `page_repeat` fell on this request.
+    pub fn block_list(&self, q: &BTreeMap<String, String>, repeat: bool) -> Reply {
         let now = self.now();
-        let items: Vec<Value> = self
+        let items = self
             .blocks
             .iter()
-            .filter(|b| self.listable(b.created, b.deleted, now))
-            .map(|b| self.block_json(b, now))
+            .map(|b| (b.id.clone(), self.listable(b.created, b.deleted, now).then(|| self.block_json(b, now))))
             .collect();
-        paginate("blocks", items, q)
+        paginate("blocks", items, q, repeat)
     }
 
     pub fn block_attach(&mut self, id: &str, body: &Value) -> Reply {
@@ -1030,15 +1041,29 @@ impl World {
         let Some(bix) = self.block_ix(id, now) else {
             return Reply::error(404, "Invalid block storage ID");
         };
-        if self.blocks[bix].attached_to.take().is_none() {
+        if self.blocks[bix].attached_to.is_none() {
             return Reply::error(400, "Block storage volume is not currently attached to a server");
         }
+        if let Some(r) = self.resize_too_soon(bix, now) {
+            return r;
+        }
+        self.blocks[bix].attached_to = None;
         Reply::no_content()
     }
 
+    /// Vultr's Ansible tests: "volumes size can only be modified every
+    /// 60s", and they wait as long between a resize and a detach
+    /// (docs/vultr.md §3; the refusal's words are not known).
+    fn resize_too_soon(&self, bix: usize, now: Instant) -> Option<Reply> {
+        let at = self.blocks[bix].resized?;
+        (now < at + ms(self.cfg.resize_interval_ms))
+            .then(|| Reply::error(400, "Block storage can only be resized or detached 60 seconds after a resize."))
+    }
+
     /// `PATCH /blocks/{id}` (OA:3405): `size_gb` (grow only, within the
-    /// type's range; the new size shows after `resize_ms`) and `label`; 204. A PATCH that changes nothing is
-    /// answered 400 "Nothing to change" (TF#660).
+    /// type's range, at most one resize per `resize_interval_ms`; the new
+    /// size shows after `resize_ms`) and `label`; 204. A PATCH that changes
+    /// nothing is answered 400 "Nothing to change" (TF#660).
     pub fn block_patch(&mut self, id: &str, body: &Value) -> Reply {
         let now = self.now();
         let Some(obj) = body.as_object() else {
@@ -1083,12 +1108,18 @@ impl World {
         if size.is_none() && label.is_none() {
             return Reply::error(400, "Nothing to change");
         }
+        if size.is_some()
+            && let Some(r) = self.resize_too_soon(bix, now)
+        {
+            return r;
+        }
         self.ledger.block_patch_bodies.push(json!({ "id": id, "body": body }));
         let resize_ms = self.cfg.resize_ms;
         let b = &mut self.blocks[bix];
         b.size_gb = current;
         if let Some(gb) = size {
             b.resizing = Some((now + ms(resize_ms), gb));
+            b.resized = Some(now);
         }
         if let Some(l) = label {
             b.label = l;
@@ -1132,7 +1163,7 @@ impl World {
                 json!({ "id": id, "city": city, "country": country, "continent": continent, "options": options })
             })
             .collect();
-        paginate("regions", items, q)
+        paginate("regions", listed(items), q, false)
     }
 
     pub fn os_list(&self, q: &BTreeMap<String, String>) -> Reply {
@@ -1141,7 +1172,7 @@ impl World {
         for (id, name) in [(crate::catalog::OS_SNAPSHOT, "Snapshot"), (crate::catalog::OS_APPLICATION, "Application")] {
             items.push(json!({ "id": id, "name": name, "arch": "x64", "family": name.to_lowercase() }));
         }
-        paginate("os", items, q)
+        paginate("os", listed(items), q, false)
     }
 
     /// `GET /regions/{id}/availability`: the plans sellable there now.
@@ -1164,7 +1195,7 @@ impl World {
             "snapshots" => crate::catalog::snapshots_json(),
             _ => crate::catalog::applications_json(),
         };
-        paginate(key, items, q)
+        paginate(key, listed(items), q, false)
     }
 
     pub fn backup_schedule_set(&mut self, id: &str, body: &Value) -> Reply {
@@ -1207,7 +1238,7 @@ impl World {
                 })
             })
             .collect();
-        paginate("plans", items, q)
+        paginate("plans", listed(items), q, false)
     }
 
     // ----- DNS records -----
@@ -1269,12 +1300,13 @@ impl World {
         )
     }
 
-    pub fn dns_record_list(&self, domain: &str, q: &BTreeMap<String, String>) -> Reply {
+    /// `repeat`: the fault `page_repeat` fell on this request.
+    pub fn dns_record_list(&self, domain: &str, q: &BTreeMap<String, String>, repeat: bool) -> Reply {
         let Some(rs) = self.domains.get(domain) else {
             return Reply::error(404, "Domain not found.");
         };
-        let items = rs.iter().filter(|r| !r.deleted).map(Self::record_json).collect();
-        paginate("records", items, q)
+        let items = rs.iter().map(|r| (r.id.clone(), (!r.deleted).then(|| Self::record_json(r)))).collect();
+        paginate("records", items, q, repeat)
     }
 
     /// `update_dns_domain_record_request`: name, data, ttl and priority,
@@ -1337,22 +1369,40 @@ impl World {
 
 /// Opaque cursors, base-16 of `next__<offset>` (Vultr's decode to base64 of
 /// `next__<id>`; clients must treat them as opaque either way).
-fn cursor_of(offset: usize) -> String {
-    format!("next__{offset}").bytes().map(|b| format!("{b:02x}")).collect()
+/// Vultr's cursors are opaque (docs/vultr.md §2); this one is the hex of
+/// `next__<id>`, the id of the item the next page starts with: a cursor
+/// names a place in the listing's order, so deleting an item a scan has
+/// passed skips nothing it has not reached (an offset would).
+fn cursor_of(id: &str) -> String {
+    format!("next__{id}").bytes().map(|b| format!("{b:02x}")).collect()
 }
 
-fn offset_of(cursor: &str) -> Option<usize> {
+fn id_of(cursor: &str) -> Option<String> {
     if !cursor.len().is_multiple_of(2) {
         return None;
     }
     let bytes: Option<Vec<u8>> =
         (0..cursor.len()).step_by(2).map(|i| u8::from_str_radix(cursor.get(i..i + 2)?, 16).ok()).collect();
-    String::from_utf8(bytes?).ok()?.strip_prefix("next__")?.parse().ok()
+    Some(String::from_utf8(bytes?).ok()?.strip_prefix("next__")?.to_owned())
 }
 
-/// One page of `items` under `key`, with Vultr's `meta`: `total` is the full
-/// count, `next`/`prev` are `""` when there is no such page.
-fn paginate(key: &str, items: Vec<Value>, q: &BTreeMap<String, String>) -> Reply {
+/// A listing that never changes, every item shown, for [`paginate`].
+fn listed(items: Vec<Value>) -> Vec<(String, Option<Value>)> {
+    items.into_iter().map(|v| (id_text(&v["id"]), Some(v))).collect()
+}
+
+fn id_text(id: &Value) -> String {
+    id.as_str().map_or_else(|| id.to_string(), str::to_owned)
+}
+
+/// One page of a listing under `key`, with Vultr's `meta`: `total` is the
+/// number shown, `next`/`prev` are `""` when there is no such page. `order`
+/// is every item the listing has ever held, in its order, each with its
+/// JSON if it is shown now (not deleted, past the lag, matching the
+/// filters): a cursor stays valid after its item is deleted. `repeat`
+/// starts the page one shown item early, repeating the last of the page
+/// before (the fault `page_repeat`).
+fn paginate(key: &str, order: Vec<(String, Option<Value>)>, q: &BTreeMap<String, String>, repeat: bool) -> Reply {
     let per_page = match q.get("per_page") {
         None => PER_PAGE_DEFAULT,
         Some(p) => match p.parse::<usize>() {
@@ -1360,18 +1410,26 @@ fn paginate(key: &str, items: Vec<Value>, q: &BTreeMap<String, String>) -> Reply
             _ => return Reply::error(400, "Invalid per_page."),
         },
     };
-    let offset = match q.get("cursor").map(String::as_str) {
+    let mut start = match q.get("cursor").map(String::as_str) {
         None | Some("") => 0,
-        Some(c) => match offset_of(c) {
-            Some(o) => o,
+        Some(c) => match id_of(c).and_then(|id| order.iter().position(|(i, _)| *i == id)) {
+            Some(p) => p,
             None => return Reply::error(400, "Invalid cursor."),
         },
     };
-    let total = items.len();
-    let end = (offset + per_page).min(total);
-    let page: Vec<Value> = items.into_iter().skip(offset).take(per_page).collect();
-    let next = if end < total { cursor_of(end) } else { String::new() };
-    let prev = if offset > 0 { cursor_of(offset.saturating_sub(per_page)) } else { String::new() };
+    let shown: Vec<usize> = (0..order.len()).filter(|&i| order[i].1.is_some()).collect();
+    if repeat && let Some(&before) = shown.iter().rev().find(|&&i| i < start) {
+        start = before;
+    }
+    let page: Vec<usize> = shown.iter().copied().filter(|&i| i >= start).take(per_page).collect();
+    let end = page.last().map_or(start, |i| i + 1);
+    let next = if shown.iter().any(|&i| i >= end) { cursor_of(&order[end].0) } else { String::new() };
+    let before: Vec<usize> = shown.iter().copied().filter(|&i| i < start).collect();
+    let prev = before.len().checked_sub(per_page.min(before.len())).filter(|_| !before.is_empty());
+    let prev = prev.map_or_else(String::new, |p| cursor_of(&order[before[p]].0));
+    let total = shown.len();
+    let mut order = order;
+    let page: Vec<Value> = page.into_iter().filter_map(|i| order[i].1.take()).collect();
     Reply::json(200, json!({ key: page, "meta": { "total": total, "links": { "next": next, "prev": prev } } }))
 }
 
@@ -1381,10 +1439,10 @@ mod tests {
 
     #[test]
     fn cursors_round_trip_and_reject_garbage() {
-        for o in [0, 1, 99, 12345] {
-            assert_eq!(offset_of(&cursor_of(o)), Some(o));
+        for id in ["0", "ewr", "cb676a46-66fd-4dfb-b839-443f2e6c0b60"] {
+            assert_eq!(id_of(&cursor_of(id)).as_deref(), Some(id));
         }
-        assert_eq!(offset_of("zz"), None);
-        assert_eq!(offset_of("6e657874"), None);
+        assert_eq!(id_of("zz"), None);
+        assert_eq!(id_of("6e657874"), None);
     }
 }

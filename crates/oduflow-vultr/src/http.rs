@@ -571,7 +571,10 @@ impl VultrClient {
     }
 
     /// Every page of a listing whose items sit under `key`, following
-    /// `meta.links.next` until Vultr answers `""`.
+    /// `meta.links.next` until Vultr answers `""`. Each id is kept once, as
+    /// first listed: Vultr's cursors are opaque, and a page may repeat an
+    /// item an earlier one held (docs/vultr.md §2), which would read as
+    /// two resources.
     pub(crate) async fn list_all<T: DeserializeOwned>(
         &self,
         segments: &[&str],
@@ -582,6 +585,7 @@ impl VultrClient {
         let mut items = Vec::new();
         let mut cursor = String::new();
         let mut seen = HashSet::new();
+        let mut ids = HashSet::new();
         for _page in 0..cfg.list_pages_max {
             let mut query: Vec<(&str, String)> = filter.to_vec();
             query.push(("per_page", cfg.per_page.to_string()));
@@ -597,6 +601,12 @@ impl VultrClient {
                 .get_mut(key)
                 .map(serde_json::Value::take)
                 .ok_or_else(|| VultrError::Decode(format!("listing has no {key:?} array")))?;
+            let list = match list {
+                serde_json::Value::Array(l) => {
+                    l.into_iter().filter(|i| i.get("id").is_none_or(|id| ids.insert(id.to_string()))).collect()
+                }
+                other => other,
+            };
             let mut batch: Vec<T> =
                 serde_json::from_value(list).map_err(|e| VultrError::Decode(format!("listing {key:?}: {e}")))?;
             items.append(&mut batch);

@@ -31,6 +31,7 @@ struct FileConfig {
     startup_retry_ms: Option<i64>,
     attempts_max: Option<i64>,
     ready_wait_ms: Option<i64>,
+    resize_interval_ms: Option<i64>,
     bulk_view: Option<bool>,
     listing_settle_ms: Option<i64>,
     /// Refused with a clear message if present.
@@ -96,6 +97,9 @@ pub struct Config {
     /// before its client blocks `not_ready`; 0: derived from the polling
     /// limit (observations_max x poll_interval_ms x 6).
     pub ready_wait_ms: i64,
+    /// How long after a volume's resize was sent its next resize waits
+    /// (Vultr refuses one within 60 s).
+    pub resize_interval_ms: i64,
     pub attempts_max: i32,
     /// Watch first provisioning through shared listings (the bulk view); on by
     /// default, `ODUFLOW_BULK_VIEW=false` or `bulk_view = false` turns it off.
@@ -222,6 +226,13 @@ const LISTING_SETTLE_MS: Num = Num {
     min: 0,
     max: 3_600_000,
 };
+const RESIZE_INTERVAL_MS: Num = Num {
+    env: "ODUFLOW_RESIZE_INTERVAL_MS",
+    key: "resize_interval_ms",
+    default: oduflow_engine::EngineConfig::RESIZE_INTERVAL_MS_DEFAULT,
+    min: 0,
+    max: DAY_MS,
+};
 const READY_WAIT_MS: Num =
     Num { env: "ODUFLOW_READY_WAIT_MS", key: "ready_wait_ms", default: 0, min: 0, max: 30 * DAY_MS };
 
@@ -300,6 +311,7 @@ impl Config {
             startup_retry_ms: STARTUP_RETRY_MS.read(fc.startup_retry_ms, file.as_deref())?,
             attempts_max: i32::try_from(ATTEMPTS_MAX.read(fc.attempts_max, file.as_deref())?)?,
             ready_wait_ms: READY_WAIT_MS.read(fc.ready_wait_ms, file.as_deref())?,
+            resize_interval_ms: RESIZE_INTERVAL_MS.read(fc.resize_interval_ms, file.as_deref())?,
             bulk_view: env_bool("ODUFLOW_BULK_VIEW")?.or(fc.bulk_view).unwrap_or(true),
             listing_settle_ms: LISTING_SETTLE_MS.read(fc.listing_settle_ms, file.as_deref())?,
             dns: match env("ODUFLOW_DNS_DOMAIN") {
@@ -338,6 +350,7 @@ impl Config {
             concurrency: self.concurrency,
             attempts_max: self.attempts_max,
             ready_wait_ms: self.ready_wait_ms,
+            resize_interval_ms: self.resize_interval_ms,
             bulk_view: self.bulk_view,
             planted: self.planted,
             ..Default::default()

@@ -10,7 +10,7 @@ use oduflow_model::identity::AdapterState;
 use oduflow_model::ledger::Effect;
 use oduflow_model::provider::{Outcome, Provider, ResourceId};
 use oduflow_model::*;
-use oduflow_store::{ChangeAnswer, ChangeRow, Finish, GenerationCount, NewChange};
+use oduflow_store::{ChangeAnswer, ChangeRow, Finish, GenerationCount, NewChange, ReceiptRow};
 use std::sync::Arc;
 
 /// The one PATCH a change is: the instance's or the block's (`kind`'s,
@@ -37,6 +37,19 @@ impl View {
         let id = self.cur.receipt(kind)?.id()?;
         let key = oduflow_store::change_key(&infra.client_id, kind, infra.spec_generation, id);
         self.changes.iter().find(|c| c.operation_key == key)
+    }
+
+    /// Vultr refuses a volume's resize within a minute of the last one:
+    /// whether a resize of this volume that was not refused was sent after
+    /// `since`.
+    pub(super) fn resize_settling(&self, kind: ResourceKind, r: Option<&ReceiptRow>, since: i64) -> bool {
+        let id = r.and_then(ReceiptRow::id);
+        kind == ResourceKind::Volume
+            && self.changes.iter().any(|c| {
+                Some(c.resource_id.as_str()) == id
+                    && !matches!(c.effect(), Effect::Rejected { .. })
+                    && c.sent_at().is_some_and(|t| t > since)
+            })
     }
 }
 

@@ -332,6 +332,7 @@ pub(super) async fn check_holes(store: &Store, ledger: &Ledger, p: &VultrClient,
     check_zone(store, ledger, p, &clients).await?;
     check_unknown_outcomes(store, ledger).await?;
     check_not_ready(p, &clients).await?;
+    check_duplicates(ledger, &clients)?;
     if let Some(s) = h.shares_wrongly_accepted.first() {
         bail!("invariant 13: a DNS name a live client held was given to another client ({s})");
     }
@@ -494,6 +495,33 @@ async fn check_not_ready(p: &VultrClient, clients: &[oduflow_store::ClientRow]) 
             && i.server_status == "ok"
         {
             bail!("invariant 17: {} is blocked not_ready, but its VM {} is active and ok", c.name, vm.as_str());
+        }
+    }
+    Ok(())
+}
+
+/// Invariant 18: a client blocked `duplicate_matches` was shown resources
+/// that exist: two or more, each named once and each created under the
+/// label they were matched by (a scan that kept a repeated page's item
+/// would name one resource twice).
+fn check_duplicates(ledger: &Ledger, clients: &[oduflow_store::ClientRow]) -> Result<()> {
+    for c in clients.iter().filter(|c| c.infra.blocked_reason == Some(BlockedReason::DuplicateMatches)) {
+        let detail = c.infra.blocked_detail.as_deref().unwrap_or_default();
+        let ids: Vec<&str> = detail
+            .rsplit(": ")
+            .next()
+            .unwrap_or_default()
+            .split(", ")
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        let labels: BTreeSet<&str> = ids
+            .iter()
+            .filter_map(|id| ledger.resources.iter().find(|r| r.id == *id).map(|r| r.label.as_str()))
+            .collect();
+        let distinct: BTreeSet<&str> = ids.iter().copied().collect();
+        if ids.len() < 2 || distinct.len() != ids.len() || labels.len() != 1 {
+            bail!("invariant 18: {} is blocked duplicate_matches on resources that are not several: {detail}", c.name);
         }
     }
     Ok(())

@@ -15,6 +15,7 @@ fn res(receipt: ReceiptFacts, seen: Seen) -> Resource {
         updated: false,
         change: ChangeFacts::None,
         update_overdue: false,
+        resize_settling: false,
         plan_change: false,
         orphans: vec![],
     }
@@ -301,6 +302,22 @@ fn an_update_sends_one_change_once_the_server_is_ready() {
     let mut late = drifted_vm(ChangeFacts::None, busy);
     late.update_overdue = true;
     check_block(present(late, attached_volume(), ReceiptFacts::None), B::NotReady);
+}
+
+/// Vultr refuses a volume's resize within 60 s of the last one: a change
+/// whose resource resized less than that ago waits (not a refusal, not a
+/// block), and is sent once the interval has passed; a change already sent
+/// is only read.
+#[test]
+fn a_resize_waits_out_the_interval_since_the_last_one() {
+    let settling = |change| Resource { resize_settling: true, ..drifted_vm(change, plan_drift("v-1")) };
+    check(present(settling(ChangeFacts::None), attached_volume(), ReceiptFacts::None), Action::Wait);
+    let not_sent = ChangeFacts::NotSent { count: 1, reason: "connection refused".into() };
+    check(present(settling(not_sent), attached_volume(), ReceiptFacts::None), Action::Wait);
+    let sent = ChangeFacts::Sent { observations: 0 };
+    check(present(settling(sent), attached_volume(), ReceiptFacts::None), Action::CountChange(K::Vm));
+    let settled = Resource { resize_settling: false, ..settling(ChangeFacts::None) };
+    check(present(settled, attached_volume(), ReceiptFacts::None), Action::Change(K::Vm));
 }
 
 #[test]

@@ -99,6 +99,35 @@ async fn listings_lag_filter_by_label_and_end_with_empty_cursors() {
     assert_eq!(status, 400);
 }
 
+/// A cursor names where the next page starts, not how many items came
+/// before (docs/vultr.md §2): deleting an item a scan has passed skips
+/// nothing it has not reached.
+#[tokio::test]
+async fn a_deletion_during_a_scan_skips_no_item_still_there() {
+    let sim = start(slow_lifecycle()).await;
+    let api = Api::new(&sim);
+    let mut ids = vec![];
+    for n in 1..=5 {
+        ids.push(api.create_block(&format!("pg-{n}")).await);
+    }
+    advance(&sim, 25_000);
+    let labels = |v: &Value| -> Vec<String> {
+        v["blocks"].as_array().unwrap().iter().map(|b| b["label"].as_str().unwrap().to_owned()).collect()
+    };
+    let (_, v) = body(api.get("/blocks?per_page=2").await).await;
+    assert_eq!(labels(&v), ["pg-1", "pg-2"]);
+    let cursor = v["meta"]["links"]["next"].as_str().unwrap().to_owned();
+    // pg-1 (passed) and pg-3 (the next page's first) are deleted meanwhile.
+    for id in [&ids[0], &ids[2]] {
+        assert_eq!(api.delete(&format!("/blocks/{id}")).await.status(), 204);
+    }
+    advance(&sim, 25_000);
+    let (status, v) = body(api.get(&format!("/blocks?per_page=2&cursor={cursor}")).await).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(labels(&v), ["pg-4", "pg-5"]);
+    assert_eq!((v["meta"]["total"].as_u64(), v["meta"]["links"]["next"].as_str()), (Some(3), Some("")));
+}
+
 #[tokio::test]
 async fn delete_and_attach_answer_500_until_the_instance_is_ok_then_204_without_body() {
     let sim = start(slow_lifecycle()).await;

@@ -212,6 +212,37 @@ async fn block_listing_and_the_label_scan_read_all_pages_once() {
     assert_eq!(found[&Label::from("oduflow-x")][0].attached_to_instance, None, "\"\" means detached");
 }
 
+/// Vultr's cursors are opaque, so a page may repeat an item an earlier
+/// page held (an item moved in the order while the scan ran): every id is
+/// kept once, and a label's match is never reported twice, which would
+/// read as two resources (`duplicate_matches`).
+#[tokio::test]
+async fn an_item_repeated_across_pages_is_listed_once() {
+    let server = MockServer::start().await;
+    let pages = vec![
+        vec![block("b-1", "oduflow-x"), block("b-2", "oduflow-y")],
+        vec![block("b-2", "oduflow-y"), block("b-3", "someone-else")],
+        vec![block("b-3", "someone-else"), block("b-4", "oduflow-z")],
+    ];
+    mount_pages(&server, "/v2/blocks", "blocks", &pages).await;
+    let c = client(&format!("{}/v2", server.uri()));
+    let labels = [Label::from("oduflow-x"), Label::from("oduflow-y"), Label::from("oduflow-z")];
+    let found = c.block_find_by_labels(&labels).await.unwrap();
+    let ids = |l: &str| found[&Label::from(l)].iter().map(|b| b.id.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        (ids("oduflow-x"), ids("oduflow-y"), ids("oduflow-z")),
+        (vec!["b-1".to_owned()], vec!["b-2".to_owned()], vec!["b-4".to_owned()])
+    );
+
+    let server = MockServer::start().await;
+    let pages =
+        vec![vec![instance("i-1", "oduflow-a")], vec![instance("i-1", "oduflow-a"), instance("i-2", "oduflow-b")]];
+    mount_pages(&server, "/v2/instances", "instances", &pages).await;
+    let c = client(&format!("{}/v2", server.uri()));
+    let ids: Vec<_> = c.instance_list().await.unwrap().into_iter().map(|i| i.id.to_string()).collect();
+    assert_eq!(ids, ["i-1", "i-2"], "the first copy, in the order listed");
+}
+
 #[tokio::test]
 async fn a_cursor_that_repeats_is_an_error_not_a_loop() {
     let server = MockServer::start().await;

@@ -314,3 +314,27 @@ async fn a_create_applied_then_redirected_is_unknown_and_applied_exactly_once() 
         assert_eq!(found.len(), 1, "{status}");
     }
 }
+
+/// Scans against the simulator when every page after the first repeats the
+/// item the page before ended with, two items a page: every block and
+/// instance is found once, and a label's block is one match, never the
+/// `duplicate_matches` two copies would make.
+#[tokio::test]
+async fn scans_keep_each_item_once_when_pages_repeat() {
+    let sim = sim(SimConfig::default().instant()).await;
+    let c = VultrClient::new(VultrConfig { per_page: 2, ..fast_config(&sim.base_url, KEY) }).unwrap();
+    for n in 0..5 {
+        assert!(matches!(c.instance_create(&instance_req(&format!("oduflow-r{n}"))).await, Outcome::Accepted(_)));
+        assert!(matches!(c.block_create(&block_req(&format!("oduflow-r{n}-vol"))).await, Outcome::Accepted(_)));
+    }
+    sim.set_faults(Faults { page_repeat: 1.0, ops: vec![Op::InstanceList, Op::BlockList], ..Faults::default() })
+        .unwrap();
+    let labels: Vec<Label> = (0..5).map(|n| Label::from(format!("oduflow-r{n}-vol").as_str())).collect();
+    let found = c.block_find_by_labels(&labels).await.unwrap();
+    assert!(found.values().all(|v| v.len() == 1), "{found:?}");
+    let mut ids: Vec<String> = c.instance_list().await.unwrap().into_iter().map(|i| i.label).collect();
+    ids.sort();
+    assert_eq!(ids, (0..5).map(|n| format!("oduflow-r{n}")).collect::<Vec<_>>());
+    let repeats = sim.ledger().faults.iter().filter(|f| f.fault == Some(FaultKind::PageRepeat)).count();
+    assert!(repeats >= 4, "the pages after the first repeated: {repeats}");
+}

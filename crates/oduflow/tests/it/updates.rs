@@ -19,6 +19,7 @@ oduflow_store::on_both_stores!(
     a_refused_grow_can_go_back_to_the_size_the_volume_has,
     a_reconcile_after_a_refused_change_sends_nothing,
     a_resize_a_restore_discarded_is_not_taken_for_the_copys_change,
+    two_grows_within_the_resize_interval_both_apply_and_a_delete_follows,
 );
 
 /// PATCH /blocks/{id} requests that reached the simulator, refused ones too.
@@ -406,4 +407,36 @@ async fn a_resize_a_restore_discarded_is_not_taken_for_the_copys_change(env: Env
         assert!(t.elapsed().as_millis() < u128::from(RESIZE_MS) + 5_000, "the other plan never showed");
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+}
+
+/// Vultr refuses a volume's next resize, and its detach, until 60 s after
+/// a resize (docs/vultr.md §3; 2 s here). Two `client update --volume-gb`
+/// a moment apart both end applied, the second sent once the interval has
+/// passed, and a delete right after ends deleted: no PATCH or detach is
+/// refused, nothing blocks.
+async fn two_grows_within_the_resize_interval_both_apply_and_a_delete_follows(env: Env) {
+    let cfg = oduflow_sim::SimConfig { resize_interval_ms: 2_000, ..sim_config() };
+    let env = Env { sim: start_sim_with(cfg).await, ..env };
+    let settle = |env: &Env| {
+        let o = env.cmd(&["worker", "--until-settled"]).env("ODUFLOW_RESIZE_INTERVAL_MS", "2100").output().unwrap();
+        assert!(o.status.success(), "worker: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    env.ok(&["init"]);
+    create(&env, "acme", &[]);
+    settle(&env);
+    for gb in ["50", "60"] {
+        env.ok(&["client", "update", "acme", "--volume-gb", gb]);
+        settle(&env);
+        let c = show(&env, "acme");
+        assert_eq!(c["status"], "ready", "after the grow to {gb}: {c}");
+    }
+    assert_eq!(block_patches(&env), 2, "{:?}", env.sim.ledger().block_patch_bodies);
+    let sizes: Vec<_> = env.sim.ledger().block_patch_bodies.iter().map(|b| b["body"]["size_gb"].clone()).collect();
+    assert_eq!(sizes, [50, 60]);
+    env.ok(&["client", "delete", "acme"]);
+    settle(&env);
+    let c = show(&env, "acme");
+    assert_eq!(c["status"], "deleted", "{c}");
+    let blocked = c["events"].as_array().unwrap().iter().filter(|e| e["kind"] == "blocked").count();
+    assert_eq!(blocked, 0, "{c}");
 }
