@@ -286,11 +286,7 @@ impl<'a, P: Provider> Converge<'a, P> {
             Action::Dispatch(kind) => self.dispatch(kind, view).await,
             Action::Delete(kind, id) => self.delete(kind, id, view).await,
             Action::ConfirmDeleted(kind) => self.confirm_deleted(kind, view.receipt(kind, "confirm")?).await,
-            Action::MarkSeen(kind) => {
-                let r = view.receipt(kind, "mark")?;
-                self.run.w.receipts.mark_seen(&r.operation_key, self.run.w.now_ms()).await?;
-                Ok(Step::Next(self))
-            }
+            Action::MarkSeen(kind) => self.mark_seen(view.receipt(kind, "mark")?).await,
             Action::Change(kind) => self.change(kind, view).await,
             Action::ConfirmChange(kind) => self.confirm_change(kind, view).await,
             Action::CountChange(kind) => self.count_change(kind, view).await,

@@ -227,6 +227,14 @@ struct Params {
     /// workers list [`REPEAT_PER_PAGE`] items a page, so that even a small
     /// fleet's scans have pages to repeat across.
     page_repeat: f64,
+    /// Where Vultr is slower than its answer (each drawn in some seeds):
+    /// an attachment shown late, an attach refused while a new server
+    /// settles, a volume its VM's delete releases late, a volume DELETE
+    /// refused while attached.
+    attach_visible_ms: u64,
+    attach_young_ms: u64,
+    release_on_vm_delete_ms: u64,
+    refuse_delete_attached: bool,
     /// The simulator's interval between two resizes of one volume (Vultr:
     /// 60 s), 0 for none; the workers wait [`RESIZE_INTERVAL_MARGIN_MS`]
     /// longer, as they wait a second longer than Vultr's minute.
@@ -309,6 +317,10 @@ impl Params {
             // Drawn after the resizes, so every earlier draw is as it was.
             page_repeat: if r.chance(0.3) { 0.15 + r.f() * 0.3 } else { 0.0 },
             resize_interval_ms: if r.chance(0.5) { r.range(300, 1500) } else { 0 },
+            attach_visible_ms: if r.chance(0.4) { r.range(20, 150) } else { 0 },
+            attach_young_ms: if r.chance(0.15) { r.range(50, 300) } else { 0 },
+            release_on_vm_delete_ms: if r.chance(0.3) { r.range(20, 150) } else { 0 },
+            refuse_delete_attached: r.chance(0.5),
         }
         .fix()
     }
@@ -1138,6 +1150,10 @@ async fn start_sim(p: &Params) -> Result<(oduflow_sim::SimHandle, Faults)> {
             list_lag_ms: p.list_lag_ms,
             resize_ms: p.resize_ms,
             resize_interval_ms: p.resize_interval_ms,
+            attach_visible_ms: p.attach_visible_ms,
+            attach_young_ms: p.attach_young_ms,
+            release_on_vm_delete_ms: p.release_on_vm_delete_ms,
+            refuse_delete_attached: p.refuse_delete_attached,
             faults: faults.clone(),
             ..SimConfig::default()
         }

@@ -53,6 +53,20 @@ pub struct SimConfig {
     /// A plan change keeps the instance `resizing` this long; then it shows
     /// the new plan. A block shows its new size after as long.
     pub resize_ms: u64,
+    /// An attach (or a detach) shows in `attached_to_instance` this long
+    /// after its 204: vultr-csi polls up to 15 s for it (docs/vultr.md §3).
+    pub attach_visible_ms: u64,
+    /// An attach to an instance that reached `ok` less than this long ago is
+    /// refused 500 "Server is currently locked" (Vultr's own Ansible tests
+    /// wait 20 s after a create, then retry an attach three times 10 s
+    /// apart). 0: none.
+    pub attach_young_ms: u64,
+    /// A VM's delete releases its volume this long after the 204 (reads
+    /// show the attachment until then). Vultr's behaviour is unconfirmed.
+    pub release_on_vm_delete_ms: u64,
+    /// A block's DELETE is refused 400 while it shows attached. Vultr's
+    /// behaviour is unconfirmed (vultr-csi detaches before it deletes).
+    pub refuse_delete_attached: bool,
     /// A block resized is refused another resize, and a detach, until this
     /// long after (Vultr: 60 s, docs/vultr.md §3).
     pub resize_interval_ms: u64,
@@ -86,6 +100,10 @@ impl Default for SimConfig {
             attach_lock_ms: 200,
             resize_ms: 300,
             resize_interval_ms: RESIZE_INTERVAL_MS,
+            attach_visible_ms: 0,
+            attach_young_ms: 0,
+            release_on_vm_delete_ms: 0,
+            refuse_delete_attached: false,
             api_keys: Vec::new(),
             dns_domains: vec!["example.com".to_owned()],
             faults: Faults::default(),

@@ -286,6 +286,11 @@ struct SimBlock {
     /// When the last resize was accepted: the next one, and a detach, are
     /// refused until `resize_interval_ms` later.
     resized: Option<Instant>,
+    /// Until then, reads still show this attachment (the one before the
+    /// last change of `attached_to`): an attach shows after
+    /// `attach_visible_ms`, a VM's delete releases its volume after
+    /// `release_on_vm_delete_ms`.
+    shown_before: Option<(Instant, Option<String>)>,
     ledger_ix: usize,
 }
 
@@ -699,11 +704,26 @@ impl World {
             "status": status,
             "size_gb": size_gb,
             "region": b.region,
-            "attached_to_instance": b.attached_to.as_deref().unwrap_or(""),
+            "attached_to_instance": Self::attached_shown(b, now).unwrap_or(""),
             "label": b.label,
             "mount_id": b.mount_id,
             "block_type": b.block_type,
         })
+    }
+
+    /// The attachment reads show now.
+    fn attached_shown(b: &SimBlock, now: Instant) -> Option<&str> {
+        match &b.shown_before {
+            Some((until, before)) if now < *until => before.as_deref(),
+            _ => b.attached_to.as_deref(),
+        }
+    }
+
+    /// Changes a block's attachment, shown to reads only after `lag_ms`.
+    fn set_attached(b: &mut SimBlock, to: Option<String>, now: Instant, lag_ms: u64) {
+        let before = Self::attached_shown(b, now).map(str::to_owned);
+        b.shown_before = (lag_ms > 0).then(|| (now + ms(lag_ms), before));
+        b.attached_to = to;
     }
 
     fn instance_ix(&self, id: &str, now: Instant) -> Option<usize> {
@@ -826,9 +846,10 @@ impl World {
         self.instances[ix].deleted = Some(now);
         let lix = self.instances[ix].ledger_ix;
         self.ledger_delete(lix);
+        let lag = self.cfg.release_on_vm_delete_ms;
         for b in &mut self.blocks {
             if b.attached_to.as_deref() == Some(id) {
-                b.attached_to = None;
+                Self::set_attached(b, None, now, lag);
             }
         }
         Reply::no_content()
@@ -977,6 +998,7 @@ impl World {
             deleted: None,
             resizing: None,
             resized: None,
+            shown_before: None,
             ledger_ix,
         };
         let j = self.block_json(&b, now);
@@ -1024,10 +1046,12 @@ impl World {
         if self.blocks[bix].region != self.instances[iix].region {
             return Reply::error(400, "Block storage and server must be in the same region.");
         }
-        if self.instance_state(&self.instances[iix], now).1 != "ok" {
+        let ok_since = self.instances[iix].created + ms(self.cfg.pending_ms + self.cfg.installing_ms);
+        if self.instance_state(&self.instances[iix], now).1 != "ok" || now < ok_since + ms(self.cfg.attach_young_ms) {
             return Reply::error(500, "Unable to attach block storage: Server is currently locked");
         }
-        self.blocks[bix].attached_to = Some(instance_id.to_owned());
+        let lag = self.cfg.attach_visible_ms;
+        Self::set_attached(&mut self.blocks[bix], Some(instance_id.to_owned()), now, lag);
         *self.ledger.attaches_per_block.entry(id.to_owned()).or_default() += 1;
         if !live && self.cfg.attach_lock_ms > 0 {
             // A non-live attach restarts the VM.
@@ -1047,7 +1071,8 @@ impl World {
         if let Some(r) = self.resize_too_soon(bix, now) {
             return r;
         }
-        self.blocks[bix].attached_to = None;
+        let lag = self.cfg.attach_visible_ms;
+        Self::set_attached(&mut self.blocks[bix], None, now, lag);
         Reply::no_content()
     }
 
@@ -1132,6 +1157,9 @@ impl World {
         let Some(bix) = self.block_ix(id, now) else {
             return Reply::error(404, "Invalid block storage ID");
         };
+        if self.cfg.refuse_delete_attached && Self::attached_shown(&self.blocks[bix], now).is_some() {
+            return Reply::error(400, "Unable to delete block storage: it is attached to a server.");
+        }
         self.blocks[bix].deleted = Some(now);
         self.blocks[bix].attached_to = None;
         let lix = self.blocks[bix].ledger_ix;

@@ -297,3 +297,11 @@ impl<P: Provider> Run<'_, P> {
         }
     }
 }
+
+impl<'a, P: Provider> Converge<'a, P> {
+    /// Records that the resource has been seen (deletion bookkeeping).
+    pub(super) async fn mark_seen(self, r: ReceiptRow) -> Result<Step<'a, P>, EngineError> {
+        self.run.w.receipts.mark_seen(&r.operation_key, self.run.w.now_ms()).await?;
+        Ok(Step::Next(self))
+    }
+}

@@ -1163,6 +1163,7 @@ mod clocks;
 mod deploy;
 mod dns;
 mod identities;
+mod lags;
 
 /// A small run of every benchmark: figures printed, not asserted (the full
 /// sizes and targets are in BENCHMARKS.md). The queue benchmark's

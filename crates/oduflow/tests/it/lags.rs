@@ -1,0 +1,104 @@
+//! Where Vultr is slower than an answer: an attachment that shows only
+//! after its 204, an attach refused while a new server settles, a volume
+//! its VM's delete releases only later, a volume DELETE refused while it is
+//! still attached. Each normal path ends ready or deleted, never blocked.
+
+use super::*;
+
+oduflow_store::on_both_stores!(
+    super::super::env_of =>
+    an_attachment_that_shows_late_ends_ready,
+    a_volume_released_late_and_refused_while_attached_ends_deleted,
+    an_attach_refused_while_the_server_settles_blocks_with_evidence_until_abandoned,
+);
+
+fn lagging(env: Env, cfg: oduflow_sim::SimConfig) -> impl std::future::Future<Output = Env> {
+    async move { Env { sim: start_sim_with(cfg).await, ..env } }
+}
+
+fn create_and_settle(env: &Env) -> serde_json::Value {
+    env.ok(&["init"]);
+    env.ok(&[
+        "client",
+        "create",
+        "acme",
+        "--region",
+        "ewr",
+        "--plan",
+        "vc2-1c-1gb",
+        "--os-id",
+        "2284",
+        "--volume-gb",
+        "40",
+    ]);
+    let o = env.run(&["worker", "--until-settled"]);
+    assert!(o.status.success(), "worker: {}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_str(&env.ok(&["client", "show", "acme", "--json"])).unwrap()
+}
+
+fn blocks_of(c: &serde_json::Value) -> usize {
+    c["events"].as_array().unwrap().iter().filter(|e| e["kind"] == "blocked").count()
+}
+
+/// vultr-csi polls up to 15 s for an attachment to show: the attach is
+/// sent once, reads find it missing a while, then there.
+async fn an_attachment_that_shows_late_ends_ready(env: Env) {
+    let env = lagging(env, oduflow_sim::SimConfig { attach_visible_ms: 300, ..sim_config() }).await;
+    let c = create_and_settle(&env);
+    assert_eq!(c["status"], "ready", "{c}");
+    assert_eq!(blocks_of(&c), 0, "{c}");
+    let ledger = env.sim.ledger();
+    assert_eq!(ledger.attaches_per_block.values().sum::<u64>(), 1, "one attach applied");
+    assert_eq!(ledger.requests.get("POST /v2/blocks/{id}/attach").copied(), Some(1), "sent once");
+}
+
+/// A VM's delete may release its volume only later, and a DELETE of a
+/// volume still attached may be refused (both unconfirmed at Vultr): the
+/// refused DELETE is sent again, within its bound, and the client ends
+/// deleted with nothing left.
+async fn a_volume_released_late_and_refused_while_attached_ends_deleted(env: Env) {
+    let cfg = oduflow_sim::SimConfig { release_on_vm_delete_ms: 400, refuse_delete_attached: true, ..sim_config() };
+    let env = lagging(env, cfg).await;
+    let c = create_and_settle(&env);
+    assert_eq!(c["status"], "ready", "{c}");
+    env.ok(&["client", "delete", "acme"]);
+    let o = env.run(&["worker", "--until-settled"]);
+    assert!(o.status.success(), "worker: {}", String::from_utf8_lossy(&o.stderr));
+    let c: serde_json::Value = serde_json::from_str(&env.ok(&["client", "show", "acme", "--json"])).unwrap();
+    assert_eq!(c["status"], "deleted", "{c}");
+    assert_eq!(blocks_of(&c), 0, "{c}");
+    let ledger = env.sim.ledger();
+    assert!(ledger.resources.iter().all(|r| r.deleted_at.is_some()), "{:?}", ledger.resources);
+    assert!(
+        ledger.responses_by_status.get(&400).copied().unwrap_or(0) >= 1,
+        "the DELETE was refused at least once while the volume showed attached"
+    );
+}
+
+/// Vultr's own Ansible tests wait 20 s after a server's create and retry an
+/// attach three times 10 s apart: an attach right after the server shows
+/// `ok` may be refused "locked". The refusal is a 500, which a lost answer
+/// gives too, and an attach is sent at most once (decision record 0002):
+/// the client blocks `uncertain_attach` with Vultr's words as evidence, and
+/// one attested `abandon --kind attach` sends it again, once, to ready.
+async fn an_attach_refused_while_the_server_settles_blocks_with_evidence_until_abandoned(env: Env) {
+    let env = lagging(env, oduflow_sim::SimConfig { attach_young_ms: 300, ..sim_config() }).await;
+    let c = create_and_settle(&env);
+    assert_eq!(
+        (c["status"].as_str(), c["blocked_reason"].as_str()),
+        (Some("blocked"), Some("uncertain_attach")),
+        "{c}"
+    );
+    let detail = c["blocked_detail"].as_str().unwrap();
+    assert!(detail.contains("Server is currently locked"), "{detail}");
+    assert_eq!(env.sim.ledger().requests["POST /v2/blocks/{id}/attach"], 1, "sent once, never again by itself");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    env.ok(&["abandon", "acme", "--kind", "attach", "--by", "test", "--reason", "the volume shows no attachment"]);
+    let o = env.run(&["worker", "--until-settled"]);
+    assert!(o.status.success(), "worker: {}", String::from_utf8_lossy(&o.stderr));
+    let c: serde_json::Value = serde_json::from_str(&env.ok(&["client", "show", "acme", "--json"])).unwrap();
+    assert_eq!(c["status"], "ready", "{c}");
+    let ledger = env.sim.ledger();
+    assert_eq!(ledger.attaches_per_block.values().sum::<u64>(), 1, "one attach applied");
+    assert_eq!(ledger.requests["POST /v2/blocks/{id}/attach"], 2, "the attested one, once");
+}
