@@ -12,8 +12,8 @@ oduflow_store::on_both_stores!(
     an_attach_refused_while_the_server_settles_blocks_with_evidence_until_abandoned,
 );
 
-fn lagging(env: Env, cfg: oduflow_sim::SimConfig) -> impl std::future::Future<Output = Env> {
-    async move { Env { sim: start_sim_with(cfg).await, ..env } }
+async fn lagging(env: Env, cfg: oduflow_sim::SimConfig) -> Env {
+    Env { sim: start_sim_with(cfg).await, ..env }
 }
 
 fn create_and_settle(env: &Env) -> serde_json::Value {
