@@ -18,19 +18,7 @@ async fn lagging(env: Env, cfg: oduflow_sim::SimConfig) -> Env {
 
 fn create_and_settle(env: &Env) -> serde_json::Value {
     env.ok(&["init"]);
-    env.ok(&[
-        "client",
-        "create",
-        "acme",
-        "--region",
-        "ewr",
-        "--plan",
-        "vc2-1c-1gb",
-        "--os-id",
-        "2284",
-        "--volume-gb",
-        "40",
-    ]);
+    env.ok(&client_create_args("acme", &[]));
     let o = env.run(&["worker", "--until-settled"]);
     assert!(o.status.success(), "worker: {}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_str(&env.ok(&["client", "show", "acme", "--json"])).unwrap()
