@@ -289,9 +289,16 @@ fn scripted_pass(decision: Gate) -> (Gate, Option<Arc<Notify>>) {
     }
 }
 
-/// A JSON request body; anything that is not JSON is Vultr's 400.
+/// A JSON request body; anything that is not JSON is Vultr's 400. A
+/// member whose value is `null` counts as absent, as Vultr takes it:
+/// govultr and Vultr's Ansible collection send every field they know,
+/// unset ones as `null`.
 fn parse(body: &Bytes) -> Result<Value, Reply> {
-    serde_json::from_slice(body).map_err(|_| Reply::error(400, "Bad request."))
+    let mut v: Value = serde_json::from_slice(body).map_err(|_| Reply::error(400, "Bad request."))?;
+    if let Some(obj) = v.as_object_mut() {
+        obj.retain(|_, v| !v.is_null());
+    }
+    Ok(v)
 }
 
 async fn account_get(State(s): State<Arc<Shared>>) -> Response {

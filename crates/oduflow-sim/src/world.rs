@@ -87,6 +87,33 @@ pub fn sim_root_password(instance_id: &str) -> String {
     format!("Sim-root-{}!", &instance_id[..8.min(instance_id.len())])
 }
 
+/// The `update_instance_request` fields the simulator applies.
+const MODELLED_PATCH: &[&str] = &["plan", "tags", "firewall_group_id", "label"];
+
+/// The `update_instance_request` fields (OA:20076) the simulator does not
+/// model: accepted where they change nothing ([`unchanged_by`]), refused
+/// where they would.
+const UNMODELLED_PATCH: &[&str] = &[
+    "ddos_protection",
+    "enable_ipv6",
+    "backups",
+    "user_scheme",
+    "tag",
+    "enable_vpc",
+    "enable_vpc2",
+    "enable_private_network",
+    "attach_vpc",
+    "attach_vpc2",
+    "attach_private_network",
+    "detach_vpc",
+    "detach_vpc2",
+    "detach_private_network",
+];
+
+/// PATCH fields that reinstall the instance (`snapshot_id` restores one):
+/// the simulator never does, and oduflow never sends one (docs/vultr.md §8).
+const REINSTALL_FIELDS: &[&str] = &["os_id", "app_id", "image_id", "snapshot_id", "user_data"];
+
 const DNS_TYPES: &[&str] = &["A", "AAAA", "CNAME", "NS", "MX", "SRV", "TXT", "CAA", "SSHFP"];
 
 /// A simulated answer: status, optional JSON body, optional Retry-After.
@@ -206,7 +233,8 @@ pub struct Ledger {
     #[serde(default)]
     pub request_log: Vec<RequestRecord>,
     /// The body of every instance create applied, in order: what a test
-    /// reads to see each server field reach Vultr.
+    /// reads to see each server field reach Vultr. Here as in the other
+    /// bodies kept, a `null` member is left out: it counts as absent.
     #[serde(default)]
     pub instance_create_bodies: Vec<Value>,
     /// `POST /instances/{id}/backup-schedule` applied, per instance.
@@ -218,7 +246,7 @@ pub struct Ledger {
     /// Every `PATCH /blocks/{id}` applied, in order: `{id, body}`.
     #[serde(default)]
     pub block_patch_bodies: Vec<Value>,
-    /// Every `PATCH /domains/{d}/records/{id}` body, with the id.
+    /// Every `PATCH /domains/{d}/records/{id}` applied, in order: `{id, body}`.
     #[serde(default)]
     pub dns_patch_bodies: Vec<Value>,
 }
@@ -254,6 +282,8 @@ struct SimInstance {
     hostname: String,
     tags: Vec<String>,
     firewall_group_id: String,
+    /// Created with `backups: "enabled"`.
+    backups: bool,
     main_ip: String,
     /// `""` unless created with `enable_ipv6`.
     v6_main_ip: String,
@@ -783,6 +813,7 @@ impl World {
             hostname: str_field("hostname"),
             tags,
             firewall_group_id: str_field("firewall_group_id"),
+            backups: str_field("backups") == "enabled",
             v6_main_ip: if obj.get("enable_ipv6") == Some(&json!(true)) {
                 format!("2001:db8:{ip:x}::1")
             } else {
@@ -884,17 +915,23 @@ impl World {
     /// `PATCH /instances/{id}` (OA:7635): `plan` (an upgrade, listed by
     /// [`Self::instance_upgrades`]; the instance is `resizing` for
     /// `resize_ms`), `tags` (the whole list), `firewall_group_id` and
-    /// `label`. Any other field is refused: the simulator does not model it
-    /// (a reinstall, in particular, is never sent). Refused while the
-    /// instance is not `active / ok`; a PATCH that changes nothing is
-    /// answered 400 "Nothing to change", as Vultr answers one to a block
-    /// (docs/vultr.md §8; for instances our assumption).
+    /// `label`. The other documented fields are accepted where they change
+    /// nothing ([`unchanged_by`]: govultr always sends `ddos_protection`),
+    /// refused where they would; a reinstall is refused, and so is a field
+    /// the document does not name. Refused while the instance is not
+    /// `active / ok`; a PATCH that changes nothing is answered 400 "Nothing
+    /// to change", as Vultr answers one to a block (docs/vultr.md §8; for
+    /// instances our assumption).
     pub fn instance_patch(&mut self, id: &str, body: &Value) -> Reply {
         let now = self.now();
         let Some(obj) = body.as_object() else {
             return Reply::error(400, "Bad request.");
         };
-        if let Some(k) = obj.keys().find(|k| !matches!(k.as_str(), "plan" | "tags" | "firewall_group_id" | "label")) {
+        if let Some(k) = obj.keys().find(|k| REINSTALL_FIELDS.contains(&k.as_str())) {
+            return Reply::error(400, &format!("The simulator does not reinstall instances ({k})."));
+        }
+        let known = |k: &str| MODELLED_PATCH.contains(&k) || UNMODELLED_PATCH.contains(&k);
+        if let Some(k) = obj.keys().find(|k| !known(k)) {
             return Reply::error(400, &format!("The simulator does not model changing {k}."));
         }
         let Some(ix) = self.instance_ix(id, now) else {
@@ -906,6 +943,13 @@ impl World {
         let region = self.instances[ix].region.clone();
         if let Err(msg) = crate::catalog::check_server_fields(obj, &region) {
             return Reply::error(400, &msg);
+        }
+        for (k, v) in obj.iter().filter(|(k, _)| UNMODELLED_PATCH.contains(&k.as_str())) {
+            match unchanged_by(&self.instances[ix], k, v) {
+                Ok(true) => {}
+                Ok(false) => return Reply::error(400, &format!("The simulator does not model changing {k}.")),
+                Err(msg) => return Reply::error(400, &msg),
+            }
         }
         let tags: Option<Vec<String>> = match obj.get("tags") {
             None => None,
@@ -969,7 +1013,12 @@ impl World {
         };
         // The document gives no default for block_type; high_perf is what the
         // portal preselects.
-        let block_type = obj.get("block_type").and_then(Value::as_str).unwrap_or("high_perf").to_owned();
+        let block_type = match obj.get("block_type") {
+            None => "high_perf",
+            // Not a string, so no type: refused below.
+            Some(v) => v.as_str().unwrap_or(""),
+        }
+        .to_owned();
         let (min, max) = match block_type.as_str() {
             "high_perf" => (10, 10_000),
             "storage_opt" => (40, 40_000),
@@ -1226,6 +1275,11 @@ impl World {
         paginate(key, listed(items), q, false)
     }
 
+    /// `POST /instances/{id}/backup-schedule` (OA:8847): only `type` is
+    /// required; a weekly schedule needs `dow` and a monthly one `dom` (the
+    /// day it runs), and what a type does not need defaults to what the GET
+    /// then shows (hour 0, dow 1, dom 1). A value given must be in range,
+    /// needed or not.
     pub fn backup_schedule_set(&mut self, id: &str, body: &Value) -> Reply {
         let now = self.now();
         let Some(ix) = self.instance_ix(id, now) else {
@@ -1235,9 +1289,19 @@ impl World {
         let Some(kind) = body.get("type").and_then(Value::as_str).filter(|k| kinds.contains(k)) else {
             return Reply::error(400, "Invalid backup schedule type.");
         };
-        let num = |k: &str, lo: i64, hi: i64| body.get(k).and_then(Value::as_i64).filter(|n| (lo..=hi).contains(n));
-        let (Some(hour), Some(dow), Some(dom)) = (num("hour", 0, 23), num("dow", 1, 7), num("dom", 1, 28)) else {
-            return Reply::error(400, "Invalid backup schedule.");
+        let num = |k: &str, lo: i64, hi: i64, needed: bool| match body.get(k) {
+            None if needed => Err(format!("{k} is required for a {kind} backup schedule.")),
+            // Each default is its range's start.
+            None => Ok(lo),
+            Some(v) => {
+                v.as_i64().filter(|n| (lo..=hi).contains(n)).ok_or_else(|| "Invalid backup schedule.".to_owned())
+            }
+        };
+        let fields =
+            (num("hour", 0, 23, false), num("dow", 1, 7, kind == "weekly"), num("dom", 1, 28, kind == "monthly"));
+        let (hour, dow, dom) = match fields {
+            (Ok(hour), Ok(dow), Ok(dom)) => (hour, dow, dom),
+            (Err(msg), _, _) | (_, Err(msg), _) | (_, _, Err(msg)) => return Reply::error(400, &msg),
         };
         *self.ledger.backup_schedules_set.entry(id.to_owned()).or_default() += 1;
         self.instances[ix].backup_schedule =
@@ -1279,16 +1343,25 @@ impl World {
         if !self.domains.contains_key(domain) {
             return Reply::error(404, "Domain not found.");
         }
-        let s = |k: &str| body.get(k).and_then(Value::as_str).map(str::to_owned);
-        let (Some(name), Some(rtype), Some(data)) = (s("name"), s("type"), s("data")) else {
+        let Some(obj) = body.as_object() else {
+            return Reply::error(400, "Bad request.");
+        };
+        let f = match RecordFields::of(obj) {
+            Ok(f) => f,
+            Err(r) => return r,
+        };
+        let rtype = obj.get("type").and_then(Value::as_str).map(str::to_owned);
+        let (Some(name), Some(rtype), Some(data)) = (f.name, rtype, f.data) else {
             return Reply::error(400, "name, type and data are required.");
         };
         if !DNS_TYPES.contains(&rtype.as_str()) {
             return Reply::error(400, "Invalid record type.");
         }
-        let priority = body.get("priority").and_then(Value::as_i64);
-        if matches!(rtype.as_str(), "MX" | "SRV") && priority.is_none() {
+        if matches!(rtype.as_str(), "MX" | "SRV") && f.priority.is_none() {
             return Reply::error(400, "priority is required for MX and SRV records.");
+        }
+        if let Err(r) = check_record_data(&rtype, &data) {
+            return r;
         }
         let id = self.new_id();
         let label = if name.is_empty() { domain.to_owned() } else { format!("{name}.{domain}") };
@@ -1298,8 +1371,8 @@ impl World {
             record_type: rtype,
             name,
             data,
-            priority: priority.unwrap_or(-1),
-            ttl: body.get("ttl").and_then(Value::as_i64).unwrap_or(300),
+            priority: f.priority.unwrap_or(-1),
+            ttl: f.ttl.unwrap_or(300),
             deleted: false,
             ledger_ix,
         };
@@ -1338,30 +1411,49 @@ impl World {
     }
 
     /// `update_dns_domain_record_request`: name, data, ttl and priority,
-    /// each optional (the type cannot change); 204.
+    /// each optional; 204. The type cannot change: a `type` (govultr's
+    /// `DomainRecordUpdateReq` always sends one) is ignored when it is the
+    /// record's and refused otherwise. A PATCH with nothing else is
+    /// answered 400 "Nothing to change", as Vultr answers one to a block
+    /// (TF#660); for DNS records **unconfirmed**. One that sets what the
+    /// record already has is applied: oduflow repeats its PATCHes.
     pub fn dns_record_patch(&mut self, domain: &str, id: &str, body: &Value) -> Reply {
         let Some(obj) = body.as_object() else {
             return Reply::error(400, "Invalid request body.");
         };
-        if let Some(k) = obj.keys().find(|k| !["name", "data", "ttl", "priority"].contains(&k.as_str())) {
+        if let Some(k) = obj.keys().find(|k| !["name", "data", "ttl", "priority", "type"].contains(&k.as_str())) {
             return Reply::error(400, &format!("Invalid field: {k}."));
         }
-        self.ledger.dns_patch_bodies.push(json!({ "id": id, "body": body }));
+        let f = match RecordFields::of(obj) {
+            Ok(f) => f,
+            Err(r) => return r,
+        };
         let found = self.domains.get_mut(domain).and_then(|rs| rs.iter_mut().find(|r| r.id == id && !r.deleted));
         let Some(r) = found else {
             return Reply::error(404, "Record not found.");
         };
-        let s = |k: &str| obj.get(k).and_then(Value::as_str).map(str::to_owned);
-        if let Some(n) = s("name") {
+        if obj.get("type").is_some_and(|t| t.as_str() != Some(r.record_type.as_str())) {
+            return Reply::error(400, "The record type cannot be changed.");
+        }
+        if f.name.is_none() && f.data.is_none() && f.ttl.is_none() && f.priority.is_none() {
+            return Reply::error(400, "Nothing to change");
+        }
+        if let Some(d) = &f.data
+            && let Err(reply) = check_record_data(&r.record_type, d)
+        {
+            return reply;
+        }
+        self.ledger.dns_patch_bodies.push(json!({ "id": id, "body": body }));
+        if let Some(n) = f.name {
             r.name = n;
         }
-        if let Some(d) = s("data") {
+        if let Some(d) = f.data {
             r.data = d;
         }
-        if let Some(t) = obj.get("ttl").and_then(Value::as_i64) {
+        if let Some(t) = f.ttl {
             r.ttl = t;
         }
-        if let Some(p) = obj.get("priority").and_then(Value::as_i64) {
+        if let Some(p) = f.priority {
             r.priority = p;
         }
         Reply::no_content()
@@ -1393,6 +1485,77 @@ impl World {
         self.ledger_delete(lix);
         Reply::no_content()
     }
+}
+
+/// Whether `v`, given for `k` (one of [`UNMODELLED_PATCH`]), leaves
+/// instance `i` as it is; `Err` for a value of the wrong kind.
+fn unchanged_by(i: &SimInstance, k: &str, v: &Value) -> Result<bool, String> {
+    let flag = || v.as_bool().ok_or_else(|| format!("{k} must be a boolean."));
+    match k {
+        // The simulator offers no DDoS protection: `false` is every
+        // instance's.
+        "ddos_protection" => flag().map(|b| !b),
+        // IPv6 can only be switched on (OA:20095): `false` asks for nothing.
+        "enable_ipv6" => flag().map(|b| !b || !i.v6_main_ip.is_empty()),
+        // `true` adds a VPC (or private network); `false` adds none.
+        "enable_vpc" | "enable_vpc2" | "enable_private_network" => flag().map(|b| !b),
+        "backups" => match v.as_str() {
+            Some("enabled") => Ok(i.backups),
+            Some("disabled") => Ok(!i.backups),
+            _ => Err("Backups option must be either enabled or disabled.".into()),
+        },
+        // Every simulated instance shows `root`.
+        "user_scheme" => match v.as_str() {
+            Some("root") => Ok(true),
+            Some("limited") => Ok(false),
+            _ => Err("user_scheme must be root or limited.".into()),
+        },
+        // The deprecated single tag: unchanged when it is the whole list.
+        "tag" => match v.as_str() {
+            Some("") => Ok(i.tags.is_empty()),
+            Some(t) => Ok(i.tags == [t]),
+            None => Err("tag must be a string.".into()),
+        },
+        // The VPC lists attach or detach each id named: an empty one, none.
+        _ => v.as_array().map(Vec::is_empty).ok_or_else(|| format!("{k} must be a list.")),
+    }
+}
+
+/// The fields of a DNS record's create or PATCH besides `type`, each of
+/// the kind the document gives it.
+struct RecordFields {
+    name: Option<String>,
+    data: Option<String>,
+    ttl: Option<i64>,
+    priority: Option<i64>,
+}
+
+impl RecordFields {
+    fn of(obj: &serde_json::Map<String, Value>) -> Result<Self, Reply> {
+        let text = |k: &str| match obj.get(k) {
+            None => Ok(None),
+            Some(v) => v
+                .as_str()
+                .map(|s| Some(s.to_owned()))
+                .ok_or_else(|| Reply::error(400, &format!("{k} must be a string."))),
+        };
+        let int = |k: &str| match obj.get(k) {
+            None => Ok(None),
+            Some(v) => v.as_i64().map(Some).ok_or_else(|| Reply::error(400, &format!("{k} must be an integer."))),
+        };
+        Ok(Self { name: text("name")?, data: text("data")?, ttl: int("ttl")?, priority: int("priority")? })
+    }
+}
+
+/// An A record's data must be an IPv4 address and an AAAA record's an IPv6
+/// one; the other types' data is not checked.
+fn check_record_data(rtype: &str, data: &str) -> Result<(), Reply> {
+    let ok = match rtype {
+        "A" => data.parse::<std::net::Ipv4Addr>().is_ok(),
+        "AAAA" => data.parse::<std::net::Ipv6Addr>().is_ok(),
+        _ => true,
+    };
+    if ok { Ok(()) } else { Err(Reply::error(400, &format!("Invalid {rtype} record data: {data}."))) }
 }
 
 /// Opaque cursors, base-16 of `next__<offset>` (Vultr's decode to base64 of

@@ -2,6 +2,7 @@
 
 mod behaviour;
 mod faults;
+mod leniency;
 
 use oduflow_sim::{Sim, SimConfig, SimHandle};
 use reqwest::{Client, Response};
@@ -40,6 +41,10 @@ impl<'a> Api<'a> {
 
     pub async fn post(&self, path: &str, body: Value) -> Response {
         self.http.post(self.url(path)).bearer_auth(self.key).json(&body).send().await.unwrap()
+    }
+
+    pub async fn patch(&self, path: &str, body: Value) -> Response {
+        self.http.patch(self.url(path)).bearer_auth(self.key).json(&body).send().await.unwrap()
     }
 
     pub async fn delete(&self, path: &str) -> Response {
