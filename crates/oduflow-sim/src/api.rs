@@ -64,6 +64,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v2/instances", get(instance_list).post(instance_create))
         .route("/v2/instances/{id}", get(instance_get).delete(instance_delete).patch(instance_patch))
         .route("/v2/instances/{id}/upgrades", get(instance_upgrades))
+        .route("/v2/instances/{id}/user-data", get(instance_user_data))
         .route("/v2/blocks", get(block_list).post(block_create))
         .route("/v2/blocks/{id}", get(block_get).delete(block_delete).patch(block_patch))
         .route("/v2/blocks/{id}/attach", post(block_attach))
@@ -87,6 +88,9 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/sim/ledger", get(ledger_get))
         .route("/sim/faults", get(faults_get).post(faults_set))
         .fallback(|| async { render(Reply::error(404, "Not found.")) })
+        // A route that exists, asked with another method: Vultr's error
+        // body as everywhere else (the words are the simulator's).
+        .method_not_allowed_fallback(|| async { render(Reply::error(405, "Method not allowed.")) })
         .with_state(shared)
 }
 
@@ -121,7 +125,8 @@ fn op_of(method: &Method, route: &str) -> Option<Op> {
             | "/v2/snapshots"
             | "/v2/applications"
             | "/v2/regions/{id}/availability"
-            | "/v2/instances/{id}/upgrades",
+            | "/v2/instances/{id}/upgrades"
+            | "/v2/instances/{id}/user-data",
         ) => Op::CatalogRead,
         ("GET" | "POST", "/v2/instances/{id}/backup-schedule") => Op::BackupSchedule,
         _ => return None,
@@ -205,8 +210,9 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
         key_fingerprint: key_fp.clone().unwrap_or_default(),
         source: source.to_string(),
     });
-    // Regions and plans are `security: []` in the document: no key needed.
-    let needs_auth = !matches!(op, Op::RegionList | Op::PlanList);
+    // `security: []` in the document: no key needed.
+    let open = ["/v2/os", "/v2/applications", "/v2/regions/{id}/availability"].contains(&route.as_str());
+    let needs_auth = !matches!(op, Op::RegionList | Op::PlanList) && !open;
     let label = format!("{} {route}", req.method());
     let decision = s.world().gate(&label, op, key_fp.as_deref(), needs_auth, source);
     let (decision, mut hold_after) = scripted_pass(decision);
@@ -336,6 +342,9 @@ async fn instance_create(State(s): State<Arc<Shared>>, Extension(c): Extension<C
         Ok(v) => render(s.world().instance_create(&v, &c.0)),
         Err(r) => render(r),
     }
+}
+async fn instance_user_data(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
+    render(s.world().instance_user_data(&id))
 }
 async fn instance_get(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
     render(s.world().instance_get(&id))

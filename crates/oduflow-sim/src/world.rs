@@ -289,6 +289,8 @@ struct SimInstance {
     v6_main_ip: String,
     /// Set by `POST /instances/{id}/backup-schedule`.
     backup_schedule: Option<Value>,
+    /// The create's `user_data` (base64), as `GET .../user-data` shows it.
+    user_data: String,
     created: Instant,
     created_wall: String,
     deleted: Option<Instant>,
@@ -820,6 +822,7 @@ impl World {
                 String::new()
             },
             backup_schedule: None,
+            user_data: str_field("user_data"),
             created: now,
             created_wall: now_rfc3339(),
             deleted: None,
@@ -830,6 +833,15 @@ impl World {
         let j = self.instance_json(&inst, now);
         self.instances.push(inst);
         Reply::json(202, json!({ "instance": j }))
+    }
+
+    /// `GET /instances/{id}/user-data` (OA): the create's user data,
+    /// base64 as it was sent.
+    pub fn instance_user_data(&self, id: &str) -> Reply {
+        match self.instance_ix(id, self.now()) {
+            Some(ix) => Reply::json(200, json!({ "user_data": { "data": self.instances[ix].user_data } })),
+            None => Reply::error(404, "instance not found"),
+        }
     }
 
     pub fn instance_get(&self, id: &str) -> Reply {
@@ -843,15 +855,20 @@ impl World {
     /// `repeat`: the fault `page_repeat` fell on this request.
     pub fn instance_list(&self, q: &BTreeMap<String, String>, repeat: bool) -> Reply {
         let now = self.now();
-        let label = q.get("label");
+        // Vultr filters by each of these exactly (OA:7278-7340; `hostname`
+        // in SPEC26); `tag` matches one of the instance's tags.
+        let matches = |v: &Value| {
+            ["label", "region", "main_ip", "hostname", "firewall_group_id"]
+                .iter()
+                .all(|f| q.get(*f).is_none_or(|want| v[*f].as_str() == Some(want)))
+                && q.get("tag").is_none_or(|t| v["tags"].as_array().is_some_and(|ts| ts.iter().any(|x| x == t)))
+        };
         let items = self
             .instances
             .iter()
             .map(|i| {
-                let shown = self.listable(i.created, i.deleted, now)
-                    && label.is_none_or(|l| &i.label == l)
-                    && q.get("region").is_none_or(|r| &i.region == r);
-                (i.id.clone(), shown.then(|| self.instance_json(i, now)))
+                let v = self.listable(i.created, i.deleted, now).then(|| self.instance_json(i, now));
+                (i.id.clone(), v.filter(matches))
             })
             .collect();
         paginate("instances", items, q, repeat)

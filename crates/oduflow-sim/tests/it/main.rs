@@ -3,6 +3,7 @@
 mod behaviour;
 mod faults;
 mod leniency;
+mod quirks;
 
 use oduflow_sim::{Sim, SimConfig, SimHandle};
 use reqwest::{Client, Response};
