@@ -47,7 +47,9 @@ const LIVENESS_BOUND: Duration =
 /// How many times a worker killed at its timeout before it refused to run
 /// on a restored copy is started again.
 const RESTORE_REFUSAL_TRIES_MAX: usize = 3;
-/// Provider requests per created resource above which a seed fails.
+/// Provider requests per created resource above which a seed fails, at the
+/// campaign's polling limit ([`OBSERVATIONS_MAX`]); a profile with a
+/// higher limit scales it (each observation may read).
 const REQUESTS_PER_RESOURCE_MAX: u64 = 150;
 /// How long a pause waits for a worker to be in the middle of a run.
 const PAUSE_AIM_MAX: Duration = Duration::from_millis(400);
@@ -107,7 +109,25 @@ pub struct CampaignArgs {
     /// most often spends its seeds where it is likeliest to catch it.
     #[arg(long, value_enum)]
     drawing: Option<Drawing>,
+    /// How slow the simulator is: `default`, the campaign's compressed
+    /// windows; `realistic`, Vultr as reports show it (windows of minutes,
+    /// irregular), [`REALISTIC_PACE`] times faster, with the workers'
+    /// production polling defaults at the same pace.
+    #[arg(long, value_enum, default_value = "default")]
+    profile: Profile,
 }
+
+/// The simulator's timings a campaign runs under.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, clap::ValueEnum)]
+pub enum Profile {
+    #[default]
+    Default,
+    Realistic,
+}
+
+/// How much faster than real time the realistic profile runs: a 5 s poll
+/// interval becomes 50 ms, a 5 min listing lag 3 s.
+const REALISTIC_PACE: u64 = 100;
 
 /// A part of a seed's schedule `--drawing` asks for.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -235,6 +255,8 @@ struct Params {
     attach_young_ms: u64,
     release_on_vm_delete_ms: u64,
     refuse_delete_attached: bool,
+    /// Not drawn: the campaign's `--profile`.
+    profile: Profile,
     /// The simulator's interval between two resizes of one volume (Vultr:
     /// 60 s), 0 for none; the workers wait [`RESIZE_INTERVAL_MARGIN_MS`]
     /// longer, as they wait a second longer than Vultr's minute.
@@ -245,6 +267,20 @@ struct Params {
 /// workers wait: it runs from the resize's arrival, theirs from just before
 /// it was sent.
 const RESIZE_INTERVAL_MARGIN_MS: u64 = 500;
+
+/// The simulator's timings under a campaign profile.
+trait WithProfile {
+    fn profile(self, p: Profile) -> Self;
+}
+
+impl WithProfile for SimConfig {
+    fn profile(self, p: Profile) -> Self {
+        match p {
+            Profile::Default => self,
+            Profile::Realistic => self.realistic(REALISTIC_PACE),
+        }
+    }
+}
 
 /// Items a listing page holds in the seeds that draw page repeats.
 const REPEAT_PER_PAGE: u32 = 1;
@@ -317,12 +353,22 @@ impl Params {
             // Drawn after the resizes, so every earlier draw is as it was.
             page_repeat: if r.chance(0.3) { 0.15 + r.f() * 0.3 } else { 0.0 },
             resize_interval_ms: if r.chance(0.5) { r.range(300, 1500) } else { 0 },
+            profile: Profile::Default,
             attach_visible_ms: if r.chance(0.4) { r.range(20, 150) } else { 0 },
             attach_young_ms: if r.chance(0.15) { r.range(50, 300) } else { 0 },
             release_on_vm_delete_ms: if r.chance(0.3) { r.range(20, 150) } else { 0 },
             refuse_delete_attached: r.chance(0.5),
         }
         .fix()
+    }
+
+    /// The longest a listing lags, and a resize takes, in this seed's
+    /// simulator (the profile's, under the realistic one): what the
+    /// harness waits out before an inventory pass.
+    fn settle_ms(&self) -> u64 {
+        let cfg = SimConfig { list_lag_ms: self.list_lag_ms, resize_ms: self.resize_ms, ..SimConfig::default() }
+            .profile(self.profile);
+        (cfg.list_lag_ms + cfg.list_lag_jitter_ms).max(cfg.resize_ms)
     }
 
     /// A restore needs a later round to restore into.
@@ -485,9 +531,9 @@ pub async fn run(args: CampaignArgs) -> Result<()> {
     loop {
         while !stopped && running.len() < args.jobs as usize {
             let Some(seed) = pending.next() else { break };
-            let (exe, store) = (exe.clone(), args.store.clone());
+            let (exe, store, profile) = (exe.clone(), args.store.clone(), args.profile);
             running.spawn(async move {
-                let params = Params::draw(seed);
+                let params = Params { profile, ..Params::draw(seed) };
                 let mut t = Totals::default();
                 let r = run_seed(&exe, &params, store.as_deref(), &mut t).await;
                 (params, r, t)
@@ -499,9 +545,10 @@ pub async fn run(args: CampaignArgs) -> Result<()> {
         let Err(e) = result else { continue };
         let seed = params.seed;
         let rerun = format!(
-            "{}cargo run --release --features failpoints -- campaign --seed {seed}{}",
+            "{}cargo run --release --features failpoints -- campaign --seed {seed}{}{}",
             bug.map(|b| format!("ODUFLOW_PLANTED_BUG={} ", b.name())).unwrap_or_default(),
-            args.store.as_ref().map(|s| format!(" --store {s}")).unwrap_or_default()
+            args.store.as_ref().map(|s| format!(" --store {s}")).unwrap_or_default(),
+            if args.profile == Profile::Realistic { " --profile realistic" } else { "" }
         );
         println!("\nSEED {seed} FAILED: {e:#}");
         println!("parameters: {}", serde_json::to_string(&params)?);
@@ -549,6 +596,8 @@ struct Seed<'a> {
     per_page: Option<u32>,
     /// The workers' `ODUFLOW_RESIZE_INTERVAL_MS`.
     resize_interval_ms: u64,
+    /// The workers' poll interval, polling limit and readiness wait.
+    polling: (i64, i64, i64),
     h: holes::State,
 }
 
@@ -678,13 +727,13 @@ impl Seed<'_> {
                 .env("ODUFLOW_DATABASE_URL", &self.url)
                 .env("VULTR_API_KEY", key)
                 .env("ODUFLOW_VULTR_URL", &self.sim.base_url)
-                .env("ODUFLOW_POLL_INTERVAL_MS", POLL_MS.to_string())
-                .env("ODUFLOW_OBSERVATIONS_MAX", OBSERVATIONS_MAX.to_string())
+                .env("ODUFLOW_POLL_INTERVAL_MS", self.polling.0.to_string())
+                .env("ODUFLOW_OBSERVATIONS_MAX", self.polling.1.to_string())
                 .env("ODUFLOW_RATE_PER_SEC", if faults { self.h.hp.rate_per_sec } else { 1000 }.to_string())
                 .env("ODUFLOW_DNS_DOMAIN", holes::DNS_ZONE)
                 .env("ODUFLOW_REQUEST_TIMEOUT_MS", "400")
                 .env("ODUFLOW_ATTEMPTS_MAX", "20")
-                .env("ODUFLOW_READY_WAIT_MS", "5000")
+                .env("ODUFLOW_READY_WAIT_MS", self.polling.2.to_string())
                 .env("ODUFLOW_STATE_DIR", self.state_dir.path())
                 // The adapter warns of every 429, 5xx and lost exchange, and
                 // the faults drawn here make hundreds: kept out of the piped
@@ -1157,6 +1206,7 @@ async fn start_sim(p: &Params) -> Result<(oduflow_sim::SimHandle, Faults)> {
             faults: faults.clone(),
             ..SimConfig::default()
         }
+        .profile(p.profile)
         .with_key(KEY)
         .with_key(KEY2),
         "127.0.0.1:0".parse()?,
@@ -1192,9 +1242,22 @@ impl<'a> Seed<'a> {
             acts: (0, 0, 0),
             rotations: vec![],
             per_page: (p.page_repeat > 0.0).then_some(REPEAT_PER_PAGE),
-            resize_interval_ms: match p.resize_interval_ms {
-                0 => 0,
-                ms => ms + RESIZE_INTERVAL_MARGIN_MS,
+            resize_interval_ms: match (p.profile, p.resize_interval_ms) {
+                (Profile::Realistic, _) => {
+                    oduflow_engine::EngineConfig::RESIZE_INTERVAL_MS_DEFAULT as u64 / REALISTIC_PACE
+                }
+                (_, 0) => 0,
+                (_, ms) => ms + RESIZE_INTERVAL_MARGIN_MS,
+            },
+            polling: match p.profile {
+                Profile::Default => (POLL_MS, OBSERVATIONS_MAX, 5_000),
+                // The production defaults, at the profile's pace; the
+                // readiness wait is theirs too (30 min, by the polling limit).
+                Profile::Realistic => {
+                    let poll = oduflow_engine::EngineConfig::POLL_INTERVAL_MS_DEFAULT / REALISTIC_PACE as i64;
+                    let max = oduflow_engine::EngineConfig::OBSERVATIONS_MAX_DEFAULT;
+                    (poll, max, poll * max * 6)
+                }
             },
         })
     }
@@ -1248,7 +1311,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         // Listings lag: a resource created just before the restore's
         // inventory pass may have been missing from it. Operators run the
         // pass again; so does the campaign, once the lag has passed.
-        tokio::time::sleep(Duration::from_millis(p.list_lag_ms + 50)).await;
+        tokio::time::sleep(Duration::from_millis(p.settle_ms() + 50)).await;
         let now = s.op_now(&store).await?;
         let inv = operator::inventory(&store, provider(&s.sim, KEY)?.as_ref(), now).await?;
         orphans_reported.extend(inv.orphans.iter().map(|o| o.label.clone()));
@@ -1262,7 +1325,7 @@ async fn run_seed(exe: &PathBuf, p: &Params, store_kind: Option<&str>, totals: &
         println!("  job_failed total {}, faults {:?}", failed.len(), ledger.faults.len());
     }
     let t = Instant::now();
-    check(&store, &ledger, &orphans_reported, restored, totals).await?;
+    check(&store, &ledger, &orphans_reported, restored, p.profile, totals).await?;
     let restored_at = s.h.restored_at_ms.unwrap_or(i64::MIN);
     check_strict(&store, &ledger, &orphans_reported, provider(&s.sim, KEY)?.as_ref(), &s.rotations, restored_at)
         .await?;
@@ -1475,7 +1538,7 @@ impl Seed<'_> {
         // The pass lists once what the discarded timeline sent can show
         // (what the product's settle is for): listings lag creates, and a
         // block shows no resize in progress, only its new size once done.
-        let settle = p.list_lag_ms.max(p.resize_ms) as i64 + 100;
+        let settle = p.settle_ms() as i64 + 100;
         let now = self.op_now(store).await?;
         let inv = as_an_operator(p.seed, "inventory", || operator::inventory_settled(store, p1.as_ref(), now, settle))
             .await?;
@@ -1778,7 +1841,14 @@ fn check_at_most_once(ledger: &Ledger, receipts: &[oduflow_store::ReceiptRow], r
     Ok(())
 }
 
-async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: bool, totals: &mut Totals) -> Result<()> {
+async fn check(
+    store: &Store,
+    ledger: &Ledger,
+    orphans: &[String],
+    restored: bool,
+    profile: Profile,
+    totals: &mut Totals,
+) -> Result<()> {
     let receipts = store.receipts_all().await?;
     let by_label: HashMap<&str, &oduflow_store::ReceiptRow> = receipts.iter().map(|r| (r.label.as_str(), r)).collect();
     check_at_most_once(ledger, &receipts, restored)?;
@@ -1845,7 +1915,12 @@ async fn check(store: &Store, ledger: &Ledger, orphans: &[String], restored: boo
         receipts.iter().filter(|r| r.id_source() == Some(oduflow_store::IdSource::AdoptedByLabel)).count() as u64;
     let requests: u64 = ledger.requests.values().sum();
     let resources = ledger.resources.len().max(1) as u64;
-    if requests / resources > REQUESTS_PER_RESOURCE_MAX {
+    let observations_max = match profile {
+        Profile::Default => OBSERVATIONS_MAX,
+        Profile::Realistic => oduflow_engine::EngineConfig::OBSERVATIONS_MAX_DEFAULT,
+    };
+    let requests_max = REQUESTS_PER_RESOURCE_MAX * observations_max as u64 / OBSERVATIONS_MAX as u64;
+    if requests / resources > requests_max {
         let mut routes: Vec<(&String, &u64)> = ledger.requests.iter().collect();
         routes.sort_by(|a, b| b.1.cmp(a.1));
         routes.truncate(5);

@@ -634,16 +634,25 @@ impl World {
 
     // ----- visibility and lifecycle -----
 
-    /// GET-visible: not deleted and past the 404 window.
-    fn gettable(&self, created: Instant, deleted: Option<Instant>, now: Instant) -> bool {
-        deleted.is_none() && now >= created + ms(self.cfg.get_404_window_ms)
+    /// GET-visible: not deleted and past the 404 window (this resource's:
+    /// plus its share of `get_404_jitter_ms`).
+    fn gettable(&self, id: &str, created: Instant, deleted: Option<Instant>, now: Instant) -> bool {
+        let window = self.cfg.get_404_window_ms + jitter(id, 1, self.cfg.get_404_jitter_ms);
+        deleted.is_none() && now >= created + ms(window)
     }
 
     /// Listing-visible: past the lag after create, and not yet past the lag
-    /// after delete.
-    fn listable(&self, created: Instant, deleted: Option<Instant>, now: Instant) -> bool {
-        let lag = ms(self.cfg.list_lag_ms);
+    /// after delete (this resource's: plus its share of
+    /// `list_lag_jitter_ms`).
+    fn listable(&self, id: &str, created: Instant, deleted: Option<Instant>, now: Instant) -> bool {
+        let lag = ms(self.cfg.list_lag_ms + jitter(id, 2, self.cfg.list_lag_jitter_ms));
         now >= created + lag && deleted.is_none_or(|d| now < d + lag)
+    }
+
+    /// When an instance is `ok`: after its pending and installing times
+    /// (installing plus its share of `installing_jitter_ms`).
+    fn ok_at(&self, i: &SimInstance) -> Instant {
+        i.created + ms(self.cfg.pending_ms + self.cfg.installing_ms + jitter(&i.id, 3, self.cfg.installing_jitter_ms))
     }
 
     /// (status, server_status) of an instance now.
@@ -653,7 +662,7 @@ impl World {
             ("resizing", "locked")
         } else if age < ms(self.cfg.pending_ms) {
             ("pending", "none")
-        } else if age < ms(self.cfg.pending_ms + self.cfg.installing_ms) {
+        } else if now < self.ok_at(i) {
             ("active", "installingbooting")
         } else if i.locked_until.is_some_and(|t| now < t) {
             ("active", "locked")
@@ -759,11 +768,11 @@ impl World {
     }
 
     fn instance_ix(&self, id: &str, now: Instant) -> Option<usize> {
-        self.instances.iter().position(|i| i.id == id && self.gettable(i.created, i.deleted, now))
+        self.instances.iter().position(|i| i.id == id && self.gettable(&i.id, i.created, i.deleted, now))
     }
 
     fn block_ix(&self, id: &str, now: Instant) -> Option<usize> {
-        self.blocks.iter().position(|b| b.id == id && self.gettable(b.created, b.deleted, now))
+        self.blocks.iter().position(|b| b.id == id && self.gettable(&b.id, b.created, b.deleted, now))
     }
 
     // ----- instances -----
@@ -867,7 +876,7 @@ impl World {
             .instances
             .iter()
             .map(|i| {
-                let v = self.listable(i.created, i.deleted, now).then(|| self.instance_json(i, now));
+                let v = self.listable(&i.id, i.created, i.deleted, now).then(|| self.instance_json(i, now));
                 (i.id.clone(), v.filter(matches))
             })
             .collect();
@@ -1086,7 +1095,7 @@ impl World {
         let items = self
             .blocks
             .iter()
-            .map(|b| (b.id.clone(), self.listable(b.created, b.deleted, now).then(|| self.block_json(b, now))))
+            .map(|b| (b.id.clone(), self.listable(&b.id, b.created, b.deleted, now).then(|| self.block_json(b, now))))
             .collect();
         paginate("blocks", items, q, repeat)
     }
@@ -1112,7 +1121,7 @@ impl World {
         if self.blocks[bix].region != self.instances[iix].region {
             return Reply::error(400, "Block storage and server must be in the same region.");
         }
-        let ok_since = self.instances[iix].created + ms(self.cfg.pending_ms + self.cfg.installing_ms);
+        let ok_since = self.ok_at(&self.instances[iix]);
         if self.instance_state(&self.instances[iix], now).1 != "ok" || now < ok_since + ms(self.cfg.attach_young_ms) {
             return Reply::error(500, "Unable to attach block storage: Server is currently locked");
         }
@@ -1577,6 +1586,16 @@ fn check_record_data(rtype: &str, data: &str) -> Result<(), Reply> {
 
 /// Opaque cursors, base-16 of `next__<offset>` (Vultr's decode to base64 of
 /// `next__<id>`; clients must treat them as opaque either way).
+/// This resource's share of a jitter of at most `max_ms`, the same on
+/// every read (a hash of its id and `salt`, one per kind of delay).
+fn jitter(id: &str, salt: u64, max_ms: u64) -> u64 {
+    if max_ms == 0 {
+        return 0;
+    }
+    let h = id.bytes().fold(0xcbf2_9ce4_8422_2325u64 ^ salt, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    h % (max_ms + 1)
+}
+
 /// Vultr's cursors are opaque (docs/vultr.md §2); this one is the hex of
 /// `next__<id>`, the id of the item the next page starts with: a cursor
 /// names a place in the listing's order, so deleting an item a scan has

@@ -852,13 +852,14 @@ fn failed_seeds(out: &str) -> String {
 /// 280 s: the failures file's 15 and these 14 (at 13 and 8 random seeds,
 /// 363 s, and 107 + 245 s; at 9 and 5, 240 s, and 80 + 218 s: so one more
 /// in the first part);
-/// 78 SQLite seeds in six parts, each one seed at a time (six parts of 14
-/// or 15 took 196 to 281 s).
+/// 72 SQLite seeds in six parts, each one seed at a time (six parts of 14
+/// or 15 took 196 to 281 s), and 4 more under the realistic profile, two
+/// at a time (`campaign_under_the_realistic_profile`).
 ///
 /// A larger campaign runs on its own: `oduflow campaign --seeds N` (on
 /// PostgreSQL, or `--store sqlite`, with `--jobs` seeds side by side).
 const PG_PARTS: [u64; 2] = [10, 4];
-const SQLITE_PARTS: [u64; 6] = [13, 13, 13, 13, 13, 13];
+const SQLITE_PARTS: [u64; 6] = [12, 12, 12, 12, 12, 12];
 
 /// One test per part, so nextest runs the parts side by side.
 macro_rules! campaign_parts {
@@ -879,6 +880,24 @@ campaign_parts! {
     campaign_on_sqlite_part_4: Some("sqlite"), SQLITE_PARTS, 3;
     campaign_on_sqlite_part_5: Some("sqlite"), SQLITE_PARTS, 4;
     campaign_on_sqlite_part_6: Some("sqlite"), SQLITE_PARTS, 5;
+}
+
+/// The campaign under the realistic profile, in a part of its own: Vultr's
+/// windows of minutes, irregular (a 404 window of 10 to 60 s, listings
+/// that lag 30 s to 5 min, installs of 1 to 4 min), at a hundredth of real
+/// time, and the workers' production polling at the same pace. Four SQLite
+/// seeds, two at a time (about 16 s each); its seeds are printed, with
+/// blocks by reason and the time they took.
+#[test]
+fn campaign_under_the_realistic_profile() {
+    failpoints_required();
+    let dir = tempfile::tempdir().unwrap();
+    let failures = dir.path().join("failures.txt");
+    let args = ["--seeds", "4", "--store", "sqlite", "--jobs", "2", "--profile", "realistic"];
+    let (ok, out) = campaign_with(&args, None, failures.to_str().unwrap());
+    println!("{out}");
+    assert!(ok, "the campaign found a broken invariant (its whole output is above):\n{}", failed_seeds(&out));
+    assert!(out.contains("4 seeds in") && out.contains("clients: ready"), "{out}");
 }
 
 /// A planted bug is caught within the CI budget (60 seeds), and its rerun
