@@ -1183,6 +1183,7 @@ mod deploy;
 mod dns;
 mod identities;
 mod lags;
+mod live;
 
 /// A small run of every benchmark: figures printed, not asserted (the full
 /// sizes and targets are in BENCHMARKS.md). The queue benchmark's
