@@ -10,6 +10,7 @@ oduflow_store::on_both_stores!(
     an_attachment_that_shows_late_ends_ready,
     a_volume_released_late_and_refused_while_attached_ends_deleted,
     an_attach_refused_while_the_server_settles_blocks_with_evidence_until_abandoned,
+    a_fleet_under_the_realistic_profile_ends_ready,
 );
 
 async fn lagging(env: Env, cfg: oduflow_sim::SimConfig) -> Env {
@@ -89,4 +90,29 @@ async fn an_attach_refused_while_the_server_settles_blocks_with_evidence_until_a
     let ledger = env.sim.ledger();
     assert_eq!(ledger.attaches_per_block.values().sum::<u64>(), 1, "one attach applied");
     assert_eq!(ledger.requests["POST /v2/blocks/{id}/attach"], 2, "the attested one, once");
+}
+
+/// Vultr as slow and irregular as reports show it, at a hundredth of real
+/// time, with the production polling at the same pace: five clients, no
+/// faults, all end ready, nothing blocked, one create per label.
+async fn a_fleet_under_the_realistic_profile_ends_ready(env: Env) {
+    let env = lagging(env, sim_config().realistic(100)).await;
+    env.ok(&["init"]);
+    let names = ["r1", "r2", "r3", "r4", "r5"];
+    for n in names {
+        env.ok(&client_create_args(n, &[]));
+    }
+    let o = env
+        .cmd(&["worker", "--until-settled"])
+        .env("ODUFLOW_POLL_INTERVAL_MS", "50")
+        .env("ODUFLOW_OBSERVATIONS_MAX", "60")
+        .env("ODUFLOW_RESIZE_INTERVAL_MS", "610")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "worker: {}", String::from_utf8_lossy(&o.stderr));
+    for n in names {
+        let c: serde_json::Value = serde_json::from_str(&env.ok(&["client", "show", n, "--json"])).unwrap();
+        assert_eq!(c["status"], "ready", "{n}: {} {}", c["blocked_reason"], c["blocked_detail"]);
+    }
+    assert!(env.sim.ledger().creates_per_label.values().all(|n| *n == 1));
 }
