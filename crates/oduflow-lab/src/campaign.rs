@@ -255,6 +255,9 @@ struct Params {
     attach_young_ms: u64,
     release_on_vm_delete_ms: u64,
     refuse_delete_attached: bool,
+    /// A new DNS record's listing lag and GET 404 window (Vultr's are
+    /// unknown).
+    dns_lag_ms: u64,
     /// Not drawn: the campaign's `--profile`.
     profile: Profile,
     /// The simulator's interval between two resizes of one volume (Vultr:
@@ -358,6 +361,7 @@ impl Params {
             attach_young_ms: if r.chance(0.15) { r.range(50, 300) } else { 0 },
             release_on_vm_delete_ms: if r.chance(0.3) { r.range(20, 150) } else { 0 },
             refuse_delete_attached: r.chance(0.5),
+            dns_lag_ms: if r.chance(0.3) { r.range(20, 200) } else { 0 },
         }
         .fix()
     }
@@ -1203,6 +1207,8 @@ async fn start_sim(p: &Params) -> Result<(oduflow_sim::SimHandle, Faults)> {
             attach_young_ms: p.attach_young_ms,
             release_on_vm_delete_ms: p.release_on_vm_delete_ms,
             refuse_delete_attached: p.refuse_delete_attached,
+            dns_list_lag_ms: p.dns_lag_ms,
+            dns_get_404_window_ms: p.dns_lag_ms / 2,
             faults: faults.clone(),
             ..SimConfig::default()
         }

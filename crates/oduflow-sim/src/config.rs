@@ -59,6 +59,12 @@ pub struct SimConfig {
     pub get_404_jitter_ms: u64,
     pub list_lag_jitter_ms: u64,
     pub installing_jitter_ms: u64,
+    /// A new DNS record is left out of the zone's listing, and answers GET
+    /// 404, this long after its 201. Vultr's behaviour is unknown (the
+    /// review of the simulator found neither): off by default, drawn by
+    /// the campaign.
+    pub dns_list_lag_ms: u64,
+    pub dns_get_404_window_ms: u64,
     /// An attach (or a detach) shows in `attached_to_instance` this long
     /// after its 204: vultr-csi polls up to 15 s for it (docs/vultr.md §3).
     pub attach_visible_ms: u64,
@@ -109,6 +115,8 @@ impl Default for SimConfig {
             get_404_jitter_ms: 0,
             list_lag_jitter_ms: 0,
             installing_jitter_ms: 0,
+            dns_list_lag_ms: 0,
+            dns_get_404_window_ms: 0,
             attach_visible_ms: 0,
             attach_young_ms: 0,
             release_on_vm_delete_ms: 0,

@@ -335,6 +335,7 @@ struct SimRecord {
     priority: i64,
     ttl: i64,
     deleted: bool,
+    created: Instant,
     ledger_ix: usize,
 }
 
@@ -1400,6 +1401,7 @@ impl World {
             priority: f.priority.unwrap_or(-1),
             ttl: f.ttl.unwrap_or(300),
             deleted: false,
+            created: self.now(),
             ledger_ix,
         };
         let j = Self::record_json(&r);
@@ -1408,7 +1410,12 @@ impl World {
     }
 
     pub fn dns_record_get(&self, domain: &str, id: &str) -> Reply {
-        let found = self.domains.get(domain).and_then(|rs| rs.iter().find(|r| r.id == id && !r.deleted));
+        let now = self.now();
+        let window = ms(self.cfg.dns_get_404_window_ms);
+        let found = self
+            .domains
+            .get(domain)
+            .and_then(|rs| rs.iter().find(|r| r.id == id && !r.deleted && now >= r.created + window));
         match found {
             Some(r) => Reply::json(200, json!({ "record": Self::record_json(r) })),
             None => Reply::error(404, "Record not found."),
@@ -1432,7 +1439,9 @@ impl World {
         let Some(rs) = self.domains.get(domain) else {
             return Reply::error(404, "Domain not found.");
         };
-        let items = rs.iter().map(|r| (r.id.clone(), (!r.deleted).then(|| Self::record_json(r)))).collect();
+        let (now, lag) = (self.now(), ms(self.cfg.dns_list_lag_ms));
+        let shown = |r: &SimRecord| !r.deleted && now >= r.created + lag;
+        let items = rs.iter().map(|r| (r.id.clone(), shown(r).then(|| Self::record_json(r)))).collect();
         paginate("records", items, q, repeat)
     }
 
