@@ -28,7 +28,9 @@
 //! `connect_timeout`, TLS handshake) provably never left this process: hyper
 //! writes the request only on an established connection. That is
 //! `Outcome::NotSent`. Any failure after that, the request's own timeout
-//! included even if it fires while connecting, stays `Unknown`.
+//! included, stays `Unknown`; the connect timeout in force is at most three
+//! quarters of the request timeout, so a connect that outlasts either is a
+//! connect error, never the request timeout firing while connecting.
 
 use crate::config::VultrConfig;
 use crate::error::VultrError;
@@ -255,7 +257,7 @@ impl VultrClient {
                 .redirect(reqwest::redirect::Policy::none())
                 .retry(reqwest::retry::never())
                 .timeout(Duration::from_millis(cfg.request_timeout_ms))
-                .connect_timeout(Duration::from_millis(cfg.connect_timeout_ms))
+                .connect_timeout(Duration::from_millis(connect_timeout_in_force(&cfg)))
                 .user_agent(concat!("oduflow/", env!("CARGO_PKG_VERSION")))
         };
         let reads = builder().build().map_err(|e| VultrError::Config(format!("HTTP client: {}", describe(&e))))?;
@@ -623,6 +625,14 @@ impl VultrClient {
         }
         Err(VultrError::Pagination(format!("more than {} pages", cfg.list_pages_max)))
     }
+}
+
+/// The connect timeout, at most three quarters of the request timeout: a
+/// connect that outlasts it is a connect error (never sent), where the
+/// request timeout firing first could not be told from one after the
+/// request was written (Unknown).
+fn connect_timeout_in_force(cfg: &VultrConfig) -> u64 {
+    cfg.connect_timeout_ms.min(cfg.request_timeout_ms.saturating_mul(3) / 4).max(1)
 }
 
 fn backoff(cfg: &VultrConfig, attempt: u32) -> Duration {

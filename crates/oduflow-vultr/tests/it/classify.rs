@@ -184,11 +184,14 @@ async fn a_create_to_an_unresolvable_host_is_not_sent() {
 /// A listener whose accept queue is full (backlog 1, one connection already
 /// waiting, never accepted): the kernel drops our SYN, so connect hangs until
 /// the connect timeout. reqwest wraps its connector in that timeout, so it is
-/// a connect error (`is_connect()`): not sent. If the *request* timeout fires
-/// first, while still connecting, we cannot tell it from a timeout after the
-/// request was written, so that stays Unknown.
+/// a connect error (`is_connect()`): not sent. A request timeout that fired
+/// first, while still connecting, could not be told from one after the
+/// request was written; so the connect timeout in force is at most three
+/// quarters of the request timeout, and fires first: a connect that outlasts
+/// either is not sent (a campaign under load recorded such a create unknown,
+/// though it never reached the simulator: invariant 16).
 #[tokio::test]
-async fn a_connect_timeout_is_not_sent_but_a_request_timeout_while_connecting_is_unknown() {
+async fn a_connect_that_outlasts_either_timeout_is_not_sent() {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = socket.local_addr().unwrap();
@@ -221,7 +224,7 @@ async fn a_connect_timeout_is_not_sent_but_a_request_timeout_while_connecting_is
     })
     .unwrap();
     let outcome = request_first.instance_create(&instance_req("l")).await;
-    let Outcome::Unknown { reason } = &outcome else { panic!("{outcome:?}") };
+    let Outcome::NotSent { reason } = &outcome else { panic!("{outcome:?}") };
     assert!(reason.contains("timeout"), "{reason}");
     drop((listener, held));
 }
