@@ -1638,7 +1638,7 @@ fn id_text(id: &Value) -> String {
 /// filters): a cursor stays valid after its item is deleted. `repeat`
 /// starts the page one shown item early, repeating the last of the page
 /// before (the fault `page_repeat`).
-fn paginate(key: &str, order: Vec<(String, Option<Value>)>, q: &BTreeMap<String, String>, repeat: bool) -> Reply {
+fn paginate(key: &str, mut order: Vec<(String, Option<Value>)>, q: &BTreeMap<String, String>, repeat: bool) -> Reply {
     let per_page = match q.get("per_page") {
         None => PER_PAGE_DEFAULT,
         Some(p) => match p.parse::<usize>() {
@@ -1646,26 +1646,28 @@ fn paginate(key: &str, order: Vec<(String, Option<Value>)>, q: &BTreeMap<String,
             _ => return Reply::error(400, "Invalid per_page."),
         },
     };
-    let mut start = match q.get("cursor").map(String::as_str) {
+    let start = match q.get("cursor").map(String::as_str) {
         None | Some("") => 0,
         Some(c) => match id_of(c).and_then(|id| order.iter().position(|(i, _)| *i == id)) {
             Some(p) => p,
             None => return Reply::error(400, "Invalid cursor."),
         },
     };
+    // The positions shown, in order: those before the page and the rest.
     let shown: Vec<usize> = (0..order.len()).filter(|&i| order[i].1.is_some()).collect();
-    if repeat && let Some(&before) = shown.iter().rev().find(|&&i| i < start) {
-        start = before;
+    let mut split = shown.partition_point(|&i| i < start);
+    if repeat {
+        split = split.saturating_sub(1);
     }
-    let page: Vec<usize> = shown.iter().copied().filter(|&i| i >= start).take(per_page).collect();
-    let end = page.last().map_or(start, |i| i + 1);
-    let next = if shown.iter().any(|&i| i >= end) { cursor_of(&order[end].0) } else { String::new() };
-    let before: Vec<usize> = shown.iter().copied().filter(|&i| i < start).collect();
-    let prev = before.len().checked_sub(per_page.min(before.len())).filter(|_| !before.is_empty());
-    let prev = prev.map_or_else(String::new, |p| cursor_of(&order[before[p]].0));
+    let (before, rest) = shown.split_at(split);
+    let page = &rest[..rest.len().min(per_page)];
+    let next = rest.get(page.len()).map_or_else(String::new, |_| cursor_of(&order[page[page.len() - 1] + 1].0));
+    let prev = match before.len() {
+        0 => String::new(),
+        n => cursor_of(&order[before[n.saturating_sub(per_page)]].0),
+    };
     let total = shown.len();
-    let mut order = order;
-    let page: Vec<Value> = page.into_iter().filter_map(|i| order[i].1.take()).collect();
+    let page: Vec<Value> = page.iter().filter_map(|&i| order[i].1.take()).collect();
     Reply::json(200, json!({ key: page, "meta": { "total": total, "links": { "next": next, "prev": prev } } }))
 }
 
