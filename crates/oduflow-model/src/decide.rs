@@ -171,8 +171,10 @@ impl ChangeFacts {
 /// Deletion progress of the current dispatch of one kind.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeleteProgress {
-    /// A GET has shown the resource at least once. Until then a 404 may be
-    /// the provider's post-create lag, so it proves nothing.
+    /// A request by id has shown the resource at least once: a GET that
+    /// returned it, or the attach answered 2xx (the volume's id in its
+    /// path, the VM's in its body). Until then a 404 may be the provider's
+    /// post-create lag, so it proves nothing.
     pub seen: bool,
     /// A DELETE was sent after the resource was seen.
     pub delete_sent: bool,
@@ -601,6 +603,12 @@ fn absent_step(kind: ResourceKind, r: &Resource, max: i64) -> Option<Action> {
                 Looked::One(one) => Action::Adopt(kind, one.id.clone()),
                 Looked::Several(many) => several_match(&many),
             })
+        }
+        // Seen by id, no DELETE taken yet: the DELETE goes first, with no
+        // read before it (what a read would show, the sighting, is on
+        // record; any 404 now is final).
+        (ReceiptFacts::Known { id, .. }, Seen::NotRead) if r.progress.seen && !r.progress.delete_sent => {
+            Some(Action::Delete(kind, id.clone()))
         }
         (ReceiptFacts::Known { .. }, Seen::NotRead | Seen::ByLabel(_)) => Some(Action::Observe(kind)),
         (ReceiptFacts::Known { id, .. }, Seen::Present(_)) => {

@@ -251,6 +251,9 @@ impl<P: Provider> Run<'_, P> {
                 // The id is committed on the receipt before anything else.
                 w.receipts.record_id(&op, &id, IdSource::Response, now).await?;
                 fail_step!("id-recorded");
+                if kind == ResourceKind::Attach {
+                    self.attach_sighting(vm, volume, now).await?;
+                }
                 self.set_id(kind, Some(id.clone()));
                 let detail = serde_json::json!({ "operation_key": op, "kind": kind, "id": id });
                 self.event(EventKind::DispatchAccepted, detail);
@@ -267,6 +270,21 @@ impl<P: Provider> Run<'_, P> {
             }
             Outcome::NotSent { .. } => Ok(false),
         }
+    }
+
+    /// An attach answered 2xx: Vultr found the volume (its id in the path)
+    /// and the VM (its id in the body) by id. That is the sighting deletion
+    /// needs, so it can send its DELETE first (docs/protocol.md §3.3).
+    async fn attach_sighting(
+        &self,
+        vm: Option<&ReceiptRow>,
+        volume: Option<&ReceiptRow>,
+        now: i64,
+    ) -> Result<(), EngineError> {
+        for r in [vm, volume].into_iter().flatten().filter(|r| !r.progress().seen) {
+            self.w.receipts.mark_seen(&r.operation_key, now).await?;
+        }
+        Ok(())
     }
 
     /// A dispatch that did not leave, as this live worker knows, whether or

@@ -34,6 +34,11 @@ async fn a_run_that_loses_its_claim_while_a_read_waits_sends_nothing_more(store:
     let w = worker(&store, cloud.client("k1"));
     ready(&store, &w, "acme").await;
     store.client_delete("acme", now(), 3).await?;
+    // The attach showed the VM by id, so its DELETE goes first, in a run of
+    // its own; the read that confirms it is the next run's.
+    let deleting = cloud.calls().len();
+    w.run_next().await?;
+    assert!(cloud.calls()[deleting..].iter().any(|c| c.starts_with("DELETE")), "{:?}", cloud.calls());
     let before = cloud.calls().len();
     cloud.slots.hold(SlotUse::Read);
     let w2 = w.clone();

@@ -181,11 +181,19 @@ fn attach_waits_for_ready_then_dispatches_once() {
 }
 
 #[test]
-fn deletion_needs_seen_then_delete_then_404() {
+fn deletion_sends_delete_first_and_confirms_by_a_404_after_it() {
     // Nothing dispatched: nothing to delete.
     check(absent(none(), none()), Action::Deleted);
-    // Known id, not yet read.
+    // Known id, never seen: read first (a 404 now would prove nothing).
     check(absent(known("i-1", 0, Seen::NotRead), none()), Action::Observe(K::Vm));
+    // Seen by id (a GET, or the attach's 2xx), no DELETE yet: the DELETE
+    // goes first, with no read before it.
+    let mut seen = known("i-1", 0, Seen::NotRead);
+    seen.progress.seen = true;
+    check(absent(seen.clone(), none()), Action::Delete(K::Vm, "i-1".into()));
+    // After a DELETE, a read tells.
+    seen.progress.delete_sent = true;
+    check(absent(seen, none()), Action::Observe(K::Vm));
     // Present but never marked seen: mark first.
     check(absent(known("i-1", 0, Seen::Present(ok("i-1"))), none()), Action::MarkSeen(K::Vm));
     let mut vm = known("i-1", 0, Seen::Present(ok("i-1")));

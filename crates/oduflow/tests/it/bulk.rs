@@ -1,6 +1,6 @@
 //! The bulk view: first provisioning is watched through shared
-//! listings, not a GET by id per resource per poll; deletion keeps its GETs
-//! by id; a listing's sighting is recorded as `listed_ms`, never as the
+//! listings, not a GET by id per resource per poll; deletion reads by id
+//! (a DELETE, then the GET that confirms it); a listing's sighting is recorded as `listed_ms`, never as the
 //! GET's `seen_ms`, and ends abandonment.
 
 use super::*;
@@ -73,30 +73,32 @@ async fn provisioning_reads_through_shared_listings_and_deletion_reads_by_id(env
     println!("provisioning {CLIENTS} clients: {calls_off} calls with the view off, {calls} with it on: {on:?}");
     assert!(calls < calls_off, "the view saved nothing: {calls} vs {calls_off}");
 
-    // A listing showed them: listed, not seen; and no longer abandonable.
+    // A listing showed them, and the attach's 2xx showed both by id (the
+    // sighting deletion needs): listed, seen, no longer abandonable.
     // (That every resource is shown at its first look
     // depends on when the other clients' runs list; CI once caught a volume
     // listed by another run just after its create, read by id: the single
     // client of `a_slow_create_is_looked_at_a_poll_interval_after_its_answer`
     // shows it deterministically.)
-    let mut listed_only = None;
+    let mut listed = None;
     for i in 0..CLIENTS {
         let c = store.client_get(&format!("on{i}")).await.unwrap().unwrap();
         let receipts = store.receipts_for_client(&c.id).await.unwrap();
         let resources = || receipts.iter().filter(|r| r.resource_kind != ResourceKind::Attach);
-        assert!(resources().all(|r| r.listed() || r.progress().seen), "{receipts:?}");
-        if resources().all(|r| r.listed() && !r.progress().seen) {
-            listed_only.get_or_insert(c);
+        assert!(resources().all(|r| r.progress().seen), "not seen by the attach: {receipts:?}");
+        if resources().all(|r| r.listed()) {
+            listed.get_or_insert(c);
         }
     }
-    let c = listed_only.expect("no client whose VM and volume only a listing showed");
+    let c = listed.expect("no client whose VM and volume a listing showed");
     let name = c.name.clone();
     // (Refused by the protocol: exit 1, as every refusal.)
     let o = env.run(&["abandon", &name, "--kind", "vm", "--by", "test", "--reason", "checked"]);
     assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stderr).contains("known outcome"));
 
-    // Deletion reads by id: the first sighting, then the 404 that confirms.
+    // Deletion at the floor: a DELETE, whose 2xx shows the resource by id,
+    // then the GET 404 that confirms it; no GET before the DELETE.
     for i in 0..CLIENTS {
         env.ok(&["client", "delete", &format!("on{i}")]);
     }
@@ -104,8 +106,15 @@ async fn provisioning_reads_through_shared_listings_and_deletion_reads_by_id(env
     env.ok(&["worker", "--until-settled"]);
     assert!(statuses(&store, "on").await.iter().all(|s| *s == ClientStatus::Deleted));
     let del = minus(&requests(&env), &before);
-    assert!(count(&del, "GET /v2/instances/{id}") >= 2 * CLIENTS as u64, "{del:?}");
-    assert!(count(&del, "GET /v2/blocks/{id}") >= 2 * CLIENTS as u64, "{del:?}");
+    let n = CLIENTS as u64;
+    for route in
+        ["GET /v2/instances/{id}", "GET /v2/blocks/{id}", "DELETE /v2/instances/{id}", "DELETE /v2/blocks/{id}"]
+    {
+        assert_eq!(count(&del, route), n, "{route}: {del:?}");
+    }
+    let resource_calls: u64 =
+        del.iter().filter(|(route, _)| route.contains("/instances") || route.contains("/blocks")).map(|(_, v)| v).sum();
+    assert_eq!(resource_calls, 4 * n, "deletion beyond its floor of 4 calls a client: {del:?}");
     let receipts = store.receipts_for_client(&c.id).await.unwrap();
     for r in receipts.iter().filter(|r| r.resource_kind != ResourceKind::Attach) {
         assert!(r.progress().seen && r.progress().deleted, "{r:?}");
@@ -138,7 +147,7 @@ async fn a_slow_create_is_looked_at_a_poll_interval_after_its_answer(env: Env) {
     let c = store.client_get("slow").await.unwrap().unwrap();
     let receipts = store.receipts_for_client(&c.id).await.unwrap();
     for r in receipts.iter().filter(|r| r.resource_kind != ResourceKind::Attach) {
-        assert!(r.listed() && !r.progress().seen && r.observation_count() == 0, "{r:?}\n{on:?}");
+        assert!(r.listed() && r.progress().seen && r.observation_count() == 0, "{r:?}\n{on:?}");
     }
     assert_eq!(count(&on, "GET /v2/instances/{id}") + count(&on, "GET /v2/blocks/{id}"), 0, "{on:?}");
 }
@@ -227,17 +236,23 @@ oduflow_store::on_both_stores!(
     a_listed_vm_deleted_behind_oduflows_back_can_be_abandoned_once_its_client_is_deleted,
 );
 
-/// A client made ready through the view has
-/// resources a listing showed but no GET saw. When its VM is deleted in the
-/// console, deletion sees only 404s and blocks `uncertain_delete`; the
-/// resolving abandon must then be allowed (it is refused while the client
-/// is wanted present), or the client is stuck for good.
+/// A client made ready through the view whose attach answer was lost has
+/// resources a listing showed but no request by id did (the attach's 2xx
+/// would have). When its VM is deleted in the console, deletion sees only
+/// 404s and blocks `uncertain_delete`; the resolving abandon must then be
+/// allowed (it is refused while the client is wanted present), or the
+/// client is stuck for good.
 async fn a_listed_vm_deleted_behind_oduflows_back_can_be_abandoned_once_its_client_is_deleted(env: Env) {
     use oduflow_model::provider::Provider;
     env.ok(&["init"]);
     let store = env.store().await;
+    // The attach is applied, then answered 500: its outcome is unknown, and
+    // the attachment the listing shows confirms it.
+    let lost = oduflow_sim::Faults { lost_5xx: 1.0, ops: vec![oduflow_sim::Op::BlockAttach], ..Default::default() };
+    env.sim.set_faults(lost).unwrap();
     env.create_client("gone");
     let o = env.cmd(&["worker", "--until-settled"]).env(POLL.0, POLL.1).output().unwrap();
+    env.sim.set_faults(oduflow_sim::Faults::default()).unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let c = store.client_get("gone").await.unwrap().unwrap();
     assert_eq!(c.infra.status, ClientStatus::Ready);
@@ -270,4 +285,40 @@ async fn a_listed_vm_deleted_behind_oduflows_back_can_be_abandoned_once_its_clie
         .filter(|r| r.label.contains(c.id.as_str()) && r.deleted_at.is_none())
         .collect();
     assert!(live.is_empty(), "{live:?}");
+}
+
+oduflow_store::on_both_stores!(
+    super::env_of =>
+    a_vm_the_attach_showed_deleted_in_the_console_ends_deleted,
+);
+
+/// The attach's 2xx showed the VM by id, so a 404 after the client's
+/// DELETE is final: a VM deleted in the console behind oduflow's back ends
+/// the deletion `deleted`, with no block, at the call floor (a DELETE and
+/// a GET per resource, no read before the DELETE).
+async fn a_vm_the_attach_showed_deleted_in_the_console_ends_deleted(env: Env) {
+    use oduflow_model::provider::Provider;
+    env.ok(&["init"]);
+    let store = env.store().await;
+    env.create_client("gone");
+    let o = env.cmd(&["worker", "--until-settled"]).env(POLL.0, POLL.1).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let c = store.client_get("gone").await.unwrap().unwrap();
+    assert_eq!(c.infra.status, ClientStatus::Ready);
+    let receipts = store.receipts_for_client(&c.id).await.unwrap();
+    for r in receipts.iter().filter(|r| r.resource_kind != ResourceKind::Attach) {
+        assert!(r.progress().seen, "the attach did not record its sighting: {r:?}");
+    }
+    env.console().instance_delete(c.infra.vm_id.as_ref().unwrap()).await.unwrap();
+    env.ok(&["client", "delete", "gone"]);
+    let before = requests(&env);
+    env.ok(&["worker", "--until-settled"]);
+    let c = store.client_get("gone").await.unwrap().unwrap();
+    assert_eq!(c.infra.status, ClientStatus::Deleted, "{:?}", c.infra);
+    let del = minus(&requests(&env), &before);
+    for route in
+        ["GET /v2/instances/{id}", "GET /v2/blocks/{id}", "DELETE /v2/instances/{id}", "DELETE /v2/blocks/{id}"]
+    {
+        assert_eq!(count(&del, route), 1, "{route}: {del:?}");
+    }
 }

@@ -46,12 +46,17 @@ async fn an_attachment_that_shows_late_ends_ready(env: Env) {
 /// refused DELETE is sent again, within its bound, and the client ends
 /// deleted with nothing left.
 async fn a_volume_released_late_and_refused_while_attached_ends_deleted(env: Env) {
-    let cfg = oduflow_sim::SimConfig { release_on_vm_delete_ms: 400, refuse_delete_attached: true, ..sim_config() };
+    // Long enough that the volume's DELETE, a poll after the VM's, comes
+    // within it even on a loaded machine (at 400 ms, a loaded run once
+    // sent it after the release, and nothing was refused).
+    let cfg = oduflow_sim::SimConfig { release_on_vm_delete_ms: 2_000, refuse_delete_attached: true, ..sim_config() };
     let env = lagging(env, cfg).await;
     let c = create_and_settle(&env);
     assert_eq!(c["status"], "ready", "{c}");
     env.ok(&["client", "delete", "acme"]);
-    let o = env.run(&["worker", "--until-settled"]);
+    // Refusals count against the polling limit: at this interval it lasts
+    // past the release (15 DELETEs at least 200 ms apart).
+    let o = env.cmd(&["worker", "--until-settled"]).env("ODUFLOW_POLL_INTERVAL_MS", "200").output().unwrap();
     assert!(o.status.success(), "worker: {}", String::from_utf8_lossy(&o.stderr));
     let c: serde_json::Value = serde_json::from_str(&env.ok(&["client", "show", "acme", "--json"])).unwrap();
     assert_eq!(c["status"], "deleted", "{c}");
@@ -64,6 +69,8 @@ async fn a_volume_released_late_and_refused_while_attached_ends_deleted(env: Env
     );
 }
 
+const YOUNG_MS: u64 = 2_000;
+
 /// Vultr's own Ansible tests wait 20 s after a server's create and retry an
 /// attach three times 10 s apart: an attach right after the server shows
 /// `ok` may be refused "locked". The refusal is a 500, which a lost answer
@@ -71,7 +78,10 @@ async fn a_volume_released_late_and_refused_while_attached_ends_deleted(env: Env
 /// the client blocks `uncertain_attach` with Vultr's words as evidence, and
 /// one attested `abandon --kind attach` sends it again, once, to ready.
 async fn an_attach_refused_while_the_server_settles_blocks_with_evidence_until_abandoned(env: Env) {
-    let env = lagging(env, oduflow_sim::SimConfig { attach_young_ms: 300, ..sim_config() }).await;
+    // Long enough that the attach, sent once the server shows `ok`, comes
+    // within it even on a loaded machine (at 300 ms, a loaded run once sent
+    // it after, and it was taken).
+    let env = lagging(env, oduflow_sim::SimConfig { attach_young_ms: YOUNG_MS, ..sim_config() }).await;
     let c = create_and_settle(&env);
     assert_eq!(
         (c["status"].as_str(), c["blocked_reason"].as_str()),
@@ -81,7 +91,7 @@ async fn an_attach_refused_while_the_server_settles_blocks_with_evidence_until_a
     let detail = c["blocked_detail"].as_str().unwrap();
     assert!(detail.contains("Server is currently locked"), "{detail}");
     assert_eq!(env.sim.ledger().requests["POST /v2/blocks/{id}/attach"], 1, "sent once, never again by itself");
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::thread::sleep(std::time::Duration::from_millis(YOUNG_MS));
     env.ok(&["abandon", "acme", "--kind", "attach", "--by", "test", "--reason", "the volume shows no attachment"]);
     let o = env.run(&["worker", "--until-settled"]);
     assert!(o.status.success(), "worker: {}", String::from_utf8_lossy(&o.stderr));
