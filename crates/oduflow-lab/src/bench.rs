@@ -4,6 +4,7 @@
 //! reproduces it. `--smoke` runs each small (the test command does).
 
 use crate::BadInput;
+use crate::campaign::{Profile, REALISTIC_PACE};
 use anyhow::{Context, Result};
 use oduflow_engine::{Clock, EngineConfig, SystemClock, Worker};
 use oduflow_model::provider::{BlockRequest, InstanceRequest, Outcome, Provider};
@@ -57,6 +58,17 @@ pub struct BenchArgs {
     /// or both (before and after).
     #[arg(long, value_parser = ["off", "on", "both"], default_value = "both")]
     bulk_view: String,
+    /// The simulator's timings in the bulk-view benchmark: `default`
+    /// (section 1's compressed lifecycle), `realistic` (Vultr as reports
+    /// show it, in real time, with the workers' production polling), or
+    /// `both`, side by side.
+    #[arg(long, value_parser = ["default", "realistic", "both"], default_value = "both")]
+    bulk_profile: String,
+    /// Poll intervals (ms, real time) the realistic profile's fleets run
+    /// with, one fleet each, to weigh the default against others (default:
+    /// the production default alone).
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(i64).range(1..=600_000))]
+    realistic_poll_ms: Vec<i64>,
     /// Jobs in flight in all for the convergence and bulk-view benchmarks
     /// (default 32; 8 with --smoke).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
@@ -146,7 +158,22 @@ pub async fn run(a: BenchArgs) -> Result<()> {
             "on" => &[true],
             _ => &[false, true],
         };
-        crate::bench_bulk::bulk(&sizes, views, a.in_flight(), a.pace(), &mut doc).await?;
+        // The realistic profile runs in real time; the smoke run's at the
+        // campaign's pace, so that it takes seconds.
+        let pace = if a.smoke { REALISTIC_PACE } else { 1 };
+        let polls = if a.realistic_poll_ms.is_empty() {
+            vec![EngineConfig::POLL_INTERVAL_MS_DEFAULT]
+        } else {
+            a.realistic_poll_ms.clone()
+        };
+        let realistic = polls.iter().map(|&poll| (Profile::Realistic, pace, poll));
+        let default = std::iter::once((Profile::Default, a.pace(), 2_000));
+        let profiles: Vec<(Profile, u64, i64)> = match a.bulk_profile.as_str() {
+            "default" => default.collect(),
+            "realistic" => realistic.collect(),
+            _ => default.chain(realistic).collect(),
+        };
+        crate::bench_bulk::bulk(&sizes, views, &profiles, a.in_flight(), &mut doc).await?;
     }
     if all || a.which == "budget" {
         doc.line("\n## 1b. The rate budget's own cost\n");
@@ -282,6 +309,11 @@ pub(crate) struct Converged {
     pub busiest_second: u64,
     pub counts: Vec<(ClientStatus, i64)>,
     pub routes: String,
+    /// Each client's time from its creation to `ready`, seconds (the clients
+    /// ready once provisioning settled), sorted.
+    pub ready_s: Vec<f64>,
+    /// Clients blocked once provisioning settled, by reason.
+    pub blocked: std::collections::BTreeMap<String, u64>,
     /// The largest peak RSS of any worker process, KiB.
     pub peak_rss_kib: u64,
     /// Each worker process's last line (runs, and what the bulk view
@@ -300,8 +332,12 @@ pub(crate) struct Fleet {
     pub rate: u32,
     /// The bulk view (shared listings) on or off.
     pub bulk: bool,
+    /// The simulator's timings.
+    pub profile: Profile,
+    /// The workers' poll interval at real time (divided by the pace).
+    pub poll_ms: i64,
     /// Every lifecycle time and the poll interval divided by this: 1, or
-    /// [`SMOKE_PACE`] in the smoke run.
+    /// faster in the smoke run.
     pub pace: u64,
 }
 
@@ -327,7 +363,17 @@ async fn convergence(n: usize, in_flight: usize, pace: u64, out: &mut Section) -
     let rate = oduflow_vultr::DEFAULT_RATE_PER_SEC;
     let mut runs = Vec::new();
     for processes in [1, 4] {
-        let r = converge_with(Fleet { n, processes, in_flight, rate, bulk: true, pace }).await?;
+        let r = converge_with(Fleet {
+            n,
+            processes,
+            in_flight,
+            rate,
+            bulk: true,
+            profile: Profile::Default,
+            poll_ms: 2_000,
+            pace,
+        })
+        .await?;
         let bound_s = r.calls_total as f64 / f64::from(rate);
         let wall = r.provision_s + r.delete_s;
         println!(
@@ -385,24 +431,10 @@ async fn convergence(n: usize, in_flight: usize, pace: u64, out: &mut Section) -
 }
 
 pub(crate) async fn converge_with(f: Fleet) -> Result<Converged> {
-    let Fleet { n, processes, in_flight, rate, bulk, pace } = f;
-    let sim = Sim::start(
-        SimConfig {
-            rate_per_sec: oduflow_sim::DEFAULT_RATE_PER_SEC * rate / oduflow_vultr::DEFAULT_RATE_PER_SEC,
-            // Compressed but realistic: pending, then installing, then ok;
-            // a new resource answers 404 and is missing from listings briefly.
-            pending_ms: 2_000 / pace,
-            installing_ms: 2_000 / pace,
-            block_pending_ms: 1_000 / pace,
-            get_404_window_ms: 500 / pace,
-            list_lag_ms: 500 / pace,
-            attach_lock_ms: 500 / pace,
-            ..SimConfig::default()
-        }
-        .with_key(KEY),
-        "127.0.0.1:0".parse()?,
-    )
-    .await?;
+    let Fleet { n, processes, in_flight, rate, bulk, profile, poll_ms, pace } = f;
+    let poll = (poll_ms / pace as i64).to_string();
+    let sim_cfg = fleet_sim(profile, rate, pace);
+    let sim = Sim::start(sim_cfg.with_key(KEY), "127.0.0.1:0".parse()?).await?;
     let url = oduflow_store::testing::fresh_pg_url().await;
     let store = Store::connect(&url, true).await?;
     store.migrate().await?;
@@ -419,7 +451,7 @@ pub(crate) async fn converge_with(f: Fleet) -> Result<Converged> {
                     .env("ODUFLOW_DATABASE_URL", &url)
                     .env("ODUFLOW_VULTR_URL", &sim.base_url)
                     .env("VULTR_API_KEY", KEY)
-                    .env("ODUFLOW_POLL_INTERVAL_MS", (2_000 / pace).to_string())
+                    .env("ODUFLOW_POLL_INTERVAL_MS", &poll)
                     .env("ODUFLOW_STATE_DIR", state.path())
                     .env("ODUFLOW_LOG", "error")
                     .env("ODUFLOW_RATE_PER_SEC", rate.to_string())
@@ -451,6 +483,7 @@ pub(crate) async fn converge_with(f: Fleet) -> Result<Converged> {
     let rss_provision = wait(fleet()?).await?;
     let provision_s = t.elapsed().as_secs_f64();
     let calls_provision: u64 = sim.ledger().requests.values().sum();
+    let (ready_s, blocked) = provisioned(&store).await?;
     for i in 0..n {
         store.client_delete(&format!("b{i}"), SystemClock.now_ms(), 10).await?;
     }
@@ -475,9 +508,53 @@ pub(crate) async fn converge_with(f: Fleet) -> Result<Converged> {
         busiest_second: l.busiest_second,
         counts,
         routes,
+        ready_s,
+        blocked,
         peak_rss_kib: rss_provision.max(rss_delete),
         worker_lines: lines.into_inner().expect("lines"),
     })
+}
+
+/// The simulator a fleet runs against: its profile's timings at its pace,
+/// and a 429 threshold scaled with the rate (Vultr's 30 at the default 25).
+fn fleet_sim(profile: Profile, rate: u32, pace: u64) -> SimConfig {
+    let rate_per_sec = oduflow_sim::DEFAULT_RATE_PER_SEC * rate / oduflow_vultr::DEFAULT_RATE_PER_SEC;
+    match profile {
+        Profile::Default => SimConfig {
+            rate_per_sec,
+            // Compressed: pending, then installing, then ok; a new
+            // resource answers 404 and is missing from listings briefly.
+            pending_ms: 2_000 / pace,
+            installing_ms: 2_000 / pace,
+            block_pending_ms: 1_000 / pace,
+            get_404_window_ms: 500 / pace,
+            list_lag_ms: 500 / pace,
+            attach_lock_ms: 500 / pace,
+            ..SimConfig::default()
+        },
+        // Vultr as reports show it, at the pace (the workers' readiness wait
+        // follows their poll interval).
+        Profile::Realistic => SimConfig { rate_per_sec, ..SimConfig::default() }.realistic(pace),
+    }
+}
+
+/// What provisioning left: each ready client's time from its creation to
+/// `ready` (seconds, sorted), and the blocked clients by reason.
+async fn provisioned(store: &Store) -> Result<(Vec<f64>, std::collections::BTreeMap<String, u64>)> {
+    let clients = store.client_list().await?;
+    let mut ready_s: Vec<f64> = clients
+        .iter()
+        .filter(|c| c.infra.status == ClientStatus::Ready)
+        .map(|c| (c.infra.updated_ms - c.created_ms) as f64 / 1000.0)
+        .collect();
+    ready_s.sort_by(f64::total_cmp);
+    let mut blocked = std::collections::BTreeMap::new();
+    for c in &clients {
+        if let Some(r) = c.infra.blocked_reason {
+            *blocked.entry(r.as_str().to_owned()).or_default() += 1;
+        }
+    }
+    Ok((ready_s, blocked))
 }
 
 /// What one slot reservation costs (the statement every request to Vultr

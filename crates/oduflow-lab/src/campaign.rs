@@ -127,7 +127,7 @@ pub enum Profile {
 
 /// How much faster than real time the realistic profile runs: a 5 s poll
 /// interval becomes 50 ms, a 5 min listing lag 3 s.
-const REALISTIC_PACE: u64 = 100;
+pub(crate) const REALISTIC_PACE: u64 = 100;
 
 /// A part of a seed's schedule `--drawing` asks for.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]

@@ -1198,8 +1198,9 @@ fn bench_smoke_prints_figures() {
         // Up to 4 queue workers: it runs beside the PostgreSQL campaigns,
         // within the server's 100 connections; and only the 4-worker runs
         // (the runs with one worker are the same path, and the second
-        // PostgreSQL campaign waits for this test).
-        .args(["bench", "--smoke", "--workers", "4", "--no-peer", "--write"])
+        // PostgreSQL campaign waits for this test); the bulk view on only
+        // (its off path is `bulk::`'s), under both profiles.
+        .args(["bench", "--smoke", "--workers", "4", "--no-peer", "--bulk-view", "on", "--write"])
         .arg(&report)
         .current_dir(dir.path())
         .env("ODUFLOW_LOG", "error")
@@ -1213,7 +1214,14 @@ fn bench_smoke_prints_figures() {
     assert!(out.contains("PEER SKIPPED (--no-peer)"), "{out}");
     assert_eq!(out.matches("SKIPPED").count(), 1, "a smoke benchmark was skipped:\n{out}");
     let md = std::fs::read_to_string(&report).unwrap();
-    for section in ["## 1. Convergence", "## 2. Queue throughput", "## 3. Inventory at scale", "pgbench"] {
+    for section in [
+        "## 1. Convergence",
+        "| default, poll 2 s | on |",
+        "| realistic, poll 5 s | on |",
+        "## 2. Queue throughput",
+        "## 3. Inventory at scale",
+        "pgbench",
+    ] {
         assert!(md.contains(section), "{section} missing from the report:\n{md}");
     }
 }
