@@ -50,9 +50,10 @@ pub(crate) struct Source(pub IpAddr);
 #[derive(Clone)]
 struct Caller(String);
 
-/// The fault `page_repeat` fell on this listing request.
+/// The fault that fell on this listing request: `page_repeat` or
+/// `page_delete`.
 #[derive(Clone)]
-struct RepeatPage;
+struct PageFault(FaultKind);
 
 type Q = Query<BTreeMap<String, String>>;
 
@@ -235,8 +236,8 @@ async fn gate(State(s): State<Arc<Shared>>, mut req: Request, next: Next) -> Res
             let location = own_url(&req);
             let kill = req.extensions().get::<ConnKill>().cloned();
             req.extensions_mut().insert(Caller(key_fp.unwrap_or_default()));
-            if lost == Some(FaultKind::PageRepeat) {
-                req.extensions_mut().insert(RepeatPage);
+            if let Some(k @ (FaultKind::PageRepeat | FaultKind::PageDelete)) = lost {
+                req.extensions_mut().insert(PageFault(k));
             }
             let resp = next.run(req).await;
             if let Some(n) = hold_after.take() {
@@ -334,8 +335,8 @@ async fn backup_schedule_set(State(s): State<Arc<Shared>>, Path(id): Path<String
 async fn plan_list(State(s): State<Arc<Shared>>, Query(q): Q) -> Response {
     render(s.world().plan_list(&q))
 }
-async fn instance_list(State(s): State<Arc<Shared>>, Query(q): Q, r: Option<Extension<RepeatPage>>) -> Response {
-    render(s.world().instance_list(&q, r.is_some()))
+async fn instance_list(State(s): State<Arc<Shared>>, Query(q): Q, f: Option<Extension<PageFault>>) -> Response {
+    render(s.world().instance_list(&q, f.map(|f| f.0.0)))
 }
 async fn instance_create(State(s): State<Arc<Shared>>, Extension(c): Extension<Caller>, body: Bytes) -> Response {
     match parse(&body) {
@@ -367,8 +368,8 @@ async fn block_patch(State(s): State<Arc<Shared>>, Path(id): Path<String>, body:
         Err(r) => render(r),
     }
 }
-async fn block_list(State(s): State<Arc<Shared>>, Query(q): Q, r: Option<Extension<RepeatPage>>) -> Response {
-    render(s.world().block_list(&q, r.is_some()))
+async fn block_list(State(s): State<Arc<Shared>>, Query(q): Q, f: Option<Extension<PageFault>>) -> Response {
+    render(s.world().block_list(&q, f.map(|f| f.0.0)))
 }
 async fn block_create(State(s): State<Arc<Shared>>, Extension(c): Extension<Caller>, body: Bytes) -> Response {
     match parse(&body) {
@@ -399,9 +400,9 @@ async fn dns_record_list(
     State(s): State<Arc<Shared>>,
     Path(domain): Path<String>,
     Query(q): Q,
-    r: Option<Extension<RepeatPage>>,
+    f: Option<Extension<PageFault>>,
 ) -> Response {
-    render(s.world().dns_record_list(&domain, &q, r.is_some()))
+    render(s.world().dns_record_list(&domain, &q, f.map(|f| f.0.0)))
 }
 async fn dns_record_create(
     State(s): State<Arc<Shared>>,

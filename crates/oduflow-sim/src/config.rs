@@ -250,9 +250,9 @@ pub enum Scripted {
 /// The fault plan: the body of `POST /sim/faults`. Each request draws once;
 /// the probabilities are tried in the order of the fields (lost_drop,
 /// lost_5xx, lost_stall, error_5xx, burst_429, redirect, lost_redirect,
-/// dns_get_404, page_repeat) and must add up to at most 1 for each
-/// operation, so a request gets at most one
-/// fault. Latency is drawn separately.
+/// dns_get_404, page_repeat, page_delete) and must add up to at most 1 for
+/// each operation, so a request gets at most one fault. Latency is drawn
+/// separately.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Faults {
@@ -294,6 +294,16 @@ pub struct Faults {
     /// first page has nothing to repeat. Other operations draw no fault
     /// from this share.
     pub page_repeat: f64,
+    /// Only for the listings of instances, blocks and DNS records: once a
+    /// page that has a next one is answered, the item it ended with and the
+    /// item the next page would start with are deleted, as a deletion in
+    /// the console while the scan ran (gone at once, `deleted_at` in the
+    /// ledger). A client whose next page starts by position skips an item
+    /// still there; a keyset cursor skips nothing. A last page deletes
+    /// nothing. Other operations draw no fault from this share. It deletes
+    /// resources a test may still manage: only a test that expects it
+    /// should set it.
+    pub page_delete: f64,
     pub stall_ms: u64,
     /// Added to every faultable request, uniform in [min, max].
     pub latency_min_ms: u64,
@@ -320,6 +330,7 @@ impl Default for Faults {
             redirect_status: None,
             dns_get_404: 0.0,
             page_repeat: 0.0,
+            page_delete: 0.0,
             stall_ms: DEFAULT_STALL_MS,
             latency_min_ms: 0,
             latency_max_ms: 0,
@@ -342,14 +353,17 @@ impl Faults {
             self.lost_redirect,
             self.dns_get_404,
             self.page_repeat,
+            self.page_delete,
         ];
         if ps.iter().any(|p| !(0.0..=1.0).contains(p)) {
             return Err("every probability must be within 0..=1".into());
         }
-        // dns_get_404 and page_repeat fall on operations of their own: a
-        // request draws from one of them at most.
-        let shared = ps.iter().sum::<f64>() - self.dns_get_404 - self.page_repeat;
-        if shared + self.dns_get_404.max(self.page_repeat) > 1.0 + 1e-9 {
+        // dns_get_404 falls on a DNS record's GET, page_repeat and
+        // page_delete on a scan's page: a request draws from one of those
+        // shares at most.
+        let scan = self.page_repeat + self.page_delete;
+        let shared = ps.iter().sum::<f64>() - self.dns_get_404 - scan;
+        if shared + self.dns_get_404.max(scan) > 1.0 + 1e-9 {
             return Err("the fault probabilities add up to more than 1".into());
         }
         if let Some(s) = self.redirect_status

@@ -185,6 +185,9 @@ pub enum FaultKind {
     /// A listing's page began with the item the previous page ended with
     /// (`page_repeat`).
     PageRepeat,
+    /// A listing's page was answered, then the item it ended with and the
+    /// item the next page would start with were deleted (`page_delete`).
+    PageDelete,
 }
 
 /// One request that got a fault or added latency, in arrival order.
@@ -561,6 +564,7 @@ impl World {
                 (f.lost_redirect, FaultKind::LostRedirect),
                 (if op == Op::DnsRecordGet { f.dns_get_404 } else { 0.0 }, FaultKind::DnsGet404),
                 (if op.is_scan() { f.page_repeat } else { 0.0 }, FaultKind::PageRepeat),
+                (if op.is_scan() { f.page_delete } else { 0.0 }, FaultKind::PageDelete),
             ] {
                 let start = acc;
                 acc += p;
@@ -862,8 +866,9 @@ impl World {
         }
     }
 
-    /// `repeat`: the fault `page_repeat` fell on this request.
-    pub fn instance_list(&self, q: &BTreeMap<String, String>, repeat: bool) -> Reply {
+    /// `fault`: `page_repeat` or `page_delete`, if either fell on this
+    /// request.
+    pub fn instance_list(&mut self, q: &BTreeMap<String, String>, fault: Option<FaultKind>) -> Reply {
         let now = self.now();
         // Vultr filters by each of these exactly (OA:7278-7340; `hostname`
         // in SPEC26); `tag` matches one of the instance's tags.
@@ -881,7 +886,15 @@ impl World {
                 (i.id.clone(), v.filter(matches))
             })
             .collect();
-        paginate("instances", items, q, repeat)
+        let (reply, ends) = paginate("instances", items, q, fault == Some(FaultKind::PageRepeat));
+        if fault == Some(FaultKind::PageDelete) {
+            for id in ends.iter().flatten() {
+                if let Some(ix) = self.instances.iter().position(|i| i.id == *id && i.deleted.is_none()) {
+                    self.remove_instance(ix, now);
+                }
+            }
+        }
+        reply
     }
 
     pub fn instance_delete(&mut self, id: &str) -> Reply {
@@ -901,16 +914,24 @@ impl World {
                 return Reply::error(500, "Unable to destroy server: Unable to remove VM: Server is currently locked");
             }
         }
+        self.remove_instance(ix, now);
+        Reply::no_content()
+    }
+
+    /// Deletes instance `ix` now: its ledger entry gets `deleted_at`, and
+    /// the volumes attached to it are released (shown after
+    /// `release_on_vm_delete_ms`).
+    fn remove_instance(&mut self, ix: usize, now: Instant) {
         self.instances[ix].deleted = Some(now);
         let lix = self.instances[ix].ledger_ix;
         self.ledger_delete(lix);
         let lag = self.cfg.release_on_vm_delete_ms;
+        let id = self.instances[ix].id.clone();
         for b in &mut self.blocks {
-            if b.attached_to.as_deref() == Some(id) {
+            if b.attached_to.as_deref() == Some(id.as_str()) {
                 Self::set_attached(b, None, now, lag);
             }
         }
-        Reply::no_content()
     }
 
     /// The plans an instance may move to: sold in its region, no smaller
@@ -1090,15 +1111,24 @@ impl World {
         }
     }
 
-    /// `repeat`: the fault `page_repeat` fell on this request.
-    pub fn block_list(&self, q: &BTreeMap<String, String>, repeat: bool) -> Reply {
+    /// `fault`: `page_repeat` or `page_delete`, if either fell on this
+    /// request.
+    pub fn block_list(&mut self, q: &BTreeMap<String, String>, fault: Option<FaultKind>) -> Reply {
         let now = self.now();
         let items = self
             .blocks
             .iter()
             .map(|b| (b.id.clone(), self.listable(&b.id, b.created, b.deleted, now).then(|| self.block_json(b, now))))
             .collect();
-        paginate("blocks", items, q, repeat)
+        let (reply, ends) = paginate("blocks", items, q, fault == Some(FaultKind::PageRepeat));
+        if fault == Some(FaultKind::PageDelete) {
+            for id in ends.iter().flatten() {
+                if let Some(bix) = self.blocks.iter().position(|b| b.id == *id && b.deleted.is_none()) {
+                    self.remove_block(bix, now);
+                }
+            }
+        }
+        reply
     }
 
     pub fn block_attach(&mut self, id: &str, body: &Value) -> Reply {
@@ -1236,11 +1266,17 @@ impl World {
         if self.cfg.refuse_delete_attached && Self::attached_shown(&self.blocks[bix], now).is_some() {
             return Reply::error(400, "Unable to delete block storage: it is attached to a server.");
         }
+        self.remove_block(bix, now);
+        Reply::no_content()
+    }
+
+    /// Deletes block `bix` now, attached or not: its ledger entry gets
+    /// `deleted_at`.
+    fn remove_block(&mut self, bix: usize, now: Instant) {
         self.blocks[bix].deleted = Some(now);
         self.blocks[bix].attached_to = None;
         let lix = self.blocks[bix].ledger_ix;
         self.ledger_delete(lix);
-        Reply::no_content()
     }
 
     // ----- account, regions, plans -----
@@ -1267,7 +1303,7 @@ impl World {
                 json!({ "id": id, "city": city, "country": country, "continent": continent, "options": options })
             })
             .collect();
-        paginate("regions", listed(items), q, false)
+        paginate("regions", listed(items), q, false).0
     }
 
     pub fn os_list(&self, q: &BTreeMap<String, String>) -> Reply {
@@ -1276,7 +1312,7 @@ impl World {
         for (id, name) in [(crate::catalog::OS_SNAPSHOT, "Snapshot"), (crate::catalog::OS_APPLICATION, "Application")] {
             items.push(json!({ "id": id, "name": name, "arch": "x64", "family": name.to_lowercase() }));
         }
-        paginate("os", listed(items), q, false)
+        paginate("os", listed(items), q, false).0
     }
 
     /// `GET /regions/{id}/availability`: the plans sellable there now.
@@ -1299,7 +1335,7 @@ impl World {
             "snapshots" => crate::catalog::snapshots_json(),
             _ => crate::catalog::applications_json(),
         };
-        paginate(key, listed(items), q, false)
+        paginate(key, listed(items), q, false).0
     }
 
     /// `POST /instances/{id}/backup-schedule` (OA:8847): only `type` is
@@ -1357,7 +1393,7 @@ impl World {
                 })
             })
             .collect();
-        paginate("plans", listed(items), q, false)
+        paginate("plans", listed(items), q, false).0
     }
 
     // ----- DNS records -----
@@ -1434,15 +1470,22 @@ impl World {
         )
     }
 
-    /// `repeat`: the fault `page_repeat` fell on this request.
-    pub fn dns_record_list(&self, domain: &str, q: &BTreeMap<String, String>, repeat: bool) -> Reply {
+    /// `fault`: `page_repeat` or `page_delete`, if either fell on this
+    /// request.
+    pub fn dns_record_list(&mut self, domain: &str, q: &BTreeMap<String, String>, fault: Option<FaultKind>) -> Reply {
         let Some(rs) = self.domains.get(domain) else {
             return Reply::error(404, "Domain not found.");
         };
         let (now, lag) = (self.now(), ms(self.cfg.dns_list_lag_ms));
         let shown = |r: &SimRecord| !r.deleted && now >= r.created + lag;
         let items = rs.iter().map(|r| (r.id.clone(), shown(r).then(|| Self::record_json(r)))).collect();
-        paginate("records", items, q, repeat)
+        let (reply, ends) = paginate("records", items, q, fault == Some(FaultKind::PageRepeat));
+        if fault == Some(FaultKind::PageDelete) {
+            for id in ends.iter().flatten() {
+                self.dns_record_delete(domain, id);
+            }
+        }
+        reply
     }
 
     /// `update_dns_domain_record_request`: name, data, ttl and priority,
@@ -1637,20 +1680,27 @@ fn id_text(id: &Value) -> String {
 /// JSON if it is shown now (not deleted, past the lag, matching the
 /// filters): a cursor stays valid after its item is deleted. `repeat`
 /// starts the page one shown item early, repeating the last of the page
-/// before (the fault `page_repeat`).
-fn paginate(key: &str, mut order: Vec<(String, Option<Value>)>, q: &BTreeMap<String, String>, repeat: bool) -> Reply {
+/// before (the fault `page_repeat`). With the page, when a next one
+/// follows: the id the page ends with and the id the next page starts with
+/// (what the fault `page_delete` deletes).
+fn paginate(
+    key: &str,
+    mut order: Vec<(String, Option<Value>)>,
+    q: &BTreeMap<String, String>,
+    repeat: bool,
+) -> (Reply, Option<[String; 2]>) {
     let per_page = match q.get("per_page") {
         None => PER_PAGE_DEFAULT,
         Some(p) => match p.parse::<usize>() {
             Ok(n) if n >= 1 => n.min(PER_PAGE_MAX),
-            _ => return Reply::error(400, "Invalid per_page."),
+            _ => return (Reply::error(400, "Invalid per_page."), None),
         },
     };
     let start = match q.get("cursor").map(String::as_str) {
         None | Some("") => 0,
         Some(c) => match id_of(c).and_then(|id| order.iter().position(|(i, _)| *i == id)) {
             Some(p) => p,
-            None => return Reply::error(400, "Invalid cursor."),
+            None => return (Reply::error(400, "Invalid cursor."), None),
         },
     };
     // The positions shown, in order: those before the page and the rest.
@@ -1666,9 +1716,12 @@ fn paginate(key: &str, mut order: Vec<(String, Option<Value>)>, q: &BTreeMap<Str
         0 => String::new(),
         n => cursor_of(&order[before[n.saturating_sub(per_page)]].0),
     };
+    let ends = rest.get(page.len()).map(|&first| [order[page[page.len() - 1]].0.clone(), order[first].0.clone()]);
     let total = shown.len();
     let page: Vec<Value> = page.iter().filter_map(|&i| order[i].1.take()).collect();
-    Reply::json(200, json!({ key: page, "meta": { "total": total, "links": { "next": next, "prev": prev } } }))
+    let reply =
+        Reply::json(200, json!({ key: page, "meta": { "total": total, "links": { "next": next, "prev": prev } } }));
+    (reply, ends)
 }
 
 #[cfg(test)]

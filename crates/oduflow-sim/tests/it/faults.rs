@@ -386,3 +386,66 @@ async fn unplugged_it_refuses_new_connections_and_answers_on_open_ones() {
     sim.plug().await;
     assert_eq!(get(&fresh).await.unwrap().status(), 200);
 }
+
+/// `page_delete`: once a page with a next one is answered, the item it
+/// ended with and the one the next page starts with are gone, as a
+/// deletion in the console while the scan ran (a pending instance
+/// included, which a DELETE could not remove yet). The cursor still leads
+/// on, past the deleted item it names; a last page deletes nothing.
+#[tokio::test]
+async fn page_delete_removes_where_a_page_ends_and_the_next_begins() {
+    let sim = start(SimConfig::default().instant()).await;
+    let api = Api::new(&sim);
+    let mut ids = vec![];
+    for n in 1..=5 {
+        ids.push(api.create_block(&format!("pd-{n}")).await);
+    }
+    sim.set_faults(Faults { page_delete: 1.0, ops: vec![Op::BlockList, Op::BlockGet], ..Faults::default() }).unwrap();
+    let labels = |v: &Value| -> Vec<String> {
+        v["blocks"].as_array().unwrap().iter().map(|b| b["label"].as_str().unwrap().to_owned()).collect()
+    };
+    let (_, v) = body(api.get("/blocks?per_page=2").await).await;
+    assert_eq!(labels(&v), ["pd-1", "pd-2"]);
+    let cursor = v["meta"]["links"]["next"].as_str().unwrap().to_owned();
+    let deleted = |l: &oduflow_sim::Ledger| -> Vec<String> {
+        l.resources.iter().filter(|r| r.deleted_at.is_some()).map(|r| r.label.clone()).collect()
+    };
+    assert_eq!(deleted(&sim.ledger()), ["pd-2", "pd-3"]);
+    for id in [&ids[1], &ids[2]] {
+        assert_eq!(api.get(&format!("/blocks/{id}")).await.status(), 404, "a GET draws no page fault");
+    }
+    let (status, v) = body(api.get(&format!("/blocks?per_page=2&cursor={cursor}")).await).await;
+    assert_eq!((status, labels(&v)), (200, vec!["pd-4".to_owned(), "pd-5".to_owned()]), "{v}");
+    assert_eq!(v["meta"]["links"]["next"], "");
+    assert_eq!(deleted(&sim.ledger()), ["pd-2", "pd-3"], "the last page deleted nothing");
+    let l = sim.ledger();
+    assert!(l.faults.iter().all(|f| f.fault == Some(FaultKind::PageDelete) && f.op == Op::BlockList), "{l:?}");
+    assert_eq!(l.faults.len(), 2);
+
+    sim.control().set_pending_ms(600_000);
+    let vms = [api.create_instance("pd-vm-1").await, api.create_instance("pd-vm-2").await];
+    assert_eq!(api.delete(&format!("/instances/{}", vms[0])).await.status(), 500, "pending: a DELETE is refused");
+    sim.set_faults(Faults { page_delete: 1.0, ..Faults::default() }).unwrap();
+    let (_, v) = body(api.get("/instances?per_page=1").await).await;
+    assert_eq!(v["instances"][0]["id"].as_str(), Some(vms[0].as_str()));
+    for id in &vms {
+        assert_eq!(api.get(&format!("/instances/{id}")).await.status(), 404, "{id}");
+    }
+}
+
+#[tokio::test]
+async fn page_faults_share_the_scans_probability() {
+    let sim = start(SimConfig::default().instant()).await;
+    let admin = format!("http://{}/sim/faults", sim.addr);
+    for (plan, status) in [
+        (json!({"page_delete": 1.0, "dns_get_404": 1.0}), 200),
+        (json!({"page_delete": 0.5, "page_repeat": 0.5}), 200),
+        (json!({"page_delete": 0.6, "page_repeat": 0.6}), 400),
+        (json!({"page_delete": 1.0, "error_5xx": 0.1}), 400),
+        (json!({"page_delete": 1.5}), 400),
+    ] {
+        let r = http().post(&admin).json(&plan).send().await.unwrap();
+        assert_eq!(r.status(), status, "{plan}");
+    }
+    assert_eq!((sim.faults().page_delete, sim.faults().page_repeat), (0.5, 0.5), "refused plans change nothing");
+}
