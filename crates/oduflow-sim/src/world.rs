@@ -708,7 +708,7 @@ impl World {
             "power_status": "running",
             "server_status": server_status,
             // Flat v6 fields: what the API really returns (docs/vultr.md §2).
-            "v6_network": if i.v6_main_ip.is_empty() { "" } else { "2001:db8::" },
+            "v6_network": v6_network_of(&i.v6_main_ip),
             "v6_main_ip": i.v6_main_ip,
             "v6_network_size": if i.v6_main_ip.is_empty() { 0 } else { 64 },
             "label": i.label,
@@ -1563,6 +1563,14 @@ impl World {
         self.ledger_delete(lix);
         Reply::no_content()
     }
+}
+
+/// The /64 an instance's IPv6 address is in, as `v6_network` shows it
+/// (`2001:db8:5::` for `2001:db8:5::1`); `""` without an address.
+fn v6_network_of(ip: &str) -> String {
+    ip.parse::<std::net::Ipv6Addr>()
+        .map(|a| std::net::Ipv6Addr::from(u128::from(a) & !(u128::MAX >> 64)).to_string())
+        .unwrap_or_default()
 }
 
 /// Whether `v`, given for `k` (one of [`UNMODELLED_PATCH`]), leaves

@@ -112,6 +112,42 @@ async fn a_volume_resizes_once_a_minute() {
     assert_eq!(api.patch(&format!("/blocks/{blk}"), json!({"size_gb": 30})).await.status(), 204);
 }
 
+/// An instance carries IPv6 as three flat fields, `v6_main_ip`,
+/// `v6_network` and `v6_network_size` (an integer), as govultr's
+/// `Instance` reads them and OA's own examples show them, not as the
+/// `v6_networks[]` objects OA's `instance` schema describes (OA:16156):
+/// the address inside its network, and `""`, `""`, 0 without IPv6. The
+/// create answer, a GET and the listing alike.
+#[tokio::test]
+async fn an_instance_carries_flat_v6_fields_not_v6_networks() {
+    let sim = start(SimConfig::default().instant()).await;
+    let api = Api::new(&sim);
+    let with_v6 = json!({"region": "ewr", "plan": "vc2-1c-1gb", "os_id": 2136, "label": "v6", "enable_ipv6": true});
+    let (status, created) = body(api.post("/instances", with_v6).await).await;
+    assert_eq!(status, 202, "{created}");
+    let v6 = created["instance"]["id"].as_str().unwrap().to_owned();
+    let v4 = api.create_instance("v4").await;
+    let (_, got6) = body(api.get(&format!("/instances/{v6}")).await).await;
+    let (_, got4) = body(api.get(&format!("/instances/{v4}")).await).await;
+    let (_, listed) = body(api.get("/instances").await).await;
+    let in_list = |id: &str| listed["instances"].as_array().unwrap().iter().find(|i| i["id"] == id).unwrap().clone();
+    for (what, i) in
+        [("create", created["instance"].clone()), ("get", got6["instance"].clone()), ("list", in_list(&v6))]
+    {
+        assert!(i.get("v6_networks").is_none(), "{what}: {i}");
+        let ip: std::net::Ipv6Addr = i["v6_main_ip"].as_str().unwrap().parse().unwrap();
+        let net: std::net::Ipv6Addr = i["v6_network"].as_str().unwrap().parse().unwrap();
+        assert_eq!(i["v6_network_size"].as_u64(), Some(64), "{what}: {i}");
+        let prefix = std::net::Ipv6Addr::from(u128::from(ip) & u128::MAX << 64);
+        assert_eq!(prefix, net, "{what}: {ip} is in {net}/64, which names its own first address");
+    }
+    for (what, i) in [("get", got4["instance"].clone()), ("list", in_list(&v4))] {
+        assert!(i.get("v6_networks").is_none(), "{what}: {i}");
+        let v6_fields = (&i["v6_main_ip"], &i["v6_network"], &i["v6_network_size"]);
+        assert_eq!(v6_fields, (&json!(""), &json!(""), &json!(0)), "{what}: {i}");
+    }
+}
+
 /// docs/vultr.md §12 is the table of quirks: each row names the test that
 /// checks it, and that test must exist here.
 #[test]
@@ -130,5 +166,5 @@ fn every_row_names_a_test_that_exists() {
             named += 1;
         }
     }
-    assert!(named >= 14, "§12 names {named} tests");
+    assert!(named >= 16, "§12 names {named} tests");
 }
