@@ -114,6 +114,11 @@ const UNMODELLED_PATCH: &[&str] = &[
 /// the simulator never does, and oduflow never sends one (docs/vultr.md §8).
 const REINSTALL_FIELDS: &[&str] = &["os_id", "app_id", "image_id", "snapshot_id", "user_data"];
 
+/// Vultr's 404 for a block it does not hold, a deleted one included
+/// (docs/vultr.md §8: Terraform's provider met these words, and its block
+/// read takes them as gone).
+const BLOCK_NOT_FOUND: &str = "Invalid block storage ID.";
+
 const DNS_TYPES: &[&str] = &["A", "AAAA", "CNAME", "NS", "MX", "SRV", "TXT", "CAA", "SSHFP"];
 
 /// A simulated answer: status, optional JSON body, optional Retry-After.
@@ -1107,7 +1112,7 @@ impl World {
         let now = self.now();
         match self.block_ix(id, now) {
             Some(ix) => Reply::json(200, json!({ "block": self.block_json(&self.blocks[ix], now) })),
-            None => Reply::error(404, "Invalid block storage ID"),
+            None => Reply::error(404, BLOCK_NOT_FOUND),
         }
     }
 
@@ -1138,7 +1143,7 @@ impl World {
         };
         let live = body.get("live").and_then(Value::as_bool).unwrap_or(false);
         let Some(bix) = self.block_ix(id, now) else {
-            return Reply::error(404, "Invalid block storage ID");
+            return Reply::error(404, BLOCK_NOT_FOUND);
         };
         let Some(iix) = self.instance_ix(instance_id, now) else {
             return Reply::error(404, "instance not found");
@@ -1169,7 +1174,7 @@ impl World {
     pub fn block_detach(&mut self, id: &str) -> Reply {
         let now = self.now();
         let Some(bix) = self.block_ix(id, now) else {
-            return Reply::error(404, "Invalid block storage ID");
+            return Reply::error(404, BLOCK_NOT_FOUND);
         };
         if self.blocks[bix].attached_to.is_none() {
             return Reply::error(400, "Block storage volume is not currently attached to a server");
@@ -1204,7 +1209,7 @@ impl World {
             return Reply::error(400, &format!("The simulator does not model changing {k}."));
         }
         let Some(bix) = self.block_ix(id, now) else {
-            return Reply::error(404, "Invalid block storage ID");
+            return Reply::error(404, BLOCK_NOT_FOUND);
         };
         let b = &self.blocks[bix];
         let current = Self::size_now(b, now);
@@ -1261,7 +1266,7 @@ impl World {
     pub fn block_delete(&mut self, id: &str) -> Reply {
         let now = self.now();
         let Some(bix) = self.block_ix(id, now) else {
-            return Reply::error(404, "Invalid block storage ID");
+            return Reply::error(404, BLOCK_NOT_FOUND);
         };
         if self.cfg.refuse_delete_attached && Self::attached_shown(&self.blocks[bix], now).is_some() {
             return Reply::error(400, "Unable to delete block storage: it is attached to a server.");
