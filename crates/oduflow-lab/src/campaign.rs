@@ -285,8 +285,11 @@ impl WithProfile for SimConfig {
     }
 }
 
-/// Items a listing page holds in the seeds that draw page repeats.
-const REPEAT_PER_PAGE: u32 = 1;
+/// Items a listing page holds in the seeds that draw page repeats. Two:
+/// with one, a repeated page is the page before, its next cursor too, and
+/// the adapter's guard against a cursor that comes back ends the scan as
+/// an error, so the repeat itself is never read.
+const REPEAT_PER_PAGE: u32 = 2;
 
 /// SplitMix64: small, seedable, good enough for drawing parameters.
 struct Rng(u64);

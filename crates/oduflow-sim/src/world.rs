@@ -1649,8 +1649,6 @@ fn check_record_data(rtype: &str, data: &str) -> Result<(), Reply> {
     if ok { Ok(()) } else { Err(Reply::error(400, &format!("Invalid {rtype} record data: {data}."))) }
 }
 
-/// Opaque cursors, base-16 of `next__<offset>` (Vultr's decode to base64 of
-/// `next__<id>`; clients must treat them as opaque either way).
 /// This resource's share of a jitter of at most `max_ms`, the same on
 /// every read (a hash of its id and `salt`, one per kind of delay).
 fn jitter(id: &str, salt: u64, max_ms: u64) -> u64 {
