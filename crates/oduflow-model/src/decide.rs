@@ -551,7 +551,9 @@ fn decide_present(i: &Inputs) -> Action {
         ReceiptFacts::None => Action::Wait,
         ReceiptFacts::NotSent { count, reason } if *count >= max => Action::Block(
             BlockedReason::ProviderUnavailable,
-            format!("attach could not connect to the provider {count} times; last: {reason}"),
+            format!(
+                "attach not applied {count} times (never sent, or the volume or VM not found by id); last: {reason}"
+            ),
         ),
         // (An attach already made shows as the volume's attachment, above.)
         ReceiptFacts::NotSent { .. } | ReceiptFacts::Unmarked { .. } if vm.ready && volume.ready => {

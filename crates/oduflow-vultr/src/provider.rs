@@ -112,8 +112,21 @@ impl Provider for VultrClient {
     async fn block_attach(&self, id: &VultrBlockId, instance: &VultrInstanceId) -> Outcome<()> {
         let body = wire::block_attach_body(instance);
         let reply = self.post_once(&["blocks", id.as_str(), "attach"], &body).await;
-        // 204 with no body: attachment is confirmed only by reading the block.
-        let outcome = Self::classify(reply, |_| Some(()));
+        let outcome = match reply {
+            // Vultr found no such volume or VM by id: a listing can show a
+            // new one while requests by id still answer 404 (its
+            // post-create window). Nothing was applied, so it is sent again
+            // on its receipt, as a request that never left.
+            crate::http::Reply::Answer(a) if a.status == 404 => Outcome::NotSent {
+                reason: format!(
+                    "Vultr answered 404 ({}): the volume or the VM is not found by id yet, so the attach was not \
+                     applied",
+                    a.message()
+                ),
+            },
+            // 204 with no body: attachment is confirmed only by reading the block.
+            reply => Self::classify(reply, |_| Some(())),
+        };
         tracing::info!(block = %id, %instance, ?outcome, "block attach sent");
         outcome
     }

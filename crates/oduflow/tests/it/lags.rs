@@ -10,6 +10,7 @@ oduflow_store::on_both_stores!(
     an_attachment_that_shows_late_ends_ready,
     a_volume_released_late_and_refused_while_attached_ends_deleted,
     an_attach_refused_while_the_server_settles_blocks_with_evidence_until_abandoned,
+    an_attach_answered_404_inside_a_window_a_listing_hid_is_sent_again_to_ready,
     a_fleet_under_the_realistic_profile_ends_ready,
 );
 
@@ -125,4 +126,38 @@ async fn a_fleet_under_the_realistic_profile_ends_ready(env: Env) {
         assert_eq!(c["status"], "ready", "{n}: {} {}", c["blocked_reason"], c["blocked_detail"]);
     }
     assert!(env.sim.ledger().creates_per_label.values().all(|n| *n == 1));
+}
+
+/// A listing may show a new volume while requests by id still answer 404
+/// (its post-create window; the realistic profile's 5,000-client fleet
+/// blocked two clients `uncertain_attach` this way). An attach sent then is
+/// answered 404: Vultr found no such volume, so nothing was applied, and
+/// the attach is sent again on its receipt once the window is over. Here
+/// every resource is listed at once and answers 404 by id for up to 2.5 s,
+/// each its own share; the ids are the simulator's, the same every run, so
+/// some volume's window outlasts its VM's.
+async fn an_attach_answered_404_inside_a_window_a_listing_hid_is_sent_again_to_ready(env: Env) {
+    let cfg = oduflow_sim::SimConfig { get_404_window_ms: 0, get_404_jitter_ms: 2_500, list_lag_ms: 0, ..sim_config() };
+    let env = lagging(env, cfg).await;
+    env.ok(&["init"]);
+    let names = ["w1", "w2", "w3"];
+    for n in names {
+        env.ok(&client_create_args(n, &[]));
+    }
+    let o = env
+        .cmd(&["worker", "--until-settled"])
+        .env("ODUFLOW_POLL_INTERVAL_MS", "50")
+        .env("ODUFLOW_OBSERVATIONS_MAX", "120")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "worker: {}", String::from_utf8_lossy(&o.stderr));
+    for n in names {
+        let c: serde_json::Value = serde_json::from_str(&env.ok(&["client", "show", n, "--json"])).unwrap();
+        assert_eq!(c["status"], "ready", "{n}: {} {}", c["blocked_reason"], c["blocked_detail"]);
+        assert_eq!(blocks_of(&c), 0, "{c}");
+    }
+    let ledger = env.sim.ledger();
+    let attaches = ledger.requests["POST /v2/blocks/{id}/attach"];
+    assert!(attaches > names.len() as u64, "no attach fell inside a volume's window: {:?}", ledger.requests);
+    assert_eq!(ledger.attaches_per_block.values().sum::<u64>(), names.len() as u64, "one attach applied each");
 }
