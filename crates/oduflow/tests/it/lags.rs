@@ -26,6 +26,23 @@ fn create_and_settle(env: &Env) -> serde_json::Value {
     serde_json::from_str(&env.ok(&["client", "show", "acme", "--json"])).unwrap()
 }
 
+/// Creates `names`, runs a worker until settled polling every 50 ms with
+/// `settings`, and returns each client as `client show --json` shows it.
+fn settle_fleet<'a>(env: &Env, names: &[&'a str], settings: &[(&str, &str)]) -> Vec<(&'a str, serde_json::Value)> {
+    env.ok(&["init"]);
+    for n in names {
+        env.ok(&client_create_args(n, &[]));
+    }
+    let o = env
+        .cmd(&["worker", "--until-settled"])
+        .env("ODUFLOW_POLL_INTERVAL_MS", "50")
+        .envs(settings.iter().copied())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "worker: {}", String::from_utf8_lossy(&o.stderr));
+    names.iter().map(|n| (*n, serde_json::from_str(&env.ok(&["client", "show", n, "--json"])).unwrap())).collect()
+}
+
 fn blocks_of(c: &serde_json::Value) -> usize {
     c["events"].as_array().unwrap().iter().filter(|e| e["kind"] == "blocked").count()
 }
@@ -108,21 +125,8 @@ async fn an_attach_refused_while_the_server_settles_blocks_with_evidence_until_a
 /// faults, all end ready, nothing blocked, one create per label.
 async fn a_fleet_under_the_realistic_profile_ends_ready(env: Env) {
     let env = lagging(env, sim_config().realistic(100)).await;
-    env.ok(&["init"]);
-    let names = ["r1", "r2", "r3", "r4", "r5"];
-    for n in names {
-        env.ok(&client_create_args(n, &[]));
-    }
-    let o = env
-        .cmd(&["worker", "--until-settled"])
-        .env("ODUFLOW_POLL_INTERVAL_MS", "50")
-        .env("ODUFLOW_OBSERVATIONS_MAX", "60")
-        .env("ODUFLOW_RESIZE_INTERVAL_MS", "610")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "worker: {}", String::from_utf8_lossy(&o.stderr));
-    for n in names {
-        let c: serde_json::Value = serde_json::from_str(&env.ok(&["client", "show", n, "--json"])).unwrap();
+    let settings = [("ODUFLOW_OBSERVATIONS_MAX", "60"), ("ODUFLOW_RESIZE_INTERVAL_MS", "610")];
+    for (n, c) in settle_fleet(&env, &["r1", "r2", "r3", "r4", "r5"], &settings) {
         assert_eq!(c["status"], "ready", "{n}: {} {}", c["blocked_reason"], c["blocked_detail"]);
     }
     assert!(env.sim.ledger().creates_per_label.values().all(|n| *n == 1));
@@ -139,20 +143,8 @@ async fn a_fleet_under_the_realistic_profile_ends_ready(env: Env) {
 async fn an_attach_answered_404_inside_a_window_a_listing_hid_is_sent_again_to_ready(env: Env) {
     let cfg = oduflow_sim::SimConfig { get_404_window_ms: 0, get_404_jitter_ms: 2_500, list_lag_ms: 0, ..sim_config() };
     let env = lagging(env, cfg).await;
-    env.ok(&["init"]);
     let names = ["w1", "w2", "w3"];
-    for n in names {
-        env.ok(&client_create_args(n, &[]));
-    }
-    let o = env
-        .cmd(&["worker", "--until-settled"])
-        .env("ODUFLOW_POLL_INTERVAL_MS", "50")
-        .env("ODUFLOW_OBSERVATIONS_MAX", "120")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "worker: {}", String::from_utf8_lossy(&o.stderr));
-    for n in names {
-        let c: serde_json::Value = serde_json::from_str(&env.ok(&["client", "show", n, "--json"])).unwrap();
+    for (n, c) in settle_fleet(&env, &names, &[("ODUFLOW_OBSERVATIONS_MAX", "120")]) {
         assert_eq!(c["status"], "ready", "{n}: {} {}", c["blocked_reason"], c["blocked_detail"]);
         assert_eq!(blocks_of(&c), 0, "{c}");
     }
