@@ -167,7 +167,7 @@ pub async fn run(a: BenchArgs) -> Result<()> {
             a.realistic_poll_ms.clone()
         };
         let realistic = polls.iter().map(|&poll| (Profile::Realistic, pace, poll));
-        let default = std::iter::once((Profile::Default, a.pace(), 2_000));
+        let default = std::iter::once((Profile::Default, a.pace(), DEFAULT_PROFILE_POLL_MS));
         let profiles: Vec<(Profile, u64, i64)> = match a.bulk_profile.as_str() {
             "default" => default.collect(),
             "realistic" => realistic.collect(),
@@ -370,7 +370,7 @@ async fn convergence(n: usize, in_flight: usize, pace: u64, out: &mut Section) -
             rate,
             bulk: true,
             profile: Profile::Default,
-            poll_ms: 2_000,
+            poll_ms: DEFAULT_PROFILE_POLL_MS,
             pace,
         })
         .await?;
@@ -514,6 +514,10 @@ pub(crate) async fn converge_with(f: Fleet) -> Result<Converged> {
         worker_lines: lines.into_inner().expect("lines"),
     })
 }
+
+/// The workers' poll interval under the default profile's compressed
+/// lifecycle (real time; divided by the pace like the lifecycle).
+const DEFAULT_PROFILE_POLL_MS: i64 = 2_000;
 
 /// The simulator a fleet runs against: its profile's timings at its pace,
 /// and a 429 threshold scaled with the rate (Vultr's 30 at the default 25).
