@@ -64,7 +64,7 @@ impl Lines {
 fn ignoring_sigxfsz(env: &Env, args: &[&str]) -> Command {
     let like = env.cmd(args);
     let mut c = Command::new("sh");
-    c.arg("-c").arg("trap '' XFSZ; exec \"$0\" \"$@\"").arg(BIN).args(like.get_args());
+    c.arg("-c").arg("trap '' XFSZ; exec \"$0\" \"$@\"").arg(bin()).args(like.get_args());
     c.current_dir(like.get_current_dir().unwrap());
     for (k, v) in like.get_envs() {
         match v {

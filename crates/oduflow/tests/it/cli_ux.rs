@@ -4,7 +4,7 @@
 //! them, attestations, the simulator's help, backups, and the warnings a
 //! worker logs at the default level.
 
-use super::{BIN, Env, KEY, table_counts};
+use super::{Env, KEY, bin, table_counts};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
@@ -460,7 +460,7 @@ async fn a_missing_postgres_database_is_reported_once() {
 /// VULTR_API_KEY.
 #[test]
 fn sim_help_names_the_only_key_it_accepts() {
-    let o = Command::new(BIN).args(["sim", "--help"]).output().unwrap();
+    let o = Command::new(bin()).args(["sim", "--help"]).output().unwrap();
     assert!(o.status.success());
     let help = String::from_utf8_lossy(&o.stdout);
     assert!(help.contains("VULTR_API_KEY") && help.contains("only"), "{help}");

@@ -181,8 +181,8 @@ fn systemd_analyze_verifies_the_units() {
     let dir = tempfile::tempdir().unwrap();
     for file in [WORKER_UNIT, SERVE_UNIT] {
         let text = std::fs::read_to_string(deploy_dir().join(file)).unwrap();
-        let text = text.replace("ExecStart=/usr/local/bin/oduflow ", &format!("ExecStart={BIN} "));
-        assert!(text.contains(BIN), "{file}: ExecStart not rewritten");
+        let text = text.replace("ExecStart=/usr/local/bin/oduflow ", &format!("ExecStart={} ", bin()));
+        assert!(text.contains(bin()), "{file}: ExecStart not rewritten");
         std::fs::write(dir.path().join(file), text).unwrap();
     }
     let units = [dir.path().join("oduflow-worker@1.service"), dir.path().join(SERVE_UNIT)];

@@ -174,7 +174,7 @@ fn live_vultr_facts_and_a_client_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
     let name = format!("odf-smoke-{}", std::process::id());
     let run = |args: &[&str]| {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(bin());
         cmd.args(args)
             .current_dir(dir.path())
             .env("ODUFLOW_DATABASE_URL", oduflow_store::testing::sqlite_url(dir.path()))

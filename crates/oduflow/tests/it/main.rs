@@ -15,7 +15,16 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_oduflow");
+/// The binary under test: the test build's, or the copy of it that
+/// `ODUFLOW_TEST_BIN` names. scripts/test makes that copy and runs the
+/// product build beside the tests, which writes its own binary (the
+/// laboratory left out) where the test build's was.
+fn bin() -> &'static str {
+    static BIN: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        std::env::var("ODUFLOW_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_oduflow").to_owned())
+    });
+    &BIN
+}
 
 /// A place to run the binary: its own working directory (so no stray
 /// oduflow.toml is read) and a database URL.
@@ -76,7 +85,7 @@ impl Env {
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(BIN);
+        let mut c = Command::new(bin());
         c.args(args)
             .current_dir(self.dir.path())
             .env("ODUFLOW_DATABASE_URL", &self.url)
@@ -617,7 +626,7 @@ async fn sigkill_after_create_keeps_receipt(env: Env) {
 #[test]
 fn demo_runs_with_faults_and_never_creates_twice() {
     let dir = tempfile::tempdir().unwrap();
-    let o = Command::new(BIN)
+    let o = Command::new(bin())
         .args(["demo", "--clients", "6", "--seed", "7"])
         .current_dir(dir.path())
         .env_remove("ODUFLOW_DATABASE_URL")
@@ -737,7 +746,7 @@ fn sim_command_serves_api_and_ledger() {
     use std::io::{Read, Write};
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(bin())
         .args(["sim", "--listen", &format!("127.0.0.1:{port}"), "--seed", "3"])
         .current_dir(dir.path())
         .env("VULTR_API_KEY", KEY)
@@ -776,7 +785,7 @@ fn campaign(args: &[&str], bug: Option<&str>) -> (bool, String) {
 /// A campaign run with its earlier failing seeds read from `failures`.
 fn campaign_with(args: &[&str], bug: Option<&str>, failures: &str) -> (bool, String) {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = Command::new(BIN);
+    let mut c = Command::new(bin());
     c.arg("campaign")
         .args(args)
         .args(["--failures-file", failures])
@@ -839,27 +848,27 @@ fn failed_seeds(out: &str) -> String {
 }
 
 /// The test command has about five of its ten minutes for the tests (the
-/// build takes three and a half, the fuzzing one, the rate tests a third),
-/// and the campaigns set the end of that phase. So the seeds are what fits:
+/// build takes three to four; the fuzzing and the product build run beside
+/// the tests, the rate tests take a third of a minute), and the campaigns
+/// set the end of that phase: both cores are busy through its first five
+/// minutes, most of that the campaigns' seeds (about 1.7 CPU-seconds each
+/// under the suite's load). So the seeds are what fits:
 ///
-/// 14 random PostgreSQL seeds in two parts, side by side (two PostgreSQL
+/// 11 random PostgreSQL seeds in two parts, side by side (two PostgreSQL
 /// campaigns at once is what the server's 100 connections take: a third
 /// part waited for a place, and 555 s of the suite went to that chain).
 /// Each part also runs half of the failures file's seeds, the slower ones
 /// (restores), and the second starts once the benchmark's smoke run, which
 /// shares their two places, is done (about 100 s under the suite's load).
-/// A seed takes about 17 s there, so the two places hold about 30 seeds in
-/// 280 s: the failures file's 15 and these 14 (at 13 and 8 random seeds,
-/// 363 s, and 107 + 245 s; at 9 and 5, 240 s, and 80 + 218 s: so one more
-/// in the first part);
-/// 72 SQLite seeds in six parts, each one seed at a time (six parts of 14
-/// or 15 took 196 to 281 s), and 4 more under the realistic profile, two
-/// at a time (`campaign_under_the_realistic_profile`).
+/// A seed takes about 17 s there;
+/// 54 SQLite seeds in six parts, each one seed at a time, and 4 more under
+/// the realistic profile, two at a time
+/// (`campaign_under_the_realistic_profile`).
 ///
 /// A larger campaign runs on its own: `oduflow campaign --seeds N` (on
 /// PostgreSQL, or `--store sqlite`, with `--jobs` seeds side by side).
-const PG_PARTS: [u64; 2] = [10, 4];
-const SQLITE_PARTS: [u64; 6] = [12, 12, 12, 12, 12, 12];
+const PG_PARTS: [u64; 2] = [8, 3];
+const SQLITE_PARTS: [u64; 6] = [9, 9, 9, 9, 9, 9];
 
 /// One test per part, so nextest runs the parts side by side.
 macro_rules! campaign_parts {
@@ -909,7 +918,8 @@ fn campaign_under_the_realistic_profile() {
 /// catch itself is always asserted.
 ///
 /// A seed mostly waits on its worker processes and the simulator, so on
-/// SQLite the search runs [`SEARCH_JOBS`] seeds side by side and the reruns
+/// SQLite the search runs [`SEARCH_JOBS`] seeds side by side (a search of
+/// drawn seeds [`DRAWN_SEARCH_JOBS`]) and the reruns
 /// [`RERUN_JOBS`]: one after the other, the slowest of these campaigns took
 /// 770 s of the suite's wall time.
 fn planted_bug_is_caught(bug: &str, store: Option<&str>, invariants: &[&str]) {
@@ -924,7 +934,7 @@ fn an_unknown_planted_bug_is_refused() {
     failpoints_required();
     let dir = tempfile::tempdir().unwrap();
     for args in [&["campaign", "--seeds", "1", "--store", "sqlite"][..], &["worker", "--until-settled"]] {
-        let o = Command::new(BIN)
+        let o = Command::new(bin())
             .args(args)
             .current_dir(dir.path())
             .env("ODUFLOW_PLANTED_BUG", "lease_overlapp")
@@ -960,6 +970,10 @@ enum Earlier {
 
 /// Seeds of a planted-bug search run side by side (SQLite).
 const SEARCH_JOBS: &str = "2";
+/// Seeds run side by side by a search of drawn seeds (`drawing`): the two
+/// longest searches, which alone were still running in the last two
+/// minutes of the tests, both cores mostly idle.
+const DRAWN_SEARCH_JOBS: &str = "4";
 /// Reruns of a catch run side by side (SQLite).
 const RERUN_JOBS: &str = "4";
 
@@ -985,7 +999,7 @@ fn planted_bug_is_caught_within(
             args.extend(["--store", s]);
         }
         if store == Some("sqlite") {
-            args.extend(["--jobs", SEARCH_JOBS]);
+            args.extend(["--jobs", if drawing.is_some() { DRAWN_SEARCH_JOBS } else { SEARCH_JOBS }]);
         }
         if let Some(d) = drawing {
             args.extend(["--drawing", d]);
@@ -1194,7 +1208,7 @@ mod live;
 fn bench_smoke_prints_figures() {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("BENCHMARKS.md");
-    let o = Command::new(BIN)
+    let o = Command::new(bin())
         // Up to 4 queue workers: it runs beside the PostgreSQL campaigns,
         // within the server's 100 connections; and only the 4-worker runs
         // (the runs with one worker are the same path, and the second
