@@ -78,13 +78,15 @@ impl Stats {
 }
 
 /// `/v2/instances/{id}/attach` from the path segments after the base: a
-/// segment made only of lowercase letters and `_` is a route word; anything
-/// else (UUIDs, domain names) is an id.
+/// segment of lowercase words (letters and `_`) joined by single hyphens is
+/// a route word (`ssh-keys`, `backup-schedule`); anything else (UUIDs,
+/// domain names) is an id.
 pub(crate) fn route_template(base_path: &str, segments: &[&str]) -> String {
+    let word = |w: &str| !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
     let mut s = base_path.trim_end_matches('/').to_owned();
     for seg in segments {
         s.push('/');
-        if !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+        if seg.split('-').all(word) {
             s.push_str(seg);
         } else {
             s.push_str("{id}");
@@ -105,6 +107,18 @@ mod tests {
         );
         assert_eq!(route_template("/v2/", &["domains", "example.com", "records"]), "/v2/domains/{id}/records");
         assert_eq!(route_template("/v2", &["blocks"]), "/v2/blocks");
+    }
+
+    #[test]
+    fn hyphenated_route_words_are_kept() {
+        assert_eq!(route_template("/v2", &["ssh-keys"]), "/v2/ssh-keys");
+        assert_eq!(
+            route_template("/v2", &["instances", "3f1c2a9e-0b7d-4c55-9e1a-1234567890ab", "backup-schedule"]),
+            "/v2/instances/{id}/backup-schedule"
+        );
+        for id in ["deadbeef-0b7d-4c55-9e1a-1234567890ab", "example.com", "-x", "x-", "a--b", ""] {
+            assert_eq!(route_template("/v2", &["domains", id]), "/v2/domains/{id}", "{id}");
+        }
     }
 
     #[test]
