@@ -181,6 +181,7 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
         )],
         BlockedReason::DnsRecordForeign | BlockedReason::UncertainDnsRecord => dns_resolutions(c, reason, n),
         BlockedReason::LabelledOrphan => labelled_orphan_resolutions(c, n),
+        BlockedReason::PreflightFailed => preflight_resolutions(c, n),
         BlockedReason::ConfigMismatch
         | BlockedReason::ForeignAttachment
         | BlockedReason::CredentialChanged
@@ -188,10 +189,55 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
         | BlockedReason::ProviderUnavailable
         | BlockedReason::NotReady
         | BlockedReason::AdapterUnconfigured
-        | BlockedReason::PreflightFailed
         | BlockedReason::AttemptsExhausted
         | BlockedReason::AdapterFailed => fix_then_reconcile(reason, n),
     }
+}
+
+/// `preflight_failed`: nothing was created, so the spec may still be
+/// corrected (`client update`) in each field the evidence names (one
+/// problem per `; `-separated part of it: `region ewr does not exist`,
+/// `plan vc2-1c-1gb is not sold in region ewr now`, ...), or the account
+/// fixed, or the client dropped.
+fn preflight_resolutions(c: &ClientRow, n: &str) -> Vec<Resolution> {
+    let r = |command: String, when: &str| Resolution { command, when: when.to_owned() };
+    let detail = c.infra.blocked_detail.as_deref().unwrap_or_default();
+    let problems: Vec<&str> = detail.trim_start_matches("preflight: ").split("; ").collect();
+    let names = |what: &str| problems.iter().any(|p| p.starts_with(what));
+    let mut out = vec![];
+    if names("region ") {
+        out.push(r(
+            format!("oduflow client update {n} --region REGION"),
+            "to a region that exists and offers the volume's block storage: the preflight runs again on the \
+             corrected spec",
+        ));
+    }
+    if names("plan ") {
+        out.push(r(
+            format!("oduflow client update {n} --plan PLAN"),
+            "to a plan the region sells now: the preflight runs again on the corrected spec",
+        ));
+    }
+    if names("firewall group ") {
+        out.push(r(
+            format!("oduflow client update {n} --firewall-group FIREWALL"),
+            "to a firewall group the account has (\"\" for none): the preflight runs again on the corrected spec",
+        ));
+    }
+    // What a fix in the account can mend (a region cannot be made).
+    if ["plan ", "image source ", "ssh key ", "firewall group "].into_iter().any(names) {
+        out.push(r(
+            format!("oduflow reconcile {n}"),
+            "after fixing what the evidence names in the Vultr account (an SSH key or firewall group created, a plan \
+         back in stock): the preflight runs again on a fresh catalog; nothing was created",
+        ));
+    }
+    out.push(r(
+        format!("oduflow client delete {n}"),
+        "to drop the client instead (nothing was created, so it ends deleted at once), then create it again with \
+         a spec the catalog accepts",
+    ));
+    out
 }
 
 /// `duplicate_matches`: keep one of the resources the evidence lists.
@@ -260,17 +306,6 @@ fn fix_then_reconcile(reason: BlockedReason, n: &str) -> Vec<Resolution> {
             "after putting the adapter named in the evidence back into the configuration: it then removes the \
              identity it ensured",
         )],
-        BlockedReason::PreflightFailed => vec![
-            reconcile(
-                "after fixing what the evidence names in the Vultr account (an SSH key or firewall group created, \
-                 a plan back in stock): the preflight runs again on a fresh catalog; nothing was created",
-            ),
-            r(
-                format!("oduflow client delete {n}"),
-                "to drop the client instead (nothing was created, so it ends deleted at once), then create it \
-                 again with a spec the catalog accepts",
-            ),
-        ],
         BlockedReason::AttemptsExhausted | BlockedReason::AdapterFailed => {
             vec![reconcile("after fixing the cause in the last error (see the events): runs the job again")]
         }

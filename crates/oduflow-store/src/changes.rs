@@ -208,6 +208,9 @@ fn update_resolves(r: BlockedReason) -> bool {
             | BlockedReason::NotReady
             // Another DNS name: checked again on the next run.
             | BlockedReason::DnsRecordForeign
+            // Nothing was created: the next run's preflight checks the
+            // corrected spec before any create.
+            | BlockedReason::PreflightFailed
     )
 }
 

@@ -183,6 +183,8 @@ impl World {
                 // The plan the fix below leaves the server with (or an
                 // upgrade of the plan it has).
                 "PLAN" => "vc2-2c-4gb".to_owned(),
+                // A region the simulator has.
+                "REGION" => "ewr".to_owned(),
                 w => {
                     assert!(!w.chars().any(|c| c.is_ascii_uppercase()), "{command}: unknown placeholder {w}");
                     w.to_owned()
@@ -223,6 +225,11 @@ impl World {
             .map(drop),
             ["oduflow", "client", "update", n, "--plan", plan] => {
                 let u = oduflow_model::update::SpecUpdate { plan: Some((*plan).to_owned()), ..Default::default() };
+                s.client_update(n, &u, t, 3).await.unwrap();
+                Ok(())
+            }
+            ["oduflow", "client", "update", n, "--region", region] => {
+                let u = oduflow_model::update::SpecUpdate { region: Some((*region).to_owned()), ..Default::default() };
                 s.client_update(n, &u, t, 3).await.unwrap();
                 Ok(())
             }
@@ -716,6 +723,31 @@ async fn preflight_failed() {
             w.with_cloud(Cloud::start().await);
         }
     });
+}
+
+/// A region that does not exist: the spec is corrected (nothing was
+/// created, so the region may still change), or the client dropped; no
+/// reconcile is offered, since no fix in the account makes a region.
+#[tokio::test]
+async fn preflight_failed_on_the_region() {
+    let setup = || async {
+        let w = World::new().await;
+        let spec = ClientSpec::parse("xxx", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
+        w.store.client_create(&ClientName::parse(NAME).unwrap(), &spec, now(), 3).await.unwrap();
+        w.drain().await;
+        assert!(w.cloud.sends().is_empty(), "sent despite the preflight: {:?}", w.cloud.sends());
+        w
+    };
+    let w = setup().await;
+    let commands: Vec<String> =
+        w.blocked(BlockedReason::PreflightFailed).await.into_iter().map(|r| r.command).collect();
+    assert_eq!(
+        commands,
+        [format!("oduflow client update {NAME} --region REGION"), format!("oduflow client delete {NAME}")],
+        "{:?}",
+        w.client().await.infra.blocked_detail
+    );
+    every_suggestion!(BlockedReason::PreflightFailed, setup(), |w, _cmd| ());
 }
 
 #[tokio::test]
