@@ -392,6 +392,41 @@ pub struct ClientFilter {
     /// Only clients with this target.
     #[param(schema_with = target_schema)]
     pub target: Option<Target>,
+    /// Only clients in this region (three or four lowercase letters).
+    #[param(pattern = "^[a-z]{3,4}$")]
+    pub region: Option<String>,
+    /// Only clients whose name matches: `*` stands for any run of
+    /// characters (shop-*).
+    #[param(pattern = "^[a-z0-9*-]{1,63}$")]
+    pub name: Option<String>,
+    /// Only clients whose record has not changed for at least this long
+    /// (90s, 15m, 2h, 3d; at most 365 days).
+    #[param(pattern = "^[0-9]{1,6}[smhd]$")]
+    pub unchanged_for: Option<String>,
+}
+
+impl ClientFilter {
+    /// The selection `client list` makes from the same words; a bad
+    /// pattern, region or duration is refused (422) with its text.
+    fn select(self) -> ApiResult<oduflow_store::ClientSelect> {
+        use oduflow_store::ClientSelect as S;
+        let checked = |v: Option<String>, parse: fn(&str) -> Result<String, String>| {
+            v.as_deref().map(parse).transpose().map_err(ApiError::InvalidInput)
+        };
+        Ok(S {
+            status: self.status,
+            blocked_reason: self.blocked_reason,
+            target: self.target,
+            region: checked(self.region, S::parse_region)?,
+            name: checked(self.name, S::parse_name)?,
+            unchanged_ms: self
+                .unchanged_for
+                .as_deref()
+                .map(S::parse_age)
+                .transpose()
+                .map_err(ApiError::InvalidInput)?,
+        })
+    }
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -454,15 +489,10 @@ pub async fn clients_list(
     State(s): State<AppState>,
     ApiQuery(f): ApiQuery<ClientFilter>,
 ) -> ApiResult<Json<Vec<ClientView>>> {
+    let select = f.select()?;
     let rows = s.store().client_list().await?;
-    Ok(Json(
-        rows.iter()
-            .filter(|c| f.status.is_none_or(|v| c.infra.status == v))
-            .filter(|c| f.blocked_reason.is_none_or(|v| c.infra.blocked_reason == Some(v)))
-            .filter(|c| f.target.is_none_or(|v| c.infra.target == v))
-            .map(ClientView::from)
-            .collect(),
-    ))
+    let now = s.now_ms();
+    Ok(Json(rows.iter().filter(|c| select.matches(c, now)).map(ClientView::from).collect()))
 }
 
 /// Records intent for a new client (`present`) and enqueues provisioning.

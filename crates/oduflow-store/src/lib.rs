@@ -29,6 +29,7 @@ mod planted;
 mod queue;
 mod receipts;
 mod rows;
+mod select;
 mod stats;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -42,6 +43,7 @@ pub use planted::{Bug, PLANTED_BUG_ENV, PlantedBug};
 pub use queue::*;
 pub use receipts::*;
 pub use rows::*;
+pub use select::ClientSelect;
 pub use stats::*;
 pub use tokens::*;
 

@@ -300,8 +300,10 @@ pub(crate) enum ClientCmd {
     /// Change a client's spec in place: a larger plan, a larger volume, its
     /// tags, firewall group or DNS name (before anything was created, any
     /// field).
-    /// Bumps the generation and enqueues the change; a blocked client stays
-    /// blocked until `oduflow reconcile NAME`.
+    /// Bumps the generation and enqueues the change. A block the update
+    /// resolves (a change refused or unseen, a server unlike its spec, a
+    /// failed preflight, a DNS name taken) is lifted; any other stays until
+    /// `oduflow reconcile NAME`.
     Update {
         name: String,
         #[command(flatten)]
@@ -321,11 +323,40 @@ pub(crate) enum ClientCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Every client with its status.
+    /// Every client with its status, or those a selection names (every
+    /// flag given must match). `--json`: one object per client, its fields
+    /// as `GET /api/v1/clients` answers them (a stable format: fields are
+    /// added, never renamed or removed).
     List {
+        #[command(flatten)]
+        select: SelectFlags,
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Which clients: every flag given must match.
+#[derive(clap::Args, Debug, Default)]
+pub(crate) struct SelectFlags {
+    /// A status: pending, provisioning, ready, deleting, deleted, blocked.
+    #[arg(long)]
+    pub status: Option<String>,
+    /// A blocked reason (uncertain_create, adapter_failed, ...).
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// The target: present or absent.
+    #[arg(long)]
+    pub target: Option<String>,
+    /// The spec's region.
+    #[arg(long)]
+    pub region: Option<String>,
+    /// A name pattern: `*` stands for any run of characters (shop-*).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Only clients whose record has not changed for at least this long
+    /// (90s, 15m, 2h, 3d): blocked, ready or waiting that long.
+    #[arg(long)]
+    pub unchanged_for: Option<String>,
 }
 
 #[derive(Subcommand)]

@@ -637,8 +637,26 @@ async fn list_filters_by_status_reason_and_target() {
     let (_, v) = h.get("/api/v1/clients?status=ready").await;
     assert_eq!(names(&v), ["acme-ready"]);
     assert_eq!(h.get("/api/v1/clients").await.1.as_array().unwrap().len(), 6);
+    let (_, v) = h.get("/api/v1/clients?name=lost-*&region=ewr&unchanged_for=0s").await;
+    assert_eq!(names(&v), ["lost-again", "lost-create"]);
+    let (_, v) = h.get("/api/v1/clients?name=*-one").await;
+    assert_eq!(names(&v), ["pending-one"]);
+    for none in ["region=ams", "unchanged_for=1d", "name=lost"] {
+        assert_eq!(names(&h.get(&format!("/api/v1/clients?{none}")).await.1), Vec::<String>::new(), "{none}");
+    }
     assert_error(&h.get("/api/v1/clients?status=happy").await, 422, "invalid_input");
     assert_error(&h.get("/api/v1/clients?colour=blue").await, 422, "invalid_input");
+    // What `client list` refuses, with the same words.
+    for (bad, says) in [
+        ("region=EWR", "is not a Vultr region id"),
+        ("name=Shop", "name pattern"),
+        ("unchanged_for=2w", "a whole number and a unit"),
+        ("unchanged_for=999d", "from 0 to 365 days"),
+    ] {
+        let (status, v) = h.get(&format!("/api/v1/clients?{bad}")).await;
+        assert_eq!(status, 422, "{bad}: {v}");
+        assert!(v.to_string().contains(says), "{bad}: {v}");
+    }
 }
 
 // ---- interventions and actions ---------------------------------------------------

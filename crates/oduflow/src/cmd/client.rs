@@ -78,11 +78,42 @@ pub async fn run(cfg: &Config, c: ClientCmd) -> Result<()> {
             let row = store.client_get(&name).await?.ok_or_else(|| StoreError::ClientNotFound(name.clone()))?;
             print_client(&store, &row, json, true).await
         }
-        ClientCmd::List { json } => {
+        ClientCmd::List { select, json } => {
+            let select = selection(select)?;
             let store = open(cfg).await?;
-            print_clients(&store.client_list().await?, json)
+            let now = now_ms(&store).await?;
+            let rows: Vec<_> = store.client_list().await?.into_iter().filter(|c| select.matches(c, now)).collect();
+            print_clients(&rows, json)
         }
     }
+}
+
+/// The selection flags, checked: a word that names no status, reason or
+/// target, a bad pattern or duration is refused before anything is read.
+pub(crate) fn selection(f: crate::cli::SelectFlags) -> Result<oduflow_store::ClientSelect> {
+    fn word<T: Copy + std::fmt::Display>(
+        what: &str,
+        v: Option<String>,
+        parse: fn(&str) -> Option<T>,
+        all: &[T],
+    ) -> Result<Option<T>> {
+        let Some(v) = v else { return Ok(None) };
+        let all: Vec<String> = all.iter().map(T::to_string).collect();
+        Ok(Some(parse(&v).ok_or_else(|| BadInput(format!("{what} {v:?} is none of: {}", all.join(", "))))?))
+    }
+    Ok(oduflow_store::ClientSelect {
+        status: word("status", f.status, ClientStatus::parse, ClientStatus::ALL)?,
+        blocked_reason: word("reason", f.reason, BlockedReason::parse, BlockedReason::ALL)?,
+        target: word("target", f.target, Target::parse, Target::ALL)?,
+        region: f.region.as_deref().map(oduflow_store::ClientSelect::parse_region).transpose().map_err(BadInput)?,
+        name: f.name.as_deref().map(oduflow_store::ClientSelect::parse_name).transpose().map_err(BadInput)?,
+        unchanged_ms: f
+            .unchanged_for
+            .as_deref()
+            .map(oduflow_store::ClientSelect::parse_age)
+            .transpose()
+            .map_err(BadInput)?,
+    })
 }
 
 /// The flags of `client update`, as the change they ask for.
@@ -128,7 +159,7 @@ fn resolve(cfg: &Config, name: &ClientName, f: SpecFlags) -> Result<ClientSpec> 
     };
     let list = |v: Vec<String>| (!v.is_empty()).then_some(v);
     let flags = SpecInput {
-        region: f.region,
+        region: f.region.as_deref().map(oduflow_store::ClientSelect::parse_region).transpose().map_err(BadInput)?,
         plan: f.plan,
         os_id: f.os_id,
         snapshot_id: f.snapshot,

@@ -129,6 +129,56 @@ async fn client_list_columns_are_aligned() {
     assert_aligned(&env.ok(&["token", "list"]));
 }
 
+/// `client list` selects as `GET /api/v1/clients` does (status, reason,
+/// target, region, name pattern, time unchanged), refuses what the API
+/// refuses with the same words (exit 2, nothing on standard output), and
+/// its `--json` keeps the API's fields: scripts may rely on them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_list_selects_and_its_json_is_stable() {
+    let env = Env::sqlite().await;
+    ready_blocked_and_pending(&env).await;
+    let names = |args: &[&str]| -> Vec<String> {
+        let v: serde_json::Value =
+            serde_json::from_str(&env.ok(&[&["client", "list", "--json"][..], args].concat())).unwrap();
+        v.as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap().to_owned()).collect()
+    };
+    assert_eq!(names(&["--status", "blocked", "--reason", "uncertain_create"]), ["lost"]);
+    assert_eq!(names(&["--status", "ready", "--region", "ewr", "--name", "ready-*"]), ["ready-one"]);
+    assert_eq!(names(&["--name", "*-one", "--unchanged-for", "0s"]), ["ready-one"]);
+    assert!(names(&["--region", "ams"]).is_empty() && names(&["--unchanged-for", "1d"]).is_empty());
+    assert_eq!(names(&["--target", "present"]).len(), 3);
+    for (args, says) in [
+        (&["--status", "happy"][..], "status \"happy\" is none of: pending, provisioning"),
+        (&["--reason", "sad"], "reason \"sad\" is none of:"),
+        (&["--region", "EWR"], "is not a Vultr region id"),
+        (&["--name", "Shop"], "name pattern"),
+        (&["--unchanged-for", "2w"], "a whole number and a unit"),
+        (&["--unchanged-for", "999d"], "from 0 to 365 days"),
+    ] {
+        let o = env.run(&[&["client", "list"][..], args].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?}");
+    }
+    // The fields scripts read, as `GET /api/v1/clients` names them: a field
+    // may be added (then here), never renamed or removed.
+    let v: serde_json::Value = serde_json::from_str(&env.ok(&["client", "list", "--json", "--name", "lost"])).unwrap();
+    let keys: Vec<&str> = v[0].as_object().unwrap().keys().map(String::as_str).collect();
+    #[rustfmt::skip]
+    let stable = [
+        "backups", "blocked_detail", "blocked_reason", "created_ms", "dns_name", "enable_ipv6",
+        "firewall_group", "generation", "hostname", "id", "image", "ipv4", "ipv6", "key_fingerprint", "name",
+        "os_id", "plan", "region", "ssh_keys", "status", "tags", "target", "updated_ms", "user_data_bytes",
+        "volume_gb", "volume_id", "volume_mount_id", "volume_type", "vm_id", "vpcs",
+    ];
+    for k in stable {
+        assert!(keys.contains(&k), "`client list --json` lost the field {k}: {keys:?}");
+    }
+    let added: Vec<&&str> = keys.iter().filter(|k| !stable.contains(k)).collect();
+    assert!(added.is_empty(), "new fields {added:?}: add them to the stable list above");
+}
+
 /// The worker's warnings reach standard error at the default level (warn):
 /// one line per 5xx, naming the method and the route (a template, never an
 /// id), and one when a client becomes blocked, naming it, the reason and
