@@ -97,6 +97,23 @@ impl Effect {
         matches!(self, Effect::Known { .. } | Effect::Unknown { .. } | Effect::Unmarked { .. })
     }
 
+    /// Its name in the metrics (`oduflow_dispatches{outcome=...}`): how its
+    /// id became known (`accepted` for the response's own), or `rejected`,
+    /// `abandoned`, `not_sent` (its last send provably never left),
+    /// `not_marked_sent` (claimed, never marked sent), `unknown` (only
+    /// reads can tell).
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Effect::Known { source: Some(IdSource::Response) | None, .. } => "accepted",
+            Effect::Known { source: Some(s), .. } => s.as_str(),
+            Effect::Rejected { .. } => "rejected",
+            Effect::Abandoned { .. } => "abandoned",
+            Effect::NotSent { .. } => "not_sent",
+            Effect::Unmarked { .. } => "not_marked_sent",
+            Effect::Unknown { .. } => "unknown",
+        }
+    }
+
     /// Neither known nor closed: the provider may hold what it made, and no
     /// id says what that is.
     pub fn is_uncertain(&self) -> bool {

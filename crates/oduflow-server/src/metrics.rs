@@ -219,8 +219,9 @@ async fn database(o: &mut Out, store: &Store, now_ms: i64) -> Result<(), oduflow
     o.head(
         "oduflow_dispatches",
         "gauge",
-        "Dispatches (receipts) by resource kind and outcome: accepted, adopted_by_label, adopted_by_operator, \
-         rejected, abandoned, unknown (database).",
+        "Dispatches (receipts) by resource kind and outcome, as the ledger reads each: accepted, \
+         adopted_by_label, adopted_by_operator, reclaimed_by_marker, rejected, abandoned, not_sent, \
+         not_marked_sent, unknown (database).",
     );
     for (kind, outcome, n) in &stats.dispatches_by_outcome {
         o.sample("oduflow_dispatches", &[("kind", kind), ("outcome", outcome)], n);

@@ -501,6 +501,19 @@ impl ReceiptRow {
     }
 }
 
+/// [`ReceiptRow::effect`]'s reading in SQL, as [`Effect::outcome`] names
+/// it, for counting receipts by outcome in one `GROUP BY` (the metrics):
+/// the same order (an abandonment first, then an id, a refusal, a send
+/// that provably never left, a claim never marked sent).
+pub(crate) const RECEIPT_OUTCOME_SQL: &str = "CASE \
+    WHEN abandoned_by IS NOT NULL THEN 'abandoned' \
+    WHEN resource_id IS NOT NULL AND coalesce(resource_id_source, 'response') = 'response' THEN 'accepted' \
+    WHEN resource_id IS NOT NULL THEN resource_id_source \
+    WHEN rejection_status IS NOT NULL THEN 'rejected' \
+    WHEN not_sent_ms IS NOT NULL THEN 'not_sent' \
+    WHEN sent_ms IS NULL THEN 'not_marked_sent' \
+    ELSE 'unknown' END";
+
 /// One audit event.
 #[derive(Clone, Debug, Serialize)]
 pub struct EventRow {

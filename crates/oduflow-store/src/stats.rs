@@ -12,9 +12,8 @@ pub struct StoreStats {
     pub jobs_by_state: Vec<(String, i64)>,
     /// Blocked clients per blocked reason.
     pub blocked_by_reason: Vec<(String, i64)>,
-    /// Dispatches (receipts) per (resource kind, outcome), where the outcome
-    /// is `accepted`, `adopted_by_label`, `adopted_by_operator`, `rejected`,
-    /// `abandoned` or `unknown`.
+    /// Dispatches (receipts) per (resource kind, outcome), the outcome as
+    /// [`oduflow_model::ledger::Effect::outcome`] names it.
     pub dispatches_by_outcome: Vec<(String, String, i64)>,
     /// `run_after_ms` of the oldest runnable queued job: how long work has
     /// been waiting for a worker.
@@ -31,14 +30,9 @@ impl Store {
                     "SELECT blocked_reason, count(*) FROM infra WHERE status = 'blocked' AND blocked_reason IS NOT NULL \
                      GROUP BY blocked_reason ORDER BY blocked_reason")
                     .fetch_all(p).await?;
-                let dispatches_by_outcome = sqlx::query_as(
-                    "SELECT resource_kind, CASE \
-                       WHEN resource_id IS NOT NULL AND resource_id_source = 'response' THEN 'accepted' \
-                       WHEN resource_id IS NOT NULL THEN resource_id_source \
-                       WHEN rejection_status IS NOT NULL THEN 'rejected' \
-                       WHEN abandoned_by IS NOT NULL THEN 'abandoned' \
-                       ELSE 'unknown' END AS outcome, count(*) \
-                     FROM dispatch_receipts GROUP BY 1, 2 ORDER BY 1, 2")
+                let dispatches_by_outcome = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    "SELECT resource_kind, {} AS outcome, count(*) \
+                     FROM dispatch_receipts GROUP BY 1, 2 ORDER BY 1, 2", crate::rows::RECEIPT_OUTCOME_SQL)))
                     .fetch_all(p).await?;
                 let oldest_runnable_ms = sqlx::query_scalar(
                     "SELECT min(run_after_ms) FROM jobs WHERE state = 'queued' AND run_after_ms <= $1")

@@ -49,8 +49,65 @@ oduflow_store::on_both_stores!(
     a_token_revoked_twice_side_by_side_is_revoked_once,
     an_inventory_pass_never_undoes_what_happened_after_it_began,
     inventory_passes_side_by_side_all_commit,
-    a_change_a_restores_pass_found_owns_no_resize_once_confirmed
+    a_change_a_restores_pass_found_owns_no_resize_once_confirmed,
+    the_metrics_count_each_receipt_as_its_ledger_reads_it
 );
+
+/// The metrics' count of receipts by outcome (one SQL `GROUP BY`) reads
+/// each receipt as the ledger does (`ReceiptRow::effect`): one receipt in
+/// each state, an abandoned one that kept its id and a send that never left
+/// included, none of them `unknown` but the one that is.
+async fn the_metrics_count_each_receipt_as_its_ledger_reads_it(store: Store) {
+    let store = &store;
+    let c = client(store, "acme").await;
+    let ledger = ReceiptLedger::new(store.clone());
+    let fp = KeyFingerprint("f".into());
+    for generation in 1..=8 {
+        let key = OperationKey::new(&c, ResourceKind::Vm, generation);
+        ledger
+            .receipt_claim(&NewReceipt {
+                operation_key: key.clone(),
+                client_ref: c.clone(),
+                resource_kind: ResourceKind::Vm,
+                dispatch_generation: generation,
+                label: Label::new_dispatch(&c, ResourceKind::Vm),
+                region: "ewr".into(),
+                spec_digest: "d".into(),
+                key_fingerprint: fp.clone(),
+                claimed_ms: 1,
+            })
+            .await
+            .unwrap();
+        if generation == 1 {
+            continue; // claimed, never marked sent
+        }
+        ledger.receipt_mark_sent(&key, &c, &fp, 2).await.unwrap();
+        match generation {
+            3 => ledger.receipt_record_id(&key, "vm-3", IdSource::Response, 3).await.unwrap(),
+            4 => ledger.receipt_record_id(&key, "vm-4", IdSource::AdoptedByLabel, 3).await.unwrap(),
+            5 => ledger.receipt_record_rejection(&key, 422, "no", 3).await.unwrap(),
+            6 => drop(ledger.receipt_mark_not_sent(&key, "no connection", 3).await.unwrap()),
+            7 => {
+                // Answered with an id never seen nor listed, then given up.
+                ledger.receipt_record_id(&key, "vm-7", IdSource::Response, 3).await.unwrap();
+                ledger.receipt_abandon(&key, "ops", "checked", false, 4).await.unwrap();
+            }
+            8 => ledger.receipt_abandon(&key, "ops", "checked", false, 4).await.unwrap(),
+            _ => {} // 2: sent, its answer lost
+        }
+    }
+    let mut by_ledger: Vec<(String, String, i64)> = vec![];
+    for r in store.receipts_for_client(&c).await.unwrap() {
+        let outcome = r.effect().outcome().to_owned();
+        match by_ledger.iter_mut().find(|(_, o, _)| *o == outcome) {
+            Some(row) => row.2 += 1,
+            None => by_ledger.push(("vm".into(), outcome, 1)),
+        }
+    }
+    by_ledger.sort();
+    assert_eq!(by_ledger.len(), 7, "a state missing from the test: {by_ledger:?}");
+    assert_eq!(store.stats(10).await.unwrap().dispatches_by_outcome, by_ledger);
+}
 
 /// The columns and trigger migration 14 added, and what the migrations
 /// after it added, dropped again to rebuild an older schema.
