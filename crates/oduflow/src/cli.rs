@@ -119,9 +119,9 @@ pub(crate) enum Cmd {
     Campaign(NotBuilt),
     /// Serve the Vultr API simulator (API under /v2, controls under /sim).
     ///
-    /// It accepts only the API key in VULTR_API_KEY, which must be set (any
-    /// other key is answered 401): run workers with that same key and
-    /// ODUFLOW_VULTR_URL=http://LISTEN/v2.
+    /// It accepts only the API key in VULTR_API_KEY, which must be set, and
+    /// those of --also-accept-keys FILE (any other key is answered 401):
+    /// run workers with that same key and ODUFLOW_VULTR_URL=http://LISTEN/v2.
     Sim(crate::cmd::sim::SimArgs),
     /// Serve the HTTP API, the dashboard and Prometheus metrics.
     Serve(crate::cmd::serve::ServeArgs),

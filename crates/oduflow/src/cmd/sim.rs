@@ -40,6 +40,27 @@ pub struct SimArgs {
     /// Milliseconds listings lag behind creates and deletes.
     #[arg(long, default_value_t = 1_000)]
     list_lag_ms: u64,
+    /// A file of more API keys the simulator accepts for the same account,
+    /// one a line (`#` starts a comment): to rehearse `oduflow credentials
+    /// rotate`. Keys are read from a file, never from the command line.
+    #[arg(long, value_name = "FILE")]
+    also_accept_keys: Option<std::path::PathBuf>,
+}
+
+/// The keys in `--also-accept-keys`' file, which must name at least one.
+fn more_keys(path: &std::path::Path) -> Result<Vec<secrecy::SecretString>> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| BadInput(format!("--also-accept-keys {}: {e}", path.display())))?;
+    let keys: Vec<secrecy::SecretString> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|k| secrecy::SecretString::from(k.to_owned()))
+        .collect();
+    if keys.is_empty() {
+        return Err(BadInput(format!("--also-accept-keys {}: no key in it (one a line)", path.display())).into());
+    }
+    Ok(keys)
 }
 
 pub async fn run(cfg: &Config, a: SimArgs) -> Result<()> {
@@ -56,6 +77,7 @@ pub async fn run(cfg: &Config, a: SimArgs) -> Result<()> {
         ..Faults::default()
     };
     faults.validate().map_err(BadInput)?;
+    let more = a.also_accept_keys.as_deref().map(more_keys).transpose()?.unwrap_or_default();
     let sc = SimConfig {
         seed: a.seed,
         rate_per_sec: a.rate,
@@ -63,11 +85,17 @@ pub async fn run(cfg: &Config, a: SimArgs) -> Result<()> {
         installing_ms: a.pending_ms,
         get_404_window_ms: a.get_404_window_ms,
         list_lag_ms: a.list_lag_ms,
-        api_keys: vec![key.clone()],
+        api_keys: std::iter::once(key.clone()).chain(more).collect(),
         faults,
         ..SimConfig::default()
     };
-    eprintln!("oduflow sim: http://{}/v2 (controls: /sim/ledger, /sim/faults), seed {}", a.listen, a.seed);
+    eprintln!(
+        "oduflow sim: http://{}/v2 (controls: /sim/ledger, /sim/faults), seed {}, {} API key{}",
+        a.listen,
+        a.seed,
+        sc.api_keys.len(),
+        if sc.api_keys.len() == 1 { "" } else { "s" }
+    );
     oduflow_sim::serve(sc, a.listen).await?;
     Ok(())
 }

@@ -740,18 +740,25 @@ async fn config_file_and_environment(env: Env) {
     assert_eq!(o.status.code(), Some(2));
 }
 
-/// `oduflow sim` serves the API and its controls.
+/// `oduflow sim` serves the API and its controls, to the key in
+/// VULTR_API_KEY and to those of `--also-accept-keys` (one account, so a
+/// key rotation can be rehearsed), and to no other; it prints no key.
 #[test]
 fn sim_command_serves_api_and_ledger() {
     use std::io::{Read, Write};
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let dir = tempfile::tempdir().unwrap();
+    let (next, comment) = ("next-key-0456", "# the key after the rotation");
+    let keys = dir.path().join("keys");
+    std::fs::write(&keys, format!("{comment}\n\n  {next}  \n")).unwrap();
     let mut child = Command::new(bin())
         .args(["sim", "--listen", &format!("127.0.0.1:{port}"), "--seed", "3"])
+        .arg("--also-accept-keys")
+        .arg(&keys)
         .current_dir(dir.path())
         .env("VULTR_API_KEY", KEY)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let get = |path: &str, key: Option<&str>| -> Option<String> {
@@ -773,9 +780,24 @@ fn sim_command_serves_api_and_ledger() {
     assert!(ledger.starts_with("HTTP/1.1 200"), "{ledger}");
     assert!(ledger.contains("creates_per_label"));
     assert!(get("/v2/account", Some(KEY)).unwrap().starts_with("HTTP/1.1 200"));
+    assert!(get("/v2/account", Some(next)).unwrap().starts_with("HTTP/1.1 200"));
     assert!(get("/v2/account", Some("wrong")).unwrap().starts_with("HTTP/1.1 401"));
     child.kill().unwrap();
-    child.wait().unwrap();
+    let o = child.wait_with_output().unwrap();
+    let printed = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(printed.contains("2 API keys") && !printed.contains(KEY) && !printed.contains(next), "{printed}");
+    // A file with no key, or none at all, is refused before it serves.
+    std::fs::write(&keys, "# nothing\n").unwrap();
+    for file in [keys.clone(), dir.path().join("missing")] {
+        let o = Command::new(bin())
+            .args(["sim", "--listen", "127.0.0.1:0", "--also-accept-keys"])
+            .arg(&file)
+            .env("VULTR_API_KEY", KEY)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stderr).contains("--also-accept-keys"), "{o:?}");
+    }
 }
 
 fn campaign(args: &[&str], bug: Option<&str>) -> (bool, String) {
