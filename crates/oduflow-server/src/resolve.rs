@@ -109,6 +109,26 @@ fn never_seen(c: &ClientRow, receipts: &[ReceiptRow], kind: &str) -> Vec<Resolut
         .collect()
 }
 
+/// What oduflow already looked at for the uncertain create of `kind`: its
+/// label, how many looks (listings and reads by id) counted against the
+/// polling limit, and over how long, from the send to the block; empty
+/// when no such receipt is on record.
+fn looked_for(c: &ClientRow, receipts: &[ReceiptRow], kind: &str) -> String {
+    let open = receipts.iter().rev().find(|r| {
+        r.resource_kind.as_str() == kind
+            && r.dispatch_generation == c.infra.dispatch_generation(r.resource_kind)
+            && r.effect().is_uncertain()
+    });
+    let Some(r) = open else { return String::new() };
+    let secs = (c.infra.updated_ms - r.sent_or_claimed_ms()).max(0) / 1000;
+    let span = if secs < 120 { format!("{secs} s") } else { format!("{} min", secs / 60) };
+    format!(
+        " (oduflow looked for label {} {} times over {span}, from the send to the block, and nothing carried it)",
+        r.label,
+        r.observations()
+    )
+}
+
 pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
     let Some(reason) = c.infra.blocked_reason else { return vec![] };
     let n = &c.name;
@@ -129,7 +149,10 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
             ),
             r(
                 format!("oduflow abandon {n} --kind {kind} --by WHO --reason WHY"),
-                "only if you have checked that it was never created: the label stays on the orphan watch list",
+                &format!(
+                    "only if you have checked that it was never created{}: the label stays on the orphan watch list",
+                    looked_for(c, receipts, kind)
+                ),
             ),
         ],
         BlockedReason::UncertainAttach => vec![

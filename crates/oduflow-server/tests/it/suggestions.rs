@@ -427,6 +427,17 @@ async fn uncertain_create() {
         w.create().await;
         w
     };
+    // The abandon names what oduflow already looked at, so the operator
+    // checks the console for that label, not the same reads again.
+    let w = setup().await;
+    let abandon = w.blocked(BlockedReason::UncertainCreate).await.into_iter().find(|r| r.command.contains("abandon"));
+    let when = abandon.unwrap().when;
+    let label = w.vm_label().await;
+    let receipts = w.store.receipts_for_client(&w.client().await.id).await.unwrap();
+    let looks = receipts.iter().find(|r| r.label == label).unwrap().observations();
+    assert!(looks > 0, "{receipts:?}");
+    let says = format!("oduflow looked for label {label} {looks} times");
+    assert!(when.contains(&says) && when.contains(" over ") && when.contains("nothing carried it"), "{when}");
     every_suggestion!(BlockedReason::UncertainCreate, setup(), |w, cmd| {
         if cmd.contains("abandon") {
             // "only if you have checked that it was never created": true here.
