@@ -180,6 +180,11 @@ pub struct DeleteProgress {
     pub delete_sent: bool,
     /// A GET answered 404 after that DELETE: the resource is gone.
     pub deleted: bool,
+    /// A listing showed it by its id (not a sighting: requests by id may
+    /// still answer 404 then); told in the evidence of a deletion that
+    /// cannot be confirmed.
+    #[serde(default)]
+    pub listed: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -630,11 +635,15 @@ fn absent_step(kind: ResourceKind, r: &Resource, max: i64) -> Option<Action> {
                 // harmless, so the 404 that confirms follows a DELETE.
                 Some(Action::Delete(kind, id.clone()))
             } else if *observations + 1 >= max {
+                let shown = match r.progress.listed {
+                    true => "a listing showed it, but no request by id ever did",
+                    false => "neither a listing nor a request by id ever showed it",
+                };
                 Some(Action::Block(
                     BlockedReason::UncertainDelete,
                     format!(
-                        "{} {id} answers 404 but was never seen to exist; it may still appear, so its \
-                         deletion cannot be confirmed",
+                        "{} {id} answers 404; {shown}, so the 404 may be Vultr's post-create window and it \
+                         may still appear: its deletion cannot be confirmed",
                         kind.as_str()
                     ),
                 ))

@@ -466,6 +466,7 @@ impl ReceiptRow {
             seen: self.seen_ms.is_some(),
             delete_sent: self.delete_sent_ms.is_some(),
             deleted: self.deleted_ms.is_some(),
+            listed: self.listed(),
         }
     }
 

@@ -208,7 +208,7 @@ fn deletion_sends_delete_first_and_confirms_by_a_404_after_it() {
     vm.progress.deleted = true;
     check(absent(vm.clone(), known("v-1", 0, Seen::NotRead)), Action::Observe(K::Volume));
     let mut v = known("v-1", 0, Seen::Missing);
-    v.progress = DeleteProgress { seen: true, delete_sent: true, deleted: true };
+    v.progress = DeleteProgress { seen: true, delete_sent: true, deleted: true, listed: false };
     check(absent(vm, v), Action::Deleted);
 }
 
@@ -217,6 +217,17 @@ fn a_404_before_ever_seen_proves_nothing() {
     // The new-VM 404 window: never counted as deleted.
     check(absent(known("i-1", 0, Seen::Missing), none()), Action::CountObservation(K::Vm));
     check_block(absent(known("i-1", 4, Seen::Missing), none()), B::UncertainDelete);
+    // The evidence tells what did show it: nothing, or a listing only.
+    let detail = |listed: bool| {
+        let mut vm = known("i-1", 4, Seen::Missing);
+        vm.progress.listed = listed;
+        match decide(&absent(vm, none())) {
+            Action::Block(B::UncertainDelete, d) => d,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert!(detail(false).contains("neither a listing nor a request by id ever showed it"), "{}", detail(false));
+    assert!(detail(true).contains("a listing showed it, but no request by id ever did"), "{}", detail(true));
 }
 
 #[test]
@@ -239,7 +250,7 @@ fn vm_deleted_before_volume() {
 #[test]
 fn present_again_finishes_an_interrupted_deletion_first() {
     let mut vm = known("i-1", 0, Seen::Present(ok("i-1")));
-    vm.progress = DeleteProgress { seen: true, delete_sent: true, deleted: false };
+    vm.progress = DeleteProgress { seen: true, delete_sent: true, deleted: false, listed: false };
     check(present(vm.clone(), none(), ReceiptFacts::None), Action::Delete(K::Vm, "i-1".into()));
     vm.seen = Seen::Missing;
     check(present(vm, none(), ReceiptFacts::None), Action::ConfirmDeleted(K::Vm));

@@ -271,6 +271,10 @@ async fn a_listed_vm_deleted_behind_oduflows_back_can_be_abandoned_once_its_clie
     env.ok(&["worker", "--until-settled"]);
     let c = store.client_get("gone").await.unwrap().unwrap();
     assert_eq!(c.infra.blocked_reason, Some(BlockedReason::UncertainDelete), "{:?}", c.infra);
+    // The evidence tells what was seen: a listing showed the VM, no
+    // request by id did (not "never seen to exist").
+    let detail = c.infra.blocked_detail.clone().unwrap_or_default();
+    assert!(detail.contains("a listing showed it, but no request by id ever did"), "{detail}");
     let show = env.ok(&["client", "show", "gone"]);
     assert!(show.contains("oduflow abandon gone --kind vm"), "the resolving command is not offered:\n{show}");
     env.ok(&["abandon", "gone", "--kind", "vm", "--by", "test", "--reason", "deleted in the console"]);
