@@ -177,14 +177,17 @@ pub fn check_dns_name(name: &str) -> Result<(), SpecError> {
     if ok { Ok(()) } else { Err(SpecError::DnsName(name.to_owned())) }
 }
 
+/// A Vultr region id: three or four lowercase letters.
+pub fn check_region(region: &str) -> Result<(), SpecError> {
+    let ok = (3..=4).contains(&region.len()) && region.bytes().all(|b| b.is_ascii_lowercase());
+    if ok { Ok(()) } else { Err(SpecError::Region(region.to_owned())) }
+}
+
 impl ClientSpec {
     /// The spec with an OS image and no server fields (their defaults);
     /// [`crate::server::SpecInput::resolve`] builds the full one.
     pub fn parse(region: &str, plan: &str, os_id: i64, volume_gb: i64, volume_type: &str) -> Result<Self, SpecError> {
-        let region_ok = (3..=4).contains(&region.len()) && region.bytes().all(|b| b.is_ascii_lowercase());
-        if !region_ok {
-            return Err(SpecError::Region(region.to_owned()));
-        }
+        check_region(region)?;
         let plan_ok = !plan.is_empty()
             && plan.len() <= 64
             && plan.as_bytes()[0].is_ascii_lowercase()

@@ -37,10 +37,9 @@ impl ClientSelect {
             && self.unchanged_ms.is_none_or(|ms| now_ms - i.updated_ms >= ms)
     }
 
-    /// A region id, by the spec's rule (three or four lowercase letters).
+    /// A region id, by the spec's rule ([`oduflow_model::check_region`]).
     pub fn parse_region(r: &str) -> Result<String, String> {
-        let ok = (3..=4).contains(&r.len()) && r.bytes().all(|b| b.is_ascii_lowercase());
-        ok.then(|| r.to_owned()).ok_or_else(|| oduflow_model::SpecError::Region(r.to_owned()).to_string())
+        oduflow_model::check_region(r).map(|()| r.to_owned()).map_err(|e| e.to_string())
     }
 
     /// A name pattern: the characters of client names (lowercase letters,
