@@ -409,23 +409,15 @@ impl ClientFilter {
     /// The selection `client list` makes from the same words; a bad
     /// pattern, region or duration is refused (422) with its text.
     fn select(self) -> ApiResult<oduflow_store::ClientSelect> {
-        use oduflow_store::ClientSelect as S;
-        let checked = |v: Option<String>, parse: fn(&str) -> Result<String, String>| {
-            v.as_deref().map(parse).transpose().map_err(ApiError::InvalidInput)
-        };
-        Ok(S {
+        let typed = oduflow_store::ClientSelect {
             status: self.status,
             blocked_reason: self.blocked_reason,
             target: self.target,
-            region: checked(self.region, S::parse_region)?,
-            name: checked(self.name, S::parse_name)?,
-            unchanged_ms: self
-                .unchanged_for
-                .as_deref()
-                .map(S::parse_age)
-                .transpose()
-                .map_err(ApiError::InvalidInput)?,
-        })
+            ..Default::default()
+        };
+        typed
+            .with_words(self.region.as_deref(), self.name.as_deref(), self.unchanged_for.as_deref())
+            .map_err(ApiError::InvalidInput)
     }
 }
 

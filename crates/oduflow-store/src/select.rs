@@ -1,8 +1,7 @@
 //! A selection of clients, the same for `client list` and
 //! `GET /api/v1/clients`: by status, blocked reason, target, region, name
 //! pattern, and how long the record has stood unchanged. Every field is
-//! checked when it is made ([`ClientSelect::parse_region`],
-//! [`ClientSelect::parse_name`], [`ClientSelect::parse_age`]), so a front end refuses bad input before it
+//! checked when it is made ([`ClientSelect::with_words`]), so a front end refuses bad input before it
 //! reads anything.
 
 use crate::ClientRow;
@@ -37,14 +36,30 @@ impl ClientSelect {
             && self.unchanged_ms.is_none_or(|ms| now_ms - i.updated_ms >= ms)
     }
 
+    /// The selection's words that are free text (region, name pattern,
+    /// time unchanged), checked, beside the typed ones already set: the
+    /// one place `client list` and the API turn them into a selection, so
+    /// both refuse the same words with the same text.
+    pub fn with_words(
+        mut self,
+        region: Option<&str>,
+        name: Option<&str>,
+        unchanged_for: Option<&str>,
+    ) -> Result<Self, String> {
+        self.region = region.map(Self::parse_region).transpose()?;
+        self.name = name.map(Self::parse_name).transpose()?;
+        self.unchanged_ms = unchanged_for.map(Self::parse_age).transpose()?;
+        Ok(self)
+    }
+
     /// A region id, by the spec's rule ([`oduflow_model::check_region`]).
-    pub fn parse_region(r: &str) -> Result<String, String> {
+    fn parse_region(r: &str) -> Result<String, String> {
         oduflow_model::check_region(r).map(|()| r.to_owned()).map_err(|e| e.to_string())
     }
 
     /// A name pattern: the characters of client names (lowercase letters,
     /// digits, `-`) and `*`, at most 63 of them.
-    pub fn parse_name(p: &str) -> Result<String, String> {
+    fn parse_name(p: &str) -> Result<String, String> {
         let ok = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '*';
         if p.is_empty() || p.len() > 63 || !p.chars().all(ok) {
             return Err(format!(
@@ -56,7 +71,7 @@ impl ClientSelect {
 
     /// A duration such as `90s`, `15m`, `2h` or `3d`, in ms: a whole
     /// number, then its unit; at most 365 days.
-    pub fn parse_age(s: &str) -> Result<i64, String> {
+    fn parse_age(s: &str) -> Result<i64, String> {
         const DAY_MS: i64 = 86_400_000;
         let bad = || format!("duration {s:?}: a whole number and a unit (s, m, h or d), such as 90s or 2h, expected");
         let unit = s.chars().last().ok_or_else(bad)?;

@@ -101,19 +101,13 @@ pub(crate) fn selection(f: crate::cli::SelectFlags) -> Result<oduflow_store::Cli
         let all: Vec<String> = all.iter().map(T::to_string).collect();
         Ok(Some(parse(&v).ok_or_else(|| BadInput(format!("{what} {v:?} is none of: {}", all.join(", "))))?))
     }
-    Ok(oduflow_store::ClientSelect {
+    let typed = oduflow_store::ClientSelect {
         status: word("status", f.status, ClientStatus::parse, ClientStatus::ALL)?,
         blocked_reason: word("reason", f.reason, BlockedReason::parse, BlockedReason::ALL)?,
         target: word("target", f.target, Target::parse, Target::ALL)?,
-        region: f.region.as_deref().map(oduflow_store::ClientSelect::parse_region).transpose().map_err(BadInput)?,
-        name: f.name.as_deref().map(oduflow_store::ClientSelect::parse_name).transpose().map_err(BadInput)?,
-        unchanged_ms: f
-            .unchanged_for
-            .as_deref()
-            .map(oduflow_store::ClientSelect::parse_age)
-            .transpose()
-            .map_err(BadInput)?,
-    })
+        ..Default::default()
+    };
+    Ok(typed.with_words(f.region.as_deref(), f.name.as_deref(), f.unchanged_for.as_deref()).map_err(BadInput)?)
 }
 
 /// The flags of `client update`, as the change they ask for.
@@ -159,7 +153,7 @@ fn resolve(cfg: &Config, name: &ClientName, f: SpecFlags) -> Result<ClientSpec> 
     };
     let list = |v: Vec<String>| (!v.is_empty()).then_some(v);
     let flags = SpecInput {
-        region: f.region.as_deref().map(oduflow_store::ClientSelect::parse_region).transpose().map_err(BadInput)?,
+        region: f.region,
         plan: f.plan,
         os_id: f.os_id,
         snapshot_id: f.snapshot,
