@@ -1,15 +1,17 @@
 //! The operations both front ends run, a module each: what is asked of a
 //! client (`intent`) and the operator's commands that need the provider
-//! (`reconcile` with adopt and abandon, `settle`, `credentials`,
-//! `inventory`, `orphans`). Each leaves an audit event and refuses, with a
+//! (`reconcile` with adopt and abandon, `bulk` over a selection,
+//! `settle`, `credentials`, `inventory`, `orphans`). Each leaves an audit event and refuses, with a
 //! clear reason, anything the protocol does not allow.
 
+mod bulk;
 mod credentials;
 mod intent;
 mod inventory;
 mod orphans;
 mod reconcile;
 mod settle;
+pub use bulk::{BULK_CLIENTS_MAX, BulkAction, BulkItem, BulkOutcome, BulkReport, bulk};
 pub use credentials::{Unproven, credentials_rotate};
 pub use intent::{Updated, client_create, client_delete, client_update, preflight, queue_resume, refuse_if_restored};
 pub use inventory::{Inventory, InventoryItem, inventory, inventory_settled};

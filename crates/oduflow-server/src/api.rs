@@ -732,6 +732,82 @@ pub async fn clients_abandon(
     Ok(Json((&row).into()))
 }
 
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkReconcileRequest {
+    /// Report what each selected client would get; record nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkAbandonRequest {
+    /// vm, volume or attach.
+    pub kind: AbandonKind,
+    /// Who attests, for every selected client.
+    #[schema(min_length = 1, max_length = 100)]
+    pub by: String,
+    /// Why (what was checked), recorded with each client.
+    #[schema(min_length = 1, max_length = 1000)]
+    pub reason: String,
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// `oduflow bulk reconcile` over HTTP: the clients the query selects (as
+/// `GET /api/v1/clients` does; at least one parameter, at most 1,000
+/// clients) each reconciled, each with its own outcome and audit record.
+#[utoipa::path(post, path = "/api/v1/bulk/reconcile", tag = "actions", params(ClientFilter),
+    request_body = BulkReconcileRequest,
+    responses((status = 200, body = Object, description = "action, dry_run, items (name, outcome: done, would_do, refused or not_reached, detail), stopped"),
+        (status = 401, body = ErrorBody), (status = 409, description = "no selection, too many clients, a pending restore, or a read-only server", body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn bulk_reconcile(
+    State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiQuery(f): ApiQuery<ClientFilter>,
+    ApiJson(req): ApiJson<BulkReconcileRequest>,
+) -> ApiResult<Json<operator::BulkReport>> {
+    let select = f.select()?;
+    let provider = s.acting_provider()?;
+    let action = operator::BulkAction::Reconcile { provider: provider.as_ref() };
+    let by = caller.actor();
+    Ok(Json(operator::bulk(s.store(), &select, action, s.actor(&by), req.dry_run).await?))
+}
+
+/// `oduflow bulk abandon` over HTTP: the selected clients' uncertain
+/// dispatches of one kind given up on one attestation, recorded with each.
+#[utoipa::path(post, path = "/api/v1/bulk/abandon", tag = "actions", params(ClientFilter),
+    request_body = BulkAbandonRequest,
+    responses((status = 200, body = Object, description = "action, dry_run, items (name, outcome: done, would_do, refused or not_reached, detail), stopped"),
+        (status = 401, body = ErrorBody), (status = 409, description = "no selection, too many clients, a pending restore, or a read-only server", body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn bulk_abandon(
+    State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiQuery(f): ApiQuery<ClientFilter>,
+    ApiJson(req): ApiJson<BulkAbandonRequest>,
+) -> ApiResult<Json<operator::BulkReport>> {
+    let select = f.select()?;
+    let by = attestation("by", &req.by, BY_LEN_MAX)?;
+    let reason = attestation("reason", &req.reason, REASON_LEN_MAX)?;
+    let by = format!("{by} (via {})", caller.actor());
+    let kind = match req.kind {
+        AbandonKind::Vm => ResourceKind::Vm,
+        AbandonKind::Volume => ResourceKind::Volume,
+        AbandonKind::Attach => ResourceKind::Attach,
+        AbandonKind::Dns => {
+            return Err(ApiError::InvalidInput(
+                "kind dns: a bulk abandon takes vm, volume or attach; abandon DNS records one client at a time".into(),
+            ));
+        }
+    };
+    let action: operator::BulkAction<'_, oduflow_vultr::VultrClient> =
+        operator::BulkAction::Abandon { kind, reason: &reason };
+    Ok(Json(operator::bulk(s.store(), &select, action, s.actor(&by), req.dry_run).await?))
+}
+
 /// Blocked clients with their reason, evidence and resolving commands.
 #[utoipa::path(get, path = "/api/v1/interventions", tag = "actions",
     responses((status = 200, body = Vec<Intervention>), (status = 401, body = ErrorBody)))]

@@ -89,6 +89,10 @@ pub(crate) enum Cmd {
         #[arg(long)]
         reason: String,
     },
+    /// One action over a selection of clients (the flags of `client list`;
+    /// at least one), each client as the single command would take it.
+    #[command(subcommand)]
+    Bulk(BulkCmd),
     /// Resources under oduflow's label prefix that no receipt accounts for, as
     /// the last `reconcile --all` recorded them.
     #[command(subcommand)]
@@ -140,6 +144,48 @@ pub(crate) enum Cmd {
         #[arg(long)]
         no_faults: bool,
     },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum BulkCmd {
+    /// `oduflow reconcile NAME` for every selected client: observe again,
+    /// failed adapters afresh.
+    Reconcile {
+        #[command(flatten)]
+        select: SelectFlags,
+        /// Who asks (recorded in each client's audit trail).
+        #[arg(long, env = "USER", default_value = "operator")]
+        by: String,
+        #[command(flatten)]
+        out: BulkFlags,
+    },
+    /// `oduflow abandon NAME --kind K` for every selected client, on one
+    /// attestation recorded with each. `--reason` selects by blocked
+    /// reason, as in `client list`; the attestation's text is `--why`.
+    Abandon {
+        #[command(flatten)]
+        select: SelectFlags,
+        /// vm, volume or attach.
+        #[arg(long, value_parser = ["vm", "volume", "attach"])]
+        kind: String,
+        /// Who attests (required).
+        #[arg(long)]
+        by: String,
+        /// Why (required): what was checked, for every selected client.
+        #[arg(long)]
+        why: String,
+        #[command(flatten)]
+        out: BulkFlags,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct BulkFlags {
+    /// Show what each selected client would get; record nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Subcommand)]

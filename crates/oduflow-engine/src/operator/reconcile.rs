@@ -14,27 +14,49 @@ pub async fn reconcile<P: Provider>(
     actor: Actor<'_>,
 ) -> Result<ClientRow> {
     let Actor { by: actor, now_ms, attempts_max } = actor;
-    let c = acting_on(store, name, provider).await?;
+    let plan = reconcile_plan(store, provider, name, new_dispatch).await?;
     let writer = ReceiptWriter::new(store.clone());
-    let mut advance = vec![];
+    for key in &plan.observe_again {
+        // Observe again: a fresh polling budget, the spent one kept.
+        writer.observations_restart(key).await?;
+    }
+    Ok(store.client_reconcile(name, &plan.advance, actor, now_ms, attempts_max).await?)
+}
+
+/// What `reconcile` would do to `name`, or why it is refused; nothing is
+/// written (a dry run stops here).
+pub(crate) struct ReconcilePlan {
+    /// Dispatches whose polling budget starts afresh.
+    pub observe_again: Vec<OperationKey>,
+    /// Kinds whose next dispatch generation starts, after a rejection.
+    pub advance: Vec<(ResourceKind, i64)>,
+}
+
+pub(crate) async fn reconcile_plan<P: Provider>(
+    store: &Store,
+    provider: &P,
+    name: &str,
+    new_dispatch: bool,
+) -> Result<ReconcilePlan> {
+    let c = acting_on(store, name, provider).await?;
+    let mut plan = ReconcilePlan { observe_again: vec![], advance: vec![] };
     for kind in [ResourceKind::Vm, ResourceKind::Volume, ResourceKind::Attach] {
         let (Some(r), dg) = current_receipt(store, &c, kind).await? else { continue };
         if matches!(r.effect(), Effect::Rejected { .. }) {
             if new_dispatch {
-                advance.push((kind, dg + 1));
+                plan.advance.push((kind, dg + 1));
             }
         } else {
-            // Observe again: a fresh polling budget, the spent one kept.
-            writer.observations_restart(&r.operation_key).await?;
+            plan.observe_again.push(r.operation_key);
         }
     }
-    if new_dispatch && advance.is_empty() {
+    if new_dispatch && plan.advance.is_empty() {
         return refused(format!(
             "{name} has no definitive rejection on its current dispatches: --new-dispatch is allowed only after \
              a 400/401/403/422 answered to the create call itself"
         ));
     }
-    Ok(store.client_reconcile(name, &advance, actor, now_ms, attempts_max).await?)
+    Ok(plan)
 }
 
 /// `oduflow adopt NAME --kind vm|volume --id ID`: records a resource the
@@ -171,6 +193,30 @@ pub async fn abandon(
     actor: Actor<'_>,
 ) -> Result<ClientRow> {
     let Actor { by, now_ms, attempts_max } = actor;
+    let plan = abandon_plan(store, name, kind, by, reason).await?;
+    let writer = ReceiptWriter::new(store.clone());
+    writer.abandon(&plan.receipt.operation_key, by, reason, plan.listed_gone, now_ms).await?;
+    Ok(store.client_reconcile(name, &[(kind, plan.generation + 1)], by, now_ms, attempts_max).await?)
+}
+
+/// The dispatch `abandon` would give up, or why it is refused; nothing is
+/// written (a dry run stops here).
+pub(crate) struct AbandonPlan {
+    pub receipt: ReceiptRow,
+    /// The dispatch generation in force.
+    pub generation: i64,
+    /// Abandoned although a listing showed it: its client is being deleted
+    /// and GET answers 404.
+    pub listed_gone: bool,
+}
+
+pub(crate) async fn abandon_plan(
+    store: &Store,
+    name: &str,
+    kind: ResourceKind,
+    by: &str,
+    reason: &str,
+) -> Result<AbandonPlan> {
     if by.trim().is_empty() || reason.trim().is_empty() {
         return refused("abandoning a dispatch needs an attestation: --by WHO and --reason WHY");
     }
@@ -195,7 +241,5 @@ pub async fn abandon(
             kind.as_str()
         ));
     }
-    let writer = ReceiptWriter::new(store.clone());
-    writer.abandon(&r.operation_key, by, reason, listed_gone, now_ms).await?;
-    Ok(store.client_reconcile(name, &[(kind, dg + 1)], by, now_ms, attempts_max).await?)
+    Ok(AbandonPlan { receipt: r, generation: dg, listed_gone })
 }

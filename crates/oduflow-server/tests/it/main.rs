@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 mod actions;
+mod bulk;
 mod listen;
 mod service;
 mod suggestions;
@@ -269,6 +270,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/v1/clients/acme/reconcile"),
     ("POST", "/api/v1/clients/acme/adopt"),
     ("POST", "/api/v1/clients/acme/abandon"),
+    ("POST", "/api/v1/bulk/reconcile"),
+    ("POST", "/api/v1/bulk/abandon"),
     ("GET", "/api/v1/interventions"),
     ("GET", "/api/v1/receipts"),
     ("GET", "/api/v1/orphans"),

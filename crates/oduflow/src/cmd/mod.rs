@@ -3,6 +3,7 @@
 
 pub mod adopt;
 pub mod backup;
+pub mod bulk;
 pub mod check;
 pub mod client;
 pub mod credentials;

@@ -578,3 +578,45 @@ async fn backup_copies_a_sqlite_database_while_it_is_written() {
     assert!(err.contains("pg_dump") && err.trim().lines().count() == 1, "{err}");
     assert!(!env.dir.path().join("pg.db").exists());
 }
+
+/// `oduflow bulk` refuses what `POST /api/v1/bulk/...` refuses (no
+/// selection, a bad word, a blank attestation, DNS records) with nothing
+/// recorded and no request; a dry run records nothing; a real action that
+/// the protocol refuses for some clients says so and exits 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_commands_refuse_bad_input_and_dry_runs_record_nothing() {
+    let env = Env::sqlite().await;
+    env.ok(&["init"]);
+    create(&env, "acme");
+    create(&env, "shop");
+    let store = env.store().await;
+    let text = || oduflow_store::testing::all_text(&store);
+    let before = (text().await.unwrap(), env.sim.ledger().request_log.len());
+    let abandon = |extra: &[&'static str]| {
+        let mut a = vec!["bulk", "abandon", "--kind", "vm", "--by", "alice", "--why", "checked"];
+        a.extend_from_slice(extra);
+        a
+    };
+    for (args, code, says) in [
+        (vec!["bulk", "reconcile"], 1, "needs a selection"),
+        (vec!["bulk", "reconcile", "--reason", "sunspots"], 2, "reason \"sunspots\" is none of"),
+        (vec!["bulk", "reconcile", "--name", "Bad_Name"], 2, "name pattern"),
+        (vec!["bulk", "reconcile", "--unchanged-for", "forever"], 2, "duration"),
+        (vec!["bulk", "abandon", "--name", "acme", "--kind", "vm", "--by", "alice", "--why", " "], 2, "--why"),
+        (vec!["bulk", "abandon", "--name", "acme", "--kind", "dns", "--by", "a", "--why", "b"], 2, "dns"),
+        (abandon(&["--name", "*", "--dry-run"]), 0, "would be done, 2 refused"),
+        (abandon(&["--name", "*"]), 1, "2 clients refused"),
+        (vec!["bulk", "reconcile", "--name", "*", "--dry-run"], 0, "2 would be done"),
+    ] {
+        let o = env.run(&args);
+        let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {out}{err}");
+        assert!(out.contains(says) || err.contains(says), "{args:?} does not say {says:?}: {out}{err}");
+    }
+    assert_eq!((text().await.unwrap(), env.sim.ledger().request_log.len()), before, "something was recorded");
+
+    let out = env.ok(&["bulk", "reconcile", "--name", "ac*", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["items"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!((&v["items"][0]["name"], &v["items"][0]["outcome"]), (&"acme".into(), &"done".into()), "{v}");
+}
