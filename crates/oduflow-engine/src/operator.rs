@@ -9,6 +9,7 @@ mod credentials;
 mod intent;
 mod inventory;
 mod orphans;
+mod preview;
 mod reconcile;
 mod settle;
 pub use bulk::{BULK_CLIENTS_MAX, BulkAction, BulkItem, BulkOutcome, BulkReport, bulk};
@@ -16,6 +17,7 @@ pub use credentials::{Unproven, credentials_rotate};
 pub use intent::{Updated, client_create, client_delete, client_update, preflight, queue_resume, refuse_if_restored};
 pub use inventory::{Inventory, InventoryItem, inventory, inventory_settled};
 pub use orphans::{OrphanDeleted, orphan_adopt, orphan_delete, orphan_resolutions};
+pub use preview::{DeletePlan, Deletes, UpdatePlan, client_delete_plan, client_update_plan};
 pub use reconcile::{abandon, adopt, reconcile};
 pub use settle::identity_settle;
 

@@ -134,6 +134,68 @@ impl SpecUpdate {
     }
 }
 
+/// One field an update changes, and what the change does at Vultr (for a
+/// dry run: `client update --dry-run`, `PATCH ...?dry_run=true`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FieldChange {
+    pub field: &'static str,
+    pub from: String,
+    pub to: String,
+    pub effect: &'static str,
+}
+
+/// The fields `to` changes in `from`, each with its effect. `created`: the
+/// client may own a server or volume already, so each change goes out as a
+/// PATCH; before that, the next create sends the whole spec.
+pub fn changes(from: &ClientSpec, to: &ClientSpec, created: bool) -> Vec<FieldChange> {
+    let none = || "-".to_owned();
+    let tags = |t: &[String]| if t.is_empty() { none() } else { t.join(",") };
+    let fields: [(&'static str, String, String, &'static str); 6] = [
+        ("region", from.region.clone(), to.region.clone(), "cannot change in place"),
+        (
+            "plan",
+            from.plan.clone(),
+            to.plan.clone(),
+            "PATCH /instances/{id}, sent only if Vultr lists the plan among the server's upgrades; the server \
+             reboots to resize",
+        ),
+        (
+            "volume_gb",
+            from.volume_gb.to_string(),
+            to.volume_gb.to_string(),
+            "PATCH /blocks/{id}: the volume grows, at most one resize per resize interval (61 s by default); the \
+             filesystem inside grows by `resize_command` when one is set",
+        ),
+        ("tags", tags(&from.server.tags), tags(&to.server.tags), "PATCH /instances/{id}; no reboot"),
+        (
+            "firewall_group",
+            from.server.firewall_group.clone().unwrap_or_else(none),
+            to.server.firewall_group.clone().unwrap_or_else(none),
+            "PATCH /instances/{id}; no reboot; the server's traffic follows the new group at once",
+        ),
+        (
+            "dns_name",
+            from.dns_name.clone().unwrap_or_else(|| "(the client's name)".into()),
+            to.dns_name.clone().unwrap_or_else(|| "(the client's name)".into()),
+            "the client's DNS records are renamed",
+        ),
+    ];
+    fields
+        .into_iter()
+        .filter(|(_, a, b, _)| a != b)
+        .map(|(field, from, to, effect)| FieldChange {
+            field,
+            from,
+            to,
+            effect: if created || field == "dns_name" {
+                effect
+            } else {
+                "sent with the next create: nothing exists yet"
+            },
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

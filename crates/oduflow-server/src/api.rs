@@ -10,6 +10,7 @@ use crate::extract::{ApiJson, ApiQuery, ClientPath};
 use crate::resolve::{Resolution, resolutions};
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use oduflow_engine::operator;
 use oduflow_model::identity::Settle;
@@ -379,6 +380,15 @@ pub struct AbandonRequest {
     pub reason: String,
 }
 
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct DryRun {
+    /// Report what would be done; record nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
@@ -562,17 +572,21 @@ pub async fn clients_show(State(s): State<AppState>, ClientPath(name): ClientPat
 /// Changes the client's spec in place and enqueues the change (a blocked
 /// client keeps its block until reconciled). Answered only after the new
 /// spec, the new generation and the job are committed.
+/// With `?dry_run=true`: 200 and field by field what would change and
+/// what each change does, refused as the update would be; nothing recorded.
 #[utoipa::path(patch, path = "/api/v1/clients/{name}", tag = "clients", request_body = ClientUpdate,
-    params(("name" = String, Path, description = "client name", example = "acme")),
-    responses((status = 202, body = Accepted), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+    params(("name" = String, Path, description = "client name", example = "acme"), DryRun),
+    responses((status = 202, body = Accepted), (status = 200, description = "a dry run: name, changes (field, from, to, effect), stays_blocked, plan_unchecked", body = Object),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody),
         (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn clients_update(
     State(s): State<AppState>,
     Extension(caller): Extension<Caller>,
     ClientPath(name): ClientPath,
+    ApiQuery(dry): ApiQuery<DryRun>,
     ApiJson(req): ApiJson<ClientUpdate>,
-) -> ApiResult<(StatusCode, Json<Accepted>)> {
+) -> ApiResult<Response> {
     let image = [
         req.os_id.map(ImageSource::Os),
         req.snapshot_id.map(ImageSource::Snapshot),
@@ -594,27 +608,37 @@ pub async fn clients_update(
     // A plan not checked now (a failed read) the worker checks before it
     // sends anything.
     let provider = s.provider();
+    if dry.dry_run {
+        let plan = operator::client_update_plan(s.store(), provider.as_deref(), name.as_str(), &update).await?;
+        return Ok(Json(plan).into_response());
+    }
     let row = operator::client_update(s.store(), provider.as_deref(), name.as_str(), &update, s.actor(&caller.actor()))
         .await?
         .row;
     let job_id = latest_queued_job(&s, &row).await?;
-    Ok((StatusCode::ACCEPTED, Json(Accepted { client: (&row).into(), job_id })))
+    Ok((StatusCode::ACCEPTED, Json(Accepted { client: (&row).into(), job_id })).into_response())
 }
 
 /// Sets the target to `absent` and enqueues deletion. Answered only after
 /// the intent and its job are committed. Deleting again changes nothing.
+/// With `?dry_run=true`: 200 and what deletion would remove (resources
+/// and identities); nothing recorded.
 #[utoipa::path(delete, path = "/api/v1/clients/{name}", tag = "clients",
-    params(("name" = String, Path, description = "client name", example = "acme")),
-    responses((status = 202, body = Accepted), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 422, body = ErrorBody)))]
+    params(("name" = String, Path, description = "client name", example = "acme"), DryRun),
+    responses((status = 202, body = Accepted), (status = 200, description = "a dry run: name, already_absent, deletes (what, detail)", body = Object),
+        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn clients_delete(
     State(s): State<AppState>,
     Extension(caller): Extension<Caller>,
     ClientPath(name): ClientPath,
-) -> ApiResult<(StatusCode, Json<Accepted>)> {
+    ApiQuery(dry): ApiQuery<DryRun>,
+) -> ApiResult<Response> {
+    if dry.dry_run {
+        return Ok(Json(operator::client_delete_plan(s.store(), name.as_str()).await?).into_response());
+    }
     let row = operator::client_delete(s.store(), name.as_str(), s.actor(&caller.actor())).await?;
     let job_id = latest_queued_job(&s, &row).await?;
-    Ok((StatusCode::ACCEPTED, Json(Accepted { client: (&row).into(), job_id })))
+    Ok((StatusCode::ACCEPTED, Json(Accepted { client: (&row).into(), job_id })).into_response())
 }
 
 /// The client's receipts (read-only; receipts are never changed here).

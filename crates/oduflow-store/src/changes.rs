@@ -226,6 +226,15 @@ struct Planned {
     in_place: std::result::Result<ClientSpec, oduflow_model::update::UpdateRefused>,
 }
 
+/// What an update would record; see [`Store::client_update_preview`].
+#[derive(Clone, Debug)]
+pub struct UpdatePreview {
+    pub client: ClientRow,
+    pub spec: ClientSpec,
+    pub created: bool,
+    pub blocked_stays: bool,
+}
+
 impl Store {
     /// The new spec `u` makes of `client`'s, refused as
     /// [`SpecUpdate::apply_to`] refuses it.
@@ -260,11 +269,7 @@ impl Store {
     /// `--new-dispatch` after a rejected create) sends the corrected spec.
     pub async fn client_update(&self, name: &str, u: &SpecUpdate, now_ms: i64, attempts_max: i32) -> Result<ClientRow> {
         crate::named("client_update", async move {
-            let client = self.client_get(name).await?.ok_or_else(|| StoreError::ClientNotFound(name.to_owned()))?;
-            if client.infra.target == Target::Absent {
-                return Err(StoreError::ClientAbsent(name.to_owned()));
-            }
-            let Planned { spec, created, in_place } = self.update_planned(&client, u).await?;
+            let (client, Planned { spec, created, in_place }) = self.update_checked(name, u).await?;
             let crate::SpecColumns { os_id, ref image, ref server, ref dns, .. } =
                 crate::SpecColumns::new(&client.name, &spec)?;
             let dns = dns.as_str();
@@ -322,6 +327,39 @@ impl Store {
                 tx.commit().await?;
             });
             self.client_get(name).await?.ok_or_else(|| StoreError::ClientNotFound(name.to_owned()))
+        })
+        .await
+    }
+
+    /// The client and what `u` makes of its spec, refused as
+    /// `client_update` refuses it before its transaction.
+    async fn update_checked(&self, name: &str, u: &SpecUpdate) -> Result<(ClientRow, Planned)> {
+        let client = self.client_get(name).await?.ok_or_else(|| StoreError::ClientNotFound(name.to_owned()))?;
+        if client.infra.target == Target::Absent {
+            return Err(StoreError::ClientAbsent(name.to_owned()));
+        }
+        let planned = self.update_planned(&client, u).await?;
+        Ok((client, planned))
+    }
+
+    /// What `client_update` would record (a dry run): the client as it is,
+    /// the spec after the update, whether the client may own resources
+    /// already (so each change is a PATCH), and whether a block stays.
+    /// Refused as `client_update` refuses, a DNS name another client holds
+    /// included; nothing is written.
+    pub async fn client_update_preview(&self, name: &str, u: &SpecUpdate) -> Result<UpdatePreview> {
+        crate::named("client_update_preview", async move {
+            let (client, Planned { spec, created, .. }) = self.update_checked(name, u).await?;
+            let cols = crate::SpecColumns::new(&client.name, &spec)?;
+            let dns = cols.dns.as_str();
+            both!(self, p => {
+                let mut tx = p.begin().await?;
+                crate::dns_name_free!(tx, dns, client.id.as_str());
+                tx.rollback().await?;
+            });
+            let blocked_stays = client.infra.status == ClientStatus::Blocked
+                && !client.infra.blocked_reason.is_some_and(update_resolves);
+            Ok(UpdatePreview { client, spec, created, blocked_stays })
         })
         .await
     }

@@ -356,12 +356,21 @@ pub(crate) enum ClientCmd {
         change: Box<UpdateFlags>,
         #[arg(long)]
         json: bool,
+        /// Show field by field what would change and what each change
+        /// does (a reboot, a resize); refused as the update would be;
+        /// record nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Set the target to absent: bumps the generation and enqueues deletion.
     Delete {
         name: String,
         #[arg(long)]
         json: bool,
+        /// Show what deletion would remove (resources and identities);
+        /// record nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Status, blocked reason and evidence, provider ids, receipts, events.
     Show {

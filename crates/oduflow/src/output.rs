@@ -188,6 +188,35 @@ pub(crate) fn print_inventory(inv: &operator::Inventory, json: bool) -> Result<(
     Ok(())
 }
 
+/// `client update --dry-run`: a table of the changes, then what stays.
+pub(crate) fn print_update_plan(p: &operator::UpdatePlan, json: bool) -> Result<()> {
+    if json {
+        outln!("{}", serde_json::to_string_pretty(p)?)?;
+        return Ok(());
+    }
+    outln!("{}: dry run, nothing recorded", p.name)?;
+    let rows: Vec<[String; 4]> =
+        p.changes.iter().map(|c| [c.field.to_owned(), c.from.clone(), c.to.clone(), c.effect.to_owned()]).collect();
+    print_table(["FIELD", "FROM", "TO", "EFFECT"], &rows)?;
+    if let Some(r) = p.stays_blocked {
+        outln!("{} stays blocked ({}): `oduflow reconcile {}` applies the change", p.name, r.as_str(), p.name)?;
+    }
+    Ok(())
+}
+
+/// `client delete --dry-run`: each resource and identity, and what
+/// deletion does with it.
+pub(crate) fn print_delete_plan(p: &operator::DeletePlan, json: bool) -> Result<()> {
+    if json {
+        outln!("{}", serde_json::to_string_pretty(p)?)?;
+        return Ok(());
+    }
+    let asked = if p.already_absent { " (deletion was asked already: nothing would change)" } else { "" };
+    outln!("{}: dry run, nothing recorded{asked}", p.name)?;
+    let rows: Vec<[String; 2]> = p.deletes.iter().map(|d| [d.what.clone(), d.detail.clone()]).collect();
+    print_table(["WHAT", "DELETION"], &rows)
+}
+
 pub(crate) fn print_clients(rows: &[ClientRow], json: bool) -> Result<()> {
     if json {
         let v: Vec<_> = rows.iter().map(client_json).collect();

@@ -66,17 +66,26 @@ pub async fn client_update<P: Provider>(
     update: &SpecUpdate,
     actor: Actor<'_>,
 ) -> Result<Updated> {
-    let mut plan_unchecked = None;
-    if let (Some(plan), Some(p)) = (&update.plan, provider) {
-        match plan_refusal(store, p, name, plan).await {
-            Ok(None) => {}
-            Ok(Some(why)) => return Err(OperatorError::Invalid(format!("{why}; nothing was stored"))),
-            Err(OperatorError::Provider(e)) => plan_unchecked = Some(e.to_string()),
-            Err(e) => return Err(e),
-        }
-    }
+    let plan_unchecked = plan_check(store, provider, name, update).await?;
     let row = store.client_update(name, update, actor.now_ms, actor.attempts_max).await?;
     Ok(Updated { row, plan_unchecked })
+}
+
+/// With a provider, a new plan Vultr does not offer as an upgrade is bad
+/// input; a failed read leaves it unchecked (the text says why).
+pub(super) async fn plan_check<P: Provider>(
+    store: &Store,
+    provider: Option<&P>,
+    name: &str,
+    update: &SpecUpdate,
+) -> Result<Option<String>> {
+    let (Some(plan), Some(p)) = (&update.plan, provider) else { return Ok(None) };
+    match plan_refusal(store, p, name, plan).await {
+        Ok(None) => Ok(None),
+        Ok(Some(why)) => Err(OperatorError::Invalid(format!("{why}; nothing was stored"))),
+        Err(OperatorError::Provider(e)) => Ok(Some(e.to_string())),
+        Err(e) => Err(e),
+    }
 }
 
 /// Sets the client's target to `absent` and queues its deletion; deleting

@@ -2,7 +2,7 @@
 
 use crate::cli::{ClientCmd, SpecFlags};
 use crate::config::{BadInput, Config};
-use crate::output::{print_client, print_clients};
+use crate::output::{print_client, print_clients, print_delete_plan, print_update_plan};
 use crate::setup::{now_ms, open};
 use anyhow::Result;
 use oduflow_engine::operator::{self, Actor};
@@ -39,39 +39,8 @@ pub async fn run(cfg: &Config, c: ClientCmd) -> Result<()> {
                 })?;
             print_client(&store, &row, json, false).await
         }
-        ClientCmd::Update { name, change, json } => {
-            ClientName::parse(&name)?;
-            let update = update_of(*change);
-            let store = open(cfg).await?;
-            // With a key, a new plan is checked against Vultr's upgrades
-            // (nothing else of an update asks Vultr anything).
-            let checker = match update.plan.is_some() && cfg.api_key.is_some() {
-                true => Some(crate::setup::provider(cfg, &store, "client update")?),
-                false => None,
-            };
-            let actor = actor(cfg, &store).await?;
-            let operator::Updated { row, plan_unchecked } =
-                operator::client_update(&store, checker.as_deref(), &name, &update, actor).await?;
-            if let Some(e) = plan_unchecked {
-                eprintln!(
-                    "note: the plan was not checked against Vultr's list of upgrades ({e}); the worker checks it \
-                     before sending"
-                );
-            }
-            if row.infra.status == ClientStatus::Blocked && !json {
-                eprintln!(
-                    "note: {name} is blocked ({}): the new spec is recorded; `oduflow reconcile {name}` applies it",
-                    row.infra.blocked_reason.map_or("", |r| r.as_str())
-                );
-            }
-            print_client(&store, &row, json, false).await
-        }
-        ClientCmd::Delete { name, json } => {
-            ClientName::parse(&name)?;
-            let store = open(cfg).await?;
-            let row = operator::client_delete(&store, &name, actor(cfg, &store).await?).await?;
-            print_client(&store, &row, json, false).await
-        }
+        ClientCmd::Update { name, change, json, dry_run } => update(cfg, &name, *change, json, dry_run).await,
+        ClientCmd::Delete { name, json, dry_run } => delete(cfg, &name, json, dry_run).await,
         ClientCmd::Show { name, json } => {
             ClientName::parse(&name)?;
             let store = open(cfg).await?;
@@ -86,6 +55,57 @@ pub async fn run(cfg: &Config, c: ClientCmd) -> Result<()> {
             print_clients(&rows, json)
         }
     }
+}
+
+/// `client update`, or with `--dry-run` its plan: field by field what
+/// would change and what each change does, refused as the update is.
+async fn update(cfg: &Config, name: &str, change: crate::cli::UpdateFlags, json: bool, dry_run: bool) -> Result<()> {
+    ClientName::parse(name)?;
+    let update = update_of(change);
+    let store = open(cfg).await?;
+    // With a key, a new plan is checked against Vultr's upgrades
+    // (nothing else of an update asks Vultr anything).
+    let checker = match update.plan.is_some() && cfg.api_key.is_some() {
+        true => Some(crate::setup::provider(cfg, &store, "client update")?),
+        false => None,
+    };
+    let note_unchecked = |e: &str| {
+        eprintln!(
+            "note: the plan was not checked against Vultr's list of upgrades ({e}); the worker checks it before \
+             sending"
+        )
+    };
+    if dry_run {
+        let plan = operator::client_update_plan(&store, checker.as_deref(), name, &update).await?;
+        if let Some(e) = &plan.plan_unchecked {
+            note_unchecked(e);
+        }
+        return print_update_plan(&plan, json);
+    }
+    let actor = actor(cfg, &store).await?;
+    let operator::Updated { row, plan_unchecked } =
+        operator::client_update(&store, checker.as_deref(), name, &update, actor).await?;
+    if let Some(e) = &plan_unchecked {
+        note_unchecked(e);
+    }
+    if row.infra.status == ClientStatus::Blocked && !json {
+        eprintln!(
+            "note: {name} is blocked ({}): the new spec is recorded; `oduflow reconcile {name}` applies it",
+            row.infra.blocked_reason.map_or("", |r| r.as_str())
+        );
+    }
+    print_client(&store, &row, json, false).await
+}
+
+/// `client delete`, or with `--dry-run` what it would delete.
+async fn delete(cfg: &Config, name: &str, json: bool, dry_run: bool) -> Result<()> {
+    ClientName::parse(name)?;
+    let store = open(cfg).await?;
+    if dry_run {
+        return print_delete_plan(&operator::client_delete_plan(&store, name).await?, json);
+    }
+    let row = operator::client_delete(&store, name, actor(cfg, &store).await?).await?;
+    print_client(&store, &row, json, false).await
 }
 
 /// The selection flags, checked: a word that names no status, reason or

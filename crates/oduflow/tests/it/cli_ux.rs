@@ -620,3 +620,47 @@ async fn bulk_commands_refuse_bad_input_and_dry_runs_record_nothing() {
     assert_eq!(v["items"].as_array().unwrap().len(), 1, "{v}");
     assert_eq!((&v["items"][0]["name"], &v["items"][0]["outcome"]), (&"acme".into(), &"done".into()), "{v}");
 }
+
+/// `client update --dry-run` and `client delete --dry-run` print the plan
+/// (field by field with each change's effect; each resource and what
+/// deletion does), refuse what the real command refuses with the same
+/// words and exit code, and record nothing and send nothing but reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_runs_print_the_plan_and_record_nothing() {
+    let env = Env::sqlite().await;
+    env.ok(&["init"]);
+    create(&env, "acme");
+    env.ok(&["worker", "--until-settled"]);
+    let store = env.store().await;
+    let writes = || {
+        let ledger = env.sim.ledger();
+        ledger.requests.iter().filter(|(r, _)| !r.starts_with("GET ")).map(|(_, n)| *n).sum::<u64>()
+    };
+    // The rate budget aside: reads spend it.
+    let text = || oduflow_store::testing::all_text_but(&store, &["rate_budget", "rate_budget_usage"]);
+    let before = (text().await.unwrap(), writes());
+
+    let out = env.ok(&["client", "update", "acme", "--plan", "vc2-2c-4gb", "--tag", "eu", "--dry-run"]);
+    assert!(out.contains("acme: dry run, nothing recorded"), "{out}");
+    let plan = out.lines().find(|l| l.starts_with("plan ")).unwrap_or_else(|| panic!("{out}"));
+    assert!(plan.contains("vc2-1c-1gb") && plan.contains("vc2-2c-4gb") && plan.contains("reboots"), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("tags ") && l.contains("no reboot")), "{out}");
+    let json: serde_json::Value =
+        serde_json::from_str(&env.ok(&["client", "update", "acme", "--volume-gb", "80", "--dry-run", "--json"]))
+            .unwrap();
+    assert_eq!((&json["changes"][0]["field"], &json["changes"][0]["to"]), (&"volume_gb".into(), &"80".into()));
+
+    let dry = env.run(&["client", "update", "acme", "--region", "sjc", "--dry-run"]);
+    assert_eq!(dry.status.code(), Some(2), "{}", String::from_utf8_lossy(&dry.stderr));
+
+    let out = env.ok(&["client", "delete", "acme", "--dry-run"]);
+    let c = store.client_get("acme").await.unwrap().unwrap();
+    for id in [c.infra.vm_id.unwrap().0, c.infra.volume_id.unwrap().0] {
+        assert!(out.contains(&format!("{id}, confirmed by GET 404")), "{out}");
+    }
+    assert!(out.contains("volume detached from vm"), "{out}");
+    assert_eq!((text().await.unwrap(), writes()), before, "a dry run recorded");
+
+    let real = env.run(&["client", "update", "acme", "--region", "sjc"]);
+    assert_eq!((real.status.code(), real.stderr), (dry.status.code(), dry.stderr), "refused alike");
+}
