@@ -60,6 +60,12 @@ pub struct EngineConfig {
     /// blocks (the bulk view) rather than a GET by id per
     /// resource per poll. Label searches share one listing per kind.
     pub bulk_view: bool,
+    /// How often one worker lists every ready client's VM and volume and
+    /// runs again each whose listing differs (`operator::verify`); 0: never.
+    pub verify_interval_ms: i64,
+    /// How long a client stays ready before the pass looks at it (a
+    /// listing lags a create).
+    pub verify_grace_ms: i64,
     /// The bug planted in this worker's runs (test builds only; none by
     /// default).
     pub planted: PlantedBug,
@@ -93,6 +99,9 @@ impl EngineConfig {
     /// the interval runs from when Vultr applied the resize, and it was
     /// sent a moment before (Vultr's own Ansible tests wait 61 s).
     pub const RESIZE_INTERVAL_MS_DEFAULT: i64 = 61_000;
+    /// Every 15 minutes: two listings a pass (a page per 100 resources),
+    /// a small share of the rate budget at any fleet size.
+    pub const VERIFY_INTERVAL_MS_DEFAULT: i64 = 900_000;
 }
 
 impl Default for EngineConfig {
@@ -108,6 +117,8 @@ impl Default for EngineConfig {
             ready_wait_ms: 0,
             resize_interval_ms: Self::RESIZE_INTERVAL_MS_DEFAULT,
             bulk_view: true,
+            verify_interval_ms: Self::VERIFY_INTERVAL_MS_DEFAULT,
+            verify_grace_ms: crate::operator::LISTING_SETTLE_MS_DEFAULT,
             planted: PlantedBug::none(),
         }
     }

@@ -12,6 +12,7 @@ mod orphans;
 mod preview;
 mod reconcile;
 mod settle;
+mod verify;
 pub use bulk::{BULK_CLIENTS_MAX, BulkAction, BulkItem, BulkOutcome, BulkReport, bulk};
 pub use credentials::{Unproven, credentials_rotate};
 pub use intent::{Updated, client_create, client_delete, client_update, preflight, queue_resume, refuse_if_restored};
@@ -20,6 +21,7 @@ pub use orphans::{OrphanDeleted, orphan_adopt, orphan_delete, orphan_resolutions
 pub use preview::{DeletePlan, Deletes, UpdatePlan, client_delete_plan, client_update_plan};
 pub use reconcile::{abandon, adopt, reconcile};
 pub use settle::identity_settle;
+pub use verify::{verify, verify_if_due};
 
 use crate::ReceiptWriter;
 use oduflow_model::decide::{block_mismatch, instance_mismatch};

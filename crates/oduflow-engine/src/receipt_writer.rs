@@ -134,10 +134,10 @@ impl ReceiptWriter {
         key: &OperationKey,
         by: &str,
         reason: &str,
-        listed_gone: bool,
+        ground: oduflow_store::AbandonGround,
         now_ms: i64,
     ) -> oduflow_store::Result<()> {
-        self.ledger.receipt_abandon(key, by, reason, listed_gone, now_ms).await
+        self.ledger.receipt_abandon(key, by, reason, ground, now_ms).await
     }
 
     /// An audit event that must survive the job rolling back.

@@ -153,9 +153,8 @@ impl<P: Provider> Worker<P> {
         let finish = match self.decide_run(&claim, purpose_matches).await {
             Ok(f) => f,
             Err(e) => {
-                // Give the claim back at once (PostgreSQL: ROLLBACK now,
-                // rather than when the server notices a closed connection),
-                // so the failure can be recorded on the job's row.
+                // Give the claim back at once (PostgreSQL: ROLLBACK now, not when the
+                // server notices a closed connection), so the failure can be recorded.
                 let _ = claim.release().await;
                 return Err(e);
             }
@@ -333,6 +332,7 @@ impl<P: Provider> Worker<P> {
                 match self.run_next().await? {
                     RunOutcome::Idle => {
                         let now = self.now_ms();
+                        crate::operator::verify_if_due(&self.store, self.provider.as_ref(), &self.cfg, now).await;
                         Ok(Some((now, self.store.queue_status(now).await?)))
                     }
                     _ => Ok(None),

@@ -343,7 +343,7 @@ fn create_step(kind: ResourceKind, r: &Resource, max: i64) -> Have {
             if *observations + 1 >= max {
                 Have::Act(Action::Block(
                     BlockedReason::KnownResourceMissing,
-                    format!("{} {id} answers 404 after {max} observations", kind.as_str()),
+                    format!("{} after {max} observations", missing_evidence(kind, id)),
                 ))
             } else {
                 // A temporary 404 right after create: the id stays.
@@ -774,4 +774,59 @@ pub fn block_fixed_mismatch(spec: &crate::ClientSpec, label: &str, b: &crate::pr
         why.push(format!("label {:?} != {label:?}", b.label));
     }
     (!why.is_empty()).then(|| why.join("; "))
+}
+
+/// How a `known_resource_missing` block's evidence names the resource
+/// (`vm ID answers 404`): an operator may abandon that resource's dispatch
+/// to build it again.
+pub fn missing_evidence(kind: ResourceKind, id: &str) -> String {
+    format!("{} {id} answers 404", kind.as_str())
+}
+
+/// A ready client's resources as recorded and as the listings show them.
+pub struct Listed<'a> {
+    pub spec: &'a crate::ClientSpec,
+    /// The VM's id, its receipt's label and its main IP as recorded.
+    pub vm: (&'a str, &'a str, &'a str),
+    /// The volume's id and its receipt's label.
+    pub volume: (&'a str, &'a str),
+    pub instance: Option<&'a crate::provider::Instance>,
+    pub block: Option<&'a crate::provider::Block>,
+}
+
+/// For the verification pass: what the listings show differing from the
+/// spec and the record, one item per difference with the resource it is
+/// about (empty: nothing). A listing that leaves a resource out proves
+/// nothing by itself (listings lag): the run the pass queues decides, by
+/// id; each item is evidence for that run and for the operator.
+pub fn listed_drift(l: &Listed<'_>) -> Vec<(ResourceKind, String)> {
+    let ((vm, vm_label, ip), (vol, vol_label)) = (l.vm, l.volume);
+    let mut out = vec![];
+    let mut on_vm = |why: String| out.push((ResourceKind::Vm, why));
+    match l.instance {
+        None => on_vm(format!("vm {vm} is not listed")),
+        Some(i) => {
+            if let Some(why) = instance_mismatch(l.spec, vm_label, i) {
+                on_vm(format!("vm {vm}: {why}"));
+            }
+            if !ip.is_empty() && !i.main_ip.is_empty() && i.main_ip != ip {
+                on_vm(format!("vm {vm}: main IP {} != {ip} (recorded)", i.main_ip));
+            }
+        }
+    }
+    let mut on_volume = |why: String| out.push((ResourceKind::Volume, why));
+    match l.block {
+        None => on_volume(format!("volume {vol} is not listed")),
+        Some(b) => {
+            if let Some(why) = block_mismatch(l.spec, vol_label, b) {
+                on_volume(format!("volume {vol}: {why}"));
+            }
+            match b.attached_to_instance.as_ref().map(|v| v.as_str()) {
+                Some(to) if to == vm => {}
+                Some(other) => on_volume(format!("volume {vol} is attached to instance {other}, not to {vm}")),
+                None => on_volume(format!("volume {vol} is detached (not attached to vm {vm})")),
+            }
+        }
+    }
+    out
 }

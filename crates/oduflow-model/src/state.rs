@@ -170,6 +170,7 @@ str_enum!(
         DnsNameReleased => "dns_name_released",
         DnsOrphanDeleteAttested => "dns_orphan_delete_attested",
         DnsRecordAdopted => "dns_record_adopted",
+        DriftSeen => "drift_seen",
         DispatchAccepted => "dispatch_accepted",
         DispatchGenerationAdvanced => "dispatch_generation_advanced",
         DispatchOutcomeUnknown => "dispatch_outcome_unknown",

@@ -173,6 +173,19 @@ pub fn resolutions(c: &ClientRow, receipts: &[ReceiptRow]) -> Vec<Resolution> {
                      the abandon below)",
                 ),
             ];
+            let rebuilt = match kind {
+                "vm" => "a new VM is built and the volume, with its data, attached to it",
+                _ => "a new, empty volume is built and attached to the VM",
+            };
+            if c.infra.target == oduflow_model::Target::Present && never_seen.is_empty() {
+                out.push(r(
+                    format!("oduflow abandon {n} --kind {kind} --by WHO --reason WHY"),
+                    &format!(
+                        "if you have checked that the {kind} was deleted (in the Vultr console, say) and the client \
+                         should live on: {rebuilt} (the rebuild); the old label stays on the orphan watch list"
+                    ),
+                ));
+            }
             out.extend(never_seen);
             out
         }

@@ -90,6 +90,9 @@ pub const DRIVER_LOG_DIRECTIVE: &str = "sqlx=error";
 
 /// Settings keys.
 pub const SETTING_QUEUE_PAUSED: &str = "queue_paused";
+/// When the last verification pass of ready clients ran (epoch ms, the
+/// database's clock).
+pub const SETTING_VERIFY_LAST: &str = "verify_last_ms";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -861,6 +864,36 @@ impl Store {
             both!(self, p => {
                 let mut c = p.acquire().await?;
                 (*c).setting_put(key, value).await
+            })
+        })
+        .await
+    }
+
+    /// Claims the verification pass that is due: true for exactly one
+    /// caller once `interval_ms` has passed since the last pass (on the
+    /// database's clock); the claim is the new last pass. The first call
+    /// only records the time (a pass an interval after the first worker
+    /// started). Each caller's own interval counts, so a shorter one set
+    /// since takes effect at once.
+    pub async fn verify_claim(&self, now_ms: i64, interval_ms: i64) -> Result<bool> {
+        crate::named("verify_claim", async move {
+            // Read first: an idle worker asks often, and only a due pass
+            // writes (a write would take SQLite's lock each time).
+            let last = self.setting_get(SETTING_VERIFY_LAST).await?.and_then(|v| v.parse::<i64>().ok());
+            if last.is_some_and(|l| now_ms < l.saturating_add(interval_ms)) {
+                return Ok(false);
+            }
+            let now = now_ms.to_string();
+            both!(self, p => {
+                let moved = sqlx::query(
+                    "UPDATE settings SET value = $2 WHERE key = $1 AND CAST(value AS BIGINT) + $3 <= $4")
+                    .bind(SETTING_VERIFY_LAST).bind(&now).bind(interval_ms).bind(now_ms)
+                    .execute(p).await?.rows_affected();
+                if moved == 0 {
+                    sqlx::query("INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING")
+                        .bind(SETTING_VERIFY_LAST).bind(&now).execute(p).await?;
+                }
+                Ok(moved == 1)
             })
         })
         .await

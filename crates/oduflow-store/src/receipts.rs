@@ -387,23 +387,24 @@ impl ReceiptLedger {
 
     /// Records an operator's attestation that an uncertain dispatch is
     /// abandoned. Its label stays watched by inventory passes. A resource a
-    /// listing showed (`listed_ms`) is abandoned only with `listed_gone`:
-    /// its client is being deleted and every GET answers 404.
+    /// listing showed (`listed_ms`) or a read by id showed (`seen_ms`) is
+    /// abandoned only on the [`AbandonGround`] that allows it.
     pub async fn receipt_abandon(
         &self,
         key: &OperationKey,
         by: &str,
         reason: &str,
-        listed_gone: bool,
+        ground: AbandonGround,
         now_ms: i64,
     ) -> Result<()> {
         crate::named("receipt_abandon", async move {
+            let (listed, seen) = (ground != AbandonGround::Uncertain, ground == AbandonGround::Missing);
             ledger_write!(&self.store, tx => {
                 let client: String = sqlx::query_scalar(
                     "UPDATE dispatch_receipts SET abandoned_by = $2, abandoned_reason = $3 \
-                     WHERE operation_key = $1 AND (resource_id IS NULL OR (seen_ms IS NULL AND (listed_ms IS NULL OR $4))) \
+                     WHERE operation_key = $1 AND (resource_id IS NULL OR $5 OR (seen_ms IS NULL AND (listed_ms IS NULL OR $4))) \
                      AND abandoned_by IS NULL AND rejection_status IS NULL RETURNING client_ref")
-                    .bind(key.as_str()).bind(by).bind(reason).bind(listed_gone)
+                    .bind(key.as_str()).bind(by).bind(reason).bind(listed).bind(seen)
                     .fetch_optional(&mut *tx).await?
                     .ok_or_else(|| StoreError::ReceiptNotFound(format!("{key} (uncertain: no id, or one never seen nor listed; not abandoned)")))?;
                 (*tx).event_insert(Some(&ClientId(client)), EventKind::DispatchAbandoned, &serde_json::json!({
@@ -679,4 +680,18 @@ impl Store {
         })
         .await
     }
+}
+
+/// On what ground an operator abandons a dispatch that has an id
+/// (without one, any dispatch not refused may be abandoned).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AbandonGround {
+    /// Its id was never seen by id nor listed: as uncertain as no id.
+    Uncertain,
+    /// A listing showed it, its client is being deleted, and GET answers
+    /// 404.
+    ListedGone,
+    /// Seen, then answering 404 until its client blocked
+    /// `known_resource_missing` for it: given up to be built again.
+    Missing,
 }

@@ -34,6 +34,7 @@ async fn store(db: &TestDb) -> Store {
 oduflow_store::on_both_stores!(
     migrated super::store =>
     claimed_clients_are_skipped,
+    one_caller_claims_each_verification_pass,
     failures_back_off_then_fail_and_block,
     receipts_cannot_be_deleted_or_repointed,
     change_receipts_are_claimed_once_and_never_rewritten,
@@ -90,9 +91,9 @@ async fn the_metrics_count_each_receipt_as_its_ledger_reads_it(store: Store) {
             7 => {
                 // Answered with an id never seen nor listed, then given up.
                 ledger.receipt_record_id(&key, "vm-7", IdSource::Response, 3).await.unwrap();
-                ledger.receipt_abandon(&key, "ops", "checked", false, 4).await.unwrap();
+                ledger.receipt_abandon(&key, "ops", "checked", AbandonGround::Uncertain, 4).await.unwrap();
             }
-            8 => ledger.receipt_abandon(&key, "ops", "checked", false, 4).await.unwrap(),
+            8 => ledger.receipt_abandon(&key, "ops", "checked", AbandonGround::Uncertain, 4).await.unwrap(),
             _ => {} // 2: sent, its answer lost
         }
     }
@@ -908,4 +909,21 @@ async fn a_change_a_restores_pass_found_owns_no_resize_once_confirmed(store: Sto
     assert_eq!(facts().await, vec![(2, before.clone()), (3, before.clone()), (4, before)]);
     assert!(execute_raw(&store, "UPDATE change_receipts SET restored_ms = NULL").await.is_err(), "the mark was erased");
     assert!(execute_raw(&store, "UPDATE change_receipts SET restored_ms = 99").await.is_err(), "the mark was moved");
+}
+
+/// The periodic verification runs once per interval across every worker
+/// that shares the database: the first call records the time, and once an
+/// interval has passed, of callers side by side exactly one claims the pass.
+async fn one_caller_claims_each_verification_pass(store: Store) {
+    assert!(!store.verify_claim(1_000, 500).await.unwrap(), "the first call only sets the due time");
+    assert!(!store.verify_claim(1_400, 500).await.unwrap(), "not due yet");
+    let claim = || store.verify_claim(1_500, 500);
+    let (a, b, c, d) = tokio::join!(claim(), claim(), claim(), claim());
+    let claimed = [a.unwrap(), b.unwrap(), c.unwrap(), d.unwrap()];
+    assert_eq!(claimed.iter().filter(|c| **c).count(), 1, "{claimed:?}");
+    assert!(!store.verify_claim(1_999, 500).await.unwrap(), "the due time moved an interval on");
+    assert!(store.verify_claim(2_000, 500).await.unwrap());
+    // A caller with a shorter interval (a setting changed since) claims
+    // by its own.
+    assert!(store.verify_claim(2_100, 100).await.unwrap());
 }

@@ -32,6 +32,7 @@ struct FileConfig {
     attempts_max: Option<i64>,
     ready_wait_ms: Option<i64>,
     resize_interval_ms: Option<i64>,
+    verify_interval_ms: Option<i64>,
     bulk_view: Option<bool>,
     listing_settle_ms: Option<i64>,
     /// Refused with a clear message if present.
@@ -100,6 +101,7 @@ pub struct Config {
     /// How long after a volume's resize was sent its next resize waits
     /// (Vultr refuses one within 60 s).
     pub resize_interval_ms: i64,
+    pub verify_interval_ms: i64,
     pub attempts_max: i32,
     /// Watch first provisioning through shared listings (the bulk view); on by
     /// default, `ODUFLOW_BULK_VIEW=false` or `bulk_view = false` turns it off.
@@ -233,6 +235,13 @@ const RESIZE_INTERVAL_MS: Num = Num {
     min: 0,
     max: DAY_MS,
 };
+const VERIFY_INTERVAL_MS: Num = Num {
+    env: "ODUFLOW_VERIFY_INTERVAL_MS",
+    key: "verify_interval_ms",
+    default: oduflow_engine::EngineConfig::VERIFY_INTERVAL_MS_DEFAULT,
+    min: 0,
+    max: DAY_MS,
+};
 const READY_WAIT_MS: Num =
     Num { env: "ODUFLOW_READY_WAIT_MS", key: "ready_wait_ms", default: 0, min: 0, max: 30 * DAY_MS };
 
@@ -312,6 +321,7 @@ impl Config {
             attempts_max: i32::try_from(ATTEMPTS_MAX.read(fc.attempts_max, file.as_deref())?)?,
             ready_wait_ms: READY_WAIT_MS.read(fc.ready_wait_ms, file.as_deref())?,
             resize_interval_ms: RESIZE_INTERVAL_MS.read(fc.resize_interval_ms, file.as_deref())?,
+            verify_interval_ms: VERIFY_INTERVAL_MS.read(fc.verify_interval_ms, file.as_deref())?,
             bulk_view: env_bool("ODUFLOW_BULK_VIEW")?.or(fc.bulk_view).unwrap_or(true),
             listing_settle_ms: LISTING_SETTLE_MS.read(fc.listing_settle_ms, file.as_deref())?,
             dns: match env("ODUFLOW_DNS_DOMAIN") {
@@ -351,6 +361,8 @@ impl Config {
             attempts_max: self.attempts_max,
             ready_wait_ms: self.ready_wait_ms,
             resize_interval_ms: self.resize_interval_ms,
+            verify_interval_ms: self.verify_interval_ms,
+            verify_grace_ms: self.listing_settle_ms,
             bulk_view: self.bulk_view,
             planted: self.planted,
             ..Default::default()

@@ -154,7 +154,10 @@ pub(crate) fn print_inventory(inv: &operator::Inventory, json: bool) -> Result<(
         return Ok(());
     }
     outln!("listed: {} instances, {} blocks", inv.instances_listed, inv.blocks_listed)?;
-    for (title, items) in [("orphans", &inv.orphans), ("missing", &inv.missing), ("unrecorded", &inv.unrecorded)] {
+    let drifted = "drifted (ready clients; each runs again to decide)";
+    for (title, items) in
+        [("orphans", &inv.orphans), ("missing", &inv.missing), ("unrecorded", &inv.unrecorded), (drifted, &inv.drifted)]
+    {
         outln!("{title}: {}", items.len())?;
         for i in items {
             outln!(

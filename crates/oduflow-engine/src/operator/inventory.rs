@@ -18,6 +18,9 @@ pub struct Inventory {
     /// Resources carrying the label of a receipt without id: the next run
     /// adopts them.
     pub unrecorded: Vec<InventoryItem>,
+    /// Ready clients whose listed VM or volume differs from the spec or the
+    /// record (see [`super::verify`]): each gets a run that decides.
+    pub drifted: Vec<InventoryItem>,
     /// With a `[dns] domain`: records at names carrying oduflow's owner
     /// marker that no live client owns, and records of deleted clients
     /// (filled by the caller's zone listing: [`crate::dns_inventory`]).
@@ -77,14 +80,19 @@ pub async fn inventory_settled<P: Provider>(
     let found = found_orphans(&inv, &by_label);
     record_orphans(store, &found, &before, &clients, now_ms).await?;
     inv.missing = missing(&receipts, &clients, &seen_ids);
+    let all: Vec<ClientRow> = clients.values().cloned().collect();
+    inv.drifted = super::verify::drifted(&receipts, &all, &instances, &blocks, now_ms, settle_ms);
     if after_restore {
         trust_nothing_restored(store, &receipts, clients.values(), now_ms).await?;
+    } else {
+        super::verify::queue_drifted(store, &inv.drifted, now_ms).await?;
     }
     store
         .restore_clear(
             &seen,
             serde_json::json!({
                 "orphans": inv.orphans.len(), "missing": inv.missing.len(), "unrecorded": inv.unrecorded.len(),
+                "drifted": inv.drifted.len(),
                 "instances_listed": inv.instances_listed, "blocks_listed": inv.blocks_listed,
             }),
             now_ms,

@@ -4,6 +4,7 @@
 //! attestation (`abandon`).
 
 use super::*;
+use oduflow_store::AbandonGround;
 
 /// `oduflow reconcile NAME [--new-dispatch]`.
 pub async fn reconcile<P: Provider>(
@@ -195,7 +196,7 @@ pub async fn abandon(
     let Actor { by, now_ms, attempts_max } = actor;
     let plan = abandon_plan(store, name, kind, by, reason).await?;
     let writer = ReceiptWriter::new(store.clone());
-    writer.abandon(&plan.receipt.operation_key, by, reason, plan.listed_gone, now_ms).await?;
+    writer.abandon(&plan.receipt.operation_key, by, reason, plan.ground, now_ms).await?;
     Ok(store.client_reconcile(name, &[(kind, plan.generation + 1)], by, now_ms, attempts_max).await?)
 }
 
@@ -205,9 +206,8 @@ pub(crate) struct AbandonPlan {
     pub receipt: ReceiptRow,
     /// The dispatch generation in force.
     pub generation: i64,
-    /// Abandoned although a listing showed it: its client is being deleted
-    /// and GET answers 404.
-    pub listed_gone: bool,
+    /// Why it may be abandoned although it has an id.
+    pub ground: AbandonGround,
 }
 
 pub(crate) async fn abandon_plan(
@@ -233,7 +233,17 @@ pub(crate) async fn abandon_plan(
     // which, and the label stays watched).
     let listed_gone = c.infra.target == Target::Absent;
     let effect = r.effect();
-    if (effect.id().is_some() && (r.progress().seen || (r.listed() && !listed_gone)))
+    // A resource seen, then answering 404 until its client blocked
+    // `known_resource_missing` for it, was deleted behind oduflow's back
+    // (or is still lost in Vultr's lag: the attestation says which, and
+    // its label stays watched). Given up, it is built again: a new
+    // dispatch for it alone, the survivor attached to it.
+    let rebuild = c.infra.blocked_reason == Some(BlockedReason::KnownResourceMissing)
+        && effect
+            .id()
+            .zip(c.infra.blocked_detail.as_deref())
+            .is_some_and(|(id, detail)| detail.starts_with(&oduflow_model::decide::missing_evidence(kind, id)));
+    if (effect.id().is_some() && (r.progress().seen || (r.listed() && !listed_gone)) && !rebuild)
         || matches!(effect, Effect::Rejected { .. })
     {
         return refused(format!(
@@ -241,5 +251,10 @@ pub(crate) async fn abandon_plan(
             kind.as_str()
         ));
     }
-    Ok(AbandonPlan { receipt: r, generation: dg, listed_gone })
+    let ground = match (rebuild, listed_gone) {
+        (true, _) => AbandonGround::Missing,
+        (false, true) => AbandonGround::ListedGone,
+        (false, false) => AbandonGround::Uncertain,
+    };
+    Ok(AbandonPlan { receipt: r, generation: dg, ground })
 }

@@ -20,15 +20,15 @@ const FLEET: usize = 100;
 /// How long a fleet of clients may take to settle.
 const SETTLE_MAX: Duration = Duration::from_secs(120);
 
-struct Fleet {
+pub(crate) struct Fleet {
     _dir: tempfile::TempDir,
-    store: Store,
-    cloud: Cloud,
-    p: Arc<VultrClient>,
+    pub(crate) store: Store,
+    pub(crate) cloud: Cloud,
+    pub(crate) p: Arc<VultrClient>,
 }
 
 impl Fleet {
-    async fn new() -> Fleet {
+    pub(crate) async fn new() -> Fleet {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::connect(&oduflow_store::testing::sqlite_url(dir.path()), true).await.unwrap();
         store.migrate().await.unwrap();
@@ -37,19 +37,19 @@ impl Fleet {
         Fleet { _dir: dir, store, cloud, p }
     }
 
-    fn now(&self) -> i64 {
+    pub(crate) fn now(&self) -> i64 {
         use oduflow_engine::Clock;
         SystemClock.now_ms()
     }
 
-    async fn create(&self, name: &str) {
+    pub(crate) async fn create(&self, name: &str) {
         let spec = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
         self.store.client_create(&ClientName::parse(name).unwrap(), &spec, self.now(), 3).await.unwrap();
     }
 
-    /// Runs the queue until every client is ready, deleted or blocked.
-    async fn settle(&self, adapter: Option<Arc<MemoryAdapter>>) {
-        let cfg = EngineConfig {
+    /// The engine's settings for a fleet: fast polls, three looks.
+    pub(crate) fn config() -> EngineConfig {
+        EngineConfig {
             worker_id: "bulk".into(),
             poll_interval_ms: 0,
             retry_base_ms: 0,
@@ -58,8 +58,12 @@ impl Fleet {
             ready_wait_ms: 200,
             concurrency: 8,
             ..EngineConfig::default()
-        };
-        let mut w = Worker::new(self.store.clone(), self.p.clone(), cfg, Arc::new(SystemClock));
+        }
+    }
+
+    /// Runs the queue until every client is ready, deleted or blocked.
+    pub(crate) async fn settle(&self, adapter: Option<Arc<MemoryAdapter>>) {
+        let mut w = Worker::new(self.store.clone(), self.p.clone(), Self::config(), Arc::new(SystemClock));
         if let Some(a) = adapter {
             w = w.with_adapters(vec![a as Arc<dyn IdentityAdapter>]);
         }
@@ -67,18 +71,18 @@ impl Fleet {
         tokio::time::timeout(SETTLE_MAX, w.run(true, stopped)).await.expect("the fleet settles").unwrap();
     }
 
-    async fn statuses(&self) -> Vec<(String, ClientStatus, Option<BlockedReason>)> {
+    pub(crate) async fn statuses(&self) -> Vec<(String, ClientStatus, Option<BlockedReason>)> {
         let rows = self.store.client_list().await.unwrap();
         rows.into_iter().map(|c| (c.name, c.infra.status, c.infra.blocked_reason)).collect()
     }
 
     /// Everything the database holds, as text: a dry run must leave it as
     /// it was.
-    async fn everything(&self) -> String {
+    pub(crate) async fn everything(&self) -> String {
         oduflow_store::testing::all_text(&self.store).await.unwrap()
     }
 
-    fn actor<'a>(&self, by: &'a str) -> Actor<'a> {
+    pub(crate) fn actor<'a>(&self, by: &'a str) -> Actor<'a> {
         Actor { by, now_ms: self.now(), attempts_max: 3 }
     }
 }

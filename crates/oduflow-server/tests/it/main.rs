@@ -20,6 +20,7 @@ use std::time::Duration;
 
 mod actions;
 mod bulk;
+mod drift;
 mod dry_runs;
 mod listen;
 mod service;
