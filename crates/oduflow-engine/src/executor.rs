@@ -56,6 +56,10 @@ pub(crate) async fn converge<P: Provider>(
     fence: Fence,
     job: JobTimes,
 ) -> Result<Finish, EngineError> {
+    if infra0.observe_only {
+        // Imported, not promoted: nothing is sent for it, ever (the operator layer refuses the jobs).
+        return Ok(Finish::stale());
+    }
     let guard = Arc::new(RunGuard { fence, stop: Mutex::new(None) });
     // The run's requests carry its guard: it runs on a worker whose
     // provider asks the guard before each request it sends.

@@ -6,6 +6,7 @@
 
 mod bulk;
 mod credentials;
+mod import;
 mod intent;
 mod inventory;
 mod orphans;
@@ -15,6 +16,7 @@ mod settle;
 mod verify;
 pub use bulk::{BULK_CLIENTS_MAX, BulkAction, BulkItem, BulkOutcome, BulkReport, bulk};
 pub use credentials::{Unproven, credentials_rotate};
+pub use import::{ImportFilter, ImportItem, ImportOutcome, check_import_filter, client_promote, import};
 pub use intent::{Updated, client_create, client_delete, client_update, preflight, queue_resume, refuse_if_restored};
 pub use inventory::{Inventory, InventoryItem, inventory, inventory_settled};
 pub use orphans::{OrphanDeleted, orphan_adopt, orphan_delete, orphan_resolutions};
@@ -73,10 +75,12 @@ async fn current_receipt(store: &Store, c: &ClientRow, kind: ResourceKind) -> Re
 }
 
 /// The client an action on the provider is about to touch: refused while a
-/// restore is pending, or when its records are bound to another key.
+/// restore is pending, while it is observed only, or when its records are
+/// bound to another key.
 async fn acting_on<P: Provider>(store: &Store, name: &str, provider: &P) -> Result<ClientRow> {
     refuse_if_restored(store).await?;
     let c = client(store, name).await?;
+    import::refuse_if_observed(&c)?;
     check_key(&c, provider)?;
     Ok(c)
 }

@@ -134,7 +134,7 @@ impl ReceiptWriter {
         key: &OperationKey,
         by: &str,
         reason: &str,
-        ground: oduflow_store::AbandonGround,
+        ground: &oduflow_store::AbandonGround,
         now_ms: i64,
     ) -> oduflow_store::Result<()> {
         self.ledger.receipt_abandon(key, by, reason, ground, now_ms).await

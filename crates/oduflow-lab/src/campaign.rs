@@ -134,7 +134,7 @@ pub(crate) const REALISTIC_PACE: u64 = 100;
 pub enum Drawing {
     /// A worker stopped well past its lease while another one runs.
     Pauses,
-    /// An update while resizes take 600 ms or more: reads see the change
+    /// An update while resizes take 1,000 ms or more: reads see the change
     /// in flight.
     SlowResizes,
     /// Listing pages that repeat an item, two items a page.
@@ -153,7 +153,7 @@ impl Drawing {
     fn drawn_by(self, p: &Params) -> bool {
         match self {
             Drawing::Pauses => p.pauses > 0 && p.workers > 1,
-            Drawing::SlowResizes => p.updates > 0 && p.resize_ms >= 600,
+            Drawing::SlowResizes => p.updates > 0 && p.resize_ms >= 1_000,
             Drawing::PageRepeats => p.page_repeat > 0.0,
         }
     }

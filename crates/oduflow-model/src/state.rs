@@ -161,6 +161,8 @@ str_enum!(
         ChangesNotSentDoubted => "changes_not_sent_doubted",
         ClientCreated => "client_created",
         ClientDeleteRequested => "client_delete_requested",
+        ClientImported => "client_imported",
+        ClientPromoted => "client_promoted",
         ClientRecreateRequested => "client_recreate_requested",
         ClientUpdateRequested => "client_update_requested",
         DeleteSending => "delete_sending",

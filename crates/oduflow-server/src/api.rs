@@ -90,6 +90,8 @@ pub struct ClientView {
     pub vm_id: Option<String>,
     pub volume_id: Option<String>,
     pub key_fingerprint: Option<String>,
+    /// Imported and not yet promoted: tracked and verified, never changed.
+    pub observe_only: bool,
     pub created_ms: i64,
     pub updated_ms: i64,
 }
@@ -126,6 +128,7 @@ impl From<&ClientRow> for ClientView {
             vm_id: i.vm_id.as_ref().map(|v| v.to_string()),
             volume_id: i.volume_id.as_ref().map(|v| v.to_string()),
             key_fingerprint: i.key_fingerprint.as_ref().map(|k| k.short().to_owned()),
+            observe_only: i.observe_only,
             created_ms: r.created_ms,
             updated_ms: i.updated_ms,
         }
@@ -830,6 +833,55 @@ pub async fn bulk_abandon(
     let action: operator::BulkAction<'_, oduflow_vultr::VultrClient> =
         operator::BulkAction::Abandon { kind, reason: &reason };
     Ok(Json(operator::bulk(s.store(), &select, action, s.actor(&by), req.dry_run).await?))
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImportRequest {
+    /// Only servers whose label matches (`*` for any run of characters).
+    pub label: Option<String>,
+    /// Only servers carrying this tag.
+    pub tag: Option<String>,
+    /// Only servers in this region.
+    pub region: Option<String>,
+    /// Report what would be imported and what does not fit; record nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// `oduflow import` over HTTP: servers made outside oduflow, each with its
+/// one attached volume, recorded as clients that are ready and observed
+/// only; nothing is sent but listings.
+#[utoipa::path(post, path = "/api/v1/import", tag = "actions", request_body = ImportRequest,
+    responses((status = 200, body = Object, description = "one item per server: vm, label, name, volume, outcome (imported, would_import, does_not_fit, recorded), detail"),
+        (status = 401, body = ErrorBody), (status = 409, description = "a pending restore, or a read-only server", body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 502, body = ErrorBody)))]
+pub async fn import(
+    State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiJson(req): ApiJson<ImportRequest>,
+) -> ApiResult<Json<Vec<operator::ImportItem>>> {
+    let filter = operator::ImportFilter { label: req.label, tag: req.tag, region: req.region };
+    operator::check_import_filter(&filter).map_err(ApiError::InvalidInput)?;
+    let provider = s.acting_provider()?;
+    let by = caller.actor();
+    let items = operator::import(s.store(), provider.as_ref(), &filter, s.actor(&by), req.dry_run).await?;
+    provider.flush_budget().await;
+    Ok(Json(items))
+}
+
+/// Ends the observation of an imported client: managed from now on.
+#[utoipa::path(post, path = "/api/v1/clients/{name}/promote", tag = "actions",
+    params(("name" = String, Path, description = "client name", example = "acme")),
+    responses((status = 200, body = ClientView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "not observed only, a pending restore, or a read-only server", body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn clients_promote(
+    State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ClientPath(name): ClientPath,
+) -> ApiResult<Json<ClientView>> {
+    let row = operator::client_promote(s.store(), name.as_str(), s.actor(&caller.actor())).await?;
+    Ok(Json((&row).into()))
 }
 
 /// Blocked clients with their reason, evidence and resolving commands.

@@ -248,6 +248,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/clients/{name}/reconcile", post(api::clients_reconcile))
         .route("/api/v1/clients/{name}/adopt", post(api::clients_adopt))
         .route("/api/v1/clients/{name}/abandon", post(api::clients_abandon))
+        .route("/api/v1/clients/{name}/promote", post(api::clients_promote))
+        .route("/api/v1/import", post(api::import))
         .route("/api/v1/bulk/reconcile", post(api::bulk_reconcile))
         .route("/api/v1/bulk/abandon", post(api::bulk_abandon))
         .route("/api/v1/interventions", get(api::interventions))

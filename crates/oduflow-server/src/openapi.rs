@@ -18,6 +18,7 @@ use utoipa::{Modify, OpenApi};
         api::clients_list, api::clients_create, api::clients_show, api::clients_delete, api::clients_update,
         api::clients_receipts, api::clients_events,
         api::clients_reconcile, api::clients_adopt, api::clients_abandon, api::bulk_reconcile, api::bulk_abandon,
+        api::clients_promote, api::import,
         api::interventions, api::receipts, api::orphans, api::orphans_adopt, api::orphans_delete, api::events,
         api::queue, api::queue_pause, api::queue_resume,
         api::inventory, api::credentials_rotate,

@@ -23,6 +23,7 @@
 mod budget;
 mod changes;
 mod clock;
+mod import;
 mod operator;
 mod orphans;
 mod planted;
@@ -37,13 +38,14 @@ mod tokens;
 
 pub use budget::*;
 pub use changes::*;
+pub use import::Import;
 pub use operator::*;
 pub use orphans::*;
 pub use planted::{Bug, PLANTED_BUG_ENV, PlantedBug};
 pub use queue::*;
 pub use receipts::*;
 pub use rows::*;
-pub use select::ClientSelect;
+pub use select::{ClientSelect, glob};
 pub use stats::*;
 pub use tokens::*;
 
@@ -343,7 +345,7 @@ macro_rules! const_format_client_select {
              i.attach_dispatch_generation, i.updated_ms, i.image, i.server, i.outputs, \
              i.spec_generation, i.spec_updated_ms, i.dns_name, i.preflight_read_failures, \
              i.upgrades_read_failures_generation, i.upgrades_read_failures, i.updated_generation, \
-             i.backup_schedule, i.backup_schedule_sets, i.volume_size_id, i.volume_size_gb \
+             i.backup_schedule, i.backup_schedule_sets, i.volume_size_id, i.volume_size_gb, i.observe_only \
              FROM clients c JOIN infra i ON i.client_id = c.id ",
             $tail
         )
@@ -378,7 +380,7 @@ impl BeginWrite for SqlitePool {
 pub const RECONCILE_PAYLOAD: &str = "reconcile";
 
 /// The migration this build needs (the last in [`Store::migrate`]).
-pub const SCHEMA_VERSION: i64 = 15;
+pub const SCHEMA_VERSION: i64 = 16;
 
 /// The PostgreSQL migrations, in order: (version, name, SQL). Embedded with
 /// include_str! rather than sqlx's `migrate!` macro, which would pull in
@@ -399,6 +401,7 @@ pub(crate) const PG_MIGRATIONS: &[(i64, &str, &str)] = &[
     (13, "no replace", include_str!("../migrations/postgres/0013_no_replace.sql")),
     (14, "progress columns", include_str!("../migrations/postgres/0014_progress_columns.sql")),
     (15, "change restored", include_str!("../migrations/postgres/0015_change_restored.sql")),
+    (16, "observe only", include_str!("../migrations/postgres/0016_observe_only.sql")),
 ];
 
 /// The SQLite migrations, as [`PG_MIGRATIONS`].
@@ -418,6 +421,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
     (13, "no replace", include_str!("../migrations/sqlite/0013_no_replace.sql")),
     (14, "progress columns", include_str!("../migrations/sqlite/0014_progress_columns.sql")),
     (15, "change restored", include_str!("../migrations/sqlite/0015_change_restored.sql")),
+    (16, "observe only", include_str!("../migrations/sqlite/0016_observe_only.sql")),
 ];
 
 /// The default database: a SQLite file in the working directory.

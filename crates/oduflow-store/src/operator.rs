@@ -43,6 +43,34 @@ impl RestoreSeen {
 }
 
 impl Store {
+    /// A run for a ready client the verification pass saw drift on: only
+    /// if it is still ready, present, managed and at `generation` (a client
+    /// that blocked or changed since keeps what it has: no block is lifted
+    /// here). Whether the run was queued.
+    pub async fn client_recheck(&self, id: &ClientId, generation: i64, now_ms: i64, attempts_max: i32) -> Result<bool> {
+        crate::named("client_recheck", async move {
+            both!(self, p => {
+                let mut tx = crate::BeginWrite::begin_write(p).await?;
+                let n = sqlx::query(
+                    "UPDATE infra SET generation = $2 + 1, status = 'provisioning', updated_ms = $3 \
+                     WHERE client_id = $1 AND generation = $2 AND status = 'ready' AND target = 'present' \
+                     AND observe_only = 0")
+                    .bind(id.as_str()).bind(generation).bind(now_ms).execute(&mut *tx).await?.rows_affected();
+                if n == 1 {
+                    let mut job = NewJob::for_client(id, JobKind::Provision, generation + 1, now_ms, attempts_max);
+                    job.payload = serde_json::json!({ crate::RECONCILE_PAYLOAD: true });
+                    job_insert(&mut *tx, &job).await?;
+                    event_insert(&mut *tx, Some(id), EventKind::ReconcileRequested, &serde_json::json!({
+                        "by": "verification", "generation": generation + 1,
+                    }), now_ms).await?;
+                }
+                tx.commit().await?;
+                Ok(n == 1)
+            })
+        })
+        .await
+    }
+
     /// Observe again: clears a blocked state, bumps the generation (queued
     /// jobs become stale) and enqueues a fresh job for the current target.
     /// A client blocked on a change (`uncertain_update`, or

@@ -394,17 +394,26 @@ impl ReceiptLedger {
         key: &OperationKey,
         by: &str,
         reason: &str,
-        ground: AbandonGround,
+        ground: &AbandonGround,
         now_ms: i64,
     ) -> Result<()> {
         crate::named("receipt_abandon", async move {
-            let (listed, seen) = (ground != AbandonGround::Uncertain, ground == AbandonGround::Missing);
+            let listed = !matches!(ground, AbandonGround::Uncertain);
+            let missing = match &ground {
+                AbandonGround::Missing(evidence) => Some(evidence.as_str()),
+                _ => None,
+            };
             ledger_write!(&self.store, tx => {
+                // A seen resource only while its client is still blocked for
+                // it, checked in this very statement.
                 let client: String = sqlx::query_scalar(
                     "UPDATE dispatch_receipts SET abandoned_by = $2, abandoned_reason = $3 \
-                     WHERE operation_key = $1 AND (resource_id IS NULL OR $5 OR (seen_ms IS NULL AND (listed_ms IS NULL OR $4))) \
+                     WHERE operation_key = $1 AND (resource_id IS NULL OR (seen_ms IS NULL AND (listed_ms IS NULL OR $4)) \
+                       OR ($5 <> '' AND EXISTS (SELECT 1 FROM infra i WHERE i.client_id = dispatch_receipts.client_ref \
+                         AND i.status = 'blocked' AND i.blocked_reason = 'known_resource_missing' \
+                         AND substr(i.blocked_detail, 1, length($5)) = $5))) \
                      AND abandoned_by IS NULL AND rejection_status IS NULL RETURNING client_ref")
-                    .bind(key.as_str()).bind(by).bind(reason).bind(listed).bind(seen)
+                    .bind(key.as_str()).bind(by).bind(reason).bind(listed).bind(missing.unwrap_or_default())
                     .fetch_optional(&mut *tx).await?
                     .ok_or_else(|| StoreError::ReceiptNotFound(format!("{key} (uncertain: no id, or one never seen nor listed; not abandoned)")))?;
                 (*tx).event_insert(Some(&ClientId(client)), EventKind::DispatchAbandoned, &serde_json::json!({
@@ -684,7 +693,7 @@ impl Store {
 
 /// On what ground an operator abandons a dispatch that has an id
 /// (without one, any dispatch not refused may be abandoned).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AbandonGround {
     /// Its id was never seen by id nor listed: as uncertain as no id.
     Uncertain,
@@ -692,6 +701,8 @@ pub enum AbandonGround {
     /// 404.
     ListedGone,
     /// Seen, then answering 404 until its client blocked
-    /// `known_resource_missing` for it: given up to be built again.
-    Missing,
+    /// `known_resource_missing` for it: given up to be built again. The
+    /// block's evidence starts with this text (`vm ID answers 404`), and
+    /// must still when the abandon is written.
+    Missing(String),
 }

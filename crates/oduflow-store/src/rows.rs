@@ -68,7 +68,8 @@ pub(crate) const INFRA_COLUMNS_PREFIXED: &str = "i.client_id AS i_client_id, i.r
     i.upgrades_read_failures_generation AS i_upgrades_read_failures_generation, \
     i.upgrades_read_failures AS i_upgrades_read_failures, i.updated_generation AS i_updated_generation, \
     i.backup_schedule AS i_backup_schedule, i.backup_schedule_sets AS i_backup_schedule_sets, \
-    i.volume_size_id AS i_volume_size_id, i.volume_size_gb AS i_volume_size_gb";
+    i.volume_size_id AS i_volume_size_id, i.volume_size_gb AS i_volume_size_gb, \
+    i.observe_only AS i_observe_only";
 
 fn parse<T>(what: &str, s: &str, f: impl Fn(&str) -> Option<T>) -> Result<T> {
     f(s).ok_or_else(|| StoreError::Corrupt(format!("{what} {s:?}")))
@@ -108,6 +109,8 @@ pub struct InfraRow {
     pub spec_generation: i64,
     /// When that update was asked for.
     pub spec_updated_ms: Option<i64>,
+    /// Imported and not yet promoted: tracked and reported, never changed.
+    pub observe_only: bool,
 }
 
 impl InfraRow {
@@ -162,6 +165,7 @@ pub(crate) fn infra_from_row(r: &impl RowExt, id_col: &str) -> Result<InfraRow> 
         },
         spec_generation: r.int("spec_generation")?,
         spec_updated_ms: r.int_opt("spec_updated_ms")?,
+        observe_only: r.int("observe_only")? != 0,
     })
 }
 

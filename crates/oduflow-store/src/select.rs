@@ -92,7 +92,7 @@ impl ClientSelect {
 
 /// `*` matches any run of characters (none included); nothing else is
 /// special.
-fn glob(pattern: &str, name: &str) -> bool {
+pub fn glob(pattern: &str, name: &str) -> bool {
     let mut parts = pattern.split('*');
     let first = parts.next().unwrap_or_default();
     let Some(mut rest) = name.strip_prefix(first) else { return false };

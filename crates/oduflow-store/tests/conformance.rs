@@ -91,9 +91,9 @@ async fn the_metrics_count_each_receipt_as_its_ledger_reads_it(store: Store) {
             7 => {
                 // Answered with an id never seen nor listed, then given up.
                 ledger.receipt_record_id(&key, "vm-7", IdSource::Response, 3).await.unwrap();
-                ledger.receipt_abandon(&key, "ops", "checked", AbandonGround::Uncertain, 4).await.unwrap();
+                ledger.receipt_abandon(&key, "ops", "checked", &AbandonGround::Uncertain, 4).await.unwrap();
             }
-            8 => ledger.receipt_abandon(&key, "ops", "checked", AbandonGround::Uncertain, 4).await.unwrap(),
+            8 => ledger.receipt_abandon(&key, "ops", "checked", &AbandonGround::Uncertain, 4).await.unwrap(),
             _ => {} // 2: sent, its answer lost
         }
     }

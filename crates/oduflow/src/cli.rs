@@ -89,6 +89,28 @@ pub(crate) enum Cmd {
         #[arg(long)]
         reason: String,
     },
+    /// Bring servers made outside oduflow under it, changing nothing at
+    /// Vultr: one client per server with its one attached volume, its spec
+    /// read from the listing, recorded ready and observed only (tracked and
+    /// verified, never changed or deleted) until `client promote`.
+    Import {
+        /// Only servers whose label matches (`*` for any run of characters).
+        #[arg(long)]
+        label: Option<String>,
+        /// Only servers carrying this tag.
+        #[arg(long)]
+        tag: Option<String>,
+        /// Only servers in this region.
+        #[arg(long)]
+        region: Option<String>,
+        /// Show what would be imported and what does not fit; record nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long, env = "USER", default_value = "operator")]
+        by: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// One action over a selection of clients (the flags of `client list`;
     /// at least one), each client as the single command would take it.
     #[command(subcommand)]
@@ -371,6 +393,15 @@ pub(crate) enum ClientCmd {
         /// record nothing.
         #[arg(long)]
         dry_run: bool,
+    },
+    /// End observation of an imported client: oduflow manages it from now
+    /// on (a run reads it by id and converges, as for any client).
+    Promote {
+        name: String,
+        #[arg(long, env = "USER", default_value = "operator")]
+        by: String,
+        #[arg(long)]
+        json: bool,
     },
     /// Status, blocked reason and evidence, provider ids, receipts, events.
     Show {

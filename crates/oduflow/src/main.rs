@@ -166,6 +166,10 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Adopt { name, kind, id, by } => cmd::adopt::adopt(&cfg, &name, &kind, &id, &by).await,
         Cmd::Abandon { name, kind, by, reason } => cmd::adopt::abandon(&cfg, &name, &kind, &by, &reason).await,
         Cmd::Bulk(c) => cmd::bulk::run(&cfg, c).await,
+        Cmd::Import { label, tag, region, dry_run, by, json } => {
+            cmd::import::run(&cfg, oduflow_engine::operator::ImportFilter { label, tag, region }, dry_run, &by, json)
+                .await
+        }
         Cmd::Credentials(c) => cmd::credentials::run(&cfg, c).await,
         Cmd::Orphan(c) => cmd::orphan::run(&cfg, c).await,
         Cmd::Restore(c) => cmd::restore::run(&cfg, c).await,

@@ -101,10 +101,16 @@ pub async fn bulk<P: Provider>(
                 Err(
                     e @ (OperatorError::Refused(_) | OperatorError::Invalid(_) | OperatorError::KeyMismatch { .. }),
                 ) => (BulkOutcome::Refused, e.to_string()),
-                // Deleted or renamed since the selection was read.
-                Err(e @ OperatorError::Store(oduflow_store::StoreError::ClientNotFound(_))) => {
-                    (BulkOutcome::Refused, e.to_string())
-                }
+                // Changed since the selection was read: deleted, abandoned
+                // or moved on by someone else, a DNS name taken meanwhile.
+                Err(
+                    e @ OperatorError::Store(
+                        oduflow_store::StoreError::ClientNotFound(_)
+                        | oduflow_store::StoreError::ReceiptNotFound(_)
+                        | oduflow_store::StoreError::ClientMoved(_)
+                        | oduflow_store::StoreError::DnsNameTaken { .. },
+                    ),
+                ) => (BulkOutcome::Refused, e.to_string()),
                 Err(e) => {
                     report.stopped = Some(format!("at {name}: {e}"));
                     (BulkOutcome::NotReached, format!("not done: {e}"))
@@ -135,12 +141,12 @@ async fn one<P: Provider>(
             Ok((BulkOutcome::Done, format!("queued a run; now {}", row.infra.status.as_str())))
         }
         (&BulkAction::Abandon { kind, reason }, true) => {
-            let plan = abandon_plan(store, name, kind, actor.by, reason).await?;
+            let plan = one_abandon(store, name, kind, actor.by, reason).await?;
             let key = plan.receipt.operation_key;
             Ok((BulkOutcome::WouldDo, format!("would abandon {} dispatch {key} and queue the next", kind.as_str())))
         }
         (&BulkAction::Abandon { kind, reason }, false) => {
-            let plan = abandon_plan(store, name, kind, actor.by, reason).await?;
+            let plan = one_abandon(store, name, kind, actor.by, reason).await?;
             let row = abandon(store, name, kind, reason, actor).await?;
             let key = plan.receipt.operation_key;
             Ok((
@@ -149,4 +155,27 @@ async fn one<P: Provider>(
             ))
         }
     }
+}
+
+/// The abandon a bulk action may take: an uncertain dispatch only. A
+/// rebuild (a resource seen, answering 404 since) creates a new paid
+/// resource on the operator's word about that one resource: one client at
+/// a time.
+async fn one_abandon(
+    store: &Store,
+    name: &str,
+    kind: ResourceKind,
+    by: &str,
+    reason: &str,
+) -> Result<super::reconcile::AbandonPlan> {
+    let plan = abandon_plan(store, name, kind, by, reason).await?;
+    if matches!(plan.ground, oduflow_store::AbandonGround::Missing(_)) {
+        return refused(format!(
+            "{name}'s {} was seen and answers 404 since: rebuilding it makes a new one, decided one client at a \
+             time (`oduflow abandon {name} --kind {}`)",
+            kind.as_str(),
+            kind.as_str()
+        ));
+    }
+    Ok(plan)
 }

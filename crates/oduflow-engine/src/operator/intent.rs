@@ -66,6 +66,7 @@ pub async fn client_update<P: Provider>(
     update: &SpecUpdate,
     actor: Actor<'_>,
 ) -> Result<Updated> {
+    super::import::refuse_if_observed(&super::client(store, name).await?)?;
     let plan_unchecked = plan_check(store, provider, name, update).await?;
     let row = store.client_update(name, update, actor.now_ms, actor.attempts_max).await?;
     Ok(Updated { row, plan_unchecked })
@@ -91,6 +92,7 @@ pub(super) async fn plan_check<P: Provider>(
 /// Sets the client's target to `absent` and queues its deletion; deleting
 /// again changes nothing.
 pub async fn client_delete(store: &Store, name: &str, actor: Actor<'_>) -> Result<ClientRow> {
+    super::import::refuse_if_observed(&super::client(store, name).await?)?;
     Ok(store.client_delete(name, actor.now_ms, actor.attempts_max).await?)
 }
 

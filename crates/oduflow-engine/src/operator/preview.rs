@@ -27,11 +27,22 @@ pub async fn client_update_plan<P: Provider>(
     name: &str,
     update: &SpecUpdate,
 ) -> Result<UpdatePlan> {
+    super::import::refuse_if_observed(&client(store, name).await?)?;
     let plan_unchecked = plan_check(store, provider, name, update).await?;
     let p = store.client_update_preview(name, update).await?;
+    let mut changes = changes(&p.client.infra.spec, &p.spec, p.created);
+    if changes.is_empty() {
+        // The spec stands (the server differs, or Vultr refused the change).
+        changes.push(FieldChange {
+            field: "(spec)",
+            from: "what the server shows".into(),
+            to: "the spec, as it is".into(),
+            effect: "the spec stands: what differs is sent again, one PATCH per resource, applied at once",
+        });
+    }
     Ok(UpdatePlan {
         name: name.to_owned(),
-        changes: changes(&p.client.infra.spec, &p.spec, p.created),
+        changes,
         stays_blocked: p.blocked_stays.then_some(p.client.infra.blocked_reason).flatten(),
         plan_unchecked,
     })
@@ -57,6 +68,7 @@ pub struct Deletes {
 /// What `client_delete` would do to `name`'s resources and identities.
 pub async fn client_delete_plan(store: &Store, name: &str) -> Result<DeletePlan> {
     let c = client(store, name).await?;
+    super::import::refuse_if_observed(&c)?;
     let mut deletes = vec![];
     for kind in [ResourceKind::Attach, ResourceKind::Vm, ResourceKind::Volume] {
         let (r, _) = current_receipt(store, &c, kind).await?;

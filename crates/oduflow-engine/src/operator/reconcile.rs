@@ -196,7 +196,7 @@ pub async fn abandon(
     let Actor { by, now_ms, attempts_max } = actor;
     let plan = abandon_plan(store, name, kind, by, reason).await?;
     let writer = ReceiptWriter::new(store.clone());
-    writer.abandon(&plan.receipt.operation_key, by, reason, plan.ground, now_ms).await?;
+    writer.abandon(&plan.receipt.operation_key, by, reason, &plan.ground, now_ms).await?;
     Ok(store.client_reconcile(name, &[(kind, plan.generation + 1)], by, now_ms, attempts_max).await?)
 }
 
@@ -222,6 +222,7 @@ pub(crate) async fn abandon_plan(
     }
     refuse_if_restored(store).await?;
     let c = client(store, name).await?;
+    super::import::refuse_if_observed(&c)?;
     let (Some(r), dg) = current_receipt(store, &c, kind).await? else {
         return refused(format!("{name} has no current {} dispatch", kind.as_str()));
     };
@@ -238,11 +239,9 @@ pub(crate) async fn abandon_plan(
     // (or is still lost in Vultr's lag: the attestation says which, and
     // its label stays watched). Given up, it is built again: a new
     // dispatch for it alone, the survivor attached to it.
+    let missing = effect.id().map(|id| oduflow_model::decide::missing_evidence(kind, id));
     let rebuild = c.infra.blocked_reason == Some(BlockedReason::KnownResourceMissing)
-        && effect
-            .id()
-            .zip(c.infra.blocked_detail.as_deref())
-            .is_some_and(|(id, detail)| detail.starts_with(&oduflow_model::decide::missing_evidence(kind, id)));
+        && missing.as_ref().zip(c.infra.blocked_detail.as_deref()).is_some_and(|(m, d)| d.starts_with(m.as_str()));
     if (effect.id().is_some() && (r.progress().seen || (r.listed() && !listed_gone)) && !rebuild)
         || matches!(effect, Effect::Rejected { .. })
     {
@@ -252,7 +251,7 @@ pub(crate) async fn abandon_plan(
         ));
     }
     let ground = match (rebuild, listed_gone) {
-        (true, _) => AbandonGround::Missing,
+        (true, _) => AbandonGround::Missing(missing.unwrap_or_default()),
         (false, true) => AbandonGround::ListedGone,
         (false, false) => AbandonGround::Uncertain,
     };

@@ -11,8 +11,10 @@
 use super::*;
 use oduflow_model::decide::{Listed, listed_drift};
 use oduflow_model::provider::{Block, Instance};
+use oduflow_store::IdSource;
 
-/// The periodic pass: lists once, queues a run for each drifted client.
+/// The periodic pass: the inventory (orphans recorded too: a label given
+/// up by a rebuild stays watched), then a run for each drifted client.
 /// Skipped (nothing listed) while a restore is pending: the inventory the
 /// operator runs then reconciles every client.
 pub async fn verify<P: Provider>(
@@ -24,13 +26,7 @@ pub async fn verify<P: Provider>(
     if store.restore_pending().await?.is_some() {
         return Ok(vec![]);
     }
-    let instances = provider.instance_list().await?;
-    let blocks = provider.block_list().await?;
-    let receipts = store.receipts_all().await?;
-    let clients: Vec<ClientRow> = store.client_list().await?;
-    let found = drifted(&receipts, &clients, &instances, &blocks, now_ms, grace_ms);
-    queue_drifted(store, &found, now_ms).await?;
-    Ok(found)
+    Ok(super::inventory_settled(store, provider, now_ms, grace_ms).await?.drifted)
 }
 
 /// The periodic pass, when it is due and this caller claims it (one
@@ -70,7 +66,16 @@ pub(super) fn drifted(
 ) -> Vec<InventoryItem> {
     let instances: HashMap<&str, &Instance> = instances.iter().map(|i| (i.id.as_str(), i)).collect();
     let blocks: HashMap<&str, &Block> = blocks.iter().map(|b| (b.id.as_str(), b)).collect();
-    let label = |id: &str| receipts.iter().find(|r| r.id() == Some(id)).map_or("", |r| r.label.as_str());
+    // The label each recorded resource is held to; one an operator adopted
+    // is held to none (as a run holds it: `adopt` verified the rest).
+    let held: HashMap<(ResourceKind, &str), Option<&str>> = receipts
+        .iter()
+        .filter(|r| r.resource_kind != ResourceKind::Attach)
+        .filter_map(|r| {
+            let label = (r.id_source() != Some(IdSource::AdoptedByOperator)).then_some(r.label.as_str());
+            Some(((r.resource_kind, r.id()?), label))
+        })
+        .collect();
     let mut out = vec![];
     for c in clients {
         let i = &c.infra;
@@ -78,44 +83,63 @@ pub(super) fn drifted(
         if now_ms - i.updated_ms < grace_ms {
             continue;
         }
+        let (instance, block) = (instances.get(vm.as_str()).copied(), blocks.get(vol.as_str()).copied());
+        let label = |kind, id: &str, listed: Option<&str>| {
+            held.get(&(kind, id)).copied().flatten().or(listed).unwrap_or_default().to_owned()
+        };
+        let vm_label = label(ResourceKind::Vm, vm.as_str(), instance.map(|x| x.label.as_str()));
+        let vol_label = label(ResourceKind::Volume, vol.as_str(), block.map(|x| x.label.as_str()));
         let listed = Listed {
             spec: &i.spec,
-            vm: (vm.as_str(), label(vm.as_str()), &i.outputs.main_ip),
-            volume: (vol.as_str(), label(vol.as_str())),
-            instance: instances.get(vm.as_str()).copied(),
-            block: blocks.get(vol.as_str()).copied(),
+            vm: (vm.as_str(), &vm_label, &i.outputs.main_ip),
+            volume: (vol.as_str(), &vol_label),
+            instance,
+            block,
         };
         for (kind, note) in listed_drift(&listed) {
-            let id = if kind == ResourceKind::Vm { vm.as_str() } else { vol.as_str() };
-            out.push(InventoryItem {
-                kind,
-                id: id.to_owned(),
-                label: label(id).to_owned(),
-                client: Some(c.name.clone()),
-                note,
-                resolve: None,
-            });
+            let (id, label) =
+                if kind == ResourceKind::Vm { (vm.as_str(), &vm_label) } else { (vol.as_str(), &vol_label) };
+            let (id, label, client) = (id.to_owned(), label.clone(), Some(c.name.clone()));
+            out.push(InventoryItem { kind, id, label, client, note, resolve: None });
         }
     }
     out
 }
 
-/// A `drift_seen` event with the evidence, then a run, for each client the
-/// pass found drifted.
+/// A `drift_seen` event with the evidence for each client the pass found
+/// drifted, then a run for at most [`VERIFY_RUNS_MAX`] of them, each only
+/// if it is still ready at the generation read (a client that blocked or
+/// changed since keeps what it has). An observed client is only reported.
 pub(super) async fn queue_drifted(store: &Store, found: &[InventoryItem], now_ms: i64) -> Result<()> {
     let writer = ReceiptWriter::new(store.clone());
     let mut names: Vec<&str> = found.iter().filter_map(|f| f.client.as_deref()).collect();
     names.dedup();
+    let mut runs = 0;
     for name in names {
-        let c = client(store, name).await?;
+        let Some(c) = store.client_get(name).await? else { continue };
         let evidence: Vec<&str> =
             found.iter().filter(|f| f.client.as_deref() == Some(name)).map(|f| f.note.as_str()).collect();
         tracing::warn!(client = name, evidence = %evidence.join("; "), "verification: the listings differ from a ready client");
         writer.audit(&c.id, EventKind::DriftSeen, serde_json::json!({ "evidence": evidence }), now_ms).await?;
-        store.client_reconcile(name, &[], "verification", now_ms, VERIFY_ATTEMPTS_MAX).await?;
+        if c.infra.observe_only || c.infra.status != ClientStatus::Ready {
+            continue;
+        }
+        if runs >= VERIFY_RUNS_MAX {
+            tracing::warn!(
+                client = name,
+                "verification: {VERIFY_RUNS_MAX} runs queued this pass; this one waits for the next"
+            );
+            continue;
+        }
+        let again = store.client_recheck(&c.id, c.infra.generation, now_ms, VERIFY_ATTEMPTS_MAX).await?;
+        runs += usize::from(again);
     }
     Ok(())
 }
+
+/// The most runs one pass queues: a listing that showed nothing at all
+/// (an outage answered 200) would otherwise put a whole fleet to work.
+pub const VERIFY_RUNS_MAX: usize = 200;
 
 /// The attempt budget of a run the verification queues.
 const VERIFY_ATTEMPTS_MAX: i32 = 20;

@@ -17,6 +17,8 @@ const ACTIONS: &[(&str, &str)] = &[
     ("POST", "/api/v1/clients/acme/abandon"),
     ("POST", "/api/v1/bulk/reconcile?name=acme"),
     ("POST", "/api/v1/bulk/abandon?name=acme"),
+    ("POST", "/api/v1/clients/acme/promote"),
+    ("POST", "/api/v1/import"),
     ("POST", "/api/v1/orphans/00000000-0000-4000-8000-000000000000/adopt"),
     ("POST", "/api/v1/orphans/00000000-0000-4000-8000-000000000000/delete"),
     ("POST", "/api/v1/queue/pause"),

@@ -84,9 +84,30 @@ async fn each_kind_of_drift_ends_in_its_block_and_a_lost_vm_is_rebuilt_on_its_vo
     let blocks = f.cloud.blocks().await;
     let b = blocks.iter().find(|b| b.id == volume).unwrap();
     assert_eq!(b.attached_to_instance.as_ref(), back.infra.vm_id.as_ref(), "re-attached");
-    // A VM a read by id still shows is not abandoned this way.
+    // A VM a read by id still shows is not abandoned this way, and the
+    // ledger itself checks the block as it writes: a plan made before a
+    // reconcile lifted it cannot land after.
     let e = operator::abandon(&f.store, "steady", ResourceKind::Vm, "x", actor).await.unwrap_err();
     assert!(e.to_string().contains("known outcome"), "{e}");
+    let steady = row(&f, "steady").await;
+    let receipts = f.store.receipts_for_client(&steady.id).await.unwrap();
+    let vm = receipts.iter().find(|r| r.resource_kind == ResourceKind::Vm).unwrap();
+    let evidence = oduflow_model::decide::missing_evidence(ResourceKind::Vm, vm.id().unwrap());
+    let ground = oduflow_store::AbandonGround::Missing(evidence);
+    let ledger = oduflow_store::ReceiptLedger::new(f.store.clone());
+    assert!(ledger.receipt_abandon(&vm.operation_key, "ops", "x", &ground, f.now()).await.is_err());
+
+    // A rebuild is one client at a time: a bulk abandon refuses it.
+    f.cloud.delete_vm(row(&f, "steady").await.infra.vm_id.as_ref().unwrap()).await;
+    operator::verify(&f.store, f.p.as_ref(), f.now(), 0).await.unwrap();
+    f.settle(None).await;
+    assert_eq!(row(&f, "steady").await.infra.blocked_reason, Some(BlockedReason::KnownResourceMissing));
+    let select = oduflow_store::ClientSelect::default().with_words(None, Some("steady"), None).unwrap();
+    let action: operator::BulkAction<'_, oduflow_vultr::VultrClient> =
+        operator::BulkAction::Abandon { kind: ResourceKind::Vm, reason: "x" };
+    let r = operator::bulk(&f.store, &select, action, actor, false).await.unwrap();
+    assert_eq!(r.count(operator::BulkOutcome::Refused), 1, "{r:?}");
+    assert!(r.items[0].detail.contains("one client at a time"), "{r:?}");
 }
 
 /// The worker runs the pass itself, once per interval across workers, and

@@ -22,6 +22,7 @@ mod actions;
 mod bulk;
 mod drift;
 mod dry_runs;
+mod import;
 mod listen;
 mod service;
 mod suggestions;
@@ -274,6 +275,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/v1/clients/acme/abandon"),
     ("POST", "/api/v1/bulk/reconcile"),
     ("POST", "/api/v1/bulk/abandon"),
+    ("POST", "/api/v1/clients/acme/promote"),
+    ("POST", "/api/v1/import"),
     ("GET", "/api/v1/interventions"),
     ("GET", "/api/v1/receipts"),
     ("GET", "/api/v1/orphans"),

@@ -41,6 +41,13 @@ pub async fn run(cfg: &Config, c: ClientCmd) -> Result<()> {
         }
         ClientCmd::Update { name, change, json, dry_run } => update(cfg, &name, *change, json, dry_run).await,
         ClientCmd::Delete { name, json, dry_run } => delete(cfg, &name, json, dry_run).await,
+        ClientCmd::Promote { name, by, json } => {
+            ClientName::parse(&name)?;
+            let store = open(cfg).await?;
+            let actor = Actor { by: &by, now_ms: now_ms(&store).await?, attempts_max: cfg.attempts_max };
+            let row = operator::client_promote(&store, &name, actor).await?;
+            print_client(&store, &row, json, false).await
+        }
         ClientCmd::Show { name, json } => {
             ClientName::parse(&name)?;
             let store = open(cfg).await?;

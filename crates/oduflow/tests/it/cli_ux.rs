@@ -168,7 +168,7 @@ async fn client_list_selects_and_its_json_is_stable() {
     #[rustfmt::skip]
     let stable = [
         "backups", "blocked_detail", "blocked_reason", "created_ms", "dns_name", "enable_ipv6",
-        "firewall_group", "generation", "hostname", "id", "image", "ipv4", "ipv6", "key_fingerprint", "name",
+        "firewall_group", "generation", "hostname", "id", "image", "ipv4", "ipv6", "key_fingerprint", "name", "observe_only",
         "os_id", "plan", "region", "ssh_keys", "status", "tags", "target", "updated_ms", "user_data_bytes",
         "volume_gb", "volume_id", "volume_mount_id", "volume_type", "vm_id", "vpcs",
     ];
@@ -663,4 +663,27 @@ async fn dry_runs_print_the_plan_and_record_nothing() {
 
     let real = env.run(&["client", "update", "acme", "--region", "sjc"]);
     assert_eq!((real.status.code(), real.stderr), (dry.status.code(), dry.stderr), "refused alike");
+}
+
+/// `oduflow import` refuses the filters the API refuses (exit code 2,
+/// nothing read), its dry run records nothing, and `client promote` refuses
+/// a client that is not observed only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_and_promote_refuse_what_the_api_refuses() {
+    let env = Env::sqlite().await;
+    env.ok(&["init"]);
+    create(&env, "acme");
+    let store = env.store().await;
+    let before = (table_counts(&store).await, env.sim.ledger().request_log.len());
+    for args in [&["import", "--region", "EWR1"][..], &["import", "--label", ""], &["client", "promote", "No_Name"]] {
+        let o = env.run(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    assert_eq!((table_counts(&store).await, env.sim.ledger().request_log.len()), before, "bad input read or wrote");
+    let out = env.ok(&["import", "--dry-run"]);
+    assert!(out.contains("dry run, nothing recorded: 0 servers"), "{out}");
+    let o = env.run(&["client", "promote", "acme"]);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not observed only"));
+    assert_eq!(table_counts(&store).await, before.0, "recorded something");
 }

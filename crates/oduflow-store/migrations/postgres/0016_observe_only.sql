@@ -1,0 +1,4 @@
+-- A client imported from servers made outside oduflow is observed only
+-- (1) until an operator promotes it (0): tracked and reported, never sent
+-- a request that changes anything.
+ALTER TABLE infra ADD COLUMN observe_only BIGINT NOT NULL DEFAULT 0;
