@@ -416,12 +416,22 @@ pub struct ClientFilter {
     /// (90s, 15m, 2h, 3d; at most 365 days).
     #[param(pattern = "^[0-9]{1,6}[smhd]$")]
     pub unchanged_for: Option<String>,
+    /// A page of the list: at most this many clients (1 to 1,000), in
+    /// name order; the header `X-Total-Count` says how many are selected.
+    /// Lists only (a bulk action takes the whole selection).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<usize>,
+    /// Clients skipped before the page.
+    pub offset: Option<usize>,
 }
 
 impl ClientFilter {
     /// The selection `client list` makes from the same words; a bad
     /// pattern, region or duration is refused (422) with its text.
     fn select(self) -> ApiResult<oduflow_store::ClientSelect> {
+        if self.limit.is_some_and(|l| !(1..=LIST_LIMIT_MAX).contains(&l)) {
+            return Err(ApiError::InvalidInput(format!("limit: from 1 to {LIST_LIMIT_MAX}")));
+        }
         let typed = oduflow_store::ClientSelect {
             status: self.status,
             blocked_reason: self.blocked_reason,
@@ -490,14 +500,27 @@ pub async fn health(State(s): State<AppState>) -> ApiResult<Json<Health>> {
 /// Every client, optionally filtered.
 #[utoipa::path(get, path = "/api/v1/clients", tag = "clients", params(ClientFilter),
     responses((status = 200, body = Vec<ClientView>), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn clients_list(
-    State(s): State<AppState>,
-    ApiQuery(f): ApiQuery<ClientFilter>,
-) -> ApiResult<Json<Vec<ClientView>>> {
+pub async fn clients_list(State(s): State<AppState>, ApiQuery(f): ApiQuery<ClientFilter>) -> ApiResult<Response> {
+    let (limit, offset) = (f.limit.unwrap_or(usize::MAX), f.offset.unwrap_or(0));
     let select = f.select()?;
     let rows = s.store().client_list().await?;
     let now = s.now_ms();
-    Ok(Json(rows.iter().filter(|c| select.matches(c, now)).map(ClientView::from).collect()))
+    let selected: Vec<&ClientRow> = rows.iter().filter(|c| select.matches(c, now)).collect();
+    let page: Vec<ClientView> = selected.iter().skip(offset).take(limit).map(|c| ClientView::from(*c)).collect();
+    Ok(([("x-total-count", selected.len().to_string())], Json(page)).into_response())
+}
+
+/// The most clients one page of `GET /api/v1/clients` holds.
+pub const LIST_LIMIT_MAX: usize = 1000;
+
+/// A bulk action takes its whole selection: a page of it is refused.
+fn whole(f: &ClientFilter) -> ApiResult<()> {
+    match f.limit.is_some() || f.offset.is_some() {
+        true => {
+            Err(ApiError::InvalidInput("limit and offset page a list; a bulk action takes the whole selection".into()))
+        }
+        false => Ok(()),
+    }
 }
 
 /// Records intent for a new client (`present`) and enqueues provisioning.
@@ -796,6 +819,7 @@ pub async fn bulk_reconcile(
     ApiQuery(f): ApiQuery<ClientFilter>,
     ApiJson(req): ApiJson<BulkReconcileRequest>,
 ) -> ApiResult<Json<operator::BulkReport>> {
+    whole(&f)?;
     let select = f.select()?;
     let provider = s.acting_provider()?;
     let action = operator::BulkAction::Reconcile { provider: provider.as_ref() };
@@ -816,6 +840,7 @@ pub async fn bulk_abandon(
     ApiQuery(f): ApiQuery<ClientFilter>,
     ApiJson(req): ApiJson<BulkAbandonRequest>,
 ) -> ApiResult<Json<operator::BulkReport>> {
+    whole(&f)?;
     let select = f.select()?;
     let by = attestation("by", &req.by, BY_LEN_MAX)?;
     let reason = attestation("reason", &req.reason, REASON_LEN_MAX)?;

@@ -15,7 +15,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Form};
-use oduflow_model::ClientStatus;
+use oduflow_model::{BlockedReason, ClientStatus};
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -53,6 +53,7 @@ h1{margin:0 0 .2em}h2{margin-top:1.6em;border-bottom:1px solid #ccc}\
 .counts{display:flex;gap:.8em;flex-wrap:wrap}.count{background:#fff;border:1px solid #ddd;border-radius:6px;padding:.5em 1em;min-width:7em}\
 .count b{display:block;font-size:1.6em}.blocked b{color:#b00}\
 table{border-collapse:collapse;width:100%;background:#fff}td,th{border:1px solid #ddd;padding:.3em .5em;text-align:left;vertical-align:top;font-size:.92em}\
+.group{border:1px solid #e0b4b4;border-radius:6px;padding:.4em 1em;margin:1em 0;background:#fff5f5}.pages a,.count a{color:inherit}\
 .case{background:#fff;border:1px solid #e0b4b4;border-left:5px solid #b00;border-radius:4px;padding:.6em 1em;margin:.8em 0}\
 code{background:#f1f1f1;padding:.1em .3em;border-radius:3px}.cmd code{font-size:1.05em;background:#222;color:#fff;padding:.2em .5em}\
 #clients td:first-child,#events td:first-child,#events td:nth-child(2){white-space:nowrap}.muted{color:#777}.status-ready{color:#070}.status-blocked{color:#b00;font-weight:bold}";
@@ -126,42 +127,71 @@ fn outcome(r: &oduflow_store::ReceiptRow) -> String {
     r.effect().to_string()
 }
 
-pub(crate) async fn dashboard(State(s): State<AppState>, Extension(caller): Extension<Caller>) -> ApiResult<Response> {
+/// The page's query: the selection of `GET /api/v1/clients` for the
+/// client table, and its page. (`token` is the sign-in's, read by the
+/// middleware.)
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DashboardQuery {
+    #[allow(dead_code)]
+    token: Option<String>,
+    status: Option<ClientStatus>,
+    blocked_reason: Option<BlockedReason>,
+    region: Option<String>,
+    name: Option<String>,
+    /// From 1.
+    page: Option<usize>,
+}
+
+/// Clients a page of the client table shows.
+pub const CLIENTS_PER_PAGE: usize = 100;
+
+/// Full cards shown per group of the intervention queue (the rest are
+/// named, and the client table lists them all).
+pub const CASES_PER_GROUP: usize = 3;
+
+pub(crate) async fn dashboard(
+    State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    crate::extract::ApiQuery(q): crate::extract::ApiQuery<DashboardQuery>,
+) -> ApiResult<Response> {
     let store = s.store();
+    let now = s.now_ms();
+    let select =
+        oduflow_store::ClientSelect { status: q.status, blocked_reason: q.blocked_reason, ..Default::default() }
+            .with_words(q.region.as_deref(), q.name.as_deref(), None)
+            .map_err(ApiError::InvalidInput)?;
     let clients = store.client_list().await?;
     let names: HashMap<&str, &str> = clients.iter().map(|c| (c.id.as_str(), c.name.as_str())).collect();
-    let queue = store.queue_status(s.now_ms()).await?;
+    let queue = store.queue_status(now).await?;
     let restore = store.restore_pending().await?;
-    let cases = crate::api::interventions_list(&s).await?;
     let events = store.events_recent(RECENT_EVENTS_SHOWN).await?;
+    let orphans = crate::api::orphans_list(&s).await?;
 
     let mut b = String::new();
     let _ = write!(
         b,
         "<h1>oduflow</h1><p class=\"muted\">{} &middot; signed in as token <b>{}</b> &middot; refreshes every {REFRESH_SECS} s</p>",
-        esc(&utc(s.now_ms())),
+        esc(&utc(now)),
         esc(&caller.token_name)
     );
-
     b.push_str("<h2>Clients by status</h2><div class=\"counts\" id=\"counts\">");
     for st in ClientStatus::ALL {
         let n = clients.iter().filter(|c| c.infra.status == *st).count();
         let class = if *st == ClientStatus::Blocked && n > 0 { "count blocked" } else { "count" };
-        let _ = write!(b, "<div class=\"{class}\" data-status=\"{0}\"><b>{n}</b>{0}</div>", esc(st.as_str()));
+        let _ = write!(
+            b,
+            "<div class=\"{class}\" data-status=\"{0}\"><a href=\"/?status={0}\"><b>{n}</b>{0}</a></div>",
+            esc(st.as_str())
+        );
     }
-    b.push_str("</div>");
+    let class = if orphans.is_empty() { "count" } else { "count blocked" };
+    let _ = write!(b, "<div class=\"{class}\" data-kind=\"orphans\"><b>{}</b>orphans</div></div>", orphans.len());
     b.push_str(&queue_line(&queue, restore.as_deref()));
 
-    interventions(&mut b, &cases);
-
-    let orphans = crate::api::orphans_list(&s).await?;
+    interventions(&mut b, &s, &clients, now).await?;
     orphans_table(&mut b, &orphans);
-
-    b.push_str("<h2>Clients</h2><table id=\"clients\"><tr><th>name</th><th>status</th><th>blocked reason</th><th>target</th><th>region / plan</th><th>hostname</th><th>addresses</th><th>vm</th><th>volume (mount id)</th><th>updated</th></tr>");
-    for c in &clients {
-        client_row(&mut b, c);
-    }
-    b.push_str("</table>");
+    client_table(&mut b, &clients, &select, &q, now);
 
     b.push_str(
         "<h2>Recent events</h2><table id=\"events\"><tr><th>time</th><th>client</th><th>event</th><th>detail</th></tr>",
@@ -181,45 +211,161 @@ pub(crate) async fn dashboard(State(s): State<AppState>, Extension(caller): Exte
     Ok(html(StatusCode::OK, page("oduflow dashboard", &b, true)))
 }
 
-/// The intervention queue: each blocked client's evidence, its receipts
-/// and the commands that resolve it.
-fn interventions(b: &mut String, cases: &[crate::api::Intervention]) {
-    let _ = write!(b, "<h2>Intervention queue ({})</h2><div id=\"interventions\">", cases.len());
-    if cases.is_empty() {
+/// The selected clients, a page of them, with links to the other pages
+/// (the filters kept; the sign-in token never written into the page).
+fn client_table(
+    b: &mut String,
+    clients: &[oduflow_store::ClientRow],
+    select: &oduflow_store::ClientSelect,
+    q: &DashboardQuery,
+    now: i64,
+) {
+    let selected: Vec<&oduflow_store::ClientRow> = clients.iter().filter(|c| select.matches(c, now)).collect();
+    let pages = selected.len().div_ceil(CLIENTS_PER_PAGE).max(1);
+    let page = q.page.unwrap_or(1).clamp(1, pages);
+    let mut filters = String::new();
+    for (k, v) in [
+        ("status", q.status.map(|s| s.as_str().to_owned())),
+        ("blocked_reason", q.blocked_reason.map(|r| r.as_str().to_owned())),
+        ("region", q.region.clone()),
+        ("name", q.name.clone()),
+    ] {
+        if let Some(v) = v {
+            let _ = write!(filters, "{k}={}&amp;", esc(&v));
+        }
+    }
+    let _ = write!(
+        b,
+        "<h2>Clients ({} of {})</h2><form method=\"get\" action=\"/\" id=\"search\">name <input name=\"name\" value=\"{}\" placeholder=\"shop-*\"> <button>search</button> <a href=\"/\">all</a></form>",
+        selected.len(),
+        clients.len(),
+        esc(q.name.as_deref().unwrap_or(""))
+    );
+    let link = |p: usize, text: &str| format!("<a href=\"/?{filters}page={p}\">{text}</a>");
+    let mut nav = format!("<p class=\"pages\" id=\"pages\">page {page} of {pages}");
+    if page > 1 {
+        let _ = write!(nav, " &middot; {}", link(page - 1, "previous"));
+    }
+    if page < pages {
+        let _ = write!(nav, " &middot; {}", link(page + 1, "next"));
+    }
+    nav.push_str("</p>");
+    b.push_str(&nav);
+    b.push_str("<table id=\"clients\"><tr><th>name</th><th>status</th><th>blocked reason</th><th>target</th><th>region / plan</th><th>hostname</th><th>addresses</th><th>vm</th><th>volume (mount id)</th><th>updated</th></tr>");
+    for c in selected.iter().skip((page - 1) * CLIENTS_PER_PAGE).take(CLIENTS_PER_PAGE) {
+        client_row(b, c);
+    }
+    b.push_str("</table>");
+}
+
+/// An evidence text with what differs from client to client (ids, labels,
+/// numbers) left out: blocks with one cause read alike.
+fn cause(evidence: &str) -> String {
+    evidence
+        .split_whitespace()
+        .map(|w| {
+            if w.chars().filter(char::is_ascii_digit).count() >= 2 || w.starts_with(oduflow_model::LABEL_PREFIX) {
+                "…"
+            } else {
+                w
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// "3 h 12 min", "45 s".
+fn age(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..120 => format!("{s} s"),
+        120..7200 => format!("{} min", s / 60),
+        _ => format!("{} h {} min", s / 3600, s % 3600 / 60),
+    }
+}
+
+/// The intervention queue, grouped by reason and cause (largest first),
+/// each group with its count, the age of its oldest block and the bulk
+/// command for all of them; the first [`CASES_PER_GROUP`] clients of a
+/// group as full cards (evidence, receipts, the commands that resolve it).
+async fn interventions(b: &mut String, s: &AppState, clients: &[oduflow_store::ClientRow], now: i64) -> ApiResult<()> {
+    let mut groups: Vec<((BlockedReason, String), Vec<&oduflow_store::ClientRow>)> = vec![];
+    for c in clients.iter().filter(|c| c.infra.status == ClientStatus::Blocked) {
+        let Some(reason) = c.infra.blocked_reason else { continue };
+        let key = (reason, cause(c.infra.blocked_detail.as_deref().unwrap_or("")));
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => v.push(c),
+            None => groups.push((key, vec![c])),
+        }
+    }
+    groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.0.as_str().cmp(b.0.0.as_str())));
+    let total: usize = groups.iter().map(|g| g.1.len()).sum();
+    let _ = write!(b, "<h2>Intervention queue ({total})</h2><div id=\"interventions\">");
+    if groups.is_empty() {
         b.push_str("<p class=\"muted\">Nothing is blocked.</p>");
     }
-    for case in cases {
-        let c = &case.client;
+    for ((reason, cause), mut members) in groups {
+        members.sort_by_key(|c| c.infra.updated_ms);
+        let r = esc(reason.as_str());
         let _ = write!(
             b,
-            "<div class=\"case\" data-client=\"{0}\"><h3>{0} &mdash; <span class=\"reason\">{1}</span></h3><p>Evidence: {2}</p>",
-            esc(&c.name),
-            esc(case.reason.as_str()),
-            esc(case.evidence.as_deref().unwrap_or("(none recorded)"))
+            "<div class=\"group\" data-reason=\"{r}\" data-count=\"{n}\"><h3><span class=\"reason\">{r}</span> &mdash; {n} client{plural}, the oldest blocked {age}</h3><p>Cause: {cause}</p><p class=\"cmd\">For all of them: <code>oduflow bulk reconcile --reason {r} --dry-run</code> (then without <code>--dry-run</code>, once the cause is fixed)</p>",
+            n = members.len(),
+            plural = if members.len() == 1 { "" } else { "s" },
+            age = age(now - members[0].infra.updated_ms),
+            cause = esc(&cause),
         );
-        if !case.receipts.is_empty() {
-            b.push_str("<table><tr><th>dispatch</th><th>label</th><th>outcome</th><th>observations</th><th>last observation</th></tr>");
-            for r in &case.receipts {
-                let _ = write!(
-                    b,
-                    "<tr><td>{} #{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                    esc(r.resource_kind.as_str()),
-                    r.dispatch_generation,
-                    esc(r.label.as_str()),
-                    esc(&outcome(r)),
-                    r.observation_count(),
-                    esc(r.last_observation().unwrap_or("-"))
-                );
-            }
-            b.push_str("</table>");
+        for c in members.iter().take(CASES_PER_GROUP) {
+            let receipts = s.store().receipts_for_client(&c.id).await?;
+            case(b, c, reason, &receipts);
         }
-        b.push_str("<p>Resolve with:</p><ul>");
-        for res in &case.resolutions {
-            let _ = write!(b, "<li class=\"cmd\"><code>{}</code> &mdash; {}</li>", esc(&res.command), esc(&res.when));
+        if members.len() > CASES_PER_GROUP {
+            let rest: Vec<String> = members[CASES_PER_GROUP..].iter().take(20).map(|c| esc(&c.name)).collect();
+            let _ = write!(
+                b,
+                "<p>And {} more ({}{}): <a href=\"/?blocked_reason={r}\">all of them in the client table</a>.</p>",
+                members.len() - CASES_PER_GROUP,
+                rest.join(", "),
+                if members.len() - CASES_PER_GROUP > 20 { ", …" } else { "" }
+            );
         }
-        b.push_str("</ul></div>");
+        b.push_str("</div>");
     }
     b.push_str("</div>");
+    Ok(())
+}
+
+/// One blocked client: its evidence, receipts and the commands that
+/// resolve it.
+fn case(b: &mut String, c: &oduflow_store::ClientRow, reason: BlockedReason, receipts: &[oduflow_store::ReceiptRow]) {
+    let _ = write!(
+        b,
+        "<div class=\"case\" data-client=\"{0}\"><h3>{0} &mdash; <span class=\"reason\">{1}</span></h3><p>Evidence: {2}</p>",
+        esc(&c.name),
+        esc(reason.as_str()),
+        esc(c.infra.blocked_detail.as_deref().unwrap_or("(none recorded)"))
+    );
+    if !receipts.is_empty() {
+        b.push_str("<table><tr><th>dispatch</th><th>label</th><th>outcome</th><th>observations</th><th>last observation</th></tr>");
+        for r in receipts {
+            let _ = write!(
+                b,
+                "<tr><td>{} #{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(r.resource_kind.as_str()),
+                r.dispatch_generation,
+                esc(r.label.as_str()),
+                esc(&outcome(r)),
+                r.observation_count(),
+                esc(r.last_observation().unwrap_or("-"))
+            );
+        }
+        b.push_str("</table>");
+    }
+    b.push_str("<p>Resolve with:</p><ul>");
+    for res in crate::resolve::resolutions(c, receipts) {
+        let _ = write!(b, "<li class=\"cmd\"><code>{}</code> &mdash; {}</li>", esc(&res.command), esc(&res.when));
+    }
+    b.push_str("</ul></div>");
 }
 
 /// The orphans the last inventory pass recorded, with their resolutions.

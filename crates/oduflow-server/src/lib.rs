@@ -18,7 +18,7 @@
 
 pub mod api;
 pub mod auth;
-mod dashboard;
+pub mod dashboard;
 pub mod error;
 mod extract;
 pub mod listen;

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 mod actions;
 mod bulk;
+mod dashboard_at_scale;
 mod drift;
 mod dry_runs;
 mod import;
@@ -1344,7 +1345,10 @@ async fn dashboard_in_headless_chromium_shows_states_interventions_commands_and_
     for (status, n) in
         [("ready", 1), ("blocked", 3), ("pending", 1), ("deleting", 1), ("provisioning", 0), ("deleted", 0)]
     {
-        assert!(dom.contains(&format!("data-status=\"{status}\"><b>{n}</b>")), "{status} {n}");
+        assert!(
+            dom.contains(&format!("data-status=\"{status}\"><a href=\"/?status={status}\"><b>{n}</b>")),
+            "{status} {n}"
+        );
     }
     // The intervention queue: each blocked client, reason, evidence, receipts, commands.
     assert!(dom.contains("Intervention queue (3)"));
