@@ -16,7 +16,7 @@ mod settle;
 mod verify;
 pub use bulk::{BULK_CLIENTS_MAX, BulkAction, BulkItem, BulkOutcome, BulkReport, bulk};
 pub use credentials::{Unproven, credentials_rotate};
-pub use import::{ImportFilter, ImportItem, ImportOutcome, check_import_filter, client_promote, import};
+pub use import::{ImportDns, ImportFilter, ImportItem, ImportOutcome, check_import_filter, client_promote, import};
 pub use intent::{Updated, client_create, client_delete, client_update, preflight, queue_resume, refuse_if_restored};
 pub use inventory::{Inventory, InventoryItem, inventory, inventory_settled};
 pub use orphans::{OrphanDeleted, orphan_adopt, orphan_delete, orphan_resolutions};

@@ -890,7 +890,12 @@ pub async fn import(
     operator::check_import_filter(&filter).map_err(ApiError::InvalidInput)?;
     let provider = s.acting_provider()?;
     let by = caller.actor();
-    let items = operator::import(s.store(), provider.as_ref(), &filter, s.actor(&by), req.dry_run).await?;
+    let zone = match s.dns_zone() {
+        Some(_) => Some(s.dns_adapter()?),
+        None => None,
+    };
+    let dns = zone.as_ref().map(|z| operator::ImportDns { adapter: z, zone: z });
+    let items = operator::import(s.store(), provider.as_ref(), &filter, dns, s.actor(&by), req.dry_run).await?;
     provider.flush_budget().await;
     Ok(Json(items))
 }

@@ -15,6 +15,8 @@ pub struct Import<'a> {
     pub volume: (&'a str, &'a str),
     /// The key the provider showed them with.
     pub key: &'a KeyFingerprint,
+    /// Addresses and mount id as listed.
+    pub outputs: &'a ServerOutputs,
     pub by: &'a str,
 }
 
@@ -29,6 +31,7 @@ impl Store {
             let SpecColumns { spec, os_id, ref image, ref server, ref dns } =
                 SpecColumns::new(imp.name.as_str(), imp.spec)?;
             let dns = dns.as_str();
+            let outputs = serde_json::to_string(imp.outputs).map_err(|e| StoreError::Corrupt(format!("outputs {e}")))?;
             both!(self, p => {
                 let mut tx = crate::BeginWrite::begin_write(p).await?;
                 sqlx::query("INSERT INTO clients (id, name, created_ms) VALUES ($1, $2, $3)")
@@ -39,12 +42,12 @@ impl Store {
                 sqlx::query(
                     "INSERT INTO infra (client_id, region, plan, os_id, volume_gb, volume_type, target, \
                      generation, status, updated_ms, image, server, dns_name, dns_key, key_fingerprint, vm_id, \
-                     volume_id, observe_only) \
-                     VALUES ($1, $2, $3, $4, $5, $6, 'present', 1, 'ready', $7, $8, $9, $10, $11, $12, $13, $14, 1)")
+                     volume_id, outputs, observe_only) \
+                     VALUES ($1, $2, $3, $4, $5, $6, 'present', 1, 'ready', $7, $8, $9, $10, $11, $12, $13, $14, $15, 1)")
                     .bind(id.as_str()).bind(&spec.region).bind(&spec.plan).bind(os_id)
                     .bind(spec.volume_gb).bind(spec.volume_type.as_str()).bind(now_ms)
                     .bind(image).bind(server).bind(&spec.dns_name).bind(dns)
-                    .bind(imp.key.as_str()).bind(imp.vm.0).bind(imp.volume.0)
+                    .bind(imp.key.as_str()).bind(imp.vm.0).bind(imp.volume.0).bind(&outputs)
                     .execute(&mut *tx).await.map_err(|e| crate::dns_name_race(e, dns))?;
                 for (kind, (rid, label)) in [(ResourceKind::Vm, imp.vm), (ResourceKind::Volume, imp.volume)] {
                     let key = OperationKey::new(&id, kind, 1);

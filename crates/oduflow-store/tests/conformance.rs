@@ -120,6 +120,7 @@ async fn drop_progress_columns(store: &Store) {
         execute_raw(store, "DROP TRIGGER change_receipts_no_restored_rewrite").await.unwrap();
     }
     execute_raw(store, "ALTER TABLE change_receipts DROP COLUMN restored_ms").await.unwrap();
+    execute_raw(store, "ALTER TABLE infra DROP COLUMN observe_only").await.unwrap();
     if store.backend() == Backend::Postgres {
         execute_raw(store, "DROP TRIGGER infra_progress_columns ON infra").await.unwrap();
         execute_raw(store, "DROP FUNCTION infra_progress_columns()").await.unwrap();

@@ -6,7 +6,17 @@
 
 use super::*;
 use oduflow_model::decide::{block_mismatch, instance_mismatch};
+use oduflow_model::identity::{DnsZone, IdentityAdapter, Settle, ZoneRecord};
 use oduflow_model::provider::{Block, Instance};
+
+/// With a `[dns] domain`: the DNS adapter, and its zone, whose A and AAAA
+/// records at an imported client's name that point at its server become
+/// the client's (as `adopt --kind dns` makes them).
+#[derive(Clone, Copy)]
+pub struct ImportDns<'a> {
+    pub adapter: &'a dyn IdentityAdapter,
+    pub zone: &'a dyn DnsZone,
+}
 
 /// Which servers: every filter given must match.
 #[derive(Clone, Debug, Default)]
@@ -53,6 +63,8 @@ pub struct ImportItem {
     /// The client it becomes (or would).
     pub name: Option<String>,
     pub volume: Option<String>,
+    /// Its DNS records taken with it (ids).
+    pub dns_records: Vec<String>,
     pub outcome: ImportOutcome,
     pub detail: String,
 }
@@ -64,12 +76,18 @@ pub async fn import<P: Provider>(
     store: &Store,
     provider: &P,
     filter: &ImportFilter,
+    dns: Option<ImportDns<'_>>,
     actor: Actor<'_>,
     dry_run: bool,
 ) -> Result<Vec<ImportItem>> {
+    check_import_filter(filter).map_err(OperatorError::Invalid)?;
     refuse_if_restored(store).await?;
     let mut instances = provider.instance_list().await?;
     let blocks = provider.block_list().await?;
+    let zone: Vec<ZoneRecord> = match dns {
+        Some(d) => d.zone.records().await?,
+        None => vec![],
+    };
     let receipts = store.receipts_all().await?;
     let recorded: HashSet<&str> = receipts.iter().filter_map(|r| r.id()).collect();
     let mut taken: HashSet<String> = store.client_list().await?.into_iter().map(|c| c.name).collect();
@@ -88,6 +106,7 @@ pub async fn import<P: Provider>(
             label: i.label.clone(),
             name: None,
             volume: attached.first().map(|b| b.id.0.clone()),
+            dns_records: vec![],
             outcome: ImportOutcome::DoesNotFit,
             detail: String::new(),
         };
@@ -100,12 +119,16 @@ pub async fn import<P: Provider>(
             Err(why) => item.detail = why,
             Ok((name, spec, b)) => {
                 item.name = Some(name.to_string());
+                item.dns_records = pointing_at(&zone, name.as_str(), i);
                 taken.insert(name.to_string());
                 (item.outcome, item.detail) = if dry_run {
                     (ImportOutcome::WouldImport, format!("would be {name}, observed only"))
                 } else {
                     record(store, provider, i, b, &name, &spec, actor).await?
                 };
+                if let (ImportOutcome::Imported, Some(d)) = (item.outcome, dns) {
+                    take_records(store, d.adapter, &name, &item.dns_records, actor).await?;
+                }
             }
         }
         out.push(item);
@@ -161,6 +184,44 @@ fn fit<'b>(
     Ok((name, spec, b))
 }
 
+/// The A and AAAA records at `name` that point at the server's addresses.
+fn pointing_at(zone: &[ZoneRecord], name: &str, i: &Instance) -> Vec<String> {
+    zone.iter()
+        .filter(|r| r.name == name && matches!(r.rtype.as_str(), "A" | "AAAA"))
+        .filter(|r| !r.data.is_empty() && (r.data == i.main_ip || r.data == i.v6_main_ip))
+        .map(|r| r.id.clone())
+        .collect()
+}
+
+/// The records become the client's through its adapter's own adoption (it
+/// reads each by id: nothing is changed), recorded as its ownership.
+async fn take_records(
+    store: &Store,
+    adapter: &dyn IdentityAdapter,
+    name: &ClientName,
+    ids: &[String],
+    actor: Actor<'_>,
+) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let c = client(store, name.as_str()).await?;
+    let target = super::settle::target(&c);
+    let mut owned = serde_json::Value::Null;
+    let ledger = oduflow_store::ReceiptLedger::new(store.clone());
+    for id in ids {
+        let how = Settle::Adopt { id, by: actor.by, now_ms: actor.now_ms };
+        let settled = adapter.settle(&target, &owned, how).await.map_err(|e| match e {
+            oduflow_model::identity::SettleError::Refused(why) => OperatorError::Refused(why),
+            oduflow_model::identity::SettleError::Provider(e) => OperatorError::Provider(e),
+        })?;
+        ledger.event_append(Some(&c.id), settled.event, &settled.detail, actor.now_ms).await?;
+        owned = settled.owned;
+    }
+    ledger.adapter_owned_put(&c.id, adapter.name(), &owned, 0, actor.now_ms).await?;
+    Ok(())
+}
+
 /// A client name from a label: lowercase, any other character a hyphen.
 fn client_name(label: &str) -> Option<ClientName> {
     let mut s: String =
@@ -187,6 +248,11 @@ async fn record<P: Provider>(
         vm: (i.id.as_str(), &i.label),
         volume: (b.id.as_str(), &b.label),
         key: &key,
+        outputs: &ServerOutputs {
+            main_ip: i.main_ip.clone(),
+            v6_main_ip: i.v6_main_ip.clone(),
+            mount_id: b.mount_id.clone(),
+        },
         by: actor.by,
     };
     match store.client_import(&imp, actor.now_ms).await {

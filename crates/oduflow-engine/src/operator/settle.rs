@@ -65,7 +65,7 @@ pub async fn identity_settle(
 
 /// Whom the settlement is for: the client as recorded (an operator's
 /// settlement asks the provider nothing about the VM).
-fn target(c: &ClientRow) -> IdentityTarget {
+pub(super) fn target(c: &ClientRow) -> IdentityTarget {
     let spec = &c.infra.spec;
     IdentityTarget {
         client: c.name.clone(),

@@ -63,10 +63,13 @@ impl Fleet {
 
     /// Runs the queue until every client is ready, deleted or blocked.
     pub(crate) async fn settle(&self, adapter: Option<Arc<MemoryAdapter>>) {
-        let mut w = Worker::new(self.store.clone(), self.p.clone(), Self::config(), Arc::new(SystemClock));
-        if let Some(a) = adapter {
-            w = w.with_adapters(vec![a as Arc<dyn IdentityAdapter>]);
-        }
+        self.settle_with(adapter.into_iter().map(|a| a as Arc<dyn IdentityAdapter>).collect()).await
+    }
+
+    /// [`Fleet::settle`] with these identity adapters.
+    pub(crate) async fn settle_with(&self, adapters: Vec<Arc<dyn IdentityAdapter>>) {
+        let w = Worker::new(self.store.clone(), self.p.clone(), Self::config(), Arc::new(SystemClock))
+            .with_adapters(adapters);
         let (_stop, stopped) = tokio::sync::watch::channel(false);
         tokio::time::timeout(SETTLE_MAX, w.run(true, stopped)).await.expect("the fleet settles").unwrap();
     }

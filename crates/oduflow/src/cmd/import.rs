@@ -12,7 +12,9 @@ pub async fn run(cfg: &Config, filter: ImportFilter, dry_run: bool, by: &str, js
     let provider = provider(cfg, &store, "import")?;
     compare_lineage(&store).await?;
     let actor = Actor { by, now_ms: now_ms(&store).await?, attempts_max: cfg.attempts_max };
-    let items = operator::import(&store, provider.as_ref(), &filter, actor, dry_run).await?;
+    let zone = crate::setup::dns_adapter(cfg, &provider);
+    let dns = zone.as_ref().map(|z| operator::ImportDns { adapter: z, zone: z });
+    let items = operator::import(&store, provider.as_ref(), &filter, dns, actor, dry_run).await?;
     provider.flush_budget().await;
     print_items(&items, dry_run, json)
 }
@@ -32,7 +34,12 @@ fn print_items(items: &[ImportItem], dry_run: bool, json: bool) -> Result<()> {
         .iter()
         .map(|i| {
             let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
-            [i.label.clone(), i.vm.clone(), dash(&i.volume), word(i.outcome).into(), i.detail.clone()]
+            let dns = if i.dns_records.is_empty() {
+                String::new()
+            } else {
+                format!(" (DNS records {})", i.dns_records.join(", "))
+            };
+            [i.label.clone(), i.vm.clone(), dash(&i.volume), word(i.outcome).into(), format!("{}{dns}", i.detail)]
         })
         .collect();
     print_table(["LABEL", "VM", "VOLUME", "OUTCOME", "DETAIL"], &rows)?;
