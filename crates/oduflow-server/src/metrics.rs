@@ -194,6 +194,15 @@ async fn database(o: &mut Out, store: &Store, now_ms: i64) -> Result<(), oduflow
         let n = stats.blocked_by_reason.iter().find(|(s, _)| s == r.as_str()).map_or(0, |(_, n)| *n);
         o.sample("oduflow_clients_blocked", &[("reason", r.as_str())], n);
     }
+    o.head("oduflow_clients_observed", "gauge", "Imported clients observed only, not yet promoted (database).");
+    o.sample("oduflow_clients_observed", &[], stats.observed);
+    // Verification stopped (every worker down, or the interval set to 0)
+    // shows as this age growing.
+    if let Some(last) = store.setting_get(oduflow_store::SETTING_VERIFY_LAST).await?.and_then(|v| v.parse::<i64>().ok())
+    {
+        o.head("oduflow_verify_age_seconds", "gauge", "Seconds since the last verification pass began (database).");
+        o.sample("oduflow_verify_age_seconds", &[], (now_ms - last).max(0) / 1000);
+    }
     o.head("oduflow_jobs", "gauge", "Jobs by state (database).");
     for st in JobState::ALL {
         let n = stats.jobs_by_state.iter().find(|(s, _)| s == st.as_str()).map_or(0, |(_, n)| *n);

@@ -18,6 +18,8 @@ pub struct StoreStats {
     /// `run_after_ms` of the oldest runnable queued job: how long work has
     /// been waiting for a worker.
     pub oldest_runnable_ms: Option<i64>,
+    /// Imported clients not yet promoted.
+    pub observed: i64,
 }
 
 impl Store {
@@ -37,7 +39,8 @@ impl Store {
                 let oldest_runnable_ms = sqlx::query_scalar(
                     "SELECT min(run_after_ms) FROM jobs WHERE state = 'queued' AND run_after_ms <= $1")
                     .bind(now_ms).fetch_one(p).await?;
-                Ok(StoreStats { jobs_by_state, blocked_by_reason, dispatches_by_outcome, oldest_runnable_ms })
+                let observed = sqlx::query_scalar("SELECT count(*) FROM infra WHERE observe_only = 1").fetch_one(p).await?;
+                Ok(StoreStats { jobs_by_state, blocked_by_reason, dispatches_by_outcome, oldest_runnable_ms, observed })
             })
         })
         .await

@@ -170,6 +170,9 @@ async fn the_import_route_refuses_bad_filters_and_its_dry_run_records_nothing() 
     assert_eq!((status, items), (200, json!([])), "the fixture's servers are oduflow's own");
     assert_eq!(state().await, before);
     assert_error(&h.post("/api/v1/clients/acme-ready/promote", json!({})).await, 409, "refused");
+    let metrics = h.http.get(h.url("/metrics")).bearer_auth(&h.token).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("\noduflow_clients_observed 0\n"), "{metrics}");
+    assert!(metrics.contains("\noduflow_verify_age_seconds "), "the fixture's worker recorded the time: {metrics}");
     assert_error(&h.post("/api/v1/clients/nobody/promote", json!({})).await, 404, "not_found");
 }
 
