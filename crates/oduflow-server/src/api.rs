@@ -915,18 +915,52 @@ pub async fn clients_promote(
 }
 
 /// Blocked clients with their reason, evidence and resolving commands.
-#[utoipa::path(get, path = "/api/v1/interventions", tag = "actions",
-    responses((status = 200, body = Vec<Intervention>), (status = 401, body = ErrorBody)))]
-pub async fn interventions(State(s): State<AppState>) -> ApiResult<Json<Vec<Intervention>>> {
-    Ok(Json(interventions_list(&s).await?))
+/// A page of a list: `limit` (1 to [`LIST_LIMIT_MAX`]) items after
+/// `offset`; the header `X-Total-Count` says how many there are.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct Page {
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<usize>,
+    pub offset: Option<usize>,
 }
 
-pub(crate) async fn interventions_list(s: &AppState) -> ApiResult<Vec<Intervention>> {
+impl Page {
+    /// The page of `all`, with their count in `X-Total-Count`.
+    fn of<T: Serialize>(&self, all: Vec<T>) -> ApiResult<Response> {
+        let total = all.len();
+        let page: Vec<T> = self.cut(all)?;
+        Ok(([("x-total-count", total.to_string())], Json(page)).into_response())
+    }
+
+    fn cut<T>(&self, all: Vec<T>) -> ApiResult<Vec<T>> {
+        if self.limit.is_some_and(|l| !(1..=LIST_LIMIT_MAX).contains(&l)) {
+            return Err(ApiError::InvalidInput(format!("limit: from 1 to {LIST_LIMIT_MAX}")));
+        }
+        Ok(all.into_iter().skip(self.offset.unwrap_or(0)).take(self.limit.unwrap_or(usize::MAX)).collect())
+    }
+}
+
+/// Blocked clients with their reason, evidence and resolving commands, in
+/// name order; `limit` and `offset` page them (only the page's receipts
+/// are read).
+#[utoipa::path(get, path = "/api/v1/interventions", tag = "actions", params(Page),
+    responses((status = 200, body = Vec<Intervention>), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn interventions(State(s): State<AppState>, ApiQuery(page): ApiQuery<Page>) -> ApiResult<Response> {
+    let blocked: Vec<(ClientRow, BlockedReason)> = s
+        .store()
+        .client_list()
+        .await?
+        .into_iter()
+        .filter_map(|c| {
+            let reason = c.infra.blocked_reason.filter(|_| c.infra.status == ClientStatus::Blocked)?;
+            Some((c, reason))
+        })
+        .collect();
+    let total = blocked.len();
     let mut out = vec![];
-    for c in s.store().client_list().await? {
-        let Some(reason) = c.infra.blocked_reason.filter(|_| c.infra.status == ClientStatus::Blocked) else {
-            continue;
-        };
+    for (c, reason) in page.cut(blocked)? {
         let receipts = s.store().receipts_for_client(&c.id).await?;
         out.push(Intervention {
             client: (&c).into(),
@@ -936,14 +970,14 @@ pub(crate) async fn interventions_list(s: &AppState) -> ApiResult<Vec<Interventi
             receipts,
         });
     }
-    Ok(out)
+    Ok(([("x-total-count", total.to_string())], Json(out)).into_response())
 }
 
 /// Every receipt (read-only).
-#[utoipa::path(get, path = "/api/v1/receipts", tag = "evidence",
-    responses((status = 200, body = Vec<Object>), (status = 401, body = ErrorBody)))]
-pub async fn receipts(State(s): State<AppState>) -> ApiResult<Json<Vec<ReceiptRow>>> {
-    Ok(Json(s.store().receipts_all().await?))
+#[utoipa::path(get, path = "/api/v1/receipts", tag = "evidence", params(Page),
+    responses((status = 200, body = Vec<Object>), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn receipts(State(s): State<AppState>, ApiQuery(page): ApiQuery<Page>) -> ApiResult<Response> {
+    page.of(s.store().receipts_all().await?)
 }
 
 /// Resources under oduflow's label prefix that no receipt accounts for, as

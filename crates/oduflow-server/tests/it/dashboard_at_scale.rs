@@ -79,6 +79,12 @@ async fn the_dashboard_at_10000_clients_groups_the_queue_and_pages_the_table() {
     assert_eq!((v.as_array().unwrap().len(), &v[0]["name"]), (50, &json!("c00100")));
     let r = h.http.get(h.url("/api/v1/clients?blocked_reason=adapter_failed&limit=1000")).bearer_auth(&h.token);
     assert_eq!(r.send().await.unwrap().headers()["x-total-count"], "300");
+    let r = h.http.get(h.url("/api/v1/interventions?limit=20&offset=440")).bearer_auth(&h.token).send().await.unwrap();
+    assert_eq!(r.headers()["x-total-count"], "450");
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap().as_array().unwrap().len(), 10);
+    let r = h.http.get(h.url("/api/v1/receipts?limit=5")).bearer_auth(&h.token).send().await.unwrap();
+    assert_eq!(r.headers()["x-total-count"], "0");
+    assert_error(&h.get("/api/v1/interventions?limit=5000").await, 422, "invalid_input");
     assert_error(&h.get("/api/v1/clients?limit=0").await, 422, "invalid_input");
     assert_error(&h.get("/api/v1/clients?limit=1001").await, 422, "invalid_input");
     assert_error(&h.post("/api/v1/bulk/reconcile?status=blocked&limit=5", json!({})).await, 422, "invalid_input");
