@@ -1084,7 +1084,11 @@ fn planted_bug_is_caught_within(
 fn campaign_catches_a_deletion_that_skips_open_receipts() {
     // On SQLite, as the three below: the bug is the engine's, not a store's,
     // and the PostgreSQL campaigns beside it hold the server's connections.
-    planted_bug_is_caught("skip_open_receipts", Some("sqlite"), &["invariant "]);
+    // Alone, 2 seeds in 18 catch it; beside the suite the first catch came
+    // at seed 3 to 18, and once at seed 50: 80 seeds, so a late catch is
+    // not a miss (a catch stops the search).
+    let seeds = 80;
+    planted_bug_is_caught_within("skip_open_receipts", Some("sqlite"), &["invariant "], seeds, Earlier::Skipped, None);
 }
 
 /// Hole 3: a SQLite lease taken once and never checked lets a run stopped
