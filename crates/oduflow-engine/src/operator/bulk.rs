@@ -3,7 +3,7 @@
 //! with its own refusals and its own audit record carrying the one
 //! attestation; a dry run reports what each would do and writes nothing.
 
-use super::reconcile::{abandon_plan, reconcile_plan};
+use super::reconcile::{abandon_apply, abandon_plan, reconcile_plan};
 use super::*;
 use oduflow_store::ClientSelect;
 
@@ -147,7 +147,7 @@ async fn one<P: Provider>(
         }
         (&BulkAction::Abandon { kind, reason }, false) => {
             let plan = one_abandon(store, name, kind, actor.by, reason).await?;
-            let row = abandon(store, name, kind, reason, actor).await?;
+            let row = abandon_apply(store, name, kind, reason, actor, &plan).await?;
             let key = plan.receipt.operation_key;
             Ok((
                 BulkOutcome::Done,

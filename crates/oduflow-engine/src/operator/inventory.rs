@@ -80,8 +80,9 @@ pub async fn inventory_settled<P: Provider>(
     let found = found_orphans(&inv, &by_label);
     record_orphans(store, &found, &before, &clients, now_ms).await?;
     inv.missing = missing(&receipts, &clients, &seen_ids);
-    let all: Vec<ClientRow> = clients.values().cloned().collect();
-    inv.drifted = super::verify::drifted(&receipts, &all, &instances, &blocks, now_ms, settle_ms);
+    let mut by_name: Vec<&ClientRow> = clients.values().collect();
+    by_name.sort_by_key(|c| &c.name);
+    inv.drifted = super::verify::drifted(&receipts, &by_name, &instances, &blocks, now_ms, settle_ms);
     if after_restore {
         trust_nothing_restored(store, &receipts, clients.values(), now_ms).await?;
     } else {

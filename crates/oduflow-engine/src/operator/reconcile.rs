@@ -193,8 +193,21 @@ pub async fn abandon(
     reason: &str,
     actor: Actor<'_>,
 ) -> Result<ClientRow> {
+    let plan = abandon_plan(store, name, kind, actor.by, reason).await?;
+    abandon_apply(store, name, kind, reason, actor, &plan).await
+}
+
+/// Records the abandon `plan` names and queues the next dispatch (the
+/// ledger checks its ground again as it writes).
+pub(crate) async fn abandon_apply(
+    store: &Store,
+    name: &str,
+    kind: ResourceKind,
+    reason: &str,
+    actor: Actor<'_>,
+    plan: &AbandonPlan,
+) -> Result<ClientRow> {
     let Actor { by, now_ms, attempts_max } = actor;
-    let plan = abandon_plan(store, name, kind, by, reason).await?;
     let writer = ReceiptWriter::new(store.clone());
     writer.abandon(&plan.receipt.operation_key, by, reason, &plan.ground, now_ms).await?;
     Ok(store.client_reconcile(name, &[(kind, plan.generation + 1)], by, now_ms, attempts_max).await?)

@@ -58,7 +58,7 @@ pub async fn verify_if_due<P: Provider>(store: &Store, provider: &P, cfg: &crate
 /// create), whose listed VM or volume differs: one item per difference.
 pub(super) fn drifted(
     receipts: &[ReceiptRow],
-    clients: &[ClientRow],
+    clients: &[&ClientRow],
     instances: &[Instance],
     blocks: &[Block],
     now_ms: i64,
