@@ -97,16 +97,20 @@ impl Store {
         crate::named("client_reconcile", async move {
             let read = locking!(
                 self,
-                "SELECT i.client_id, i.target, i.generation, i.dns_key FROM infra i \
+                "SELECT i.client_id, i.target, i.generation, i.dns_key, i.observe_only FROM infra i \
                  JOIN clients c ON c.id = i.client_id WHERE c.name = $1"
             );
             both!(self, p => {
                 let mut tx = crate::BeginWrite::begin_write(p).await?;
-                let row: Option<(String, String, i64, Option<String>)> = sqlx::query_as(read)
+                let row: Option<(String, String, i64, Option<String>, i64)> = sqlx::query_as(read)
                     .bind(name).fetch_optional(&mut *tx).await?;
-                let Some((id, target, generation, dns)) = row else {
+                let Some((id, target, generation, dns, observed)) = row else {
                     return Err(StoreError::ClientNotFound(name.to_owned()));
                 };
+                // An observed client has no run to wait for: it keeps its record.
+                if observed != 0 {
+                    return self.client_get(name).await?.ok_or_else(|| StoreError::ClientNotFound(name.to_owned()));
+                }
                 let target = Target::parse(&target).ok_or_else(|| StoreError::Corrupt(target.clone()))?;
                 let generation = generation + 1;
                 let to = |k: ResourceKind| advance.iter().find(|(a, _)| *a == k).map_or(0, |(_, g)| *g);

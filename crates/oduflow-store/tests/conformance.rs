@@ -35,6 +35,7 @@ oduflow_store::on_both_stores!(
     migrated super::store =>
     claimed_clients_are_skipped,
     one_caller_claims_each_verification_pass,
+    a_recheck_acts_only_on_the_ready_client_it_read,
     failures_back_off_then_fail_and_block,
     receipts_cannot_be_deleted_or_repointed,
     change_receipts_are_claimed_once_and_never_rewritten,
@@ -927,4 +928,29 @@ async fn one_caller_claims_each_verification_pass(store: Store) {
     // A caller with a shorter interval (a setting changed since) claims
     // by its own.
     assert!(store.verify_claim(2_100, 100).await.unwrap());
+}
+
+/// The verification's run for a drifted client is queued only if the
+/// client is still ready at the generation the pass read: one that was
+/// updated, blocked or deleted since keeps what it has, no block lifted.
+async fn a_recheck_acts_only_on_the_ready_client_it_read(store: Store) {
+    let id = client(&store, "acme").await;
+    let ready = "UPDATE infra SET status = 'ready' WHERE client_id = (SELECT id FROM clients WHERE name = 'acme')";
+    execute_raw(&store, ready).await.unwrap();
+    let read = store.client_get("acme").await.unwrap().unwrap().infra.generation;
+    let jobs = || oduflow_store::testing::table_count(&store, "jobs");
+    let before = jobs().await;
+    assert!(!store.client_recheck(&id, read - 1, 5, 3).await.unwrap(), "a generation that moved on");
+    let blocked = "UPDATE infra SET status = 'blocked', blocked_reason = 'uncertain_update' \
+                   WHERE client_id = (SELECT id FROM clients WHERE name = 'acme')";
+    execute_raw(&store, blocked).await.unwrap();
+    assert!(!store.client_recheck(&id, read, 5, 3).await.unwrap(), "blocked since the pass read it");
+    let c = store.client_get("acme").await.unwrap().unwrap();
+    assert_eq!((c.infra.status, c.infra.blocked_reason), (ClientStatus::Blocked, Some(BlockedReason::UncertainUpdate)));
+    assert_eq!(jobs().await, before, "nothing queued");
+    execute_raw(&store, ready).await.unwrap();
+    assert!(store.client_recheck(&id, read, 5, 3).await.unwrap());
+    let c = store.client_get("acme").await.unwrap().unwrap();
+    assert_eq!((c.infra.status, c.infra.generation), (ClientStatus::Provisioning, read + 1));
+    assert_eq!(jobs().await, before + 1);
 }

@@ -111,6 +111,13 @@ async fn fifty_servers_made_outside_are_imported_observed_and_only_the_promoted_
     assert_eq!(operator::verify(&f.store, f.p.as_ref(), f.now(), 0).await.unwrap().len(), 0);
     observed_only(&f, &ids_of["web-05"][0]).await;
 
+    // A reconcile of every client (the inventory after a restore asks one):
+    // an observed client keeps its record and gets no run, so it never
+    // waits as `provisioning` for a run that may send nothing.
+    let web6 = f.store.client_reconcile("web-06", &[], "a restore's inventory", f.now(), 3).await.unwrap();
+    assert_eq!(web6.infra.status, ClientStatus::Ready);
+    assert!(f.store.queue_status(f.now()).await.unwrap().is_settled());
+
     // Three promoted, then deleted through oduflow.
     let gone = ["web-00", "web-01", "web-02"];
     for n in gone {
