@@ -299,7 +299,7 @@ impl<'a, P: Provider> Converge<'a, P> {
                 Ok(Step::Finish(self.run.wait(at)))
             }
             Action::Block(reason, detail) => self.block(reason, detail, view).await,
-            Action::Ready => self.ready().await,
+            Action::Ready => self.ready(view.cur.attach.as_ref()).await,
             Action::Deleted => self.deleted().await,
         }
     }

@@ -17,7 +17,9 @@ pub enum IdSource {
     AdoptedByLabel,
     /// Named by an operator (`oduflow adopt`), after verification.
     AdoptedByOperator,
-    /// A change (a PATCH) on a known resource: a read showed it made.
+    /// A read showed it made after its answer was lost: a change (a PATCH)
+    /// on a known resource, or an attach (the volume attached to the VM,
+    /// whose id it records).
     ConfirmedByRead,
     /// A DNS record found by the owner marker its name carries, after the
     /// record of its create was lost (a database restored from an older

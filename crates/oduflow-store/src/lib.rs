@@ -380,7 +380,7 @@ impl BeginWrite for SqlitePool {
 pub const RECONCILE_PAYLOAD: &str = "reconcile";
 
 /// The migration this build needs (the last in [`Store::migrate`]).
-pub const SCHEMA_VERSION: i64 = 16;
+pub const SCHEMA_VERSION: i64 = 17;
 
 /// The PostgreSQL migrations, in order: (version, name, SQL). Embedded with
 /// include_str! rather than sqlx's `migrate!` macro, which would pull in
@@ -402,6 +402,7 @@ pub(crate) const PG_MIGRATIONS: &[(i64, &str, &str)] = &[
     (14, "progress columns", include_str!("../migrations/postgres/0014_progress_columns.sql")),
     (15, "change restored", include_str!("../migrations/postgres/0015_change_restored.sql")),
     (16, "observe only", include_str!("../migrations/postgres/0016_observe_only.sql")),
+    (17, "id sources", include_str!("../migrations/postgres/0017_id_sources.sql")),
 ];
 
 /// The SQLite migrations, as [`PG_MIGRATIONS`].
@@ -422,6 +423,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
     (14, "progress columns", include_str!("../migrations/sqlite/0014_progress_columns.sql")),
     (15, "change restored", include_str!("../migrations/sqlite/0015_change_restored.sql")),
     (16, "observe only", include_str!("../migrations/sqlite/0016_observe_only.sql")),
+    (17, "id sources", include_str!("../migrations/sqlite/0017_id_sources.sql")),
 ];
 
 /// The default database: a SQLite file in the working directory.

@@ -99,11 +99,12 @@ impl<'a, P: Provider> Converge<'a, P> {
     }
 
     /// VM and volume ready: the other identities next, then the client.
-    pub(super) async fn ready(mut self) -> Result<Step<'a, P>, EngineError> {
+    pub(super) async fn ready(mut self, attach: Option<&ReceiptRow>) -> Result<Step<'a, P>, EngineError> {
         fail_step!("attach-confirmed");
         // What this run's reads showed (both are read before Ready).
         if let (Seen::Present(vm), Seen::Present(vol)) = (&self.reads.vm.seen, &self.reads.volume.seen) {
             self.run.infra.outputs = ServerOutputs { mount_id: vol.outputs.mount_id.clone(), ..vm.outputs.clone() };
+            self.attach_confirmed(attach, &vm.id, vol).await?;
         }
         match self.backup_schedule().await? {
             Backups::Done => {}
@@ -122,6 +123,21 @@ impl<'a, P: Provider> Converge<'a, P> {
         let ids = serde_json::json!({ "vm_id": self.run.infra.vm_id, "volume_id": self.run.infra.volume_id });
         self.run.event(EventKind::Ready, ids);
         Ok(Step::Finish(self.run.done()))
+    }
+
+    /// An attach whose answer was lost (or whose mark a restored database
+    /// lost) is confirmed by the read that shows the volume attached to the
+    /// VM: its receipt records the VM's id as `confirmed_by_read`, as an
+    /// answered attach records it as `response`, so it is no longer counted
+    /// as an unknown outcome. Only the attach of this very pair.
+    async fn attach_confirmed(&self, attach: Option<&ReceiptRow>, vm: &str, vol: &Facts) -> Result<(), EngineError> {
+        let Some(r) = attach.filter(|r| r.effect().is_uncertain()) else { return Ok(()) };
+        if vol.attached_to.as_deref() != Some(vm) || r.spec_digest != current::attach_digest(Some(vm), Some(&vol.id)) {
+            return Ok(());
+        }
+        let w = self.run.w;
+        w.receipts.record_id(&r.operation_key, vm, IdSource::ConfirmedByRead, w.now_ms()).await?;
+        Ok(())
     }
 
     /// The backup schedule, which Vultr sets with a call of its own after

@@ -260,7 +260,8 @@ async fn pause_stops_claiming(store: Store) -> Result<()> {
 async fn lost_response_is_adopted_never_resent(store: Store) -> Result<()> {
     let cloud = Cloud::start().await;
     // The VM's and the volume's.
-    cloud.script(&[Op::InstanceCreate, Op::BlockCreate], Scripted::LoseAnswer, Some(2));
+    // The VM's, the volume's and the attach's.
+    cloud.script(&[Op::InstanceCreate, Op::BlockCreate, Op::BlockAttach], Scripted::LoseAnswer, Some(3));
     let w = worker(&store, cloud.client("k1"));
     let c = create(&store, "acme").await;
     drain(&w, 50).await;
@@ -268,6 +269,7 @@ async fn lost_response_is_adopted_never_resent(store: Store) -> Result<()> {
     assert_eq!(after.infra.status, ClientStatus::Ready, "{after:?}");
     assert_eq!(cloud.count("POST /instances"), 1);
     assert_eq!(cloud.count("POST /blocks"), 1);
+    assert_eq!(cloud.count("POST /blocks/{id}/attach"), 1);
     assert!(cloud.creates_per_label().values().all(|n| *n == 1));
     let receipts = store.receipts_for_client(&c.id).await?;
     assert!(
@@ -276,6 +278,14 @@ async fn lost_response_is_adopted_never_resent(store: Store) -> Result<()> {
             .filter(|r| r.resource_kind != ResourceKind::Attach)
             .all(|r| r.id_source() == Some(IdSource::AdoptedByLabel))
     );
+    // The attach is confirmed by the read that showed the volume attached,
+    // and counted as such, not as an unknown outcome.
+    let attach = receipts.iter().find(|r| r.resource_kind == ResourceKind::Attach).unwrap();
+    assert_eq!(attach.id_source(), Some(IdSource::ConfirmedByRead), "{attach:?}");
+    assert_eq!(attach.id(), after.infra.vm_id.as_ref().map(|v| v.0.as_str()));
+    let outcomes = store.stats(now()).await?.dispatches_by_outcome;
+    assert!(outcomes.contains(&("attach".into(), "confirmed_by_read".into(), 1)), "{outcomes:?}");
+    assert!(outcomes.iter().all(|(_, outcome, _)| outcome != "unknown"), "{outcomes:?}");
     Ok(())
 }
 
