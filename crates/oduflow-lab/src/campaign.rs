@@ -132,7 +132,11 @@ pub(crate) const REALISTIC_PACE: u64 = 100;
 /// A part of a seed's schedule `--drawing` asks for.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum Drawing {
-    /// A worker stopped well past its lease while another one runs.
+    /// Workers stopped well past their lease twice while another one
+    /// runs, in a seed that restores no database: alone on a machine, such
+    /// seeds showed an unfenced lease about twice as often as seeds with
+    /// one pause (a restore rewinds the deletion a resumed run would act
+    /// after).
     Pauses,
     /// An update while resizes take 1,000 ms or more: reads see the change
     /// in flight.
@@ -152,7 +156,7 @@ impl Drawing {
 
     fn drawn_by(self, p: &Params) -> bool {
         match self {
-            Drawing::Pauses => p.pauses > 0 && p.workers > 1,
+            Drawing::Pauses => p.pauses > 1 && p.workers > 1 && !p.restore,
             Drawing::SlowResizes => p.updates > 0 && p.resize_ms >= 1_000,
             Drawing::PageRepeats => p.page_repeat > 0.0,
         }
@@ -2295,9 +2299,9 @@ mod tests {
             for s in 1000..=last {
                 assert_eq!(seeds.contains(&s), d.drawn_by(&Params::draw(s)), "seed {s}, {}", d.name());
             }
-            // About one seed in three or more draws each: the search is
+            // About one seed in eight or more draws each: the search is
             // narrowed, not emptied.
-            assert!(last - 1000 < 20 * 5, "{}: 20 seeds took {} seed numbers", d.name(), last - 999);
+            assert!(last - 1000 < 20 * 10, "{}: 20 seeds took {} seed numbers", d.name(), last - 999);
         }
     }
 

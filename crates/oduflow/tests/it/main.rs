@@ -1094,14 +1094,13 @@ fn campaign_catches_a_deletion_that_skips_open_receipts() {
 /// Hole 3: a SQLite lease taken once and never checked lets a run stopped
 /// past its lease act after its client was deleted. Only a worker stopped in
 /// the middle of a run whose deletion then completes can show it, so the
-/// search runs only seeds that draw such a pause (about one in three).
-/// Over all seeds a catch came about one seed in twelve, and beside the
-/// rest of the suite once only at seed 65 (about 21 seeds with a pause);
-/// four searches of seeds with a pause caught at their 2nd to 26th, and
-/// four more at their 6th, 25th, 37th and 48th (at about one in 25, a
-/// budget of 60 misses about one search in ten). So 100 of them: a catch
-/// stops the search, so only an unlucky search costs more than its catch
-/// (about 9 s a seed, two at a time).
+/// search runs only seeds that draw two such pauses and no restore (about
+/// one in seven). Beside the rest of the suite, searches of seeds with any
+/// pause caught at their 2nd to 48th (about one in 25); alone, 12 catches
+/// in 100 such seeds, 10 of them with two pauses and 11 without a restore;
+/// 14 in 40 seeds that draw both. So 100 of them: a catch stops the
+/// search, so only an unlucky search costs more than its catch (about 9 s
+/// a seed, four at a time).
 #[test]
 fn campaign_catches_an_unfenced_sqlite_lease() {
     planted_bug_is_caught_within("lease_overlap", Some("sqlite"), &["invariant "], 100, Earlier::First, Some("pauses"));
