@@ -128,7 +128,8 @@ impl From<StoreError> for ApiError {
             e @ (StoreError::ClientAbsent(_)
             | StoreError::ClientStillDeleting(_)
             | StoreError::ClientMoved(_)
-            | StoreError::DnsNameTaken { .. }) => ApiError::Conflict(e.to_string()),
+            | StoreError::DnsNameTaken { .. }
+            | StoreError::FeedCursorAhead { .. }) => ApiError::Conflict(e.to_string()),
             // What Vultr cannot do in place: the content is the problem.
             StoreError::UpdateRefused(r) => ApiError::InvalidInput(r.to_string()),
             e => ApiError::Store(e),

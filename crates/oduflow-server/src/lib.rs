@@ -21,6 +21,7 @@ pub mod auth;
 pub mod dashboard;
 pub mod error;
 mod extract;
+pub mod feed;
 pub mod listen;
 mod metrics;
 mod openapi;
@@ -258,6 +259,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/orphans/{id}/adopt", post(api::orphans_adopt))
         .route("/api/v1/orphans/{id}/delete", post(api::orphans_delete))
         .route("/api/v1/events", get(api::events))
+        .route("/api/v1/events/feed", get(feed::events_feed))
         .route("/api/v1/queue", get(api::queue))
         .route("/api/v1/queue/pause", post(api::queue_pause))
         .route("/api/v1/queue/resume", post(api::queue_resume))

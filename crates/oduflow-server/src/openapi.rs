@@ -2,9 +2,9 @@
 //! annotations in `api.rs`, plus the bearer security scheme. Served at
 //! `/openapi.json` (behind the token, like everything but `/health`).
 
-use crate::api;
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::resolve::Resolution;
+use crate::{api, feed};
 use axum::http::header;
 use axum::response::IntoResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -19,11 +19,11 @@ use utoipa::{Modify, OpenApi};
         api::clients_receipts, api::clients_events,
         api::clients_reconcile, api::clients_adopt, api::clients_abandon, api::bulk_reconcile, api::bulk_abandon,
         api::clients_promote, api::import,
-        api::interventions, api::receipts, api::orphans, api::orphans_adopt, api::orphans_delete, api::events,
+        api::interventions, api::receipts, api::orphans, api::orphans_adopt, api::orphans_delete, api::events, feed::events_feed,
         api::queue, api::queue_pause, api::queue_resume,
         api::inventory, api::credentials_rotate,
     ),
-    components(schemas(ErrorBody, ErrorDetail, Resolution)),
+    components(schemas(ErrorBody, ErrorDetail, Resolution, feed::FeedPageView, feed::FeedEventView)),
     modifiers(&Bearer),
     security(("bearer" = [])),
 )]

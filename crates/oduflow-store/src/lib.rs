@@ -23,6 +23,7 @@
 mod budget;
 mod changes;
 mod clock;
+mod feed;
 mod import;
 mod operator;
 mod orphans;
@@ -38,6 +39,7 @@ mod tokens;
 
 pub use budget::*;
 pub use changes::*;
+pub use feed::*;
 pub use import::Import;
 pub use operator::*;
 pub use orphans::*;
@@ -159,6 +161,15 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("oduflow backup copies SQLite databases; back up PostgreSQL with pg_dump")]
     BackupUnsupported,
+    /// A feed cursor past the highest position: the database is an older
+    /// copy than the one the cursor was read from (a restore), or another
+    /// database. Events written since would be skipped up to the cursor.
+    #[error(
+        "cursor {after} is past this database's last feed position {head}: the database is an older copy than \
+         the one the cursor was read from (restored from a backup), or another database; read again from a \
+         position at or below {head}, and expect events to repeat"
+    )]
+    FeedCursorAhead { after: i64, head: i64 },
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -380,7 +391,7 @@ impl BeginWrite for SqlitePool {
 pub const RECONCILE_PAYLOAD: &str = "reconcile";
 
 /// The migration this build needs (the last in [`Store::migrate`]).
-pub const SCHEMA_VERSION: i64 = 17;
+pub const SCHEMA_VERSION: i64 = 18;
 
 /// The PostgreSQL migrations, in order: (version, name, SQL). Embedded with
 /// include_str! rather than sqlx's `migrate!` macro, which would pull in
@@ -403,6 +414,7 @@ pub(crate) const PG_MIGRATIONS: &[(i64, &str, &str)] = &[
     (15, "change restored", include_str!("../migrations/postgres/0015_change_restored.sql")),
     (16, "observe only", include_str!("../migrations/postgres/0016_observe_only.sql")),
     (17, "id sources", include_str!("../migrations/postgres/0017_id_sources.sql")),
+    (18, "event feed", include_str!("../migrations/postgres/0018_event_feed.sql")),
 ];
 
 /// The SQLite migrations, as [`PG_MIGRATIONS`].
@@ -424,6 +436,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
     (15, "change restored", include_str!("../migrations/sqlite/0015_change_restored.sql")),
     (16, "observe only", include_str!("../migrations/sqlite/0016_observe_only.sql")),
     (17, "id sources", include_str!("../migrations/sqlite/0017_id_sources.sql")),
+    (18, "event feed", include_str!("../migrations/sqlite/0018_event_feed.sql")),
 ];
 
 /// The default database: a SQLite file in the working directory.

@@ -252,7 +252,7 @@ impl Progress {
     }
 }
 
-fn json_col(s: &str) -> Result<serde_json::Value> {
+pub(crate) fn json_col(s: &str) -> Result<serde_json::Value> {
     serde_json::from_str(s).map_err(|e| StoreError::Corrupt(format!("json {e}")))
 }
 

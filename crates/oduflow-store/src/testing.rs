@@ -761,6 +761,29 @@ pub async fn all_text_but(store: &Store, skip: &[&str]) -> KitResult<String> {
     Ok(out)
 }
 
+/// PostgreSQL: an event inserted by a transaction left open (its id drawn,
+/// nothing committed), for the feed's test of a commit that lands after a
+/// later id's. `None` on SQLite, whose writers commit one at a time.
+pub struct HeldEvent(sqlx::Transaction<'static, sqlx::Postgres>);
+
+impl HeldEvent {
+    pub async fn commit(self) -> KitResult<()> {
+        self.0.commit().await?;
+        Ok(())
+    }
+}
+
+/// See [`HeldEvent`].
+pub async fn pg_event_held_open(store: &Store, kind: oduflow_model::EventKind) -> KitResult<Option<HeldEvent>> {
+    let Db::Pg(p, _) = &store.db else { return Ok(None) };
+    let mut tx = p.begin().await?;
+    sqlx::query("INSERT INTO events (client_ref, kind, detail, at_ms) VALUES (NULL, $1, '{}', 0)")
+        .bind(kind.as_str())
+        .execute(&mut *tx)
+        .await?;
+    Ok(Some(HeldEvent(tx)))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

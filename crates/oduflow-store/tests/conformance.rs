@@ -11,7 +11,8 @@
 
 use oduflow_model::*;
 use oduflow_store::testing::{
-    TestDb, execute_raw, execute_raw_elsewhere, schema_columns, terminate_idle_in_transaction, try_bump_generation,
+    TestDb, count_raw, execute_raw, execute_raw_elsewhere, pg_event_held_open, schema_columns,
+    terminate_idle_in_transaction, try_bump_generation,
 };
 use oduflow_store::*;
 
@@ -52,7 +53,8 @@ oduflow_store::on_both_stores!(
     an_inventory_pass_never_undoes_what_happened_after_it_began,
     inventory_passes_side_by_side_all_commit,
     a_change_a_restores_pass_found_owns_no_resize_once_confirmed,
-    the_metrics_count_each_receipt_as_its_ledger_reads_it
+    the_metrics_count_each_receipt_as_its_ledger_reads_it,
+    the_feed_reads_every_event_once_in_commit_order
 );
 
 /// The metrics' count of receipts by outcome (one SQL `GROUP BY`) reads
@@ -121,9 +123,65 @@ async fn the_metrics_count_each_receipt_as_its_ledger_reads_it(store: Store) {
     assert_eq!(store.stats(10).await.unwrap().dispatches_by_outcome, by_ledger);
 }
 
+/// The feed pages through every event once, oldest first, from any
+/// cursor, each with its client's name; a cursor past the last position is
+/// refused; a position never changes. On PostgreSQL an event whose
+/// transaction commits after a later id's commit is read after it, never
+/// skipped (paging by id would skip it for good).
+async fn the_feed_reads_every_event_once_in_commit_order(store: Store) {
+    let store = &store;
+    for name in ["acme", "beta", "gamma"] {
+        client(store, name).await;
+    }
+    let (mut read, mut after) = (vec![], 0);
+    loop {
+        let page = store.feed_after(after, 2).await.unwrap();
+        assert!(page.events.len() <= 2 && page.next >= after, "{page:?}");
+        if page.events.is_empty() {
+            assert_eq!((page.next, page.head), (after, after));
+            break;
+        }
+        after = page.next;
+        read.extend(page.events);
+    }
+    assert_eq!(read.len() as i64, count_raw(store, "SELECT count(*) FROM events").await);
+    assert!(read.windows(2).all(|w| w[0].position < w[1].position && w[0].id < w[1].id), "{read:?}");
+    let named = read.iter().filter(|e| e.client.as_deref() == Some("beta")).count();
+    assert!(named >= 1 && read.iter().all(|e| e.client.is_some() == e.client_id.is_some()), "{read:?}");
+
+    if let Some(held) = pg_event_held_open(store, EventKind::QueuePaused).await.unwrap() {
+        client(store, "delta").await;
+        let later = store.feed_after(after, 100).await.unwrap();
+        assert!(!later.events.is_empty(), "{later:?}");
+        assert!(later.events.iter().all(|e| e.client.as_deref() == Some("delta")), "{later:?}");
+        held.commit().await.unwrap();
+        let last = store.feed_after(later.next, 100).await.unwrap();
+        assert_eq!(last.events.len(), 1, "the event committed last was skipped: {last:?}");
+        assert_eq!(last.events[0].kind, "queue_paused");
+        assert!(last.events[0].id < later.events[0].id, "its id was drawn first: {last:?} {later:?}");
+        after = last.next;
+    }
+    let ahead = FeedQuery::new(Some(after + 5), None, Some(1)).unwrap();
+    let refused = store.feed_read(&ahead).await.unwrap_err();
+    assert!(matches!(refused, StoreError::FeedCursorAhead { head, .. } if head == after), "{refused}");
+    let at_head = store.feed_read(&FeedQuery::new(Some(after), None, None).unwrap()).await.unwrap();
+    assert!(at_head.events.is_empty() && at_head.next == after, "{at_head:?}");
+    let moved = execute_raw(store, "UPDATE events SET position = position + 1000").await;
+    assert!(moved.unwrap_err().contains("a feed position never changes"));
+}
+
 /// The columns and trigger migration 14 added, and what the migrations
 /// after it added, dropped again to rebuild an older schema.
 async fn drop_progress_columns(store: &Store) {
+    if store.backend() == Backend::Postgres {
+        execute_raw(store, "DROP TRIGGER events_position_once ON events").await.unwrap();
+        execute_raw(store, "DROP FUNCTION events_position_once()").await.unwrap();
+    } else {
+        execute_raw(store, "DROP TRIGGER events_position_once").await.unwrap();
+    }
+    execute_raw(store, "DROP INDEX events_position").await.unwrap();
+    execute_raw(store, "DROP INDEX events_unstamped").await.unwrap();
+    execute_raw(store, "ALTER TABLE events DROP COLUMN position").await.unwrap();
     if store.backend() == Backend::Postgres {
         execute_raw(store, "DROP TRIGGER change_receipts_no_restored_rewrite ON change_receipts").await.unwrap();
         execute_raw(store, "DROP FUNCTION change_receipts_restored_guard()").await.unwrap();

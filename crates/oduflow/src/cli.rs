@@ -125,6 +125,24 @@ pub(crate) enum Cmd {
     /// Database restore safety.
     #[command(subcommand)]
     Restore(RestoreCmd),
+    /// The event feed: every event, oldest first, after a cursor that stays
+    /// valid (the `next` the last read printed), each with its client's
+    /// name; as `GET /api/v1/events/feed`.
+    Events {
+        /// The events after this position (default 0: from the first event).
+        #[arg(long, allow_negative_numbers = true)]
+        after: Option<i64>,
+        /// At most this many (default 100, at most 1000).
+        #[arg(long, allow_negative_numbers = true)]
+        limit: Option<i64>,
+        /// Seconds to wait for an event when there is none after the cursor
+        /// (default 0, at most 30).
+        #[arg(long)]
+        wait: Option<u64>,
+        /// Print the page as JSON (the API's shape).
+        #[arg(long)]
+        json: bool,
+    },
     /// Write a consistent copy of the SQLite database to FILE (VACUUM INTO),
     /// safe while workers run; for PostgreSQL use pg_dump.
     Backup {

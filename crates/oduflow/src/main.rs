@@ -94,6 +94,7 @@ fn main() -> ExitCode {
                             | StoreError::TokenExists(_)
                             | StoreError::TokenNotFound(_)
                             | StoreError::BackupUnsupported
+                            | StoreError::FeedCursorAhead { .. }
                     )
                 );
             eprintln!("oduflow: {}", chain(&e));
@@ -174,5 +175,6 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Orphan(c) => cmd::orphan::run(&cfg, c).await,
         Cmd::Restore(c) => cmd::restore::run(&cfg, c).await,
         Cmd::Backup { file } => cmd::backup::run(&cfg, &file).await,
+        Cmd::Events { after, limit, wait, json } => cmd::events::run(&cfg, after, limit, wait, json).await,
     }
 }

@@ -23,6 +23,7 @@ mod bulk;
 mod dashboard_at_scale;
 mod drift;
 mod dry_runs;
+mod feed;
 mod import;
 mod listen;
 mod service;

@@ -8,6 +8,7 @@ pub mod check;
 pub mod client;
 pub mod credentials;
 pub mod demo;
+pub mod events;
 pub mod import;
 pub mod init;
 pub mod orphan;

@@ -687,3 +687,42 @@ async fn import_and_promote_refuse_what_the_api_refuses() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("not observed only"));
     assert_eq!(table_counts(&store).await, before.0, "recorded something");
 }
+
+/// `oduflow events` reads the feed as the API does: oldest first from any
+/// cursor, each event once, with its client's name; `--json` in the API's
+/// shape; and it refuses what the API refuses, with the same words (exit
+/// code 2), nothing recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_read_the_feed_and_refuse_what_the_api_refuses() {
+    let env = Env::sqlite().await;
+    env.ok(&["init"]);
+    create(&env, "acme");
+    create(&env, "beta");
+    let store = env.store().await;
+    let total = oduflow_store::testing::table_count(&store, "events").await;
+    assert!(total >= 2, "{total}");
+    let first = env.ok(&["events", "--limit", "1"]);
+    let lines: Vec<&str> = first.lines().collect();
+    assert_eq!(lines.len(), 2, "{first}");
+    assert!(lines[0].contains("client_created") && lines[0].contains("acme"), "{first}");
+    assert!(lines[1].starts_with("next: 1 "), "{first}");
+    let rest: serde_json::Value = serde_json::from_str(&env.ok(&["events", "--after", "1", "--json"])).unwrap();
+    let events = rest["events"].as_array().unwrap();
+    assert_eq!(events.len() as i64, total - 1, "{rest}");
+    assert!(events.iter().any(|e| e["kind"] == "client_created" && e["client"] == "beta"), "{rest}");
+    assert_eq!(rest["next"], rest["head"], "{rest}");
+
+    let before = oduflow_store::testing::all_text_but(&store, &[]).await.unwrap();
+    for (args, words) in [
+        (&["events", "--after=-1"][..], "after must be a feed position"),
+        (&["events", "--limit", "0"], "limit must be within 1..=1000"),
+        (&["events", "--wait", "31"], "wait must be within 0..=30 seconds"),
+        (&["events", "--after", "99"], "older copy"),
+    ] {
+        let o = env.run(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(words), "{args:?}: {err}");
+    }
+    assert_eq!(oduflow_store::testing::all_text_but(&store, &[]).await.unwrap(), before, "a read recorded");
+}
