@@ -299,13 +299,14 @@ pub struct ClientCreate {
     #[serde(default)]
     pub dns_name: Option<String>,
     /// Check the spec against Vultr's catalog before anything is stored, as
-    /// `oduflow client create` does: a spec the catalog refuses is answered
-    /// 422, a catalog that cannot be read 502. Default false: a create then
-    /// asks Vultr nothing (a catalog read costs several requests of the
+    /// `oduflow client create` does: a spec the catalog refuses (a region or
+    /// plan that does not exist, a firewall group the account lacks) is
+    /// answered 422 with the CLI's words and nothing is stored; a catalog
+    /// that cannot be read, 502. Default true; `false` skips it, as
+    /// `--no-preflight` does (a catalog read costs several requests of the
     /// shared rate budget), and the worker checks before the first create.
-    /// A server without a key cannot check.
     #[serde(default)]
-    pub preflight: bool,
+    pub preflight: Option<bool>,
     /// The id of a client a restored copy of the database lost, which its
     /// resources' labels name: its first provisioning adopts them instead
     /// of creating them again (`oduflow client create --recover`).
@@ -536,7 +537,7 @@ pub async fn clients_create(
 ) -> ApiResult<(StatusCode, Json<Accepted>)> {
     let name = oduflow_model::ClientName::parse(&req.name)?;
     let recover = req.recover.as_deref().map(ClientId::parse).transpose().map_err(ApiError::InvalidInput)?;
-    let checker = s.provider().filter(|_| req.preflight);
+    let checker = s.provider().filter(|_| req.preflight.unwrap_or(true));
     let spec = spec_of(&s, &name, req)?;
     let row = operator::client_create(
         s.store(),
@@ -577,7 +578,7 @@ fn spec_of(s: &AppState, name: &oduflow_model::ClientName, req: ClientCreate) ->
         dns_name: req.dns_name,
     };
     let input = oduflow_model::SpecInput::from_profile(s.profiles(), profile.as_deref(), over)
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        .map_err(|e| ApiError::InvalidInput(e.to_string()))?;
     Ok(input.resolve(name, s.spec_defaults())?)
 }
 

@@ -696,6 +696,34 @@ impl Store {
         Ok(())
     }
 
+    /// The refusals [`Store::client_create_as`] would answer that reads
+    /// alone tell (a name or an id taken, a DNS name another client holds),
+    /// nothing written: asked before the catalog's preflight, so a create
+    /// certain to be refused spends no provider request. The create checks
+    /// again in its own transaction.
+    pub async fn client_create_refusal(
+        &self,
+        name: &ClientName,
+        spec: &ClientSpec,
+        recover: Option<&oduflow_model::ClientId>,
+    ) -> Result<()> {
+        crate::named("client_create_refusal", async move {
+            self.refuse_recover_clash(name, recover).await?;
+            let found = self.client_get(name.as_str()).await?;
+            if found.as_ref().is_some_and(|c| c.infra.target != Target::Absent) {
+                return Err(StoreError::ClientExists(name.to_string()));
+            }
+            let cols = SpecColumns::new(name.as_str(), spec)?;
+            let (dns, own) = (cols.dns.as_str(), found.map(|c| c.id.0).unwrap_or_default());
+            both!(self, p => {
+                let mut c = p.acquire().await?;
+                crate::dns_name_free!(c, dns, own.as_str());
+            });
+            Ok(())
+        })
+        .await
+    }
+
     /// [`Store::client_create`], under a given id when `recover` names one:
     /// a client this database does not know (created after the backup it
     /// was restored from) comes back under the id its resources' labels

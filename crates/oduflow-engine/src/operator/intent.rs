@@ -42,6 +42,7 @@ pub async fn client_create<P: Provider>(
     actor: Actor<'_>,
 ) -> Result<ClientRow> {
     if let Some(p) = preflight_with {
+        store.client_create_refusal(name, spec, recover).await?;
         preflight(p, spec).await?;
     }
     Ok(store.client_create_as(name, spec, recover, actor.now_ms, actor.attempts_max).await?)

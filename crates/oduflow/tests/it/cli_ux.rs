@@ -726,3 +726,33 @@ async fn events_read_the_feed_and_refuse_what_the_api_refuses() {
     }
     assert_eq!(oduflow_store::testing::all_text_but(&store, &[]).await.unwrap(), before, "a read recorded");
 }
+
+/// `client create` refuses what the catalog lacks before anything is
+/// stored, in the words the API's create answers 422 with (the API test
+/// `a_create_is_refused_what_the_catalog_lacks_unless_told_not_to_check`
+/// checks the same cases): both call the one preflight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_create_refuses_what_the_catalog_lacks_as_the_api_does() {
+    let env = Env::sqlite().await;
+    env.ok(&["init"]);
+    let store = env.store().await;
+    // The catalog's reads spend the rate budget, and a process's first
+    // reading of the database's clock anchors it.
+    let skip = ["rate_budget", "rate_budget_usage", "clock_anchor"];
+    let before = oduflow_store::testing::all_text_but(&store, &skip).await.unwrap();
+    for (region, plan, why) in [
+        ("mel", "vc2-1c-1gb", "region mel offers no high_perf block storage"),
+        ("lax", "vhf-1c-1gb", "plan vhf-1c-1gb is not sold in region lax"),
+        ("ewrr", "vc2-1c-1gb", "ewrr"),
+        ("ewr", "vc2-1c-1gbb", "vc2-1c-1gbb"),
+    ] {
+        let args =
+            ["client", "create", "acme", "--region", region, "--plan", plan, "--os-id", "2284", "--volume-gb", "40"];
+        let o = env.run(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{region} {plan}: {err}");
+        assert!(err.contains(why) && err.contains("nothing was stored"), "{region} {plan}: {err}");
+    }
+    let after = oduflow_store::testing::all_text_but(&store, &skip).await.unwrap();
+    assert_eq!(after, before, "a refused create stored something");
+}
