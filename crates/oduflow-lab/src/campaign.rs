@@ -143,6 +143,9 @@ pub enum Drawing {
     SlowResizes,
     /// Listing pages that repeat an item, two items a page.
     PageRepeats,
+    /// A client deleted, brought back and deleted again while its
+    /// re-provisioning runs roll back.
+    Churn,
 }
 
 impl Drawing {
@@ -151,6 +154,7 @@ impl Drawing {
             Drawing::Pauses => "pauses",
             Drawing::SlowResizes => "slow-resizes",
             Drawing::PageRepeats => "page-repeats",
+            Drawing::Churn => "churn",
         }
     }
 
@@ -159,6 +163,7 @@ impl Drawing {
             Drawing::Pauses => p.pauses > 1 && p.workers > 1 && !p.restore,
             Drawing::SlowResizes => p.updates > 0 && p.resize_ms >= 1_000,
             Drawing::PageRepeats => p.page_repeat > 0.0,
+            Drawing::Churn => p.churn,
         }
     }
 }
@@ -2292,7 +2297,7 @@ mod tests {
     #[test]
     fn a_campaign_drawing_a_part_runs_only_seeds_that_draw_it() {
         assert_eq!(new_seeds(7, 3, None).unwrap(), vec![7, 8, 9]);
-        for d in [Drawing::Pauses, Drawing::SlowResizes, Drawing::PageRepeats] {
+        for d in [Drawing::Pauses, Drawing::SlowResizes, Drawing::PageRepeats, Drawing::Churn] {
             let seeds = new_seeds(1000, 20, Some(d)).unwrap();
             assert_eq!(seeds.len(), 20);
             let last = *seeds.last().unwrap();
