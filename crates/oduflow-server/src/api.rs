@@ -149,6 +149,10 @@ pub struct ClientDetail {
     /// generation, with the PATCH sent and what reads confirmed.
     #[schema(value_type = Vec<Object>)]
     pub changes: Vec<oduflow_store::ChangeRow>,
+    /// The identity adapters' state (DNS record, VPN peer, Salt key...):
+    /// ensured or failed, what each owns, as `client show --json` has it.
+    #[schema(value_type = Vec<Object>)]
+    pub adapters: Vec<oduflow_store::AdapterStateRow>,
 }
 
 /// A change to a client's spec. Every field is optional; at least one is
@@ -593,7 +597,8 @@ pub async fn clients_show(State(s): State<AppState>, ClientPath(name): ClientPat
     let jobs = s.store().jobs_for_client(&c.id).await?;
     let resolutions = resolutions(&c, &receipts);
     let changes = s.store().changes_for_client(&c.id).await?;
-    Ok(Json(ClientDetail { client: (&c).into(), receipts, jobs, resolutions, changes }))
+    let adapters = s.store().adapter_states(&c.id).await?;
+    Ok(Json(ClientDetail { client: (&c).into(), receipts, jobs, resolutions, changes, adapters }))
 }
 
 /// Changes the client's spec in place and enqueues the change (a blocked

@@ -610,6 +610,19 @@ async fn clients_create_show_list_delete(h: H) {
     assert_eq!(v["jobs"].as_array().unwrap().len(), 1);
     assert_eq!(v["receipts"], json!([]));
     assert_eq!(v["resolutions"], json!([]));
+    assert_eq!(v["adapters"], json!([]));
+    // An identity adapter's state, as `client show --json` has it: the
+    // record it owns and whether it was ensured.
+    let id = h.store.client_get("acme").await.unwrap().unwrap().id;
+    let ledger = oduflow_store::ReceiptLedger::new(h.store.clone());
+    let owned = json!({ "records": [{ "type": "A", "id": "r-1" }] });
+    assert_eq!(ledger.adapter_owned_put(&id, "dns", &owned, 0, 1).await.unwrap(), Some(1));
+    let facts = json!({ "ipv4": "192.0.2.1" });
+    let ensured = oduflow_model::identity::AdapterState::Ensured;
+    assert!(ledger.adapter_set(&id, "dns", ensured, "ok", Some(&facts), 1, 2).await.unwrap());
+    let (_, v) = h.get("/api/v1/clients/acme").await;
+    let dns = &v["adapters"][0];
+    assert_eq!((&dns["adapter"], &dns["state"], &dns["owned"]), (&json!("dns"), &json!("ensured"), &owned), "{v}");
     assert_error(&h.get("/api/v1/clients/nobody").await, 404, "not_found");
 
     let (s, v) = h.get("/api/v1/clients").await;
