@@ -24,6 +24,7 @@ mod budget;
 mod changes;
 mod clock;
 mod feed;
+pub mod files;
 mod import;
 mod operator;
 mod orphans;
@@ -509,8 +510,11 @@ impl Store {
                     Store::on(Db::Pg(pool, claims))
                 }
                 Backend::Sqlite => {
-                    let opts = SqliteConnectOptions::from_str(url)
-                        .expect("checked")
+                    let opts = SqliteConnectOptions::from_str(url).expect("checked");
+                    if create {
+                        sqlite_file_private(url, &opts)?;
+                    }
+                    let opts = opts
                         .create_if_missing(create)
                         .journal_mode(SqliteJournalMode::Wal)
                         // Receipts must survive a crash of the machine, not just of
@@ -985,6 +989,20 @@ impl Store {
         })
         .await
     }
+}
+
+/// Creates the SQLite database's file readable by its user only, before
+/// SQLite would create it with the umask's mode (an existing file is left
+/// as it is).
+fn sqlite_file_private(url: &str, opts: &SqliteConnectOptions) -> Result<()> {
+    let file = opts.get_filename();
+    if file.to_str().is_some_and(|f| f.is_empty() || f.contains(":memory:")) {
+        return Ok(());
+    }
+    files::private_file(file).map_err(|e| StoreError::InvalidUrl {
+        url: redact_url(url),
+        why: format!("cannot create {}: {e}", file.display()),
+    })
 }
 
 /// Maps a unique-constraint violation to a domain error.

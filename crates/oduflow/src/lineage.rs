@@ -36,7 +36,7 @@ pub async fn check(store: &Store, now_ms: i64) -> Result<Option<String>> {
     // restored. (Reading the database first let a slower process compare its
     // older reading with a newer mark another had just written: a false
     // restore. Writing without the lock could lower the mark: a missed one.)
-    let _ = std::fs::create_dir_all(state_dir());
+    let _ = oduflow_store::files::private_dir_all(&state_dir());
     let lock = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)

@@ -128,7 +128,7 @@ pub(crate) fn sqlite_lock_dir(p: &SqlitePool) -> Result<std::path::PathBuf> {
     let mut name = db.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push(".locks");
     let dir = db.with_file_name(name);
-    std::fs::create_dir_all(&dir).map_err(|e| StoreError::Lock(format!("{}: {e}", dir.display())))?;
+    crate::files::private_dir_all(&dir).map_err(|e| StoreError::Lock(format!("{}: {e}", dir.display())))?;
     Ok(dir)
 }
 

@@ -255,7 +255,7 @@ async fn print_live(store: &Store, ledger: &oduflow_sim::Ledger, receipts: &[odu
 /// A fresh SQLite file in a directory of its own, migrated.
 async fn fresh_store() -> Result<(std::path::PathBuf, Store)> {
     let dir = std::env::temp_dir().join(format!("oduflow-demo-{}-{}", std::process::id(), SystemClock.now_ms()));
-    std::fs::create_dir_all(&dir)?;
+    oduflow_store::files::private_dir_all(&dir)?;
     let db = dir.join("oduflow.db");
     let store = Store::connect(&format!("sqlite://{}", db.display()), true).await?;
     store.migrate().await?;

@@ -756,3 +756,41 @@ async fn client_create_refuses_what_the_catalog_lacks_as_the_api_does() {
     let after = oduflow_store::testing::all_text_but(&store, &skip).await.unwrap();
     assert_eq!(after, before, "a refused create stored something");
 }
+
+/// The files oduflow creates (the SQLite database and the files SQLite
+/// keeps beside it, the lock folder, the state directory) are its user's
+/// alone whatever the umask: under umask 022 they were 0644 and 0755.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_oduflow_creates_are_private_under_umask_022() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::sqlite().await;
+    let under_022 = |args: &[&str]| {
+        let inner = env.cmd(args);
+        let mut c = Command::new("sh");
+        c.arg("-c").arg("umask 022 && exec \"$0\" \"$@\"").arg(inner.get_program()).args(inner.get_args());
+        c.current_dir(env.dir.path());
+        for (k, v) in inner.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    under_022(&["init"]);
+    under_022(&crate::client_create_args("acme", &["--no-preflight"]));
+    under_022(&["worker", "--until-settled"]);
+    let mode = |name: &str| {
+        let m = std::fs::metadata(env.dir.path().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        m.permissions().mode() & 0o777
+    };
+    assert_eq!(mode("oduflow.db"), 0o600, "the database");
+    for beside in ["oduflow.db-wal", "oduflow.db-shm"] {
+        if env.dir.path().join(beside).exists() {
+            assert_eq!(mode(beside), 0o600, "{beside}");
+        }
+    }
+    assert_eq!(mode("oduflow.db.locks"), 0o700, "the lock folder");
+    assert_eq!(mode("state"), 0o700, "the state directory");
+}
