@@ -9,7 +9,10 @@
 //! in id order, by one stamping pass at a time (an advisory lock on
 //! PostgreSQL, the write lock on SQLite), each pass numbering after the
 //! highest position any earlier pass committed. So a reader that has seen
-//! position N has seen every event that will ever be below N.
+//! position N has seen every event that will ever be below N. Positions
+//! also follow the database's clock ([`POSITIONS_PER_MS`]), so a restore
+//! from an older copy does not hand out again positions a reader has
+//! already passed.
 
 use crate::rows::{RowExt, json_col};
 use crate::{BeginWrite, Result, Store, StoreError, both};
@@ -20,6 +23,13 @@ use serde::Serialize;
 const FEED_STAMP_MAX: i64 = 10_000;
 /// The PostgreSQL advisory lock (transaction-scoped) a stamping pass holds.
 const FEED_STAMP_LOCK: i64 = 0x6f64_6600_6665_6564;
+/// Positions a millisecond of the database's clock spans: a pass numbers
+/// its events from the newest one's time (in milliseconds) times this, or
+/// on from the last position when that is higher. So events written after
+/// a restore from an older copy are placed past every position the lost
+/// timeline gave out (its events were written earlier), and a reader whose
+/// cursor came from that timeline reads them instead of skipping them.
+const POSITIONS_PER_MS: i64 = 1_000;
 /// Events one page of the feed holds, at most.
 pub const FEED_LIMIT_MAX: i64 = 1_000;
 /// Events one page holds unless asked otherwise.
@@ -98,8 +108,13 @@ impl Store {
                     sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(FEED_STAMP_LOCK).execute(&mut *tx).await?;
                 }
                 // Read after the lock: the last pass's positions are committed.
-                let base: i64 = sqlx::query_scalar("SELECT coalesce(max(position), 0) FROM events")
+                let last: i64 = sqlx::query_scalar("SELECT coalesce(max(position), 0) FROM events")
                     .fetch_one(&mut *tx).await?;
+                let newest: i64 = sqlx::query_scalar(
+                    "SELECT coalesce(max(at_ms), 0) FROM (SELECT at_ms FROM events WHERE position IS NULL \
+                     ORDER BY id LIMIT $1) batch")
+                    .bind(FEED_STAMP_MAX).fetch_one(&mut *tx).await?;
+                let base = last.max(newest.saturating_mul(POSITIONS_PER_MS));
                 let n = sqlx::query(
                     "WITH todo AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM events \
                                    WHERE position IS NULL ORDER BY id LIMIT $2) \

@@ -1022,3 +1022,45 @@ async fn a_recheck_acts_only_on_the_ready_client_it_read(store: Store) {
     assert_eq!((c.infra.status, c.infra.generation), (ClientStatus::Provisioning, read + 1));
     assert_eq!(jobs().await, before + 1);
 }
+
+/// A restore from an older copy hands out no position a reader has already
+/// passed: every event written after it is read after the reader's cursor,
+/// none skipped (positions follow the database's clock; numbered on from
+/// the copy's last position, the first of them fell below the cursor).
+async fn a_feed_reader_misses_nothing_written_after_a_restore(db: TestDb, store: Store) {
+    let create = |store: &Store, name: &str, at_ms: i64| {
+        let (store, name) = (store.clone(), ClientName::parse(name).unwrap());
+        async move { store.client_create(&name, &spec(), at_ms, 3).await.unwrap() }
+    };
+    create(&store, "acme", 1_000_000).await;
+    store.feed_stamp().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let snap = oduflow_store::testing::snapshot(&store, dir.path()).await.unwrap();
+    for (i, name) in ["beta", "gamma", "delta", "eps"].iter().enumerate() {
+        create(&store, name, 2_000_000 + i as i64).await;
+    }
+    let cursor = store.feed_after(0, 1000).await.unwrap().next;
+    oduflow_store::testing::restore(&store, &db.url, &snap).await.unwrap();
+    let store = db.store().await;
+    let after: Vec<&str> = vec!["zeta", "eta", "theta", "iota", "kappa"];
+    for (i, name) in after.iter().enumerate() {
+        create(&store, name, 3_000_000 + i as i64).await;
+    }
+    let page = store.feed_read(&FeedQuery::new(Some(cursor), None, None).unwrap()).await.unwrap();
+    let read: Vec<&str> = page.events.iter().filter_map(|e| e.client.as_deref()).collect();
+    for name in &after {
+        assert!(read.contains(name), "{name}'s events were skipped after the restore: {page:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_feed_reader_misses_nothing_written_after_a_restore_sqlite() {
+    let (db, store) = sqlite().await;
+    a_feed_reader_misses_nothing_written_after_a_restore(db, store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_feed_reader_misses_nothing_written_after_a_restore_postgres() {
+    let (db, store) = postgres().await;
+    a_feed_reader_misses_nothing_written_after_a_restore(db, store).await;
+}
