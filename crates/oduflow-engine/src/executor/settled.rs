@@ -125,13 +125,14 @@ impl<'a, P: Provider> Converge<'a, P> {
         Ok(Step::Finish(self.run.done()))
     }
 
-    /// An attach whose answer was lost (or whose mark a restored database
-    /// lost) is confirmed by the read that shows the volume attached to the
-    /// VM: its receipt records the VM's id as `confirmed_by_read`, as an
-    /// answered attach records it as `response`, so it is no longer counted
-    /// as an unknown outcome. Only the attach of this very pair.
+    /// An attach whose answer was lost is confirmed by the read that shows
+    /// the volume attached to the VM: its receipt records the VM's id as
+    /// `confirmed_by_read`, as an answered attach records it as `response`,
+    /// so it is no longer counted as an unknown outcome. Only an attach
+    /// marked sent (one never marked may never have left: what attached the
+    /// volume is then not known to be it), and only of this very pair.
     async fn attach_confirmed(&self, attach: Option<&ReceiptRow>, vm: &str, vol: &Facts) -> Result<(), EngineError> {
-        let Some(r) = attach.filter(|r| r.effect().is_uncertain()) else { return Ok(()) };
+        let Some(r) = attach.filter(|r| matches!(r.effect(), Effect::Unknown { .. })) else { return Ok(()) };
         if vol.attached_to.as_deref() != Some(vm) || r.spec_digest != current::attach_digest(Some(vm), Some(&vol.id)) {
             return Ok(());
         }

@@ -32,6 +32,10 @@ pub async fn run(cfg: &Config, file: &Path) -> Result<()> {
     let partial = dir.join(format!(".{}.partial-{}", name.to_string_lossy(), std::process::id()));
     let partial_str = partial.to_str().context("the temporary file name is not UTF-8")?;
     let written = async {
+        // Made empty and private first (VACUUM INTO fills an empty file):
+        // a copy of the fleet's records is its user's alone, as the
+        // database is, whatever the umask.
+        oduflow_store::files::private_file(&partial)?;
         store.sqlite_backup_into(partial_str).await?;
         std::fs::File::open(&partial)?.sync_all()?;
         std::fs::rename(&partial, file)?;

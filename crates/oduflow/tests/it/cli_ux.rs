@@ -760,7 +760,7 @@ async fn client_create_refuses_what_the_catalog_lacks_as_the_api_does() {
 }
 
 /// The files oduflow creates (the SQLite database and the files SQLite
-/// keeps beside it, the lock folder, the state directory) are its user's
+/// keeps beside it, a backup, the lock folder, the state directory) are its user's
 /// alone whatever the umask: under umask 022 they were 0644 and 0755.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_oduflow_creates_are_private_under_umask_022() {
@@ -783,11 +783,13 @@ async fn files_oduflow_creates_are_private_under_umask_022() {
     under_022(&["init"]);
     under_022(&crate::client_create_args("acme", &["--no-preflight"]));
     under_022(&["worker", "--until-settled"]);
+    under_022(&["backup", "copy.db"]);
     let mode = |name: &str| {
         let m = std::fs::metadata(env.dir.path().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
         m.permissions().mode() & 0o777
     };
     assert_eq!(mode("oduflow.db"), 0o600, "the database");
+    assert_eq!(mode("copy.db"), 0o600, "a backup");
     for beside in ["oduflow.db-wal", "oduflow.db-shm"] {
         if env.dir.path().join(beside).exists() {
             assert_eq!(mode(beside), 0o600, "{beside}");
