@@ -151,13 +151,16 @@ impl Store {
         self.feed_stamp().await?;
         crate::named("feed_after", async move {
             both!(self, p => {
-                let head: i64 = sqlx::query_scalar("SELECT coalesce(max(position), 0) FROM events")
-                    .fetch_one(p).await?;
                 let rows = sqlx::query(
                     "SELECT e.position, e.id, e.client_ref, c.name, e.kind, e.detail, e.at_ms FROM events e \
                      LEFT JOIN clients c ON c.id = e.client_ref \
                      WHERE e.position > $1 ORDER BY e.position LIMIT $2")
                     .bind(after).bind(limit).fetch_all(p).await?;
+                // Read after the page (positions only grow), so the head is
+                // never below the page's last position, whatever a stamping
+                // pass committed in between.
+                let head: i64 = sqlx::query_scalar("SELECT coalesce(max(position), 0) FROM events")
+                    .fetch_one(p).await?;
                 let events = rows.iter().map(feed_event).collect::<Result<Vec<_>>>()?;
                 let next = events.last().map_or(after, |e| e.position);
                 Ok(FeedPage { events, next, head })
