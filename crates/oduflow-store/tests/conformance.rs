@@ -1064,3 +1064,48 @@ async fn a_feed_reader_misses_nothing_written_after_a_restore_postgres() {
     let (db, store) = postgres().await;
     a_feed_reader_misses_nothing_written_after_a_restore(db, store).await;
 }
+
+/// Stamping passes side by side (four writers, each stamping after every
+/// write, on connections of their own): each event gets one position,
+/// none is given twice, and a reader paging through reads every event once.
+async fn stamping_passes_side_by_side_give_each_event_one_position(db: TestDb) {
+    let mut tasks = vec![];
+    for w in 0..4 {
+        let store = db.store().await;
+        tasks.push(tokio::spawn(async move {
+            for i in 0..6 {
+                let name = ClientName::parse(&format!("c{w}x{i}")).unwrap();
+                store.client_create(&name, &spec(), 1_000_000 + i, 3).await.unwrap();
+                store.feed_stamp().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let store = db.store().await;
+    let (mut after, mut read) = (0, vec![]);
+    loop {
+        let page = store.feed_after(after, 5).await.unwrap();
+        if page.events.is_empty() {
+            break;
+        }
+        after = page.next;
+        read.extend(page.events.into_iter().map(|e| e.id));
+    }
+    let mut ids = read.clone();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), read.len(), "an event read twice: {read:?}");
+    assert_eq!(read.len() as i64, count_raw(&store, "SELECT count(*) FROM events").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stamping_passes_side_by_side_give_each_event_one_position_sqlite() {
+    stamping_passes_side_by_side_give_each_event_one_position(sqlite().await.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stamping_passes_side_by_side_give_each_event_one_position_postgres() {
+    stamping_passes_side_by_side_give_each_event_one_position(postgres().await.0).await;
+}
