@@ -159,7 +159,7 @@ pub async fn dns_orphan_delete(
     let detail = serde_json::json!({
         "id": id, "type": o.rtype, "name": o.name, "data": o.data, "client_id": o.client_id, "by": by, "reason": reason,
     });
-    store.event_global(EventKind::DnsOrphanDeleteAttested, detail, now_ms).await?;
+    store.event_global(EventKind::DnsOrphanDeleteAttested, detail, Some(by), now_ms).await?;
     if let DeleteOutcome::Refused { status, message } = zone.delete(id).await? {
         return Err(OperatorError::Refused(format!(
             "Vultr refused the DELETE of record {id} with {status}: {message}; nothing changed"

@@ -17,6 +17,11 @@ impl ReceiptWriter {
         Self { ledger: ReceiptLedger::new(store) }
     }
 
+    /// A writer for an operator's action: its events name `by`.
+    pub fn acting_for(store: Store, by: &str) -> Self {
+        Self { ledger: ReceiptLedger::acting_for(store, by) }
+    }
+
     /// The ledger itself, for the change receipts (crate::executor::change).
     pub(crate) fn ledger(&self) -> &ReceiptLedger {
         &self.ledger

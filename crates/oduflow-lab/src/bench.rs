@@ -441,7 +441,7 @@ pub(crate) async fn converge_with(f: Fleet) -> Result<Converged> {
     let state = tempfile::tempdir()?;
     let spec = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf")?;
     for i in 0..n {
-        store.client_create(&ClientName::parse(&format!("b{i}"))?, &spec, SystemClock.now_ms(), 10).await?;
+        store.client_create(&ClientName::parse(&format!("b{i}"))?, &spec, "bench", SystemClock.now_ms(), 10).await?;
     }
     let fleet = || -> Result<Vec<tokio::process::Child>> {
         (0..processes)
@@ -485,7 +485,7 @@ pub(crate) async fn converge_with(f: Fleet) -> Result<Converged> {
     let calls_provision: u64 = sim.ledger().requests.values().sum();
     let (ready_s, blocked) = provisioned(&store).await?;
     for i in 0..n {
-        store.client_delete(&format!("b{i}"), SystemClock.now_ms(), 10).await?;
+        store.client_delete(&format!("b{i}"), "bench", SystemClock.now_ms(), 10).await?;
     }
     let t = Instant::now();
     let rss_delete = wait(fleet()?).await?;
@@ -652,8 +652,8 @@ async fn queue_once(jobs: usize, clients: usize, workers: usize) -> Result<f64> 
         let (store, ids, spec) = (store.clone(), ids.clone(), spec.clone());
         tasks.spawn(async move {
             for i in (part..clients).step_by(8) {
-                let c = store.client_create(&ClientName::parse(&format!("q{i}"))?, &spec, 0, 3).await?;
-                store.client_delete(&format!("q{i}"), 0, 3).await?;
+                let c = store.client_create(&ClientName::parse(&format!("q{i}"))?, &spec, "bench", 0, 3).await?;
+                store.client_delete(&format!("q{i}"), "bench", 0, 3).await?;
                 ids.lock().await[i] = Some(c.id);
             }
             anyhow::Ok(())
@@ -930,7 +930,7 @@ async fn inventory_setup(n: usize, store: &Store, setup: &Arc<VultrClient>) -> R
             (store.clone(), ledger.clone(), setup.clone(), spec.clone(), fp.clone(), sem.clone());
         tasks.spawn(async move {
             let _permit = sem.acquire().await?;
-            let c = store.client_create(&ClientName::parse(&format!("i{i}"))?, &spec, 0, 3).await?;
+            let c = store.client_create(&ClientName::parse(&format!("i{i}"))?, &spec, "bench", 0, 3).await?;
             for kind in [ResourceKind::Vm, ResourceKind::Volume] {
                 let label = Label::new_dispatch(&c.id, kind);
                 let op = OperationKey::new(&c.id, kind, 1);

@@ -916,7 +916,7 @@ impl Seed<'_> {
         let provider = provider(&self.sim, KEY)?;
         if what.churn {
             let n = &names[0];
-            let c = store.client_create(&ClientName::parse(n)?, spec, SystemClock.now_ms(), 20).await?;
+            let c = store.client_create(&ClientName::parse(n)?, spec, "campaign", SystemClock.now_ms(), 20).await?;
             let before = store.receipts_for_client(&c.id).await?.len();
             // Delete again as soon as the re-provisioning run has claimed
             // its new receipt (its create is about to leave, or has), plus
@@ -926,7 +926,7 @@ impl Seed<'_> {
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
             tokio::time::sleep(Duration::from_millis(self.rng.next() % 40)).await;
-            store.client_delete(n, SystemClock.now_ms(), 20).await?;
+            store.client_delete(n, "campaign", SystemClock.now_ms(), 20).await?;
             self.flips += 2;
         }
         for (at, act) in plan {
@@ -1027,13 +1027,16 @@ impl Seed<'_> {
     async fn flip(&mut self, store: &Store, n: &str) -> Result<()> {
         let c = store.client_get(n).await?.context("client")?;
         match c.infra.target {
-            Target::Present => drop(store.client_delete(n, SystemClock.now_ms(), 20).await?),
+            Target::Present => drop(store.client_delete(n, "campaign", SystemClock.now_ms(), 20).await?),
             // The spec it has now (an update may have changed it): the same
             // spec brings it back even while deleting.
             // Refused once its DNS name went to another client while it was
             // deleted: what an operator would be told; no flip then.
             Target::Absent => {
-                match store.client_create(&ClientName::parse(n)?, &c.infra.spec, SystemClock.now_ms(), 20).await {
+                match store
+                    .client_create(&ClientName::parse(n)?, &c.infra.spec, "campaign", SystemClock.now_ms(), 20)
+                    .await
+                {
                     Err(oduflow_store::StoreError::DnsNameTaken { .. }) => return Ok(()),
                     r => drop(r?),
                 }
@@ -1042,7 +1045,7 @@ impl Seed<'_> {
         self.flips += 1;
         if c.infra.status == ClientStatus::Deleted && self.rng.chance(0.8) {
             tokio::time::sleep(Duration::from_millis(50 + self.rng.next() % 300)).await;
-            store.client_delete(n, SystemClock.now_ms(), 20).await?;
+            store.client_delete(n, "campaign", SystemClock.now_ms(), 20).await?;
             self.flips += 1;
         }
         Ok(())
@@ -1066,7 +1069,7 @@ impl Seed<'_> {
             1 => u.volume_gb = Some(spec.volume_gb + 10),
             _ => u.tags = Some(vec![format!("t{}", self.rng.next() % 5)]),
         }
-        match store.client_update(name, &u, SystemClock.now_ms(), 20).await {
+        match store.client_update(name, &u, "campaign", SystemClock.now_ms(), 20).await {
             Ok(_) => self.updates += 1,
             Err(
                 oduflow_store::StoreError::UpdateRefused(_)
@@ -1121,7 +1124,7 @@ impl Seed<'_> {
         if let Some(n) = client
             && store.client_get(&n).await?.is_some_and(|c| c.infra.target == Target::Present)
         {
-            store.client_delete(&n, SystemClock.now_ms(), 20).await?;
+            store.client_delete(&n, "campaign", SystemClock.now_ms(), 20).await?;
             self.flips += 1;
             deleted = Some(n);
         }
@@ -1373,7 +1376,7 @@ impl Seed<'_> {
         };
         for (step, want) in [(0, ClientStatus::Ready), (1, ClientStatus::Deleted)] {
             if step == 1 {
-                store.client_delete(&names[0], SystemClock.now_ms(), 20).await?;
+                store.client_delete(&names[0], "campaign", SystemClock.now_ms(), 20).await?;
             }
             let t = Instant::now();
             while !settle(store.clone(), names[0].clone(), want).await? && t.elapsed() < WORKER_TIMEOUT {
@@ -1544,7 +1547,7 @@ impl Seed<'_> {
         // Stamped as the CLI stamps it (the database's clock): the pass
         // measures its settle from this event on that clock.
         let declared = self.op_now(store).await?;
-        store.restore_declare("campaign restored an older copy", declared).await?;
+        store.restore_declare("campaign restored an older copy", "campaign", declared).await?;
         let errors = self.worker_on_a_restored_copy().await?;
         if !errors.iter().any(|e| e.contains("restore pending")) {
             bail!("a worker ran on a restored database without an inventory pass ({errors:?})");
@@ -1558,8 +1561,10 @@ impl Seed<'_> {
         // block shows no resize in progress, only its new size once done.
         let settle = p.settle_ms() as i64 + 100;
         let now = self.op_now(store).await?;
-        let inv = as_an_operator(p.seed, "inventory", || operator::inventory_settled(store, p1.as_ref(), now, settle))
-            .await?;
+        let inv = as_an_operator(p.seed, "inventory", || {
+            operator::inventory_settled(store, p1.as_ref(), "campaign", now, settle)
+        })
+        .await?;
         let orphans_reported: Vec<String> = inv.orphans.iter().map(|o| o.label.clone()).collect();
         verbose(|| format!("seed {}: orphans {:?}", p.seed, inv.orphans.iter().map(|o| &o.note).collect::<Vec<_>>()));
         self.recover_absent(store, spec).await?;

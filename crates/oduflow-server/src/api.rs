@@ -1138,8 +1138,11 @@ pub async fn queue(State(s): State<AppState>) -> ApiResult<Json<QueueView>> {
 /// Stops workers claiming jobs (running jobs finish).
 #[utoipa::path(post, path = "/api/v1/queue/pause", tag = "queue",
     responses((status = 200, body = QueueView), (status = 401, body = ErrorBody)))]
-pub async fn queue_pause(State(s): State<AppState>) -> ApiResult<Json<QueueView>> {
-    s.store().queue_set_paused(true, s.now_ms()).await?;
+pub async fn queue_pause(
+    State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Json<QueueView>> {
+    s.store().queue_set_paused(true, &caller.actor(), s.now_ms()).await?;
     Ok(Json(queue_view(&s).await?))
 }
 
@@ -1147,8 +1150,11 @@ pub async fn queue_pause(State(s): State<AppState>) -> ApiResult<Json<QueueView>
 #[utoipa::path(post, path = "/api/v1/queue/resume", tag = "queue",
     responses((status = 200, body = QueueView), (status = 401, body = ErrorBody),
         (status = 409, description = "a restore is pending", body = ErrorBody)))]
-pub async fn queue_resume(State(s): State<AppState>) -> ApiResult<Json<QueueView>> {
-    operator::queue_resume(s.store(), s.now_ms()).await?;
+pub async fn queue_resume(
+    State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Json<QueueView>> {
+    operator::queue_resume(s.store(), &caller.actor(), s.now_ms()).await?;
     Ok(Json(queue_view(&s).await?))
 }
 
@@ -1247,9 +1253,14 @@ pub async fn credentials_rotate(
     responses((status = 200, body = Object, description = "instances_listed, blocks_listed, orphans, missing, unrecorded, dns_orphans"),
         (status = 401, body = ErrorBody), (status = 409, description = "read-only server", body = ErrorBody),
         (status = 502, body = ErrorBody)))]
-pub async fn inventory(State(s): State<AppState>) -> ApiResult<Json<operator::Inventory>> {
+pub async fn inventory(
+    State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Json<operator::Inventory>> {
     let provider = s.acting_provider()?;
-    let mut inv = operator::inventory_settled(s.store(), provider.as_ref(), s.now_ms(), s.listing_settle_ms()).await?;
+    let by = caller.actor();
+    let mut inv =
+        operator::inventory_settled(s.store(), provider.as_ref(), &by, s.now_ms(), s.listing_settle_ms()).await?;
     if s.dns_zone().is_some() {
         inv.dns_orphans = oduflow_engine::dns_inventory::dns_inventory(s.store(), &s.dns_adapter()?).await?;
     }

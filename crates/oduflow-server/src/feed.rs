@@ -45,6 +45,10 @@ pub struct FeedEventView {
     pub detail: serde_json::Value,
     /// When it was written, by the database's clock (ms since the epoch).
     pub at_ms: i64,
+    /// Who asked for the change it records: `api-token:NAME`, the command
+    /// line's actor (`cli:USER` by default), or a pass of oduflow's own
+    /// (`verification`, `lineage`); none for what a run records of itself.
+    pub actor: Option<String>,
 }
 
 /// A page of the feed.
@@ -60,8 +64,8 @@ pub struct FeedPageView {
 
 impl From<FeedEvent> for FeedEventView {
     fn from(e: FeedEvent) -> Self {
-        let FeedEvent { position, id, client_id, client, kind, detail, at_ms } = e;
-        Self { position, id, client_id, client, kind, detail, at_ms }
+        let FeedEvent { position, id, client_id, client, kind, detail, at_ms, actor } = e;
+        Self { position, id, client_id, client, kind, detail, at_ms, actor }
     }
 }
 

@@ -267,7 +267,14 @@ impl Store {
     /// `config_mismatch` or `not_ready`, is unblocked: the update is its fix.
     /// Any other block stays: the operator's `reconcile` (with
     /// `--new-dispatch` after a rejected create) sends the corrected spec.
-    pub async fn client_update(&self, name: &str, u: &SpecUpdate, now_ms: i64, attempts_max: i32) -> Result<ClientRow> {
+    pub async fn client_update(
+        &self,
+        name: &str,
+        u: &SpecUpdate,
+        by: &str,
+        now_ms: i64,
+        attempts_max: i32,
+    ) -> Result<ClientRow> {
         crate::named("client_update", async move {
             let (client, Planned { spec, created, in_place }) = self.update_checked(name, u).await?;
             let crate::SpecColumns { os_id, ref image, ref server, ref dns, .. } =
@@ -322,7 +329,7 @@ impl Store {
                     let job = queue::NewJob::for_client(&client.id, JobKind::Provision, generation, now_ms, attempts_max);
                     queue::job_insert(&mut *tx, &job).await?;
                 }
-                queue::event_insert(&mut *tx, Some(&client.id), EventKind::ClientUpdateRequested,
+                queue::event_by(&mut *tx, by, Some(&client.id), EventKind::ClientUpdateRequested,
                     &serde_json::json!({ "generation": generation, "update": u, "blocked": blocked }), now_ms).await?;
                 tx.commit().await?;
             });
@@ -399,7 +406,7 @@ impl ReceiptLedger {
                 }
                 (*tx).event_insert(Some(&c.client_ref), EventKind::ChangeClaimed, &serde_json::json!({
                     "operation_key": key, "kind": c.resource_kind, "id": c.resource_id, "change": c.change,
-                }), c.claimed_ms).await?;
+                }), c.claimed_ms, self.by.as_deref()).await?;
             });
             Ok(key)
         })
@@ -430,7 +437,7 @@ impl ReceiptLedger {
                 }
                 (*tx).event_insert(Some(client), EventKind::RequestSent, &serde_json::json!({
                     "operation_key": key, "evidence": "sent: recorded right before the request left",
-                }), now_ms).await?;
+                }), now_ms, self.by.as_deref()).await?;
             });
             Ok(())
         })
@@ -476,7 +483,7 @@ impl ReceiptLedger {
                 }
                 (*tx).event_insert(Some(client), EventKind::ChangeAnswered, &serde_json::json!({
                     "operation_key": key, "outcome": outcome, "status": status, "message": message, "reason": not_sent,
-                }), now_ms).await?;
+                }), now_ms, self.by.as_deref()).await?;
             });
             Ok(())
         })
@@ -503,7 +510,7 @@ impl ReceiptLedger {
                     (*tx).event_insert(None, EventKind::ChangesNotSentDoubted, &serde_json::json!({
                         "count": n, "why": "restored copy: a send after the backup may have gone out",
                         "marked_restored": marked,
-                    }), now_ms).await?;
+                    }), now_ms, self.by.as_deref()).await?;
                 }
                 n
             }))
@@ -535,7 +542,7 @@ impl ReceiptLedger {
                     .bind(key).bind(now_ms).execute(&mut *tx).await?.rows_affected();
                 if n == 1 {
                     (*tx).event_insert(Some(client), EventKind::ChangeConfirmed, &serde_json::json!({ "operation_key": key }),
-                        now_ms).await?;
+                        now_ms, self.by.as_deref()).await?;
                 }
             });
             Ok(())

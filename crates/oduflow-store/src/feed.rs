@@ -52,6 +52,8 @@ pub struct FeedEvent {
     pub kind: String,
     pub detail: serde_json::Value,
     pub at_ms: i64,
+    /// Who asked for the change it records (none for a run's own).
+    pub actor: Option<String>,
 }
 
 /// A page of the feed.
@@ -152,7 +154,7 @@ impl Store {
         crate::named("feed_after", async move {
             both!(self, p => {
                 let rows = sqlx::query(
-                    "SELECT e.position, e.id, e.client_ref, c.name, e.kind, e.detail, e.at_ms FROM events e \
+                    "SELECT e.position, e.id, e.client_ref, c.name, e.kind, e.detail, e.at_ms, e.actor FROM events e \
                      LEFT JOIN clients c ON c.id = e.client_ref \
                      WHERE e.position > $1 ORDER BY e.position LIMIT $2")
                     .bind(after).bind(limit).fetch_all(p).await?;
@@ -179,5 +181,6 @@ fn feed_event(r: &impl RowExt) -> Result<FeedEvent> {
         kind: r.text("kind")?,
         detail: json_col(&r.text("detail")?)?,
         at_ms: r.int("at_ms")?,
+        actor: r.text_opt("actor")?,
     })
 }

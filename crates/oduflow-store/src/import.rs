@@ -61,7 +61,7 @@ impl Store {
                         .execute(&mut *tx).await
                         .map_err(|e| unique_to(e, || StoreError::ReceiptExists(format!("label {label:?}"))))?;
                 }
-                queue::event_insert(&mut *tx, Some(&id), EventKind::ClientImported, &serde_json::json!({
+                queue::event_by(&mut *tx, imp.by, Some(&id), EventKind::ClientImported, &serde_json::json!({
                     "name": imp.name.as_str(), "spec": spec, "vm": imp.vm.0, "volume": imp.volume.0, "by": imp.by,
                 }), now_ms).await?;
                 tx.commit().await?;
@@ -84,7 +84,7 @@ impl Store {
                 let Some(id) = id else { return Ok(false) };
                 sqlx::query("UPDATE infra SET observe_only = 0, updated_ms = $2 WHERE client_id = $1")
                     .bind(&id).bind(now_ms).execute(&mut *tx).await?;
-                queue::event_insert(&mut *tx, Some(&ClientId(id)), EventKind::ClientPromoted,
+                queue::event_by(&mut *tx, by, Some(&ClientId(id)), EventKind::ClientPromoted,
                     &serde_json::json!({ "by": by }), now_ms).await?;
                 tx.commit().await?;
                 Ok(true)

@@ -392,7 +392,7 @@ impl BeginWrite for SqlitePool {
 pub const RECONCILE_PAYLOAD: &str = "reconcile";
 
 /// The migration this build needs (the last in [`Store::migrate`]).
-pub const SCHEMA_VERSION: i64 = 18;
+pub const SCHEMA_VERSION: i64 = 19;
 
 /// The PostgreSQL migrations, in order: (version, name, SQL). Embedded with
 /// include_str! rather than sqlx's `migrate!` macro, which would pull in
@@ -416,6 +416,7 @@ pub(crate) const PG_MIGRATIONS: &[(i64, &str, &str)] = &[
     (16, "observe only", include_str!("../migrations/postgres/0016_observe_only.sql")),
     (17, "id sources", include_str!("../migrations/postgres/0017_id_sources.sql")),
     (18, "event feed", include_str!("../migrations/postgres/0018_event_feed.sql")),
+    (19, "event actor", include_str!("../migrations/postgres/0019_event_actor.sql")),
 ];
 
 /// The SQLite migrations, as [`PG_MIGRATIONS`].
@@ -438,6 +439,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
     (16, "observe only", include_str!("../migrations/sqlite/0016_observe_only.sql")),
     (17, "id sources", include_str!("../migrations/sqlite/0017_id_sources.sql")),
     (18, "event feed", include_str!("../migrations/sqlite/0018_event_feed.sql")),
+    (19, "event actor", include_str!("../migrations/sqlite/0019_event_actor.sql")),
 ];
 
 /// The default database: a SQLite file in the working directory.
@@ -684,10 +686,11 @@ impl Store {
         &self,
         name: &ClientName,
         spec: &ClientSpec,
+        by: &str,
         now_ms: i64,
         attempts_max: i32,
     ) -> Result<ClientRow> {
-        self.client_create_as(name, spec, None, now_ms, attempts_max).await
+        self.client_create_as(name, spec, None, by, now_ms, attempts_max).await
     }
 
     /// A recovery under a name or an id already taken is refused.
@@ -738,6 +741,7 @@ impl Store {
         name: &ClientName,
         spec: &ClientSpec,
         recover: Option<&oduflow_model::ClientId>,
+        by: &str,
         now_ms: i64,
         attempts_max: i32,
     ) -> Result<ClientRow> {
@@ -767,7 +771,7 @@ impl Store {
                     exists => exists,
                 };
                 if let Some(found) = exists {
-                    (*tx).client_bring_back(name, found, &cols, now_ms, attempts_max).await?;
+                    (*tx).client_bring_back(name, found, &cols, by, now_ms, attempts_max).await?;
                     tx.commit().await?;
                     return self.client_get(name.as_str()).await?
                         .ok_or_else(|| StoreError::ClientNotFound(name.to_string()));
@@ -791,7 +795,7 @@ impl Store {
                 .execute(&mut *tx).await.map_err(|e| crate::dns_name_race(e, dns))?;
                 let job = NewJob::for_client(&id, JobKind::Provision, 1, now_ms, attempts_max);
                 queue::job_insert(&mut *tx, &job).await?;
-                queue::event_insert(&mut *tx, Some(&id), EventKind::ClientCreated, &serde_json::json!({
+                queue::event_by(&mut *tx, by, Some(&id), EventKind::ClientCreated, &serde_json::json!({
                     "name": name.as_str(), "spec": spec, "recovered": recover.is_some(),
                 }), now_ms).await?;
                 tx.commit().await?;
@@ -804,7 +808,7 @@ impl Store {
     /// Sets the target to `absent`: bumps the generation (so queued creation
     /// jobs become stale) and enqueues deletion. Deleting a client whose
     /// target is already `absent` changes nothing.
-    pub async fn client_delete(&self, name: &str, now_ms: i64, attempts_max: i32) -> Result<ClientRow> {
+    pub async fn client_delete(&self, name: &str, by: &str, now_ms: i64, attempts_max: i32) -> Result<ClientRow> {
         crate::named("client_delete", async move {
             let lock = locking!(self, client_target!());
             both!(self, p => {
@@ -841,7 +845,7 @@ impl Store {
                     let id = oduflow_model::ClientId(id);
                     let job = NewJob::for_client(&id, JobKind::Deprovision, generation, now_ms, attempts_max);
                     queue::job_insert(&mut *tx, &job).await?;
-                    queue::event_insert(&mut *tx, Some(&id), EventKind::ClientDeleteRequested,
+                    queue::event_by(&mut *tx, by, Some(&id), EventKind::ClientDeleteRequested,
                         &serde_json::json!({ "generation": generation }), now_ms).await?;
                 }
                 tx.commit().await?;
@@ -955,7 +959,7 @@ impl Store {
     pub async fn events_for_client(&self, id: &oduflow_model::ClientId) -> Result<Vec<EventRow>> {
         crate::named("events_for_client", async move {
             both!(self, p => {
-                let rows = sqlx::query("SELECT id, client_ref, kind, detail, at_ms FROM events \
+                let rows = sqlx::query("SELECT id, client_ref, kind, detail, at_ms, actor FROM events \
                                         WHERE client_ref = $1 ORDER BY id")
                     .bind(id.as_str()).fetch_all(p).await?;
                 rows.iter().map(rows::event_from_row).collect()
@@ -969,7 +973,7 @@ impl Store {
     pub async fn events_recent(&self, limit: i64) -> Result<Vec<EventRow>> {
         crate::named("events_recent", async move {
             both!(self, p => {
-                let rows = sqlx::query("SELECT id, client_ref, kind, detail, at_ms FROM events \
+                let rows = sqlx::query("SELECT id, client_ref, kind, detail, at_ms, actor FROM events \
                                         ORDER BY id DESC LIMIT $1")
                     .bind(limit).fetch_all(p).await?;
                 rows.iter().map(rows::event_from_row).collect()
@@ -981,7 +985,7 @@ impl Store {
     pub async fn events_by_kind(&self, kind: EventKind) -> Result<Vec<EventRow>> {
         crate::named("events_by_kind", async move {
             both!(self, p => {
-                let rows = sqlx::query("SELECT id, client_ref, kind, detail, at_ms FROM events \
+                let rows = sqlx::query("SELECT id, client_ref, kind, detail, at_ms, actor FROM events \
                                         WHERE kind = $1 ORDER BY id")
                     .bind(kind.as_str()).fetch_all(p).await?;
                 rows.iter().map(rows::event_from_row).collect()
@@ -1050,7 +1054,7 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("oduflow.db"), dir.path().join("link.db")).unwrap();
         let b = Store::connect(&format!("sqlite://{}", dir.path().join("link.db").display()), false).await.unwrap();
         let spec = oduflow_model::ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
-        a.client_create(&oduflow_model::ClientName::parse("acme").unwrap(), &spec, 1, 3).await.unwrap();
+        a.client_create(&oduflow_model::ClientName::parse("acme").unwrap(), &spec, "test", 1, 3).await.unwrap();
         let first = a.job_claim_next("a", 1).await.unwrap().expect("a claims the job");
         // A duplicate delivery of the same work, claimable by time alone.
         let mut dup = NewJob::for_client(&first.job.client_id, oduflow_model::JobKind::Provision, 1, 1, 3);
@@ -1075,7 +1079,7 @@ mod tests {
         let a = Store::connect(&url, false).await.unwrap().with_planted(bug);
         let b = Store::connect(&url, false).await.unwrap().with_planted(bug);
         let spec = oduflow_model::ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
-        plain.client_create(&oduflow_model::ClientName::parse("acme").unwrap(), &spec, 1, 3).await.unwrap();
+        plain.client_create(&oduflow_model::ClientName::parse("acme").unwrap(), &spec, "test", 1, 3).await.unwrap();
         let first = a.job_claim_next("a", 1).await.unwrap().expect("a claims the job");
         // A duplicate delivery of the same work, claimable by time alone.
         let mut dup = NewJob::for_client(&first.job.client_id, oduflow_model::JobKind::Provision, 1, 1, 3);

@@ -4,7 +4,7 @@
 //! has run.
 
 use crate::Db;
-use crate::queue::{Conn as _, NewJob, event_insert, job_insert};
+use crate::queue::{Conn as _, NewJob, event_by, job_insert};
 use crate::{ClientRow, Result, Store, StoreError, both, locking};
 use oduflow_model::*;
 
@@ -47,7 +47,14 @@ impl Store {
     /// if it is still ready, present, managed and at `generation` (a client
     /// that blocked or changed since keeps what it has: no block is lifted
     /// here). Whether the run was queued.
-    pub async fn client_recheck(&self, id: &ClientId, generation: i64, now_ms: i64, attempts_max: i32) -> Result<bool> {
+    pub async fn client_recheck(
+        &self,
+        id: &ClientId,
+        generation: i64,
+        by: &str,
+        now_ms: i64,
+        attempts_max: i32,
+    ) -> Result<bool> {
         crate::named("client_recheck", async move {
             both!(self, p => {
                 let mut tx = crate::BeginWrite::begin_write(p).await?;
@@ -60,8 +67,8 @@ impl Store {
                     let mut job = NewJob::for_client(id, JobKind::Provision, generation + 1, now_ms, attempts_max);
                     job.payload = serde_json::json!({ crate::RECONCILE_PAYLOAD: true });
                     job_insert(&mut *tx, &job).await?;
-                    event_insert(&mut *tx, Some(id), EventKind::ReconcileRequested, &serde_json::json!({
-                        "by": "verification", "generation": generation + 1,
+                    event_by(&mut *tx, by, Some(id), EventKind::ReconcileRequested, &serde_json::json!({
+                        "by": by, "generation": generation + 1,
                     }), now_ms).await?;
                 }
                 tx.commit().await?;
@@ -143,7 +150,7 @@ impl Store {
                 let mut job = NewJob::for_client(&id, kind, generation, now_ms, attempts_max);
                 job.payload = serde_json::json!({ crate::RECONCILE_PAYLOAD: true });
                 job_insert(&mut *tx, &job).await?;
-                event_insert(&mut *tx, Some(&id), EventKind::ReconcileRequested, &serde_json::json!({
+                event_by(&mut *tx, actor, Some(&id), EventKind::ReconcileRequested, &serde_json::json!({
                     "by": actor, "generation": generation,
                     "new_dispatch": advance.iter().map(|(k, g)| serde_json::json!({ "kind": k, "dispatch_generation": g })).collect::<Vec<_>>(),
                 }), now_ms).await?;
@@ -201,7 +208,7 @@ impl Store {
                     let Some((target, generation)) = row else { continue };
                     let kind = if target == Target::Present.as_str() { JobKind::Provision } else { JobKind::Deprovision };
                     job_insert(&mut *tx, &NewJob::for_client(&c.client, kind, generation, now_ms, attempts_max)).await?;
-                    event_insert(&mut *tx, Some(&c.client), EventKind::KeyRebound, &serde_json::json!({
+                    event_by(&mut *tx, actor, Some(&c.client), EventKind::KeyRebound, &serde_json::json!({
                         "by": actor, "from": c.old.short(), "to": new.short(), "generation": generation,
                     }), now_ms).await?;
                 }
@@ -218,7 +225,7 @@ impl Store {
 
     /// Marks the database as restored: the queue claims nothing until an
     /// inventory pass clears it.
-    pub async fn restore_declare(&self, why: &str, now_ms: i64) -> Result<()> {
+    pub async fn restore_declare(&self, why: &str, by: &str, now_ms: i64) -> Result<()> {
         crate::named("restore_declare", async move {
             let id = uuid::Uuid::now_v7().to_string();
             both!(self, p => {
@@ -227,7 +234,7 @@ impl Store {
                 (*tx).setting_put(SETTING_RESTORE_DECLARED, &id).await?;
                 tx.commit().await?;
             });
-            self.event_global(EventKind::RestoreDeclared, serde_json::json!({ "why": why }), now_ms).await
+            self.event_global(EventKind::RestoreDeclared, serde_json::json!({ "why": why }), Some(by), now_ms).await
         })
         .await
     }
@@ -250,7 +257,13 @@ impl Store {
     /// cleared: one declared since stands, for the next pass. On PostgreSQL
     /// the pending row is locked before the comparison, so a declaration
     /// either lands before it (and is compared) or waits for the clear.
-    pub async fn restore_clear(&self, seen: &RestoreSeen, report: serde_json::Value, now_ms: i64) -> Result<()> {
+    pub async fn restore_clear(
+        &self,
+        seen: &RestoreSeen,
+        report: serde_json::Value,
+        by: Option<&str>,
+        now_ms: i64,
+    ) -> Result<()> {
         crate::named("restore_clear", async move {
             let read_pending = match &self.db {
                 Db::Pg(..) => "SELECT value FROM settings WHERE key = $1 FOR UPDATE",
@@ -279,16 +292,23 @@ impl Store {
                 }
                 other => other,
             };
-            self.event_global(EventKind::InventoryReconciled, report, now_ms).await
+            self.event_global(EventKind::InventoryReconciled, report, by, now_ms).await
         })
         .await
     }
 
-    pub async fn event_global(&self, kind: EventKind, detail: serde_json::Value, now_ms: i64) -> Result<()> {
+    /// Records an event of no one client; `by` names who asked, if anyone.
+    pub async fn event_global(
+        &self,
+        kind: EventKind,
+        detail: serde_json::Value,
+        by: Option<&str>,
+        now_ms: i64,
+    ) -> Result<()> {
         crate::named("event_global", async move {
             both!(self, p => {
                 let mut c = p.acquire().await?;
-                event_insert(&mut *c, None, kind, &detail, now_ms).await
+                (*c).event_insert(None, kind, &detail, now_ms, by).await
             })
         })
         .await

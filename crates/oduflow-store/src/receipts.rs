@@ -31,6 +31,9 @@ pub struct NewReceipt {
 #[derive(Clone, Debug)]
 pub struct ReceiptLedger {
     store: Store,
+    /// Who asked for what this ledger writes, named on every event it
+    /// records (none: a run, for itself).
+    pub(crate) by: Option<String>,
 }
 
 /// Opens a write transaction: `BEGIN IMMEDIATE` on SQLite so the write lock is
@@ -83,7 +86,13 @@ pub(crate) fn inserted(rows: std::result::Result<u64, sqlx::Error>) -> Result<bo
 
 impl ReceiptLedger {
     pub fn new(store: Store) -> Self {
-        Self { store }
+        Self { store, by: None }
+    }
+
+    /// A ledger writing for `by`: an operator's action, or the API token
+    /// that asked for it.
+    pub fn acting_for(store: Store, by: &str) -> Self {
+        Self { store, by: Some(by.to_owned()) }
     }
 
     pub(crate) fn store(&self) -> &Store {
@@ -116,7 +125,7 @@ impl ReceiptLedger {
                 }
                 (*tx).event_insert(Some(&r.client_ref), EventKind::ReceiptClaimed, &serde_json::json!({
                     "operation_key": r.operation_key, "label": r.label, "kind": r.resource_kind,
-                }), r.claimed_ms).await?;
+                }), r.claimed_ms, self.by.as_deref()).await?;
             });
             Ok(())
         })
@@ -153,7 +162,7 @@ impl ReceiptLedger {
                 }
                 (*tx).event_insert(Some(client), EventKind::RequestSent, &serde_json::json!({
                     "operation_key": key, "evidence": "sent: recorded right before the request left",
-                }), now_ms).await?;
+                }), now_ms, self.by.as_deref()).await?;
             });
             Ok(())
         })
@@ -178,7 +187,7 @@ impl ReceiptLedger {
                 if let Some((client, n)) = &row {
                     (*tx).event_insert(Some(&ClientId(client.clone())), EventKind::RequestNotSent, &serde_json::json!({
                         "operation_key": key, "reason": reason, "count": n,
-                    }), now_ms).await?;
+                    }), now_ms, self.by.as_deref()).await?;
                 }
                 row.map(|(_, n)| n)
             }))
@@ -213,7 +222,7 @@ impl ReceiptLedger {
                 if n == 1 {
                     (*tx).event_insert(Some(&ClientId(client)), EventKind::ResourceIdRecorded, &serde_json::json!({
                         "operation_key": key, "resource_id": id, "source": source,
-                    }), now_ms).await?;
+                    }), now_ms, self.by.as_deref()).await?;
                 }
             });
             Ok(())
@@ -236,7 +245,7 @@ impl ReceiptLedger {
                     .ok_or_else(|| StoreError::ReceiptNotFound(key.to_string()))?;
                 (*tx).event_insert(Some(&ClientId(client)), EventKind::RequestNotSent, &serde_json::json!({
                     "operation_key": key, "reason": reason, "count": n,
-                }), now_ms).await?;
+                }), now_ms, self.by.as_deref()).await?;
                 n
             }))
         })
@@ -262,7 +271,7 @@ impl ReceiptLedger {
                     .ok_or_else(|| StoreError::ReceiptNotFound(key.to_string()))?;
                 (*tx).event_insert(Some(&ClientId(client)), EventKind::DispatchRejected, &serde_json::json!({
                     "operation_key": key, "status": status, "message": message,
-                }), now_ms).await?;
+                }), now_ms, self.by.as_deref()).await?;
             });
             Ok(())
         })
@@ -365,7 +374,7 @@ impl ReceiptLedger {
                     (*tx).event_insert(Some(&ClientId(c.clone())), EventKind::NotSentDoubted, &serde_json::json!({
                         "operation_key": key,
                         "why": "restored copy: a later attempt may have been sent after the backup",
-                    }), now_ms).await?;
+                    }), now_ms, self.by.as_deref()).await?;
                 }
                 client.is_some()
             }))
@@ -418,7 +427,7 @@ impl ReceiptLedger {
                     .ok_or_else(|| StoreError::ReceiptNotFound(format!("{key} (uncertain: no id, or one never seen nor listed; not abandoned)")))?;
                 (*tx).event_insert(Some(&ClientId(client)), EventKind::DispatchAbandoned, &serde_json::json!({
                     "operation_key": key, "by": by, "reason": reason,
-                }), now_ms).await?;
+                }), now_ms, Some(by)).await?;
             });
             Ok(())
         })
@@ -463,7 +472,7 @@ impl ReceiptLedger {
                 }
                 (*tx).event_insert(Some(client), EventKind::AdapterState, &serde_json::json!({
                     "adapter": adapter, "state": state, "detail": detail,
-                }), now_ms).await?;
+                }), now_ms, self.by.as_deref()).await?;
                 true
             }))
         })
@@ -494,7 +503,7 @@ impl ReceiptLedger {
                 for (client, adapter) in &rows {
                     (*tx).event_insert(Some(&ClientId(client.clone())), EventKind::AdapterState, &serde_json::json!({
                         "adapter": adapter, "state": AdapterState::Removing, "detail": detail,
-                    }), now_ms).await?;
+                    }), now_ms, self.by.as_deref()).await?;
                 }
                 rows.len() as u64
             }))
@@ -537,7 +546,7 @@ impl ReceiptLedger {
                 {
                     (*tx).event_insert(Some(client), EventKind::AdapterOwned, &serde_json::json!({
                         "adapter": adapter, "owned": owned,
-                    }), now_ms).await?;
+                    }), now_ms, self.by.as_deref()).await?;
                 }
                 v
             }))
@@ -569,7 +578,7 @@ impl ReceiptLedger {
                     .fetch_one(&mut *tx).await?;
                 (*tx).event_insert(Some(client), EventKind::AdapterFailed, &serde_json::json!({
                     "adapter": adapter, "error": detail, "failures": n,
-                }), now_ms).await?;
+                }), now_ms, self.by.as_deref()).await?;
                 n
             }))
         })
@@ -587,7 +596,7 @@ impl ReceiptLedger {
     ) -> Result<()> {
         crate::named("event_append", async move {
             ledger_write!(&self.store, tx => {
-                (*tx).event_insert(client, kind, detail, now_ms).await?;
+                (*tx).event_insert(client, kind, detail, now_ms, self.by.as_deref()).await?;
             });
             Ok(())
         })

@@ -527,6 +527,10 @@ pub struct EventRow {
     pub kind: String,
     pub detail: serde_json::Value,
     pub at_ms: i64,
+    /// Who asked for the change it records: `api-token:NAME`, the command
+    /// line's actor, or a pass of oduflow's own; none for what a run
+    /// records of itself.
+    pub actor: Option<String>,
 }
 
 pub(crate) fn event_from_row(r: &impl RowExt) -> Result<EventRow> {
@@ -536,6 +540,7 @@ pub(crate) fn event_from_row(r: &impl RowExt) -> Result<EventRow> {
         kind: r.text("kind")?,
         detail: json_col(&r.text("detail")?)?,
         at_ms: r.int("at_ms")?,
+        actor: r.text_opt("actor")?,
     })
 }
 

@@ -7,7 +7,7 @@
 //! Tokens are revoked, never deleted, so an audit event naming a token always
 //! has a row to point at.
 
-use crate::queue::event_insert;
+use crate::queue::event_by;
 use crate::{Result, Store, StoreError, both};
 use oduflow_model::EventKind;
 use serde::Serialize;
@@ -44,7 +44,7 @@ impl std::fmt::Debug for ApiTokenDigest {
 impl Store {
     /// Stores a new token's digest under `name`. A live token with the same
     /// name is refused (`TokenExists`), so revocation by name is unambiguous.
-    pub async fn api_token_create(&self, name: &str, token_sha256: &str, now_ms: i64) -> Result<ApiTokenRow> {
+    pub async fn api_token_create(&self, name: &str, token_sha256: &str, by: &str, now_ms: i64) -> Result<ApiTokenRow> {
         crate::named("api_token_create", async move {
             let id = uuid::Uuid::new_v4().to_string();
             both!(self, p => {
@@ -58,7 +58,7 @@ impl Store {
                     .bind(&id).bind(name).bind(token_sha256).bind(now_ms)
                     .execute(&mut *tx).await
                     .map_err(|e| crate::unique_to(e, || StoreError::TokenExists(name.to_owned())))?;
-                event_insert(&mut *tx, None, EventKind::ApiTokenCreated, &serde_json::json!({ "name": name, "id": id }), now_ms).await?;
+                event_by(&mut *tx, by, None, EventKind::ApiTokenCreated, &serde_json::json!({ "name": name, "id": id }), now_ms).await?;
                 tx.commit().await?;
             });
             Ok(ApiTokenRow { id: ApiTokenId(id), name: name.to_owned(), created_ms: now_ms, revoked_ms: None })
@@ -83,7 +83,7 @@ impl Store {
 
     /// Revokes the live token named `name`; it stops working at once (the
     /// server reads live digests on every request).
-    pub async fn api_token_revoke(&self, name: &str, now_ms: i64) -> Result<ApiTokenRow> {
+    pub async fn api_token_revoke(&self, name: &str, by: &str, now_ms: i64) -> Result<ApiTokenRow> {
         crate::named("api_token_revoke", async move {
             both!(self, p => {
                 let mut tx = crate::BeginWrite::begin_write(p).await?;
@@ -100,7 +100,7 @@ impl Store {
                 if n == 0 {
                     return Err(StoreError::TokenNotFound(name.to_owned()));
                 }
-                event_insert(&mut *tx, None, EventKind::ApiTokenRevoked, &serde_json::json!({ "name": name, "id": id }), now_ms).await?;
+                event_by(&mut *tx, by, None, EventKind::ApiTokenRevoked, &serde_json::json!({ "name": name, "id": id }), now_ms).await?;
                 tx.commit().await?;
                 Ok(ApiTokenRow { id: ApiTokenId(id), name: name.to_owned(), created_ms, revoked_ms: Some(now_ms) })
             })
@@ -132,22 +132,28 @@ mod tests {
         store.migrate().await.unwrap();
         // Migrating again is harmless (the tokens migration included).
         store.migrate().await.unwrap();
-        let a = store.api_token_create("ci", &"a".repeat(64), 10).await.unwrap();
-        assert!(matches!(store.api_token_create("ci", &"b".repeat(64), 11).await, Err(StoreError::TokenExists(_))));
+        let a = store.api_token_create("ci", &"a".repeat(64), "test", 10).await.unwrap();
+        assert!(matches!(
+            store.api_token_create("ci", &"b".repeat(64), "test", 11).await,
+            Err(StoreError::TokenExists(_))
+        ));
         // The same digest twice is refused by the schema as well.
-        assert!(matches!(store.api_token_create("other", &"a".repeat(64), 11).await, Err(StoreError::TokenExists(_))));
-        store.api_token_create("ops", &"c".repeat(64), 12).await.unwrap();
+        assert!(matches!(
+            store.api_token_create("other", &"a".repeat(64), "test", 11).await,
+            Err(StoreError::TokenExists(_))
+        ));
+        store.api_token_create("ops", &"c".repeat(64), "test", 12).await.unwrap();
         let live: Vec<String> = store.api_token_digests_live().await.unwrap().into_iter().map(|d| d.name).collect();
         assert_eq!(live.len(), 2);
-        let revoked = store.api_token_revoke("ci", 20).await.unwrap();
+        let revoked = store.api_token_revoke("ci", "test", 20).await.unwrap();
         assert_eq!((revoked.id.clone(), revoked.revoked_ms), (a.id.clone(), Some(20)));
-        assert!(matches!(store.api_token_revoke("ci", 21).await, Err(StoreError::TokenNotFound(_))));
+        assert!(matches!(store.api_token_revoke("ci", "test", 21).await, Err(StoreError::TokenNotFound(_))));
         let live = store.api_token_digests_live().await.unwrap();
         assert_eq!(live.len(), 1);
         assert_eq!(live[0].name, "ops");
         assert!(!format!("{live:?}").contains(&"c".repeat(64)), "digests stay out of Debug output");
         // A revoked name can be reused; the revoked row stays.
-        store.api_token_create("ci", &"d".repeat(64), 30).await.unwrap();
+        store.api_token_create("ci", &"d".repeat(64), "test", 30).await.unwrap();
         let all = store.api_token_list().await.unwrap();
         assert_eq!(
             all.iter().map(|r| (r.name.as_str(), r.revoked_ms.is_some())).collect::<Vec<_>>(),

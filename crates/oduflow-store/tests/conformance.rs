@@ -173,6 +173,7 @@ async fn the_feed_reads_every_event_once_in_commit_order(store: Store) {
 /// The columns and trigger migration 14 added, and what the migrations
 /// after it added, dropped again to rebuild an older schema.
 async fn drop_progress_columns(store: &Store) {
+    execute_raw(store, "ALTER TABLE events DROP COLUMN actor").await.unwrap();
     if store.backend() == Backend::Postgres {
         execute_raw(store, "DROP TRIGGER events_position_once ON events").await.unwrap();
         execute_raw(store, "DROP FUNCTION events_position_once()").await.unwrap();
@@ -240,7 +241,7 @@ async fn a_runs_progress_kept_as_json_is_carried_into_its_columns(store: Store) 
     assert_eq!(store.client_get("beta").await.unwrap().unwrap().infra.progress.preflight_read_failures, 1);
     // This build's deletion clears both; an older binary's (the JSON only)
     // clears the columns too.
-    store.client_delete("acme", 2, 3).await.unwrap();
+    store.client_delete("acme", "test", 2, 3).await.unwrap();
     assert_eq!(store.client_get("acme").await.unwrap().unwrap().infra.progress, Progress::default());
     let json = "SELECT count(*) FROM infra WHERE progress = '{}' AND client_id = \
                 (SELECT id FROM clients WHERE name = 'acme')";
@@ -254,7 +255,7 @@ fn spec() -> ClientSpec {
 }
 
 async fn client(store: &Store, name: &str) -> ClientId {
-    store.client_create(&ClientName::parse(name).unwrap(), &spec(), 1, 3).await.unwrap().id
+    store.client_create(&ClientName::parse(name).unwrap(), &spec(), "test", 1, 3).await.unwrap().id
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -575,7 +576,7 @@ async fn the_sqlite_clock_never_starts_behind_the_file_nor_follows_a_step_back()
     let host = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
     let day = 86_400_000;
     let spec = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
-    s.client_create(&ClientName::parse("ahead").unwrap(), &spec, host + day, 3).await.unwrap();
+    s.client_create(&ClientName::parse("ahead").unwrap(), &spec, "test", host + day, 3).await.unwrap();
     let first = s.clock_now_ms(host).await.unwrap();
     assert!(first >= host + day, "the clock started at {first}, behind the file's newest time {}", host + day);
     let later = s.clock_now_ms(host - 3_600_000).await.unwrap();
@@ -615,11 +616,11 @@ async fn a_database_with_shared_dns_names_migrates_and_the_oldest_keeps_the_name
     };
     let mut s = spec();
     s.dns_name = Some("acme".into());
-    taken(store.client_create(&ClientName::parse("mail").unwrap(), &s, 2, 3).await);
+    taken(store.client_create(&ClientName::parse("mail").unwrap(), &s, "test", 2, 3).await);
     let u = oduflow_model::update::SpecUpdate { plan: Some("vc2-2c-4gb".into()), ..Default::default() };
-    taken(store.client_update("web", &u, 3, 3).await);
+    taken(store.client_update("web", &u, "test", 3, 3).await);
     let rename = oduflow_model::update::SpecUpdate { dns_name: Some("web".into()), ..Default::default() };
-    let web = store.client_update("web", &rename, 4, 3).await.unwrap();
+    let web = store.client_update("web", &rename, "test", 4, 3).await.unwrap();
     assert_eq!((web.id, web.infra.spec.dns_name.as_deref()), (second, Some("web")));
     assert_eq!(store.client_get("acme").await.unwrap().unwrap().id, first);
 }
@@ -646,7 +647,7 @@ async fn a_deleted_client_brought_back_gives_up_a_name_another_holds(store: Stor
     let mut now = 10;
     for name in ["acme", "beta", "gamma", "delta"] {
         client(store, name).await;
-        store.client_delete(name, now, 3).await.unwrap();
+        store.client_delete(name, "test", now, 3).await.unwrap();
         // The provision job is stale; the deprovision job deletes.
         while store.client_get(name).await.unwrap().unwrap().infra.status != ClientStatus::Deleted {
             now += 1;
@@ -657,13 +658,13 @@ async fn a_deleted_client_brought_back_gives_up_a_name_another_holds(store: Stor
             store.client_reconcile("delta", &[], "inventory", now, 3).await.unwrap();
             let mut s = spec();
             s.dns_name = Some("delta".into());
-            let taken = store.client_create(&ClientName::parse("delta-new").unwrap(), &s, now, 3).await;
+            let taken = store.client_create(&ClientName::parse("delta-new").unwrap(), &s, "test", now, 3).await;
             assert!(matches!(taken, Err(StoreError::DnsNameTaken { .. })), "{taken:?}");
             continue;
         }
         let mut s = spec();
         s.dns_name = Some(name.into());
-        store.client_create(&ClientName::parse(&format!("{name}-new")).unwrap(), &s, now, 3).await.unwrap();
+        store.client_create(&ClientName::parse(&format!("{name}-new")).unwrap(), &s, "test", now, 3).await.unwrap();
     }
     // The new clients' jobs out of the way (done, writing nothing).
     while let Some(claim) = store.job_claim_next("w", now).await.unwrap() {
@@ -700,7 +701,8 @@ async fn a_deleted_client_brought_back_gives_up_a_name_another_holds(store: Stor
         // The name stays the new holder's.
         let mut s = spec();
         s.dns_name = Some(gave.into());
-        let again = store.client_create(&ClientName::parse(&format!("{gave}-third")).unwrap(), &s, now, 3).await;
+        let again =
+            store.client_create(&ClientName::parse(&format!("{gave}-third")).unwrap(), &s, "test", now, 3).await;
         assert!(matches!(again, Err(StoreError::DnsNameTaken { .. })), "{again:?}");
     }
 }
@@ -723,7 +725,7 @@ async fn a_delete_and_a_reconcile_side_by_side_each_see_the_others_write(store: 
     for i in 0..CLIENTS {
         let (a, b, name) = (store.clone(), store.clone(), format!("c{i}"));
         let n = name.clone();
-        tasks.spawn(async move { a.client_delete(&n, 2, 3).await.map(|_| ()) });
+        tasks.spawn(async move { a.client_delete(&n, "test", 2, 3).await.map(|_| ()) });
         tasks.spawn(async move { b.client_reconcile(&name, &[], "operator", 2, 3).await.map(|_| ()) });
     }
     while let Some(r) = tasks.join_next().await {
@@ -747,7 +749,7 @@ async fn a_delete_and_a_reconcile_side_by_side_each_see_the_others_write(store: 
     for i in 0..CLIENTS {
         for _ in 0..2 {
             let (s, name) = (store.clone(), ClientName::parse(&format!("c{i}")).unwrap());
-            tasks.spawn(async move { (name.to_string(), s.client_create(&name, &spec(), 3, 3).await) });
+            tasks.spawn(async move { (name.to_string(), s.client_create(&name, &spec(), "test", 3, 3).await) });
         }
     }
     let mut brought: std::collections::HashMap<String, usize> = Default::default();
@@ -774,15 +776,15 @@ async fn a_delete_and_a_reconcile_side_by_side_each_see_the_others_write(store: 
 async fn operator_writes_that_change_nothing_wait_for_no_run_postgres() {
     let (_db, store) = postgres().await;
     client(&store, "acme").await;
-    store.client_delete("acme", 2, 3).await.unwrap();
+    store.client_delete("acme", "test", 2, 3).await.unwrap();
     client(&store, "beta").await;
     let first = store.job_claim_next("w", 3).await.unwrap().expect("a job");
     let second = store.job_claim_next("w", 3).await.unwrap().expect("a job of the other client");
     let within = std::time::Duration::from_secs(10);
-    let deleted = tokio::time::timeout(within, store.client_delete("acme", 4, 3)).await;
+    let deleted = tokio::time::timeout(within, store.client_delete("acme", "test", 4, 3)).await;
     assert!(matches!(deleted, Ok(Ok(_))), "deleting acme again waited for its run: {deleted:?}");
     let beta = ClientName::parse("beta").unwrap();
-    let created = tokio::time::timeout(within, store.client_create(&beta, &spec(), 4, 3)).await;
+    let created = tokio::time::timeout(within, store.client_create(&beta, &spec(), "test", 4, 3)).await;
     assert!(matches!(created, Ok(Err(StoreError::ClientExists(_)))), "{created:?}");
     first.release().await.unwrap();
     second.release().await.unwrap();
@@ -797,19 +799,19 @@ async fn an_inventory_pass_clears_only_the_restore_it_saw(store: Store) {
     let lineage = || async { store.setting_get(SETTING_LINEAGE).await.unwrap() };
     // Nothing pending when the pass began; a restore declared meanwhile.
     let seen = store.restore_seen().await.unwrap();
-    store.restore_declare("copied back", 1).await.unwrap();
+    store.restore_declare("copied back", "test", 1).await.unwrap();
     let before = lineage().await;
-    store.restore_clear(&seen, serde_json::json!({}), 2).await.unwrap();
+    store.restore_clear(&seen, serde_json::json!({}), None, 2).await.unwrap();
     assert_eq!(store.restore_pending().await.unwrap().as_deref(), Some("copied back"), "declared during the pass");
     assert_eq!(lineage().await, before);
     // Pending when it began, declared again (same reason) meanwhile.
     let seen = store.restore_seen().await.unwrap();
-    store.restore_declare("copied back", 3).await.unwrap();
-    store.restore_clear(&seen, serde_json::json!({}), 4).await.unwrap();
+    store.restore_declare("copied back", "test", 3).await.unwrap();
+    store.restore_clear(&seen, serde_json::json!({}), None, 4).await.unwrap();
     assert_eq!(store.restore_pending().await.unwrap().as_deref(), Some("copied back"), "declared again");
     // A pass that saw this one clears it.
     let seen = store.restore_seen().await.unwrap();
-    store.restore_clear(&seen, serde_json::json!({}), 5).await.unwrap();
+    store.restore_clear(&seen, serde_json::json!({}), None, 5).await.unwrap();
     assert_eq!(store.restore_pending().await.unwrap(), None);
     assert_ne!(lineage().await, before, "a new epoch");
 }
@@ -821,13 +823,13 @@ async fn an_inventory_pass_clears_only_the_restore_it_saw(store: Store) {
 async fn a_token_revoked_twice_side_by_side_is_revoked_once(store: Store) {
     const TOKENS: usize = 16;
     for i in 0..TOKENS {
-        store.api_token_create(&format!("t{i}"), &format!("{i:064}"), 10).await.unwrap();
+        store.api_token_create(&format!("t{i}"), &format!("{i:064}"), "test", 10).await.unwrap();
     }
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..TOKENS {
         for at in [20, 30] {
             let (s, name) = (store.clone(), format!("t{i}"));
-            tasks.spawn(async move { (name.clone(), s.api_token_revoke(&name, at).await) });
+            tasks.spawn(async move { (name.clone(), s.api_token_revoke(&name, "test", at).await) });
         }
     }
     let mut revoked: std::collections::HashMap<String, Vec<i64>> = Default::default();
@@ -1008,16 +1010,16 @@ async fn a_recheck_acts_only_on_the_ready_client_it_read(store: Store) {
     let read = store.client_get("acme").await.unwrap().unwrap().infra.generation;
     let jobs = || oduflow_store::testing::table_count(&store, "jobs");
     let before = jobs().await;
-    assert!(!store.client_recheck(&id, read - 1, 5, 3).await.unwrap(), "a generation that moved on");
+    assert!(!store.client_recheck(&id, read - 1, "test", 5, 3).await.unwrap(), "a generation that moved on");
     let blocked = "UPDATE infra SET status = 'blocked', blocked_reason = 'uncertain_update' \
                    WHERE client_id = (SELECT id FROM clients WHERE name = 'acme')";
     execute_raw(&store, blocked).await.unwrap();
-    assert!(!store.client_recheck(&id, read, 5, 3).await.unwrap(), "blocked since the pass read it");
+    assert!(!store.client_recheck(&id, read, "test", 5, 3).await.unwrap(), "blocked since the pass read it");
     let c = store.client_get("acme").await.unwrap().unwrap();
     assert_eq!((c.infra.status, c.infra.blocked_reason), (ClientStatus::Blocked, Some(BlockedReason::UncertainUpdate)));
     assert_eq!(jobs().await, before, "nothing queued");
     execute_raw(&store, ready).await.unwrap();
-    assert!(store.client_recheck(&id, read, 5, 3).await.unwrap());
+    assert!(store.client_recheck(&id, read, "test", 5, 3).await.unwrap());
     let c = store.client_get("acme").await.unwrap().unwrap();
     assert_eq!((c.infra.status, c.infra.generation), (ClientStatus::Provisioning, read + 1));
     assert_eq!(jobs().await, before + 1);
@@ -1030,7 +1032,7 @@ async fn a_recheck_acts_only_on_the_ready_client_it_read(store: Store) {
 async fn a_feed_reader_misses_nothing_written_after_a_restore(db: TestDb, store: Store) {
     let create = |store: &Store, name: &str, at_ms: i64| {
         let (store, name) = (store.clone(), ClientName::parse(name).unwrap());
-        async move { store.client_create(&name, &spec(), at_ms, 3).await.unwrap() }
+        async move { store.client_create(&name, &spec(), "test", at_ms, 3).await.unwrap() }
     };
     create(&store, "acme", 1_000_000).await;
     store.feed_stamp().await.unwrap();
@@ -1075,7 +1077,7 @@ async fn stamping_passes_side_by_side_give_each_event_one_position(db: TestDb) {
         tasks.push(tokio::spawn(async move {
             for i in 0..6 {
                 let name = ClientName::parse(&format!("c{w}x{i}")).unwrap();
-                store.client_create(&name, &spec(), 1_000_000 + i, 3).await.unwrap();
+                store.client_create(&name, &spec(), "test", 1_000_000 + i, 3).await.unwrap();
                 store.feed_stamp().await.unwrap();
             }
         }));

@@ -59,9 +59,10 @@ pub(crate) enum Cmd {
         /// After a definitive rejection: allocate the next dispatch generation.
         #[arg(long)]
         new_dispatch: bool,
-        /// Who asks (recorded in the audit trail).
-        #[arg(long, env = "USER", default_value = "operator")]
-        by: String,
+        /// Who asks, as the audit trail records it (default: the actor
+        /// setting, else cli:USER).
+        #[arg(long)]
+        by: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -73,8 +74,10 @@ pub(crate) enum Cmd {
         kind: String,
         #[arg(long)]
         id: String,
-        #[arg(long, env = "USER", default_value = "operator")]
-        by: String,
+        /// Who asks, as the audit trail records it (default: the actor
+        /// setting, else cli:USER).
+        #[arg(long)]
+        by: Option<String>,
     },
     /// Give up an uncertain dispatch, on a recorded attestation.
     Abandon {
@@ -106,8 +109,10 @@ pub(crate) enum Cmd {
         /// Show what would be imported and what does not fit; record nothing.
         #[arg(long)]
         dry_run: bool,
-        #[arg(long, env = "USER", default_value = "operator")]
-        by: String,
+        /// Who asks, as the audit trail records it (default: the actor
+        /// setting, else cli:USER).
+        #[arg(long)]
+        by: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -140,8 +145,13 @@ pub(crate) enum Cmd {
         #[arg(long)]
         wait: Option<u64>,
         /// Print the page as JSON (the API's shape).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "export")]
         json: bool,
+        /// The audit export: every event after the cursor up to the last
+        /// one, page by page, one JSON object per line (with `actor`, who
+        /// asked); `--limit` sets the page size.
+        #[arg(long, conflicts_with = "wait")]
+        export: bool,
     },
     /// Write a consistent copy of the SQLite database to FILE (VACUUM INTO),
     /// safe while workers run; for PostgreSQL use pg_dump.
@@ -193,9 +203,10 @@ pub(crate) enum BulkCmd {
     Reconcile {
         #[command(flatten)]
         select: SelectFlags,
-        /// Who asks (recorded in each client's audit trail).
-        #[arg(long, env = "USER", default_value = "operator")]
-        by: String,
+        /// Who asks, as each client's audit trail records it (default: the actor
+        /// setting, else cli:USER).
+        #[arg(long)]
+        by: Option<String>,
         #[command(flatten)]
         out: BulkFlags,
     },
@@ -241,8 +252,10 @@ pub(crate) enum OrphanCmd {
     /// against that client's spec (as `adopt` does).
     Adopt {
         id: String,
-        #[arg(long, env = "USER", default_value = "operator")]
-        by: String,
+        /// Who asks, as the audit trail records it (default: the actor
+        /// setting, else cli:USER).
+        #[arg(long)]
+        by: Option<String>,
     },
     /// Delete an orphan, on a recorded attestation.
     Delete {
@@ -416,8 +429,10 @@ pub(crate) enum ClientCmd {
     /// on (a run reads it by id and converges, as for any client).
     Promote {
         name: String,
-        #[arg(long, env = "USER", default_value = "operator")]
-        by: String,
+        /// Who asks, as the audit trail records it (default: the actor
+        /// setting, else cli:USER).
+        #[arg(long)]
+        by: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -468,8 +483,10 @@ pub(crate) enum CredentialsCmd {
     /// Prove, with the key now in VULTR_API_KEY, ownership of every recorded
     /// resource, then rebind the records to it.
     Rotate {
-        #[arg(long, env = "USER", default_value = "operator")]
-        by: String,
+        /// Who asks, as the audit trail records it (default: the actor
+        /// setting, else cli:USER).
+        #[arg(long)]
+        by: Option<String>,
         #[arg(long)]
         json: bool,
     },

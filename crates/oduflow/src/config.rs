@@ -22,6 +22,7 @@ struct FileConfig {
     observations_max: Option<i64>,
     rate_per_sec: Option<i64>,
     rate_group: Option<String>,
+    actor: Option<String>,
     per_page: Option<i64>,
     request_timeout_ms: Option<i64>,
     concurrency: Option<i64>,
@@ -120,6 +121,34 @@ pub struct Config {
     /// once, here, from `ODUFLOW_PLANTED_BUG` (the campaign sets it on the
     /// workers it spawns); the engine and the store carry it from here.
     pub planted: oduflow_engine::PlantedBug,
+    /// Who this command's changes are recorded as asked by: the `actor`
+    /// setting (`ODUFLOW_ACTOR`, for a service driving the command line),
+    /// else `cli:` and the login name.
+    pub actor: String,
+}
+
+impl Config {
+    /// Who asks: `--by` when given, else the actor setting.
+    pub fn by<'a>(&'a self, by: &'a Option<String>) -> &'a str {
+        by.as_deref().unwrap_or(&self.actor)
+    }
+}
+
+/// The longest actor name recorded.
+pub const ACTOR_LEN_MAX: usize = 128;
+
+/// The actor setting, else `cli:` and the user this runs as.
+fn actor(set: Option<String>) -> Result<String> {
+    let actor = match set {
+        Some(a) => a,
+        None => format!("cli:{}", env("USER").or_else(|| env("LOGNAME")).unwrap_or_else(|| "unknown".into())),
+    };
+    if actor.trim().is_empty() || actor.chars().count() > ACTOR_LEN_MAX || actor.chars().any(char::is_control) {
+        bail!(BadInput(format!(
+            "actor {actor:?} (ODUFLOW_ACTOR, actor in the config file): 1 to {ACTOR_LEN_MAX} characters, no control characters"
+        )));
+    }
+    Ok(actor)
 }
 
 /// Vultr's documented limit, per source address.
@@ -333,6 +362,7 @@ impl Config {
             profiles,
             root_password_command: fc.root_password_command,
             planted: oduflow_engine::PlantedBug::from_env().map_err(BadInput)?,
+            actor: actor(env("ODUFLOW_ACTOR").or(fc.actor))?,
         };
         for a in &cfg.adapters {
             oduflow_engine::command_adapter::CommandAdapter::new(a.clone()).map_err(BadInput)?;

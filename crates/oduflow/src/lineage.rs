@@ -73,7 +73,7 @@ pub async fn check(store: &Store, now_ms: i64) -> Result<Option<String>> {
     if let Some(b) = &behind
         && store.restore_pending().await?.is_none()
     {
-        store.restore_declare(&b.why, now_ms).await?;
+        store.restore_declare(&b.why, "lineage", now_ms).await?;
     }
     let diverged = behind.as_ref().is_some_and(|b| b.diverged);
     if !diverged && (mark > seen || (mark == seen && seen_stamp.is_none())) {

@@ -162,19 +162,34 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Serve(args) => cmd::serve::serve(&cfg, args).await,
         Cmd::Token(c) => cmd::serve::token(&cfg, c).await,
         Cmd::Reconcile { name, all, new_dispatch, by, json } => {
-            cmd::reconcile::run(&cfg, name, all, new_dispatch, &by, json).await
+            cmd::reconcile::run(&cfg, name, all, new_dispatch, cfg.by(&by), json).await
         }
-        Cmd::Adopt { name, kind, id, by } => cmd::adopt::adopt(&cfg, &name, &kind, &id, &by).await,
+        Cmd::Adopt { name, kind, id, by } => cmd::adopt::adopt(&cfg, &name, &kind, &id, cfg.by(&by)).await,
         Cmd::Abandon { name, kind, by, reason } => cmd::adopt::abandon(&cfg, &name, &kind, &by, &reason).await,
         Cmd::Bulk(c) => cmd::bulk::run(&cfg, c).await,
         Cmd::Import { label, tag, region, dry_run, by, json } => {
-            cmd::import::run(&cfg, oduflow_engine::operator::ImportFilter { label, tag, region }, dry_run, &by, json)
-                .await
+            cmd::import::run(
+                &cfg,
+                oduflow_engine::operator::ImportFilter { label, tag, region },
+                dry_run,
+                cfg.by(&by),
+                json,
+            )
+            .await
         }
         Cmd::Credentials(c) => cmd::credentials::run(&cfg, c).await,
         Cmd::Orphan(c) => cmd::orphan::run(&cfg, c).await,
         Cmd::Restore(c) => cmd::restore::run(&cfg, c).await,
         Cmd::Backup { file } => cmd::backup::run(&cfg, &file).await,
-        Cmd::Events { after, limit, wait, json } => cmd::events::run(&cfg, after, limit, wait, json).await,
+        Cmd::Events { after, limit, wait, json, export } => {
+            cmd::events::run(
+                &cfg,
+                after,
+                limit,
+                wait,
+                if export { cmd::events::Show::Export } else { cmd::events::Show::from(json) },
+            )
+            .await
+        }
     }
 }

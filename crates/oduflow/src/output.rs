@@ -142,7 +142,8 @@ pub(crate) async fn print_client(store: &Store, r: &ClientRow, json: bool, evide
         }
         outln!("events (latest last):")?;
         for e in events.iter().rev().take(15).rev() {
-            outln!("  {} {:<28} {}", time::rfc3339(e.at_ms), e.kind, e.detail)?;
+            let by = e.actor.as_deref().map(|a| format!(" by {a}")).unwrap_or_default();
+            outln!("  {} {:<28} {}{by}", time::rfc3339(e.at_ms), e.kind, e.detail)?;
         }
     }
     Ok(())

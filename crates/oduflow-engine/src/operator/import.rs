@@ -208,7 +208,7 @@ async fn take_records(
     let c = client(store, name.as_str()).await?;
     let target = super::settle::target(&c);
     let mut owned = serde_json::Value::Null;
-    let ledger = oduflow_store::ReceiptLedger::new(store.clone());
+    let ledger = oduflow_store::ReceiptLedger::acting_for(store.clone(), actor.by);
     for id in ids {
         let how = Settle::Adopt { id, by: actor.by, now_ms: actor.now_ms };
         let settled = adapter.settle(&target, &owned, how).await.map_err(|e| match e {

@@ -45,7 +45,7 @@ pub async fn client_create<P: Provider>(
         store.client_create_refusal(name, spec, recover).await?;
         preflight(p, spec).await?;
     }
-    Ok(store.client_create_as(name, spec, recover, actor.now_ms, actor.attempts_max).await?)
+    Ok(store.client_create_as(name, spec, recover, actor.by, actor.now_ms, actor.attempts_max).await?)
 }
 
 /// What an update recorded, and what it could not check.
@@ -69,7 +69,7 @@ pub async fn client_update<P: Provider>(
 ) -> Result<Updated> {
     super::import::refuse_if_observed(&super::client(store, name).await?)?;
     let plan_unchecked = plan_check(store, provider, name, update).await?;
-    let row = store.client_update(name, update, actor.now_ms, actor.attempts_max).await?;
+    let row = store.client_update(name, update, actor.by, actor.now_ms, actor.attempts_max).await?;
     Ok(Updated { row, plan_unchecked })
 }
 
@@ -94,15 +94,15 @@ pub(super) async fn plan_check<P: Provider>(
 /// again changes nothing.
 pub async fn client_delete(store: &Store, name: &str, actor: Actor<'_>) -> Result<ClientRow> {
     super::import::refuse_if_observed(&super::client(store, name).await?)?;
-    Ok(store.client_delete(name, actor.now_ms, actor.attempts_max).await?)
+    Ok(store.client_delete(name, actor.by, actor.now_ms, actor.attempts_max).await?)
 }
 
 /// Lets workers claim jobs again; refused while a restore is pending.
-pub async fn queue_resume(store: &Store, now_ms: i64) -> Result<()> {
+pub async fn queue_resume(store: &Store, by: &str, now_ms: i64) -> Result<()> {
     if let Some(why) = store.restore_pending().await? {
         return refused(format!("restore pending ({why}): run `oduflow reconcile --all` before resuming the queue"));
     }
-    Ok(store.queue_set_paused(false, now_ms).await?)
+    Ok(store.queue_set_paused(false, by, now_ms).await?)
 }
 
 /// Before `client update --plan` is recorded: when the client's VM is

@@ -46,8 +46,9 @@ pub struct InventoryItem {
 ///
 /// It lists at once: for a provider without listing lag (tests), or a
 /// caller that waited itself. Commands use [`inventory_settled`].
+/// Its events name `inventory` as who asked (tests, the laboratory).
 pub async fn inventory<P: Provider>(store: &Store, provider: &P, now_ms: i64) -> Result<Inventory> {
-    inventory_settled(store, provider, now_ms, 0).await
+    inventory_settled(store, provider, "inventory", now_ms, 0).await
 }
 
 /// [`inventory`], listing no sooner than `settle_ms` after a pending
@@ -55,6 +56,7 @@ pub async fn inventory<P: Provider>(store: &Store, provider: &P, now_ms: i64) ->
 pub async fn inventory_settled<P: Provider>(
     store: &Store,
     provider: &P,
+    by: &str,
     now_ms: i64,
     settle_ms: i64,
 ) -> Result<Inventory> {
@@ -84,9 +86,9 @@ pub async fn inventory_settled<P: Provider>(
     by_name.sort_by_key(|c| &c.name);
     inv.drifted = super::verify::drifted(&receipts, &by_name, &instances, &blocks, now_ms, settle_ms);
     if after_restore {
-        trust_nothing_restored(store, &receipts, clients.values(), now_ms).await?;
+        trust_nothing_restored(store, &receipts, clients.values(), by, now_ms).await?;
     } else {
-        super::verify::queue_drifted(store, &inv.drifted, now_ms).await?;
+        super::verify::queue_drifted(store, &inv.drifted, by, now_ms).await?;
     }
     store
         .restore_clear(
@@ -96,6 +98,7 @@ pub async fn inventory_settled<P: Provider>(
                 "drifted": inv.drifted.len(),
                 "instances_listed": inv.instances_listed, "blocks_listed": inv.blocks_listed,
             }),
+            Some(by),
             now_ms,
         )
         .await?;
@@ -269,16 +272,17 @@ async fn trust_nothing_restored<'c>(
     store: &Store,
     receipts: &[ReceiptRow],
     clients: impl Iterator<Item = &'c ClientRow>,
+    by: &str,
     now_ms: i64,
 ) -> Result<()> {
-    let writer = ReceiptWriter::new(store.clone());
+    let writer = ReceiptWriter::acting_for(store.clone(), by);
     for r in receipts.iter().filter(|r| r.effect().is_unsent()) {
         writer.doubt_not_sent(&r.operation_key, now_ms).await?;
     }
     writer.ledger().change_doubt_open(now_ms).await?;
     writer.ledger().adapter_doubt_removed(now_ms).await?;
     for c in clients.filter(|c| c.infra.status != ClientStatus::Deleted) {
-        store.client_reconcile(&c.name, &[], "inventory after restore", now_ms, 20).await?;
+        store.client_reconcile(&c.name, &[], by, now_ms, 20).await?;
     }
     Ok(())
 }

@@ -103,15 +103,15 @@ pub async fn orphan_delete<P: Provider>(
     // A deleted client's receipt that still records it (never confirmed
     // deleted) follows the deletion protocol with it: seen, DELETE sent,
     // then 404.
-    let writer = ReceiptWriter::new(store.clone());
+    let writer = ReceiptWriter::acting_for(store.clone(), by);
     let recorded = recorded_by_the_deleted(store, id).await?;
     for r in recorded.iter().filter(|r| !r.progress().seen) {
         writer.mark_seen(&r.operation_key, now_ms).await?;
     }
     let detail = serde_json::json!({ "id": id, "kind": o.kind, "label": o.label, "by": by, "reason": reason });
     match &client {
-        Some(c) => ReceiptWriter::new(store.clone()).audit(c, EventKind::OrphanDeleteAttested, detail, now_ms).await?,
-        None => store.event_global(EventKind::OrphanDeleteAttested, detail, now_ms).await?,
+        Some(c) => writer.audit(c, EventKind::OrphanDeleteAttested, detail, now_ms).await?,
+        None => store.event_global(EventKind::OrphanDeleteAttested, detail, Some(by), now_ms).await?,
     }
     let answer = provider.resource_delete(&ResourceId::new(o.kind, id)).await?;
     if let provider::DeleteOutcome::Refused { status, message } = answer {

@@ -16,7 +16,7 @@ pub async fn reconcile<P: Provider>(
 ) -> Result<ClientRow> {
     let Actor { by: actor, now_ms, attempts_max } = actor;
     let plan = reconcile_plan(store, provider, name, new_dispatch).await?;
-    let writer = ReceiptWriter::new(store.clone());
+    let writer = ReceiptWriter::acting_for(store.clone(), actor);
     for key in &plan.observe_again {
         // Observe again: a fresh polling budget, the spent one kept.
         writer.observations_restart(key).await?;
@@ -83,7 +83,7 @@ pub async fn adopt<P: Provider>(
     }
     let spec = &c.infra.spec;
     let (label, mismatch) = read_for_adoption(provider, &c, kind, id).await?;
-    let writer = ReceiptWriter::new(store.clone());
+    let writer = ReceiptWriter::acting_for(store.clone(), actor);
     let (receipt, dg) = current_receipt(store, &c, kind).await?;
     refuse_if_another_dispatchs(&all, receipt.as_ref(), &label, id, name)?;
     if let Some(why) = mismatch {
@@ -208,7 +208,7 @@ pub(crate) async fn abandon_apply(
     plan: &AbandonPlan,
 ) -> Result<ClientRow> {
     let Actor { by, now_ms, attempts_max } = actor;
-    let writer = ReceiptWriter::new(store.clone());
+    let writer = ReceiptWriter::acting_for(store.clone(), by);
     writer.abandon(&plan.receipt.operation_key, by, reason, &plan.ground, now_ms).await?;
     Ok(store.client_reconcile(name, &[(kind, plan.generation + 1)], by, now_ms, attempts_max).await?)
 }

@@ -51,7 +51,7 @@ pub async fn identity_settle(
         SettleError::Refused(why) => invalid(why),
         SettleError::Provider(e) => OperatorError::Provider(e),
     })?;
-    let ledger = ReceiptLedger::new(store.clone());
+    let ledger = ReceiptLedger::acting_for(store.clone(), actor.by);
     let now = actor.now_ms;
     if ledger.adapter_owned_put(&c.id, adapter.name(), &settled.owned, version, now).await?.is_none() {
         return refused(format!(

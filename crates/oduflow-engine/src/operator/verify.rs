@@ -26,7 +26,7 @@ pub async fn verify<P: Provider>(
     if store.restore_pending().await?.is_some() {
         return Ok(vec![]);
     }
-    Ok(super::inventory_settled(store, provider, now_ms, grace_ms).await?.drifted)
+    Ok(super::inventory_settled(store, provider, VERIFICATION, now_ms, grace_ms).await?.drifted)
 }
 
 /// The periodic pass, when it is due and this caller claims it (one
@@ -110,8 +110,8 @@ pub(super) fn drifted(
 /// drifted, then a run for at most [`VERIFY_RUNS_MAX`] of them, each only
 /// if it is still ready at the generation read (a client that blocked or
 /// changed since keeps what it has). An observed client is only reported.
-pub(super) async fn queue_drifted(store: &Store, found: &[InventoryItem], now_ms: i64) -> Result<()> {
-    let writer = ReceiptWriter::new(store.clone());
+pub(super) async fn queue_drifted(store: &Store, found: &[InventoryItem], by: &str, now_ms: i64) -> Result<()> {
+    let writer = ReceiptWriter::acting_for(store.clone(), by);
     let mut names: Vec<&str> = found.iter().filter_map(|f| f.client.as_deref()).collect();
     names.dedup();
     let mut runs = 0;
@@ -131,7 +131,7 @@ pub(super) async fn queue_drifted(store: &Store, found: &[InventoryItem], now_ms
             );
             continue;
         }
-        let again = store.client_recheck(&c.id, c.infra.generation, now_ms, VERIFY_ATTEMPTS_MAX).await?;
+        let again = store.client_recheck(&c.id, c.infra.generation, by, now_ms, VERIFY_ATTEMPTS_MAX).await?;
         runs += usize::from(again);
     }
     Ok(())
@@ -143,3 +143,6 @@ pub const VERIFY_RUNS_MAX: usize = 200;
 
 /// The attempt budget of a run the verification queues.
 const VERIFY_ATTEMPTS_MAX: i32 = 20;
+
+/// Who the verification pass's events name as asking.
+pub const VERIFICATION: &str = "verification";

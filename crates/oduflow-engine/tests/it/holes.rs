@@ -44,17 +44,17 @@ async fn deleted_client_keeps_no_vm_after_flip_and_rollback(store: Store) -> Res
     let w = worker(&store, p.clone());
     create(&store, "acme").await;
     drain(&w, 50).await;
-    store.client_delete("acme", now(), 3).await?;
+    store.client_delete("acme", "test", now(), 3).await?;
     drain(&w, 50).await;
     assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
-    store.client_create(&ClientName::parse("acme")?, &spec(), now(), 3).await?;
+    store.client_create(&ClientName::parse("acme")?, &spec(), "test", now(), 3).await?;
     let scenario = fail::FailScenario::setup();
     fail::cfg("main-tx-commit", "return").unwrap();
     let out = w.run_next().await?;
     fail::cfg("main-tx-commit", "off").unwrap();
     assert!(matches!(out, RunOutcome::Failed { .. }), "{out:?}");
     assert_eq!(cloud.live(SimKind::Instance).len(), 1, "the rolled-back run created the new VM");
-    store.client_delete("acme", now(), 3).await?;
+    store.client_delete("acme", "test", now(), 3).await?;
     drain(&w, 50).await;
     let c = status(&store, "acme").await;
     assert_eq!(c.infra.status, ClientStatus::Deleted, "{c:?}");
@@ -77,9 +77,9 @@ async fn deleted_client_keeps_no_vm_when_delete_lands_mid_run(store: Store) -> R
     let w = worker(&store, p.clone());
     create(&store, "acme").await;
     drain(&w, 50).await;
-    store.client_delete("acme", now(), 3).await?;
+    store.client_delete("acme", "test", now(), 3).await?;
     drain(&w, 50).await;
-    store.client_create(&ClientName::parse("acme")?, &spec(), now(), 3).await?;
+    store.client_create(&ClientName::parse("acme")?, &spec(), "test", now(), 3).await?;
     let hold = Arc::new(tokio::sync::Notify::new());
     cloud.script(&[Op::InstanceCreate], Scripted::HoldAfter(hold.clone()), Some(1));
     let w2 = w.clone();
@@ -91,7 +91,7 @@ async fn deleted_client_keeps_no_vm_when_delete_lands_mid_run(store: Store) -> R
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     let s2 = store.clone();
-    let delete = tokio::spawn(async move { s2.client_delete("acme", now(), 3).await });
+    let delete = tokio::spawn(async move { s2.client_delete("acme", "test", now(), 3).await });
     // Aim, not a condition: give the deletion time to commit (SQLite) or to
     // queue behind the run's row lock (PostgreSQL) before the run goes on.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -121,14 +121,14 @@ async fn inventory_reports_a_deleted_clients_live_vm(store: Store) -> Result<()>
         c.planted = oduflow_engine::PlantedBug::of(oduflow_engine::Bug::SkipOpenReceipts)
     });
     ready(&store, &w, "acme").await;
-    store.client_delete("acme", now(), 3).await?;
+    store.client_delete("acme", "test", now(), 3).await?;
     drain(&w, 50).await;
-    store.client_create(&ClientName::parse("acme")?, &spec(), now(), 3).await?;
+    store.client_create(&ClientName::parse("acme")?, &spec(), "test", now(), 3).await?;
     let scenario = fail::FailScenario::setup();
     fail::cfg("main-tx-commit", "return").unwrap();
     w.run_next().await?;
     fail::cfg("main-tx-commit", "off").unwrap();
-    store.client_delete("acme", now(), 3).await?;
+    store.client_delete("acme", "test", now(), 3).await?;
     drain(&w, 50).await;
     assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
     let live: Vec<String> = cloud.live(SimKind::Instance).into_iter().map(|r| r.id).collect();
@@ -216,11 +216,11 @@ async fn failed_ensure_leaves_the_adapter_not_removed(store: Store) -> Result<()
     let a = Arc::new(identity::MemoryAdapter::default());
     let w = worker(&store, p.clone()).with_adapters(vec![a.clone()]);
     let c = ready(&store, &w, "acme").await;
-    store.client_delete("acme", now(), 3).await?;
+    store.client_delete("acme", "test", now(), 3).await?;
     drain(&w, 50).await;
     assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
     a.fail_check.store(true, std::sync::atomic::Ordering::SeqCst);
-    store.client_create(&ClientName::parse("acme")?, &spec(), now(), 3).await?;
+    store.client_create(&ClientName::parse("acme")?, &spec(), "test", now(), 3).await?;
     drain(&w, 50).await;
     assert_eq!(status(&store, "acme").await.infra.blocked_reason, Some(BlockedReason::AdapterFailed));
     let st = store.adapter_states(&c.id).await?;
@@ -228,7 +228,7 @@ async fn failed_ensure_leaves_the_adapter_not_removed(store: Store) -> Result<()
     // The identity was ensured (the check only failed): deleting must remove it.
     a.fail_check.store(false, std::sync::atomic::Ordering::SeqCst);
     let removes = a.removes.load(std::sync::atomic::Ordering::SeqCst);
-    store.client_delete("acme", now(), 3).await?;
+    store.client_delete("acme", "test", now(), 3).await?;
     drain(&w, 50).await;
     assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
     assert!(a.removes.load(std::sync::atomic::Ordering::SeqCst) > removes, "deletion skipped the adapter");
@@ -246,7 +246,7 @@ async fn unconfigured_adapter_blocks_deletion(store: Store) -> Result<()> {
     let with = worker(&store, p.clone()).with_adapters(vec![a.clone()]);
     ready(&store, &with, "acme").await;
     let without = worker(&store, p.clone());
-    store.client_delete("acme", now(), 3).await?;
+    store.client_delete("acme", "test", now(), 3).await?;
     drain(&without, 50).await;
     let c = status(&store, "acme").await;
     assert_eq!(c.infra.blocked_reason, Some(BlockedReason::AdapterUnconfigured), "{c:?}");
@@ -265,7 +265,7 @@ async fn delete_refused_for_ever_blocks_then_reconcile_deletes(store: Store) -> 
     let w = worker(&store, p.clone());
     let c = ready(&store, &w, "acme").await;
     cloud.refuse(&[Op::InstanceDelete, Op::BlockDelete], 500, "server is locked", None);
-    store.client_delete("acme", now(), 3).await?;
+    store.client_delete("acme", "test", now(), 3).await?;
     drain(&w, 100).await;
     let after = status(&store, "acme").await;
     assert_eq!(after.infra.blocked_reason, Some(BlockedReason::DeleteRefused), "{after:?}");
@@ -318,7 +318,7 @@ async fn vm_never_ready_blocks_and_is_deleted_once_it_is_active(store: Store) ->
     // The suggested `client delete`: Vultr refuses to destroy a server
     // still pending ("not currently active"), so the deletion blocks,
     // saying so, until the install ends; then a reconcile deletes it.
-    store.client_delete("acme", now(), 3).await?;
+    store.client_delete("acme", "test", now(), 3).await?;
     drain(&w, 100).await;
     let refused = status(&store, "acme").await;
     assert_eq!(refused.infra.blocked_reason, Some(BlockedReason::DeleteRefused), "{refused:?}");
@@ -384,7 +384,7 @@ async fn rotation_bumps_generation_and_resolves_credential_changed(store: Store)
     let before = ready(&store, &w1, "acme").await;
     let p2 = cloud.client("new");
     let w2 = worker(&store, p2.clone());
-    store.client_delete("acme", now(), 3).await?;
+    store.client_delete("acme", "test", now(), 3).await?;
     drain(&w2, 20).await;
     assert_eq!(status(&store, "acme").await.infra.blocked_reason, Some(BlockedReason::CredentialChanged));
     let names = operator::credentials_rotate(&store, p2.as_ref(), actor("ops")).await?.unwrap();
@@ -448,7 +448,7 @@ async fn a_deleted_clients_orphan_is_deleted_on_an_attestation(store: Store) -> 
     let p = cloud.client("k1");
     let w = worker(&store, p.clone());
     let c = ready(&store, &w, "gone").await;
-    store.client_delete("gone", now(), 3).await?;
+    store.client_delete("gone", "test", now(), 3).await?;
     drain(&w, 50).await;
     assert_eq!(status(&store, "gone").await.infra.status, ClientStatus::Deleted);
     let vm = leak_vm(&cloud, &c.id).await;
@@ -500,7 +500,7 @@ async fn a_delete_accepted_but_never_carried_out_blocks(store: Store) -> Result<
     let w = worker(&store, p.clone());
     ready(&store, &w, "acme").await;
     cloud.script(&[Op::InstanceDelete, Op::BlockDelete], Scripted::AnswerWithoutApplying, None);
-    store.client_delete("acme", now(), 3).await?;
+    store.client_delete("acme", "test", now(), 3).await?;
     drain(&w, 50).await;
     let c = status(&store, "acme").await;
     assert_eq!(c.infra.blocked_reason, Some(BlockedReason::UncertainDelete), "{c:?}");
@@ -525,13 +525,13 @@ async fn a_vm_deleted_just_before_a_flip_back_is_not_missing(store: Store) -> Re
     let p = cloud.client("k1");
     let w = worker(&store, p.clone());
     let first = ready(&store, &w, "acme").await;
-    store.client_delete("acme", now(), 3).await?;
+    store.client_delete("acme", "test", now(), 3).await?;
     let t = std::time::Instant::now();
     while cloud.count("DELETE /instances/{id}") == 0 {
         assert!(t.elapsed() < std::time::Duration::from_secs(10), "no DELETE was sent");
         w.run_next().await?;
     }
-    store.client_create(&ClientName::parse("acme")?, &spec(), now(), 3).await?;
+    store.client_create(&ClientName::parse("acme")?, &spec(), "test", now(), 3).await?;
     drain(&w, 50).await;
     let c = status(&store, "acme").await;
     assert_eq!(c.infra.status, ClientStatus::Ready, "{c:?}");
@@ -556,7 +556,7 @@ async fn a_restore_that_lost_the_receipts_adopts_the_labelled_resources(store: S
     let c = create(&store, "acme").await;
     let vm_lost = cloud.put_vm(Label::new_dispatch(&c.id, ResourceKind::Vm).as_str()).await;
     let vol_lost = cloud.put_block(Label::new_dispatch(&c.id, ResourceKind::Volume).as_str()).await;
-    store.restore_declare("test: restored from a backup", now()).await?;
+    store.restore_declare("test: restored from a backup", "test", now()).await?;
     let inv = operator::inventory(&store, p.as_ref(), now()).await?;
     assert_eq!(inv.orphans.len(), 2, "{inv:?}");
     drain(&w, 50).await;
@@ -571,7 +571,7 @@ async fn a_restore_that_lost_the_receipts_adopts_the_labelled_resources(store: S
         cloud.calls()
     );
     assert!(store.orphans_list(false).await?.is_empty(), "the adopted orphans are resolved");
-    store.client_delete("acme", now(), 3).await?;
+    store.client_delete("acme", "test", now(), 3).await?;
     drain(&w, 50).await;
     assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
     assert!(
@@ -593,7 +593,7 @@ async fn a_labelled_orphan_that_does_not_match_blocks_the_first_create(store: St
     let w = worker(&store, p.clone());
     let c = create(&store, "acme").await;
     let elsewhere = cloud.put_vm_in(Label::new_dispatch(&c.id, ResourceKind::Vm).as_str(), "ams").await;
-    store.restore_declare("test: restored from a backup", now()).await?;
+    store.restore_declare("test: restored from a backup", "test", now()).await?;
     operator::inventory(&store, p.as_ref(), now()).await?;
     drain(&w, 50).await;
     let blocked = status(&store, "acme").await;
@@ -626,11 +626,11 @@ async fn a_client_is_not_deleted_while_a_volume_labelled_for_it_lives(store: Sto
     let w = worker(&store, p.clone());
     let c = ready(&store, &w, "acme").await;
     let extra = cloud.put_block(Label::new_dispatch(&c.id, ResourceKind::Volume).as_str()).await;
-    store.restore_declare("test: restored from a backup", now()).await?;
+    store.restore_declare("test: restored from a backup", "test", now()).await?;
     let inv = operator::inventory(&store, p.as_ref(), now()).await?;
     assert_eq!(inv.orphans.len(), 1, "{inv:?}");
     drain(&w, 50).await;
-    store.client_delete("acme", now(), 3).await?;
+    store.client_delete("acme", "test", now(), 3).await?;
     drain(&w, 50).await;
     let blocked = status(&store, "acme").await;
     assert_eq!(blocked.infra.blocked_reason, Some(BlockedReason::LabelledOrphan), "{blocked:?}");
@@ -661,17 +661,19 @@ async fn a_client_made_after_the_backup_is_recovered_with_its_resources(store: S
     let lost = ClientId::new_v7();
     let vm_of_lost = cloud.put_vm(Label::new_dispatch(&lost, ResourceKind::Vm).as_str()).await;
     let vol_of_lost = cloud.put_block(Label::new_dispatch(&lost, ResourceKind::Volume).as_str()).await;
-    store.restore_declare("test: restored from a backup", now()).await?;
+    store.restore_declare("test: restored from a backup", "test", now()).await?;
     let inv = operator::inventory(&store, p.as_ref(), now()).await?;
     assert_eq!(inv.orphans.len(), 2, "{inv:?}");
     let recover = format!("--recover {lost}");
     assert!(inv.orphans.iter().all(|o| o.note.contains(&recover)), "{inv:?}");
     let name = ClientName::parse("late")?;
-    let c = store.client_create_as(&name, &spec(), Some(&lost), now(), 3).await?;
+    let c = store.client_create_as(&name, &spec(), Some(&lost), "test", now(), 3).await?;
     assert_eq!(c.id, lost);
     // Not twice, nor under a name or an id already taken.
-    assert!(store.client_create_as(&name, &spec(), Some(&ClientId::new_v7()), now(), 3).await.is_err());
-    assert!(store.client_create_as(&ClientName::parse("other")?, &spec(), Some(&lost), now(), 3).await.is_err());
+    assert!(store.client_create_as(&name, &spec(), Some(&ClientId::new_v7()), "test", now(), 3).await.is_err());
+    assert!(
+        store.client_create_as(&ClientName::parse("other")?, &spec(), Some(&lost), "test", now(), 3).await.is_err()
+    );
     drain(&w, 50).await;
     let after = status(&store, "late").await;
     assert_eq!(after.infra.status, ClientStatus::Ready, "{after:?}");
@@ -784,11 +786,11 @@ async fn a_restored_deleted_client_is_not_deleted_while_a_vm_labelled_for_it_liv
     let p = cloud.client("k1");
     let w = worker(&store, p.clone());
     let c = ready(&store, &w, "acme").await;
-    store.client_delete("acme", now(), 3).await?;
+    store.client_delete("acme", "test", now(), 3).await?;
     drain(&w, 50).await;
     assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
     let after_backup = cloud.put_vm(Label::new_dispatch(&c.id, ResourceKind::Vm).as_str()).await;
-    store.restore_declare("test: restored from a backup", now()).await?;
+    store.restore_declare("test: restored from a backup", "test", now()).await?;
     let inv = operator::inventory(&store, p.as_ref(), now()).await?;
     assert_eq!(inv.orphans.len(), 1, "{inv:?}");
     drain(&w, 50).await;

@@ -84,7 +84,7 @@ fn spec() -> ClientSpec {
 }
 
 async fn create(store: &Store, name: &str) -> ClientRow {
-    store.client_create(&ClientName::parse(name).unwrap(), &spec(), now(), 3).await.unwrap()
+    store.client_create(&ClientName::parse(name).unwrap(), &spec(), "test", now(), 3).await.unwrap()
 }
 
 /// An operator action taken now by `by` (jobs it queues get 3 attempts).
@@ -144,7 +144,7 @@ async fn provisions_then_deletes(store: Store) -> Result<()> {
     assert!(cloud.creates_per_label().values().all(|n| *n == 1));
     assert_eq!(c.infra.key_fingerprint, Some(key("k1")));
 
-    store.client_delete("acme", now(), 3).await?;
+    store.client_delete("acme", "test", now(), 3).await?;
     drain(&w, 50).await;
     let c = status(&store, "acme").await;
     assert_eq!(c.infra.status, ClientStatus::Deleted, "{c:?}");
@@ -214,7 +214,7 @@ async fn stale_generation_is_noop(store: Store) -> Result<()> {
     let w = worker(&store, cloud.client("k1"));
     let c = create(&store, "acme").await;
     // The target changes before the provisioning job ever runs.
-    store.client_delete("acme", now(), 3).await?;
+    store.client_delete("acme", "test", now(), 3).await?;
     let out = drain(&w, 50).await;
     assert!(matches!(&out[0], RunOutcome::Ran { kind: JobKind::Provision, next: JobNext::Stale, .. }), "{out:?}");
     let jobs = store.jobs_for_client(&c.id).await?;
@@ -247,11 +247,11 @@ async fn pause_stops_claiming(store: Store) -> Result<()> {
     let c = create(&store, "acme").await;
     let cloud = Cloud::start().await;
     let w = worker(&store, cloud.client("k1"));
-    store.queue_set_paused(true, now()).await?;
+    store.queue_set_paused(true, "test", now()).await?;
     assert_eq!(w.run_next().await?, RunOutcome::Idle);
     let q = store.queue_status(now()).await?;
     assert!(q.paused && q.runnable == 1);
-    store.queue_set_paused(false, now()).await?;
+    store.queue_set_paused(false, "test", now()).await?;
     assert!(matches!(w.run_next().await?, RunOutcome::Ran { .. }));
     assert_eq!(store.jobs_for_client(&c.id).await?[0].attempts, 0);
     Ok(())
@@ -318,7 +318,7 @@ async fn a_rejected_create_is_corrected_by_update_and_a_new_dispatch(store: Stor
     drain(&w, 50).await;
     assert_eq!(status(&store, "acme").await.infra.blocked_reason, Some(BlockedReason::CreateRejected));
     let u = oduflow_model::update::SpecUpdate { plan: Some("vc2-2c-4gb".into()), ..Default::default() };
-    let updated = store.client_update("acme", &u, now(), 3).await?;
+    let updated = store.client_update("acme", &u, "test", now(), 3).await?;
     assert_eq!(updated.infra.status, ClientStatus::Blocked, "a rejected create stays blocked until reconciled");
     oduflow_engine::operator::reconcile(&store, p.as_ref(), "acme", true, actor("ops")).await?;
     drain(&w, 50).await;
@@ -388,7 +388,7 @@ async fn key_change_blocks_before_any_request(store: Store) -> Result<()> {
     assert_eq!(after.infra.blocked_reason, Some(BlockedReason::CredentialChanged), "{after:?}");
     assert_eq!(cloud.calls().len(), sent_before, "sent with a changed key: {:?}", cloud.calls());
     // Deletion is refused the same way.
-    store.client_delete("acme", now(), 3).await?;
+    store.client_delete("acme", "test", now(), 3).await?;
     drain(&w2, 50).await;
     assert_eq!(status(&store, "acme").await.infra.blocked_reason, Some(BlockedReason::CredentialChanged));
     assert_eq!(cloud.calls().len(), sent_before, "sent with a changed key: {:?}", cloud.calls());
@@ -460,9 +460,9 @@ async fn flip_present_absent_present_converges(store: Store) -> Result<()> {
     create(&store, "acme").await;
     // One run dispatches the VM, then the target flips twice.
     w.run_next().await?;
-    store.client_delete("acme", now(), 3).await?;
+    store.client_delete("acme", "test", now(), 3).await?;
     w.run_next().await?;
-    store.client_create(&ClientName::parse("acme")?, &spec(), now(), 3).await?;
+    store.client_create(&ClientName::parse("acme")?, &spec(), "test", now(), 3).await?;
     drain(&w, 100).await;
     let c = status(&store, "acme").await;
     assert_eq!(c.infra.status, ClientStatus::Ready, "{c:?}");
@@ -609,7 +609,7 @@ mod operator_actions {
         let names = operator::credentials_rotate(&store, p2.as_ref(), actor("ops")).await?.unwrap();
         assert_eq!(names, vec!["acme".to_owned()]);
         assert_eq!(status(&store, "acme").await.infra.key_fingerprint, Some(key("new")));
-        store.client_delete("acme", now(), 3).await?;
+        store.client_delete("acme", "test", now(), 3).await?;
         drain(&worker(&store, p2.clone()), 20).await;
         assert_eq!(status(&store, "acme").await.infra.status, ClientStatus::Deleted);
         Ok(())
@@ -620,7 +620,7 @@ mod operator_actions {
         let p = cloud.client("k1");
         let w = worker(&store, p.clone());
         create(&store, "acme").await;
-        store.restore_declare("test", now()).await?;
+        store.restore_declare("test", "test", now()).await?;
         assert_eq!(w.run_next().await?, RunOutcome::Idle);
         let inv = operator::inventory(&store, p.as_ref(), now()).await?;
         assert!(inv.orphans.is_empty() && inv.missing.is_empty());

@@ -33,7 +33,7 @@ async fn a_run_that_loses_its_claim_while_a_read_waits_sends_nothing_more(store:
     let cloud = Cloud::start().await;
     let w = worker(&store, cloud.client("k1"));
     ready(&store, &w, "acme").await;
-    store.client_delete("acme", now(), 3).await?;
+    store.client_delete("acme", "test", now(), 3).await?;
     // The attach showed the VM by id, so its DELETE goes first, in a run of
     // its own; the read that confirms it is the next run's.
     let deleting = cloud.calls().len();
@@ -53,7 +53,7 @@ async fn a_run_that_loses_its_claim_while_a_read_waits_sends_nothing_more(store:
             // Waits until the backend is gone (pg_terminate_backend only signals).
             oduflow_store::testing::pg_terminate(&store, pids[0]).await.map_err(anyhow::Error::from_boxed)?;
         }
-        Backend::Sqlite => drop(store.client_create(&ClientName::parse("acme")?, &spec(), now(), 3).await?),
+        Backend::Sqlite => drop(store.client_create(&ClientName::parse("acme")?, &spec(), "test", now(), 3).await?),
     }
     cloud.slots.open();
     assert_eq!(cloud.slots.given_up(), 0, "an ask of the budget timed out: the guard is not what stopped it");
@@ -102,7 +102,7 @@ async fn a_delete_landing_while_a_create_waits_for_its_slot_records_it_not_sent(
     let run = tokio::spawn(async move { w2.run_next().await });
     cloud.slots.until_waiting(1).await;
     let s2 = store.clone();
-    let delete = tokio::spawn(async move { s2.client_delete("acme", now(), 3).await });
+    let delete = tokio::spawn(async move { s2.client_delete("acme", "test", now(), 3).await });
     // Aim, not a condition: give the deletion time to commit (SQLite) or to
     // queue behind the run's row lock (PostgreSQL) before the send goes on.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -181,7 +181,7 @@ async fn a_claim_lost_while_a_change_waits_for_its_slot_sends_it_later(store: St
     let w = worker(&store, cloud.client("k1"));
     let c = ready(&store, &w, "acme").await;
     let u = oduflow_model::update::SpecUpdate { plan: Some("vc2-2c-4gb".into()), ..Default::default() };
-    store.client_update("acme", &u, now(), 3).await?;
+    store.client_update("acme", &u, "test", now(), 3).await?;
     cloud.slots.hold(SlotUse::Change);
     let w2 = w.clone();
     let run = tokio::spawn(async move { w2.run_next().await });
@@ -252,7 +252,7 @@ async fn a_restored_not_sent_receipt_is_never_sent_again_blindly(store: Store) -
     assert!(matches!(r.effect(), Effect::NotSent { .. }) && r.sent_at().is_some(), "marked, then not sent: {r:?}");
     // The timeline the restore threw away: the resend made the VM.
     let made = cloud.put_vm(r.label.as_str()).await;
-    store.restore_declare("test: restored from a backup", now()).await?;
+    store.restore_declare("test: restored from a backup", "test", now()).await?;
     operator::inventory(&store, p.as_ref(), now()).await?;
     drain(&w, 50).await;
     let after = status(&store, "acme").await;

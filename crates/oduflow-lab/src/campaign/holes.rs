@@ -188,7 +188,7 @@ impl Seed<'_> {
     /// Creates every client, recording its id (labels name it).
     pub(super) async fn create_clients(&mut self, store: &Store, names: &[String], spec: &ClientSpec) -> Result<()> {
         for n in names {
-            let c = store.client_create(&ClientName::parse(n)?, spec, SystemClock.now_ms(), 20).await?;
+            let c = store.client_create(&ClientName::parse(n)?, spec, "campaign", SystemClock.now_ms(), 20).await?;
             self.h.known.push((c.name, c.id));
         }
         Ok(())
@@ -280,7 +280,7 @@ impl Seed<'_> {
         let name = holder.infra.spec.dns_name.clone().unwrap_or_else(|| holder.name.clone());
         let live = holder.infra.target == Target::Present;
         let u = oduflow_model::update::SpecUpdate { dns_name: Some(name.clone()), ..Default::default() };
-        match store.client_update(&names[b], &u, self.op_now(store).await?, 20).await {
+        match store.client_update(&names[b], &u, "campaign", self.op_now(store).await?, 20).await {
             Ok(_) => {
                 self.h.figures.shares_accepted += 1;
                 if live {
@@ -306,7 +306,7 @@ impl Seed<'_> {
             self.h.known.iter().filter(|(_, id)| !present.contains(id)).cloned().collect();
         for (name, id) in absent {
             let now = self.op_now(store).await?;
-            match store.client_create_as(&ClientName::parse(&name)?, spec, Some(&id), now, 20).await {
+            match store.client_create_as(&ClientName::parse(&name)?, spec, Some(&id), "campaign", now, 20).await {
                 Ok(_) => self.h.figures.recovered += 1,
                 Err(e) => {
                     super::verbose(|| format!("recovering {name} ({id}) refused: {e}"));

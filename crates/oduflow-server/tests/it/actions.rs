@@ -30,7 +30,7 @@ const ACTIONS: &[(&str, &str)] = &[
 #[tokio::test]
 async fn serve_without_a_key_serves_the_dashboard_reads_and_metrics_and_refuses_every_action() {
     let h = H::start().await;
-    h.store.client_create(&ClientName::parse("acme").unwrap(), &spec(), now_ms(), 5).await.unwrap();
+    h.store.client_create(&ClientName::parse("acme").unwrap(), &spec(), "test", now_ms(), 5).await.unwrap();
     // The same database, served by a second server started without a key.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -77,10 +77,10 @@ fn spec() -> ClientSpec {
 #[tokio::test]
 async fn inventory_endpoint_reports_orphans_and_clears_a_pending_restore() {
     let h = H::start().await;
-    h.store.client_create(&ClientName::parse("acme").unwrap(), &spec(), now_ms(), 5).await.unwrap();
+    h.store.client_create(&ClientName::parse("acme").unwrap(), &spec(), "test", now_ms(), 5).await.unwrap();
     h.drain().await;
     let orphan = h.orphan_of("acme").await;
-    h.store.restore_declare("test restore", now_ms()).await.unwrap();
+    h.store.restore_declare("test restore", "test", now_ms()).await.unwrap();
     let (s, q) = h.get("/api/v1/queue").await;
     assert_eq!(s, 200);
     assert!(q["restore_pending"].is_string(), "{q}");
@@ -110,7 +110,7 @@ async fn credentials_rotate_endpoint_proves_rebinds_and_serve_acts_with_the_new_
     let dir = tempfile::tempdir().unwrap();
     let url = oduflow_store::testing::sqlite_url(dir.path());
     let h = H::start_with_sim(dir, url, |c| c.with_key(KEY2)).await;
-    h.store.client_create(&ClientName::parse("acme").unwrap(), &spec(), now_ms(), 5).await.unwrap();
+    h.store.client_create(&ClientName::parse("acme").unwrap(), &spec(), "test", now_ms(), 5).await.unwrap();
     h.drain().await;
     let before = h.store.client_get("acme").await.unwrap().unwrap().infra.key_fingerprint.unwrap();
 
@@ -163,7 +163,7 @@ async fn a_rotation_made_on_the_command_line_is_named_by_a_running_serve() {
     let dir = tempfile::tempdir().unwrap();
     let url = oduflow_store::testing::sqlite_url(dir.path());
     let h = H::start_with_sim(dir, url, |c| c.with_key(KEY2)).await;
-    h.store.client_create(&ClientName::parse("acme").unwrap(), &spec(), now_ms(), 5).await.unwrap();
+    h.store.client_create(&ClientName::parse("acme").unwrap(), &spec(), "test", now_ms(), 5).await.unwrap();
     h.drain().await;
     let cli = Arc::new(
         VultrClient::new(VultrConfig {
@@ -205,7 +205,7 @@ async fn a_rotation_made_on_the_command_line_is_named_by_a_running_serve() {
 #[tokio::test]
 async fn orphan_routes_adopt_and_delete_as_the_command_line_does() {
     let h = H::start().await;
-    h.store.client_create(&ClientName::parse("acme").unwrap(), &spec(), now_ms(), 5).await.unwrap();
+    h.store.client_create(&ClientName::parse("acme").unwrap(), &spec(), "test", now_ms(), 5).await.unwrap();
     h.drain().await;
     let orphan = h.orphan_of("acme").await;
     let before = h.footprint().await;

@@ -44,7 +44,7 @@ impl Fleet {
 
     pub(crate) async fn create(&self, name: &str) {
         let spec = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
-        self.store.client_create(&ClientName::parse(name).unwrap(), &spec, self.now(), 3).await.unwrap();
+        self.store.client_create(&ClientName::parse(name).unwrap(), &spec, "test", self.now(), 3).await.unwrap();
     }
 
     /// The engine's settings for a fleet: fast polls, three looks.
@@ -194,7 +194,7 @@ async fn a_bulk_action_refuses_no_selection_and_a_pending_restore_doing_nothing(
     assert!(r.items.is_empty());
     assert_eq!(f.everything().await, before);
 
-    f.store.restore_declare("a test", f.now()).await.unwrap();
+    f.store.restore_declare("a test", "test", f.now()).await.unwrap();
     let before = f.everything().await;
     let all = ClientSelect::default().with_words(None, Some("fleet-*"), None).unwrap();
     for action in [reconcile(), abandon_vm("x")] {

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 mod actions;
+mod actors;
 mod bulk;
 mod dashboard_at_scale;
 mod drift;
@@ -83,7 +84,7 @@ impl H {
         let sim = oduflow_sim::Sim::start(sim_cfg, "127.0.0.1:0".parse().unwrap()).await.unwrap();
         let provider = vultr(&sim);
         let token = auth::token_generate();
-        store.api_token_create("tester", &auth::token_sha256(&token), 1).await.unwrap();
+        store.api_token_create("tester", &auth::token_sha256(&token), "test", 1).await.unwrap();
         // One profile, `web`, as a config file's `[profile.web]` would give.
         let web = oduflow_model::SpecInput {
             region: Some("ewr".into()),
@@ -146,7 +147,7 @@ impl H {
         };
         let create = |name: &str, plan: &str| {
             let (store, name, spec) = (self.store.clone(), ClientName::parse(name).unwrap(), spec(plan));
-            async move { store.client_create(&name, &spec, now_ms(), 5).await.unwrap() }
+            async move { store.client_create(&name, &spec, "test", now_ms(), 5).await.unwrap() }
         };
         create("acme-ready", "vc2-1c-1gb").await;
         create("bad-plan", "vc2-99c-9gb").await;
@@ -164,7 +165,7 @@ impl H {
         self.sim.set_faults(oduflow_sim::Faults::default()).unwrap();
         create("pending-one", "vc2-1c-1gb").await;
         create("going-away", "vc2-1c-1gb").await;
-        self.store.client_delete("going-away", now_ms(), 5).await.unwrap();
+        self.store.client_delete("going-away", "test", now_ms(), 5).await.unwrap();
         let status = |n: &'static str| {
             let store = self.store.clone();
             async move { store.client_get(n).await.unwrap().unwrap().infra }
@@ -338,8 +339,8 @@ async fn health_is_open_and_every_other_route_needs_a_valid_token() {
     let (s, v) = json_of(h.http.get(h.url("/health")).send().await.unwrap()).await;
     assert_eq!((s, v["status"].as_str()), (200, Some("ok")));
     let revoked = auth::token_generate();
-    h.store.api_token_create("old", &auth::token_sha256(&revoked), 1).await.unwrap();
-    h.store.api_token_revoke("old", 2).await.unwrap();
+    h.store.api_token_create("old", &auth::token_sha256(&revoked), "test", 1).await.unwrap();
+    h.store.api_token_revoke("old", "test", 2).await.unwrap();
     let before = h.footprint().await;
     for (method, path) in ROUTES {
         let method = Method::from_bytes(method.as_bytes()).unwrap();
@@ -379,13 +380,13 @@ async fn health_is_open_and_every_other_route_needs_a_valid_token() {
 async fn a_revoked_token_stops_working_at_once() {
     let h = H::start().await;
     assert_eq!(h.get("/api/v1/queue").await.0, 200);
-    h.store.api_token_revoke("tester", now_ms()).await.unwrap();
+    h.store.api_token_revoke("tester", "test", now_ms()).await.unwrap();
     assert_error(&h.get("/api/v1/queue").await, 401, "unauthorized");
     let rows = h.store.api_token_list().await.unwrap();
     assert_eq!(rows.len(), 1);
     assert!(rows[0].revoked_ms.is_some());
     assert!(matches!(
-        h.store.api_token_revoke("tester", now_ms()).await,
+        h.store.api_token_revoke("tester", "test", now_ms()).await,
         Err(oduflow_store::StoreError::TokenNotFound(_))
     ));
 }
@@ -906,7 +907,7 @@ async fn queue_status_pause_and_resume_guarded_by_restore() {
     assert!(h.store.queue_status(now_ms()).await.unwrap().paused);
     let (s, v) = h.post("/api/v1/queue/resume", json!(null)).await;
     assert_eq!((s, v["paused"].as_bool()), (200, Some(false)));
-    h.store.restore_declare("test restore", now_ms()).await.unwrap();
+    h.store.restore_declare("test restore", "test", now_ms()).await.unwrap();
     let (_, v) = h.get("/api/v1/queue").await;
     assert_eq!(v["restore_pending"], "test restore");
     h.post("/api/v1/queue/pause", json!(null)).await;
@@ -1353,6 +1354,7 @@ async fn dashboard_in_headless_chromium_shows_states_interventions_commands_and_
         .event_global(
             oduflow_model::EventKind::QueueResumed,
             json!({ "x": "<script>document.title='pwned'</script><img src=x>" }),
+            None,
             now_ms(),
         )
         .await

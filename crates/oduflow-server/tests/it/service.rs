@@ -75,12 +75,12 @@ async fn the_dashboard_says_when_the_queue_is_stopped_and_why() {
     h.post("/api/v1/clients", create_body("acme")).await;
     let line = queue_line(&h).await;
     assert!(line.contains("running") && !line.contains("stopped"), "{line}");
-    h.store.queue_set_paused(true, now_ms()).await.unwrap();
+    h.store.queue_set_paused(true, "test", now_ms()).await.unwrap();
     let line = queue_line(&h).await;
     assert!(line.contains("stopped") && !line.contains("running"), "{line}");
     assert!(line.contains("paused") && line.contains("oduflow queue resume"), "{line}");
-    h.store.queue_set_paused(false, now_ms()).await.unwrap();
-    h.store.restore_declare("copied back from last night", now_ms()).await.unwrap();
+    h.store.queue_set_paused(false, "test", now_ms()).await.unwrap();
+    h.store.restore_declare("copied back from last night", "test", now_ms()).await.unwrap();
     let line = queue_line(&h).await;
     assert!(line.contains("stopped") && !line.contains("running"), "{line}");
     assert!(line.contains("restore pending") && line.contains("copied back from last night"), "{line}");

@@ -91,7 +91,7 @@ impl World {
 
     async fn create(&self) {
         let spec = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
-        self.store.client_create(&ClientName::parse(NAME).unwrap(), &spec, now(), 3).await.unwrap();
+        self.store.client_create(&ClientName::parse(NAME).unwrap(), &spec, "test", now(), 3).await.unwrap();
     }
 
     async fn client(&self) -> ClientRow {
@@ -225,16 +225,16 @@ impl World {
             .map(drop),
             ["oduflow", "client", "update", n, "--plan", plan] => {
                 let u = oduflow_model::update::SpecUpdate { plan: Some((*plan).to_owned()), ..Default::default() };
-                s.client_update(n, &u, t, 3).await.unwrap();
+                s.client_update(n, &u, "test", t, 3).await.unwrap();
                 Ok(())
             }
             ["oduflow", "client", "update", n, "--region", region] => {
                 let u = oduflow_model::update::SpecUpdate { region: Some((*region).to_owned()), ..Default::default() };
-                s.client_update(n, &u, t, 3).await.unwrap();
+                s.client_update(n, &u, "test", t, 3).await.unwrap();
                 Ok(())
             }
             ["oduflow", "client", "delete", n] => {
-                s.client_delete(n, t, 3).await.unwrap();
+                s.client_delete(n, "test", t, 3).await.unwrap();
                 Ok(())
             }
             ["oduflow", "orphan", "adopt", id] => {
@@ -322,7 +322,7 @@ async fn labelled_orphan() {
         w.create().await;
         let c = w.client().await;
         w.cloud.put_vm_in(Label::new_dispatch(&c.id, ResourceKind::Vm).as_str(), "ams").await;
-        w.store.restore_declare("test: restored", now()).await.unwrap();
+        w.store.restore_declare("test: restored", "test", now()).await.unwrap();
         operator::inventory(&w.store, w.p.as_ref(), now()).await.unwrap();
         w
     };
@@ -332,7 +332,7 @@ async fn labelled_orphan() {
             // another region; the spec can still be corrected to where it
             // was made, since nothing of the client exists yet.
             let u = oduflow_model::update::SpecUpdate { region: Some("ams".into()), ..Default::default() };
-            w.store.client_update(NAME, &u, now(), 3).await.unwrap();
+            w.store.client_update(NAME, &u, "test", now(), 3).await.unwrap();
         } else if !cmd.contains("delete") {
             // Deleted in the console, and the inventory no longer lists it.
             w.cloud.delete_vm(&w.vm_id()).await;
@@ -357,7 +357,7 @@ async fn update_rejected() {
         // once the console has resized it.
         w.cloud.script(&[Op::InstanceGet], Scripted::HoldAfter(hold.clone()), Some(1));
         let u = oduflow_model::update::SpecUpdate { plan: Some("vc2-1c-2gb".into()), ..Default::default() };
-        w.store.client_update(NAME, &u, now(), 3).await.unwrap();
+        w.store.client_update(NAME, &u, "test", now(), 3).await.unwrap();
         let before = w.cloud.count("GET /instances/{id}");
         let console = async {
             let t = Instant::now();
@@ -390,7 +390,7 @@ async fn uncertain_update() {
         let w = ready_world().await;
         w.cloud.refuse(&[Op::InstancePatch], 500, "Internal server error.", Some(1));
         let u = oduflow_model::update::SpecUpdate { plan: Some("vc2-2c-4gb".into()), ..Default::default() };
-        w.store.client_update(NAME, &u, now(), 3).await.unwrap();
+        w.store.client_update(NAME, &u, "test", now(), 3).await.unwrap();
         w
     };
     every_suggestion!(BlockedReason::UncertainUpdate, setup(), |w, _cmd| ());
@@ -583,7 +583,7 @@ async fn uncertain_delete_never_seen() {
         w.create().await;
         w.step_until("the VM create", |w| !w.vms().is_empty()).await;
         w.hide_vms();
-        w.store.client_delete(NAME, now(), 3).await.unwrap();
+        w.store.client_delete(NAME, "test", now(), 3).await.unwrap();
         w
     };
     let count = {
@@ -612,7 +612,7 @@ async fn uncertain_delete_of_an_unknown_create() {
         w.cloud.refuse(&[Op::InstanceCreate], 500, "Internal server error.", Some(1));
         w.create().await;
         w.step_until("the VM receipt", |w| w.cloud.count("POST /instances") > 0).await;
-        w.store.client_delete(NAME, now(), 3).await.unwrap();
+        w.store.client_delete(NAME, "test", now(), 3).await.unwrap();
         w
     };
     every_suggestion!(BlockedReason::UncertainDelete, setup(), |w, cmd| {
@@ -648,7 +648,7 @@ async fn uncertain_delete() {
         let w = ready_world().await;
         // Answered 204, never carried out.
         w.cloud.script(&[Op::InstanceDelete, Op::BlockDelete], Scripted::AnswerWithoutApplying, None);
-        w.store.client_delete(NAME, now(), 3).await.unwrap();
+        w.store.client_delete(NAME, "test", now(), 3).await.unwrap();
         w
     };
     every_suggestion!(BlockedReason::UncertainDelete, setup(), |w, _cmd| {
@@ -666,7 +666,7 @@ async fn credential_changed() {
         // A new key on the same account: the same resources.
         let new = w.cloud.client("k2");
         w.with_provider(new);
-        w.store.client_delete(NAME, now(), 3).await.unwrap();
+        w.store.client_delete(NAME, "test", now(), 3).await.unwrap();
         *w.id.lock().unwrap() = None;
         (w, old)
     };
@@ -695,7 +695,7 @@ async fn delete_refused() {
         let w = ready_world().await;
         let locked = "Unable to destroy server: Server is currently locked";
         w.cloud.refuse(&[Op::InstanceDelete, Op::BlockDelete], 500, locked, None);
-        w.store.client_delete(NAME, now(), 3).await.unwrap();
+        w.store.client_delete(NAME, "test", now(), 3).await.unwrap();
         w
     };
     every_suggestion!(BlockedReason::DeleteRefused, setup(), |w, _cmd| w.cloud.unscript());
@@ -744,7 +744,7 @@ async fn preflight_failed_on_the_region() {
     let setup = || async {
         let w = World::new().await;
         let spec = ClientSpec::parse("xxx", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
-        w.store.client_create(&ClientName::parse(NAME).unwrap(), &spec, now(), 3).await.unwrap();
+        w.store.client_create(&ClientName::parse(NAME).unwrap(), &spec, "test", now(), 3).await.unwrap();
         w.drain().await;
         assert!(w.cloud.sends().is_empty(), "sent despite the preflight: {:?}", w.cloud.sends());
         w
@@ -790,7 +790,7 @@ async fn adapter_unconfigured() {
         assert_eq!(w.client().await.infra.status, ClientStatus::Ready);
         // The adapter's block is dropped from the configuration.
         w.with_adapter(None);
-        w.store.client_delete(NAME, now(), 3).await.unwrap();
+        w.store.client_delete(NAME, "test", now(), 3).await.unwrap();
         (w, vpn)
     };
     let count = {

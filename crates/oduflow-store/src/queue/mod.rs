@@ -350,12 +350,15 @@ impl Claim {
 /// caller owns.
 pub(crate) trait Conn {
     async fn job_insert(&mut self, job: &NewJob) -> Result<Enqueued>;
+    /// Records an event; `by` names who asked for the change it records
+    /// (none for what a run records of itself).
     async fn event_insert(
         &mut self,
         client: Option<&ClientId>,
         kind: EventKind,
         detail: &serde_json::Value,
         at_ms: i64,
+        by: Option<&str>,
     ) -> Result<()>;
     async fn infra_lock_state(&mut self, client: &ClientId) -> Result<(i64, Option<String>)>;
     async fn infra_write(&mut self, infra: &InfraRow, now_ms: i64) -> Result<()>;
@@ -395,6 +398,7 @@ pub(crate) trait Conn {
         name: &ClientName,
         found: (String, String, i64, String),
         cols: &crate::SpecColumns<'_>,
+        by: &str,
         now_ms: i64,
         attempts_max: i32,
     ) -> Result<()>;
@@ -439,12 +443,14 @@ macro_rules! impl_conn {
                 kind: EventKind,
                 detail: &serde_json::Value,
                 at_ms: i64,
+                by: Option<&str>,
             ) -> Result<()> {
-                sqlx::query("INSERT INTO events (client_ref, kind, detail, at_ms) VALUES ($1, $2, $3, $4)")
+                sqlx::query("INSERT INTO events (client_ref, kind, detail, at_ms, actor) VALUES ($1, $2, $3, $4, $5)")
                     .bind(client.map(|c| c.as_str()))
                     .bind(kind.as_str())
                     .bind(detail.to_string())
                     .bind(at_ms)
+                    .bind(by)
                     .execute(&mut *self)
                     .await?;
                 Ok(())
@@ -473,7 +479,7 @@ macro_rules! impl_conn {
                     return Ok(());
                 }
                 let detail = serde_json::json!({ "name": name, "held_by": holder });
-                self.event_insert(Some(client), EventKind::DnsNameReleased, &detail, now_ms).await
+                self.event_insert(Some(client), EventKind::DnsNameReleased, &detail, now_ms, None).await
             }
 
             async fn infra_block_exhausted(
@@ -604,6 +610,7 @@ macro_rules! impl_conn {
                 name: &ClientName,
                 (id, target, generation, status): (String, String, i64, String),
                 cols: &crate::SpecColumns<'_>,
+                by: &str,
                 now_ms: i64,
                 attempts_max: i32,
             ) -> Result<()> {
@@ -639,7 +646,7 @@ macro_rules! impl_conn {
                 let id = ClientId(id);
                 let job = NewJob::for_client(&id, JobKind::Provision, generation, now_ms, attempts_max);
                 job_insert(&mut *self, &job).await?;
-                event_insert(&mut *self, Some(&id), EventKind::ClientRecreateRequested,
+                event_by(&mut *self, by, Some(&id), EventKind::ClientRecreateRequested,
                     &serde_json::json!({ "generation": generation }), now_ms).await?;
                 Ok(())
             }
@@ -684,7 +691,19 @@ pub(crate) async fn event_insert(
     detail: &serde_json::Value,
     at_ms: i64,
 ) -> Result<()> {
-    c.event_insert(client, kind, detail, at_ms).await
+    c.event_insert(client, kind, detail, at_ms, None).await
+}
+
+/// [`event_insert`] for a change someone asked for: `by` names them.
+pub(crate) async fn event_by(
+    c: &mut impl Conn,
+    by: &str,
+    client: Option<&ClientId>,
+    kind: EventKind,
+    detail: &serde_json::Value,
+    at_ms: i64,
+) -> Result<()> {
+    c.event_insert(client, kind, detail, at_ms, Some(by)).await
 }
 
 /// How a claim holds its client.
@@ -737,7 +756,7 @@ async fn apply_in(
         c.job_set_next(job.id, &next, now_ms).await?;
     }
     for e in &finish.events {
-        c.event_insert(Some(&job.client_id), e.kind, &e.detail, now_ms).await?;
+        c.event_insert(Some(&job.client_id), e.kind, &e.detail, now_ms, None).await?;
     }
     for j in &finish.enqueue {
         c.job_insert(j).await?;
@@ -893,13 +912,17 @@ impl Store {
         .await
     }
 
-    pub async fn queue_set_paused(&self, paused: bool, now_ms: i64) -> Result<()> {
+    /// Pauses or resumes the queue for everyone, recording who asked in the
+    /// same transaction.
+    pub async fn queue_set_paused(&self, paused: bool, by: &str, now_ms: i64) -> Result<()> {
         crate::named("queue_set_paused", async move {
-            self.setting_set(SETTING_QUEUE_PAUSED, if paused { "true" } else { "false" }).await?;
             both!(self, p => {
-                let mut c = p.acquire().await?;
-                event_insert(&mut *c, None, if paused { EventKind::QueuePaused } else { EventKind::QueueResumed },
-                    &serde_json::json!({}), now_ms).await
+                let mut tx = crate::BeginWrite::begin_write(p).await?;
+                (*tx).setting_put(SETTING_QUEUE_PAUSED, if paused { "true" } else { "false" }).await?;
+                event_by(&mut *tx, by, None, if paused { EventKind::QueuePaused } else { EventKind::QueueResumed },
+                    &serde_json::json!({}), now_ms).await?;
+                tx.commit().await?;
+                Ok(())
             })
         })
         .await

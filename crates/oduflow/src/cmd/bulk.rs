@@ -16,7 +16,7 @@ pub async fn run(cfg: &Config, c: BulkCmd) -> Result<()> {
             let store = open(cfg).await?;
             let provider = provider(cfg, &store, "reconcile")?;
             compare_lineage(&store).await?;
-            let actor = Actor { by: &by, now_ms: now_ms(&store).await?, attempts_max: cfg.attempts_max };
+            let actor = Actor { by: cfg.by(&by), now_ms: now_ms(&store).await?, attempts_max: cfg.attempts_max };
             let action = BulkAction::Reconcile { provider: provider.as_ref() };
             let report = operator::bulk(&store, &select, action, actor, out.dry_run).await?;
             print_report(&report, &out)

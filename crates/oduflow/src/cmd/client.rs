@@ -44,7 +44,7 @@ pub async fn run(cfg: &Config, c: ClientCmd) -> Result<()> {
         ClientCmd::Promote { name, by, json } => {
             ClientName::parse(&name)?;
             let store = open(cfg).await?;
-            let actor = Actor { by: &by, now_ms: now_ms(&store).await?, attempts_max: cfg.attempts_max };
+            let actor = Actor { by: cfg.by(&by), now_ms: now_ms(&store).await?, attempts_max: cfg.attempts_max };
             let row = operator::client_promote(&store, &name, actor).await?;
             print_client(&store, &row, json, false).await
         }
@@ -202,6 +202,6 @@ fn resolve(cfg: &Config, name: &ClientName, f: SpecFlags) -> Result<ClientSpec> 
 }
 
 /// The operator at this terminal, now by the database's clock.
-async fn actor<'a>(cfg: &Config, store: &oduflow_store::Store) -> Result<Actor<'a>> {
-    Ok(Actor { by: "cli", now_ms: now_ms(store).await?, attempts_max: cfg.attempts_max })
+async fn actor<'a>(cfg: &'a Config, store: &oduflow_store::Store) -> Result<Actor<'a>> {
+    Ok(Actor { by: &cfg.actor, now_ms: now_ms(store).await?, attempts_max: cfg.attempts_max })
 }

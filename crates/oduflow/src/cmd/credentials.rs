@@ -12,7 +12,7 @@ pub async fn run(cfg: &Config, c: CredentialsCmd) -> Result<()> {
     let store = open(cfg).await?;
     let provider = provider(cfg, &store, "credentials rotate")?;
     compare_lineage(&store).await?;
-    let actor = Actor { by: &by, now_ms: now_ms(&store).await?, attempts_max: cfg.attempts_max };
+    let actor = Actor { by: cfg.by(&by), now_ms: now_ms(&store).await?, attempts_max: cfg.attempts_max };
     let done = operator::credentials_rotate(&store, provider.as_ref(), actor).await?;
     crate::output::print_rotation(done, &provider.key_fingerprint(), json)
 }

@@ -88,13 +88,13 @@ pub async fn run(cfg: &Config, clients: usize, seed: u64, faults: bool) -> Resul
     for i in 0..clients {
         let name = ClientName::parse(&format!("demo-{i:04}"))?;
         let spec = profile.resolve(&name, &cfg.spec_defaults)?;
-        store.client_create(&name, &spec, clock.now_ms(), cfg.attempts_max).await?;
+        store.client_create(&name, &spec, &cfg.actor, clock.now_ms(), cfg.attempts_max).await?;
     }
     drive(&store, &worker, "provisioning").await?;
     let provisioned = store.client_status_counts().await?;
     let blocked_after_provisioning = blocked_lines(&store).await?;
     for c in store.client_list().await? {
-        store.client_delete(&c.name, clock.now_ms(), cfg.attempts_max).await?;
+        store.client_delete(&c.name, &cfg.actor, clock.now_ms(), cfg.attempts_max).await?;
     }
     drive(&store, &worker, "deleting").await?;
 

@@ -18,7 +18,7 @@ pub async fn run(cfg: &Config, c: OrphanCmd) -> Result<()> {
             let store = open(cfg).await?;
             let provider = provider(cfg, &store, "orphan adopt")?;
             compare_lineage(&store).await?;
-            let actor = Actor { by: &by, now_ms: now_ms(&store).await?, attempts_max: cfg.attempts_max };
+            let actor = Actor { by: cfg.by(&by), now_ms: now_ms(&store).await?, attempts_max: cfg.attempts_max };
             let row = operator::orphan_adopt(&store, provider.as_ref(), &id, actor).await?;
             print_client(&store, &row, false, false).await
         }

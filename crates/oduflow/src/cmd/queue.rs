@@ -14,11 +14,11 @@ pub async fn run(cfg: &Config, q: QueueCmd) -> Result<()> {
             crate::output::print_queue_status(&s, store.restore_pending().await?.as_deref(), json)?;
         }
         QueueCmd::Pause => {
-            store.queue_set_paused(true, now_ms(&store).await?).await?;
+            store.queue_set_paused(true, &cfg.actor, now_ms(&store).await?).await?;
             outln!("queue paused")?;
         }
         QueueCmd::Resume => {
-            oduflow_engine::operator::queue_resume(&store, now_ms(&store).await?).await?;
+            oduflow_engine::operator::queue_resume(&store, &cfg.actor, now_ms(&store).await?).await?;
             outln!("queue resumed")?;
         }
     }

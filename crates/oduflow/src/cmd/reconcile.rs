@@ -20,7 +20,7 @@ pub async fn run(
         let store = open(cfg).await?;
         let provider = provider(cfg, &store, "reconcile")?;
         let mut inv =
-            operator::inventory_settled(&store, provider.as_ref(), now_ms(&store).await?, cfg.listing_settle_ms)
+            operator::inventory_settled(&store, provider.as_ref(), by, now_ms(&store).await?, cfg.listing_settle_ms)
                 .await?;
         if let Some(zone) = dns_adapter(cfg, &provider) {
             inv.dns_orphans = oduflow_engine::dns_inventory::dns_inventory(&store, &zone).await?;

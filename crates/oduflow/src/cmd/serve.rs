@@ -107,6 +107,7 @@ pub async fn token(cfg: &Config, cmd: TokenCmd) -> Result<()> {
                 .api_token_create(
                     &name,
                     &oduflow_server::auth::token_sha256(&token),
+                    &cfg.actor,
                     crate::setup::now_ms(&store).await?,
                 )
                 .await?;
@@ -136,7 +137,7 @@ pub async fn token(cfg: &Config, cmd: TokenCmd) -> Result<()> {
         TokenCmd::Revoke { name } => {
             oduflow_server::auth::token_name_check(&name).map_err(BadInput)?;
             let store = crate::setup::open(cfg).await?;
-            store.api_token_revoke(&name, crate::setup::now_ms(&store).await?).await?;
+            store.api_token_revoke(&name, &cfg.actor, crate::setup::now_ms(&store).await?).await?;
             outln!("token {name} revoked")?;
         }
     }

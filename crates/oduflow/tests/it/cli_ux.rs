@@ -47,7 +47,7 @@ async fn a_closed_standard_output_ends_the_command_quietly() {
     let long = "c".repeat(56);
     for i in 0..1200 {
         let name = oduflow_model::ClientName::parse(&format!("{long}-{i:04}")).unwrap();
-        store.client_create(&name, &spec, 1, 3).await.unwrap();
+        store.client_create(&name, &spec, "test", 1, 3).await.unwrap();
     }
     let listed = env.ok(&["client", "list"]);
     assert!(listed.len() > 80 * 1024, "the list must outgrow the pipe: {} bytes", listed.len());
@@ -527,7 +527,7 @@ async fn backup_copies_a_sqlite_database_while_it_is_written() {
     let spec = oduflow_model::ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
     for i in 0..50 {
         let name = oduflow_model::ClientName::parse(&format!("before-{i}")).unwrap();
-        store.client_create(&name, &spec, 1, 3).await.unwrap();
+        store.client_create(&name, &spec, "test", 1, 3).await.unwrap();
     }
     // A writer that goes on through the backup.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -537,7 +537,7 @@ async fn backup_copies_a_sqlite_database_while_it_is_written() {
             let mut n = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let name = oduflow_model::ClientName::parse(&format!("during-{n}")).unwrap();
-                store.client_create(&name, &spec, 1, 3).await.unwrap();
+                store.client_create(&name, &spec, "test", 1, 3).await.unwrap();
                 n += 1;
             }
             n

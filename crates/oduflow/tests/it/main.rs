@@ -1,6 +1,7 @@
 //! End-to-end tests of the `oduflow` binary: the CLI contract, several worker
 //! processes on one PostgreSQL, and workers killed with SIGKILL mid-job.
 
+mod actors;
 mod boot;
 mod protocol;
 mod rate;
@@ -335,8 +336,8 @@ async fn settled_clients(store: &Store, n: usize) -> Vec<ClientId> {
     let mut ids = vec![];
     for i in 0..n {
         let name = format!("c{i}");
-        let c = store.client_create(&ClientName::parse(&name).unwrap(), &spec, 0, 3).await.unwrap();
-        store.client_delete(&name, 0, 3).await.unwrap();
+        let c = store.client_create(&ClientName::parse(&name).unwrap(), &spec, "test", 0, 3).await.unwrap();
+        store.client_delete(&name, "test", 0, 3).await.unwrap();
         ids.push(c.id);
     }
     ids
@@ -572,7 +573,7 @@ async fn a_restored_copy_written_to_before_any_check_is_detected() {
     let store = env.store().await;
     while store.high_water_mark().await.unwrap() <= seen {
         store
-            .event_global(oduflow_model::EventKind::QueueResumed, serde_json::json!({ "after": "restore" }), 1)
+            .event_global(oduflow_model::EventKind::QueueResumed, serde_json::json!({ "after": "restore" }), None, 1)
             .await
             .unwrap();
     }

@@ -85,7 +85,7 @@ fn spec() -> ClientSpec {
 }
 
 async fn create(store: &Store, name: &str) -> oduflow_store::ClientRow {
-    store.client_create(&ClientName::parse(name).unwrap(), &spec(), now(), 5).await.unwrap()
+    store.client_create(&ClientName::parse(name).unwrap(), &spec(), "test", now(), 5).await.unwrap()
 }
 
 fn now() -> i64 {
@@ -234,7 +234,7 @@ async fn lost_responses_lag_and_404s_never_duplicate(store: Store) {
     }
     settle(&w).await;
     for c in store.client_list().await.unwrap() {
-        store.client_delete(&c.name, now(), 5).await.unwrap();
+        store.client_delete(&c.name, "test", now(), 5).await.unwrap();
     }
     settle(&w).await;
     let ledger = sim.ledger();
@@ -276,7 +276,7 @@ async fn changed_key_sends_nothing(store: Store) {
     settle(&w1).await;
     let before: u64 = sim.ledger().requests.values().sum();
     let w2 = worker(&store, client(&sim, KEY2));
-    store.client_delete("acme", now(), 5).await.unwrap();
+    store.client_delete("acme", "test", now(), 5).await.unwrap();
     settle(&w2).await;
     let after = status(&store, "acme").await;
     assert_eq!(after.infra.blocked_reason, Some(BlockedReason::CredentialChanged));

@@ -54,7 +54,7 @@ async fn fleet_shares_one_budget(mut env: Env, workers: usize, clients: usize) {
     let store = env.store().await;
     let spec = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
     for i in 0..clients {
-        store.client_create(&ClientName::parse(&format!("f{i:03}")).unwrap(), &spec, 0, 5).await.unwrap();
+        store.client_create(&ClientName::parse(&format!("f{i:03}")).unwrap(), &spec, "test", 0, 5).await.unwrap();
     }
     let started = Instant::now();
     // (when a scanner was killed, when its phase's workers had all ended)
@@ -89,7 +89,7 @@ async fn fleet_shares_one_budget(mut env: Env, workers: usize, clients: usize) {
         assert_eq!(c, vec![(want, clients as i64)], "after {phase}: {c:?}");
         if phase == "provision" {
             for i in 0..clients {
-                store.client_delete(&format!("f{i:03}"), 0, 5).await.unwrap();
+                store.client_delete(&format!("f{i:03}"), "test", 0, 5).await.unwrap();
             }
         }
     }
