@@ -15,10 +15,11 @@
 
 use crate::AppState;
 use crate::error::ApiError;
-use axum::extract::{Request, State};
-use axum::http::{HeaderMap, header};
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use oduflow_store::TokenScope;
 use sha2::{Digest, Sha256};
 
 /// Marks oduflow tokens, so secret scanners and people recognise one.
@@ -70,11 +71,47 @@ fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-/// Who made a request: the name of the token it carried. Recorded as the
-/// actor of operator actions.
+/// Who made a request: the name of the token it carried (recorded as the
+/// actor of what it changes) and what that token may do.
 #[derive(Clone, Debug)]
 pub struct Caller {
     pub token_name: String,
+    pub scope: TokenScope,
+}
+
+/// The scope a route needs, by method and route template. Every read needs
+/// `read`; changes to clients need `operate`; everything else, including a
+/// route added later and not named here, needs `admin`.
+pub fn scope_needed(method: &Method, route: &str) -> TokenScope {
+    if method == Method::GET || method == Method::HEAD {
+        return TokenScope::Read;
+    }
+    match route {
+        "/api/v1/clients"
+        | "/api/v1/clients/{name}"
+        | "/api/v1/clients/{name}/reconcile"
+        | "/api/v1/clients/{name}/promote"
+        | "/api/v1/bulk/reconcile"
+        | "/api/v1/import" => TokenScope::Operate,
+        _ => TokenScope::Admin,
+    }
+}
+
+/// Refuses, with 403, a caller whose token's scope is below the route's.
+pub(crate) async fn require_scope(req: Request, next: Next) -> Response {
+    let needed = match req.extensions().get::<MatchedPath>() {
+        Some(route) => scope_needed(req.method(), route.as_str()),
+        None => TokenScope::Admin,
+    };
+    match req.extensions().get::<Caller>() {
+        Some(c) if c.scope >= needed => next.run(req).await,
+        Some(c) => ApiError::Forbidden(format!(
+            "token {} has scope {}; this route needs {needed} (oduflow token create NAME --scope {needed})",
+            c.token_name, c.scope
+        ))
+        .into_response(),
+        None => ApiError::Unauthorized.into_response(),
+    }
 }
 
 impl Caller {
@@ -93,7 +130,7 @@ pub(crate) async fn authenticate(state: &AppState, presented: &str) -> Result<Op
     let mut found = None;
     for live in state.store().api_token_digests_live().await? {
         if ct_eq(live.token_sha256.as_bytes(), digest.as_bytes()) {
-            found = Some(Caller { token_name: live.name });
+            found = Some(Caller { token_name: live.name, scope: live.scope });
         }
     }
     Ok(found)

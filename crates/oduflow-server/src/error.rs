@@ -25,6 +25,9 @@ pub enum ApiError {
     PayloadTooLarge(usize),
     #[error("a valid bearer token is required (Authorization: Bearer TOKEN)")]
     Unauthorized,
+    /// The token is valid but its scope is below the route's.
+    #[error("{0}")]
+    Forbidden(String),
     #[error("{0}")]
     NotFound(String),
     #[error("method not allowed on this path")]
@@ -69,7 +72,7 @@ pub struct ErrorBody {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// Stable machine-readable code: bad_request, invalid_input,
-    /// unsupported_media_type, payload_too_large, unauthorized, not_found,
+    /// unsupported_media_type, payload_too_large, unauthorized, forbidden, not_found,
     /// method_not_allowed, conflict, refused, read_only, key_mismatch,
     /// unavailable, database_down, provider_error.
     pub code: String,
@@ -85,6 +88,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType => "unsupported_media_type",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::Unauthorized => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
@@ -104,6 +108,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) | ApiError::Refused(_) | ApiError::ReadOnly | ApiError::KeyMismatch(_) => {

@@ -267,9 +267,11 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/credentials/rotate", post(api::credentials_rotate))
         .route("/openapi.json", get(openapi::serve_openapi))
         .route("/metrics", get(metrics::metrics))
-        // Layers run outermost last-added first: the token is checked before
-        // the read-only refusal, so an anonymous caller learns nothing.
+        // Layers run outermost last-added first: the token, then its scope,
+        // are checked before the read-only refusal, so a caller learns
+        // nothing it may not.
         .route_layer(middleware::from_fn_with_state(state.clone(), refuse_actions_when_read_only))
+        .route_layer(middleware::from_fn(auth::require_scope))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_bearer));
     let dashboard = Router::new()
         .route("/", get(dashboard::dashboard))

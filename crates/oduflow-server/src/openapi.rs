@@ -5,9 +5,10 @@
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::resolve::Resolution;
 use crate::{api, feed};
+use axum::http::Method;
 use axum::http::header;
 use axum::response::IntoResponse;
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 #[derive(OpenApi)]
@@ -32,12 +33,29 @@ struct ApiDoc;
 struct Bearer;
 
 impl Modify for Bearer {
+    /// The bearer scheme, and on each operation the token scope it needs
+    /// (the one the server enforces).
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
         components.add_security_scheme(
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+        for (route, item) in openapi.paths.paths.iter_mut().filter(|(r, _)| r.starts_with("/api/")) {
+            let ops = [
+                (Method::GET, &mut item.get),
+                (Method::POST, &mut item.post),
+                (Method::PATCH, &mut item.patch),
+                (Method::DELETE, &mut item.delete),
+                (Method::PUT, &mut item.put),
+            ];
+            for (method, op) in ops {
+                if let Some(op) = op.as_mut().filter(|op| op.security.is_none()) {
+                    let scope = crate::auth::scope_needed(&method, route);
+                    op.security = Some(vec![SecurityRequirement::new("bearer", [scope.as_str()])]);
+                }
+            }
+        }
     }
 }
 

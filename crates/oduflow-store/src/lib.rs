@@ -392,7 +392,7 @@ impl BeginWrite for SqlitePool {
 pub const RECONCILE_PAYLOAD: &str = "reconcile";
 
 /// The migration this build needs (the last in [`Store::migrate`]).
-pub const SCHEMA_VERSION: i64 = 19;
+pub const SCHEMA_VERSION: i64 = 20;
 
 /// The PostgreSQL migrations, in order: (version, name, SQL). Embedded with
 /// include_str! rather than sqlx's `migrate!` macro, which would pull in
@@ -417,6 +417,7 @@ pub(crate) const PG_MIGRATIONS: &[(i64, &str, &str)] = &[
     (17, "id sources", include_str!("../migrations/postgres/0017_id_sources.sql")),
     (18, "event feed", include_str!("../migrations/postgres/0018_event_feed.sql")),
     (19, "event actor", include_str!("../migrations/postgres/0019_event_actor.sql")),
+    (20, "token scopes", include_str!("../migrations/postgres/0020_token_scopes.sql")),
 ];
 
 /// The SQLite migrations, as [`PG_MIGRATIONS`].
@@ -440,6 +441,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
     (17, "id sources", include_str!("../migrations/sqlite/0017_id_sources.sql")),
     (18, "event feed", include_str!("../migrations/sqlite/0018_event_feed.sql")),
     (19, "event actor", include_str!("../migrations/sqlite/0019_event_actor.sql")),
+    (20, "token scopes", include_str!("../migrations/sqlite/0020_token_scopes.sql")),
 ];
 
 /// The default database: a SQLite file in the working directory.

@@ -17,21 +17,66 @@ use serde::Serialize;
 #[serde(transparent)]
 pub struct ApiTokenId(pub String);
 
+/// What a token may do; each scope may do what the ones before it may.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenScope {
+    /// Every read: the GET routes, the feed, `/metrics`, the dashboard.
+    Read,
+    /// Changes to clients: create, update, delete, reconcile, import, promote.
+    Operate,
+    /// Attested actions (adopt, abandon), orphans, the queue, the
+    /// inventory and the key's rotation.
+    Admin,
+}
+
+impl TokenScope {
+    pub const ALL: [TokenScope; 3] = [TokenScope::Read, TokenScope::Operate, TokenScope::Admin];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenScope::Read => "read",
+            TokenScope::Operate => "operate",
+            TokenScope::Admin => "admin",
+        }
+    }
+
+    /// A scope's name; anything else is refused with the names it may be.
+    pub fn parse(s: &str) -> std::result::Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|x| x.as_str() == s)
+            .ok_or_else(|| format!("scope {s:?}: use read, operate or admin"))
+    }
+}
+
+impl std::fmt::Display for TokenScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What can be shown about a token: never its hash, never the token.
 #[derive(Clone, Debug, Serialize)]
 pub struct ApiTokenRow {
     pub id: ApiTokenId,
     pub name: String,
+    pub scope: TokenScope,
     pub created_ms: i64,
     pub revoked_ms: Option<i64>,
 }
 
-/// A live token's name and digest, for the server's constant-time check.
-/// Deliberately not `Serialize`: it never leaves the process.
+/// A live token's name, scope and digest, for the server's constant-time
+/// check. Deliberately not `Serialize`: it never leaves the process.
 #[derive(Clone)]
 pub struct ApiTokenDigest {
     pub name: String,
+    pub scope: TokenScope,
     pub token_sha256: String,
+}
+
+fn scope_col(s: &str) -> Result<TokenScope> {
+    TokenScope::parse(s).map_err(StoreError::Corrupt)
 }
 
 impl std::fmt::Debug for ApiTokenDigest {
@@ -44,7 +89,14 @@ impl std::fmt::Debug for ApiTokenDigest {
 impl Store {
     /// Stores a new token's digest under `name`. A live token with the same
     /// name is refused (`TokenExists`), so revocation by name is unambiguous.
-    pub async fn api_token_create(&self, name: &str, token_sha256: &str, by: &str, now_ms: i64) -> Result<ApiTokenRow> {
+    pub async fn api_token_create(
+        &self,
+        name: &str,
+        token_sha256: &str,
+        scope: TokenScope,
+        by: &str,
+        now_ms: i64,
+    ) -> Result<ApiTokenRow> {
         crate::named("api_token_create", async move {
             let id = uuid::Uuid::new_v4().to_string();
             both!(self, p => {
@@ -54,14 +106,14 @@ impl Store {
                 if live > 0 {
                     return Err(StoreError::TokenExists(name.to_owned()));
                 }
-                sqlx::query("INSERT INTO api_tokens (id, name, token_sha256, created_ms) VALUES ($1, $2, $3, $4)")
-                    .bind(&id).bind(name).bind(token_sha256).bind(now_ms)
+                sqlx::query("INSERT INTO api_tokens (id, name, token_sha256, created_ms, scope) VALUES ($1, $2, $3, $4, $5)")
+                    .bind(&id).bind(name).bind(token_sha256).bind(now_ms).bind(scope.as_str())
                     .execute(&mut *tx).await
                     .map_err(|e| crate::unique_to(e, || StoreError::TokenExists(name.to_owned())))?;
-                event_by(&mut *tx, by, None, EventKind::ApiTokenCreated, &serde_json::json!({ "name": name, "id": id }), now_ms).await?;
+                event_by(&mut *tx, by, None, EventKind::ApiTokenCreated, &serde_json::json!({ "name": name, "id": id, "scope": scope }), now_ms).await?;
                 tx.commit().await?;
             });
-            Ok(ApiTokenRow { id: ApiTokenId(id), name: name.to_owned(), created_ms: now_ms, revoked_ms: None })
+            Ok(ApiTokenRow { id: ApiTokenId(id), name: name.to_owned(), scope, created_ms: now_ms, revoked_ms: None })
         })
         .await
     }
@@ -70,12 +122,14 @@ impl Store {
     pub async fn api_token_list(&self) -> Result<Vec<ApiTokenRow>> {
         crate::named("api_token_list", async move {
             both!(self, p => {
-                let rows: Vec<(String, String, i64, Option<i64>)> = sqlx::query_as(
-                    "SELECT id, name, created_ms, revoked_ms FROM api_tokens ORDER BY created_ms, id")
+                let rows: Vec<(String, String, String, i64, Option<i64>)> = sqlx::query_as(
+                    "SELECT id, name, scope, created_ms, revoked_ms FROM api_tokens ORDER BY created_ms, id")
                     .fetch_all(p).await?;
-                Ok(rows.into_iter()
-                    .map(|(id, name, created_ms, revoked_ms)| ApiTokenRow { id: ApiTokenId(id), name, created_ms, revoked_ms })
-                    .collect())
+                rows.into_iter()
+                    .map(|(id, name, scope, created_ms, revoked_ms)| {
+                        Ok(ApiTokenRow { id: ApiTokenId(id), name, scope: scope_col(&scope)?, created_ms, revoked_ms })
+                    })
+                    .collect()
             })
         })
         .await
@@ -87,10 +141,10 @@ impl Store {
         crate::named("api_token_revoke", async move {
             both!(self, p => {
                 let mut tx = crate::BeginWrite::begin_write(p).await?;
-                let row: Option<(String, i64)> = sqlx::query_as(
-                    "SELECT id, created_ms FROM api_tokens WHERE name = $1 AND revoked_ms IS NULL")
+                let row: Option<(String, i64, String)> = sqlx::query_as(
+                    "SELECT id, created_ms, scope FROM api_tokens WHERE name = $1 AND revoked_ms IS NULL")
                     .bind(name).fetch_optional(&mut *tx).await?;
-                let Some((id, created_ms)) = row else {
+                let Some((id, created_ms, scope)) = row else {
                     return Err(StoreError::TokenNotFound(name.to_owned()));
                 };
                 // Only while still live: a revocation side by side read it
@@ -102,7 +156,8 @@ impl Store {
                 }
                 event_by(&mut *tx, by, None, EventKind::ApiTokenRevoked, &serde_json::json!({ "name": name, "id": id }), now_ms).await?;
                 tx.commit().await?;
-                Ok(ApiTokenRow { id: ApiTokenId(id), name: name.to_owned(), created_ms, revoked_ms: Some(now_ms) })
+                let scope = scope_col(&scope)?;
+                Ok(ApiTokenRow { id: ApiTokenId(id), name: name.to_owned(), scope, created_ms, revoked_ms: Some(now_ms) })
             })
         })
         .await
@@ -114,10 +169,12 @@ impl Store {
     pub async fn api_token_digests_live(&self) -> Result<Vec<ApiTokenDigest>> {
         crate::named("api_token_digests_live", async move {
             both!(self, p => {
-                let rows: Vec<(String, String)> = sqlx::query_as(
-                    "SELECT name, token_sha256 FROM api_tokens WHERE revoked_ms IS NULL ORDER BY id")
+                let rows: Vec<(String, String, String)> = sqlx::query_as(
+                    "SELECT name, scope, token_sha256 FROM api_tokens WHERE revoked_ms IS NULL ORDER BY id")
                     .fetch_all(p).await?;
-                Ok(rows.into_iter().map(|(name, token_sha256)| ApiTokenDigest { name, token_sha256 }).collect())
+                rows.into_iter()
+                    .map(|(name, scope, token_sha256)| Ok(ApiTokenDigest { name, scope: scope_col(&scope)?, token_sha256 }))
+                    .collect()
             })
         })
         .await
@@ -132,17 +189,17 @@ mod tests {
         store.migrate().await.unwrap();
         // Migrating again is harmless (the tokens migration included).
         store.migrate().await.unwrap();
-        let a = store.api_token_create("ci", &"a".repeat(64), "test", 10).await.unwrap();
+        let a = store.api_token_create("ci", &"a".repeat(64), TokenScope::Admin, "test", 10).await.unwrap();
         assert!(matches!(
-            store.api_token_create("ci", &"b".repeat(64), "test", 11).await,
+            store.api_token_create("ci", &"b".repeat(64), TokenScope::Admin, "test", 11).await,
             Err(StoreError::TokenExists(_))
         ));
         // The same digest twice is refused by the schema as well.
         assert!(matches!(
-            store.api_token_create("other", &"a".repeat(64), "test", 11).await,
+            store.api_token_create("other", &"a".repeat(64), TokenScope::Admin, "test", 11).await,
             Err(StoreError::TokenExists(_))
         ));
-        store.api_token_create("ops", &"c".repeat(64), "test", 12).await.unwrap();
+        store.api_token_create("ops", &"c".repeat(64), TokenScope::Admin, "test", 12).await.unwrap();
         let live: Vec<String> = store.api_token_digests_live().await.unwrap().into_iter().map(|d| d.name).collect();
         assert_eq!(live.len(), 2);
         let revoked = store.api_token_revoke("ci", "test", 20).await.unwrap();
@@ -153,7 +210,7 @@ mod tests {
         assert_eq!(live[0].name, "ops");
         assert!(!format!("{live:?}").contains(&"c".repeat(64)), "digests stay out of Debug output");
         // A revoked name can be reused; the revoked row stays.
-        store.api_token_create("ci", &"d".repeat(64), "test", 30).await.unwrap();
+        store.api_token_create("ci", &"d".repeat(64), TokenScope::Admin, "test", 30).await.unwrap();
         let all = store.api_token_list().await.unwrap();
         assert_eq!(
             all.iter().map(|r| (r.name.as_str(), r.revoked_ms.is_some())).collect::<Vec<_>>(),

@@ -46,6 +46,7 @@ oduflow_store::on_both_stores!(
     database_errors_name_the_operation,
     a_database_with_shared_dns_names_migrates_and_the_oldest_keeps_the_name,
     a_runs_progress_kept_as_json_is_carried_into_its_columns,
+    tokens_made_before_scopes_keep_what_they_could_do,
     a_deleted_client_brought_back_gives_up_a_name_another_holds,
     a_delete_and_a_reconcile_side_by_side_each_see_the_others_write,
     an_inventory_pass_clears_only_the_restore_it_saw,
@@ -173,6 +174,7 @@ async fn the_feed_reads_every_event_once_in_commit_order(store: Store) {
 /// The columns and trigger migration 14 added, and what the migrations
 /// after it added, dropped again to rebuild an older schema.
 async fn drop_progress_columns(store: &Store) {
+    execute_raw(store, "ALTER TABLE api_tokens DROP COLUMN scope").await.unwrap();
     execute_raw(store, "ALTER TABLE events DROP COLUMN actor").await.unwrap();
     if store.backend() == Backend::Postgres {
         execute_raw(store, "DROP TRIGGER events_position_once ON events").await.unwrap();
@@ -209,6 +211,22 @@ async fn drop_progress_columns(store: &Store) {
     ] {
         execute_raw(store, &format!("ALTER TABLE infra DROP COLUMN {c}")).await.unwrap();
     }
+}
+
+/// A token made before tokens had scopes could do everything: migrating
+/// gives it `admin`; a token made since has the scope it was made with.
+async fn tokens_made_before_scopes_keep_what_they_could_do(store: Store) {
+    store.api_token_create("old", &"a".repeat(64), oduflow_store::TokenScope::Read, "test", 1).await.unwrap();
+    execute_raw(&store, "ALTER TABLE api_tokens DROP COLUMN scope").await.unwrap();
+    oduflow_store::testing::schema_rewind(&store, 19).await.unwrap();
+    store.migrate().await.unwrap();
+    store.api_token_create("new", &"b".repeat(64), oduflow_store::TokenScope::Operate, "test", 2).await.unwrap();
+    let scopes: Vec<(String, oduflow_store::TokenScope)> =
+        store.api_token_list().await.unwrap().into_iter().map(|t| (t.name, t.scope)).collect();
+    use oduflow_store::TokenScope::{Admin, Operate};
+    assert_eq!(scopes, [("old".to_owned(), Admin), ("new".to_owned(), Operate)]);
+    let refused = execute_raw(&store, "UPDATE api_tokens SET scope = 'root'").await;
+    assert!(refused.is_err(), "a scope outside the three is refused by the schema");
 }
 
 /// A database from before the run's progress had columns of its own kept it
@@ -823,7 +841,10 @@ async fn an_inventory_pass_clears_only_the_restore_it_saw(store: Store) {
 async fn a_token_revoked_twice_side_by_side_is_revoked_once(store: Store) {
     const TOKENS: usize = 16;
     for i in 0..TOKENS {
-        store.api_token_create(&format!("t{i}"), &format!("{i:064}"), "test", 10).await.unwrap();
+        store
+            .api_token_create(&format!("t{i}"), &format!("{i:064}"), oduflow_store::TokenScope::Admin, "test", 10)
+            .await
+            .unwrap();
     }
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..TOKENS {

@@ -27,6 +27,7 @@ mod dry_runs;
 mod feed;
 mod import;
 mod listen;
+mod scopes;
 mod service;
 mod suggestions;
 
@@ -84,7 +85,10 @@ impl H {
         let sim = oduflow_sim::Sim::start(sim_cfg, "127.0.0.1:0".parse().unwrap()).await.unwrap();
         let provider = vultr(&sim);
         let token = auth::token_generate();
-        store.api_token_create("tester", &auth::token_sha256(&token), "test", 1).await.unwrap();
+        store
+            .api_token_create("tester", &auth::token_sha256(&token), oduflow_store::TokenScope::Admin, "test", 1)
+            .await
+            .unwrap();
         // One profile, `web`, as a config file's `[profile.web]` would give.
         let web = oduflow_model::SpecInput {
             region: Some("ewr".into()),
@@ -339,7 +343,10 @@ async fn health_is_open_and_every_other_route_needs_a_valid_token() {
     let (s, v) = json_of(h.http.get(h.url("/health")).send().await.unwrap()).await;
     assert_eq!((s, v["status"].as_str()), (200, Some("ok")));
     let revoked = auth::token_generate();
-    h.store.api_token_create("old", &auth::token_sha256(&revoked), "test", 1).await.unwrap();
+    h.store
+        .api_token_create("old", &auth::token_sha256(&revoked), oduflow_store::TokenScope::Admin, "test", 1)
+        .await
+        .unwrap();
     h.store.api_token_revoke("old", "test", 2).await.unwrap();
     let before = h.footprint().await;
     for (method, path) in ROUTES {

@@ -22,6 +22,12 @@ pub enum TokenCmd {
     /// Create a token and print it once; only its SHA-256 is stored.
     Create {
         name: String,
+        /// What it may do: read (every GET, the dashboard), operate (also
+        /// create, update, delete, reconcile, import, promote) or admin
+        /// (also adopt, abandon, orphans, the queue, the inventory, the
+        /// key's rotation).
+        #[arg(long, default_value = "read", value_parser = ["read", "operate", "admin"])]
+        scope: String,
         #[arg(long)]
         json: bool,
     },
@@ -99,22 +105,27 @@ pub async fn serve(cfg: &Config, args: ServeArgs) -> Result<()> {
 
 pub async fn token(cfg: &Config, cmd: TokenCmd) -> Result<()> {
     match cmd {
-        TokenCmd::Create { name, json } => {
+        TokenCmd::Create { name, scope, json } => {
             oduflow_server::auth::token_name_check(&name).map_err(BadInput)?;
+            let scope = oduflow_store::TokenScope::parse(&scope).map_err(BadInput)?;
             let store = crate::setup::open(cfg).await?;
             let token = oduflow_server::auth::token_generate();
             let row = store
                 .api_token_create(
                     &name,
                     &oduflow_server::auth::token_sha256(&token),
+                    scope,
                     &cfg.actor,
                     crate::setup::now_ms(&store).await?,
                 )
                 .await?;
             if json {
-                outln!("{}", serde_json::json!({ "name": row.name, "id": row.id, "token": token }))?;
+                outln!(
+                    "{}",
+                    serde_json::json!({ "name": row.name, "id": row.id, "scope": row.scope, "token": token })
+                )?;
             } else {
-                eprintln!("token {} created; it is shown only now, store it safely:", row.name);
+                eprintln!("token {} ({}) created; it is shown only now, store it safely:", row.name, row.scope);
                 outln!("{token}")?;
             }
         }
@@ -124,14 +135,14 @@ pub async fn token(cfg: &Config, cmd: TokenCmd) -> Result<()> {
             if json {
                 outln!("{}", serde_json::to_string_pretty(&rows)?)?;
             } else {
-                let cells: Vec<[String; 3]> = rows
+                let cells: Vec<[String; 4]> = rows
                     .into_iter()
                     .map(|r| {
                         let revoked = r.revoked_ms.map_or_else(|| "-".to_owned(), rfc3339);
-                        [r.name, rfc3339(r.created_ms), revoked]
+                        [r.name, r.scope.to_string(), rfc3339(r.created_ms), revoked]
                     })
                     .collect();
-                crate::output::print_table(["NAME", "CREATED", "REVOKED"], &cells)?;
+                crate::output::print_table(["NAME", "SCOPE", "CREATED", "REVOKED"], &cells)?;
             }
         }
         TokenCmd::Revoke { name } => {

@@ -340,10 +340,11 @@ async fn times_are_shown_in_rfc_3339_utc_and_json_keeps_milliseconds() {
     for r in &rows {
         let line = text.lines().find(|l| l.split_whitespace().next() == r["name"].as_str()).expect(&text);
         let cols: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(epoch_secs(cols[1]), r["created_ms"].as_i64().unwrap().div_euclid(1000), "{line}");
+        assert_eq!(cols[1], r["scope"], "{line}");
+        assert_eq!(epoch_secs(cols[2]), r["created_ms"].as_i64().unwrap().div_euclid(1000), "{line}");
         match r["revoked_ms"].as_i64() {
-            Some(ms) => assert_eq!(epoch_secs(cols[2]), ms.div_euclid(1000), "{line}"),
-            None => assert_eq!(cols[2], "-", "{line}"),
+            Some(ms) => assert_eq!(epoch_secs(cols[3]), ms.div_euclid(1000), "{line}"),
+            None => assert_eq!(cols[3], "-", "{line}"),
         }
     }
 }

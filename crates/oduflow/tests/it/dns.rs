@@ -137,7 +137,7 @@ async fn the_api_settles_a_dns_block_and_deletes_a_dns_orphan_as_the_cli_does(en
     use super::service::{address_after, http_with, stderr_line};
     configure(&env);
     env.ok(&["init"]);
-    let token = env.ok(&["token", "create", "erp"]).trim().to_owned();
+    let token = env.ok(&["token", "create", "erp", "--scope", "admin"]).trim().to_owned();
     let theirs = operator_record(&env, "www", "A", "198.51.100.8").await;
     let other = operator_record(&env, "ftp", "A", "198.51.100.9").await;
     create(&env, "www", &[]);

@@ -1195,8 +1195,13 @@ async fn token_commands_and_serve() {
     assert_eq!(env.run(&["token", "create", "alice"]).status.code(), Some(2), "a live name is unique");
     assert_eq!(env.run(&["token", "create", "bad name"]).status.code(), Some(2));
     assert_eq!(env.run(&["token", "revoke", "nobody"]).status.code(), Some(2));
+    let o = env.run(&["token", "create", "bob", "--scope", "root"]);
+    assert_eq!(o.status.code(), Some(2), "an unknown scope is bad input");
     let list = env.ok(&["token", "list", "--json"]);
     assert!(list.contains("\"alice\"") && !list.contains(&token), "{list}");
+    let rows: serde_json::Value = serde_json::from_str(&list).unwrap();
+    assert_eq!(rows[0]["scope"], "read", "a token reads unless told otherwise: {list}");
+    assert!(env.ok(&["token", "list"]).contains("SCOPE"));
 
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let log = env.dir.path().join("serve.log");

@@ -347,7 +347,7 @@ async fn serve_without_a_key_starts_read_only_and_serves_the_dashboard() {
     let env = Env::sqlite().await;
     env.ok(&["init"]);
     env.create_client("acme");
-    let token = env.ok(&["token", "create", "ops"]).trim().to_owned();
+    let token = env.ok(&["token", "create", "ops", "--scope", "admin"]).trim().to_owned();
     let mut child = env
         .cmd(&["serve", "--listen", "127.0.0.1:0"])
         .env_remove("VULTR_API_KEY")
