@@ -20,6 +20,7 @@ pub mod operator;
 mod outage;
 mod receipt_writer;
 mod run_stats;
+pub mod webhook;
 mod worker;
 
 pub use clock::{DB_CLOCK_RESAMPLE, DbClock};

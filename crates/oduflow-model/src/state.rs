@@ -187,6 +187,7 @@ str_enum!(
         NotSentDoubted => "not_sent_doubted",
         OrphanAdopted => "orphan_adopted",
         OrphanDeleteAttested => "orphan_delete_attested",
+        OrphanFound => "orphan_found",
         PreflightReadFailed => "preflight_read_failed",
         ProviderReadFailed => "provider_read_failed",
         QueuePaused => "queue_paused",

@@ -196,6 +196,7 @@ async fn database(o: &mut Out, store: &Store, now_ms: i64) -> Result<(), oduflow
     }
     o.head("oduflow_clients_observed", "gauge", "Imported clients observed only, not yet promoted (database).");
     o.sample("oduflow_clients_observed", &[], stats.observed);
+    webhooks(o, store).await?;
     // Verification stopped (every worker down, or the interval set to 0)
     // shows as this age growing.
     if let Some(last) = store.setting_get(oduflow_store::SETTING_VERIFY_LAST).await?.and_then(|v| v.parse::<i64>().ok())
@@ -239,6 +240,28 @@ async fn database(o: &mut Out, store: &Store, now_ms: i64) -> Result<(), oduflow
 }
 
 /// The rate budget of the whole fleet, from the database.
+/// Each webhook endpoint's backlog, failed attempts and dead letters.
+async fn webhooks(o: &mut Out, store: &Store) -> Result<(), oduflow_store::StoreError> {
+    let (endpoints, head) = (store.webhook_list().await?, store.feed_head().await?);
+    o.head("oduflow_webhook_lag_events", "gauge", "Feed positions not yet delivered to the endpoint (database).");
+    for e in &endpoints {
+        o.sample("oduflow_webhook_lag_events", &[("endpoint", &e.name)], (head - e.cursor).max(0));
+    }
+    o.head("oduflow_webhook_failed_attempts", "gauge", "Failed attempts at the endpoint's next event (database).");
+    for e in &endpoints {
+        o.sample("oduflow_webhook_failed_attempts", &[("endpoint", &e.name)], e.attempts);
+    }
+    o.head("oduflow_webhook_delivered_total", "counter", "Events the endpoint took (database).");
+    for e in &endpoints {
+        o.sample("oduflow_webhook_delivered_total", &[("endpoint", &e.name)], e.delivered);
+    }
+    o.head("oduflow_webhook_dead_letters", "gauge", "Events given up until replayed (database).");
+    for e in &endpoints {
+        o.sample("oduflow_webhook_dead_letters", &[("endpoint", &e.name)], e.dead);
+    }
+    Ok(())
+}
+
 async fn budget(o: &mut Out, store: &Store) -> Result<(), oduflow_store::StoreError> {
     let groups = store.budget_groups().await?;
     let usage = store.budget_usage().await?;

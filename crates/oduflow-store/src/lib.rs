@@ -37,6 +37,7 @@ mod stats;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod tokens;
+mod webhooks;
 
 pub use budget::*;
 pub use changes::*;
@@ -51,6 +52,7 @@ pub use rows::*;
 pub use select::{ClientSelect, glob};
 pub use stats::*;
 pub use tokens::*;
+pub use webhooks::*;
 
 use oduflow_model::{ClientName, ClientSpec, ClientStatus, EventKind, JobKind, Target};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -146,6 +148,10 @@ pub enum StoreError {
     TokenExists(String),
     #[error("no live API token named {0}")]
     TokenNotFound(String),
+    #[error("a webhook endpoint named {0} already exists")]
+    WebhookExists(String),
+    #[error("no webhook endpoint named {0}")]
+    WebhookNotFound(String),
     #[error("corrupt row: {0}")]
     Corrupt(String),
     #[error("database error")]
@@ -392,7 +398,7 @@ impl BeginWrite for SqlitePool {
 pub const RECONCILE_PAYLOAD: &str = "reconcile";
 
 /// The migration this build needs (the last in [`Store::migrate`]).
-pub const SCHEMA_VERSION: i64 = 20;
+pub const SCHEMA_VERSION: i64 = 21;
 
 /// The PostgreSQL migrations, in order: (version, name, SQL). Embedded with
 /// include_str! rather than sqlx's `migrate!` macro, which would pull in
@@ -418,6 +424,7 @@ pub(crate) const PG_MIGRATIONS: &[(i64, &str, &str)] = &[
     (18, "event feed", include_str!("../migrations/postgres/0018_event_feed.sql")),
     (19, "event actor", include_str!("../migrations/postgres/0019_event_actor.sql")),
     (20, "token scopes", include_str!("../migrations/postgres/0020_token_scopes.sql")),
+    (21, "webhooks", include_str!("../migrations/postgres/0021_webhooks.sql")),
 ];
 
 /// The SQLite migrations, as [`PG_MIGRATIONS`].
@@ -442,6 +449,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
     (18, "event feed", include_str!("../migrations/sqlite/0018_event_feed.sql")),
     (19, "event actor", include_str!("../migrations/sqlite/0019_event_actor.sql")),
     (20, "token scopes", include_str!("../migrations/sqlite/0020_token_scopes.sql")),
+    (21, "webhooks", include_str!("../migrations/sqlite/0021_webhooks.sql")),
 ];
 
 /// The default database: a SQLite file in the working directory.

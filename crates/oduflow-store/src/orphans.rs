@@ -95,7 +95,14 @@ impl Store {
     /// resolution's stamp, or recorded since by another pass, is not); one
     /// is resolved only if it was open then and no later pass has seen it;
     /// a sighting never moves back. The next pass decides the rest.
-    pub async fn orphans_record(&self, found: &[FoundOrphan], before: &OrphansBefore, now_ms: i64) -> Result<()> {
+    /// `by` ran the pass: its `orphan_found` events name them.
+    pub async fn orphans_record(
+        &self,
+        found: &[FoundOrphan],
+        before: &OrphansBefore,
+        by: &str,
+        now_ms: i64,
+    ) -> Result<()> {
         crate::named("orphans_record", async move {
             both!(self, p => {
                 let mut tx = crate::BeginWrite::begin_write(p).await?;
@@ -103,8 +110,11 @@ impl Store {
                 // lock them in the same order (on PostgreSQL two in
                 // different orders deadlocked, and one failed).
                 for (id, w) in orphan_writes(found, before) {
+                        // Recorded open at the pass's start: seen again, not found.
+                    let was_open = matches!(before.0.get(id), Some(None));
                     match w {
-                        Some(o) => sqlx::query(
+                        Some(o) => {
+                            let n = sqlx::query(
                             "INSERT INTO orphans (resource_id, kind, label, client_ref, note, found_ms, last_seen_ms) \
                              VALUES ($1, $2, $3, $4, $5, $6, $6) \
                              ON CONFLICT (resource_id) DO UPDATE SET kind = excluded.kind, label = excluded.label, \
@@ -116,13 +126,21 @@ impl Store {
                             .bind(id).bind(o.kind.as_str()).bind(&o.label)
                             .bind(o.client_ref.as_ref().map(|c| c.as_str())).bind(&o.note).bind(now_ms)
                             .bind(before.0.get(id).copied().flatten())
-                            .execute(&mut *tx).await?,
-                        None => sqlx::query(
+                            .execute(&mut *tx).await?.rows_affected();
+                            if n == 1 && !was_open {
+                                crate::queue::event_by(&mut *tx, by, o.client_ref.as_ref(), EventKind::OrphanFound,
+                                    &serde_json::json!({ "resource_id": id, "kind": o.kind, "label": o.label, "note": o.note }),
+                                    now_ms).await?;
+                            }
+                        }
+                        None => {
+                            sqlx::query(
                             "UPDATE orphans SET resolved_ms = $2, resolution = $3 WHERE resource_id = $1 \
                              AND resolved_ms IS NULL AND last_seen_ms < $2")
                             .bind(id).bind(now_ms).bind("no longer an orphan at the last inventory pass")
-                            .execute(&mut *tx).await?,
-                    };
+                            .execute(&mut *tx).await?;
+                        }
+                    }
                 }
                 tx.commit().await?;
             });

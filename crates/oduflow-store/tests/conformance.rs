@@ -171,9 +171,16 @@ async fn the_feed_reads_every_event_once_in_commit_order(store: Store) {
     assert!(moved.unwrap_err().contains("a feed position never changes"));
 }
 
+/// The tables migration 21 added.
+async fn drop_webhooks(store: &Store) {
+    execute_raw(store, "DROP TABLE webhook_dead_letters").await.unwrap();
+    execute_raw(store, "DROP TABLE webhook_endpoints").await.unwrap();
+}
+
 /// The columns and trigger migration 14 added, and what the migrations
 /// after it added, dropped again to rebuild an older schema.
 async fn drop_progress_columns(store: &Store) {
+    drop_webhooks(store).await;
     execute_raw(store, "ALTER TABLE api_tokens DROP COLUMN scope").await.unwrap();
     execute_raw(store, "ALTER TABLE events DROP COLUMN actor").await.unwrap();
     if store.backend() == Backend::Postgres {
@@ -217,6 +224,7 @@ async fn drop_progress_columns(store: &Store) {
 /// gives it `admin`; a token made since has the scope it was made with.
 async fn tokens_made_before_scopes_keep_what_they_could_do(store: Store) {
     store.api_token_create("old", &"a".repeat(64), oduflow_store::TokenScope::Read, "test", 1).await.unwrap();
+    drop_webhooks(&store).await;
     execute_raw(&store, "ALTER TABLE api_tokens DROP COLUMN scope").await.unwrap();
     oduflow_store::testing::schema_rewind(&store, 19).await.unwrap();
     store.migrate().await.unwrap();
@@ -893,34 +901,34 @@ async fn an_inventory_pass_never_undoes_what_happened_after_it_began(store: Stor
         }
     };
     let before = store.orphans_before().await.unwrap();
-    store.orphans_record(std::slice::from_ref(&x), &before, 10).await.unwrap();
+    store.orphans_record(std::slice::from_ref(&x), &before, "test", 10).await.unwrap();
     // A pass begins at 15 (x open); an adoption stamped 12 (when its
     // command began) commits; then the pass, which listed x before it.
     let pass = store.orphans_before().await.unwrap();
     assert!(store.orphan_resolve("x", "adopted by acme", 12).await.unwrap());
-    store.orphans_record(std::slice::from_ref(&x), &pass, 15).await.unwrap();
+    store.orphans_record(std::slice::from_ref(&x), &pass, "test", 15).await.unwrap();
     assert_eq!(state("x").await, (Some(12), 10), "reopened by a pass that began before its resolution");
     // Two passes begin before z is recorded (at 20 and 25); the first
     // records it, an operator resolves it, then the second commits.
     let (first, second) = (store.orphans_before().await.unwrap(), store.orphans_before().await.unwrap());
-    store.orphans_record(std::slice::from_ref(&z), &first, 20).await.unwrap();
+    store.orphans_record(std::slice::from_ref(&z), &first, "test", 20).await.unwrap();
     assert!(store.orphan_resolve("z", "adopted by acme", 21).await.unwrap());
-    store.orphans_record(std::slice::from_ref(&z), &second, 25).await.unwrap();
+    store.orphans_record(std::slice::from_ref(&z), &second, "test", 25).await.unwrap();
     assert_eq!(state("z").await, (Some(21), 20), "reopened: resolved while the pass ran");
     // y is recorded at 30; a pass begins at 35 (y open), one that began at
     // 40 sees y, then the first commits without it.
-    store.orphans_record(std::slice::from_ref(&y), &store.orphans_before().await.unwrap(), 30).await.unwrap();
+    store.orphans_record(std::slice::from_ref(&y), &store.orphans_before().await.unwrap(), "test", 30).await.unwrap();
     let older = store.orphans_before().await.unwrap();
-    store.orphans_record(std::slice::from_ref(&y), &store.orphans_before().await.unwrap(), 40).await.unwrap();
-    store.orphans_record(&[], &older, 35).await.unwrap();
+    store.orphans_record(std::slice::from_ref(&y), &store.orphans_before().await.unwrap(), "test", 40).await.unwrap();
+    store.orphans_record(&[], &older, "test", 35).await.unwrap();
     assert_eq!(state("y").await, (None, 40), "resolved by a pass older than its last sighting");
-    store.orphans_record(std::slice::from_ref(&y), &older, 38).await.unwrap();
+    store.orphans_record(std::slice::from_ref(&y), &older, "test", 38).await.unwrap();
     assert_eq!(state("y").await, (None, 40), "a sighting moved back");
     // Passes that begin later do both: x and z, resolved before the pass
     // began and listed by it, are open again; y, open and no longer
     // listed, is resolved.
     let later = store.orphans_before().await.unwrap();
-    store.orphans_record(&[x.clone(), z.clone()], &later, 50).await.unwrap();
+    store.orphans_record(&[x.clone(), z.clone()], &later, "test", 50).await.unwrap();
     assert_eq!(state("x").await, (None, 50));
     assert_eq!(state("z").await, (None, 50));
     assert_eq!(state("y").await, (Some(50), 40));
@@ -941,7 +949,7 @@ async fn inventory_passes_side_by_side_all_commit(store: Store) {
         note: "test".into(),
     };
     let all: Vec<FoundOrphan> = (0..IDS).map(orphan).collect();
-    store.orphans_record(&all, &store.orphans_before().await.unwrap(), 1).await.unwrap();
+    store.orphans_record(&all, &store.orphans_before().await.unwrap(), "test", 1).await.unwrap();
     for round in 0..4 {
         let mut tasks = tokio::task::JoinSet::new();
         for p in 0..PASSES {
@@ -955,7 +963,7 @@ async fn inventory_passes_side_by_side_all_commit(store: Store) {
             found.rotate_left(p % n);
             tasks.spawn(async move {
                 let before = store.orphans_before().await?;
-                store.orphans_record(&found, &before, 10 + round * 10 + p as i64).await
+                store.orphans_record(&found, &before, "test", 10 + round * 10 + p as i64).await
             });
         }
         while let Some(r) = tasks.join_next().await {

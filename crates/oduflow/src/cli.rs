@@ -182,6 +182,9 @@ pub(crate) enum Cmd {
     /// Bearer tokens for `oduflow serve`.
     #[command(subcommand)]
     Token(crate::cmd::serve::TokenCmd),
+    /// Webhook endpoints: each state change POSTed, signed, to each.
+    #[command(subcommand)]
+    Webhook(crate::cmd::webhook::WebhookCmd),
     /// The embedded default end to end: a SQLite file, the in-process simulator with faults.
     Demo {
         /// How many clients to provision and then delete.

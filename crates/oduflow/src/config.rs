@@ -125,6 +125,10 @@ pub struct Config {
     /// setting (`ODUFLOW_ACTOR`, for a service driving the command line),
     /// else `cli:` and the login name.
     pub actor: String,
+    /// The key webhook endpoints' signing secrets are derived from
+    /// (`ODUFLOW_WEBHOOK_KEY`, never in a file); without it nothing is
+    /// delivered.
+    pub webhook_key: Option<oduflow_engine::webhook::WebhookKey>,
 }
 
 impl Config {
@@ -363,6 +367,9 @@ impl Config {
             root_password_command: fc.root_password_command,
             planted: oduflow_engine::PlantedBug::from_env().map_err(BadInput)?,
             actor: actor(env("ODUFLOW_ACTOR").or(fc.actor))?,
+            webhook_key: env("ODUFLOW_WEBHOOK_KEY")
+                .map(|k| oduflow_engine::webhook::WebhookKey::new(SecretString::from(k)).map_err(BadInput))
+                .transpose()?,
         };
         for a in &cfg.adapters {
             oduflow_engine::command_adapter::CommandAdapter::new(a.clone()).map_err(BadInput)?;

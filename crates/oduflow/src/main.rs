@@ -93,6 +93,8 @@ fn main() -> ExitCode {
                             | StoreError::UpdateRefused(_)
                             | StoreError::TokenExists(_)
                             | StoreError::TokenNotFound(_)
+                            | StoreError::WebhookExists(_)
+                            | StoreError::WebhookNotFound(_)
                             | StoreError::BackupUnsupported
                             | StoreError::FeedCursorAhead { .. }
                     )
@@ -161,6 +163,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Bench(_) => not_built("bench"),
         Cmd::Serve(args) => cmd::serve::serve(&cfg, args).await,
         Cmd::Token(c) => cmd::serve::token(&cfg, c).await,
+        Cmd::Webhook(c) => cmd::webhook::run(&cfg, c).await,
         Cmd::Reconcile { name, all, new_dispatch, by, json } => {
             cmd::reconcile::run(&cfg, name, all, new_dispatch, cfg.by(&by), json).await
         }

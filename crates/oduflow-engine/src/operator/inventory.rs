@@ -80,7 +80,7 @@ pub async fn inventory_settled<P: Provider>(
         .collect();
     let seen_ids = sort_listed(&mut inv, &listed, &by_label, &clients);
     let found = found_orphans(&inv, &by_label);
-    record_orphans(store, &found, &before, &clients, now_ms).await?;
+    record_orphans(store, &found, &before, &clients, by, now_ms).await?;
     inv.missing = missing(&receipts, &clients, &seen_ids);
     let mut by_name: Vec<&ClientRow> = clients.values().collect();
     by_name.sort_by_key(|c| &c.name);
@@ -191,9 +191,10 @@ async fn record_orphans(
     found: &[oduflow_store::FoundOrphan],
     before: &oduflow_store::OrphansBefore,
     clients: &HashMap<ClientId, ClientRow>,
+    by: &str,
     now_ms: i64,
 ) -> Result<()> {
-    store.orphans_record(found, before, now_ms).await?;
+    store.orphans_record(found, before, by, now_ms).await?;
     let mut owners: Vec<&ClientRow> = found
         .iter()
         .filter_map(|o| Label(o.label.clone()).owner())
@@ -203,7 +204,7 @@ async fn record_orphans(
     owners.sort_by_key(|c| &c.name);
     owners.dedup_by_key(|c| &c.name);
     for c in owners {
-        store.client_reconcile(&c.name, &[], "inventory: a live resource carries its label", now_ms, 20).await?;
+        store.client_reconcile(&c.name, &[], by, now_ms, 20).await?;
     }
     Ok(())
 }

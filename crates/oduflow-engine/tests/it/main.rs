@@ -474,6 +474,7 @@ async fn flip_present_absent_present_converges(store: Store) -> Result<()> {
 
 mod holes;
 mod waits;
+mod webhooks;
 
 mod operator_actions {
     use super::*;

@@ -17,4 +17,5 @@ pub mod reconcile;
 pub mod restore;
 pub mod serve;
 pub mod sim;
+pub mod webhook;
 pub mod worker;

@@ -127,10 +127,15 @@ pub async fn run(
             }
         }
     });
+    let webhooks = webhooks(cfg, &store, &worker.cfg.worker_id, &clock).await?;
     let (stats, probe) = (worker.stats.clone(), worker.clone());
     tokio::select! {
         r = drain(worker, until_settled, stop, shutdown_grace(cfg)) => r?,
         why = watch => anyhow::bail!("restore pending ({}): run `oduflow reconcile --all`", why.unwrap_or_default()),
+    }
+    // A delivery cut here is repeated by the next process (at least once).
+    if let Some(w) = webhooks {
+        w.abort();
     }
     provider.flush_budget().await;
     again("recording this host's high-water mark", || lineage::check(&store, clock.now_ms())).await?;
@@ -142,6 +147,31 @@ pub async fn run(
         stats.runs(oduflow_engine::RunResult::Failed)
     );
     Ok(())
+}
+
+/// The webhook delivery loop, beside the runs (a slow receiver holds up
+/// only its endpoint), when the key is set; without it, one warn line if
+/// endpoints are waiting.
+async fn webhooks(
+    cfg: &Config,
+    store: &oduflow_store::Store,
+    worker_id: &str,
+    clock: &SharedClock,
+) -> Result<Option<tokio::task::JoinHandle<()>>> {
+    use oduflow_engine::webhook::{Deliverer, WebhookConfig};
+    let Some(key) = cfg.webhook_key.clone() else {
+        let n = store.webhook_list().await?.len();
+        if n > 0 {
+            tracing::warn!("{n} webhook endpoint(s) and no ODUFLOW_WEBHOOK_KEY: this worker delivers nothing");
+        }
+        return Ok(None);
+    };
+    let deliverer = Deliverer::new(store.clone(), key, worker_id, clock.clone(), WebhookConfig::default());
+    let (_keep, stop) = tokio::sync::watch::channel(false);
+    Ok(Some(tokio::spawn(async move {
+        let _keep = _keep;
+        deliverer.run(stop).await
+    })))
 }
 
 /// Tries of one database call at the edges of a worker's life (its first

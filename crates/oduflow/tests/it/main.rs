@@ -9,6 +9,7 @@ mod servers;
 mod service;
 mod tidy;
 mod updates;
+mod webhooks;
 
 use oduflow_model::*;
 use oduflow_store::*;
