@@ -196,8 +196,67 @@ pub fn changes(from: &ClientSpec, to: &ClientSpec, created: bool) -> Vec<FieldCh
         .collect()
 }
 
+/// The update that takes a client from `current` to `desired` (a whole
+/// spec, as a declarative call states it): the fields that differ, among
+/// those an update may change; empty when nothing does. A difference in a
+/// field no update changes (the volume's type, SSH keys, user data, the
+/// hostname, IPv6, VPCs, backups) is refused, naming it.
+pub fn desired_update(name: &str, current: &ClientSpec, desired: &ClientSpec) -> Result<SpecUpdate, String> {
+    let (c, d) = (&current.server, &desired.server);
+    let host = |h: &str| if h.is_empty() { name.to_owned() } else { h.to_owned() };
+    let fixed = [
+        ("volume_type", current.volume_type != desired.volume_type),
+        ("ssh_keys", c.ssh_keys != d.ssh_keys),
+        ("user_data", c.user_data != d.user_data),
+        ("hostname", host(&c.hostname) != host(&d.hostname)),
+        ("ipv6", c.ipv6 != d.ipv6),
+        ("vpcs", c.vpcs != d.vpcs),
+        ("backups", c.backups != d.backups),
+    ];
+    if let Some((field, _)) = fixed.iter().find(|(_, differs)| *differs) {
+        return Err(format!(
+            "{field} differs from the client's, and no update changes it in place: delete the client and \
+             create it with the new {field}"
+        ));
+    }
+    Ok(SpecUpdate {
+        region: (current.region != desired.region).then(|| desired.region.clone()),
+        plan: (current.plan != desired.plan).then(|| desired.plan.clone()),
+        volume_gb: (current.volume_gb != desired.volume_gb).then_some(desired.volume_gb),
+        tags: (c.tags != d.tags).then(|| d.tags.clone()),
+        firewall_group: (c.firewall_group != d.firewall_group).then(|| d.firewall_group.clone().unwrap_or_default()),
+        dns_name: (current.dns_name != desired.dns_name).then(|| desired.dns_name.clone().unwrap_or_default()),
+        image: (current.image != desired.image).then(|| desired.image.clone()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_desired_spec_becomes_the_update_of_what_differs() {
+        let current = crate::ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
+        assert_eq!(super::desired_update("acme", &current, &current), Ok(super::SpecUpdate::default()));
+        let mut desired = current.clone();
+        desired.plan = "vc2-2c-4gb".into();
+        desired.volume_gb = 80;
+        desired.server.tags = vec!["web".into()];
+        let u = super::desired_update("acme", &current, &desired).unwrap();
+        assert_eq!(
+            (u.plan.as_deref(), u.volume_gb, u.tags.as_deref()),
+            (Some("vc2-2c-4gb"), Some(80), Some(&["web".to_owned()][..]))
+        );
+        assert_eq!((u.region, u.image, u.firewall_group, u.dns_name), (None, None, None, None));
+        let mut named = current.clone();
+        named.server.hostname = "acme".into();
+        assert_eq!(
+            super::desired_update("acme", &current, &named),
+            Ok(super::SpecUpdate::default()),
+            "the name is the default hostname"
+        );
+        desired.server.ssh_keys = vec!["k".into()];
+        assert!(super::desired_update("acme", &current, &desired).unwrap_err().starts_with("ssh_keys differs"));
+    }
+
     use super::*;
 
     fn spec() -> ClientSpec {

@@ -556,6 +556,51 @@ pub async fn clients_create(
     Ok((StatusCode::CREATED, Json(Accepted { client: (&row).into(), job_id })))
 }
 
+/// States a client's whole desired spec in one idempotent call, the body
+/// that of `POST /api/v1/clients` (its `name` the path's): a client that
+/// does not exist (or was deleted) is created (201, after the same
+/// preflight); one whose spec differs is updated with what differs (202,
+/// refused as `PATCH` would be, or 422 naming a field no update changes);
+/// one that already has it is left alone (200, no job).
+#[utoipa::path(put, path = "/api/v1/clients/{name}", tag = "clients", request_body = ClientCreate,
+    params(("name" = String, Path, description = "client name", example = "acme")),
+    responses((status = 200, body = Accepted, description = "the client already has this spec"),
+        (status = 201, body = Accepted), (status = 202, body = Accepted),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 502, body = ErrorBody)))]
+pub async fn clients_put(
+    State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ClientPath(name): ClientPath,
+    ApiJson(req): ApiJson<ClientCreate>,
+) -> ApiResult<Response> {
+    if req.name != name.as_str() {
+        return Err(ApiError::InvalidInput(format!("the body names {:?}, the path {name}", req.name)));
+    }
+    if req.recover.is_some() {
+        return Err(ApiError::InvalidInput("recover is for POST /api/v1/clients only".into()));
+    }
+    let checker = s.provider().filter(|_| req.preflight.unwrap_or(true));
+    let spec = spec_of(&s, &name, req)?;
+    let current = s.store().client_get(name.as_str()).await?;
+    let Some(c) = current.filter(|c| c.infra.target == oduflow_model::Target::Present) else {
+        let by = caller.actor();
+        let row = operator::client_create(s.store(), checker.as_deref(), &name, &spec, None, s.actor(&by)).await?;
+        let job_id = latest_queued_job(&s, &row).await?;
+        return Ok((StatusCode::CREATED, Json(Accepted { client: (&row).into(), job_id })).into_response());
+    };
+    let update =
+        oduflow_model::update::desired_update(name.as_str(), &c.infra.spec, &spec).map_err(ApiError::InvalidInput)?;
+    if update == oduflow_model::update::SpecUpdate::default() {
+        return Ok((StatusCode::OK, Json(Accepted { client: (&c).into(), job_id: None })).into_response());
+    }
+    let by = caller.actor();
+    let row = operator::client_update(s.store(), checker.as_deref(), name.as_str(), &update, s.actor(&by)).await?.row;
+    let job_id = latest_queued_job(&s, &row).await?;
+    Ok((StatusCode::ACCEPTED, Json(Accepted { client: (&row).into(), job_id })).into_response())
+}
+
 /// The request over its profile, validated into a spec.
 fn spec_of(s: &AppState, name: &oduflow_model::ClientName, req: ClientCreate) -> ApiResult<ClientSpec> {
     let profile = req.profile.clone();

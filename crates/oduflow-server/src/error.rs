@@ -25,6 +25,9 @@ pub enum ApiError {
     PayloadTooLarge(usize),
     #[error("a valid bearer token is required (Authorization: Bearer TOKEN)")]
     Unauthorized,
+    /// An `Idempotency-Key` first used with another request.
+    #[error("{0}")]
+    IdempotencyKeyReused(String),
     /// The token is valid but its scope is below the route's.
     #[error("{0}")]
     Forbidden(String),
@@ -72,7 +75,8 @@ pub struct ErrorBody {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// Stable machine-readable code: bad_request, invalid_input,
-    /// unsupported_media_type, payload_too_large, unauthorized, forbidden, not_found,
+    /// unsupported_media_type, payload_too_large, unauthorized, forbidden,
+    /// idempotency_key_reused, not_found,
     /// method_not_allowed, conflict, refused, read_only, key_mismatch,
     /// unavailable, database_down, provider_error.
     pub code: String,
@@ -89,6 +93,7 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::Unauthorized => "unauthorized",
             ApiError::Forbidden(_) => "forbidden",
+            ApiError::IdempotencyKeyReused(_) => "idempotency_key_reused",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
@@ -104,7 +109,7 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::InvalidInput(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::InvalidInput(_) | ApiError::IdempotencyKeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,

@@ -22,6 +22,7 @@ pub mod dashboard;
 pub mod error;
 mod extract;
 pub mod feed;
+pub mod idempotency;
 pub mod listen;
 mod metrics;
 mod openapi;
@@ -243,7 +244,10 @@ async fn method_not_allowed() -> ApiError {
 pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .route("/api/v1/clients", get(api::clients_list).post(api::clients_create))
-        .route("/api/v1/clients/{name}", get(api::clients_show).delete(api::clients_delete).patch(api::clients_update))
+        .route(
+            "/api/v1/clients/{name}",
+            get(api::clients_show).delete(api::clients_delete).patch(api::clients_update).put(api::clients_put),
+        )
         .route("/api/v1/clients/{name}/receipts", get(api::clients_receipts))
         .route("/api/v1/clients/{name}/events", get(api::clients_events))
         .route("/api/v1/clients/{name}/reconcile", post(api::clients_reconcile))
@@ -269,7 +273,8 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics::metrics))
         // Layers run outermost last-added first: the token, then its scope,
         // are checked before the read-only refusal, so a caller learns
-        // nothing it may not.
+        // nothing it may not; an idempotency key is looked up last.
+        .route_layer(middleware::from_fn_with_state(state.clone(), idempotency::idempotency))
         .route_layer(middleware::from_fn_with_state(state.clone(), refuse_actions_when_read_only))
         .route_layer(middleware::from_fn(auth::require_scope))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_bearer));

@@ -16,7 +16,7 @@ use utoipa::{Modify, OpenApi};
     info(title = "oduflow", description = "Operator API of oduflow: clients, interventions, actions, receipts, events, queue."),
     paths(
         api::health,
-        api::clients_list, api::clients_create, api::clients_show, api::clients_delete, api::clients_update,
+        api::clients_list, api::clients_create, api::clients_show, api::clients_delete, api::clients_update, api::clients_put,
         api::clients_receipts, api::clients_events,
         api::clients_reconcile, api::clients_adopt, api::clients_abandon, api::bulk_reconcile, api::bulk_abandon,
         api::clients_promote, api::import,
@@ -53,10 +53,35 @@ impl Modify for Bearer {
                 if let Some(op) = op.as_mut().filter(|op| op.security.is_none()) {
                     let scope = crate::auth::scope_needed(&method, route);
                     op.security = Some(vec![SecurityRequirement::new("bearer", [scope.as_str()])]);
+                    if method != Method::GET {
+                        op.parameters.get_or_insert_with(Vec::new).push(idempotency_key().into());
+                    }
                 }
             }
         }
     }
+}
+
+/// The `Idempotency-Key` header every changing operation takes.
+fn idempotency_key() -> utoipa::openapi::path::Parameter {
+    use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    let schema = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(crate::idempotency::IDEMPOTENCY_KEY_LEN_MAX))
+        .pattern(Some("^[!-~]+$"));
+    ParameterBuilder::new()
+        .name("Idempotency-Key")
+        .parameter_in(ParameterIn::Header)
+        .required(utoipa::openapi::Required::False)
+        .description(Some(
+            "A retry with the same key, method, path and body gets the first answer again (Idempotency-Replayed: \
+             true) and changes nothing more; the same key with another request: 422 idempotency_key_reused. \
+             Keys are the token's own, kept 24 h.",
+        ))
+        .schema(Some(schema))
+        .build()
 }
 
 /// The document as JSON text.

@@ -25,6 +25,7 @@ mod changes;
 mod clock;
 mod feed;
 pub mod files;
+mod idempotency;
 mod import;
 mod operator;
 mod orphans;
@@ -42,6 +43,7 @@ mod webhooks;
 pub use budget::*;
 pub use changes::*;
 pub use feed::*;
+pub use idempotency::*;
 pub use import::Import;
 pub use operator::*;
 pub use orphans::*;
@@ -398,7 +400,7 @@ impl BeginWrite for SqlitePool {
 pub const RECONCILE_PAYLOAD: &str = "reconcile";
 
 /// The migration this build needs (the last in [`Store::migrate`]).
-pub const SCHEMA_VERSION: i64 = 21;
+pub const SCHEMA_VERSION: i64 = 22;
 
 /// The PostgreSQL migrations, in order: (version, name, SQL). Embedded with
 /// include_str! rather than sqlx's `migrate!` macro, which would pull in
@@ -425,6 +427,7 @@ pub(crate) const PG_MIGRATIONS: &[(i64, &str, &str)] = &[
     (19, "event actor", include_str!("../migrations/postgres/0019_event_actor.sql")),
     (20, "token scopes", include_str!("../migrations/postgres/0020_token_scopes.sql")),
     (21, "webhooks", include_str!("../migrations/postgres/0021_webhooks.sql")),
+    (22, "idempotency keys", include_str!("../migrations/postgres/0022_idempotency_keys.sql")),
 ];
 
 /// The SQLite migrations, as [`PG_MIGRATIONS`].
@@ -450,6 +453,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
     (19, "event actor", include_str!("../migrations/sqlite/0019_event_actor.sql")),
     (20, "token scopes", include_str!("../migrations/sqlite/0020_token_scopes.sql")),
     (21, "webhooks", include_str!("../migrations/sqlite/0021_webhooks.sql")),
+    (22, "idempotency keys", include_str!("../migrations/sqlite/0022_idempotency_keys.sql")),
 ];
 
 /// The default database: a SQLite file in the working directory.

@@ -12,6 +12,7 @@ const ACTIONS: &[(&str, &str)] = &[
     ("POST", "/api/v1/clients"),
     ("DELETE", "/api/v1/clients/acme"),
     ("PATCH", "/api/v1/clients/acme"),
+    ("PUT", "/api/v1/clients/acme"),
     ("POST", "/api/v1/clients/acme/reconcile"),
     ("POST", "/api/v1/clients/acme/adopt"),
     ("POST", "/api/v1/clients/acme/abandon"),

@@ -104,6 +104,11 @@ async fn every_event_a_change_through_the_api_writes_names_its_token() {
     let calls: Vec<(&str, String, Value)> = vec![
         ("POST", "/api/v1/clients".into(), create_body("newcomer")),
         ("PATCH", "/api/v1/clients/acme-ready".into(), json!({ "tags": ["audited"] })),
+        (
+            "PUT",
+            "/api/v1/clients/declared".into(),
+            json!({ "name": "declared", "region": "ewr", "plan": "vc2-1c-1gb", "os_id": 2284, "volume_gb": 40 }),
+        ),
         ("POST", "/api/v1/clients/bad-plan/reconcile".into(), json!({})),
         ("POST", "/api/v1/clients/lost-create/adopt".into(), json!({ "kind": "vm", "id": vm })),
         ("POST", "/api/v1/clients/lost-again/abandon".into(), json!({ "kind": "vm", "by": "alice", "reason": "seen" })),

@@ -25,6 +25,7 @@ mod dashboard_at_scale;
 mod drift;
 mod dry_runs;
 mod feed;
+mod idempotency;
 mod import;
 mod listen;
 mod scopes;
@@ -275,6 +276,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/v1/clients/acme"),
     ("DELETE", "/api/v1/clients/acme"),
     ("PATCH", "/api/v1/clients/acme"),
+    ("PUT", "/api/v1/clients/acme"),
     ("GET", "/api/v1/clients/acme/receipts"),
     ("GET", "/api/v1/clients/acme/events"),
     ("POST", "/api/v1/clients/acme/reconcile"),

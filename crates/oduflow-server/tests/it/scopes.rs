@@ -1,6 +1,7 @@
 //! Token scopes: every route refuses, with 403 and nothing changed or asked
 //! of the provider, a token whose scope is below what the route needs; the
-//! OpenAPI document says what each operation needs.
+//! OpenAPI document says what each operation needs, and which take an
+//! `Idempotency-Key`.
 
 use super::*;
 use oduflow_store::TokenScope;
@@ -37,6 +38,8 @@ async fn every_route_refuses_a_token_below_its_scope_and_the_document_says_which
         let template = path.replace("/acme", "/{name}").replace("/00000000-0000-4000-8000-000000000000", "/{id}");
         if let Some(op) = doc["paths"][&template].get(method.to_ascii_lowercase()) {
             assert_eq!(op["security"], json!([{ "bearer": [needed.as_str()] }]), "{method} {template}");
+            let keyed = op["parameters"].as_array().into_iter().flatten().any(|p| p["name"] == "Idempotency-Key");
+            assert_eq!(keyed, *method != "GET", "{method} {template}: the Idempotency-Key header");
         } else {
             assert!(!path.starts_with("/api/"), "{method} {path} is not in the document");
         }
