@@ -81,7 +81,7 @@ async fn converge_guarded<P: Provider>(
             c.read_orphans(&view).await?;
         }
         let action = decide::decide(&c.inputs(&view));
-        tracing::debug!(client = %c.run.infra.client_id, ?action, "decided");
+        tracing::debug!(client = %c.run.infra.client_id, action = %serde_json::to_string(&action).unwrap_or_default(), "decided");
         if c.confirm_by_get(&action) {
             continue;
         }

@@ -1,6 +1,5 @@
-//! The worker: claims one job at a time per loop, runs it in its own task (so
-//! a panic is contained and rolls the main transaction back), applies its
-//! writes and commits once.
+//! The worker: claims one job at a time per loop, runs it in its own task (a
+//! panic is contained, rolling back), applies its writes and commits once.
 
 use crate::{EngineConfig, EngineError, ReceiptWriter, SharedClock, executor, fail_step};
 use oduflow_model::provider::Provider;
@@ -10,9 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a worker keeps going while every step fails (the database
-/// unreachable, or at its connection limit past the pool's 30 s wait)
-/// before it stops with the last error: a service manager restarts it, and
-/// `--until-settled` ends instead of waiting for ever.
+/// unreachable, or full past the pool's 30 s wait) before it stops with the
+/// last error: a service manager restarts it; `--until-settled` ends.
 pub const STORE_OUTAGE_MAX_MS: i64 = 5 * 60 * 1000;
 
 /// What one call of [`Worker::run_next`] did.
@@ -133,7 +131,9 @@ impl<P: Provider> Worker<P> {
             }
         };
         self.stats.ended(crate::RunResult::Failed, started.elapsed());
-        tracing::warn!(job = %cref.job_id, error = %error, "job run failed; its main transaction was rolled back");
+        let client = self.store.client_get_by_id(&cref.client_id).await.ok().flatten().map(|c| c.name);
+        let (client, id) = (client.unwrap_or_default(), &cref.client_id);
+        tracing::warn!(%client, client_id = %id, job = %cref.job_id, %error, "job run failed; its transaction rolled back");
         let state = self.store.job_record_failure(&cref, &error, self.now_ms(), self.cfg.retry_base_ms).await?;
         if state == JobState::Failed {
             // Its last attempt: the store blocked the client attempts_exhausted.

@@ -88,6 +88,20 @@ pub enum Outcome<T> {
     Unknown { reason: String },
 }
 
+impl<T> Outcome<T> {
+    /// One line for a log, a value rather than Rust's debug text:
+    /// `accepted` and what `accepted` says of the id, `rejected 422:
+    /// message`, `not sent: reason`, `unknown: reason`.
+    pub fn summary(&self, accepted: impl FnOnce(&T) -> String) -> String {
+        match self {
+            Outcome::Accepted(t) => format!("accepted {}", accepted(t)).trim_end().to_owned(),
+            Outcome::Rejected { status, message } => format!("rejected {status}: {message}"),
+            Outcome::NotSent { reason } => format!("not sent: {reason}"),
+            Outcome::Unknown { reason } => format!("unknown: {reason}"),
+        }
+    }
+}
+
 /// What a read says about an instance.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Instance {

@@ -66,7 +66,7 @@ impl Provider for VultrClient {
             }
             Some(id)
         });
-        tracing::info!(label = %req.label, ?outcome, "instance create sent");
+        tracing::info!(label = %req.label, outcome = %outcome.summary(|id| id.to_string()), "instance create sent");
         outcome
     }
 
@@ -95,7 +95,7 @@ impl Provider for VultrClient {
     async fn block_create(&self, req: &BlockRequest) -> Outcome<VultrBlockId> {
         let reply = self.post_once(&["blocks"], &wire::block_create_body(req)).await;
         let outcome = Self::classify(reply, |a| wire::created_id(&a.body, "block").map(VultrBlockId));
-        tracing::info!(label = %req.label, ?outcome, "block create sent");
+        tracing::info!(label = %req.label, outcome = %outcome.summary(|id| id.to_string()), "block create sent");
         outcome
     }
 
@@ -127,7 +127,7 @@ impl Provider for VultrClient {
             // 204 with no body: attachment is confirmed only by reading the block.
             reply => Self::classify(reply, |_| Some(())),
         };
-        tracing::info!(block = %id, %instance, ?outcome, "block attach sent");
+        tracing::info!(block = %id, %instance, outcome = %outcome.summary(|_| String::new()), "block attach sent");
         outcome
     }
 
@@ -144,7 +144,8 @@ impl Provider for VultrClient {
         let reply = self.patch_once(&["instances", id.as_str()], &wire::instance_update_body(change)).await;
         // 202 with the instance as it was: the change shows only on later reads.
         let outcome = Self::classify(reply, |_| Some(()));
-        tracing::info!(instance = %id, ?change, ?outcome, "instance update sent");
+        let change = serde_json::to_string(change).unwrap_or_default();
+        tracing::info!(instance = %id, %change, outcome = %outcome.summary(|_| String::new()), "instance update sent");
         outcome
     }
 
@@ -156,7 +157,7 @@ impl Provider for VultrClient {
         let reply = self.patch_once(&["blocks", id.as_str()], &wire::block_resize_body(size_gb)).await;
         // 204 with no body.
         let outcome = Self::classify(reply, |_| Some(()));
-        tracing::info!(block = %id, size_gb, ?outcome, "block resize sent");
+        tracing::info!(block = %id, size_gb, outcome = %outcome.summary(|_| String::new()), "block resize sent");
         outcome
     }
 

@@ -44,8 +44,42 @@ impl LogFormat {
     }
 }
 
+/// The format chosen at start, for [`say`].
+static FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
+
+/// A line for the operator on standard error, whatever the log level (a
+/// start-up line, a signal's notice, a stop summary, an error that ends
+/// the command): the text itself, or, in JSON, one object of the log
+/// lines' shape (`level` `INFO`, or `ERROR` with `error`), so a log
+/// collector reads every line.
+pub fn say(message: &str) {
+    line("INFO", message);
+}
+
+/// [`say`] for the error that ends a command.
+pub fn say_error(message: &str) {
+    line("ERROR", message);
+}
+
+fn line(level: &str, message: &str) {
+    if FORMAT.get() != Some(&LogFormat::Json) && LogFormat::from_env().ok() != Some(LogFormat::Json) {
+        eprintln!("{message}");
+        return;
+    }
+    let mut timestamp = String::new();
+    let _ = tracing_subscriber::fmt::time::SystemTime.format_time(&mut Writer::new(&mut timestamp));
+    let mut line = Map::new();
+    line.insert("timestamp".into(), Value::String(timestamp));
+    line.insert("level".into(), Value::String(level.into()));
+    line.insert("target".into(), Value::String("oduflow".into()));
+    line.insert("message".into(), Value::String(message.into()));
+    line.insert("fields".into(), Value::Object(Map::new()));
+    eprintln!("{}", Value::Object(line));
+}
+
 /// `ODUFLOW_LOG` (tracing filter syntax), else `default`, in `format`.
 pub fn init(default: &str, format: LogFormat) {
+    let _ = FORMAT.set(format);
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("ODUFLOW_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));

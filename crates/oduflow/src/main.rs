@@ -99,7 +99,7 @@ fn main() -> ExitCode {
                             | StoreError::FeedCursorAhead { .. }
                     )
                 );
-            eprintln!("oduflow: {}", chain(&e));
+            logs::say_error(&format!("oduflow: {}", chain(&e)));
             ExitCode::from(if bad_input { 2 } else { 1 })
         }
     }

@@ -31,10 +31,12 @@ pub(crate) fn install(what: &'static str) -> std::io::Result<watch::Receiver<boo
             seen += 1;
             if seen == 1 {
                 tracing::warn!("{what}: {name} received: stopping gracefully (a second signal stops at once)");
-                eprintln!("oduflow {what}: {name}: stopping gracefully; send it again to stop at once");
+                crate::logs::say(&format!(
+                    "oduflow {what}: {name}: stopping gracefully; send it again to stop at once"
+                ));
                 let _ = tx.send(true);
             } else {
-                eprintln!("oduflow {what}: second signal ({name}): stopping at once");
+                crate::logs::say(&format!("oduflow {what}: second signal ({name}): stopping at once"));
                 std::process::exit(killed_status(kind));
             }
         }

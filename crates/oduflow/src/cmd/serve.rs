@@ -91,11 +91,11 @@ pub async fn serve(cfg: &Config, args: ServeArgs) -> Result<()> {
         Some(p) => format!("key {}, rate group {}", p.fingerprint().short(), p.rate_group()),
         None => "READ-ONLY: VULTR_API_KEY is not set, actions answer 409 read_only".to_owned(),
     };
-    eprintln!(
+    crate::logs::say(&format!(
         "oduflow serve: listening on http://{}/ (API under /api/v1, /metrics, /openapi.json); database {}; {mode}",
         listener.local_addr()?,
         crate::setup::redacted_url(&cfg.database_url),
-    );
+    ));
     oduflow_server::serve_on(state, listener, crate::signals::stopped(stop)).await?;
     if let Some(p) = provider {
         p.flush_budget().await;

@@ -69,7 +69,7 @@ pub async fn run(
     // A database or a Vultr API that does not answer yet is waited for, within
     // `startup_retry_ms` (crate::startup); a stop ends the worker before it claims.
     let Some(store) = crate::startup::store(cfg, 2 * engine.concurrency as u32 + 4, &stop).await? else {
-        eprintln!("oduflow worker: stopped during start-up");
+        crate::logs::say("oduflow worker: stopped during start-up");
         return Ok(());
     };
     // Test builds: the store's share of a planted bug (the engine has its own).
@@ -87,7 +87,7 @@ pub async fn run(
     // every unbound client's create into a rejection; here it is one line
     // and nothing is sent.
     if crate::startup::account(cfg, &provider, &stop).await?.is_none() {
-        eprintln!("oduflow worker: stopped during start-up");
+        crate::logs::say("oduflow worker: stopped during start-up");
         return Ok(());
     }
     let adapters = identity_adapters(cfg, provider.as_ref(), &clock)?;
@@ -113,8 +113,7 @@ pub async fn run(
         cfg.rate_per_sec,
         worker.cfg.concurrency,
     );
-    tracing::info!("{started}");
-    eprintln!("{started}");
+    crate::logs::say(&started);
     warn_of_settings(cfg);
     // Keep this host's high-water mark fresh, and stop if the database turns
     // out to be a restored copy while running.
@@ -140,12 +139,12 @@ pub async fn run(
     provider.flush_budget().await;
     again("recording this host's high-water mark", || lineage::check(&store, clock.now_ms())).await?;
     let view = view_summary(probe.view_figures());
-    eprintln!(
+    crate::logs::say(&format!(
         "oduflow worker: stopped ({} run(s) done, {} to run again, {} failed{view})",
         stats.runs(oduflow_engine::RunResult::Done),
         stats.runs(oduflow_engine::RunResult::RunAgain),
         stats.runs(oduflow_engine::RunResult::Failed)
-    );
+    ));
     Ok(())
 }
 

@@ -274,3 +274,72 @@ async fn log_lines_are_json_objects_on_request() {
     assert!(err.contains("ODUFLOW_LOG_FORMAT") && err.contains("json"), "{err}");
     assert!(o.stdout.is_empty());
 }
+
+/// Every line a worker and `serve` write with `ODUFLOW_LOG_FORMAT=json` is a
+/// JSON object of the documented shape: their start-up lines, a 5xx, a
+/// block, the signal's notice and the stop summary included; its fields
+/// are values (never Rust's debug text), and a line about a client names
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_line_of_a_worker_and_serve_is_json_when_asked() {
+    use std::io::Read;
+    let env = Env::sqlite().await;
+    env.ok(&["init"]);
+    env.create_client("acme");
+    env.sim
+        .control()
+        .set_faults(oduflow_sim::Faults {
+            error_5xx: 1.0,
+            ops: vec![oduflow_sim::Op::InstanceCreate],
+            ..Default::default()
+        })
+        .unwrap();
+    let json = |args: &[&str]| {
+        let mut c = env.cmd(args);
+        c.env("ODUFLOW_LOG_FORMAT", "json").env("ODUFLOW_LOG", "info").stderr(Stdio::piped()).stdout(Stdio::null());
+        c.spawn().unwrap()
+    };
+    let store = env.store().await;
+    let mut worker = json(&["worker"]);
+    let until = Instant::now() + Duration::from_secs(60);
+    while store.client_get("acme").await.unwrap().unwrap().infra.status != ClientStatus::Blocked {
+        assert!(Instant::now() < until, "acme did not block");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut serve = json(&["serve", "--listen", "127.0.0.1:0"]);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut text = String::new();
+    for child in [&mut worker, &mut serve] {
+        let _ = Command::new("kill").arg(child.id().to_string()).status();
+        let _ = child.wait();
+        child.stderr.take().unwrap().read_to_string(&mut text).unwrap();
+    }
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("a line that is not JSON ({e}): {l}")))
+        .collect();
+    for l in &lines {
+        for key in ["timestamp", "level", "target", "message"] {
+            assert!(l[key].is_string(), "{key} missing: {l}");
+        }
+        let fields = l["fields"].as_object().unwrap_or_else(|| panic!("{l}"));
+        for (k, v) in fields {
+            let v = v.as_str().unwrap_or_default();
+            let debug = v.starts_with("Some(") || v.contains("(\"") || v.contains("Accepted(");
+            assert!(!debug, "field {k} is Rust's debug text: {l}");
+        }
+        if fields.contains_key("client_id") {
+            assert!(fields["client"].as_str().is_some_and(|c| c == "acme"), "a line about a client names it: {l}");
+        }
+    }
+    let has = |words: &str| lines.iter().any(|l| l["message"].as_str().unwrap().contains(words));
+    for words in ["oduflow worker", "stopping gracefully", "oduflow worker: stopped", "oduflow serve: listening on"] {
+        assert!(has(words), "no line with {words:?} in:\n{text}");
+    }
+    assert!(
+        lines.iter().any(|l| l["fields"]["status"] == 500 || l["message"].as_str().unwrap().contains("500")),
+        "{text}"
+    );
+    assert!(lines.iter().any(|l| l["fields"]["client"] == "acme" && l["fields"]["reason"].is_string()), "{text}");
+}
