@@ -1245,6 +1245,7 @@ mod cli_ux;
 mod clocks;
 mod deploy;
 mod dns;
+mod erp_example;
 mod identities;
 mod lags;
 mod live;
