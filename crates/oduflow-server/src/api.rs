@@ -39,6 +39,14 @@ fn status_schema() -> Object {
 fn reason_schema() -> Object {
     string_enum(BlockedReason::ALL.iter().map(|s| s.as_str()))
 }
+/// A blocked reason, or null (a client that is not blocked).
+fn reason_or_null_schema() -> Object {
+    let values = BlockedReason::ALL.iter().map(|s| serde_json::Value::from(s.as_str()));
+    ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::SchemaType::from_iter([Type::String, Type::Null]))
+        .enum_values(Some(values.chain([serde_json::Value::Null])))
+        .build()
+}
 fn target_schema() -> Object {
     string_enum(Target::ALL.iter().map(|s| s.as_str()))
 }
@@ -53,7 +61,7 @@ pub struct ClientView {
     pub name: String,
     #[schema(schema_with = status_schema)]
     pub status: ClientStatus,
-    #[schema(schema_with = reason_schema, nullable)]
+    #[schema(schema_with = reason_or_null_schema)]
     pub blocked_reason: Option<BlockedReason>,
     /// The engine's evidence for the block.
     pub blocked_detail: Option<String>,
@@ -140,18 +148,14 @@ impl From<&ClientRow> for ClientView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ClientDetail {
     pub client: ClientView,
-    #[schema(value_type = Vec<Object>)]
     pub receipts: Vec<ReceiptRow>,
-    #[schema(value_type = Vec<Object>)]
     pub jobs: Vec<JobRow>,
     pub resolutions: Vec<Resolution>,
     /// Change receipts (`client update`): one per resource and spec
     /// generation, with the PATCH sent and what reads confirmed.
-    #[schema(value_type = Vec<Object>)]
     pub changes: Vec<oduflow_store::ChangeRow>,
     /// The identity adapters' state (DNS record, VPN peer, Salt key...):
     /// ensured or failed, what each owns, as `client show --json` has it.
-    #[schema(value_type = Vec<Object>)]
     pub adapters: Vec<oduflow_store::AdapterStateRow>,
 }
 
@@ -205,7 +209,6 @@ pub struct Intervention {
     /// The engine's evidence text.
     pub evidence: Option<String>,
     /// The client's receipts: what was sent, what came back, observations.
-    #[schema(value_type = Vec<Object>)]
     pub receipts: Vec<ReceiptRow>,
     pub resolutions: Vec<Resolution>,
 }
@@ -721,7 +724,7 @@ pub async fn clients_delete(
 /// The client's receipts (read-only; receipts are never changed here).
 #[utoipa::path(get, path = "/api/v1/clients/{name}/receipts", tag = "evidence",
     params(("name" = String, Path, description = "client name", example = "acme")),
-    responses((status = 200, body = Vec<Object>), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+    responses((status = 200, body = Vec<ReceiptRow>), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 422, body = ErrorBody)))]
 pub async fn clients_receipts(
     State(s): State<AppState>,
@@ -734,7 +737,7 @@ pub async fn clients_receipts(
 /// The client's audit events, oldest first.
 #[utoipa::path(get, path = "/api/v1/clients/{name}/events", tag = "evidence",
     params(("name" = String, Path, description = "client name", example = "acme")),
-    responses((status = 200, body = Vec<Object>), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+    responses((status = 200, body = Vec<EventRow>), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 422, body = ErrorBody)))]
 pub async fn clients_events(State(s): State<AppState>, ClientPath(name): ClientPath) -> ApiResult<Json<Vec<EventRow>>> {
     let c = client_or_404(&s, name.as_str()).await?;
@@ -1026,7 +1029,7 @@ pub async fn interventions(State(s): State<AppState>, ApiQuery(page): ApiQuery<P
 
 /// Every receipt (read-only).
 #[utoipa::path(get, path = "/api/v1/receipts", tag = "evidence", params(Page),
-    responses((status = 200, body = Vec<Object>), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 200, body = Vec<ReceiptRow>), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn receipts(State(s): State<AppState>, ApiQuery(page): ApiQuery<Page>) -> ApiResult<Response> {
     page.of(s.store().receipts_all().await?)
 }
@@ -1128,7 +1131,7 @@ pub async fn orphans_delete(
 
 /// Recent audit events, newest first.
 #[utoipa::path(get, path = "/api/v1/events", tag = "evidence", params(EventFilter),
-    responses((status = 200, body = Vec<Object>), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 200, body = Vec<EventRow>), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn events(State(s): State<AppState>, ApiQuery(f): ApiQuery<EventFilter>) -> ApiResult<Json<Vec<EventRow>>> {
     let limit = f.limit.unwrap_or(EVENTS_LIMIT_DEFAULT);
     if !(1..=EVENTS_LIMIT_MAX).contains(&limit) {

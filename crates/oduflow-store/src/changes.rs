@@ -47,11 +47,14 @@ pub fn change_key(client: &ClientId, kind: ResourceKind, spec_generation: i64, r
 /// changes is public; how far it has come is read through
 /// [`ChangeRow::effect`] and the accessors, never from its columns.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChangeRow {
     pub operation_key: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub resource_kind: ResourceKind,
     pub resource_id: String,
     pub spec_generation: i64,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub change: serde_json::Value,
     claimed_ms: i64,
     sent_ms: Option<i64>,

@@ -606,16 +606,20 @@ impl ReceiptLedger {
 
 /// Where one adapter's identity stands for one client.
 #[derive(Clone, Debug, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AdapterStateRow {
     pub adapter: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub state: AdapterState,
     pub detail: String,
     pub failures: i64,
     pub updated_ms: i64,
     /// What the adapter records it owns (`{}`: nothing yet).
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub owned: serde_json::Value,
     pub owned_version: i64,
     /// The facts the identity was last ensured with (`{}`: never).
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub facts: serde_json::Value,
 }
 

@@ -258,16 +258,22 @@ pub(crate) fn json_col(s: &str) -> Result<serde_json::Value> {
 
 /// One queued unit of work.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobRow {
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub id: JobId,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub client_id: ClientId,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub kind: JobKind,
     pub generation: i64,
     pub identity_key: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub state: JobState,
     pub attempts: i64,
     pub attempts_max: i64,
     pub run_after_ms: i64,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub payload: serde_json::Value,
     pub last_error: Option<String>,
     pub created_ms: i64,
@@ -303,18 +309,25 @@ pub use oduflow_model::ledger::{Effect, IdSource};
 /// [`ReceiptRow::progress`] and the accessors below, never from its
 /// columns, so that one reading of them serves every caller.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReceiptRow {
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub operation_key: OperationKey,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub client_ref: ClientId,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub resource_kind: ResourceKind,
     pub dispatch_generation: i64,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub label: Label,
     pub region: String,
     pub spec_digest: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub key_fingerprint: KeyFingerprint,
     claimed_ms: i64,
     sent_ms: Option<i64>,
     resource_id: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     resource_id_source: Option<IdSource>,
     rejection_status: Option<i64>,
     rejection_message: Option<String>,
@@ -521,10 +534,12 @@ pub(crate) const RECEIPT_OUTCOME_SQL: &str = "CASE \
 
 /// One audit event.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EventRow {
     pub id: i64,
     pub client_ref: Option<String>,
     pub kind: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub detail: serde_json::Value,
     pub at_ms: i64,
     /// Who asked for the change it records: `api-token:NAME`, the command

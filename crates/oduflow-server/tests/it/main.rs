@@ -21,6 +21,7 @@ use std::time::Duration;
 mod actions;
 mod actors;
 mod bulk;
+mod conformance;
 mod dashboard_at_scale;
 mod drift;
 mod dry_runs;
