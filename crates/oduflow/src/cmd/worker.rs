@@ -126,7 +126,7 @@ pub async fn run(
             }
         }
     });
-    let webhooks = webhooks(cfg, &store, &worker.cfg.worker_id, &clock).await?;
+    let webhooks = webhooks(cfg, &store, &worker.cfg.worker_id, &clock).await;
     let (stats, probe) = (worker.stats.clone(), worker.clone());
     tokio::select! {
         r = drain(worker, until_settled, stop, shutdown_grace(cfg)) => r?,
@@ -150,27 +150,29 @@ pub async fn run(
 
 /// The webhook delivery loop, beside the runs (a slow receiver holds up
 /// only its endpoint), when the key is set; without it, one warn line if
-/// endpoints are waiting.
+/// endpoints are waiting (best effort: a database that fails this read
+/// stops no worker).
 async fn webhooks(
     cfg: &Config,
     store: &oduflow_store::Store,
     worker_id: &str,
     clock: &SharedClock,
-) -> Result<Option<tokio::task::JoinHandle<()>>> {
+) -> Option<tokio::task::JoinHandle<()>> {
     use oduflow_engine::webhook::{Deliverer, WebhookConfig};
     let Some(key) = cfg.webhook_key.clone() else {
-        let n = store.webhook_list().await?.len();
-        if n > 0 {
-            tracing::warn!("{n} webhook endpoint(s) and no ODUFLOW_WEBHOOK_KEY: this worker delivers nothing");
+        match store.webhook_list().await.map(|l| l.len()) {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!("{n} webhook endpoint(s) and no ODUFLOW_WEBHOOK_KEY: this worker delivers nothing"),
+            Err(e) => tracing::warn!(error = %e, "could not read the webhook endpoints; this worker delivers nothing"),
         }
-        return Ok(None);
+        return None;
     };
     let deliverer = Deliverer::new(store.clone(), key, worker_id, clock.clone(), WebhookConfig::default());
     let (_keep, stop) = tokio::sync::watch::channel(false);
-    Ok(Some(tokio::spawn(async move {
+    Some(tokio::spawn(async move {
         let _keep = _keep;
         deliverer.run(stop).await
-    })))
+    }))
 }
 
 /// Tries of one database call at the edges of a worker's life (its first
