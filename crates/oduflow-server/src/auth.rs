@@ -25,8 +25,12 @@ use sha2::{Digest, Sha256};
 /// Marks oduflow tokens, so secret scanners and people recognise one.
 pub const TOKEN_PREFIX: &str = "odf_";
 
-/// The cookie the dashboard's login form sets.
-pub const COOKIE_NAME: &str = "oduflow_token";
+/// The dashboard's session cookie: a random session id, never a token.
+pub const SESSION_COOKIE: &str = "oduflow_session";
+/// The sign-in form's anti-forgery cookie (its value is in the form too).
+pub const CSRF_COOKIE: &str = "oduflow_csrf";
+/// How long a dashboard session lasts.
+pub const SESSION_TTL_MS: i64 = 12 * 3600 * 1000;
 
 /// Longest token name: a label for people, shown in lists and audit events.
 pub const TOKEN_NAME_LEN_MAX: usize = 64;
@@ -59,6 +63,11 @@ pub fn token_name_check(name: &str) -> Result<(), String> {
     }
 }
 
+/// Two secrets compared in constant time.
+pub(crate) fn same(a: &str, b: &str) -> bool {
+    ct_eq(a.as_bytes(), b.as_bytes())
+}
+
 /// Equality whose running time depends only on the lengths.
 fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
@@ -75,6 +84,7 @@ fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 /// actor of what it changes) and what that token may do.
 #[derive(Clone, Debug)]
 pub struct Caller {
+    pub token_id: oduflow_store::ApiTokenId,
     pub token_name: String,
     pub scope: TokenScope,
 }
@@ -130,7 +140,7 @@ pub(crate) async fn authenticate(state: &AppState, presented: &str) -> Result<Op
     let mut found = None;
     for live in state.store().api_token_digests_live().await? {
         if ct_eq(live.token_sha256.as_bytes(), digest.as_bytes()) {
-            found = Some(Caller { token_name: live.name, scope: live.scope });
+            found = Some(Caller { token_id: live.id, token_name: live.name, scope: live.scope });
         }
     }
     Ok(found)
@@ -142,15 +152,48 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-pub(crate) fn cookie_token(headers: &HeaderMap) -> Option<String> {
+/// The value of the cookie `name`.
+pub(crate) fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|c| c.trim().split_once('='))
-        .find(|(k, _)| *k == COOKIE_NAME)
+        .find(|(k, _)| *k == name)
         .map(|(_, v)| v.to_owned())
+}
+
+/// Whether the browser reached us over TLS: a proxy in front that
+/// terminates it says so (`X-Forwarded-Proto: https`, or `Forwarded` with
+/// `proto=https`). Cookies are then `Secure`.
+pub(crate) fn over_tls(headers: &HeaderMap) -> bool {
+    let says =
+        |h: header::HeaderName, f: fn(&str) -> bool| headers.get_all(h).iter().filter_map(|v| v.to_str().ok()).any(f);
+    says(header::HeaderName::from_static("x-forwarded-proto"), |v| {
+        v.split(',').next().is_some_and(|p| p.trim().eq_ignore_ascii_case("https"))
+    }) || says(header::FORWARDED, |v| v.to_ascii_lowercase().contains("proto=https"))
+}
+
+/// A cookie's `Set-Cookie` value: HttpOnly, SameSite=Strict, `Secure` over
+/// TLS; `max_age_s` 0 clears it.
+pub(crate) fn set_cookie(name: &str, value: &str, path: &str, max_age_s: i64, tls: bool) -> String {
+    let secure = if tls { "; Secure" } else { "" };
+    format!("{name}={value}; HttpOnly; SameSite=Strict; Path={path}; Max-Age={max_age_s}{secure}")
+}
+
+/// The anti-forgery value of a session's forms: derived from its id, so a
+/// page elsewhere, which cannot read the cookie, cannot make it.
+pub(crate) fn session_csrf(session_id: &str) -> String {
+    token_sha256(&format!("csrf:{session_id}"))
+}
+
+/// A session's caller: the token it was opened with, while the session is
+/// live.
+async fn session_caller(state: &AppState, headers: &HeaderMap) -> Result<Option<Caller>, ApiError> {
+    let Some(id) = cookie(headers, SESSION_COOKIE) else { return Ok(None) };
+    let live = state.store().session_live(&token_sha256(&id), state.now_ms()).await?;
+    Ok(live.map(|s| Caller { token_id: s.token_id, token_name: s.token_name, scope: s.scope }))
 }
 
 /// Guards the JSON API, `/openapi.json` and `/metrics`: a bearer token or 401.
@@ -176,8 +219,16 @@ pub(crate) async fn require_browser(State(state): State<AppState>, mut req: Requ
     struct TokenQuery {
         token: Option<String>,
     }
+    match session_caller(&state, req.headers()).await {
+        Ok(Some(c)) => {
+            req.extensions_mut().insert(c);
+            return next.run(req).await;
+        }
+        Ok(None) => {}
+        Err(e) => return e.into_response(),
+    }
     let query_token = axum::extract::Query::<TokenQuery>::try_from_uri(req.uri()).ok().and_then(|q| q.0.token);
-    let candidates = [bearer(req.headers()).map(str::to_owned), cookie_token(req.headers()), query_token];
+    let candidates = [bearer(req.headers()).map(str::to_owned), query_token];
     for t in candidates.into_iter().flatten() {
         match authenticate(&state, &t).await {
             Ok(Some(c)) => {
@@ -188,7 +239,7 @@ pub(crate) async fn require_browser(State(state): State<AppState>, mut req: Requ
             Err(e) => return e.into_response(),
         }
     }
-    crate::dashboard::login_page(None)
+    crate::dashboard::login_page(req.headers(), None)
 }
 
 #[cfg(test)]
@@ -224,7 +275,10 @@ mod tests {
         assert_eq!(bearer(&h), Some("odf_x"));
         h.insert(header::AUTHORIZATION, "Basic odf_x".parse().unwrap());
         assert_eq!(bearer(&h), None);
-        h.insert(header::COOKIE, "a=1; oduflow_token=odf_y".parse().unwrap());
-        assert_eq!(cookie_token(&h).as_deref(), Some("odf_y"));
+        h.insert(header::COOKIE, "a=1; oduflow_session=abc".parse().unwrap());
+        assert_eq!(cookie(&h, SESSION_COOKIE).as_deref(), Some("abc"));
+        assert!(!over_tls(&h));
+        h.insert("x-forwarded-proto", "https".parse().unwrap());
+        assert!(over_tls(&h));
     }
 }

@@ -9,10 +9,10 @@
 //! Policy forbids scripts altogether, as a second line.
 
 use crate::AppState;
-use crate::auth::{COOKIE_NAME, Caller, authenticate};
+use crate::auth::{CSRF_COOKIE, Caller, SESSION_COOKIE, SESSION_TTL_MS, authenticate, cookie, over_tls, set_cookie};
 use crate::error::{ApiError, ApiResult};
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Form};
 use oduflow_model::{BlockedReason, ClientStatus};
@@ -84,43 +84,93 @@ fn html(status: StatusCode, body: String) -> Response {
     r
 }
 
-/// The login form, shown (with 401) to a browser without a valid token.
-pub(crate) fn login_page(error: Option<&str>) -> Response {
+/// Adds a `Set-Cookie` to `r`.
+fn with_cookie(mut r: Response, cookie: &str) -> Response {
+    if let Ok(v) = HeaderValue::from_str(cookie) {
+        r.headers_mut().append(header::SET_COOKIE, v);
+    }
+    r
+}
+
+/// The login form, shown (with 401) to a browser without a valid session;
+/// its anti-forgery value is in a cookie and in the form, and the sign-in
+/// is refused unless both agree (a page elsewhere cannot read the cookie).
+pub(crate) fn login_page(headers: &HeaderMap, error: Option<&str>) -> Response {
     let err = error.map(|e| format!("<p class=\"status-blocked\">{}</p>", esc(e))).unwrap_or_default();
+    let csrf = crate::auth::token_generate();
     let body = format!(
         "<h1>oduflow</h1><p>Sign in with an API token (create one with <code>oduflow token create NAME</code>).</p>{err}\
-         <form method=\"post\" action=\"/login\"><input type=\"password\" name=\"token\" size=\"70\" autocomplete=\"off\" \
+         <form method=\"post\" action=\"/login\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+         <input type=\"password\" name=\"token\" size=\"70\" autocomplete=\"off\" \
          placeholder=\"odf_...\"> <button type=\"submit\">Sign in</button></form>"
     );
-    html(StatusCode::UNAUTHORIZED, page("oduflow: sign in", &body, false))
+    let r = html(StatusCode::UNAUTHORIZED, page("oduflow: sign in", &body, false));
+    with_cookie(r, &set_cookie(CSRF_COOKIE, &csrf, "/login", 3600, over_tls(headers)))
 }
 
 #[derive(serde::Deserialize)]
 pub(crate) struct LoginForm {
     token: String,
+    #[serde(default)]
+    csrf: String,
 }
 
-/// Checks the token; on success sets an HttpOnly, SameSite=Strict cookie
-/// holding it and sends the browser to the dashboard.
+/// Checks the form's anti-forgery value and the token; on success opens a
+/// session (the cookie holds its random id, never the token: HttpOnly,
+/// SameSite=Strict, Secure over TLS, 12 h) and sends the browser to the
+/// dashboard.
 pub(crate) async fn login(
     State(s): State<AppState>,
+    headers: HeaderMap,
     form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     let Ok(Form(f)) = form else {
-        return login_page(Some("the form could not be read"));
+        return login_page(&headers, Some("the form could not be read"));
     };
+    let expected = cookie(&headers, CSRF_COOKIE).unwrap_or_default();
+    if expected.is_empty() || !crate::auth::same(&expected, &f.csrf) {
+        return login_page(&headers, Some("the sign-in form expired or did not come from this page; sign in again"));
+    }
     match authenticate(&s, f.token.trim()).await {
-        Ok(Some(_)) => {
-            let cookie = format!("{COOKIE_NAME}={}; HttpOnly; SameSite=Strict; Path=/", f.token.trim());
-            let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
-            if let Ok(v) = HeaderValue::from_str(&cookie) {
-                r.headers_mut().insert(header::SET_COOKIE, v);
+        Ok(Some(c)) => {
+            let id = crate::auth::token_generate();
+            let sha = crate::auth::token_sha256(&id);
+            if let Err(e) = s.store().session_create(&sha, &c.token_id, s.now_ms(), SESSION_TTL_MS).await {
+                return ApiError::from(e).into_response();
             }
-            r
+            let tls = over_tls(&headers);
+            let r = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
+            let r = with_cookie(r, &set_cookie(SESSION_COOKIE, &id, "/", SESSION_TTL_MS / 1000, tls));
+            with_cookie(r, &set_cookie(CSRF_COOKIE, "", "/login", 0, tls))
         }
-        Ok(None) => login_page(Some("that token is not valid")),
+        Ok(None) => login_page(&headers, Some("that token is not valid")),
         Err(e) => e.into_response(),
     }
+}
+
+#[derive(serde::Deserialize)]
+pub(crate) struct LogoutForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+/// Ends the browser's session (the form's anti-forgery value must be the
+/// session's) and clears its cookie.
+pub(crate) async fn logout(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    form: Result<Form<LogoutForm>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    let id = cookie(&headers, SESSION_COOKIE).unwrap_or_default();
+    let csrf = form.map(|Form(f)| f.csrf).unwrap_or_default();
+    if id.is_empty() || !crate::auth::same(&crate::auth::session_csrf(&id), &csrf) {
+        return ApiError::Forbidden("sign out from the dashboard's own form".into()).into_response();
+    }
+    if let Err(e) = s.store().session_revoke(&crate::auth::token_sha256(&id), s.now_ms()).await {
+        return ApiError::from(e).into_response();
+    }
+    let r = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
+    with_cookie(r, &set_cookie(SESSION_COOKIE, "", "/", 0, over_tls(&headers)))
 }
 
 fn outcome(r: &oduflow_store::ReceiptRow) -> String {
@@ -153,6 +203,7 @@ pub const CASES_PER_GROUP: usize = 3;
 pub(crate) async fn dashboard(
     State(s): State<AppState>,
     Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
     crate::extract::ApiQuery(q): crate::extract::ApiQuery<DashboardQuery>,
 ) -> ApiResult<Response> {
     let store = s.store();
@@ -175,6 +226,14 @@ pub(crate) async fn dashboard(
         esc(&utc(now)),
         esc(&caller.token_name)
     );
+    if let Some(id) = cookie(&headers, SESSION_COOKIE) {
+        let csrf = crate::auth::session_csrf(&id);
+        let _ = write!(
+            b,
+            "<form method=\"post\" action=\"/logout\" id=\"logout\"><input type=\"hidden\" name=\"csrf\" \
+             value=\"{csrf}\"><button type=\"submit\">Sign out</button></form>"
+        );
+    }
     b.push_str("<h2>Clients by status</h2><div class=\"counts\" id=\"counts\">");
     for st in ClientStatus::ALL {
         let n = clients.iter().filter(|c| c.infra.status == *st).count();

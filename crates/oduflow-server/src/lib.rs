@@ -284,6 +284,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/health", get(api::health))
         .route("/login", post(dashboard::login))
+        .route("/logout", post(dashboard::logout))
         .merge(api)
         .merge(dashboard)
         .fallback(not_found)

@@ -400,7 +400,7 @@ impl BeginWrite for SqlitePool {
 pub const RECONCILE_PAYLOAD: &str = "reconcile";
 
 /// The migration this build needs (the last in [`Store::migrate`]).
-pub const SCHEMA_VERSION: i64 = 22;
+pub const SCHEMA_VERSION: i64 = 23;
 
 /// The PostgreSQL migrations, in order: (version, name, SQL). Embedded with
 /// include_str! rather than sqlx's `migrate!` macro, which would pull in
@@ -428,6 +428,7 @@ pub(crate) const PG_MIGRATIONS: &[(i64, &str, &str)] = &[
     (20, "token scopes", include_str!("../migrations/postgres/0020_token_scopes.sql")),
     (21, "webhooks", include_str!("../migrations/postgres/0021_webhooks.sql")),
     (22, "idempotency keys", include_str!("../migrations/postgres/0022_idempotency_keys.sql")),
+    (23, "dashboard sessions", include_str!("../migrations/postgres/0023_dashboard_sessions.sql")),
 ];
 
 /// The SQLite migrations, as [`PG_MIGRATIONS`].
@@ -454,6 +455,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[
     (20, "token scopes", include_str!("../migrations/sqlite/0020_token_scopes.sql")),
     (21, "webhooks", include_str!("../migrations/sqlite/0021_webhooks.sql")),
     (22, "idempotency keys", include_str!("../migrations/sqlite/0022_idempotency_keys.sql")),
+    (23, "dashboard sessions", include_str!("../migrations/sqlite/0023_dashboard_sessions.sql")),
 ];
 
 /// The default database: a SQLite file in the working directory.

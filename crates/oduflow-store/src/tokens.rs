@@ -70,6 +70,7 @@ pub struct ApiTokenRow {
 /// check. Deliberately not `Serialize`: it never leaves the process.
 #[derive(Clone)]
 pub struct ApiTokenDigest {
+    pub id: ApiTokenId,
     pub name: String,
     pub scope: TokenScope,
     pub token_sha256: String,
@@ -86,7 +87,64 @@ impl std::fmt::Debug for ApiTokenDigest {
     }
 }
 
+/// A live dashboard session: the token it was opened with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionRow {
+    pub token_id: ApiTokenId,
+    pub token_name: String,
+    pub scope: TokenScope,
+    pub expires_ms: i64,
+}
+
 impl Store {
+    /// Opens a dashboard session for `token_id` until `now_ms + ttl_ms`;
+    /// expired sessions are cleared on the way.
+    pub async fn session_create(&self, id_sha256: &str, token_id: &ApiTokenId, now_ms: i64, ttl_ms: i64) -> Result<()> {
+        crate::named("session_create", async move {
+            both!(self, p => {
+                let mut tx = crate::BeginWrite::begin_write(p).await?;
+                sqlx::query("DELETE FROM dashboard_sessions WHERE expires_ms < $1").bind(now_ms).execute(&mut *tx).await?;
+                sqlx::query(
+                    "INSERT INTO dashboard_sessions (id_sha256, token_id, created_ms, expires_ms) VALUES ($1, $2, $3, $4)")
+                    .bind(id_sha256).bind(&token_id.0).bind(now_ms).bind(now_ms + ttl_ms).execute(&mut *tx).await?;
+                tx.commit().await?;
+            });
+            Ok(())
+        })
+        .await
+    }
+
+    /// The session, while it is unexpired, not signed out, and its token
+    /// not revoked.
+    pub async fn session_live(&self, id_sha256: &str, now_ms: i64) -> Result<Option<SessionRow>> {
+        crate::named("session_live", async move {
+            both!(self, p => {
+                let row: Option<(String, String, String, i64)> = sqlx::query_as(
+                    "SELECT t.id, t.name, t.scope, s.expires_ms FROM dashboard_sessions s \
+                     JOIN api_tokens t ON t.id = s.token_id AND t.revoked_ms IS NULL \
+                     WHERE s.id_sha256 = $1 AND s.revoked_ms IS NULL AND s.expires_ms > $2")
+                    .bind(id_sha256).bind(now_ms).fetch_optional(p).await?;
+                row.map(|(id, name, scope, expires_ms)| {
+                    Ok(SessionRow { token_id: ApiTokenId(id), token_name: name, scope: scope_col(&scope)?, expires_ms })
+                })
+                .transpose()
+            })
+        })
+        .await
+    }
+
+    /// Ends a session (sign-out); whether it was live.
+    pub async fn session_revoke(&self, id_sha256: &str, now_ms: i64) -> Result<bool> {
+        crate::named("session_revoke", async move {
+            both!(self, p => {
+                let n = sqlx::query("UPDATE dashboard_sessions SET revoked_ms = $2 WHERE id_sha256 = $1 AND revoked_ms IS NULL")
+                    .bind(id_sha256).bind(now_ms).execute(p).await?.rows_affected();
+                Ok(n == 1)
+            })
+        })
+        .await
+    }
+
     /// Stores a new token's digest under `name`. A live token with the same
     /// name is refused (`TokenExists`), so revocation by name is unambiguous.
     pub async fn api_token_create(
@@ -169,11 +227,13 @@ impl Store {
     pub async fn api_token_digests_live(&self) -> Result<Vec<ApiTokenDigest>> {
         crate::named("api_token_digests_live", async move {
             both!(self, p => {
-                let rows: Vec<(String, String, String)> = sqlx::query_as(
-                    "SELECT name, scope, token_sha256 FROM api_tokens WHERE revoked_ms IS NULL ORDER BY id")
+                let rows: Vec<(String, String, String, String)> = sqlx::query_as(
+                    "SELECT id, name, scope, token_sha256 FROM api_tokens WHERE revoked_ms IS NULL ORDER BY id")
                     .fetch_all(p).await?;
                 rows.into_iter()
-                    .map(|(name, scope, token_sha256)| Ok(ApiTokenDigest { name, scope: scope_col(&scope)?, token_sha256 }))
+                    .map(|(id, name, scope, token_sha256)| {
+                        Ok(ApiTokenDigest { id: ApiTokenId(id), name, scope: scope_col(&scope)?, token_sha256 })
+                    })
                     .collect()
             })
         })

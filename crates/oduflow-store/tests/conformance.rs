@@ -171,8 +171,9 @@ async fn the_feed_reads_every_event_once_in_commit_order(store: Store) {
     assert!(moved.unwrap_err().contains("a feed position never changes"));
 }
 
-/// The tables migrations 21 and 22 added.
+/// The tables migrations 21 to 23 added.
 async fn drop_webhooks(store: &Store) {
+    execute_raw(store, "DROP TABLE dashboard_sessions").await.unwrap();
     execute_raw(store, "DROP TABLE idempotency_keys").await.unwrap();
     execute_raw(store, "DROP TABLE webhook_dead_letters").await.unwrap();
     execute_raw(store, "DROP TABLE webhook_endpoints").await.unwrap();

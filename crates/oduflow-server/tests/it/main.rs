@@ -402,26 +402,93 @@ async fn a_revoked_token_stops_working_at_once() {
 }
 
 #[tokio::test]
-async fn dashboard_login_sets_an_httponly_cookie_that_only_the_dashboard_accepts() {
+async fn dashboard_login_opens_a_session_of_its_own_that_only_the_dashboard_accepts() {
     let h = H::start().await;
-    let form = |t: &str| h.http.post(h.url("/login")).form(&[("token", t)]);
-    let r = form("odf_nope").send().await.unwrap();
+    // The sign-in form: its anti-forgery value in a cookie and in the form.
+    let login = h.http.get(h.url("/")).send().await.unwrap();
+    assert_eq!(login.status().as_u16(), 401);
+    let csrf_cookie = login.headers()["set-cookie"].to_str().unwrap().to_owned();
+    let page = login.text().await.unwrap();
+    let csrf = page.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_owned();
+    let csrf_pair = csrf_cookie.split(';').next().unwrap().to_owned();
+    assert!(csrf_pair.ends_with(&csrf), "{csrf_cookie} {csrf}");
+    let form = |t: &str, c: &str, cookie: &str| {
+        h.http.post(h.url("/login")).header("cookie", cookie).form(&[("token", t), ("csrf", c)])
+    };
+    // Without the cookie (a page elsewhere posting the form), or with a
+    // wrong value: refused, no session.
+    for (c, cookie) in [(csrf.as_str(), ""), ("forged", csrf_pair.as_str()), ("", csrf_pair.as_str())] {
+        let r = form(&h.token, c, cookie).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 401);
+        assert!(!r.headers().get_all("set-cookie").iter().any(|v| v.to_str().unwrap().starts_with("oduflow_session=")));
+    }
+    let r = form("odf_nope", &csrf, &csrf_pair).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 401);
-    assert!(r.headers().get("set-cookie").is_none());
-    let r = form(&h.token).send().await.unwrap();
+    let r = form(&h.token, &csrf, &csrf_pair).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 303);
-    let cookie = r.headers()["set-cookie"].to_str().unwrap().to_owned();
-    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
-    let pair = cookie.split(';').next().unwrap().to_owned();
+    let session = r
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .find(|c| c.starts_with("oduflow_session="))
+        .expect("a session cookie");
+    assert!(session.contains("HttpOnly") && session.contains("SameSite=Strict") && session.contains("Max-Age=43200"));
+    assert!(!session.contains("Secure"), "plain HTTP: {session}");
+    assert!(!session.contains(&h.token), "the cookie holds the token: {session}");
+    let pair = session.split(';').next().unwrap().to_owned();
     let page = h.http.get(h.url("/")).header("cookie", &pair).send().await.unwrap();
     assert_eq!(page.status().as_u16(), 200);
     assert_eq!(page.headers()["content-type"], "text/html; charset=utf-8");
-    assert!(page.text().await.unwrap().contains("Intervention queue"));
-    // The same cookie opens no API route (no CSRF surface).
+    let text = page.text().await.unwrap();
+    assert!(text.contains("Intervention queue") && text.contains("Sign out"));
+    // The token itself in a cookie (what the login set before sessions) opens nothing.
+    let old = h.http.get(h.url("/")).header("cookie", format!("oduflow_token={}", h.token)).send().await.unwrap();
+    assert_eq!(old.status().as_u16(), 401);
+    // The session opens no API route (no CSRF surface there).
     let api = h.http.post(h.url("/api/v1/queue/pause")).header("cookie", &pair).send().await.unwrap();
     assert_error(&json_of(api).await, 401, "unauthorized");
+    // Behind a TLS proxy that says so, the cookie is Secure.
+    let r = form(&h.token, &csrf, &csrf_pair).header("x-forwarded-proto", "https").send().await.unwrap();
+    let secure = r
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .find(|c| c.starts_with("oduflow_session="))
+        .unwrap();
+    assert!(secure.contains("; Secure"), "{secure}");
+    // Signing out needs the session's own form value; then the session ends.
+    let logout = |c: &str| h.http.post(h.url("/logout")).header("cookie", &pair).form(&[("csrf", c)]);
+    assert_eq!(logout("forged").send().await.unwrap().status().as_u16(), 403);
+    let own = text.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_owned();
+    assert_eq!(logout(&own).send().await.unwrap().status().as_u16(), 303);
+    let page = h.http.get(h.url("/")).header("cookie", &pair).send().await.unwrap();
+    assert_eq!(page.status().as_u16(), 401, "signed out");
+    // Revoking the token ends its sessions too.
+    let r = form(&h.token, &csrf, &csrf_pair).send().await.unwrap();
+    let again = r
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .find(|c| c.starts_with("oduflow_session="))
+        .unwrap();
+    let again = again.split(';').next().unwrap().to_owned();
+    assert_eq!(h.http.get(h.url("/")).header("cookie", &again).send().await.unwrap().status().as_u16(), 200);
+    // A session expires: 12 h on.
+    let id = again.split('=').nth(1).unwrap();
+    let sha = auth::token_sha256(id);
+    assert!(h.store.session_live(&sha, now_ms() + 12 * 3600 * 1000 + 1).await.unwrap().is_none());
+    h.store.api_token_revoke("tester", "test", now_ms()).await.unwrap();
+    assert_eq!(h.http.get(h.url("/")).header("cookie", &again).send().await.unwrap().status().as_u16(), 401);
     // ?token= works for the dashboard (headless browsers, scripts).
-    let q = h.http.get(h.url(&format!("/?token={}", h.token))).send().await.unwrap();
+    let other = auth::token_generate();
+    h.store
+        .api_token_create("reader", &auth::token_sha256(&other), oduflow_store::TokenScope::Read, "test", 1)
+        .await
+        .unwrap();
+    let q = h.http.get(h.url(&format!("/?token={other}"))).send().await.unwrap();
     assert_eq!(q.status().as_u16(), 200);
     assert_eq!(q.headers()["referrer-policy"], "no-referrer");
 }
