@@ -342,7 +342,12 @@ async fn failures_back_off_then_fail_and_block(store: Store) {
     let row = store.client_get("acme").await.unwrap().unwrap();
     assert_eq!(row.infra.status, ClientStatus::Blocked);
     assert_eq!(row.infra.blocked_reason, Some(BlockedReason::AttemptsExhausted));
-    let _ = c;
+    // The block is a state change like any other: the feed (and so every
+    // webhook) has it, with its reason, written with it.
+    let blocked = store.events_by_kind(EventKind::Blocked).await.unwrap();
+    assert_eq!(blocked.len(), 1, "{blocked:?}");
+    assert_eq!(blocked[0].detail["reason"], "attempts_exhausted", "{blocked:?}");
+    assert_eq!(blocked[0].client_ref.as_deref(), Some(c.as_str()));
 }
 
 /// Receipts are evidence: the schema refuses to delete one, re-point it at

@@ -507,7 +507,9 @@ macro_rules! impl_conn {
                 .bind(now_ms)
                 .execute(&mut *self)
                 .await?;
-                Ok(())
+                // As a run's block writes it: the feed, and every webhook, has it.
+                let blocked = serde_json::json!({ "reason": BlockedReason::AttemptsExhausted, "detail": detail });
+                self.event_insert(Some(client), EventKind::Blocked, &blocked, now_ms, None).await
             }
 
             async fn infra_lock_state(&mut self, client: &ClientId) -> Result<(i64, Option<String>)> {
