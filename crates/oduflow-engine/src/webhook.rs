@@ -104,6 +104,8 @@ pub fn kinds_check(kinds: &[String]) -> Result<(), String> {
 /// Delivery settings; the defaults suit production.
 #[derive(Clone, Debug)]
 pub struct WebhookConfig {
+    /// How long one process holds an endpoint.
+    pub lease_ms: i64,
     pub attempts_max: i64,
     pub backoff_base_ms: i64,
     pub backoff_max_ms: i64,
@@ -115,7 +117,13 @@ impl Default for WebhookConfig {
     /// before an event becomes a dead letter, so a receiver down for an
     /// hour misses nothing.
     fn default() -> Self {
-        Self { attempts_max: 20, backoff_base_ms: 1_000, backoff_max_ms: 15 * 60_000, timeout: WEBHOOK_TIMEOUT }
+        Self {
+            lease_ms: WEBHOOK_LEASE_MS,
+            attempts_max: 20,
+            backoff_base_ms: 1_000,
+            backoff_max_ms: 15 * 60_000,
+            timeout: WEBHOOK_TIMEOUT,
+        }
     }
 }
 
@@ -136,11 +144,29 @@ pub struct PassReport {
     pub replayed: u64,
 }
 
-/// Delivers every endpoint's events, as one process among any number.
-pub struct Deliverer {
+impl PassReport {
+    fn add(&mut self, r: &PassReport) {
+        self.delivered += r.delivered;
+        self.failed += r.failed;
+        self.dead += r.dead;
+        self.replayed += r.replayed;
+    }
+}
+
+/// Endpoints one process delivers to at the same time, at most.
+pub const WEBHOOK_ENDPOINTS_AT_ONCE: usize = 16;
+
+/// Delivers every endpoint's events, as one process among any number;
+/// each endpoint in a task of its own, so a slow receiver holds up only
+/// its own.
+#[derive(Clone)]
+pub struct Deliverer(Arc<Inner>);
+
+struct Inner {
     store: Store,
     http: reqwest::Client,
     key: WebhookKey,
+    /// Unique to this deliverer (two containers' workers may share a name).
     owner: String,
     clock: Arc<dyn Clock>,
     cfg: WebhookConfig,
@@ -157,7 +183,8 @@ impl Deliverer {
             .user_agent("oduflow-webhooks")
             .build()
             .expect("the HTTP client builds");
-        Self { store, http, key, owner: owner.to_owned(), clock, cfg }
+        let owner = format!("{owner}-{}", uuid::Uuid::new_v4().simple());
+        Self(Arc::new(Inner { store, http, key, owner, clock, cfg }))
     }
 
     /// Until `stop` turns true: a pass, then [`WEBHOOK_POLL`]. A failed
@@ -175,53 +202,91 @@ impl Deliverer {
     }
 
     /// One pass over every live endpoint that is due and not held by
-    /// another process.
+    /// another process, each in a task of its own (at most
+    /// [`WEBHOOK_ENDPOINTS_AT_ONCE`]); an endpoint whose pass fails is
+    /// logged and does not stop the others.
     pub async fn pass(&self) -> oduflow_store::Result<PassReport> {
         let mut report = PassReport::default();
-        for e in self.store.webhook_list().await? {
-            if e.next_attempt_ms > self.clock.now_ms() {
-                continue;
+        let endpoints = self.0.store.webhook_list().await?;
+        let now = self.0.clock.now_ms();
+        let due: Vec<WebhookRow> = endpoints.into_iter().filter(|e| e.next_attempt_ms <= now).collect();
+        for batch in due.chunks(WEBHOOK_ENDPOINTS_AT_ONCE) {
+            let mut tasks = tokio::task::JoinSet::new();
+            for e in batch.iter().cloned() {
+                let d = self.clone();
+                tasks.spawn(async move { (d.claimed(&e).await, e.name) });
             }
-            let now = self.clock.now_ms();
-            let Some(e) = self.store.webhook_claim(&e.id, &self.owner, WEBHOOK_LEASE_MS, now).await? else { continue };
-            let done = self.endpoint(&e, now, &mut report).await;
-            self.store.webhook_release(&e.id, &self.owner).await?;
-            done?;
+            while let Some(done) = tasks.join_next().await {
+                match done {
+                    Ok((Ok(r), _)) => report.add(&r),
+                    Ok((Err(err), name)) => {
+                        tracing::warn!(endpoint = %name, error = %err, "webhook delivery: this endpoint's pass failed")
+                    }
+                    Err(err) => tracing::warn!(error = %err, "webhook delivery: a pass's task ended"),
+                }
+            }
         }
         Ok(report)
+    }
+
+    /// The endpoint's pass, if this process can take it now.
+    async fn claimed(&self, e: &WebhookRow) -> oduflow_store::Result<PassReport> {
+        let Inner { store, owner, clock, cfg, .. } = &*self.0;
+        let now = clock.now_ms();
+        let mut report = PassReport::default();
+        let Some(e) = store.webhook_claim(&e.id, owner, cfg.lease_ms, now).await? else { return Ok(report) };
+        let done = self.endpoint(&e, now, &mut report).await;
+        store.webhook_release(&e.id, owner).await?;
+        done.map(|()| report)
+    }
+
+    /// Whether this process may send once more: half its lease is left.
+    fn in_lease(&self, claimed_ms: i64) -> bool {
+        self.0.clock.now_ms() - claimed_ms < self.0.cfg.lease_ms / 2
     }
 
     /// The endpoint's replays, then its events after the cursor, until one
     /// fails, the feed is read to its end, or half the lease has gone.
     async fn endpoint(&self, e: &WebhookRow, claimed_ms: i64, report: &mut PassReport) -> oduflow_store::Result<()> {
-        let dead = self.store.webhook_dead_letters(&e.id).await?;
+        let dead = self.0.store.webhook_dead_letters(&e.id).await?;
         let replays: Vec<i64> = dead.iter().filter(|d| d.replay_ms.is_some()).map(|d| d.position).collect();
-        for ev in self.store.feed_at(&replays).await? {
+        for ev in self.0.store.feed_at(&replays).await? {
+            if !self.in_lease(claimed_ms) {
+                return Ok(());
+            }
             let failed = self.send(e, &ev).await.err();
-            self.store.webhook_replayed(&e.id, ev.position, failed.as_deref(), self.clock.now_ms()).await?;
+            let now = self.0.clock.now_ms();
+            self.0.store.webhook_replayed(&e.id, &self.0.owner, ev.position, failed.as_deref(), now).await?;
             report.replayed += u64::from(failed.is_none());
         }
         let mut cursor = e.cursor;
         // Failed attempts at the event after the cursor (an event skipped
         // as another kind has none).
         let mut attempts = e.attempts;
-        while self.clock.now_ms() - claimed_ms < WEBHOOK_LEASE_MS / 2 {
-            let page = self.store.feed_after(cursor, WEBHOOK_PAGE).await?;
+        while self.in_lease(claimed_ms) {
+            let page = self.0.store.feed_after(cursor, WEBHOOK_PAGE).await?;
             let Some(last) = page.events.last().map(|ev| ev.position) else { return Ok(()) };
             for ev in &page.events {
                 if !e.kinds.is_empty() && !e.kinds.contains(&ev.kind) {
                     continue;
                 }
+                if !self.in_lease(claimed_ms) {
+                    return Ok(());
+                }
                 let attempt = match self.send(e, ev).await {
                     Ok(()) => Attempt::Delivered,
                     Err(error) => {
                         attempts += 1;
-                        let now = self.clock.now_ms();
-                        let dead = attempts >= self.cfg.attempts_max;
-                        Attempt::Failed { error, retry_at_ms: now + self.cfg.backoff_ms(attempts), dead }
+                        let now = self.0.clock.now_ms();
+                        let dead = attempts >= self.0.cfg.attempts_max;
+                        Attempt::Failed { error, retry_at_ms: now + self.0.cfg.backoff_ms(attempts), dead }
                     }
                 };
-                if !self.store.webhook_attempted(&e.id, &self.owner, ev.position, &attempt, self.clock.now_ms()).await?
+                if !self
+                    .0
+                    .store
+                    .webhook_attempted(&e.id, &self.0.owner, ev.position, &attempt, self.0.clock.now_ms())
+                    .await?
                 {
                     return Ok(());
                 }
@@ -237,7 +302,7 @@ impl Deliverer {
                 }
                 attempts = 0;
             }
-            self.store.webhook_skip(&e.id, &self.owner, last).await?;
+            self.0.store.webhook_skip(&e.id, &self.0.owner, last, self.0.clock.now_ms()).await?;
             cursor = last;
         }
         Ok(())
@@ -246,9 +311,10 @@ impl Deliverer {
     /// POSTs one event, signed; `Err` says why it was not taken.
     async fn send(&self, e: &WebhookRow, ev: &FeedEvent) -> Result<(), Failure> {
         let body = serde_json::to_string(ev).map_err(|e| e.to_string())?;
-        let timestamp = self.clock.now_ms().div_euclid(1000);
-        let sig = signature(&self.key.secret_for(&e.id), timestamp, &body);
+        let timestamp = self.0.clock.now_ms().div_euclid(1000);
+        let sig = signature(&self.0.key.secret_for(&e.id), timestamp, &body);
         let answer = self
+            .0
             .http
             .post(&e.url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -261,7 +327,7 @@ impl Deliverer {
         match answer {
             Ok(r) if r.status().is_success() => Ok(()),
             Ok(r) => Err(format!("the receiver answered {}", r.status().as_u16())),
-            Err(err) if err.is_timeout() => Err(format!("no answer within {} ms", self.cfg.timeout.as_millis())),
+            Err(err) if err.is_timeout() => Err(format!("no answer within {} ms", self.0.cfg.timeout.as_millis())),
             Err(err) if err.is_connect() => Err("could not connect".to_owned()),
             Err(_) => Err("the request failed".to_owned()),
         }

@@ -167,7 +167,8 @@ impl Store {
             let n = both!(self, p => {
                 sqlx::query(
                     "UPDATE webhook_endpoints SET lease_owner = $2, lease_until_ms = $3 + $4 \
-                     WHERE id = $1 AND removed_ms IS NULL AND (lease_until_ms <= $3 OR lease_owner = $2)")
+                     WHERE id = $1 AND removed_ms IS NULL AND next_attempt_ms <= $3 \
+                     AND (lease_until_ms <= $3 OR lease_owner = $2)")
                     .bind(id).bind(owner).bind(now_ms).bind(lease_ms).execute(p).await?.rows_affected()
             });
             if n == 0 {
@@ -197,12 +198,13 @@ impl Store {
 
     /// Moves the cursor past events the endpoint does not take, while it
     /// holds the lease.
-    pub async fn webhook_skip(&self, id: &str, owner: &str, to: i64) -> Result<bool> {
+    pub async fn webhook_skip(&self, id: &str, owner: &str, to: i64, now_ms: i64) -> Result<bool> {
         crate::named("webhook_skip", async move {
             both!(self, p => {
                 let n = sqlx::query(
-                    "UPDATE webhook_endpoints SET cursor = $3 WHERE id = $1 AND lease_owner = $2 AND cursor < $3")
-                    .bind(id).bind(owner).bind(to).execute(p).await?.rows_affected();
+                    "UPDATE webhook_endpoints SET cursor = $3 WHERE id = $1 AND lease_owner = $2 AND cursor < $3 \
+                     AND lease_until_ms > $4")
+                    .bind(id).bind(owner).bind(to).bind(now_ms).execute(p).await?.rows_affected();
                 Ok(n == 1)
             })
         })
@@ -221,11 +223,22 @@ impl Store {
         now_ms: i64,
     ) -> Result<bool> {
         crate::named("webhook_attempted", async move {
+            let lock = match &self.db {
+                crate::Db::Pg(..) => {
+                    "SELECT attempts FROM webhook_endpoints WHERE id = $1 AND lease_owner = $2 AND cursor < $3 \
+                     AND lease_until_ms > $4 FOR UPDATE"
+                }
+                crate::Db::Sqlite(_) => {
+                    "SELECT attempts FROM webhook_endpoints WHERE id = $1 AND lease_owner = $2 AND cursor < $3 \
+                     AND lease_until_ms > $4"
+                }
+            };
             both!(self, p => {
                 let mut tx = crate::BeginWrite::begin_write(p).await?;
-                let held: Option<i64> = sqlx::query_scalar(
-                    "SELECT attempts FROM webhook_endpoints WHERE id = $1 AND lease_owner = $2 AND cursor < $3")
-                    .bind(id).bind(owner).bind(position).fetch_optional(&mut *tx).await?;
+                // Locked (PostgreSQL) for the writes below: held, unexpired,
+                // and the cursor not yet past this event.
+                let held: Option<i64> = sqlx::query_scalar(lock)
+                    .bind(id).bind(owner).bind(position).bind(now_ms).fetch_optional(&mut *tx).await?;
                 let Some(attempts) = held else { return Ok(false) };
                 match attempt {
                     Attempt::Delivered => {
@@ -298,15 +311,27 @@ impl Store {
     }
 
     /// Records how a replayed dead letter's attempt ended: delivered, or
-    /// dead again with the new error (a replay is one attempt).
-    pub async fn webhook_replayed(&self, id: &str, position: i64, error: Option<&str>, now_ms: i64) -> Result<()> {
+    /// dead again with the new error (a replay is one attempt); only while
+    /// `owner` holds the endpoint and the replay is still asked for.
+    pub async fn webhook_replayed(
+        &self,
+        id: &str,
+        owner: &str,
+        position: i64,
+        error: Option<&str>,
+        now_ms: i64,
+    ) -> Result<()> {
         crate::named("webhook_replayed", async move {
             both!(self, p => {
                 sqlx::query(
                     "UPDATE webhook_dead_letters SET replay_ms = NULL, attempts = attempts + 1, \
-                     delivered_ms = CASE WHEN $3 IS NULL THEN $4 END, last_error = coalesce($3, last_error) \
-                     WHERE endpoint_id = $1 AND position = $2")
-                    .bind(id).bind(position).bind(error).bind(now_ms).execute(p).await?;
+                     delivered_ms = CASE WHEN $3 = '' THEN $4 END, \
+                     last_error = CASE WHEN $3 = '' THEN last_error ELSE $3 END \
+                     WHERE endpoint_id = $1 AND position = $2 AND replay_ms IS NOT NULL AND delivered_ms IS NULL \
+                     AND EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.id = $1 AND e.lease_owner = $5 \
+                       AND e.lease_until_ms > $4)")
+                    .bind(id).bind(position).bind(error.unwrap_or_default()).bind(now_ms).bind(owner)
+                    .execute(p).await?;
             });
             Ok(())
         })

@@ -15,6 +15,7 @@ use std::time::Duration;
 oduflow_store::on_both_stores!(
     migrated super::store_of =>
     a_receiver_down_then_up_gets_every_event_signed_in_order_and_a_refused_one_is_replayed,
+    two_processes_never_deliver_one_endpoint_at_once,
 );
 
 /// What the receiver was sent: (timestamp, signature, body).
@@ -58,8 +59,13 @@ fn verified(secret: &str, timestamp: i64, signature: &str, body: &str) -> bool {
 }
 
 fn deliverer(store: &Store, key: &WebhookKey, owner: &str) -> Deliverer {
-    let cfg =
-        WebhookConfig { attempts_max: 4, backoff_base_ms: 10, backoff_max_ms: 40, timeout: Duration::from_millis(300) };
+    let cfg = WebhookConfig {
+        attempts_max: 4,
+        backoff_base_ms: 10,
+        backoff_max_ms: 40,
+        timeout: Duration::from_millis(300),
+        ..WebhookConfig::default()
+    };
     Deliverer::new(store.clone(), key.clone(), owner, Arc::new(SystemClock), cfg)
 }
 
@@ -143,5 +149,51 @@ async fn a_receiver_down_then_up_gets_every_event_signed_in_order_and_a_refused_
     receiver.delay_ms.store(0, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(second.pass().await?.delivered, 1);
+    Ok(())
+}
+
+/// Two processes deliver one endpoint, named alike (two containers whose
+/// workers have the same process id), while the receiver is slow enough
+/// that a pass outlives the lease: each event is sent once.
+async fn two_processes_never_deliver_one_endpoint_at_once(store: Store) -> Result<()> {
+    let key = WebhookKey::new(secrecy::SecretString::from("k".repeat(40))).unwrap();
+    let receiver = Receiver::default();
+    receiver.delay_ms.store(100, Ordering::SeqCst);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/hook", listener.local_addr()?);
+    serve(receiver.clone(), listener);
+    store.webhook_add("erp", &url, &[], 0, "test", now()).await?;
+    let spec = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf")?;
+    for n in 0..6 {
+        store.client_create(&ClientName::parse(&format!("c{n}"))?, &spec, "test", now(), 5).await?;
+    }
+    let cfg = WebhookConfig { lease_ms: 400, ..WebhookConfig::default() };
+    let one = Deliverer::new(store.clone(), key.clone(), "worker-1", Arc::new(SystemClock), cfg.clone());
+    let other = Deliverer::new(store.clone(), key.clone(), "worker-1", Arc::new(SystemClock), cfg);
+    let head = store.feed_after(0, 1).await?.head;
+    let later = async {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        other.pass().await
+    };
+    let (a, b) = tokio::join!(one.pass(), later);
+    a?;
+    b?;
+    for _ in 0..50 {
+        if store.webhook_get("erp").await?.unwrap().cursor == head {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        one.pass().await?;
+    }
+    let got = receiver.got.lock().unwrap().clone();
+    let mut positions: Vec<i64> = got
+        .iter()
+        .map(|(_, _, b)| serde_json::from_str::<serde_json::Value>(b).unwrap()["position"].as_i64().unwrap())
+        .collect();
+    let sent = positions.len();
+    positions.sort();
+    positions.dedup();
+    assert_eq!(positions.len(), sent, "an event was sent twice: {positions:?}");
+    assert_eq!(positions.len(), store.feed_after(0, 1000).await?.events.len(), "every event once");
     Ok(())
 }

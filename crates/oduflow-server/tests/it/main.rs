@@ -401,6 +401,12 @@ async fn a_revoked_token_stops_working_at_once() {
     ));
 }
 
+/// The session cookie an answer sets.
+fn session_cookie(r: &reqwest::Response) -> String {
+    let cookies = r.headers().get_all("set-cookie").iter().map(|v| v.to_str().unwrap().to_owned());
+    cookies.into_iter().find(|c| c.starts_with("oduflow_session=")).expect("a session cookie")
+}
+
 #[tokio::test]
 async fn dashboard_login_opens_a_session_of_its_own_that_only_the_dashboard_accepts() {
     let h = H::start().await;
@@ -426,13 +432,7 @@ async fn dashboard_login_opens_a_session_of_its_own_that_only_the_dashboard_acce
     assert_eq!(r.status().as_u16(), 401);
     let r = form(&h.token, &csrf, &csrf_pair).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 303);
-    let session = r
-        .headers()
-        .get_all("set-cookie")
-        .iter()
-        .map(|v| v.to_str().unwrap().to_owned())
-        .find(|c| c.starts_with("oduflow_session="))
-        .expect("a session cookie");
+    let session = session_cookie(&r);
     assert!(session.contains("HttpOnly") && session.contains("SameSite=Strict") && session.contains("Max-Age=43200"));
     assert!(!session.contains("Secure"), "plain HTTP: {session}");
     assert!(!session.contains(&h.token), "the cookie holds the token: {session}");
@@ -450,13 +450,7 @@ async fn dashboard_login_opens_a_session_of_its_own_that_only_the_dashboard_acce
     assert_error(&json_of(api).await, 401, "unauthorized");
     // Behind a TLS proxy that says so, the cookie is Secure.
     let r = form(&h.token, &csrf, &csrf_pair).header("x-forwarded-proto", "https").send().await.unwrap();
-    let secure = r
-        .headers()
-        .get_all("set-cookie")
-        .iter()
-        .map(|v| v.to_str().unwrap().to_owned())
-        .find(|c| c.starts_with("oduflow_session="))
-        .unwrap();
+    let secure = session_cookie(&r);
     assert!(secure.contains("; Secure"), "{secure}");
     // Signing out needs the session's own form value; then the session ends.
     let logout = |c: &str| h.http.post(h.url("/logout")).header("cookie", &pair).form(&[("csrf", c)]);
@@ -467,13 +461,7 @@ async fn dashboard_login_opens_a_session_of_its_own_that_only_the_dashboard_acce
     assert_eq!(page.status().as_u16(), 401, "signed out");
     // Revoking the token ends its sessions too.
     let r = form(&h.token, &csrf, &csrf_pair).send().await.unwrap();
-    let again = r
-        .headers()
-        .get_all("set-cookie")
-        .iter()
-        .map(|v| v.to_str().unwrap().to_owned())
-        .find(|c| c.starts_with("oduflow_session="))
-        .unwrap();
+    let again = session_cookie(&r);
     let again = again.split(';').next().unwrap().to_owned();
     assert_eq!(h.http.get(h.url("/")).header("cookie", &again).send().await.unwrap().status().as_u16(), 200);
     // A session expires: 12 h on.

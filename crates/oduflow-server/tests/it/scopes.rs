@@ -43,32 +43,20 @@ async fn every_route_refuses_a_token_below_its_scope_and_the_document_says_which
         } else {
             assert!(!path.starts_with("/api/"), "{method} {path} is not in the document");
         }
+        let call = |token: &str| {
+            let req = h.http.request(Method::from_bytes(method.as_bytes()).unwrap(), h.url(path));
+            req.bearer_auth(token).json(&create_body("newcomer")).send()
+        };
         let before = h.footprint().await;
         for (scope, token) in tokens.iter().filter(|(s, _)| *s < needed) {
-            let r = h
-                .http
-                .request(Method::from_bytes(method.as_bytes()).unwrap(), h.url(path))
-                .bearer_auth(token)
-                .json(&create_body("newcomer"))
-                .send()
-                .await
-                .unwrap();
-            let got = json_of(r).await;
+            let got = json_of(call(token).await.unwrap()).await;
             assert_error(&got, 403, "forbidden");
             let message = got.1["error"]["message"].as_str().unwrap();
             assert!(message.contains(&format!("needs {needed}")) && message.contains(scope.as_str()), "{message}");
         }
         assert_eq!(h.footprint().await, before, "{method} {path}: a refused token changed or asked something");
         for (scope, token) in tokens.iter().filter(|(s, _)| *s >= needed) {
-            let r = h
-                .http
-                .request(Method::from_bytes(method.as_bytes()).unwrap(), h.url(path))
-                .bearer_auth(token)
-                .json(&create_body("newcomer"))
-                .send()
-                .await
-                .unwrap();
-            let status = r.status().as_u16();
+            let status = call(token).await.unwrap().status().as_u16();
             assert!(status != 401 && status != 403, "{method} {path} refused a {scope} token: {status}");
         }
     }
