@@ -54,9 +54,10 @@ def push(c, api, token):
             with urllib.request.urlopen(req, timeout=30) as r:
                 answer = f"{r.status} {r.read().decode()}"
         except urllib.error.HTTPError as e:
-            if e.code >= 500:
-                return  # not decided: the same key again at the next push
-            answer = f"{e.code} {e.read().decode()}"  # refused: for a person to read
+            answer = e.read().decode()
+            if e.code >= 500 or "idempotency_key_in_progress" in answer:
+                return  # not decided yet: the same key again at the next push
+            answer = f"{e.code} {answer}"  # refused: for a person to read
         except OSError:
             return
         c.execute("UPDATE outbox SET sent = 1, answer = ? WHERE id = ?", (answer, oid))

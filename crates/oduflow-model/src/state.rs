@@ -202,5 +202,8 @@ str_enum!(
         ResourceDeleted => "resource_deleted",
         ResourceIdRecorded => "resource_id_recorded",
         RestoreDeclared => "restore_declared",
+        WebhookAdded => "webhook_added",
+        WebhookRemoved => "webhook_removed",
+        WebhookReplayAsked => "webhook_replay_asked",
     }
 );

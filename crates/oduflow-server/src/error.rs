@@ -28,6 +28,9 @@ pub enum ApiError {
     /// An `Idempotency-Key` first used with another request.
     #[error("{0}")]
     IdempotencyKeyReused(String),
+    /// The first request with this `Idempotency-Key` is still running.
+    #[error("{0}")]
+    IdempotencyInProgress(String),
     /// The token is valid but its scope is below the route's.
     #[error("{0}")]
     Forbidden(String),
@@ -76,7 +79,7 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// Stable machine-readable code: bad_request, invalid_input,
     /// unsupported_media_type, payload_too_large, unauthorized, forbidden,
-    /// idempotency_key_reused, not_found,
+    /// idempotency_key_reused, idempotency_key_in_progress, not_found,
     /// method_not_allowed, conflict, refused, read_only, key_mismatch,
     /// unavailable, database_down, provider_error.
     pub code: String,
@@ -94,6 +97,7 @@ impl ApiError {
             ApiError::Unauthorized => "unauthorized",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::IdempotencyKeyReused(_) => "idempotency_key_reused",
+            ApiError::IdempotencyInProgress(_) => "idempotency_key_in_progress",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
@@ -116,9 +120,11 @@ impl ApiError {
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Conflict(_) | ApiError::Refused(_) | ApiError::ReadOnly | ApiError::KeyMismatch(_) => {
-                StatusCode::CONFLICT
-            }
+            ApiError::Conflict(_)
+            | ApiError::Refused(_)
+            | ApiError::ReadOnly
+            | ApiError::KeyMismatch(_)
+            | ApiError::IdempotencyInProgress(_) => StatusCode::CONFLICT,
             // Not the caller's fault and worth retrying.
             ApiError::Store(_) | ApiError::DatabaseDown(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Provider(_) => StatusCode::BAD_GATEWAY,
@@ -193,6 +199,9 @@ impl IntoResponse for ApiError {
         let mut resp = (status, axum::Json(self.body())).into_response();
         if matches!(self, ApiError::Unauthorized) {
             resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if matches!(self, ApiError::IdempotencyInProgress(_)) {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         resp
     }

@@ -2,9 +2,12 @@
 //! answer was lost, with the same key, the same method, path and body,
 //! gets the first answer again (`Idempotency-Replayed: true`) and changes
 //! nothing more; the same key with another request is refused (422
-//! `idempotency_key_reused`); while the first runs, 409. Keys are the
-//! token's own, kept a day. A 5xx first answer (nothing decided, or not
-//! known to be) is not kept: the retry runs.
+//! `idempotency_key_reused`); while the first runs, 409
+//! `idempotency_key_in_progress` with `Retry-After`. Keys are the token's
+//! own (its id), kept a day. The first request runs to its end even when
+//! its caller hangs up (the lost answer a retry asks for). An answer that
+//! decided nothing lasting is not kept, so the retry runs: a 5xx, and the
+//! 4xx that say "not now" or "not read" (408, 409, 415, 429).
 
 use crate::AppState;
 use crate::auth::Caller;
@@ -53,7 +56,7 @@ pub(crate) async fn idempotency(State(s): State<AppState>, req: Request, next: N
 
 async fn keyed(s: &AppState, req: Request, next: Next) -> Result<Response, ApiError> {
     let Some(key) = key_of(&req)? else { return Ok(next.run(req).await) };
-    let token = req.extensions().get::<Caller>().map(|c| c.token_name.clone()).ok_or(ApiError::Unauthorized)?;
+    let token = req.extensions().get::<Caller>().map(|c| c.token_id.0.clone()).ok_or(ApiError::Unauthorized)?;
     let (parts, body) = req.into_parts();
     let body = axum::body::to_bytes(body, crate::BODY_BYTES_MAX)
         .await
@@ -84,19 +87,28 @@ async fn keyed(s: &AppState, req: Request, next: Next) -> Result<Response, ApiEr
             )));
         }
         IdempotencyBegin::Running => {
-            return Err(ApiError::Conflict(format!(
+            return Err(ApiError::IdempotencyInProgress(format!(
                 "the first request with Idempotency-Key {key:?} is still running; ask again shortly"
             )));
         }
     }
-    let resp = next.run(Request::from_parts(parts, Body::from(body))).await;
-    let (parts, body) = resp.into_parts();
-    let Ok(body) = axum::body::to_bytes(body, RESPONSE_BYTES_MAX).await else {
-        store.idempotency_finish(&token, &key, None).await?;
-        return Err(ApiError::Refused("the answer was too large to keep for a replay".into()));
-    };
-    let keep = (!parts.status.is_server_error()).then(|| (i64::from(parts.status.as_u16()), body.as_ref()));
-    let text = keep.map(|(st, b)| (st, String::from_utf8_lossy(b).into_owned()));
-    store.idempotency_finish(&token, &key, text.as_ref().map(|(st, b)| (*st, b.as_str()))).await?;
-    Ok(Response::from_parts(parts, Body::from(body)))
+    // In a task of its own: a caller that hangs up (the answer it will ask
+    // for again) does not cut the request short or leave the key running.
+    let store = store.clone();
+    let run = tokio::spawn(async move {
+        let resp = next.run(Request::from_parts(parts, Body::from(body))).await;
+        let (parts, body) = resp.into_parts();
+        let body = axum::body::to_bytes(body, RESPONSE_BYTES_MAX).await.unwrap_or_default();
+        let keep = kept(parts.status).then(|| (i64::from(parts.status.as_u16()), String::from_utf8_lossy(&body)));
+        let finished = store.idempotency_finish(&token, &key, keep.as_ref().map(|(st, b)| (*st, b.as_ref()))).await;
+        (Response::from_parts(parts, Body::from(body)), finished)
+    });
+    let (resp, finished) = run.await.map_err(|_| ApiError::Refused("the request's task ended".into()))?;
+    finished?;
+    Ok(resp)
+}
+
+/// Whether an answer is kept for replays: what decided something.
+fn kept(status: axum::http::StatusCode) -> bool {
+    !status.is_server_error() && !matches!(status.as_u16(), 408 | 409 | 415 | 429)
 }

@@ -37,7 +37,7 @@ impl Store {
                     .bind(now_ms - keep_ms).execute(&mut *tx).await?;
                 let row: Option<(String, Option<i64>, Option<String>, i64)> = sqlx::query_as(
                     "SELECT request_sha256, status, response, created_ms FROM idempotency_keys \
-                     WHERE token_name = $1 AND idem_key = $2")
+                     WHERE token_id = $1 AND idem_key = $2")
                     .bind(token).bind(key).fetch_optional(&mut *tx).await?;
                 let begin = match row {
                     Some((sha, ..)) if sha != request_sha256 => IdempotencyBegin::Reused,
@@ -45,14 +45,18 @@ impl Store {
                         IdempotencyBegin::Replay { status, response: response.unwrap_or_default() }
                     }
                     Some((_, None, _, created)) if created > now_ms - running_max_ms => IdempotencyBegin::Running,
-                    Some(_) => {
-                        sqlx::query("UPDATE idempotency_keys SET created_ms = $3 WHERE token_name = $1 AND idem_key = $2")
-                            .bind(token).bind(key).bind(now_ms).execute(&mut *tx).await?;
-                        IdempotencyBegin::Run
+                    Some((_, _, _, created)) => {
+                        // Taken over only by the one retry that moves its
+                        // stamp (PostgreSQL: another may have read it too).
+                        let n = sqlx::query(
+                            "UPDATE idempotency_keys SET created_ms = $3 WHERE token_id = $1 AND idem_key = $2 \
+                             AND status IS NULL AND created_ms = $4")
+                            .bind(token).bind(key).bind(now_ms).bind(created).execute(&mut *tx).await?.rows_affected();
+                        if n == 1 { IdempotencyBegin::Run } else { IdempotencyBegin::Running }
                     }
                     None => {
                         let n = sqlx::query(
-                            "INSERT INTO idempotency_keys (token_name, idem_key, request_sha256, created_ms) \
+                            "INSERT INTO idempotency_keys (token_id, idem_key, request_sha256, created_ms) \
                              VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING")
                             .bind(token).bind(key).bind(request_sha256).bind(now_ms)
                             .execute(&mut *tx).await?.rows_affected();
@@ -74,10 +78,10 @@ impl Store {
                 match answer {
                     Some((status, response)) => sqlx::query(
                         "UPDATE idempotency_keys SET status = $3, response = $4 \
-                         WHERE token_name = $1 AND idem_key = $2 AND status IS NULL")
+                         WHERE token_id = $1 AND idem_key = $2 AND status IS NULL")
                         .bind(token).bind(key).bind(status).bind(response).execute(p).await?,
                     None => sqlx::query(
-                        "DELETE FROM idempotency_keys WHERE token_name = $1 AND idem_key = $2 AND status IS NULL")
+                        "DELETE FROM idempotency_keys WHERE token_id = $1 AND idem_key = $2 AND status IS NULL")
                         .bind(token).bind(key).execute(p).await?,
                 };
             });

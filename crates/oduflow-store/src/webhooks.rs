@@ -9,6 +9,7 @@
 use crate::feed::FeedEvent;
 use crate::rows::RowExt;
 use crate::{Result, Store, StoreError, both};
+use oduflow_model::EventKind;
 use serde::Serialize;
 
 /// What an endpoint's row shows (never a secret: none is stored).
@@ -109,6 +110,8 @@ impl Store {
                     .bind(&id).bind(name).bind(url).bind(&kinds).bind(cursor).bind(now_ms).bind(by)
                     .execute(&mut *tx).await
                     .map_err(|e| crate::unique_to(e, || StoreError::WebhookExists(name.to_owned())))?;
+                let detail = serde_json::json!({ "name": name, "id": id, "url": url, "kinds": kinds, "cursor": cursor });
+                crate::queue::event_by(&mut *tx, by, None, EventKind::WebhookAdded, &detail, now_ms).await?;
                 tx.commit().await?;
             });
             self.webhook_get(name).await?.ok_or_else(|| StoreError::WebhookNotFound(name.to_owned()))
@@ -146,14 +149,18 @@ impl Store {
 
     /// Removes the live endpoint `name`: nothing more is delivered to it
     /// (a delivery under way ends with its attempt).
-    pub async fn webhook_remove(&self, name: &str, now_ms: i64) -> Result<()> {
+    pub async fn webhook_remove(&self, name: &str, by: &str, now_ms: i64) -> Result<()> {
         crate::named("webhook_remove", async move {
             both!(self, p => {
+                let mut tx = crate::BeginWrite::begin_write(p).await?;
                 let n = sqlx::query("UPDATE webhook_endpoints SET removed_ms = $2 WHERE name = $1 AND removed_ms IS NULL")
-                    .bind(name).bind(now_ms).execute(p).await?.rows_affected();
+                    .bind(name).bind(now_ms).execute(&mut *tx).await?.rows_affected();
                 if n == 0 {
                     return Err(StoreError::WebhookNotFound(name.to_owned()));
                 }
+                let detail = serde_json::json!({ "name": name });
+                crate::queue::event_by(&mut *tx, by, None, EventKind::WebhookRemoved, &detail, now_ms).await?;
+                tx.commit().await?;
                 Ok(())
             })
         })
@@ -294,16 +301,20 @@ impl Store {
 
     /// Asks for the endpoint's dead letters (only the one at `position`,
     /// if given) to be delivered again; how many.
-    pub async fn webhook_replay(&self, name: &str, position: Option<i64>, now_ms: i64) -> Result<u64> {
+    pub async fn webhook_replay(&self, name: &str, position: Option<i64>, by: &str, now_ms: i64) -> Result<u64> {
         crate::named("webhook_replay", async move {
             let Some(e) = self.webhook_get(name).await? else {
                 return Err(StoreError::WebhookNotFound(name.to_owned()));
             };
             both!(self, p => {
+                let mut tx = crate::BeginWrite::begin_write(p).await?;
                 let n = sqlx::query(
                     "UPDATE webhook_dead_letters SET replay_ms = $2 WHERE endpoint_id = $1 \
                      AND delivered_ms IS NULL AND ($3 < 0 OR position = $3)")
-                    .bind(&e.id).bind(now_ms).bind(position.unwrap_or(-1)).execute(p).await?.rows_affected();
+                    .bind(&e.id).bind(now_ms).bind(position.unwrap_or(-1)).execute(&mut *tx).await?.rows_affected();
+                let detail = serde_json::json!({ "name": name, "position": position, "dead_letters": n });
+                crate::queue::event_by(&mut *tx, by, None, EventKind::WebhookReplayAsked, &detail, now_ms).await?;
+                tx.commit().await?;
                 Ok(n)
             })
         })

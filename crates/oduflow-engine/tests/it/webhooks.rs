@@ -124,7 +124,7 @@ async fn a_receiver_down_then_up_gets_every_event_signed_in_order_and_a_refused_
 
     // The receiver fixed, the dead letter replayed: delivered once.
     receiver.poison_ok.store(true, Ordering::SeqCst);
-    assert_eq!(store.webhook_replay("erp", None, now()).await?, poison.len() as u64);
+    assert_eq!(store.webhook_replay("erp", None, "test", now()).await?, poison.len() as u64);
     let r = first.pass().await?;
     assert_eq!(r.replayed, poison.len() as u64, "{r:?}");
     assert!(store.webhook_dead_letters(&hook.id).await?.is_empty());

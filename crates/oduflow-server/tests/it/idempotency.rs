@@ -67,7 +67,8 @@ async fn a_retry_with_the_same_key_gets_the_first_answer_and_acts_once() {
     assert_eq!((theirs.0, theirs.1), (409, false), "{theirs:?}");
 }
 
-/// Every changing route takes a key: asked twice, it answers the same.
+/// Every changing route takes a key: asked twice, it answers the same
+/// (but for answers that decided nothing lasting: those run again).
 #[tokio::test]
 async fn every_changing_route_answers_a_retry_as_it_answered_first() {
     let h = H::start().await;
@@ -79,8 +80,8 @@ async fn every_changing_route_answers_a_retry_as_it_answered_first() {
         let body = create_body("walker");
         let first = h.keyed(&token, method, &path, &key, &body).await;
         let again = h.keyed(&token, method, &path, &key, &body).await;
-        if first.0 >= 500 {
-            assert!(!again.1, "{method} {path}: a 5xx is not kept for a replay");
+        if first.0 >= 500 || matches!(first.0, 408 | 409 | 415 | 429) {
+            assert!(!again.1, "{method} {path}: a {} is not kept for a replay", first.0);
             continue;
         }
         assert_eq!((again.0, &again.2), (first.0, &first.2), "{method} {path}");
@@ -125,4 +126,42 @@ async fn a_desired_spec_is_stated_in_one_idempotent_call() {
     other["name"] = json!("beta");
     assert_error(&put(other).await, 422, "invalid_input");
     assert_eq!(h.footprint().await, before, "a refused statement changed something");
+}
+
+/// A key belongs to the token that used it, not to its name: a token made
+/// later under a revoked token's name does not get the old token's
+/// answers. An answer that decided nothing lasting (415: the body was not
+/// read) is not kept: the corrected retry with the same key runs.
+#[tokio::test]
+async fn a_key_is_its_tokens_own_and_an_answer_that_decided_nothing_is_not_kept() {
+    let h = H::start().await;
+    let first = auth::token_generate();
+    h.store
+        .api_token_create("ci", &auth::token_sha256(&first), oduflow_store::TokenScope::Admin, "test", 1)
+        .await
+        .unwrap();
+    let got = h.keyed(&first, "POST", "/api/v1/clients", "k-1", &create_body("acme")).await;
+    assert_eq!(got.0, 201, "{got:?}");
+    h.store.api_token_revoke("ci", "test", now_ms()).await.unwrap();
+    let second = auth::token_generate();
+    h.store
+        .api_token_create("ci", &auth::token_sha256(&second), oduflow_store::TokenScope::Admin, "test", 2)
+        .await
+        .unwrap();
+    let theirs = h.keyed(&second, "POST", "/api/v1/clients", "k-1", &create_body("acme")).await;
+    assert_eq!((theirs.0, theirs.1), (409, false), "another token's answer: {theirs:?}");
+
+    let body = create_body("beta").to_string();
+    let bare = h
+        .http
+        .post(h.url("/api/v1/clients"))
+        .bearer_auth(&h.token)
+        .header("Idempotency-Key", "k-2")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bare.status().as_u16(), 415);
+    let fixed = h.keyed(&h.token, "POST", "/api/v1/clients", "k-2", &create_body("beta")).await;
+    assert_eq!((fixed.0, fixed.1), (201, false), "{fixed:?}");
 }

@@ -83,7 +83,7 @@ pub async fn run(cfg: &Config, c: WebhookCmd) -> Result<()> {
         WebhookCmd::Remove { name } => {
             oduflow_server::auth::token_name_check(&name).map_err(BadInput)?;
             let store = open(cfg).await?;
-            store.webhook_remove(&name, now_ms(&store).await?).await?;
+            store.webhook_remove(&name, &cfg.actor, now_ms(&store).await?).await?;
             outln!("webhook {name} removed")
         }
         WebhookCmd::Dead { name, json } => {
@@ -101,7 +101,7 @@ pub async fn run(cfg: &Config, c: WebhookCmd) -> Result<()> {
         }
         WebhookCmd::Replay { name, position } => {
             let store = open(cfg).await?;
-            let n = store.webhook_replay(&name, position, now_ms(&store).await?).await?;
+            let n = store.webhook_replay(&name, position, &cfg.actor, now_ms(&store).await?).await?;
             outln!("{n} dead letter(s) of {name} to deliver again at the next pass")
         }
     }

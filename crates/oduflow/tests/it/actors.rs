@@ -87,6 +87,10 @@ async fn every_event_a_changing_command_writes_names_who_asked() {
     named(&env, &store, &["queue", "resume"], &[], &me).await;
     named(&env, &store, &["token", "create", "erp"], &[], &me).await;
     named(&env, &store, &["token", "revoke", "erp"], &[], &me).await;
+    let key = [("ODUFLOW_WEBHOOK_KEY", "webhook-key-for-the-actors-0123456789")];
+    named(&env, &store, &["webhook", "add", "hooks", "http://127.0.0.1:9/"], &key, &me).await;
+    named(&env, &store, &["webhook", "replay", "hooks"], &[], &me).await;
+    named(&env, &store, &["webhook", "remove", "hooks"], &[], &me).await;
     env.ok(&["worker", "--until-settled"]);
 
     lost(&env, &["lost-1", "lost-2", "lost-3", "lost-4"]);
