@@ -239,7 +239,7 @@ pub(crate) async fn require_browser(State(state): State<AppState>, mut req: Requ
             Err(e) => return e.into_response(),
         }
     }
-    crate::dashboard::login_page(req.headers(), None)
+    crate::dashboard::login_page(&state, req.headers(), None)
 }
 
 #[cfg(test)]

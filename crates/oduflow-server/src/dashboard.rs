@@ -9,7 +9,7 @@
 //! Policy forbids scripts altogether, as a second line.
 
 use crate::AppState;
-use crate::auth::{CSRF_COOKIE, Caller, SESSION_COOKIE, SESSION_TTL_MS, authenticate, cookie, over_tls, set_cookie};
+use crate::auth::{CSRF_COOKIE, Caller, SESSION_COOKIE, SESSION_TTL_MS, authenticate, cookie, set_cookie};
 use crate::error::{ApiError, ApiResult};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -95,7 +95,7 @@ fn with_cookie(mut r: Response, cookie: &str) -> Response {
 /// The login form, shown (with 401) to a browser without a valid session;
 /// its anti-forgery value is in a cookie and in the form, and the sign-in
 /// is refused unless both agree (a page elsewhere cannot read the cookie).
-pub(crate) fn login_page(headers: &HeaderMap, error: Option<&str>) -> Response {
+pub(crate) fn login_page(s: &AppState, headers: &HeaderMap, error: Option<&str>) -> Response {
     let err = error.map(|e| format!("<p class=\"status-blocked\">{}</p>", esc(e))).unwrap_or_default();
     let csrf = crate::auth::token_generate();
     let body = format!(
@@ -105,7 +105,7 @@ pub(crate) fn login_page(headers: &HeaderMap, error: Option<&str>) -> Response {
          placeholder=\"odf_...\"> <button type=\"submit\">Sign in</button></form>"
     );
     let r = html(StatusCode::UNAUTHORIZED, page("oduflow: sign in", &body, false));
-    with_cookie(r, &set_cookie(CSRF_COOKIE, &csrf, "/login", 3600, over_tls(headers)))
+    with_cookie(r, &set_cookie(CSRF_COOKIE, &csrf, "/login", 3600, s.secure_cookies(headers)))
 }
 
 #[derive(serde::Deserialize)]
@@ -125,11 +125,15 @@ pub(crate) async fn login(
     form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     let Ok(Form(f)) = form else {
-        return login_page(&headers, Some("the form could not be read"));
+        return login_page(&s, &headers, Some("the form could not be read"));
     };
     let expected = cookie(&headers, CSRF_COOKIE).unwrap_or_default();
     if expected.is_empty() || !crate::auth::same(&expected, &f.csrf) {
-        return login_page(&headers, Some("the sign-in form expired or did not come from this page; sign in again"));
+        return login_page(
+            &s,
+            &headers,
+            Some("the sign-in form expired or did not come from this page; sign in again"),
+        );
     }
     match authenticate(&s, f.token.trim()).await {
         Ok(Some(c)) => {
@@ -138,12 +142,12 @@ pub(crate) async fn login(
             if let Err(e) = s.store().session_create(&sha, &c.token_id, s.now_ms(), SESSION_TTL_MS).await {
                 return ApiError::from(e).into_response();
             }
-            let tls = over_tls(&headers);
+            let tls = s.secure_cookies(&headers);
             let r = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
             let r = with_cookie(r, &set_cookie(SESSION_COOKIE, &id, "/", SESSION_TTL_MS / 1000, tls));
             with_cookie(r, &set_cookie(CSRF_COOKIE, "", "/login", 0, tls))
         }
-        Ok(None) => login_page(&headers, Some("that token is not valid")),
+        Ok(None) => login_page(&s, &headers, Some("that token is not valid")),
         Err(e) => e.into_response(),
     }
 }
@@ -170,7 +174,7 @@ pub(crate) async fn logout(
         return ApiError::from(e).into_response();
     }
     let r = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
-    with_cookie(r, &set_cookie(SESSION_COOKIE, "", "/", 0, over_tls(&headers)))
+    with_cookie(r, &set_cookie(SESSION_COOKIE, "", "/", 0, s.secure_cookies(&headers)))
 }
 
 fn outcome(r: &oduflow_store::ReceiptRow) -> String {

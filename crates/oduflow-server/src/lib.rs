@@ -76,6 +76,9 @@ struct Inner {
     /// records carrying oduflow's owner marker that no live client owns, and
     /// an operator settles a client's DNS block through its adapter.
     dns: Option<(String, i64)>,
+    /// Mark the dashboard's cookies `Secure` whatever the request says (a
+    /// TLS proxy in front that sends no `X-Forwarded-Proto`).
+    secure_cookies: bool,
 }
 
 impl AppState {
@@ -98,8 +101,17 @@ impl AppState {
         let (profiles, spec_defaults) = Default::default();
         let provider = std::sync::RwLock::new(provider);
         let listing_settle_ms = oduflow_engine::operator::LISTING_SETTLE_MS_DEFAULT;
-        let inner =
-            Inner { store, provider, clock, attempts_max, profiles, spec_defaults, listing_settle_ms, dns: None };
+        let inner = Inner {
+            store,
+            provider,
+            clock,
+            attempts_max,
+            profiles,
+            spec_defaults,
+            listing_settle_ms,
+            dns: None,
+            secure_cookies: false,
+        };
         Self { inner: Arc::new(inner) }
     }
 
@@ -122,6 +134,19 @@ impl AppState {
         let inner = Arc::get_mut(&mut self.inner).expect("settings are set before the state is shared");
         inner.dns = zone_ttl;
         self
+    }
+
+    /// Cookies `Secure` always (`serve --secure-cookies`).
+    pub fn with_secure_cookies(mut self, on: bool) -> Self {
+        let inner = Arc::get_mut(&mut self.inner).expect("settings are set before the state is shared");
+        inner.secure_cookies = on;
+        self
+    }
+
+    /// Whether the browser's cookies are `Secure`: always when told so,
+    /// else when a TLS proxy in front says the request came over TLS.
+    pub(crate) fn secure_cookies(&self, headers: &axum::http::HeaderMap) -> bool {
+        self.inner.secure_cookies || auth::over_tls(headers)
     }
 
     pub(crate) fn dns_zone(&self) -> Option<&str> {

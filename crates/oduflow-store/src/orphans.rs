@@ -110,11 +110,12 @@ impl Store {
                 // lock them in the same order (on PostgreSQL two in
                 // different orders deadlocked, and one failed).
                 for (id, w) in orphan_writes(found, before) {
-                        // Recorded open at the pass's start: seen again, not found.
-                    let was_open = matches!(before.0.get(id), Some(None));
                     match w {
                         Some(o) => {
-                            let n = sqlx::query(
+                            // Found by this pass when the row it leaves was
+                            // found now (inserted or reopened); one found by
+                            // a pass side by side keeps that pass's time.
+                            let found_ms: Option<i64> = sqlx::query_scalar(
                             "INSERT INTO orphans (resource_id, kind, label, client_ref, note, found_ms, last_seen_ms) \
                              VALUES ($1, $2, $3, $4, $5, $6, $6) \
                              ON CONFLICT (resource_id) DO UPDATE SET kind = excluded.kind, label = excluded.label, \
@@ -122,12 +123,12 @@ impl Store {
                              found_ms = CASE WHEN orphans.resolved_ms IS NULL THEN orphans.found_ms ELSE excluded.found_ms END, \
                              resolved_ms = NULL, resolution = NULL \
                              WHERE orphans.last_seen_ms <= excluded.last_seen_ms \
-                             AND (orphans.resolved_ms IS NULL OR orphans.resolved_ms = $7)")
+                             AND (orphans.resolved_ms IS NULL OR orphans.resolved_ms = $7) RETURNING found_ms")
                             .bind(id).bind(o.kind.as_str()).bind(&o.label)
                             .bind(o.client_ref.as_ref().map(|c| c.as_str())).bind(&o.note).bind(now_ms)
                             .bind(before.0.get(id).copied().flatten())
-                            .execute(&mut *tx).await?.rows_affected();
-                            if n == 1 && !was_open {
+                            .fetch_optional(&mut *tx).await?;
+                            if found_ms == Some(now_ms) && !matches!(before.0.get(id), Some(None)) {
                                 crate::queue::event_by(&mut *tx, by, o.client_ref.as_ref(), EventKind::OrphanFound,
                                     &serde_json::json!({ "resource_id": id, "kind": o.kind, "label": o.label, "note": o.note }),
                                     now_ms).await?;

@@ -46,6 +46,7 @@ oduflow_store::on_both_stores!(
     database_errors_name_the_operation,
     a_database_with_shared_dns_names_migrates_and_the_oldest_keeps_the_name,
     a_runs_progress_kept_as_json_is_carried_into_its_columns,
+    an_orphan_two_passes_find_side_by_side_is_found_once,
     tokens_made_before_scopes_keep_what_they_could_do,
     a_deleted_client_brought_back_gives_up_a_name_another_holds,
     a_delete_and_a_reconcile_side_by_side_each_see_the_others_write,
@@ -220,6 +221,25 @@ async fn drop_progress_columns(store: &Store) {
     ] {
         execute_raw(store, &format!("ALTER TABLE infra DROP COLUMN {c}")).await.unwrap();
     }
+}
+
+/// Two inventory passes that began before either recorded an orphan both
+/// find it: it is reported found once (one `orphan_found`, one webhook),
+/// seen again by the second.
+async fn an_orphan_two_passes_find_side_by_side_is_found_once(store: Store) {
+    let x = FoundOrphan {
+        resource_id: "x".into(),
+        kind: ResourceKind::Vm,
+        label: "oduflow-x-vm-x".into(),
+        client_ref: None,
+        note: "test".into(),
+    };
+    let (first, second) = (store.orphans_before().await.unwrap(), store.orphans_before().await.unwrap());
+    store.orphans_record(std::slice::from_ref(&x), &first, "a", 10).await.unwrap();
+    store.orphans_record(std::slice::from_ref(&x), &second, "b", 11).await.unwrap();
+    let found = store.events_by_kind(EventKind::OrphanFound).await.unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].actor.as_deref(), Some("a"));
 }
 
 /// A token made before tokens had scopes could do everything: migrating

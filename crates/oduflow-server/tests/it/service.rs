@@ -88,3 +88,20 @@ async fn the_dashboard_says_when_the_queue_is_stopped_and_why() {
     // The queue really claims nothing meanwhile.
     assert!(h.store.restore_pending().await.unwrap().is_some());
 }
+
+/// `serve --secure-cookies`: the dashboard's cookies are `Secure` on every
+/// answer, for a TLS proxy in front that says nothing of it.
+#[tokio::test]
+async fn secure_cookies_are_secure_without_a_proxy_saying_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = oduflow_store::Store::connect(&oduflow_store::testing::sqlite_url(dir.path()), true).await.unwrap();
+    store.migrate().await.unwrap();
+    let state = oduflow_server::AppState::read_only(store, 5).with_secure_cookies(true);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(oduflow_server::serve_on(state, listener, std::future::pending()));
+    let r = reqwest::get(format!("{base}/")).await.unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(cookie.starts_with("oduflow_csrf=") && cookie.contains("; Secure"), "{cookie}");
+}

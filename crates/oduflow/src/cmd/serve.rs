@@ -15,6 +15,10 @@ pub struct ServeArgs {
     /// front: bearer tokens travel in every request.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// Mark the dashboard's cookies Secure on every request (behind a TLS
+    /// proxy that does not send X-Forwarded-Proto).
+    #[arg(long)]
+    pub secure_cookies: bool,
 }
 
 #[derive(Subcommand)]
@@ -86,6 +90,7 @@ pub async fn serve(cfg: &Config, args: ServeArgs) -> Result<()> {
         None => oduflow_server::AppState::read_only(store, cfg.attempts_max),
     }
     .with_shared_clock(clock)
+    .with_secure_cookies(args.secure_cookies)
     .with_profiles(cfg.profiles.clone(), cfg.spec_defaults.clone());
     let mode = match &provider {
         Some(p) => format!("key {}, rate group {}", p.fingerprint().short(), p.rate_group()),
