@@ -91,3 +91,45 @@ async fn a_worker_delivers_state_changes_signed_to_an_endpoint_added_on_the_comm
     env.ok(&["webhook", "remove", "erp"]);
     assert_eq!(env.ok(&["webhook", "list", "--json"]).trim(), "[]");
 }
+
+/// A receiver that never answers in time stalls no worker: the clients
+/// become ready as fast as without webhooks, while deliveries wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_receiver_stalls_no_worker() {
+    let env = Env::sqlite().await;
+    env.ok(&["init"]);
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(|| async {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            axum::http::StatusCode::OK
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let added = env
+        .cmd(&["webhook", "add", "slow", &url, "--kind", "all"])
+        .env("ODUFLOW_WEBHOOK_KEY", WEBHOOK_KEY)
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
+    for n in ["a", "b", "c"] {
+        env.create_client(n);
+    }
+    let mut worker = env.cmd(&["worker"]).env("ODUFLOW_WEBHOOK_KEY", WEBHOOK_KEY).spawn().unwrap();
+    let store = env.store().await;
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = store.client_list().await.unwrap().iter().filter(|c| c.infra.status == ClientStatus::Ready).count();
+        if ready == 3 {
+            break;
+        }
+        assert!(Instant::now() < until, "the worker stalled behind a slow receiver: {ready} of 3 ready");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = Command::new("kill").arg(worker.id().to_string()).status();
+    let _ = worker.wait();
+    let list: serde_json::Value = serde_json::from_str(&env.ok(&["webhook", "list", "--json"])).unwrap();
+    assert_eq!(list[0]["delivered"], 0, "the receiver answered nothing in time: {list}");
+}
