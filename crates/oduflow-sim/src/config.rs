@@ -341,6 +341,12 @@ impl Default for Faults {
 }
 
 impl Faults {
+    /// Every request of `ops` answered 500 without being applied, nothing
+    /// else faulted: a create whose outcome stays unknown.
+    pub fn server_errors_on(ops: Vec<Op>) -> Faults {
+        Faults { error_5xx: 1.0, ops, ..Faults::default() }
+    }
+
     /// Why the plan cannot be used, if it cannot.
     pub fn validate(&self) -> Result<(), String> {
         let ps = [

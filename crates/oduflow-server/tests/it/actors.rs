@@ -26,13 +26,7 @@ fn route_of(method: &str, path: &str) -> (String, String) {
 /// A client whose VM create is answered 500 without being made: blocked
 /// `uncertain_create`.
 async fn lost(h: &H, name: &str) {
-    h.sim
-        .set_faults(oduflow_sim::Faults {
-            error_5xx: 1.0,
-            ops: vec![oduflow_sim::Op::InstanceCreate],
-            ..Default::default()
-        })
-        .unwrap();
+    h.sim.set_faults(oduflow_sim::Faults::server_errors_on(vec![oduflow_sim::Op::InstanceCreate])).unwrap();
     let spec = ClientSpec::parse("ewr", "vc2-1c-1gb", 2284, 40, "high_perf").unwrap();
     h.store.client_create(&ClientName::parse(name).unwrap(), &spec, "test", now_ms(), 5).await.unwrap();
     h.drain().await;

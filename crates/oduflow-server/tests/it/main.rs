@@ -158,13 +158,7 @@ impl H {
         create("acme-ready", "vc2-1c-1gb").await;
         create("bad-plan", "vc2-99c-9gb").await;
         self.drain().await;
-        self.sim
-            .set_faults(oduflow_sim::Faults {
-                error_5xx: 1.0,
-                ops: vec![oduflow_sim::Op::InstanceCreate],
-                ..Default::default()
-            })
-            .unwrap();
+        self.sim.set_faults(oduflow_sim::Faults::server_errors_on(vec![oduflow_sim::Op::InstanceCreate])).unwrap();
         create("lost-create", "vc2-1c-1gb").await;
         create("lost-again", "vc2-1c-1gb").await;
         self.drain().await;

@@ -76,7 +76,7 @@ async fn the_api_key_is_in_no_log_line_error_or_debug_output() {
     note(format!("{:?}", c.block_attach(&VultrBlockId::from("missing"), &VultrInstanceId::from("missing")).await));
     sim.set_faults(Faults { lost_drop: 1.0, ops: vec![Op::InstanceCreate], ..Faults::default() }).unwrap();
     note(format!("{:?}", c.instance_create(&instance_req("oduflow-t")).await));
-    sim.set_faults(Faults { error_5xx: 1.0, ops: vec![Op::InstanceGet, Op::AccountGet], ..Faults::default() }).unwrap();
+    sim.set_faults(Faults::server_errors_on(vec![Op::InstanceGet, Op::AccountGet])).unwrap();
     let e = c.instance_get(&VultrInstanceId::from("x")).await.unwrap_err();
     note(format!("{e} {e:?}"));
     let e = c.account_get().await.unwrap_err();

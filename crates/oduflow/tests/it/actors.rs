@@ -32,13 +32,7 @@ async fn named(env: &Env, store: &Store, args: &[&str], env_vars: &[(&str, &str)
 /// Clients whose VM create is answered 500 without being made: blocked
 /// `uncertain_create`.
 fn lost(env: &Env, names: &[&str]) {
-    env.sim
-        .set_faults(oduflow_sim::Faults {
-            error_5xx: 1.0,
-            ops: vec![oduflow_sim::Op::InstanceCreate],
-            ..Default::default()
-        })
-        .unwrap();
+    env.sim.set_faults(oduflow_sim::Faults::server_errors_on(vec![oduflow_sim::Op::InstanceCreate])).unwrap();
     for n in names {
         env.create_client_without_preflight(n);
     }

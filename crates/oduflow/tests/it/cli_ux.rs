@@ -92,13 +92,7 @@ async fn ready_blocked_and_pending(env: &Env) -> (String, usize) {
     env.ok(&["init"]);
     create(env, "ready-one");
     env.ok(&["worker", "--until-settled"]);
-    env.sim
-        .set_faults(oduflow_sim::Faults {
-            error_5xx: 1.0,
-            ops: vec![oduflow_sim::Op::InstanceCreate],
-            ..Default::default()
-        })
-        .unwrap();
+    env.sim.set_faults(oduflow_sim::Faults::server_errors_on(vec![oduflow_sim::Op::InstanceCreate])).unwrap();
     create(env, "lost");
     let before = env.sim.ledger().request_log.len();
     let o = env.cmd(&["worker", "--until-settled"]).env_remove("ODUFLOW_LOG").output().unwrap();

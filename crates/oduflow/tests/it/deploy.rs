@@ -286,14 +286,7 @@ async fn every_line_of_a_worker_and_serve_is_json_when_asked() {
     let env = Env::sqlite().await;
     env.ok(&["init"]);
     env.create_client("acme");
-    env.sim
-        .control()
-        .set_faults(oduflow_sim::Faults {
-            error_5xx: 1.0,
-            ops: vec![oduflow_sim::Op::InstanceCreate],
-            ..Default::default()
-        })
-        .unwrap();
+    env.sim.control().set_faults(oduflow_sim::Faults::server_errors_on(vec![oduflow_sim::Op::InstanceCreate])).unwrap();
     let json = |args: &[&str]| {
         let mut c = env.cmd(args);
         c.env("ODUFLOW_LOG_FORMAT", "json").env("ODUFLOW_LOG", "info").stderr(Stdio::piped()).stdout(Stdio::null());
