@@ -169,7 +169,7 @@ impl ChangeFacts {
 }
 
 /// Deletion progress of the current dispatch of one kind.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DeleteProgress {
     /// A request by id has shown the resource at least once: a GET that
     /// returned it, or the attach answered 2xx (the volume's id in its

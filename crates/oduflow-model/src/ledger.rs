@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 /// How a resource id came to be known.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum IdSource {
     /// The create call's own response.
@@ -53,7 +53,7 @@ impl IdSource {
 /// Where one side effect stands. Every case but `Unmarked` and `Unknown`
 /// holds write-once evidence: a send that provably never left, an id and
 /// how it became known, a refusal, an operator's attestation.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum Effect {
     /// Claimed and never marked sent: the mark is recorded right before a

@@ -1,0 +1,191 @@
+//! Everything that is not a worker: the provider's lags, crashes, lost
+//! claims, changes of intent, backups and restores, the inventory pass,
+//! the key, and the operator's commands.
+
+use crate::world::*;
+use crate::{Act, Protocol};
+use oduflow_model::ledger::{Effect, IdSource};
+use oduflow_model::{BlockedReason, ClientStatus, Target};
+
+pub fn actions(m: &Protocol, w: &World, out: &mut Vec<Act>) {
+    let b = &w.budget;
+    for i in 0..m.cfg.workers {
+        if b.crashes > 0 && matches!(w.workers[usize::from(i)], Worker::Running(_)) {
+            out.push(Act::Crash(i));
+        }
+    }
+    if let Some((holder, fence)) = w.db.claim {
+        let paused = matches!(&w.workers[usize::from(holder)], Worker::Running(r) if r.fence == fence);
+        let never = m.cfg.flaw == Some(crate::Flaw::ClaimNeverExpires);
+        if (!paused && !never) || (paused && b.claim_losses > 0) {
+            out.push(Act::Expire);
+        }
+    }
+    for (id, r) in w.cloud.iter().enumerate() {
+        let id = id as u8;
+        if r.alive && !r.by_id {
+            out.push(Act::Settle(id));
+        }
+        if r.alive && !r.listed {
+            out.push(Act::List(id));
+        }
+        if r.alive && r.by_id && !r.ready {
+            out.push(Act::Boot(id));
+        }
+    }
+    if w.db.restore_pending {
+        if w.cloud.iter().all(|r| !r.alive || r.listed) {
+            out.push(Act::Inventory);
+        }
+        return;
+    }
+    if b.flips > 0 {
+        out.push(Act::Flip);
+    }
+    if b.restores > 0 {
+        out.push(if w.copy.is_none() { Act::Copy } else { Act::Restore });
+    }
+    if b.key_changes > 0 {
+        out.push(Act::ChangeKey);
+    }
+    if b.operator > 0 && w.db.status == ClientStatus::Blocked && !w.db.queued {
+        match w.db.reason {
+            Some(BlockedReason::CredentialChanged) => out.push(Act::Rotate),
+            Some(_) if uncertain(w).is_some() => out.push(Act::Resolve),
+            _ => {}
+        }
+        out.push(Act::Reconcile);
+    }
+}
+
+/// The receipt an operator resolves: one whose outcome only the console
+/// can tell.
+fn uncertain(w: &World) -> Option<usize> {
+    w.db.receipts.iter().position(|r| {
+        r.effect.is_uncertain()
+            || (!r.progress.deleted
+                && matches!(&r.effect, Effect::Known { id, .. } if parse_rid(id).is_some_and(|x| !w.res(x).alive)))
+    })
+}
+
+/// The intent changed: a run begun before is stale, and a job is due.
+fn intent_moved(db: &mut Db) {
+    db.generation += 1;
+    db.status = ClientStatus::Pending;
+    db.reason = None;
+    db.queued = true;
+    db.waits = 0;
+}
+
+pub fn apply(_m: &Protocol, w: &mut World, act: Act) {
+    match act {
+        Act::Crash(i) => {
+            w.budget.crashes -= 1;
+            w.workers[usize::from(i)] = Worker::Idle;
+        }
+        Act::Expire => {
+            if let Some((holder, fence)) = w.db.claim
+                && matches!(&w.workers[usize::from(holder)], Worker::Running(r) if r.fence == fence)
+            {
+                w.budget.claim_losses -= 1;
+            }
+            w.db.claim = None;
+        }
+        Act::Settle(id) => w.cloud[usize::from(id)].by_id = true,
+        Act::List(id) => w.cloud[usize::from(id)].listed = true,
+        Act::Boot(id) => w.cloud[usize::from(id)].ready = true,
+        Act::Flip => {
+            w.budget.flips -= 1;
+            w.db.target = match w.db.target {
+                Target::Present => Target::Absent,
+                Target::Absent => Target::Present,
+            };
+            intent_moved(&mut w.db);
+        }
+        Act::Copy => {
+            // Claims are not in a copy: a restore stops every worker.
+            w.copy = Some(Db { claim: None, fences: 0, ..w.db.clone() });
+        }
+        Act::Restore => restore(w),
+        Act::Inventory => inventory(_m, w),
+        Act::ChangeKey => {
+            w.budget.key_changes -= 1;
+            w.key = 1 - w.key;
+        }
+        Act::Rotate => {
+            w.budget.operator -= 1;
+            w.db.bound_key = Some(w.key);
+            intent_moved(&mut w.db);
+        }
+        Act::Resolve => resolve(w),
+        Act::Reconcile => {
+            w.budget.operator -= 1;
+            intent_moved(&mut w.db);
+        }
+        Act::Claim(_) | Act::Step(_) | Act::Send(..) => {}
+    }
+}
+
+/// The copy is put back; the workers were stopped for it, and the queue
+/// claims nothing until the inventory pass.
+fn restore(w: &mut World) {
+    w.budget.restores -= 1;
+    let Some(copy) = w.copy.take() else { return };
+    w.db = copy;
+    w.ghost.creates.clear();
+    w.db.claim = None;
+    w.db.restore_pending = true;
+    for worker in &mut w.workers {
+        *worker = Worker::Idle;
+    }
+}
+
+/// The inventory pass (its listings settled): every claim not known to be
+/// unsent is doubted, every live resource no receipt accounts for is an
+/// orphan, and every record not deleted is read again.
+fn inventory(m: &Protocol, w: &mut World) {
+    let trust = m.cfg.flaw == Some(crate::Flaw::RestoreTrustsUnsent);
+    for r in &mut w.db.receipts {
+        let doubt = !trust && r.effect.is_unsent();
+        if doubt {
+            r.effect = Effect::Unknown { observations: 0 };
+            w.ghost.doubted.push(r.label);
+        }
+    }
+    for (id, res) in w.cloud.iter().enumerate() {
+        let id = id as u8;
+        let explained = w.db.receipts.iter().any(|r| r.label == res.label || r.effect.id() == Some(&rid(id)));
+        if res.alive && !explained && !w.db.orphans.contains(&id) {
+            w.db.orphans.push(id);
+        }
+    }
+    w.db.restore_pending = false;
+    match w.db.status {
+        ClientStatus::Deleted if !w.db.orphans.is_empty() => {
+            w.db.status = ClientStatus::Blocked;
+            w.db.reason = Some(BlockedReason::LabelledOrphan);
+        }
+        ClientStatus::Deleted | ClientStatus::Blocked => {}
+        _ => w.db.queued = true,
+    }
+}
+
+/// An operator looks in the console: what carries the receipt's label is
+/// adopted; nothing, and the receipt is abandoned on attestation.
+fn resolve(w: &mut World) {
+    w.budget.operator -= 1;
+    let Some(r) = uncertain(w) else { return };
+    let label = w.db.receipts[r].label;
+    let found = w.cloud.iter().position(|x| x.alive && x.label == label);
+    let observations = 0;
+    w.db.receipts[r].effect = match (found, w.db.receipts[r].effect.id()) {
+        (Some(x), None) => Effect::Known { id: rid(x as u8), source: Some(IdSource::AdoptedByOperator), observations },
+        (_, id) => Effect::Abandoned {
+            by: "operator".to_owned(),
+            reason: "nothing live carries its label".to_owned(),
+            id: id.map(str::to_owned),
+            observations,
+        },
+    };
+    intent_moved(&mut w.db);
+}

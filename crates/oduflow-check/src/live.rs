@@ -1,0 +1,100 @@
+//! Liveness: from every reachable state, some schedule still settles the
+//! client (ready, deleted, or blocked with a reason, nothing queued, every
+//! worker stopped). In a finite world, that and a fair scheduler (every
+//! step enabled for ever is taken at some point) mean every run ends so.
+//! stateright's own `eventually` holds only on acyclic worlds, and waits
+//! make this one cyclic, so the graph is explored here.
+
+use crate::world::*;
+use crate::{Act, Protocol};
+use oduflow_model::ClientStatus;
+use stateright::Model;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+
+/// What the liveness check found.
+#[derive(Debug)]
+pub struct Liveness {
+    pub states: usize,
+    pub edges: usize,
+    /// The shortest schedule to a state from which the client can never
+    /// settle.
+    pub stuck: Option<Vec<Act>>,
+}
+
+/// Settled: a state the client rests in until someone acts.
+pub fn settled(w: &World) -> bool {
+    matches!(w.db.status, ClientStatus::Ready | ClientStatus::Deleted | ClientStatus::Blocked)
+        && w.db.reason.is_some() == (w.db.status == ClientStatus::Blocked)
+        && !w.db.queued
+        && !w.db.restore_pending
+        && w.workers.iter().all(|x| *x == Worker::Idle)
+}
+
+fn fingerprint(s: &std::hash::RandomState, w: &World) -> u64 {
+    s.hash_one(w)
+}
+
+/// Explores the whole graph (by fingerprint), then walks it backwards from
+/// the settled states.
+pub fn check(m: &Protocol) -> Liveness {
+    let hasher = std::hash::RandomState::new();
+    let init = m.init_states().remove(0);
+    let mut index: HashMap<u64, u32> = HashMap::new();
+    let mut parent: Vec<Option<(u32, Act)>> = vec![None];
+    let mut preds: Vec<Vec<u32>> = vec![vec![]];
+    let mut goal: Vec<bool> = vec![settled(&init)];
+    index.insert(fingerprint(&hasher, &init), 0);
+    let mut frontier = vec![(0u32, init)];
+    let mut edges = 0;
+    let mut acts = vec![];
+    while !frontier.is_empty() {
+        let mut next = vec![];
+        for (id, w) in frontier {
+            acts.clear();
+            m.actions(&w, &mut acts);
+            for &act in &acts {
+                let Some(s) = m.next_state(&w, act) else { continue };
+                edges += 1;
+                let f = fingerprint(&hasher, &s);
+                let to = match index.get(&f) {
+                    Some(&to) => to,
+                    None => {
+                        let to = parent.len() as u32;
+                        index.insert(f, to);
+                        parent.push(Some((id, act)));
+                        preds.push(vec![]);
+                        goal.push(settled(&s));
+                        next.push((to, s));
+                        to
+                    }
+                };
+                preds[to as usize].push(id);
+            }
+        }
+        frontier = next;
+    }
+    let mut reaches = goal.clone();
+    let mut stack: Vec<u32> = (0..goal.len() as u32).filter(|&i| goal[i as usize]).collect();
+    while let Some(s) = stack.pop() {
+        for &p in &preds[s as usize] {
+            if !reaches[p as usize] {
+                reaches[p as usize] = true;
+                stack.push(p);
+            }
+        }
+    }
+    // States are numbered in breadth-first order: the first stuck one is
+    // the nearest.
+    let stuck = reaches.iter().position(|r| !r).map(|s| {
+        let mut path = vec![];
+        let mut at = s as u32;
+        while let Some((p, act)) = parent[at as usize] {
+            path.push(act);
+            at = p;
+        }
+        path.reverse();
+        path
+    });
+    Liveness { states: parent.len(), edges, stuck }
+}

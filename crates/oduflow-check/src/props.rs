@@ -1,0 +1,79 @@
+//! The properties checked in every reachable state, and the ghost's
+//! bookkeeping after each step.
+
+use crate::Protocol;
+use crate::world::*;
+use oduflow_model::ClientStatus;
+use oduflow_model::ledger::Effect;
+use stateright::Property;
+
+/// The safety properties, by name (the liveness one is [`crate::live`]'s).
+pub const PROPERTIES: [&str; 10] = [
+    "at most one create request per dispatch label",
+    "at most one create request per operation key between restores",
+    "at most one live resource per kind",
+    "a client reported deleted has nothing live",
+    "a receipt's evidence is written once",
+    "no request with a key the record is not bound to",
+    "a recorded id is never given up for a temporary 404",
+    "nothing sent after a run lost its claim",
+    "a create recorded as sent left, or a restore doubted it",
+    "every decision is one the model carries out",
+];
+
+pub fn properties() -> Vec<Property<Protocol>> {
+    vec![
+        Property::always(PROPERTIES[0], |_, w: &World| no_repeat(&w.ghost.create_labels)),
+        Property::always(PROPERTIES[1], |_, w: &World| no_repeat(&w.ghost.creates)),
+        Property::always(PROPERTIES[2], |_, w: &World| {
+            w.live(oduflow_model::ResourceKind::Vm) <= 1 && w.live(oduflow_model::ResourceKind::Volume) <= 1
+        }),
+        Property::always(PROPERTIES[3], |_, w: &World| {
+            w.db.status != ClientStatus::Deleted || w.cloud.iter().all(|r| !r.alive)
+        }),
+        Property::always(PROPERTIES[4], |_, w: &World| !w.ghost.rewritten),
+        Property::always(PROPERTIES[5], |_, w: &World| !w.ghost.unbound_send),
+        Property::always(PROPERTIES[6], |_, w: &World| {
+            w.db.receipts
+                .iter()
+                .all(|r| !r.progress.deleted || r.effect.id().and_then(parse_rid).is_none_or(|id| !w.res(id).alive))
+        }),
+        Property::always(PROPERTIES[7], |_, w: &World| !w.ghost.unfenced_send),
+        Property::always(PROPERTIES[8], |_, w: &World| {
+            w.db.receipts.iter().all(|r| {
+                !matches!(r.effect, Effect::Unknown { .. })
+                    || w.ghost.left.contains(&r.label)
+                    || w.ghost.doubted.contains(&r.label)
+            })
+        }),
+        Property::always(PROPERTIES[9], |_, w: &World| !w.ghost.unmodelled),
+    ]
+}
+
+fn no_repeat<T: PartialEq>(v: &[T]) -> bool {
+    v.iter().enumerate().all(|(n, x)| !v[..n].contains(x))
+}
+
+/// The evidence a receipt holds, if any: what must never be written over.
+fn evidence(e: &Effect) -> Option<String> {
+    match e {
+        Effect::Known { id, .. } => Some(format!("id {id}")),
+        Effect::Rejected { status, .. } => Some(format!("rejected {status}")),
+        _ => None,
+    }
+}
+
+/// After every step: the first evidence of each receipt is remembered, and
+/// any other evidence written for it later is a violation. (A restore that
+/// loses a receipt's evidence writes nothing; an attestation that abandons
+/// it keeps its id as evidence.)
+pub fn witness(w: &mut World) {
+    for r in &w.db.receipts {
+        let Some(now) = evidence(&r.effect) else { continue };
+        match w.ghost.evidence.iter().find(|(l, _)| *l == r.label) {
+            Some((_, first)) if *first != now => w.ghost.rewritten = true,
+            Some(_) => {}
+            None => w.ghost.evidence.push((r.label, now)),
+        }
+    }
+}

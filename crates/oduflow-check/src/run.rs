@@ -1,0 +1,554 @@
+//! A worker's run, step by step, as the executor takes it: claim, read the
+//! receipts, decide with the real `decide`, act (one provider request a
+//! step at most), commit once at the end under the fence.
+
+use crate::world::*;
+use crate::{Act, Flaw, Protocol, SendAs};
+use oduflow_model::decide::{self, Action, Facts, Inputs, Orphan, ReceiptFacts, Resource, Seen};
+use oduflow_model::ledger::{Effect, IdSource};
+use oduflow_model::{BlockedReason, ClientStatus, ResourceKind, Target};
+
+/// What a finished run commits.
+enum Next {
+    /// Run again later.
+    Wait,
+    /// Settled so.
+    Done(ClientStatus, Option<BlockedReason>),
+}
+
+pub fn actions(w: &World, i: u8, out: &mut Vec<Act>) {
+    match &w.workers[usize::from(i)] {
+        Worker::Idle => {
+            if w.db.queued && w.db.claim.is_none() && !w.db.restore_pending {
+                out.push(Act::Claim(i));
+            }
+        }
+        Worker::Running(run) => match run.phase {
+            Phase::Claimed { .. } => {
+                out.push(Act::Send(i, SendAs::Answered));
+                let b = &w.budget;
+                for (left, how) in [
+                    (b.lost_answers, SendAs::Lost),
+                    (b.refusals, SendAs::Refused),
+                    (b.unconnected, SendAs::NotConnected),
+                ] {
+                    if left > 0 {
+                        out.push(Act::Send(i, how));
+                    }
+                }
+            }
+            _ => out.push(Act::Step(i)),
+        },
+    }
+}
+
+pub fn claim(_m: &Protocol, w: &mut World, i: u8) {
+    w.db.fences += 1;
+    w.db.claim = Some((i, w.db.fences));
+    if w.db.bound_key.is_none() {
+        w.db.bound_key = Some(w.key);
+    }
+    w.workers[usize::from(i)] = Worker::Running(Run {
+        fence: w.db.fences,
+        generation: w.db.generation,
+        target: w.db.target,
+        key: w.key,
+        reads: [Read::NotRead, Read::NotRead],
+        phase: Phase::Decide,
+        steps: 0,
+    });
+}
+
+/// The run of a worker that is running (only those are offered steps).
+fn running(w: &World, i: u8) -> Option<Run> {
+    match &w.workers[usize::from(i)] {
+        Worker::Running(run) => Some(run.clone()),
+        Worker::Idle => None,
+    }
+}
+
+/// The claim still holds this client at the run's generation, as the
+/// fence sees it (a flaw may blind it).
+fn fence_holds(m: &Protocol, w: &World, i: u8, run: &Run) -> bool {
+    match m.cfg.flaw {
+        Some(Flaw::LeaseOverlap) => true,
+        Some(Flaw::FenceIgnoresFlips) => w.db.claim == Some((i, run.fence)),
+        _ => truly_holds(w, i, run),
+    }
+}
+
+fn truly_holds(w: &World, i: u8, run: &Run) -> bool {
+    w.db.claim == Some((i, run.fence)) && w.db.generation == run.generation
+}
+
+/// The run stops (its guard refused a request, or it found a conflict):
+/// nothing more is sent or written; a claim still its own is released.
+fn halt(w: &mut World, i: u8, run: &Run) {
+    if w.db.claim == Some((i, run.fence)) {
+        w.db.claim = None;
+    }
+    w.workers[usize::from(i)] = Worker::Idle;
+}
+
+/// The run's one commit, under its fence: a stale run's writes are dropped.
+fn finish(m: &Protocol, w: &mut World, i: u8, run: &Run, next: Next) {
+    let held = w.db.claim == Some((i, run.fence));
+    let current = held && (w.db.generation == run.generation || m.cfg.flaw == Some(Flaw::FenceIgnoresFlips));
+    if current {
+        let (gens, _) = current_receipts(m, w, run.target);
+        w.db.infra_generation = gens;
+        match next {
+            Next::Wait => {
+                w.db.queued = true;
+                w.db.waits = w.db.waits.saturating_add(1).min(m.cfg.waits_max);
+            }
+            Next::Done(status, reason) => {
+                w.db.queued = false;
+                w.db.status = status;
+                w.db.reason = reason;
+            }
+        }
+    }
+    halt(w, i, run);
+}
+
+/// The receipt at a kind's dispatch generation.
+fn at(w: &World, kind: ResourceKind, g: u8) -> Option<usize> {
+    w.db.receipts.iter().position(|r| r.kind == kind && r.generation == g)
+}
+
+/// A kind's dispatch generation: the highest of the record's and its
+/// receipts', moved on past a receipt confirmed deleted or abandoned (the
+/// engine's `current`).
+fn generation(w: &World, kind: ResourceKind) -> u8 {
+    let latest =
+        w.db.receipts
+            .iter()
+            .filter(|r| r.kind == kind)
+            .map(|r| r.generation)
+            .chain([w.db.infra_generation[slot(kind)]])
+            .max()
+            .unwrap_or(1);
+    match at(w, kind, latest).map(|r| &w.db.receipts[r]) {
+        Some(r) if r.progress.deleted || matches!(r.effect, Effect::Abandoned { .. }) => latest + 1,
+        _ => latest,
+    }
+}
+
+fn is_open(r: &Receipt) -> bool {
+    !r.progress.deleted && r.effect.may_own()
+}
+
+/// The receipts a run step works on and the generations in force (the
+/// engine's `current`, and its planted `skip_open_receipts`).
+pub fn current_receipts(m: &Protocol, w: &World, target: Target) -> ([u8; 3], [Option<usize>; 3]) {
+    if target == Target::Absent && m.cfg.flaw == Some(Flaw::SkipOpenReceipts) {
+        let g = w.db.infra_generation;
+        return (
+            g,
+            [at(w, ResourceKind::Vm, g[0]), at(w, ResourceKind::Volume, g[1]), at(w, ResourceKind::Attach, g[2])],
+        );
+    }
+    let mut gens = [generation(w, ResourceKind::Vm), generation(w, ResourceKind::Volume), 0];
+    let pick = |kind: ResourceKind, g: u8| {
+        if target == Target::Absent {
+            let open = (0..w.db.receipts.len())
+                .filter(|&r| w.db.receipts[r].kind == kind && is_open(&w.db.receipts[r]))
+                .min_by_key(|&r| w.db.receipts[r].generation);
+            if open.is_some() {
+                return open;
+            }
+        }
+        at(w, kind, g)
+    };
+    let vm = pick(ResourceKind::Vm, gens[0]);
+    let volume = pick(ResourceKind::Volume, gens[1]);
+    gens[2] = generation(w, ResourceKind::Attach);
+    let id = |r: Option<usize>| r.and_then(|r| w.db.receipts[r].effect.id().and_then(parse_rid));
+    if let (Some(a), Some(vm_id), Some(vol_id)) = (at(w, ResourceKind::Attach, gens[2]), id(vm), id(volume))
+        && w.db.receipts[a].pair != Some((vm_id, vol_id))
+    {
+        gens[2] += 1;
+    }
+    (gens, [vm, volume, at(w, ResourceKind::Attach, gens[2])])
+}
+
+fn facts(w: &World, id: u8) -> Facts {
+    let r = w.res(id);
+    Facts {
+        id: rid(id),
+        mismatch: None,
+        ready: r.ready,
+        attached_to: r.attached_to.map(rid),
+        state: if r.ready { "active/ok" } else { "pending/none" }.to_owned(),
+        outputs: Default::default(),
+        drift: None,
+        size_gb: None,
+    }
+}
+
+/// What a run's read says, if it was made for this receipt.
+fn seen_of(w: &World, read: &Read, label: Option<u8>) -> Seen {
+    let sight = |s: &Sight| Facts {
+        ready: s.ready,
+        attached_to: s.attached_to.map(rid),
+        state: if s.ready { "active/ok" } else { "pending/none" }.to_owned(),
+        ..facts(w, s.id)
+    };
+    match read {
+        Read::Missing(l) if Some(*l) == label => Seen::Missing,
+        Read::Present(l, s) if Some(*l) == label => Seen::Present(sight(s)),
+        Read::ByLabel(l, found) if Some(*l) == label => Seen::ByLabel(found.iter().map(sight).collect()),
+        _ => Seen::NotRead,
+    }
+}
+
+fn orphans(m: &Protocol, w: &World, kind: ResourceKind, needed: bool) -> Vec<Orphan> {
+    if !needed || m.cfg.flaw == Some(Flaw::SkipLabelCheck) {
+        return vec![];
+    }
+    w.db.orphans
+        .iter()
+        .filter(|&&o| w.res(o).kind == kind && !w.db.receipts.iter().any(|r| r.effect.id() == Some(&rid(o))))
+        .map(|&o| Orphan { id: rid(o), facts: (w.res(o).alive && w.res(o).by_id).then(|| facts(w, o)) })
+        .collect()
+}
+
+/// The facts a decision is taken on, as the executor gathers them.
+pub fn inputs(m: &Protocol, w: &World, run: &Run) -> (Inputs, [Option<usize>; 3], [u8; 3]) {
+    let (gens, cur) = current_receipts(m, w, run.target);
+    let key_changed = w.db.bound_key != Some(run.key) && m.cfg.flaw != Some(Flaw::IgnoreKeyChange);
+    let needed = run.target == Target::Absent || cur[0].is_none() || cur[1].is_none();
+    let effect = |r: Option<usize>| r.map(|r| w.db.receipts[r].effect.clone());
+    let resource = |kind: ResourceKind| {
+        let r = cur[slot(kind)];
+        Resource {
+            receipt: ReceiptFacts::of(effect(r), run.target),
+            seen: seen_of(w, &run.reads[slot(kind)], r.map(|r| w.db.receipts[r].label)),
+            progress: r.map(|r| w.db.receipts[r].progress.clone()).unwrap_or_default(),
+            overdue: w.db.waits >= m.cfg.waits_max,
+            updated: false,
+            change: Default::default(),
+            update_overdue: false,
+            resize_settling: false,
+            plan_change: false,
+            orphans: orphans(m, w, kind, needed),
+        }
+    };
+    let i = Inputs {
+        target: run.target,
+        key_changed,
+        vm: resource(ResourceKind::Vm),
+        volume: resource(ResourceKind::Volume),
+        attach: ReceiptFacts::of(effect(cur[2]), run.target),
+        observations_max: m.cfg.observations_max,
+    };
+    (i, cur, gens)
+}
+
+/// The decision a running worker in its deciding phase takes next.
+pub fn decision(m: &Protocol, w: &World, run: &Run) -> Action {
+    decide::decide(&inputs(m, w, run).0)
+}
+
+pub fn step(m: &Protocol, w: &mut World, i: u8) {
+    let Some(run) = running(w, i) else { return };
+    match run.phase.clone() {
+        Phase::Decide => decide_step(m, w, i, run),
+        Phase::Answered { receipt, index, answer } => {
+            record(w, receipt, index, answer);
+            finish(m, w, i, &run, Next::Wait);
+        }
+        Phase::DeleteSent(r) => {
+            // A run's one side effect is done: it ends, and the next reads
+            // by id again.
+            w.db.receipts[r].progress.delete_sent = true;
+            finish(m, w, i, &run, Next::Wait);
+        }
+        Phase::Claimed { .. } => {}
+    }
+}
+
+/// One more decision in this run, or a wait at the run's limit.
+fn next_decision(m: &Protocol, w: &mut World, i: u8, mut run: Run) {
+    run.steps += 1;
+    run.phase = Phase::Decide;
+    if run.steps >= m.cfg.steps_max {
+        finish(m, w, i, &run, Next::Wait);
+    } else {
+        w.workers[usize::from(i)] = Worker::Running(run);
+    }
+}
+
+fn decide_step(m: &Protocol, w: &mut World, i: u8, run: Run) {
+    let (inputs, cur, gens) = inputs(m, w, &run);
+    let receipt = |kind: ResourceKind| cur[slot(kind)];
+    match decide::decide(&inputs) {
+        Action::Observe(kind) => observe(m, w, i, run, kind, receipt(kind)),
+        Action::CountObservation(kind) => {
+            if let Some(r) = receipt(kind) {
+                count(&mut w.db.receipts[r].effect);
+            }
+            finish(m, w, i, &run, Next::Wait);
+        }
+        Action::Adopt(kind, id) => {
+            if let Some(r) = receipt(kind) {
+                let observations = 0;
+                w.db.receipts[r].effect = Effect::Known { id, source: Some(IdSource::AdoptedByLabel), observations };
+            }
+            next_decision(m, w, i, run);
+        }
+        Action::AdoptOrphan(kind, id) => {
+            let Some(o) = parse_rid(&id) else { return halt(w, i, &run) };
+            if at(w, kind, gens[slot(kind)]).is_some() {
+                return halt(w, i, &run);
+            }
+            w.db.receipts.push(Receipt {
+                kind,
+                generation: gens[slot(kind)],
+                label: w.res(o).label,
+                effect: Effect::Known { id, source: Some(IdSource::AdoptedByLabel), observations: 0 },
+                progress: Default::default(),
+                pair: None,
+            });
+            w.db.orphans.retain(|&x| x != o);
+            next_decision(m, w, i, run);
+        }
+        Action::Dispatch(kind) => dispatch(m, w, i, run, kind, &cur, gens[slot(kind)]),
+        Action::Delete(kind, id) => delete(m, w, i, run, receipt(kind), &id),
+        Action::ConfirmDeleted(kind) => {
+            if let Some(r) = receipt(kind) {
+                w.db.receipts[r].progress.deleted = true;
+            }
+            next_decision(m, w, i, run);
+        }
+        Action::MarkSeen(kind) => {
+            if let Some(r) = receipt(kind) {
+                w.db.receipts[r].progress.seen = true;
+            }
+            next_decision(m, w, i, run);
+        }
+        Action::Change(_) | Action::ConfirmChange(_) | Action::CountChange(_) => {
+            w.ghost.unmodelled = true;
+            halt(w, i, &run);
+        }
+        Action::Wait => finish(m, w, i, &run, Next::Wait),
+        Action::Block(reason, _) => finish(m, w, i, &run, Next::Done(ClientStatus::Blocked, Some(reason))),
+        Action::Ready => {
+            // The attach a read has now shown made: its receipt records the
+            // VM's id (an attach marked sent whose answer was lost).
+            if let (Some(a), Some(vm)) = (receipt(ResourceKind::Attach), receipt(ResourceKind::Vm))
+                && let Effect::Unknown { observations } = w.db.receipts[a].effect
+                && let Some(id) = w.db.receipts[vm].effect.id().map(str::to_owned)
+            {
+                w.db.receipts[a].effect = Effect::Known { id, source: Some(IdSource::ConfirmedByRead), observations };
+            }
+            finish(m, w, i, &run, Next::Done(ClientStatus::Ready, None));
+        }
+        Action::Deleted => finish(m, w, i, &run, Next::Done(ClientStatus::Deleted, None)),
+    }
+}
+
+/// A fruitless look, counted on the receipt.
+fn count(e: &mut Effect) {
+    match e {
+        Effect::Unknown { observations }
+        | Effect::Unmarked { observations, .. }
+        | Effect::Known { observations, .. }
+        | Effect::Abandoned { observations, .. } => *observations += 1,
+        Effect::NotSent { .. } | Effect::Rejected { .. } => {}
+    }
+}
+
+fn observe(m: &Protocol, w: &mut World, i: u8, mut run: Run, kind: ResourceKind, r: Option<usize>) {
+    let Some(r) = r else { return halt(w, i, &run) };
+    if !fence_holds(m, w, i, &run) {
+        return halt(w, i, &run);
+    }
+    let rec = w.db.receipts[r].clone();
+    if m.cfg.flaw == Some(Flaw::ResendAfterLost)
+        && (rec.effect.is_uncertain() || rec.effect.is_unsent())
+        && kind != ResourceKind::Attach
+    {
+        // The planted bug: the create sent again, as a naive client would.
+        sent(w, i, &run, &rec);
+        make(w, &rec);
+    }
+    let sight = |w: &World, id: u8| Sight { id, ready: w.res(id).ready, attached_to: w.res(id).attached_to };
+    let read = match rec.effect.id().and_then(parse_rid) {
+        Some(id) => {
+            let res = w.res(id);
+            // The planted bug: a listing's sighting taken for a GET's,
+            // which deletion's bookkeeping then trusts.
+            let listing = m.cfg.flaw == Some(Flaw::ListingTakenAsSeen) && res.listed && !rec.progress.seen;
+            let shows = res.alive && (res.by_id || listing);
+            if shows {
+                Read::Present(rec.label, sight(w, id))
+            } else {
+                if m.cfg.flaw == Some(Flaw::ForgetIdOn404) && res.alive && !res.by_id && !rec.progress.seen {
+                    // The hole: a temporary 404 taken as gone for good.
+                    w.db.receipts[r].progress.deleted = true;
+                }
+                Read::Missing(rec.label)
+            }
+        }
+        None => {
+            let found = (0..w.cloud.len() as u8)
+                .filter(|&x| w.res(x).alive && w.res(x).listed && w.res(x).label == rec.label)
+                .map(|x| sight(w, x))
+                .collect();
+            Read::ByLabel(rec.label, found)
+        }
+    };
+    run.reads[slot(if kind == ResourceKind::Attach { ResourceKind::Volume } else { kind })] = read;
+    next_decision(m, w, i, run);
+}
+
+/// A create request leaves this run: the ghost's record of it.
+fn sent(w: &mut World, i: u8, run: &Run, rec: &Receipt) {
+    // An attach answered 404 is sent again on its receipt, by the
+    // protocol: only creates count.
+    if rec.kind != ResourceKind::Attach {
+        w.ghost.creates.push((rec.kind, rec.generation));
+        w.ghost.create_labels.push(rec.label);
+    }
+    w.ghost.left.push(rec.label);
+    if w.db.bound_key != Some(run.key) {
+        w.ghost.unbound_send = true;
+    }
+    if !truly_holds(w, i, run) {
+        w.ghost.unfenced_send = true;
+    }
+}
+
+/// The provider applies a create: the new resource's id (an attach: the
+/// VM's, or `None` when either is not found by id).
+fn make(w: &mut World, rec: &Receipt) -> Option<u8> {
+    if rec.kind == ResourceKind::Attach {
+        let (vm, vol) = rec.pair?;
+        let ok = [vm, vol].iter().all(|&x| w.res(x).alive && w.res(x).by_id);
+        if ok {
+            w.cloud[usize::from(vol)].attached_to = Some(vm);
+        }
+        return ok.then_some(vm);
+    }
+    w.cloud.push(Res {
+        kind: rec.kind,
+        label: rec.label,
+        alive: true,
+        by_id: false,
+        listed: false,
+        ready: false,
+        attached_to: None,
+    });
+    Some((w.cloud.len() - 1) as u8)
+}
+
+fn dispatch(m: &Protocol, w: &mut World, i: u8, mut run: Run, kind: ResourceKind, cur: &[Option<usize>; 3], g: u8) {
+    if let Some(r) = cur[slot(kind)].filter(|&r| w.db.receipts[r].effect.is_unsent()) {
+        // Provably never sent: sent again on the same receipt.
+        run.phase = Phase::Claimed { receipt: w.db.receipts[r].clone(), index: Some(r) };
+    } else {
+        if at(w, kind, g).is_some() {
+            // The operation key is taken (a stale run's claim): the insert fails.
+            return halt(w, i, &run);
+        }
+        let id = |k: ResourceKind| cur[slot(k)].and_then(|r| w.db.receipts[r].effect.id().and_then(parse_rid));
+        let pair = match kind {
+            ResourceKind::Attach => Some((id(ResourceKind::Vm).unwrap_or(0), id(ResourceKind::Volume).unwrap_or(0))),
+            _ => None,
+        };
+        let unmarked = Effect::Unmarked { not_sent: 0, observations: 0 };
+        let effect = match m.cfg.flaw {
+            Some(Flaw::MarkAtClaim) => Effect::Unknown { observations: 0 },
+            _ => unmarked,
+        };
+        let rec = Receipt { kind, generation: g, label: w.labels, effect, progress: Default::default(), pair };
+        w.labels += 1;
+        let forget = m.cfg.flaw == Some(Flaw::ForgetReceipt) && kind != ResourceKind::Attach;
+        let index = match forget {
+            true => None,
+            false => {
+                w.db.receipts.push(rec.clone());
+                Some(w.db.receipts.len() - 1)
+            }
+        };
+        run.phase = Phase::Claimed { receipt: rec, index };
+    }
+    w.workers[usize::from(i)] = Worker::Running(run);
+}
+
+pub fn send(m: &Protocol, w: &mut World, i: u8, how: SendAs) {
+    let Some(run) = running(w, i) else { return };
+    let Phase::Claimed { receipt, index } = run.phase.clone() else { return };
+    if !fence_holds(m, w, i, &run) {
+        return halt(w, i, &run);
+    }
+    if how == SendAs::NotConnected {
+        w.budget.unconnected -= 1;
+        let answer = Answer::NotConnected;
+        w.workers[usize::from(i)] = Worker::Running(Run { phase: Phase::Answered { receipt, index, answer }, ..run });
+        return;
+    }
+    // Marked sent right before it leaves.
+    if let Some(r) = index
+        && w.db.receipts[r].effect.is_unsent()
+    {
+        w.db.receipts[r].effect = Effect::Unknown { observations: 0 };
+    }
+    sent(w, i, &run, &receipt);
+    let answer = match how {
+        SendAs::Refused => {
+            w.budget.refusals -= 1;
+            Answer::Refused
+        }
+        SendAs::Lost => {
+            w.budget.lost_answers -= 1;
+            make(w, &receipt);
+            Answer::Lost
+        }
+        _ => make(w, &receipt).map_or(Answer::NotConnected, Answer::Made),
+    };
+    w.workers[usize::from(i)] = Worker::Running(Run { phase: Phase::Answered { receipt, index, answer }, ..run });
+}
+
+/// The answer recorded on the receipt (the receipt claimed now, with the
+/// planted `forget_receipt`).
+fn record(w: &mut World, receipt: Receipt, index: Option<usize>, answer: Answer) {
+    let effect = match answer {
+        Answer::Made(id) => Effect::Known { id: rid(id), source: Some(IdSource::Response), observations: 0 },
+        Answer::Lost => return,
+        Answer::Refused => Effect::Rejected { status: 422, message: "refused".to_owned() },
+        Answer::NotConnected => {
+            let count = match index.map(|r| &w.db.receipts[r].effect) {
+                Some(Effect::NotSent { count, .. }) => count + 1,
+                Some(Effect::Unmarked { not_sent, .. }) => not_sent + 1,
+                _ => 1,
+            };
+            Effect::NotSent { count, reason: "no connection".to_owned() }
+        }
+    };
+    match index {
+        Some(r) => w.db.receipts[r].effect = effect,
+        None => w.db.receipts.push(Receipt { effect, ..receipt }),
+    }
+}
+
+fn delete(m: &Protocol, w: &mut World, i: u8, mut run: Run, r: Option<usize>, id: &str) {
+    let (Some(r), Some(id)) = (r, parse_rid(id)) else { return halt(w, i, &run) };
+    if !fence_holds(m, w, i, &run) {
+        return halt(w, i, &run);
+    }
+    if !truly_holds(w, i, &run) {
+        w.ghost.unfenced_send = true;
+    }
+    // A DELETE by an id in the post-create window answers 404 and does nothing.
+    if w.res(id).alive && w.res(id).by_id {
+        w.cloud[usize::from(id)].alive = false;
+        for res in w.cloud.iter_mut().filter(|x| x.attached_to == Some(id)) {
+            res.attached_to = None;
+        }
+    }
+    run.phase = Phase::DeleteSent(r);
+    w.workers[usize::from(i)] = Worker::Running(run);
+}

@@ -1,0 +1,93 @@
+//! A schedule in words: each step of a counterexample as an operator would
+//! read it.
+
+use crate::world::*;
+use crate::{Act, Protocol, SendAs, run};
+use std::fmt::Write;
+
+/// One step, told from the state it was taken in.
+pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
+    let worker = |i: u8| match &w.workers[usize::from(i)] {
+        Worker::Running(r) => Some(r.clone()),
+        Worker::Idle => None,
+    };
+    match act {
+        Act::Claim(i) => format!("worker {i} claims the client (fence {}, target {})", w.db.fences + 1, w.db.target),
+        Act::Step(i) => match worker(i).map(|r| (r.phase.clone(), r)) {
+            Some((Phase::Decide, r)) => format!("worker {i} decides {:?}", run::decision(m, w, &r)),
+            Some((Phase::Answered { receipt, answer, .. }, _)) => {
+                format!("worker {i} records the answer to {} ({answer:?}) and ends its run", op(&receipt))
+            }
+            Some((Phase::DeleteSent(r), _)) => {
+                format!("worker {i} records the DELETE of {} sent and ends its run", op(&w.db.receipts[r]))
+            }
+            _ => format!("worker {i} steps"),
+        },
+        Act::Send(i, how) => {
+            let what = match worker(i).map(|r| r.phase) {
+                Some(Phase::Claimed { receipt, .. }) => op(&receipt),
+                _ => "?".to_owned(),
+            };
+            let how = match how {
+                SendAs::Answered => "the provider answers",
+                SendAs::Lost => "the provider applies it and the answer is lost",
+                SendAs::Refused => "the provider refuses it",
+                SendAs::NotConnected => "the connection is never made",
+            };
+            format!("worker {i} sends {what}: {how}")
+        }
+        Act::Crash(i) => format!("worker {i} crashes"),
+        Act::Expire => "the claim's lease runs out".to_owned(),
+        Act::Settle(id) => format!("GET by id finds {} (its 404 window ends)", rid(id)),
+        Act::List(id) => format!("listings show {}", rid(id)),
+        Act::Boot(id) => format!("{} becomes active", rid(id)),
+        Act::Flip => format!("the target is flipped from {}", w.db.target),
+        Act::Copy => "a copy of the database is taken".to_owned(),
+        Act::Restore => "the copy is restored over the database".to_owned(),
+        Act::Inventory => "the inventory pass runs".to_owned(),
+        Act::ChangeKey => "the workers' API key is changed".to_owned(),
+        Act::Rotate => "an operator rebinds the record to the new key".to_owned(),
+        Act::Resolve => "an operator resolves the uncertain receipt from the console".to_owned(),
+        Act::Reconcile => "an operator reconciles the blocked client".to_owned(),
+    }
+}
+
+/// `the vm create of generation 1 (label 0)`.
+fn op(r: &Receipt) -> String {
+    format!("the {} create of generation {} (label {})", r.kind.as_str(), r.generation, r.label)
+}
+
+/// A whole schedule from the initial state, numbered, up to the first
+/// state that violates `property` (when named), with what the world holds
+/// there.
+pub fn schedule(m: &Protocol, acts: &[Act], property: Option<&str>) -> String {
+    use stateright::Model;
+    let violated = |w: &World| crate::properties().iter().any(|p| Some(p.name) == property && !(p.condition)(m, w));
+    let mut w = m.init_states().remove(0);
+    let mut out = String::new();
+    for (n, act) in acts.iter().enumerate() {
+        if violated(&w) {
+            break;
+        }
+        let _ = writeln!(out, "{:>3}. {}", n + 1, describe(m, &w, *act));
+        match m.next_state(&w, *act) {
+            Some(next) => w = next,
+            None => break,
+        }
+    }
+    let live: Vec<String> = w
+        .cloud
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.alive)
+        .map(|(i, r)| format!("{} {}", r.kind.as_str(), rid(i as u8)))
+        .collect();
+    let _ = writeln!(
+        out,
+        "     then: client {}{}, live at the provider: [{}]",
+        w.db.status,
+        w.db.reason.map(|r| format!(" ({r})")).unwrap_or_default(),
+        live.join(", ")
+    );
+    out
+}

@@ -1,0 +1,269 @@
+//! The state of the modelled world: one client's rows in the database (and
+//! an older copy of them, for a restore), the provider's resources, the
+//! workers, what is left of each kind of fault, and the ghost record the
+//! properties are checked against.
+
+use oduflow_model::decide::DeleteProgress;
+use oduflow_model::ledger::Effect;
+use oduflow_model::{BlockedReason, ClientStatus, ResourceKind, Target};
+
+/// The kinds a client's dispatches are of, in the order the arrays below
+/// keep them.
+pub const KINDS: [ResourceKind; 3] = [ResourceKind::Vm, ResourceKind::Volume, ResourceKind::Attach];
+
+/// The index of a kind in [`KINDS`].
+pub fn slot(kind: ResourceKind) -> usize {
+    match kind {
+        ResourceKind::Vm => 0,
+        ResourceKind::Volume => 1,
+        ResourceKind::Attach => 2,
+    }
+}
+
+/// A receipt: the ledger's record of one dispatch, its lifecycle the
+/// model's own [`Effect`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Receipt {
+    pub kind: ResourceKind,
+    /// The dispatch generation: with the client and kind, the operation key.
+    pub generation: u8,
+    /// The dispatch's label: unique, never given twice (a resource carries
+    /// the label of the dispatch that made it).
+    pub label: u8,
+    pub effect: Effect,
+    pub progress: DeleteProgress,
+    /// An attach: the VM and the volume it names.
+    pub pair: Option<(u8, u8)>,
+}
+
+/// The client's rows: what a restore puts back.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Db {
+    pub target: Target,
+    /// Moved by every change of intent: a run begun before it is stale.
+    pub generation: u8,
+    pub status: ClientStatus,
+    pub reason: Option<BlockedReason>,
+    /// A job is due for the client.
+    pub queued: bool,
+    /// Who holds the client's claim: (worker, fence).
+    pub claim: Option<(u8, u8)>,
+    /// The last fence handed out.
+    pub fences: u8,
+    pub receipts: Vec<Receipt>,
+    /// The dispatch generation of each kind, as the record's last committed
+    /// run left it.
+    pub infra_generation: [u8; 3],
+    /// The API key the record is bound to (at its first run).
+    pub bound_key: Option<u8>,
+    /// Resources the inventory recorded as orphans of this client.
+    pub orphans: Vec<u8>,
+    /// Restored from a copy: nothing is claimed until the inventory pass.
+    pub restore_pending: bool,
+    /// Runs that ended in a wait since the intent last changed: time, as
+    /// far as the readiness wait is concerned.
+    pub waits: u8,
+}
+
+/// One resource at the provider. Every resource carries a label of this
+/// client's (the model has one client).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Res {
+    pub kind: ResourceKind,
+    pub label: u8,
+    pub alive: bool,
+    /// A GET by id finds it (until then it answers 404: the post-create
+    /// window).
+    pub by_id: bool,
+    /// Listings show it (they lag a create).
+    pub listed: bool,
+    /// Active (a VM: installed and running).
+    pub ready: bool,
+    /// A volume: the VM it is attached to.
+    pub attached_to: Option<u8>,
+}
+
+/// How the provider answered the last send of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Answer {
+    /// Made, with this id in the answer.
+    Made(u8),
+    /// Made, and the answer lost.
+    Lost,
+    /// Refused definitively (a 422).
+    Refused,
+    /// Never left: no connection.
+    NotConnected,
+}
+
+/// Where a worker's run stands between two of its steps.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Next: read the receipts and decide.
+    Decide,
+    /// The receipt of a send is claimed (at `index`; `None` when a flaw
+    /// claims none); next: the send.
+    Claimed { receipt: Receipt, index: Option<usize> },
+    /// The send is answered; next: its answer recorded on the receipt.
+    Answered { receipt: Receipt, index: Option<usize>, answer: Answer },
+    /// A DELETE was sent (applied or not); next: recorded on the receipt.
+    DeleteSent(usize),
+}
+
+/// What a read showed of one resource.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Sight {
+    pub id: u8,
+    pub ready: bool,
+    pub attached_to: Option<u8>,
+}
+
+/// What a run's read of one resource showed, for the receipt (label) it
+/// was made for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Read {
+    NotRead,
+    Missing(u8),
+    Present(u8, Sight),
+    ByLabel(u8, Vec<Sight>),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Run {
+    pub fence: u8,
+    /// The record's generation when the run began.
+    pub generation: u8,
+    pub target: Target,
+    /// The API key the worker was started with.
+    pub key: u8,
+    /// The latest read of the VM and of the volume.
+    pub reads: [Read; 2],
+    pub phase: Phase,
+    /// Decisions taken in this run (the executor's per-run limit).
+    pub steps: u8,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Worker {
+    Idle,
+    Running(Run),
+}
+
+/// What is left of each fault and each operator action: the bounds that
+/// keep the world small.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Budget {
+    pub crashes: u8,
+    pub lost_answers: u8,
+    pub refusals: u8,
+    pub unconnected: u8,
+    pub claim_losses: u8,
+    pub flips: u8,
+    pub restores: u8,
+    pub key_changes: u8,
+    pub operator: u8,
+}
+
+impl Budget {
+    /// Every fault of this budget is in `other` at least as often: a world
+    /// with `other` reaches every schedule of one with this (so a property
+    /// that holds there holds here).
+    pub fn within(&self, other: &Budget) -> bool {
+        let a = [
+            self.crashes,
+            self.lost_answers,
+            self.refusals,
+            self.unconnected,
+            self.claim_losses,
+            self.flips,
+            self.restores,
+            self.key_changes,
+            self.operator,
+        ];
+        let b = [
+            other.crashes,
+            other.lost_answers,
+            other.refusals,
+            other.unconnected,
+            other.claim_losses,
+            other.flips,
+            other.restores,
+            other.key_changes,
+            other.operator,
+        ];
+        a.iter().zip(b).all(|(x, y)| *x <= y)
+    }
+}
+
+/// What really happened, for the properties: never restored, never read
+/// by the protocol.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Ghost {
+    /// The operation key (kind, dispatch generation) of every create
+    /// request that left a worker since the last restore: a restored copy
+    /// hands out again the generations the discarded timeline used (the
+    /// label tells the two apart, and the inventory accounts for what the
+    /// first made).
+    pub creates: Vec<(ResourceKind, u8)>,
+    /// The labels of the requests that left (attaches included), ever.
+    pub left: Vec<u8>,
+    /// The labels of the creates that left, ever (an attach answered 404
+    /// is sent again on its receipt, by the protocol).
+    pub create_labels: Vec<u8>,
+    /// Labels the inventory doubted after a restore (marked sent without
+    /// knowing).
+    pub doubted: Vec<u8>,
+    /// The first evidence each label's receipt held: (label, evidence).
+    pub evidence: Vec<(u8, String)>,
+    /// A receipt's evidence was written over.
+    pub rewritten: bool,
+    /// A request left with a key the record is not bound to.
+    pub unbound_send: bool,
+    /// A request left from a run whose claim was lost or superseded.
+    pub unfenced_send: bool,
+    /// A decision the model does not carry out (a change, say): the model
+    /// would be silently incomplete, so it is a property of its own.
+    pub unmodelled: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct World {
+    pub db: Db,
+    /// A copy of the rows taken earlier, which a restore puts back.
+    pub copy: Option<Db>,
+    pub cloud: Vec<Res>,
+    /// The API key workers are configured with now.
+    pub key: u8,
+    pub workers: Vec<Worker>,
+    /// The next dispatch label.
+    pub labels: u8,
+    pub budget: Budget,
+    pub ghost: Ghost,
+}
+
+impl World {
+    /// The receipt index of the current dispatch of `label`, if any.
+    pub fn receipt_of_label(&self, label: u8) -> Option<usize> {
+        self.db.receipts.iter().position(|r| r.label == label)
+    }
+
+    /// The resource the provider knows by this id.
+    pub fn res(&self, id: u8) -> &Res {
+        &self.cloud[usize::from(id)]
+    }
+
+    /// Live resources of a kind.
+    pub fn live(&self, kind: ResourceKind) -> usize {
+        self.cloud.iter().filter(|r| r.kind == kind && r.alive).count()
+    }
+}
+
+/// A resource id as the provider spells it in the model.
+pub fn rid(id: u8) -> String {
+    format!("r{id}")
+}
+
+/// The id back from its spelling.
+pub fn parse_rid(s: &str) -> Option<u8> {
+    s.strip_prefix('r')?.parse().ok()
+}

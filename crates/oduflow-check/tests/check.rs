@@ -1,0 +1,111 @@
+//! The model checked in the test command: every world of
+//! [`Config::worlds`] green (safety in every state, liveness from every
+//! state), each with its state counts printed; every flaw caught.
+
+use oduflow_check::{Config, Flaw, Protocol, live, trace};
+
+/// One world, checked on one thread (nextest runs the worlds side by side).
+fn world(n: usize) {
+    let worlds = Config::worlds();
+    let (name, cfg) = worlds[n].clone();
+    let m = Protocol::new(cfg);
+    let r = m.check(1);
+    println!("{name}: {} states ({} unique), depth {}, {:.1} s", r.states, r.unique, r.depth, r.seconds);
+    let told: Vec<String> =
+        r.violations.iter().map(|(p, acts)| format!("{p}:\n{}", trace::schedule(&m, acts, Some(p)))).collect();
+    assert!(told.is_empty(), "{name}: violated\n{}", told.join("\n"));
+    let l = live::check(&m);
+    println!("{name}: liveness over {} states and {} steps", l.states, l.edges);
+    assert_eq!(l.states, r.unique, "the liveness walk saw the world the checker saw");
+    if let Some(acts) = &l.stuck {
+        panic!("{name}: the client can never settle after\n{}", trace::schedule(&m, acts, None));
+    }
+}
+
+#[test]
+fn the_worlds_are_six() {
+    // A world dropped from the list would pass unseen: each has its test.
+    assert_eq!(Config::worlds().len(), 6);
+}
+
+#[test]
+fn world_0_sends() {
+    world(0)
+}
+
+#[test]
+fn world_1_claims() {
+    world(1)
+}
+
+#[test]
+fn world_2_churn() {
+    world(2)
+}
+
+#[test]
+fn world_3_restores_and_lost_answers() {
+    world(3)
+}
+
+#[test]
+fn world_4_restores_crashes_and_no_connection() {
+    world(4)
+}
+
+#[test]
+fn world_5_keys() {
+    world(5)
+}
+
+/// Every flaw yields a counterexample, of the property it breaks.
+#[test]
+fn every_flaw_is_caught() {
+    let mut missed = vec![];
+    for (flaw, name) in Flaw::ALL {
+        let m = Protocol::new(Config::with_flaw(flaw));
+        match m.counterexample(2) {
+            (r, Some((property, acts))) => {
+                println!("{name}: {property} ({} states)\n{}", r.unique, trace::schedule(&m, &acts, Some(property)))
+            }
+            (r, None) => missed.push(format!("{name} ({} states)", r.unique)),
+        }
+    }
+    assert!(missed.is_empty(), "flaws the model did not catch: {missed:?}");
+}
+
+/// A flaw's counterexample is the flaw's, not the world's: each flaw's
+/// world without the flaw is within a world checked green, here (every
+/// fault at most as often, same workers) or in the nightly run.
+#[test]
+fn every_flaws_world_is_checked_without_it() {
+    let green: Vec<(&str, Config)> = Config::worlds().into_iter().chain(Config::nightly()).collect();
+    for (flaw, name) in Flaw::ALL {
+        let c = Config::with_flaw(flaw);
+        let by = green.iter().find(|(_, g)| c.budget.within(&g.budget) && c.workers == g.workers);
+        match by {
+            Some((world, g)) if Config::worlds().iter().any(|(w, _)| w == world) => {
+                println!("{name}: its world without it is within {world:?}, checked here ({:?})", g.budget)
+            }
+            Some((world, _)) => println!("{name}: its world without it is within {world:?}, checked NIGHTLY only"),
+            None => panic!("{name}: its world ({:?}) is within no world checked green", c.budget),
+        }
+    }
+}
+
+/// The store's planted bugs, read from its source: each is a flaw of the
+/// model, or named as not modelled (and said so loudly).
+#[test]
+fn every_planted_bug_of_the_store_is_a_flaw() {
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../oduflow-store/src/planted.rs")).unwrap();
+    let names: Vec<&str> =
+        src.lines().filter(|l| l.trim_start().starts_with("(Bug::")).filter_map(|l| l.split('"').nth(1)).collect();
+    assert!(names.len() >= 8, "the planted bugs were not found in planted.rs: {names:?}");
+    for name in names {
+        if let Some((_, why)) = Flaw::NOT_MODELLED.iter().find(|(n, _)| *n == name) {
+            eprintln!("NOT CHECKED BY THE MODEL: planted bug {name}: {why}");
+            continue;
+        }
+        assert!(Flaw::named(name).is_some(), "planted bug {name} is not a flaw of the model");
+    }
+}
