@@ -32,9 +32,13 @@ pub fn actions(m: &Protocol, w: &World, out: &mut Vec<Act>) {
         if r.alive && r.by_id && !r.ready {
             out.push(Act::Boot(id));
         }
+        if r.alive && r.resizing_to.is_some() {
+            out.push(Act::Grow(id));
+        }
     }
     if w.db.restore_pending {
-        if w.cloud.iter().all(|r| !r.alive || r.listed) {
+        // `listing_settle_ms` covers the listing lag and a resize's time.
+        if w.cloud.iter().all(|r| !r.alive || (r.listed && r.resizing_to.is_none())) {
             out.push(Act::Inventory);
         }
         return;
@@ -47,6 +51,9 @@ pub fn actions(m: &Protocol, w: &World, out: &mut Vec<Act>) {
     }
     if b.key_changes > 0 {
         out.push(Act::ChangeKey);
+    }
+    if b.updates > 0 && w.db.target == Target::Present {
+        out.push(Act::Update);
     }
     if b.operator > 0 && w.db.status == ClientStatus::Blocked && !w.db.queued {
         match w.db.reason {
@@ -94,6 +101,15 @@ pub fn apply(_m: &Protocol, w: &mut World, act: Act) {
         Act::Settle(id) => w.cloud[usize::from(id)].by_id = true,
         Act::List(id) => w.cloud[usize::from(id)].listed = true,
         Act::Boot(id) => w.cloud[usize::from(id)].ready = true,
+        Act::Grow(id) => {
+            let r = &mut w.cloud[usize::from(id)];
+            r.size = r.resizing_to.take().unwrap_or(r.size);
+        }
+        Act::Update => {
+            w.budget.updates -= 1;
+            w.db.spec += 1;
+            intent_moved(&mut w.db);
+        }
         Act::Flip => {
             w.budget.flips -= 1;
             w.db.target = match w.db.target {
@@ -133,6 +149,7 @@ fn restore(w: &mut World) {
     let Some(copy) = w.copy.take() else { return };
     w.db = copy;
     w.ghost.creates.clear();
+    w.ghost.patches.clear();
     w.db.claim = None;
     w.db.restore_pending = true;
     for worker in &mut w.workers {
@@ -150,6 +167,12 @@ fn inventory(m: &Protocol, w: &mut World) {
         if doubt {
             r.effect = Effect::Unknown { observations: 0 };
             w.ghost.doubted.push(r.label);
+        }
+    }
+    // A change the copy shows unsent may have been sent since.
+    for c in &mut w.db.changes {
+        if !trust && c.effect.is_unsent() {
+            c.effect = Effect::Unknown { observations: 0 };
         }
     }
     for (id, res) in w.cloud.iter().enumerate() {

@@ -39,6 +39,8 @@ use world::*;
 pub enum Flaw {
     /// Re-send a create whose answer was lost, as a naive client would.
     ResendAfterLost,
+    /// Send a change's PATCH again while its outcome is unknown.
+    ResendChange,
     /// Send creates without claiming a receipt first.
     ForgetReceipt,
     /// A deletion looks only at the dispatch generations the record's last
@@ -73,9 +75,10 @@ pub enum Flaw {
 
 impl Flaw {
     /// Every flaw, with its name: a planted bug's is the store's.
-    pub const ALL: [(Flaw, &'static str); 12] = [
+    pub const ALL: [(Flaw, &'static str); 13] = [
         (Flaw::ResendAfterLost, "resend_after_lost"),
         (Flaw::ForgetReceipt, "forget_receipt"),
+        (Flaw::ResendChange, "resend_change"),
         (Flaw::SkipOpenReceipts, "skip_open_receipts"),
         (Flaw::SkipLabelCheck, "skip_label_check"),
         (Flaw::IgnoreKeyChange, "ignore_key_change"),
@@ -89,8 +92,7 @@ impl Flaw {
     ];
 
     /// Planted bugs of the store the model does not carry, and why.
-    pub const NOT_MODELLED: [(&'static str, &'static str); 1] =
-        [("resend_change", "the model has no spec updates, so no change (PATCH) is ever sent")];
+    pub const NOT_MODELLED: [(&'static str, &'static str); 0] = [];
 
     pub fn name(self) -> &'static str {
         Flaw::ALL.iter().find(|(f, _)| *f == self).map_or("", |(_, n)| n)
@@ -135,10 +137,13 @@ impl Config {
                 "crashes=1,lost_answers=1,refusals=1,unconnected=1,operator=1",
             ),
             ("claims: a paused worker's claim lost, a flip", "claim_losses=1,flips=1"),
-            ("churn: two flips, a lost answer", "flips=2,lost_answers=1"),
-            ("restores: a copy restored, a lost answer, an operator", "restores=1,lost_answers=1,operator=1"),
+            ("churn: two flips, a refusal", "flips=2,refusals=1"),
+            ("restores: a copy restored, a size updated, a lost answer", "restores=1,lost_answers=1,updates=1"),
             ("restores: a copy restored, a crash, no connection", "restores=1,crashes=1,unconnected=1"),
-            ("keys: a key changed, an operator", "key_changes=1,operator=1,crashes=1"),
+            (
+                "keys and updates: a key changed, a size updated, a crash, an operator",
+                "key_changes=1,operator=1,crashes=1,updates=1",
+            ),
         ]
         .into_iter()
         .filter_map(|(name, spec)| with(spec).ok().map(|c| (name, c)))
@@ -149,9 +154,13 @@ impl Config {
     pub fn nightly() -> Vec<(&'static str, Config)> {
         let mut out = vec![];
         for (name, spec) in [
-            ("nightly claims: claim lost, a flip, a crash", "claim_losses=1,flips=1,crashes=1"),
+            (
+                "nightly claims: claim lost, a flip, a crash, a lost answer",
+                "claim_losses=1,flips=1,crashes=1,lost_answers=1",
+            ),
             ("nightly sends and restores", "crashes=1,lost_answers=1,refusals=1,unconnected=1,operator=1,restores=1"),
             ("nightly churn: three flips", "flips=3"),
+            ("nightly restores and operators", "restores=1,lost_answers=1,operator=1,updates=1"),
             ("nightly three workers", "workers=3,claim_losses=1,flips=1,crashes=1,lost_answers=1"),
         ] {
             let mut c = Config::calm();
@@ -179,6 +188,7 @@ impl Config {
                 "restores" => &mut b.restores,
                 "key_changes" => &mut b.key_changes,
                 "operator" => &mut b.operator,
+                "updates" => &mut b.updates,
                 _ => return Err(format!("{k:?}: not a budget")),
             };
             *slot = v;
@@ -192,6 +202,7 @@ impl Config {
         let mut c = Config::calm();
         let needs = match flaw {
             Flaw::ResendAfterLost => "lost_answers=1",
+            Flaw::ResendChange => "updates=1",
             Flaw::ForgetReceipt => "crashes=1",
             // A deletion, a creation again, and a deletion again.
             Flaw::SkipOpenReceipts => "flips=3",
@@ -242,6 +253,10 @@ pub enum Act {
     /// The inventory pass after a restore (`reconcile --all`), once the
     /// listings have settled.
     Inventory,
+    /// `client update`: the volume's size grows (a new spec generation).
+    Update,
+    /// A volume's resize under way is done.
+    Grow(u8),
     /// The API key workers are configured with is changed.
     ChangeKey,
     /// An operator rebinds the record to the new key (`key rotate`).
@@ -259,6 +274,8 @@ pub enum SendAs {
     Answered,
     /// Applied, and the answer lost.
     Lost,
+    /// Not applied, and the answer lost.
+    Unapplied,
     /// Refused definitively.
     Refused,
     /// The connection was never made.
@@ -280,6 +297,8 @@ impl Model for Protocol {
                 claim: None,
                 fences: 0,
                 receipts: vec![],
+                spec: 0,
+                changes: vec![],
                 infra_generation: [1, 1, 1],
                 bound_key: None,
                 orphans: vec![],

@@ -8,7 +8,7 @@ use oduflow_model::ledger::Effect;
 use stateright::Property;
 
 /// The safety properties, by name (the liveness one is [`crate::live`]'s).
-pub const PROPERTIES: [&str; 10] = [
+pub const PROPERTIES: [&str; 11] = [
     "at most one create request per dispatch label",
     "at most one create request per operation key between restores",
     "at most one live resource per kind",
@@ -19,6 +19,7 @@ pub const PROPERTIES: [&str; 10] = [
     "nothing sent after a run lost its claim",
     "a create recorded as sent left, or a restore doubted it",
     "every decision is one the model carries out",
+    "at most one change request per change key between restores",
 ];
 
 pub fn properties() -> Vec<Property<Protocol>> {
@@ -47,6 +48,7 @@ pub fn properties() -> Vec<Property<Protocol>> {
             })
         }),
         Property::always(PROPERTIES[9], |_, w: &World| !w.ghost.unmodelled),
+        Property::always(PROPERTIES[10], |_, w: &World| no_repeat(&w.ghost.patches)),
     ]
 }
 

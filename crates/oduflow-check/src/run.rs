@@ -4,7 +4,7 @@
 
 use crate::world::*;
 use crate::{Act, Flaw, Protocol, SendAs};
-use oduflow_model::decide::{self, Action, Facts, Inputs, Orphan, ReceiptFacts, Resource, Seen};
+use oduflow_model::decide::{self, Action, ChangeFacts, Drift, Facts, Inputs, Orphan, ReceiptFacts, Resource, Seen};
 use oduflow_model::ledger::{Effect, IdSource};
 use oduflow_model::{BlockedReason, ClientStatus, ResourceKind, Target};
 
@@ -24,11 +24,12 @@ pub fn actions(w: &World, i: u8, out: &mut Vec<Act>) {
             }
         }
         Worker::Running(run) => match run.phase {
-            Phase::Claimed { .. } => {
+            Phase::Claimed { .. } | Phase::PatchClaimed(_) => {
                 out.push(Act::Send(i, SendAs::Answered));
                 let b = &w.budget;
                 for (left, how) in [
                     (b.lost_answers, SendAs::Lost),
+                    (b.lost_answers, SendAs::Unapplied),
                     (b.refusals, SendAs::Refused),
                     (b.unconnected, SendAs::NotConnected),
                 ] {
@@ -173,32 +174,36 @@ pub fn current_receipts(m: &Protocol, w: &World, target: Target) -> ([u8; 3], [O
     (gens, [vm, volume, at(w, ResourceKind::Attach, gens[2])])
 }
 
-fn facts(w: &World, id: u8) -> Facts {
-    let r = w.res(id);
+/// What a read of a resource shows, against the spec (a volume's size:
+/// smaller is a drift a resize removes, larger a mismatch).
+fn facts(w: &World, s: &Sight) -> Facts {
+    let volume = w.res(s.id).kind == ResourceKind::Volume;
+    let what = format!("size {} != {}", s.size, w.db.spec);
     Facts {
-        id: rid(id),
-        mismatch: None,
-        ready: r.ready,
-        attached_to: r.attached_to.map(rid),
-        state: if r.ready { "active/ok" } else { "pending/none" }.to_owned(),
+        id: rid(s.id),
+        mismatch: (volume && s.size > w.db.spec).then(|| what.clone()),
+        ready: s.ready,
+        attached_to: s.attached_to.map(rid),
+        state: if s.ready { "active/ok" } else { "pending/none" }.to_owned(),
         outputs: Default::default(),
-        drift: None,
+        drift: (volume && s.size < w.db.spec)
+            .then(|| Box::new(Drift { change: decide::Change::VolumeSize(i64::from(w.db.spec)), what })),
         size_gb: None,
     }
 }
 
+/// What a read of a resource now shows.
+fn sight(w: &World, id: u8) -> Sight {
+    let r = w.res(id);
+    Sight { id, ready: r.ready, attached_to: r.attached_to, size: r.size }
+}
+
 /// What a run's read says, if it was made for this receipt.
 fn seen_of(w: &World, read: &Read, label: Option<u8>) -> Seen {
-    let sight = |s: &Sight| Facts {
-        ready: s.ready,
-        attached_to: s.attached_to.map(rid),
-        state: if s.ready { "active/ok" } else { "pending/none" }.to_owned(),
-        ..facts(w, s.id)
-    };
     match read {
         Read::Missing(l) if Some(*l) == label => Seen::Missing,
-        Read::Present(l, s) if Some(*l) == label => Seen::Present(sight(s)),
-        Read::ByLabel(l, found) if Some(*l) == label => Seen::ByLabel(found.iter().map(sight).collect()),
+        Read::Present(l, s) if Some(*l) == label => Seen::Present(facts(w, s)),
+        Read::ByLabel(l, found) if Some(*l) == label => Seen::ByLabel(found.iter().map(|s| facts(w, s)).collect()),
         _ => Seen::NotRead,
     }
 }
@@ -210,7 +215,7 @@ fn orphans(m: &Protocol, w: &World, kind: ResourceKind, needed: bool) -> Vec<Orp
     w.db.orphans
         .iter()
         .filter(|&&o| w.res(o).kind == kind && !w.db.receipts.iter().any(|r| r.effect.id() == Some(&rid(o))))
-        .map(|&o| Orphan { id: rid(o), facts: (w.res(o).alive && w.res(o).by_id).then(|| facts(w, o)) })
+        .map(|&o| Orphan { id: rid(o), facts: (w.res(o).alive && w.res(o).by_id).then(|| facts(w, &sight(w, o))) })
         .collect()
 }
 
@@ -222,14 +227,22 @@ pub fn inputs(m: &Protocol, w: &World, run: &Run) -> (Inputs, [Option<usize>; 3]
     let effect = |r: Option<usize>| r.map(|r| w.db.receipts[r].effect.clone());
     let resource = |kind: ResourceKind| {
         let r = cur[slot(kind)];
+        let change = r.and_then(|r| change_of(w, &w.db.receipts[r]));
         Resource {
             receipt: ReceiptFacts::of(effect(r), run.target),
             seen: seen_of(w, &run.reads[slot(kind)], r.map(|r| w.db.receipts[r].label)),
             progress: r.map(|r| w.db.receipts[r].progress.clone()).unwrap_or_default(),
             overdue: w.db.waits >= m.cfg.waits_max,
-            updated: false,
-            change: Default::default(),
-            update_overdue: false,
+            // Updated, and this resource was made at another spec or
+            // changed since: a drift is then a change to make.
+            updated: w.db.spec > 0
+                && r.is_some_and(|r| {
+                    let rec = &w.db.receipts[r];
+                    kind == ResourceKind::Volume
+                        && (rec.spec != w.db.spec || w.db.changes.iter().any(|c| Some(c.resource) == rid_of(rec)))
+                }),
+            change: change.map_or_else(Default::default, |c| ChangeFacts::of(Some(w.db.changes[c].effect.clone()))),
+            update_overdue: w.db.spec > 0 && w.db.waits >= m.cfg.waits_max,
             resize_settling: false,
             plan_change: false,
             orphans: orphans(m, w, kind, needed),
@@ -246,6 +259,16 @@ pub fn inputs(m: &Protocol, w: &World, run: &Run) -> (Inputs, [Option<usize>; 3]
     (i, cur, gens)
 }
 
+fn rid_of(r: &Receipt) -> Option<u8> {
+    r.effect.id().and_then(parse_rid)
+}
+
+/// The change receipt of a receipt's resource at the current spec.
+fn change_of(w: &World, r: &Receipt) -> Option<usize> {
+    let id = rid_of(r)?;
+    w.db.changes.iter().position(|c| c.resource == id && c.spec == w.db.spec)
+}
+
 /// The decision a running worker in its deciding phase takes next.
 pub fn decision(m: &Protocol, w: &World, run: &Run) -> Action {
     decide::decide(&inputs(m, w, run).0)
@@ -259,13 +282,17 @@ pub fn step(m: &Protocol, w: &mut World, i: u8) {
             record(w, receipt, index, answer);
             finish(m, w, i, &run, Next::Wait);
         }
+        Phase::PatchAnswered(c, answer) => {
+            record_patch(w, c, answer);
+            finish(m, w, i, &run, Next::Wait);
+        }
         Phase::DeleteSent(r) => {
             // A run's one side effect is done: it ends, and the next reads
             // by id again.
             w.db.receipts[r].progress.delete_sent = true;
             finish(m, w, i, &run, Next::Wait);
         }
-        Phase::Claimed { .. } => {}
+        Phase::Claimed { .. } | Phase::PatchClaimed(_) => {}
     }
 }
 
@@ -310,6 +337,7 @@ fn decide_step(m: &Protocol, w: &mut World, i: u8, run: Run) {
                 effect: Effect::Known { id, source: Some(IdSource::AdoptedByLabel), observations: 0 },
                 progress: Default::default(),
                 pair: None,
+                spec: w.db.spec,
             });
             w.db.orphans.retain(|&x| x != o);
             next_decision(m, w, i, run);
@@ -328,9 +356,27 @@ fn decide_step(m: &Protocol, w: &mut World, i: u8, run: Run) {
             }
             next_decision(m, w, i, run);
         }
-        Action::Change(_) | Action::ConfirmChange(_) | Action::CountChange(_) => {
-            w.ghost.unmodelled = true;
-            halt(w, i, &run);
+        Action::Change(kind) => change(w, i, run, receipt(kind)),
+        Action::ConfirmChange(kind) => {
+            let r = receipt(kind);
+            let c = r.and_then(|r| change_of(w, &w.db.receipts[r]));
+            if let (Some(c), Some(id)) = (c, r.and_then(|r| w.db.receipts[r].effect.id().map(str::to_owned))) {
+                let observations = 0;
+                w.db.changes[c].effect = Effect::Known { id, source: Some(IdSource::ConfirmedByRead), observations };
+            }
+            next_decision(m, w, i, run);
+        }
+        Action::CountChange(kind) => {
+            if let Some(c) = receipt(kind).and_then(|r| change_of(w, &w.db.receipts[r])) {
+                if m.cfg.flaw == Some(Flaw::ResendChange) && fence_holds(m, w, i, &run) {
+                    // The planted bug: the PATCH sent again while its
+                    // outcome is unknown.
+                    patch_sent(w, i, &run, c);
+                    resize(w, c);
+                }
+                count(&mut w.db.changes[c].effect);
+            }
+            finish(m, w, i, &run, Next::Wait);
         }
         Action::Wait => finish(m, w, i, &run, Next::Wait),
         Action::Block(reason, _) => finish(m, w, i, &run, Next::Done(ClientStatus::Blocked, Some(reason))),
@@ -374,7 +420,6 @@ fn observe(m: &Protocol, w: &mut World, i: u8, mut run: Run, kind: ResourceKind,
         sent(w, i, &run, &rec);
         make(w, &rec);
     }
-    let sight = |w: &World, id: u8| Sight { id, ready: w.res(id).ready, attached_to: w.res(id).attached_to };
     let read = match rec.effect.id().and_then(parse_rid) {
         Some(id) => {
             let res = w.res(id);
@@ -440,6 +485,8 @@ fn make(w: &mut World, rec: &Receipt) -> Option<u8> {
         listed: false,
         ready: false,
         attached_to: None,
+        size: rec.spec,
+        resizing_to: None,
     });
     Some((w.cloud.len() - 1) as u8)
 }
@@ -463,7 +510,8 @@ fn dispatch(m: &Protocol, w: &mut World, i: u8, mut run: Run, kind: ResourceKind
             Some(Flaw::MarkAtClaim) => Effect::Unknown { observations: 0 },
             _ => unmarked,
         };
-        let rec = Receipt { kind, generation: g, label: w.labels, effect, progress: Default::default(), pair };
+        let progress = Default::default();
+        let rec = Receipt { kind, generation: g, label: w.labels, effect, progress, pair, spec: w.db.spec };
         w.labels += 1;
         let forget = m.cfg.flaw == Some(Flaw::ForgetReceipt) && kind != ResourceKind::Attach;
         let index = match forget {
@@ -480,10 +528,13 @@ fn dispatch(m: &Protocol, w: &mut World, i: u8, mut run: Run, kind: ResourceKind
 
 pub fn send(m: &Protocol, w: &mut World, i: u8, how: SendAs) {
     let Some(run) = running(w, i) else { return };
-    let Phase::Claimed { receipt, index } = run.phase.clone() else { return };
     if !fence_holds(m, w, i, &run) {
         return halt(w, i, &run);
     }
+    if let Phase::PatchClaimed(c) = run.phase {
+        return send_patch(w, i, run, c, how);
+    }
+    let Phase::Claimed { receipt, index } = run.phase.clone() else { return };
     if how == SendAs::NotConnected {
         w.budget.unconnected -= 1;
         let answer = Answer::NotConnected;
@@ -507,6 +558,10 @@ pub fn send(m: &Protocol, w: &mut World, i: u8, how: SendAs) {
             make(w, &receipt);
             Answer::Lost
         }
+        SendAs::Unapplied => {
+            w.budget.lost_answers -= 1;
+            Answer::Unapplied
+        }
         _ => make(w, &receipt).map_or(Answer::NotConnected, Answer::Made),
     };
     w.workers[usize::from(i)] = Worker::Running(Run { phase: Phase::Answered { receipt, index, answer }, ..run });
@@ -517,7 +572,7 @@ pub fn send(m: &Protocol, w: &mut World, i: u8, how: SendAs) {
 fn record(w: &mut World, receipt: Receipt, index: Option<usize>, answer: Answer) {
     let effect = match answer {
         Answer::Made(id) => Effect::Known { id: rid(id), source: Some(IdSource::Response), observations: 0 },
-        Answer::Lost => return,
+        Answer::Lost | Answer::Unapplied => return,
         Answer::Refused => Effect::Rejected { status: 422, message: "refused".to_owned() },
         Answer::NotConnected => {
             let count = match index.map(|r| &w.db.receipts[r].effect) {
@@ -551,4 +606,92 @@ fn delete(m: &Protocol, w: &mut World, i: u8, mut run: Run, r: Option<usize>, id
     }
     run.phase = Phase::DeleteSent(r);
     w.workers[usize::from(i)] = Worker::Running(run);
+}
+
+/// Claims the change receipt of the volume's resize to the current spec
+/// (or sends it again on it, if provably never sent).
+fn change(w: &mut World, i: u8, mut run: Run, r: Option<usize>) {
+    let Some(id) = r.and_then(|r| rid_of(&w.db.receipts[r])) else { return halt(w, i, &run) };
+    let spec = w.db.spec;
+    let c = match w.db.changes.iter().position(|c| c.resource == id && c.spec == spec) {
+        Some(c) if w.db.changes[c].effect.is_unsent() => c,
+        // The change key is taken (a stale run's claim): the insert fails.
+        Some(_) => return halt(w, i, &run),
+        None => {
+            let effect = Effect::Unmarked { not_sent: 0, observations: 0 };
+            w.db.changes.push(Change { spec, resource: id, effect });
+            w.db.changes.len() - 1
+        }
+    };
+    run.phase = Phase::PatchClaimed(c);
+    w.workers[usize::from(i)] = Worker::Running(run);
+}
+
+/// A PATCH leaves this run: the ghost's record of it.
+fn patch_sent(w: &mut World, i: u8, run: &Run, c: usize) {
+    let ch = &w.db.changes[c];
+    w.ghost.patches.push((ch.resource, ch.spec));
+    if w.db.bound_key != Some(run.key) {
+        w.ghost.unbound_send = true;
+    }
+    if !truly_holds(w, i, run) {
+        w.ghost.unfenced_send = true;
+    }
+}
+
+/// The provider starts the resize (it shows once done).
+fn resize(w: &mut World, c: usize) {
+    let ch = &w.db.changes[c];
+    let vol = &mut w.cloud[usize::from(ch.resource)];
+    if vol.alive && vol.by_id && vol.size < ch.spec {
+        vol.resizing_to = Some(ch.spec);
+    }
+}
+
+fn send_patch(w: &mut World, i: u8, run: Run, c: usize, how: SendAs) {
+    let answer = match how {
+        SendAs::NotConnected => {
+            w.budget.unconnected -= 1;
+            Answer::NotConnected
+        }
+        _ => {
+            if w.db.changes[c].effect.is_unsent() {
+                w.db.changes[c].effect = Effect::Unknown { observations: 0 };
+            }
+            patch_sent(w, i, &run, c);
+            match how {
+                SendAs::Refused => {
+                    w.budget.refusals -= 1;
+                    Answer::Refused
+                }
+                SendAs::Unapplied => {
+                    w.budget.lost_answers -= 1;
+                    Answer::Unapplied
+                }
+                SendAs::Lost => {
+                    w.budget.lost_answers -= 1;
+                    resize(w, c);
+                    Answer::Lost
+                }
+                _ => {
+                    resize(w, c);
+                    Answer::Made(w.db.changes[c].resource)
+                }
+            }
+        }
+    };
+    w.workers[usize::from(i)] = Worker::Running(Run { phase: Phase::PatchAnswered(c, answer), ..run });
+}
+
+/// A PATCH's answer on its receipt: accepted or lost, it waits for a read.
+fn record_patch(w: &mut World, c: usize, answer: Answer) {
+    let e = &mut w.db.changes[c].effect;
+    *e = match (answer, &*e) {
+        (Answer::Refused, _) => Effect::Rejected { status: 422, message: "refused".to_owned() },
+        (Answer::NotConnected, Effect::NotSent { count, .. }) => {
+            Effect::NotSent { count: count + 1, reason: "no connection".to_owned() }
+        }
+        (Answer::NotConnected, _) => Effect::NotSent { count: 1, reason: "no connection".to_owned() },
+        _ => return,
+    };
 }

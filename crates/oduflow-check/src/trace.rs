@@ -18,6 +18,10 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
             Some((Phase::Answered { receipt, answer, .. }, _)) => {
                 format!("worker {i} records the answer to {} ({answer:?}) and ends its run", op(&receipt))
             }
+            Some((Phase::PatchAnswered(c, answer), _)) => format!(
+                "worker {i} records the answer to the resize of {} ({answer:?}) and ends its run",
+                rid(w.db.changes[c].resource)
+            ),
             Some((Phase::DeleteSent(r), _)) => {
                 format!("worker {i} records the DELETE of {} sent and ends its run", op(&w.db.receipts[r]))
             }
@@ -26,11 +30,16 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
         Act::Send(i, how) => {
             let what = match worker(i).map(|r| r.phase) {
                 Some(Phase::Claimed { receipt, .. }) => op(&receipt),
+                Some(Phase::PatchClaimed(c)) => {
+                    let c = &w.db.changes[c];
+                    format!("the resize of {} to spec generation {}", rid(c.resource), c.spec)
+                }
                 _ => "?".to_owned(),
             };
             let how = match how {
                 SendAs::Answered => "the provider answers",
                 SendAs::Lost => "the provider applies it and the answer is lost",
+                SendAs::Unapplied => "the answer is lost, and nothing was applied",
                 SendAs::Refused => "the provider refuses it",
                 SendAs::NotConnected => "the connection is never made",
             };
@@ -41,6 +50,8 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
         Act::Settle(id) => format!("GET by id finds {} (its 404 window ends)", rid(id)),
         Act::List(id) => format!("listings show {}", rid(id)),
         Act::Boot(id) => format!("{} becomes active", rid(id)),
+        Act::Grow(id) => format!("the resize of {} is done", rid(id)),
+        Act::Update => format!("the volume's size is updated (spec generation {})", w.db.spec + 1),
         Act::Flip => format!("the target is flipped from {}", w.db.target),
         Act::Copy => "a copy of the database is taken".to_owned(),
         Act::Restore => "the copy is restored over the database".to_owned(),

@@ -34,6 +34,19 @@ pub struct Receipt {
     pub progress: DeleteProgress,
     /// An attach: the VM and the volume it names.
     pub pair: Option<(u8, u8)>,
+    /// The spec generation it was dispatched at.
+    pub spec: u8,
+}
+
+/// A change receipt: one PATCH (a volume's resize), recorded before it is
+/// sent, confirmed only by a read.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Change {
+    /// The spec generation it brings the volume to (its size, in the model).
+    pub spec: u8,
+    /// The volume it resizes.
+    pub resource: u8,
+    pub effect: Effect,
 }
 
 /// The client's rows: what a restore puts back.
@@ -51,6 +64,10 @@ pub struct Db {
     /// The last fence handed out.
     pub fences: u8,
     pub receipts: Vec<Receipt>,
+    /// The spec generation: `client update` moves it, and the volume's size
+    /// with it (the model's only change).
+    pub spec: u8,
+    pub changes: Vec<Change>,
     /// The dispatch generation of each kind, as the record's last committed
     /// run left it.
     pub infra_generation: [u8; 3],
@@ -81,6 +98,10 @@ pub struct Res {
     pub ready: bool,
     /// A volume: the VM it is attached to.
     pub attached_to: Option<u8>,
+    /// A volume: its size (the spec generation it was made or resized
+    /// for), and the size a resize under way brings it to.
+    pub size: u8,
+    pub resizing_to: Option<u8>,
 }
 
 /// How the provider answered the last send of a run.
@@ -90,6 +111,8 @@ pub enum Answer {
     Made(u8),
     /// Made, and the answer lost.
     Lost,
+    /// Not applied, and the answer lost (a timeout).
+    Unapplied,
     /// Refused definitively (a 422).
     Refused,
     /// Never left: no connection.
@@ -108,6 +131,10 @@ pub enum Phase {
     Answered { receipt: Receipt, index: Option<usize>, answer: Answer },
     /// A DELETE was sent (applied or not); next: recorded on the receipt.
     DeleteSent(usize),
+    /// The change receipt (index) is claimed; next: the PATCH.
+    PatchClaimed(usize),
+    /// The PATCH is answered; next: its answer recorded.
+    PatchAnswered(usize, Answer),
 }
 
 /// What a read showed of one resource.
@@ -116,6 +143,7 @@ pub struct Sight {
     pub id: u8,
     pub ready: bool,
     pub attached_to: Option<u8>,
+    pub size: u8,
 }
 
 /// What a run's read of one resource showed, for the receipt (label) it
@@ -162,6 +190,7 @@ pub struct Budget {
     pub restores: u8,
     pub key_changes: u8,
     pub operator: u8,
+    pub updates: u8,
 }
 
 impl Budget {
@@ -179,6 +208,7 @@ impl Budget {
             self.restores,
             self.key_changes,
             self.operator,
+            self.updates,
         ];
         let b = [
             other.crashes,
@@ -190,6 +220,7 @@ impl Budget {
             other.restores,
             other.key_changes,
             other.operator,
+            other.updates,
         ];
         a.iter().zip(b).all(|(x, y)| *x <= y)
     }
@@ -205,6 +236,11 @@ pub struct Ghost {
     /// label tells the two apart, and the inventory accounts for what the
     /// first made).
     pub creates: Vec<(ResourceKind, u8)>,
+    /// The change key (volume, spec generation) of every PATCH that left
+    /// since the last restore (as with creates, a restored copy may send
+    /// again a change the discarded timeline sent and that made nothing:
+    /// one that made its change shows it once the listings settle).
+    pub patches: Vec<(u8, u8)>,
     /// The labels of the requests that left (attaches included), ever.
     pub left: Vec<u8>,
     /// The labels of the creates that left, ever (an attach answered 404

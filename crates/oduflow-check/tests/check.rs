@@ -44,7 +44,7 @@ fn world_2_churn() {
 }
 
 #[test]
-fn world_3_restores_and_lost_answers() {
+fn world_3_restores_updates_and_lost_answers() {
     world(3)
 }
 
@@ -54,7 +54,7 @@ fn world_4_restores_crashes_and_no_connection() {
 }
 
 #[test]
-fn world_5_keys() {
+fn world_5_keys_and_updates() {
     world(5)
 }
 
