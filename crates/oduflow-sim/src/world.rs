@@ -1559,7 +1559,12 @@ impl World {
     }
 
     pub fn dns_record_delete(&mut self, domain: &str, id: &str) -> Reply {
-        let found = self.domains.get_mut(domain).and_then(|rs| rs.iter_mut().find(|r| r.id == id && !r.deleted));
+        // A record in its 404 window is not found by id, by a DELETE either.
+        let (now, window) = (self.now(), ms(self.cfg.dns_get_404_window_ms));
+        let found = self
+            .domains
+            .get_mut(domain)
+            .and_then(|rs| rs.iter_mut().find(|r| r.id == id && !r.deleted && now >= r.created + window));
         let Some(r) = found else {
             return Reply::error(404, "Record not found.");
         };

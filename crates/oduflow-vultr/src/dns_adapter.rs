@@ -916,15 +916,15 @@ impl DnsAdapter {
     async fn delete_one(&self, o: &mut Owned, own: &dyn Ownership, i: usize) -> Result<(), AdapterError> {
         let id = o.records[i].id().expect("lost creates are resolved first").to_owned();
         let zone = self.zone_of(&o.records[i]).to_owned();
-        // A 404 after an earlier DELETE of ours confirms it; a 404 to the
-        // first one, so soon after the create, proves nothing yet.
-        let earlier = o.records[i].deletion != Deletion::None;
-        if !earlier {
+        // A 404 so soon after the create proves nothing yet, whether or not
+        // a DELETE was recorded before: a run may have recorded one and died
+        // before sending it. Later, a 404 confirms it.
+        if o.records[i].deletion == Deletion::None {
             o.records[i].deletion = Deletion::Sent;
             Self::save(own, o).await?;
         }
         match self.sent_by(own).dns_record_delete(&zone, &DnsRecordId(id.clone())).await {
-            Ok(DeleteOutcome::NotFound) if !earlier && self.now_ms() - o.records[i].claimed_ms < RECORD_GET_LAG_MS => {
+            Ok(DeleteOutcome::NotFound) if self.now_ms() - o.records[i].claimed_ms < RECORD_GET_LAG_MS => {
                 Err(AdapterError::Pending(format!("record {id} answers 404 to its DELETE so soon after its create")))
             }
             Ok(DeleteOutcome::Sent | DeleteOutcome::NotFound) => {

@@ -116,6 +116,37 @@ async fn a_patch_404_makes_a_new_record() {
     assert_eq!(owned_id(&own, "A"), now[0].id.as_str());
 }
 
+/// A run recorded its DELETE of a record as sent and died before sending
+/// it, within a minute of the record's create, while the record still
+/// answers 404 by id (Vultr's window): the next run's DELETE answers 404
+/// too. That 404 proves nothing, whether or not a DELETE was recorded
+/// before: the record stays owned, and the client is not told its records
+/// are gone while the zone still lists one. (Found by the model check.)
+#[tokio::test]
+async fn a_404_to_a_delete_so_soon_after_the_create_never_drops_the_record() {
+    let cfg = SimConfig { rate_per_sec: 1000, dns_get_404_window_ms: 600_000, ..SimConfig::default().instant() };
+    let sim = Sim::start(cfg.with_key(KEY), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let (a, own) = (adapter(&sim), MemoryOwnership::default());
+    a.ensure(&target("acme", "acme", "192.0.2.10"), &own).await.unwrap();
+    let id = owned_id(&own, "A");
+    let mut v = own.get();
+    for r in v["records"].as_array_mut().unwrap() {
+        r["delete_sent"] = true.into();
+    }
+    own.put(v).await.unwrap();
+    let removing = IdentityTarget { removing: true, ..target("acme", "acme", "192.0.2.10") };
+    let removed = a.remove(&removing, &own).await;
+    let checked = a.check(&removing, &own).await;
+    let listed = at(&sim, "acme").await;
+    assert!(listed.iter().any(|r| r.id.0 == id), "the record is still in the zone: {listed:?}");
+    assert!(
+        !matches!(checked, Ok(Presence::Absent)),
+        "reported absent while the zone lists record {id} (remove: {removed:?}; owned: {})",
+        own.get()
+    );
+    assert_eq!(owned_id(&own, "A"), id, "still owned");
+}
+
 /// An operator's record made after this process last listed the zone: the
 /// create's check reads the zone again and blocks `dns_record_foreign`
 /// rather than adding a second A record at the name.
