@@ -58,7 +58,7 @@ pub fn actions(m: &Protocol, w: &World, out: &mut Vec<Act>) {
     if b.operator > 0 && w.db.status == ClientStatus::Blocked && !w.db.queued {
         match w.db.reason {
             Some(BlockedReason::CredentialChanged) => out.push(Act::Rotate),
-            Some(_) if uncertain(w).is_some() => out.push(Act::Resolve),
+            Some(_) if uncertain(w).is_some_and(|r| !in_flight(m, w, r)) => out.push(Act::Resolve),
             _ => {}
         }
         out.push(Act::Reconcile);
@@ -75,6 +75,14 @@ fn uncertain(w: &World) -> Option<usize> {
     })
 }
 
+/// A request of receipt `r` passed its guard and has not left yet (the
+/// model's abandon waits for it unless told not to).
+fn in_flight(m: &Protocol, w: &World, r: usize) -> bool {
+    let label = w.db.receipts[r].label;
+    m.cfg.abandon_after_in_flight
+        && w.workers.iter().any(|x| matches!(x, Worker::Running(Run { phase: Phase::Leaving { receipt, .. }, .. }) if receipt.label == label))
+}
+
 /// The intent changed: a run begun before is stale, and a job is due.
 fn intent_moved(db: &mut Db) {
     db.generation += 1;
@@ -88,6 +96,9 @@ pub fn apply(_m: &Protocol, w: &mut World, act: Act) {
     match act {
         Act::Crash(i) => {
             w.budget.crashes -= 1;
+            if let Worker::Running(Run { phase: Phase::Leaving { receipt, .. }, .. }) = &w.workers[usize::from(i)] {
+                w.ghost.died_marked.push(receipt.label);
+            }
             w.workers[usize::from(i)] = Worker::Idle;
         }
         Act::Expire => {
@@ -153,6 +164,10 @@ fn restore(w: &mut World) {
     w.db.claim = None;
     w.db.restore_pending = true;
     for worker in &mut w.workers {
+        // Stopped for the restore, as by a crash.
+        if let Worker::Running(Run { phase: Phase::Leaving { receipt, .. }, .. }) = worker {
+            w.ghost.died_marked.push(receipt.label);
+        }
         *worker = Worker::Idle;
     }
 }

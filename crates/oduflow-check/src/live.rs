@@ -6,8 +6,8 @@
 //! make this one cyclic, so the graph is explored here.
 
 use crate::world::*;
-use crate::{Act, Protocol};
-use oduflow_model::ClientStatus;
+use crate::{Act, Protocol, SendAs};
+use oduflow_model::{ClientStatus, Target};
 use stateright::Model;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -22,9 +22,16 @@ pub struct Liveness {
     pub stuck: Option<Vec<Act>>,
 }
 
-/// Settled: a state the client rests in until someone acts.
+/// Settled: a state the client rests in until someone acts, and one that
+/// answers its target (ready only when present, deleted only when absent).
 pub fn settled(w: &World) -> bool {
-    matches!(w.db.status, ClientStatus::Ready | ClientStatus::Deleted | ClientStatus::Blocked)
+    let answers = match w.db.status {
+        ClientStatus::Ready => w.db.target == Target::Present,
+        ClientStatus::Deleted => w.db.target == Target::Absent,
+        ClientStatus::Blocked => true,
+        _ => false,
+    };
+    answers
         && w.db.reason.is_some() == (w.db.status == ClientStatus::Blocked)
         && !w.db.queued
         && !w.db.restore_pending
@@ -35,8 +42,23 @@ fn fingerprint(s: &std::hash::RandomState, w: &World) -> u64 {
     s.hash_one(w)
 }
 
+/// Whether a step may be counted on to happen: the workers' own steps (a
+/// send answered), the provider's lags ending, a dead holder's lease
+/// running out and the inventory pass; not a fault, a change of intent or
+/// an operator's command, which nothing guarantees.
+fn fair(w: &World, act: Act) -> bool {
+    match act {
+        Act::Claim(_) | Act::Step(_) | Act::Send(_, SendAs::Answered) => true,
+        Act::Settle(_) | Act::List(_) | Act::Boot(_) | Act::Grow(_) | Act::Inventory => true,
+        Act::Expire => w.db.claim.is_some_and(
+            |(holder, fence)| !matches!(&w.workers[usize::from(holder)], Worker::Running(r) if r.fence == fence),
+        ),
+        _ => false,
+    }
+}
+
 /// Explores the whole graph (by fingerprint), then walks it backwards from
-/// the settled states.
+/// the settled states over fair steps only.
 pub fn check(m: &Protocol) -> Liveness {
     let hasher = std::hash::RandomState::new();
     let init = m.init_states().remove(0);
@@ -65,11 +87,17 @@ pub fn check(m: &Protocol) -> Liveness {
                         parent.push(Some((id, act)));
                         preds.push(vec![]);
                         goal.push(settled(&s));
-                        next.push((to, s));
+                        // A runaway state is not expanded: it settles
+                        // nothing (and breaks a safety property too).
+                        if m.within_boundary(&s) {
+                            next.push((to, s));
+                        }
                         to
                     }
                 };
-                preds[to as usize].push(id);
+                if fair(&w, act) {
+                    preds[to as usize].push(id);
+                }
             }
         }
         frontier = next;

@@ -8,7 +8,7 @@ use oduflow_model::ledger::Effect;
 use stateright::Property;
 
 /// The safety properties, by name (the liveness one is [`crate::live`]'s).
-pub const PROPERTIES: [&str; 11] = [
+pub const PROPERTIES: [&str; 16] = [
     "at most one create request per dispatch label",
     "at most one create request per operation key between restores",
     "at most one live resource per kind",
@@ -17,9 +17,14 @@ pub const PROPERTIES: [&str; 11] = [
     "no request with a key the record is not bound to",
     "a recorded id is never given up for a temporary 404",
     "nothing sent after a run lost its claim",
-    "a create recorded as sent left, or a restore doubted it",
+    "a create recorded as sent left, or its run died right after the mark, or a restore doubted it",
     "every decision is one the model carries out",
     "at most one change request per change key between restores",
+    "at most one live DNS record",
+    "at most one create request per DNS record claim",
+    "a settled client's live DNS records are all accounted for",
+    "a client settles only as its target asks",
+    "creations stay bounded (fewer than 60 dispatches, resources, records)",
 ];
 
 pub fn properties() -> Vec<Property<Protocol>> {
@@ -30,7 +35,8 @@ pub fn properties() -> Vec<Property<Protocol>> {
             w.live(oduflow_model::ResourceKind::Vm) <= 1 && w.live(oduflow_model::ResourceKind::Volume) <= 1
         }),
         Property::always(PROPERTIES[3], |_, w: &World| {
-            w.db.status != ClientStatus::Deleted || w.cloud.iter().all(|r| !r.alive)
+            w.db.status != ClientStatus::Deleted
+                || (w.cloud.iter().all(|r| !r.alive) && w.zone.iter().all(|r| !r.alive))
         }),
         Property::always(PROPERTIES[4], |_, w: &World| !w.ghost.rewritten),
         Property::always(PROPERTIES[5], |_, w: &World| !w.ghost.unbound_send),
@@ -45,10 +51,34 @@ pub fn properties() -> Vec<Property<Protocol>> {
                 !matches!(r.effect, Effect::Unknown { .. })
                     || w.ghost.left.contains(&r.label)
                     || w.ghost.doubted.contains(&r.label)
+                    || w.ghost.died_marked.contains(&r.label)
+                    || w.workers.iter().any(|x| {
+                        matches!(x, Worker::Running(Run { phase: Phase::Leaving { receipt, .. }, .. }) if receipt.label == r.label)
+                    })
             })
         }),
         Property::always(PROPERTIES[9], |_, w: &World| !w.ghost.unmodelled),
         Property::always(PROPERTIES[10], |_, w: &World| no_repeat(&w.ghost.patches)),
+        Property::always(PROPERTIES[11], |_, w: &World| w.zone.iter().filter(|r| r.alive).count() <= 1),
+        Property::always(PROPERTIES[12], |_, w: &World| no_repeat(&w.ghost.dns_creates)),
+        Property::always(PROPERTIES[15], |_, w: &World| w.labels < 60 && w.cloud.len() < 60 && w.zone.len() < 60),
+        Property::always(PROPERTIES[14], |_, w: &World| {
+            let (ready, deleted) = (w.db.status == ClientStatus::Ready, w.db.status == ClientStatus::Deleted);
+            w.db.queued
+                || w.workers.iter().any(|x| *x != Worker::Idle)
+                || (!ready || w.db.target == oduflow_model::Target::Present)
+                    && (!deleted || w.db.target == oduflow_model::Target::Absent)
+        }),
+        Property::always(PROPERTIES[13], |_, w: &World| {
+            !(crate::live::settled(w) && w.db.status != ClientStatus::Blocked)
+                || w.zone.iter().enumerate().all(|(z, r)| {
+                    // Owned by id, or the lost create a listing settles.
+                    !r.alive
+                        || w.db.dns.iter().any(|o| {
+                            o.effect.id() == Some(&rid(z as u8)) || (o.effect.id().is_none() && o.data == r.data)
+                        })
+                })
+        }),
     ]
 }
 

@@ -9,7 +9,7 @@ use oduflow_model::ledger::{Effect, IdSource};
 use oduflow_model::{BlockedReason, ClientStatus, ResourceKind, Target};
 
 /// What a finished run commits.
-enum Next {
+pub(crate) enum Next {
     /// Run again later.
     Wait,
     /// Settled so.
@@ -24,7 +24,7 @@ pub fn actions(w: &World, i: u8, out: &mut Vec<Act>) {
             }
         }
         Worker::Running(run) => match run.phase {
-            Phase::Claimed { .. } | Phase::PatchClaimed(_) => {
+            Phase::Claimed { .. } | Phase::PatchClaimed(_) | Phase::DnsClaimed(_) => {
                 out.push(Act::Send(i, SendAs::Answered));
                 let b = &w.budget;
                 for (left, how) in [
@@ -70,7 +70,7 @@ fn running(w: &World, i: u8) -> Option<Run> {
 
 /// The claim still holds this client at the run's generation, as the
 /// fence sees it (a flaw may blind it).
-fn fence_holds(m: &Protocol, w: &World, i: u8, run: &Run) -> bool {
+pub(crate) fn fence_holds(m: &Protocol, w: &World, i: u8, run: &Run) -> bool {
     match m.cfg.flaw {
         Some(Flaw::LeaseOverlap) => true,
         Some(Flaw::FenceIgnoresFlips) => w.db.claim == Some((i, run.fence)),
@@ -78,13 +78,13 @@ fn fence_holds(m: &Protocol, w: &World, i: u8, run: &Run) -> bool {
     }
 }
 
-fn truly_holds(w: &World, i: u8, run: &Run) -> bool {
+pub(crate) fn truly_holds(w: &World, i: u8, run: &Run) -> bool {
     w.db.claim == Some((i, run.fence)) && w.db.generation == run.generation
 }
 
 /// The run stops (its guard refused a request, or it found a conflict):
 /// nothing more is sent or written; a claim still its own is released.
-fn halt(w: &mut World, i: u8, run: &Run) {
+pub(crate) fn halt(w: &mut World, i: u8, run: &Run) {
     if w.db.claim == Some((i, run.fence)) {
         w.db.claim = None;
     }
@@ -92,7 +92,7 @@ fn halt(w: &mut World, i: u8, run: &Run) {
 }
 
 /// The run's one commit, under its fence: a stale run's writes are dropped.
-fn finish(m: &Protocol, w: &mut World, i: u8, run: &Run, next: Next) {
+pub(crate) fn finish(m: &Protocol, w: &mut World, i: u8, run: &Run, next: Next) {
     let held = w.db.claim == Some((i, run.fence));
     let current = held && (w.db.generation == run.generation || m.cfg.flaw == Some(Flaw::FenceIgnoresFlips));
     if current {
@@ -292,12 +292,16 @@ pub fn step(m: &Protocol, w: &mut World, i: u8) {
             w.db.receipts[r].progress.delete_sent = true;
             finish(m, w, i, &run, Next::Wait);
         }
-        Phase::Claimed { .. } | Phase::PatchClaimed(_) => {}
+        Phase::Leaving { receipt, index, how } => leave(w, i, run, receipt, index, how),
+        Phase::DnsAnswered(o, answer) => crate::dns::record(m, w, i, &run, o, answer),
+        Phase::DnsDeleting(o, earlier) => crate::dns::send_delete(m, w, i, run, o, earlier),
+        Phase::DnsDeleted(o, answered) => crate::dns::deleted(m, w, i, &run, o, answered),
+        Phase::Claimed { .. } | Phase::PatchClaimed(_) | Phase::DnsClaimed(_) => {}
     }
 }
 
 /// One more decision in this run, or a wait at the run's limit.
-fn next_decision(m: &Protocol, w: &mut World, i: u8, mut run: Run) {
+pub(crate) fn next_decision(m: &Protocol, w: &mut World, i: u8, mut run: Run) {
     run.steps += 1;
     run.phase = Phase::Decide;
     if run.steps >= m.cfg.steps_max {
@@ -381,6 +385,11 @@ fn decide_step(m: &Protocol, w: &mut World, i: u8, run: Run) {
         Action::Wait => finish(m, w, i, &run, Next::Wait),
         Action::Block(reason, _) => finish(m, w, i, &run, Next::Done(ClientStatus::Blocked, Some(reason))),
         Action::Ready => {
+            // The identities first: the DNS record, ensured and read back.
+            let vm = receipt(ResourceKind::Vm).and_then(|r| rid_of(&w.db.receipts[r]));
+            if crate::dns::ensure(m, w, i, &run, vm.unwrap_or(0)) {
+                return;
+            }
             // The attach a read has now shown made: its receipt records the
             // VM's id (an attach marked sent whose answer was lost).
             if let (Some(a), Some(vm)) = (receipt(ResourceKind::Attach), receipt(ResourceKind::Vm))
@@ -391,7 +400,12 @@ fn decide_step(m: &Protocol, w: &mut World, i: u8, run: Run) {
             }
             finish(m, w, i, &run, Next::Done(ClientStatus::Ready, None));
         }
-        Action::Deleted => finish(m, w, i, &run, Next::Done(ClientStatus::Deleted, None)),
+        Action::Deleted => {
+            if crate::dns::remove(m, w, i, &run) {
+                return;
+            }
+            finish(m, w, i, &run, Next::Done(ClientStatus::Deleted, None))
+        }
     }
 }
 
@@ -417,7 +431,7 @@ fn observe(m: &Protocol, w: &mut World, i: u8, mut run: Run, kind: ResourceKind,
         && kind != ResourceKind::Attach
     {
         // The planted bug: the create sent again, as a naive client would.
-        sent(w, i, &run, &rec);
+        sent(w, &run, &rec);
         make(w, &rec);
     }
     let read = match rec.effect.id().and_then(parse_rid) {
@@ -450,7 +464,7 @@ fn observe(m: &Protocol, w: &mut World, i: u8, mut run: Run, kind: ResourceKind,
 }
 
 /// A create request leaves this run: the ghost's record of it.
-fn sent(w: &mut World, i: u8, run: &Run, rec: &Receipt) {
+fn sent(w: &mut World, run: &Run, rec: &Receipt) {
     // An attach answered 404 is sent again on its receipt, by the
     // protocol: only creates count.
     if rec.kind != ResourceKind::Attach {
@@ -461,9 +475,9 @@ fn sent(w: &mut World, i: u8, run: &Run, rec: &Receipt) {
     if w.db.bound_key != Some(run.key) {
         w.ghost.unbound_send = true;
     }
-    if !truly_holds(w, i, run) {
-        w.ghost.unfenced_send = true;
-    }
+    // (A request that passed its guard may leave after the claim is lost:
+    // the window no fence closes, docs/protocol.md §8. The guard's own
+    // check is what the property watches, in `send`.)
 }
 
 /// The provider applies a create: the new resource's id (an attach: the
@@ -512,7 +526,7 @@ fn dispatch(m: &Protocol, w: &mut World, i: u8, mut run: Run, kind: ResourceKind
         };
         let progress = Default::default();
         let rec = Receipt { kind, generation: g, label: w.labels, effect, progress, pair, spec: w.db.spec };
-        w.labels += 1;
+        w.labels = w.labels.saturating_add(1);
         let forget = m.cfg.flaw == Some(Flaw::ForgetReceipt) && kind != ResourceKind::Attach;
         let index = match forget {
             true => None,
@@ -529,25 +543,50 @@ fn dispatch(m: &Protocol, w: &mut World, i: u8, mut run: Run, kind: ResourceKind
 pub fn send(m: &Protocol, w: &mut World, i: u8, how: SendAs) {
     let Some(run) = running(w, i) else { return };
     if !fence_holds(m, w, i, &run) {
+        // The guard stops it: a create never marked is recorded as not
+        // sent (`mark_stopped`), its run knowing it did not leave.
+        if let Phase::Claimed { index: Some(r), .. } = run.phase
+            && let Effect::Unmarked { not_sent, .. } | Effect::NotSent { count: not_sent, .. } = w.db.receipts[r].effect
+        {
+            let reason = "stopped by its run's guard".to_owned();
+            w.db.receipts[r].effect = Effect::NotSent { count: not_sent + 1, reason };
+        }
         return halt(w, i, &run);
     }
     if let Phase::PatchClaimed(c) = run.phase {
         return send_patch(w, i, run, c, how);
     }
+    if let Phase::DnsClaimed(o) = run.phase {
+        return crate::dns::send(m, w, i, run, o, how);
+    }
     let Phase::Claimed { receipt, index } = run.phase.clone() else { return };
+    if !truly_holds(w, i, &run) {
+        w.ghost.unfenced_send = true;
+    }
     if how == SendAs::NotConnected {
         w.budget.unconnected -= 1;
         let answer = Answer::NotConnected;
         w.workers[usize::from(i)] = Worker::Running(Run { phase: Phase::Answered { receipt, index, answer }, ..run });
         return;
     }
-    // Marked sent right before it leaves.
-    if let Some(r) = index
-        && w.db.receipts[r].effect.is_unsent()
-    {
-        w.db.receipts[r].effect = Effect::Unknown { observations: 0 };
+    // Marked sent right before it leaves, by a compare-and-set: a receipt
+    // another run marked (or resolved) meanwhile is not sent again.
+    if let Some(r) = index {
+        if !w.db.receipts[r].effect.is_unsent() && m.cfg.flaw != Some(Flaw::MarkAtClaim) {
+            return halt(w, i, &run);
+        }
+        if w.db.receipts[r].effect.is_unsent() {
+            w.db.receipts[r].effect = Effect::Unknown { observations: 0 };
+        }
     }
-    sent(w, i, &run, &receipt);
+    let phase = Phase::Leaving { receipt, index, how };
+    w.workers[usize::from(i)] = Worker::Running(Run { phase, ..run });
+}
+
+/// The marked request leaves (a step of its own: a worker may die, or
+/// lose its claim, between the mark and the write).
+fn leave(w: &mut World, i: u8, run: Run, receipt: Receipt, index: Option<usize>, how: SendAs) {
+    sent(w, &run, &receipt);
     let answer = match how {
         SendAs::Refused => {
             w.budget.refusals -= 1;

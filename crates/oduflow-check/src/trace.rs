@@ -22,6 +22,20 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
                 "worker {i} records the answer to the resize of {} ({answer:?}) and ends its run",
                 rid(w.db.changes[c].resource)
             ),
+            Some((Phase::Leaving { receipt, how, .. }, _)) => {
+                format!("worker {i}'s request for {} leaves ({how:?})", op(&receipt))
+            }
+            Some((Phase::DnsAnswered(o, answer), _)) => {
+                format!("worker {i} records the answer to DNS record create (label {}) ({answer:?})", w.db.dns[o].label)
+            }
+            Some((Phase::DnsDeleting(o, _), _)) => {
+                format!("worker {i} sends the DELETE of DNS record {}", w.db.dns[o].effect.id().unwrap_or("?"))
+            }
+            Some((Phase::DnsDeleted(o, answered), _)) => format!(
+                "worker {i} records the DELETE of DNS record {} ({})",
+                w.db.dns[o].effect.id().unwrap_or("?"),
+                if answered { "answered" } else { "a 404 so soon after its create: waits" }
+            ),
             Some((Phase::DeleteSent(r), _)) => {
                 format!("worker {i} records the DELETE of {} sent and ends its run", op(&w.db.receipts[r]))
             }
@@ -30,6 +44,7 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
         Act::Send(i, how) => {
             let what = match worker(i).map(|r| r.phase) {
                 Some(Phase::Claimed { receipt, .. }) => op(&receipt),
+                Some(Phase::DnsClaimed(o)) => format!("the DNS record create (label {})", w.db.dns[o].label),
                 Some(Phase::PatchClaimed(c)) => {
                     let c = &w.db.changes[c];
                     format!("the resize of {} to spec generation {}", rid(c.resource), c.spec)
@@ -43,7 +58,7 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
                 SendAs::Refused => "the provider refuses it",
                 SendAs::NotConnected => "the connection is never made",
             };
-            format!("worker {i} sends {what}: {how}")
+            format!("worker {i} marks {what} sent and sends it: {how}")
         }
         Act::Crash(i) => format!("worker {i} crashes"),
         Act::Expire => "the claim's lease runs out".to_owned(),

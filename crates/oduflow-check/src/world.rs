@@ -49,6 +49,53 @@ pub struct Change {
     pub effect: Effect,
 }
 
+/// A DNS record the DNS adapter owns for the client (its ownership
+/// record, kept in the database): the create of the client's A record, on
+/// the ledger's lifecycle (`Unknown` from its claim until its id is
+/// recorded).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Owned {
+    /// Unique per claim (the ghost tells its sends apart by it).
+    pub label: u8,
+    /// The address it points to: the VM's id, in the model.
+    pub data: u8,
+    pub effect: Effect,
+    /// 404s in a row to its GET.
+    pub missing: u8,
+    /// Taken as gone: the next ensure makes a new one and deletes this id.
+    pub gone: bool,
+    pub deletion: Deletion,
+}
+
+/// How far a DELETE of an owned record has come.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Deletion {
+    None,
+    /// Recorded before it is sent.
+    Sent,
+    /// Answered (a 204, or a 404 after an earlier DELETE): a GET 404 then
+    /// confirms it.
+    Answered,
+}
+
+/// Where the DNS adapter stands for the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DnsState {
+    Unset,
+    Ensured,
+    Removed,
+}
+
+/// A record in the zone (every record in the model carries the client's
+/// owner marker).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ZoneRecord {
+    pub data: u8,
+    pub alive: bool,
+    /// A GET by id finds it (a fresh record may answer 404 for a while).
+    pub by_id: bool,
+}
+
 /// The client's rows: what a restore puts back.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Db {
@@ -73,6 +120,9 @@ pub struct Db {
     pub infra_generation: [u8; 3],
     /// The API key the record is bound to (at its first run).
     pub bound_key: Option<u8>,
+    /// The DNS adapter's ownership record and state.
+    pub dns: Vec<Owned>,
+    pub dns_state: DnsState,
     /// Resources the inventory recorded as orphans of this client.
     pub orphans: Vec<u8>,
     /// Restored from a copy: nothing is claimed until the inventory pass.
@@ -127,10 +177,22 @@ pub enum Phase {
     /// The receipt of a send is claimed (at `index`; `None` when a flaw
     /// claims none); next: the send.
     Claimed { receipt: Receipt, index: Option<usize> },
+    /// Marked sent past its guard; next: the request leaves, answered so.
+    Leaving { receipt: Receipt, index: Option<usize>, how: crate::SendAs },
     /// The send is answered; next: its answer recorded on the receipt.
     Answered { receipt: Receipt, index: Option<usize>, answer: Answer },
     /// A DELETE was sent (applied or not); next: recorded on the receipt.
     DeleteSent(usize),
+    /// A DNS record's create is claimed (index); next: the POST.
+    DnsClaimed(usize),
+    /// The POST is answered; next: recorded.
+    DnsAnswered(usize, Answer),
+    /// A DELETE of an owned record (index) is recorded as sent (`true`:
+    /// after an earlier one); next: the DELETE.
+    DnsDeleting(usize, bool),
+    /// A DELETE of an owned record (index) was answered so (`true`: a 204,
+    /// or a 404 after an earlier DELETE); next: recorded.
+    DnsDeleted(usize, bool),
     /// The change receipt (index) is claimed; next: the PATCH.
     PatchClaimed(usize),
     /// The PATCH is answered; next: its answer recorded.
@@ -241,11 +303,15 @@ pub struct Ghost {
     /// again a change the discarded timeline sent and that made nothing:
     /// one that made its change shows it once the listings settle).
     pub patches: Vec<(u8, u8)>,
+    /// The labels of the DNS record creates that left.
+    pub dns_creates: Vec<u8>,
     /// The labels of the requests that left (attaches included), ever.
     pub left: Vec<u8>,
     /// The labels of the creates that left, ever (an attach answered 404
     /// is sent again on its receipt, by the protocol).
     pub create_labels: Vec<u8>,
+    /// Labels whose run died between the mark and the request.
+    pub died_marked: Vec<u8>,
     /// Labels the inventory doubted after a restore (marked sent without
     /// knowing).
     pub doubted: Vec<u8>,
@@ -268,6 +334,8 @@ pub struct World {
     /// A copy of the rows taken earlier, which a restore puts back.
     pub copy: Option<Db>,
     pub cloud: Vec<Res>,
+    /// The client's DNS zone.
+    pub zone: Vec<ZoneRecord>,
     /// The API key workers are configured with now.
     pub key: u8,
     pub workers: Vec<Worker>,
