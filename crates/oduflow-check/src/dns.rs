@@ -185,6 +185,9 @@ pub fn ensure(m: &Protocol, w: &mut World, i: u8, run: &Run, vm: u8) -> bool {
     if w.db.dns_state == DnsState::Ensured {
         return false;
     }
+    // Ensuring from here on (the adapter's state row): a removal done
+    // before no longer stands.
+    w.db.dns_state = DnsState::Unset;
     if !fence_holds(m, w, i, run) {
         halt(w, i, run);
         return true;
@@ -250,6 +253,8 @@ pub fn remove(m: &Protocol, w: &mut World, i: u8, run: &Run) -> bool {
     if w.db.dns_state == DnsState::Removed {
         return false;
     }
+    // Removing from here on: an ensure done before no longer stands.
+    w.db.dns_state = DnsState::Unset;
     if !fence_holds(m, w, i, run) {
         halt(w, i, run);
         return true;
