@@ -14,7 +14,19 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
     match act {
         Act::Claim(i) => format!("worker {i} claims the client (fence {}, target {})", w.db.fences + 1, w.db.target),
         Act::Step(i) => match worker(i).map(|r| (r.phase.clone(), r)) {
-            Some((Phase::Decide, r)) => format!("worker {i} decides {:?}", run::decision(m, w, &r)),
+            Some((Phase::Decide, r)) => {
+                let d = run::decision(m, w, &r);
+                let dns = match d {
+                    oduflow_model::decide::Action::Ready if w.db.dns_state != DnsState::Ensured => {
+                        ": the DNS adapter's ensure first"
+                    }
+                    oduflow_model::decide::Action::Deleted if w.db.dns_state != DnsState::Removed => {
+                        ": the DNS adapter's removal first"
+                    }
+                    _ => "",
+                };
+                format!("worker {i} decides {d:?}{dns}")
+            }
             Some((Phase::Answered { receipt, answer, .. }, _)) => {
                 format!("worker {i} records the answer to {} ({answer:?}) and ends its run", op(&receipt))
             }
@@ -101,13 +113,16 @@ pub fn schedule(m: &Protocol, acts: &[Act], property: Option<&str>) -> String {
             None => break,
         }
     }
-    let live: Vec<String> = w
+    let mut live: Vec<String> = w
         .cloud
         .iter()
         .enumerate()
         .filter(|(_, r)| r.alive)
         .map(|(i, r)| format!("{} {}", r.kind.as_str(), rid(i as u8)))
         .collect();
+    live.extend(
+        w.zone.iter().enumerate().filter(|(_, r)| r.alive).map(|(z, _)| format!("DNS record {}", rid(z as u8))),
+    );
     let _ = writeln!(
         out,
         "     then: client {}{}, live at the provider: [{}]",
