@@ -1,3 +1,6 @@
+//! The test command's walk: every reachable state, each checked against
+//! the safety properties as it is found, then liveness.
+//!
 //! Liveness: from every reachable state, some schedule still settles the
 //! client (ready, deleted, or blocked with a reason, nothing queued, every
 //! worker stopped). In a finite world, that and a fair scheduler (every
@@ -20,6 +23,9 @@ pub struct Liveness {
     /// The shortest schedule to a state from which the client can never
     /// settle.
     pub stuck: Option<Vec<Act>>,
+    /// The first safety property a state broke, in breadth-first order
+    /// (so with a shortest schedule): one walk checks both.
+    pub violated: Option<(&'static str, Vec<Act>)>,
 }
 
 /// Settled: a state the client rests in until someone acts, and one that
@@ -67,6 +73,9 @@ pub fn check(m: &Protocol) -> Liveness {
     let mut preds: Vec<Vec<u32>> = vec![vec![]];
     let mut goal: Vec<bool> = vec![settled(&init)];
     index.insert(fingerprint(&hasher, &init), 0);
+    let properties = crate::properties();
+    let broken = |w: &World| properties.iter().find(|p| !(p.condition)(m, w)).map(|p| p.name);
+    let mut violated: Option<(&'static str, u32)> = broken(&init).map(|p| (p, 0));
     let mut frontier = vec![(0u32, init)];
     let mut edges = 0;
     let mut acts = vec![];
@@ -87,6 +96,9 @@ pub fn check(m: &Protocol) -> Liveness {
                         parent.push(Some((id, act)));
                         preds.push(vec![]);
                         goal.push(settled(&s));
+                        if violated.is_none() {
+                            violated = broken(&s).map(|p| (p, to));
+                        }
                         // A runaway state is not expanded: it settles
                         // nothing (and breaks a safety property too).
                         if m.within_boundary(&s) {
@@ -114,15 +126,17 @@ pub fn check(m: &Protocol) -> Liveness {
     }
     // States are numbered in breadth-first order: the first stuck one is
     // the nearest.
-    let stuck = reaches.iter().position(|r| !r).map(|s| {
+    let path = |s: u32| {
         let mut path = vec![];
-        let mut at = s as u32;
+        let mut at = s;
         while let Some((p, act)) = parent[at as usize] {
             path.push(act);
             at = p;
         }
         path.reverse();
         path
-    });
-    Liveness { states: parent.len(), edges, stuck }
+    };
+    let stuck = reaches.iter().position(|r| !r).map(|s| path(s as u32));
+    let violated = violated.map(|(p, s)| (p, path(s)));
+    Liveness { states: parent.len(), edges, stuck, violated }
 }
