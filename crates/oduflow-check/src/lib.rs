@@ -1,5 +1,5 @@
 //! The dispatch protocol as a model, checked in every state a small world
-//! can reach (docs/protocol.md §8, "What the model checks").
+//! can reach (docs/protocol.md §8.1, "The model check").
 //!
 //! The world is one client, two or three workers, the provider and the
 //! database. The workers run the protocol as the executor does: a claim

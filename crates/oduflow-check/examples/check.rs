@@ -1,4 +1,4 @@
-//! `cargo run -p oduflow-check --release -- [--nightly] [--flaw NAME|all]`:
+//! `cargo run --release -p oduflow-check --example check -- [--nightly] [--flaw NAME|all]`:
 //! the model checked, its figures printed; with a flaw, the shortest
 //! counterexample as a schedule. Exits 1 when a property fails without a
 //! flaw, or when a flaw goes unnoticed.
