@@ -10,7 +10,7 @@
 //! record's 404s (`RECORD_GET_LAG_MS`, `RECORD_MISSING_MS`) are taken to
 //! cover Vultr's window, so a 404 it counts or waits on ends the window.
 
-use crate::run::{Next, fence_holds, finish, halt, next_decision, truly_holds};
+use crate::run::{Next, fence_holds, finish, halt, next_decision, request_left, truly_holds};
 use crate::world::*;
 use crate::{Flaw, Protocol, SendAs};
 use oduflow_model::decide::{Looked, lost_create_looked};
@@ -282,37 +282,23 @@ pub fn send(m: &Protocol, w: &mut World, i: u8, run: Run, o: usize, how: SendAs)
     if !saves(m, w, i, &run, o) {
         return halt(w, i, &run);
     }
+    w.budget.spend(how);
     let answer = match how {
-        SendAs::NotConnected => {
-            w.budget.unconnected -= 1;
-            Answer::NotConnected
-        }
+        SendAs::NotConnected => Answer::NotConnected,
         _ => {
             w.ghost.dns_creates.push(w.db.dns[o].label);
-            if w.db.bound_key != Some(run.key) {
-                w.ghost.unbound_send = true;
-            }
-            if !truly_holds(w, i, &run) {
-                w.ghost.unfenced_send = true;
-            }
+            request_left(w, i, &run);
             let made = |w: &mut World| {
                 w.zone.push(ZoneRecord { data: w.db.dns[o].data, alive: true, by_id: false });
                 (w.zone.len() - 1) as u8
             };
             match how {
-                SendAs::Refused => {
-                    w.budget.refusals -= 1;
-                    Answer::Refused
-                }
+                SendAs::Refused => Answer::Refused,
                 SendAs::Lost => {
-                    w.budget.lost_answers -= 1;
                     made(w);
                     Answer::Lost
                 }
-                SendAs::Unapplied => {
-                    w.budget.lost_answers -= 1;
-                    Answer::Unapplied
-                }
+                SendAs::Unapplied => Answer::Unapplied,
                 _ => Answer::Made(made(w)),
             }
         }

@@ -564,7 +564,7 @@ pub fn send(m: &Protocol, w: &mut World, i: u8, how: SendAs) {
         w.ghost.unfenced_send = true;
     }
     if how == SendAs::NotConnected {
-        w.budget.unconnected -= 1;
+        w.budget.spend(how);
         let answer = Answer::NotConnected;
         w.workers[usize::from(i)] = Worker::Running(Run { phase: Phase::Answered { receipt, index, answer }, ..run });
         return;
@@ -579,6 +579,10 @@ pub fn send(m: &Protocol, w: &mut World, i: u8, how: SendAs) {
             w.db.receipts[r].effect = Effect::Unknown { observations: 0 };
         }
     }
+    // The answer is chosen here, past the guard and the mark: its fault is
+    // spent now, not when the request leaves (another run's send may
+    // choose meanwhile).
+    w.budget.spend(how);
     let phase = Phase::Leaving { receipt, index, how };
     w.workers[usize::from(i)] = Worker::Running(Run { phase, ..run });
 }
@@ -588,19 +592,12 @@ pub fn send(m: &Protocol, w: &mut World, i: u8, how: SendAs) {
 fn leave(w: &mut World, i: u8, run: Run, receipt: Receipt, index: Option<usize>, how: SendAs) {
     sent(w, &run, &receipt);
     let answer = match how {
-        SendAs::Refused => {
-            w.budget.refusals -= 1;
-            Answer::Refused
-        }
+        SendAs::Refused => Answer::Refused,
         SendAs::Lost => {
-            w.budget.lost_answers -= 1;
             make(w, &receipt);
             Answer::Lost
         }
-        SendAs::Unapplied => {
-            w.budget.lost_answers -= 1;
-            Answer::Unapplied
-        }
+        SendAs::Unapplied => Answer::Unapplied,
         _ => make(w, &receipt).map_or(Answer::NotConnected, Answer::Made),
     };
     w.workers[usize::from(i)] = Worker::Running(Run { phase: Phase::Answered { receipt, index, answer }, ..run });
@@ -670,6 +667,13 @@ fn change(w: &mut World, i: u8, mut run: Run, r: Option<usize>) {
 fn patch_sent(w: &mut World, i: u8, run: &Run, c: usize) {
     let ch = &w.db.changes[c];
     w.ghost.patches.push((ch.resource, ch.spec));
+    request_left(w, i, run);
+}
+
+/// A request whose guard and sending are one step left this run: the
+/// ghost notes a key the record is not bound to, or a claim or generation
+/// lost.
+pub(crate) fn request_left(w: &mut World, i: u8, run: &Run) {
     if w.db.bound_key != Some(run.key) {
         w.ghost.unbound_send = true;
     }
@@ -688,27 +692,18 @@ fn resize(w: &mut World, c: usize) {
 }
 
 fn send_patch(w: &mut World, i: u8, run: Run, c: usize, how: SendAs) {
+    w.budget.spend(how);
     let answer = match how {
-        SendAs::NotConnected => {
-            w.budget.unconnected -= 1;
-            Answer::NotConnected
-        }
+        SendAs::NotConnected => Answer::NotConnected,
         _ => {
             if w.db.changes[c].effect.is_unsent() {
                 w.db.changes[c].effect = Effect::Unknown { observations: 0 };
             }
             patch_sent(w, i, &run, c);
             match how {
-                SendAs::Refused => {
-                    w.budget.refusals -= 1;
-                    Answer::Refused
-                }
-                SendAs::Unapplied => {
-                    w.budget.lost_answers -= 1;
-                    Answer::Unapplied
-                }
+                SendAs::Refused => Answer::Refused,
+                SendAs::Unapplied => Answer::Unapplied,
                 SendAs::Lost => {
-                    w.budget.lost_answers -= 1;
                     resize(w, c);
                     Answer::Lost
                 }

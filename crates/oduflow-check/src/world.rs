@@ -256,6 +256,18 @@ pub struct Budget {
 }
 
 impl Budget {
+    /// Spends the fault a send's answer stands for, when the answer is
+    /// chosen (an answered send spends nothing).
+    pub fn spend(&mut self, how: crate::SendAs) {
+        let left = match how {
+            crate::SendAs::Answered => return,
+            crate::SendAs::Lost | crate::SendAs::Unapplied => &mut self.lost_answers,
+            crate::SendAs::Refused => &mut self.refusals,
+            crate::SendAs::NotConnected => &mut self.unconnected,
+        };
+        *left = left.saturating_sub(1);
+    }
+
     /// Every fault of this budget is in `other` at least as often: a world
     /// with `other` reaches every schedule of one with this (so a property
     /// that holds there holds here).
