@@ -14,7 +14,7 @@ pub fn actions(m: &Protocol, w: &World, out: &mut Vec<Act>) {
             out.push(Act::Crash(i));
         }
     }
-    if let Some((holder, fence)) = w.db.claim {
+    if let Some((holder, fence)) = w.db.client.claim {
         let paused = matches!(&w.workers[usize::from(holder)], Worker::Running(r) if r.fence == fence);
         let never = m.cfg.flaw == Some(crate::Flaw::ClaimNeverExpires);
         if (!paused && !never) || (paused && b.claim_losses > 0) {
@@ -52,11 +52,11 @@ pub fn actions(m: &Protocol, w: &World, out: &mut Vec<Act>) {
     if b.key_changes > 0 {
         out.push(Act::ChangeKey);
     }
-    if b.updates > 0 && w.db.target == Target::Present {
+    if b.updates > 0 && w.db.client.target == Target::Present {
         out.push(Act::Update);
     }
-    if b.operator > 0 && w.db.status == ClientStatus::Blocked && !w.db.queued {
-        match w.db.reason {
+    if b.operator > 0 && w.db.client.status == ClientStatus::Blocked && !w.db.client.queued {
+        match w.db.client.reason {
             Some(BlockedReason::CredentialChanged) => out.push(Act::Rotate),
             Some(_) if uncertain(w).is_some_and(|r| !in_flight(m, w, r)) => out.push(Act::Resolve),
             _ => {}
@@ -85,11 +85,12 @@ fn in_flight(m: &Protocol, w: &World, r: usize) -> bool {
 
 /// The intent changed: a run begun before is stale, and a job is due.
 fn intent_moved(db: &mut Db) {
-    db.generation += 1;
-    db.status = ClientStatus::Pending;
-    db.reason = None;
-    db.queued = true;
-    db.waits = 0;
+    let c = &mut db.client;
+    c.generation += 1;
+    c.status = ClientStatus::Pending;
+    c.reason = None;
+    c.queued = true;
+    c.waits = 0;
 }
 
 pub fn apply(_m: &Protocol, w: &mut World, act: Act) {
@@ -102,12 +103,12 @@ pub fn apply(_m: &Protocol, w: &mut World, act: Act) {
             w.workers[usize::from(i)] = Worker::Idle;
         }
         Act::Expire => {
-            if let Some((holder, fence)) = w.db.claim
+            if let Some((holder, fence)) = w.db.client.claim
                 && matches!(&w.workers[usize::from(holder)], Worker::Running(r) if r.fence == fence)
             {
                 w.budget.claim_losses -= 1;
             }
-            w.db.claim = None;
+            w.db.client.claim = None;
         }
         Act::Settle(id) => w.cloud[usize::from(id)].by_id = true,
         Act::List(id) => w.cloud[usize::from(id)].listed = true,
@@ -123,7 +124,7 @@ pub fn apply(_m: &Protocol, w: &mut World, act: Act) {
         }
         Act::Flip => {
             w.budget.flips -= 1;
-            w.db.target = match w.db.target {
+            w.db.client.target = match w.db.client.target {
                 Target::Present => Target::Absent,
                 Target::Absent => Target::Present,
             };
@@ -131,7 +132,10 @@ pub fn apply(_m: &Protocol, w: &mut World, act: Act) {
         }
         Act::Copy => {
             // Claims are not in a copy: a restore stops every worker.
-            w.copy = Some(Db { claim: None, fences: 0, ..w.db.clone() });
+            let mut copy = w.db.clone();
+            copy.client.claim = None;
+            copy.fences = 0;
+            w.copy = Some(copy);
         }
         Act::Restore => restore(w),
         Act::Inventory => inventory(_m, w),
@@ -161,7 +165,7 @@ fn restore(w: &mut World) {
     w.db = copy;
     w.ghost.creates.clear();
     w.ghost.patches.clear();
-    w.db.claim = None;
+    w.db.client.claim = None;
     w.db.restore_pending = true;
     for worker in &mut w.workers {
         // Stopped for the restore, as by a crash.
@@ -198,13 +202,13 @@ fn inventory(m: &Protocol, w: &mut World) {
         }
     }
     w.db.restore_pending = false;
-    match w.db.status {
+    match w.db.client.status {
         ClientStatus::Deleted if !w.db.orphans.is_empty() => {
-            w.db.status = ClientStatus::Blocked;
-            w.db.reason = Some(BlockedReason::LabelledOrphan);
+            w.db.client.status = ClientStatus::Blocked;
+            w.db.client.reason = Some(BlockedReason::LabelledOrphan);
         }
         ClientStatus::Deleted | ClientStatus::Blocked => {}
-        _ => w.db.queued = true,
+        _ => w.db.client.queued = true,
     }
 }
 

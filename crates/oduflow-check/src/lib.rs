@@ -312,23 +312,25 @@ impl Model for Protocol {
     fn init_states(&self) -> Vec<World> {
         vec![World {
             db: Db {
-                target: oduflow_model::Target::Present,
-                generation: 0,
-                status: oduflow_model::ClientStatus::Pending,
-                reason: None,
-                queued: true,
-                claim: None,
+                client: Client {
+                    target: oduflow_model::Target::Present,
+                    generation: 0,
+                    status: oduflow_model::ClientStatus::Pending,
+                    reason: None,
+                    queued: true,
+                    claim: None,
+                    waits: 0,
+                    dns: vec![],
+                    dns_state: world::DnsState::Unset,
+                },
                 fences: 0,
                 receipts: vec![],
                 spec: 0,
                 changes: vec![],
                 infra_generation: [1, 1, 1],
                 bound_key: None,
-                dns: vec![],
-                dns_state: world::DnsState::Unset,
                 orphans: vec![],
                 restore_pending: false,
-                waits: 0,
             },
             copy: None,
             cloud: vec![],
@@ -379,7 +381,7 @@ impl Model for Protocol {
 /// 2, ... in order, so that a run claimed again and again is one state, not
 /// a new one per claim.
 fn normalize(w: &mut World) {
-    let mut used: Vec<u8> = w.db.claim.map(|(_, f)| f).into_iter().collect();
+    let mut used: Vec<u8> = w.db.client.claim.map(|(_, f)| f).into_iter().collect();
     for worker in &w.workers {
         if let Worker::Running(r) = worker {
             used.push(r.fence);
@@ -388,7 +390,7 @@ fn normalize(w: &mut World) {
     used.sort_unstable();
     used.dedup();
     let new = |f: u8| used.iter().position(|&u| u == f).map_or(0, |p| p as u8 + 1);
-    if let Some((_, f)) = &mut w.db.claim {
+    if let Some((_, f)) = &mut w.db.client.claim {
         *f = new(*f);
     }
     for worker in &mut w.workers {

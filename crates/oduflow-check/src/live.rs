@@ -31,15 +31,15 @@ pub struct Liveness {
 /// Settled: a state the client rests in until someone acts, and one that
 /// answers its target (ready only when present, deleted only when absent).
 pub fn settled(w: &World) -> bool {
-    let answers = match w.db.status {
-        ClientStatus::Ready => w.db.target == Target::Present,
-        ClientStatus::Deleted => w.db.target == Target::Absent,
+    let answers = match w.db.client.status {
+        ClientStatus::Ready => w.db.client.target == Target::Present,
+        ClientStatus::Deleted => w.db.client.target == Target::Absent,
         ClientStatus::Blocked => true,
         _ => false,
     };
     answers
-        && w.db.reason.is_some() == (w.db.status == ClientStatus::Blocked)
-        && !w.db.queued
+        && w.db.client.reason.is_some() == (w.db.client.status == ClientStatus::Blocked)
+        && !w.db.client.queued
         && !w.db.restore_pending
         && w.workers.iter().all(|x| *x == Worker::Idle)
 }
@@ -56,7 +56,7 @@ fn fair(w: &World, act: Act) -> bool {
     match act {
         Act::Claim(_) | Act::Step(_) | Act::Send(_, SendAs::Answered) => true,
         Act::Settle(_) | Act::List(_) | Act::Boot(_) | Act::Grow(_) | Act::Inventory => true,
-        Act::Expire => w.db.claim.is_some_and(
+        Act::Expire => w.db.client.claim.is_some_and(
             |(holder, fence)| !matches!(&w.workers[usize::from(holder)], Worker::Running(r) if r.fence == fence),
         ),
         _ => false,

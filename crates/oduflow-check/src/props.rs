@@ -35,7 +35,7 @@ pub fn properties() -> Vec<Property<Protocol>> {
             w.live(oduflow_model::ResourceKind::Vm) <= 1 && w.live(oduflow_model::ResourceKind::Volume) <= 1
         }),
         Property::always(PROPERTIES[3], |_, w: &World| {
-            w.db.status != ClientStatus::Deleted
+            w.db.client.status != ClientStatus::Deleted
                 || (w.cloud.iter().all(|r| !r.alive) && w.zone.iter().all(|r| !r.alive))
         }),
         Property::always(PROPERTIES[4], |_, w: &World| !w.ghost.rewritten),
@@ -63,18 +63,18 @@ pub fn properties() -> Vec<Property<Protocol>> {
         Property::always(PROPERTIES[12], |_, w: &World| no_repeat(&w.ghost.dns_creates)),
         Property::always(PROPERTIES[15], |_, w: &World| w.labels < 60 && w.cloud.len() < 60 && w.zone.len() < 60),
         Property::always(PROPERTIES[14], |_, w: &World| {
-            let (ready, deleted) = (w.db.status == ClientStatus::Ready, w.db.status == ClientStatus::Deleted);
-            w.db.queued
+            let (ready, deleted) = (w.db.client.status == ClientStatus::Ready, w.db.client.status == ClientStatus::Deleted);
+            w.db.client.queued
                 || w.workers.iter().any(|x| *x != Worker::Idle)
-                || (!ready || w.db.target == oduflow_model::Target::Present)
-                    && (!deleted || w.db.target == oduflow_model::Target::Absent)
+                || (!ready || w.db.client.target == oduflow_model::Target::Present)
+                    && (!deleted || w.db.client.target == oduflow_model::Target::Absent)
         }),
         Property::always(PROPERTIES[13], |_, w: &World| {
-            !(crate::live::settled(w) && w.db.status != ClientStatus::Blocked)
+            !(crate::live::settled(w) && w.db.client.status != ClientStatus::Blocked)
                 || w.zone.iter().enumerate().all(|(z, r)| {
                     // Owned by id, or the lost create a listing settles.
                     !r.alive
-                        || w.db.dns.iter().any(|o| {
+                        || w.db.client.dns.iter().any(|o| {
                             o.effect.id() == Some(&rid(z as u8)) || (o.effect.id().is_none() && o.data == r.data)
                         })
                 })

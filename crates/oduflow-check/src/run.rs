@@ -19,7 +19,7 @@ pub(crate) enum Next {
 pub fn actions(w: &World, i: u8, out: &mut Vec<Act>) {
     match &w.workers[usize::from(i)] {
         Worker::Idle => {
-            if w.db.queued && w.db.claim.is_none() && !w.db.restore_pending {
+            if w.db.client.queued && w.db.client.claim.is_none() && !w.db.restore_pending {
                 out.push(Act::Claim(i));
             }
         }
@@ -45,14 +45,14 @@ pub fn actions(w: &World, i: u8, out: &mut Vec<Act>) {
 
 pub fn claim(_m: &Protocol, w: &mut World, i: u8) {
     w.db.fences += 1;
-    w.db.claim = Some((i, w.db.fences));
+    w.db.client.claim = Some((i, w.db.fences));
     if w.db.bound_key.is_none() {
         w.db.bound_key = Some(w.key);
     }
     w.workers[usize::from(i)] = Worker::Running(Run {
         fence: w.db.fences,
-        generation: w.db.generation,
-        target: w.db.target,
+        generation: w.db.client.generation,
+        target: w.db.client.target,
         key: w.key,
         reads: [Read::NotRead, Read::NotRead],
         phase: Phase::Decide,
@@ -73,40 +73,40 @@ fn running(w: &World, i: u8) -> Option<Run> {
 pub(crate) fn fence_holds(m: &Protocol, w: &World, i: u8, run: &Run) -> bool {
     match m.cfg.flaw {
         Some(Flaw::LeaseOverlap) => true,
-        Some(Flaw::FenceIgnoresFlips) => w.db.claim == Some((i, run.fence)),
+        Some(Flaw::FenceIgnoresFlips) => w.db.client.claim == Some((i, run.fence)),
         _ => truly_holds(w, i, run),
     }
 }
 
 pub(crate) fn truly_holds(w: &World, i: u8, run: &Run) -> bool {
-    w.db.claim == Some((i, run.fence)) && w.db.generation == run.generation
+    w.db.client.claim == Some((i, run.fence)) && w.db.client.generation == run.generation
 }
 
 /// The run stops (its guard refused a request, or it found a conflict):
 /// nothing more is sent or written; a claim still its own is released.
 pub(crate) fn halt(w: &mut World, i: u8, run: &Run) {
-    if w.db.claim == Some((i, run.fence)) {
-        w.db.claim = None;
+    if w.db.client.claim == Some((i, run.fence)) {
+        w.db.client.claim = None;
     }
     w.workers[usize::from(i)] = Worker::Idle;
 }
 
 /// The run's one commit, under its fence: a stale run's writes are dropped.
 pub(crate) fn finish(m: &Protocol, w: &mut World, i: u8, run: &Run, next: Next) {
-    let held = w.db.claim == Some((i, run.fence));
-    let current = held && (w.db.generation == run.generation || m.cfg.flaw == Some(Flaw::FenceIgnoresFlips));
+    let held = w.db.client.claim == Some((i, run.fence));
+    let current = held && (w.db.client.generation == run.generation || m.cfg.flaw == Some(Flaw::FenceIgnoresFlips));
     if current {
         let (gens, _) = current_receipts(m, w, run.target);
         w.db.infra_generation = gens;
         match next {
             Next::Wait => {
-                w.db.queued = true;
-                w.db.waits = w.db.waits.saturating_add(1).min(m.cfg.waits_max);
+                w.db.client.queued = true;
+                w.db.client.waits = w.db.client.waits.saturating_add(1).min(m.cfg.waits_max);
             }
             Next::Done(status, reason) => {
-                w.db.queued = false;
-                w.db.status = status;
-                w.db.reason = reason;
+                w.db.client.queued = false;
+                w.db.client.status = status;
+                w.db.client.reason = reason;
             }
         }
     }
@@ -232,7 +232,7 @@ pub fn inputs(m: &Protocol, w: &World, run: &Run) -> (Inputs, [Option<usize>; 3]
             receipt: ReceiptFacts::of(effect(r), run.target),
             seen: seen_of(w, &run.reads[slot(kind)], r.map(|r| w.db.receipts[r].label)),
             progress: r.map(|r| w.db.receipts[r].progress.clone()).unwrap_or_default(),
-            overdue: w.db.waits >= m.cfg.waits_max,
+            overdue: w.db.client.waits >= m.cfg.waits_max,
             // Updated, and this resource was made at another spec or
             // changed since: a drift is then a change to make.
             updated: w.db.spec > 0
@@ -242,7 +242,7 @@ pub fn inputs(m: &Protocol, w: &World, run: &Run) -> (Inputs, [Option<usize>; 3]
                         && (rec.spec != w.db.spec || w.db.changes.iter().any(|c| Some(c.resource) == rid_of(rec)))
                 }),
             change: change.map_or_else(Default::default, |c| ChangeFacts::of(Some(w.db.changes[c].effect.clone()))),
-            update_overdue: w.db.spec > 0 && w.db.waits >= m.cfg.waits_max,
+            update_overdue: w.db.spec > 0 && w.db.client.waits >= m.cfg.waits_max,
             resize_settling: false,
             plan_change: false,
             orphans: orphans(m, w, kind, needed),

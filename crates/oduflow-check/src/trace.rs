@@ -12,15 +12,15 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
         Worker::Idle => None,
     };
     match act {
-        Act::Claim(i) => format!("worker {i} claims the client (fence {}, target {})", w.db.fences + 1, w.db.target),
+        Act::Claim(i) => format!("worker {i} claims the client (fence {}, target {})", w.db.fences + 1, w.db.client.target),
         Act::Step(i) => match worker(i).map(|r| (r.phase.clone(), r)) {
             Some((Phase::Decide, r)) => {
                 let d = run::decision(m, w, &r);
                 let dns = match d {
-                    oduflow_model::decide::Action::Ready if w.db.dns_state != DnsState::Ensured => {
+                    oduflow_model::decide::Action::Ready if w.db.client.dns_state != DnsState::Ensured => {
                         ": the DNS adapter's ensure first"
                     }
-                    oduflow_model::decide::Action::Deleted if w.db.dns_state != DnsState::Removed => {
+                    oduflow_model::decide::Action::Deleted if w.db.client.dns_state != DnsState::Removed => {
                         ": the DNS adapter's removal first"
                     }
                     _ => "",
@@ -38,14 +38,14 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
                 format!("worker {i}'s request for {} leaves ({how:?})", op(&receipt))
             }
             Some((Phase::DnsAnswered(o, answer), _)) => {
-                format!("worker {i} records the answer to DNS record create (label {}) ({answer:?})", w.db.dns[o].label)
+                format!("worker {i} records the answer to DNS record create (label {}) ({answer:?})", w.db.client.dns[o].label)
             }
             Some((Phase::DnsDeleting(o, _), _)) => {
-                format!("worker {i} sends the DELETE of DNS record {}", w.db.dns[o].effect.id().unwrap_or("?"))
+                format!("worker {i} sends the DELETE of DNS record {}", w.db.client.dns[o].effect.id().unwrap_or("?"))
             }
             Some((Phase::DnsDeleted(o, answered), _)) => format!(
                 "worker {i} records the DELETE of DNS record {} ({})",
-                w.db.dns[o].effect.id().unwrap_or("?"),
+                w.db.client.dns[o].effect.id().unwrap_or("?"),
                 if answered { "answered" } else { "a 404 so soon after its create: waits" }
             ),
             Some((Phase::DeleteSent(r), _)) => {
@@ -56,7 +56,7 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
         Act::Send(i, how) => {
             let what = match worker(i).map(|r| r.phase) {
                 Some(Phase::Claimed { receipt, .. }) => op(&receipt),
-                Some(Phase::DnsClaimed(o)) => format!("the DNS record create (label {})", w.db.dns[o].label),
+                Some(Phase::DnsClaimed(o)) => format!("the DNS record create (label {})", w.db.client.dns[o].label),
                 Some(Phase::PatchClaimed(c)) => {
                     let c = &w.db.changes[c];
                     format!("the resize of {} to spec generation {}", rid(c.resource), c.spec)
@@ -79,7 +79,7 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
         Act::Boot(id) => format!("{} becomes active", rid(id)),
         Act::Grow(id) => format!("the resize of {} is done", rid(id)),
         Act::Update => format!("the volume's size is updated (spec generation {})", w.db.spec + 1),
-        Act::Flip => format!("the target is flipped from {}", w.db.target),
+        Act::Flip => format!("the target is flipped from {}", w.db.client.target),
         Act::Copy => "a copy of the database is taken".to_owned(),
         Act::Restore => "the copy is restored over the database".to_owned(),
         Act::Inventory => "the inventory pass runs".to_owned(),
@@ -126,8 +126,8 @@ pub fn schedule(m: &Protocol, acts: &[Act], property: Option<&str>) -> String {
     let _ = writeln!(
         out,
         "     then: client {}{}, live at the provider: [{}]",
-        w.db.status,
-        w.db.reason.map(|r| format!(" ({r})")).unwrap_or_default(),
+        w.db.client.status,
+        w.db.client.reason.map(|r| format!(" ({r})")).unwrap_or_default(),
         live.join(", ")
     );
     out

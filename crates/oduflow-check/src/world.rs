@@ -96,9 +96,9 @@ pub struct ZoneRecord {
     pub by_id: bool,
 }
 
-/// The client's rows: what a restore puts back.
+/// A client's row: its intent, status, claim and DNS ownership.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Db {
+pub struct Client {
     pub target: Target,
     /// Moved by every change of intent: a run begun before it is stale.
     pub generation: u8,
@@ -108,6 +108,18 @@ pub struct Db {
     pub queued: bool,
     /// Who holds the client's claim: (worker, fence).
     pub claim: Option<(u8, u8)>,
+    /// Runs that ended in a wait since the intent last changed: time, as
+    /// far as the readiness wait is concerned.
+    pub waits: u8,
+    /// The DNS adapter's ownership record and state.
+    pub dns: Vec<Owned>,
+    pub dns_state: DnsState,
+}
+
+/// The database's rows: what a restore puts back.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Db {
+    pub client: Client,
     /// The last fence handed out.
     pub fences: u8,
     pub receipts: Vec<Receipt>,
@@ -120,16 +132,10 @@ pub struct Db {
     pub infra_generation: [u8; 3],
     /// The API key the record is bound to (at its first run).
     pub bound_key: Option<u8>,
-    /// The DNS adapter's ownership record and state.
-    pub dns: Vec<Owned>,
-    pub dns_state: DnsState,
     /// Resources the inventory recorded as orphans of this client.
     pub orphans: Vec<u8>,
     /// Restored from a copy: nothing is claimed until the inventory pass.
     pub restore_pending: bool,
-    /// Runs that ended in a wait since the intent last changed: time, as
-    /// far as the readiness wait is concerned.
-    pub waits: u8,
 }
 
 /// One resource at the provider. Every resource carries a label of this
