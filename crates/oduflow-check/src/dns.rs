@@ -29,43 +29,62 @@ const MISSING_MAX: u8 = 2;
 /// under a version check, so a run another has overtaken writes nothing
 /// (the model asks the fence instead).
 fn saves(m: &Protocol, w: &World, i: u8, run: &Run, o: usize) -> bool {
-    o < w.db.client.dns.len() && fence_holds(m, w, i, run)
+    let c = run.client;
+    o < w.db.row(c).dns.len() && fence_holds(m, w, i, run)
 }
 
 fn id_of(o: &Owned) -> Option<u8> {
     o.effect.id().and_then(parse_rid)
 }
 
-/// Live records in the zone pointing at `data` that no owned record has.
-fn unowned(w: &World, data: Option<u8>) -> Vec<u8> {
+/// Live records in the zone carrying client `c`'s owner marker, pointing
+/// at `data`, that its ownership record lacks.
+fn unowned(w: &World, c: u8, data: Option<u8>) -> Vec<u8> {
+    let row = w.db.row(c);
     (0..w.zone.len() as u8)
         .filter(|&z| {
             let r = &w.zone[usize::from(z)];
-            r.alive && data.is_none_or(|d| r.data == d) && !w.db.client.dns.iter().any(|o| id_of(o) == Some(z))
+            r.alive
+                && r.owner == row.id
+                && data.is_none_or(|d| r.data == d)
+                && !row.dns.iter().any(|o| id_of(o) == Some(z))
         })
         .collect()
+}
+
+/// A live record at the name that client `c` does not own (another
+/// client's, by its marker): before a create, the adapter's listing finds
+/// it, touches nothing and blocks.
+fn foreign(w: &World, c: u8) -> bool {
+    let row = w.db.row(c);
+    w.zone
+        .iter()
+        .enumerate()
+        .any(|(z, r)| r.alive && r.owner != row.id && !row.dns.iter().any(|o| id_of(o) == Some(z as u8)))
 }
 
 /// Looks for each lost create in a zone listing: `Some` when the step is
 /// taken (the run goes on, waits or blocks).
 fn resolve_lost(m: &Protocol, w: &mut World, i: u8, run: &Run) -> Option<()> {
-    let o = w.db.client.dns.iter().position(|o| o.effect.id().is_none())?;
-    let found = unowned(w, Some(w.db.client.dns[o].data));
-    let observations = match w.db.client.dns[o].effect {
+    let c = run.client;
+    let o = w.db.row_mut(c).dns.iter().position(|o| o.effect.id().is_none())?;
+    let found = unowned(w, c, Some(w.db.row(c).dns[o].data));
+    let observations = match w.db.row_mut(c).dns[o].effect {
         Effect::Unknown { observations } => observations,
         _ => 0,
     };
     match lost_create_looked(found, observations, LISTINGS_MAX) {
         Looked::One(z) => {
-            w.db.client.dns[o].effect = Effect::Known { id: rid(z), source: Some(IdSource::AdoptedByLabel), observations };
+            w.db.row_mut(c).dns[o].effect =
+                Effect::Known { id: rid(z), source: Some(IdSource::AdoptedByLabel), observations };
             next_decision(m, w, i, run.clone());
         }
         Looked::Again => {
-            w.db.client.dns[o].effect = Effect::Unknown { observations: observations + 1 };
+            w.db.row_mut(c).dns[o].effect = Effect::Unknown { observations: observations + 1 };
             finish(m, w, i, run, Next::Wait);
         }
         Looked::Uncertain => {
-            w.db.client.dns[o].effect = Effect::Unknown { observations: observations + 1 };
+            w.db.row_mut(c).dns[o].effect = Effect::Unknown { observations: observations + 1 };
             let reason = Some(BlockedReason::UncertainDnsRecord);
             finish(m, w, i, run, Next::Done(ClientStatus::Blocked, reason));
         }
@@ -81,7 +100,8 @@ fn resolve_lost(m: &Protocol, w: &mut World, i: u8, run: &Run) -> Option<()> {
 /// (made after the copy a restore brought back) are reclaimed; several
 /// block.
 fn reclaim(m: &Protocol, w: &mut World, i: u8, run: &Run) -> Option<()> {
-    match unowned(w, None).as_slice() {
+    let c = run.client;
+    match unowned(w, c, None).as_slice() {
         [] => None,
         [z] => {
             let label = w.labels;
@@ -89,7 +109,7 @@ fn reclaim(m: &Protocol, w: &mut World, i: u8, run: &Run) -> Option<()> {
             let (id, source) = (rid(*z), Some(IdSource::ReclaimedByMarker));
             let data = w.zone[usize::from(*z)].data;
             let effect = Effect::Known { id, source, observations: 0 };
-            w.db.client.dns.push(Owned { label, data, effect, missing: 0, gone: false, deletion: Deletion::None });
+            w.db.row_mut(c).dns.push(Owned { label, data, effect, missing: 0, gone: false, deletion: Deletion::None });
             next_decision(m, w, i, run.clone());
             Some(())
         }
@@ -103,8 +123,9 @@ fn reclaim(m: &Protocol, w: &mut World, i: u8, run: &Run) -> Option<()> {
 
 /// Records the DELETE of owned record `o` as sent, before it is sent.
 fn delete(w: &mut World, i: u8, mut run: Run, o: usize) {
-    let earlier = w.db.client.dns[o].deletion != Deletion::None;
-    w.db.client.dns[o].deletion = Deletion::Sent;
+    let c = run.client;
+    let earlier = w.db.row_mut(c).dns[o].deletion != Deletion::None;
+    w.db.row_mut(c).dns[o].deletion = Deletion::Sent;
     run.phase = Phase::DnsDeleting(o, earlier);
     w.workers[usize::from(i)] = Worker::Running(run);
 }
@@ -113,13 +134,14 @@ fn delete(w: &mut World, i: u8, mut run: Run, o: usize) {
 /// create proves nothing yet (the fresh record's window, waited out),
 /// whether or not a DELETE was recorded before.
 pub fn send_delete(m: &Protocol, w: &mut World, i: u8, mut run: Run, o: usize, earlier: bool) {
+    let c = run.client;
     if !saves(m, w, i, &run, o) {
         return halt(w, i, &run);
     }
     if !truly_holds(w, i, &run) {
         w.ghost.unfenced_send = true;
     }
-    let Some(z) = id_of(&w.db.client.dns[o]) else { return halt(w, i, &run) };
+    let Some(z) = id_of(&w.db.row_mut(c).dns[o]) else { return halt(w, i, &run) };
     let trusted = earlier && m.cfg.flaw == Some(Flaw::DnsDelete404Trusted);
     let r = &mut w.zone[usize::from(z)];
     let answered = match (r.alive, r.by_id) {
@@ -144,6 +166,7 @@ pub fn send_delete(m: &Protocol, w: &mut World, i: u8, mut run: Run, o: usize, e
 
 /// Reads every owned record back by id; `true` when all were found.
 fn check(m: &Protocol, w: &mut World, i: u8, run: &Run) -> bool {
+    let c = run.client;
     if !fence_holds(m, w, i, run) {
         halt(w, i, run);
         return false;
@@ -151,18 +174,18 @@ fn check(m: &Protocol, w: &mut World, i: u8, run: &Run) -> bool {
     let max = if m.cfg.flaw == Some(Flaw::DnsGoneAfterOne404) { 1 } else { MISSING_MAX };
     let mut all = true;
     let mut o = 0;
-    while o < w.db.client.dns.len() {
-        let Some(z) = id_of(&w.db.client.dns[o]) else {
+    while o < w.db.row_mut(c).dns.len() {
+        let Some(z) = id_of(&w.db.row_mut(c).dns[o]) else {
             o += 1;
             continue;
         };
         let r = w.zone[usize::from(z)].clone();
-        let rec = &mut w.db.client.dns[o];
+        let rec = &mut w.db.row_mut(c).dns[o];
         match (r.alive && r.by_id, rec.deletion) {
             (true, _) => rec.missing = 0,
             // A GET 404 after a DELETE of ours was answered: deleted.
             (false, Deletion::Answered) => {
-                w.db.client.dns.remove(o);
+                w.db.row_mut(c).dns.remove(o);
                 continue;
             }
             (false, _) if rec.gone || rec.deletion == Deletion::Sent => all = false,
@@ -182,12 +205,13 @@ fn check(m: &Protocol, w: &mut World, i: u8, run: &Run) -> bool {
 /// One step of the DNS adapter's ensure, before `ready`; `false` when it is
 /// done (the record ensured and read back).
 pub fn ensure(m: &Protocol, w: &mut World, i: u8, run: &Run, vm: u8) -> bool {
-    if w.db.client.dns_state == DnsState::Ensured {
+    let c = run.client;
+    if w.db.row_mut(c).dns_state == DnsState::Ensured {
         return false;
     }
     // Ensuring from here on (the adapter's state row): a removal done
     // before no longer stands.
-    w.db.client.dns_state = DnsState::Unset;
+    w.db.row_mut(c).dns_state = DnsState::Unset;
     if !fence_holds(m, w, i, run) {
         halt(w, i, run);
         return true;
@@ -196,16 +220,16 @@ pub fn ensure(m: &Protocol, w: &mut World, i: u8, run: &Run, vm: u8) -> bool {
         return true;
     }
     // A record taken as gone is deleted by id; a new one is made below.
-    if let Some(o) = w.db.client.dns.iter().position(|o| o.gone && o.deletion != Deletion::Answered) {
+    if let Some(o) = w.db.row_mut(c).dns.iter().position(|o| o.gone && o.deletion != Deletion::Answered) {
         delete(w, i, run.clone(), o);
         return true;
     }
     // As the adapter's `ensure_one`: a record whose DELETE was sent but not
     // answered is still the client's record at its name.
-    match w.db.client.dns.iter().position(|o| o.deletion != Deletion::Answered && !o.gone) {
-        Some(o) if w.db.client.dns[o].data == vm => {
+    match w.db.row_mut(c).dns.iter().position(|o| o.deletion != Deletion::Answered && !o.gone) {
+        Some(o) if w.db.row_mut(c).dns[o].data == vm => {
             if check(m, w, i, run) {
-                w.db.client.dns_state = DnsState::Ensured;
+                w.db.row_mut(c).dns_state = DnsState::Ensured;
             }
             if matches!(w.workers[usize::from(i)], Worker::Running(_)) {
                 finish(m, w, i, run, Next::Wait);
@@ -217,29 +241,40 @@ pub fn ensure(m: &Protocol, w: &mut World, i: u8, run: &Run, vm: u8) -> bool {
             if !truly_holds(w, i, run) {
                 w.ghost.unfenced_send = true;
             }
-            let Some(z) = id_of(&w.db.client.dns[o]) else { return true };
+            let Some(z) = id_of(&w.db.row_mut(c).dns[o]) else { return true };
             let r = &mut w.zone[usize::from(z)];
             if r.alive && r.by_id {
                 r.data = vm;
-                (w.db.client.dns[o].data, w.db.client.dns[o].missing) = (vm, 0);
+                (w.db.row_mut(c).dns[o].data, w.db.row_mut(c).dns[o].missing) = (vm, 0);
                 next_decision(m, w, i, run.clone());
             } else {
                 let max = if m.cfg.flaw == Some(Flaw::DnsGoneAfterOne404) { 1 } else { MISSING_MAX };
                 r.by_id = r.alive;
-                let rec = &mut w.db.client.dns[o];
+                let rec = &mut w.db.row_mut(c).dns[o];
                 rec.missing += 1;
                 rec.gone = rec.missing >= max;
                 finish(m, w, i, run, Next::Wait);
             }
         }
         None if reclaim(m, w, i, run).is_some() => {}
+        None if foreign(w, c) && m.cfg.flaw != Some(Flaw::NameNotCheckedInZone) => {
+            let reason = Some(BlockedReason::DnsRecordForeign);
+            finish(m, w, i, run, Next::Done(ClientStatus::Blocked, reason));
+        }
         None => {
             let label = w.labels;
             w.labels = w.labels.saturating_add(1);
             let effect = Effect::Unknown { observations: 0 };
-            w.db.client.dns.push(Owned { label, data: vm, effect, missing: 0, gone: false, deletion: Deletion::None });
+            w.db.row_mut(c).dns.push(Owned {
+                label,
+                data: vm,
+                effect,
+                missing: 0,
+                gone: false,
+                deletion: Deletion::None,
+            });
             let mut run = run.clone();
-            run.phase = Phase::DnsClaimed(w.db.client.dns.len() - 1);
+            run.phase = Phase::DnsClaimed(w.db.row_mut(c).dns.len() - 1);
             w.workers[usize::from(i)] = Worker::Running(run);
         }
     }
@@ -250,11 +285,12 @@ pub fn ensure(m: &Protocol, w: &mut World, i: u8, run: &Run, vm: u8) -> bool {
 /// nothing of the client's is left in the zone that its ownership record
 /// knows of.
 pub fn remove(m: &Protocol, w: &mut World, i: u8, run: &Run) -> bool {
-    if w.db.client.dns_state == DnsState::Removed {
+    let c = run.client;
+    if w.db.row_mut(c).dns_state == DnsState::Removed {
         return false;
     }
     // Removing from here on: an ensure done before no longer stands.
-    w.db.client.dns_state = DnsState::Unset;
+    w.db.row_mut(c).dns_state = DnsState::Unset;
     if !fence_holds(m, w, i, run) {
         halt(w, i, run);
         return true;
@@ -263,14 +299,14 @@ pub fn remove(m: &Protocol, w: &mut World, i: u8, run: &Run) -> bool {
     if resolve_lost(m, w, i, run).is_some() || reclaim(m, w, i, run).is_some() {
         return true;
     }
-    if let Some(o) = w.db.client.dns.iter().position(|o| o.deletion != Deletion::Answered) {
+    if let Some(o) = w.db.row_mut(c).dns.iter().position(|o| o.deletion != Deletion::Answered) {
         delete(w, i, run.clone(), o);
         return true;
     }
     check(m, w, i, run);
     if matches!(w.workers[usize::from(i)], Worker::Running(_)) {
-        if w.db.client.dns.is_empty() {
-            w.db.client.dns_state = DnsState::Removed;
+        if w.db.row_mut(c).dns.is_empty() {
+            w.db.row_mut(c).dns_state = DnsState::Removed;
         }
         finish(m, w, i, run, Next::Wait);
     }
@@ -279,6 +315,7 @@ pub fn remove(m: &Protocol, w: &mut World, i: u8, run: &Run) -> bool {
 
 /// The POST of claimed record `o`, answered so.
 pub fn send(m: &Protocol, w: &mut World, i: u8, run: Run, o: usize, how: SendAs) {
+    let c = run.client;
     if !saves(m, w, i, &run, o) {
         return halt(w, i, &run);
     }
@@ -286,10 +323,11 @@ pub fn send(m: &Protocol, w: &mut World, i: u8, run: Run, o: usize, how: SendAs)
     let answer = match how {
         SendAs::NotConnected => Answer::NotConnected,
         _ => {
-            w.ghost.dns_creates.push(w.db.client.dns[o].label);
+            w.ghost.dns_creates.push(w.db.row_mut(c).dns[o].label);
             request_left(w, i, &run);
             let made = |w: &mut World| {
-                w.zone.push(ZoneRecord { data: w.db.client.dns[o].data, alive: true, by_id: false });
+                let (owner, data) = (w.db.row(c).id, w.db.row(c).dns[o].data);
+                w.zone.push(ZoneRecord { owner, data, alive: true, by_id: false });
                 (w.zone.len() - 1) as u8
             };
             match how {
@@ -309,16 +347,18 @@ pub fn send(m: &Protocol, w: &mut World, i: u8, run: Run, o: usize, how: SendAs)
 /// A POST's answer recorded: its id, or a lost create for a zone listing
 /// to settle, or (refused, never sent) the claim dropped.
 pub fn record(m: &Protocol, w: &mut World, i: u8, run: &Run, o: usize, answer: Answer) {
+    let c = run.client;
     if !saves(m, w, i, run, o) {
         return halt(w, i, run);
     }
     match answer {
         Answer::Made(z) => {
-            w.db.client.dns[o].effect = Effect::Known { id: rid(z), source: Some(IdSource::Response), observations: 0 };
+            w.db.row_mut(c).dns[o].effect =
+                Effect::Known { id: rid(z), source: Some(IdSource::Response), observations: 0 };
         }
         Answer::Lost | Answer::Unapplied => {}
         Answer::Refused | Answer::NotConnected => {
-            w.db.client.dns.remove(o);
+            w.db.row_mut(c).dns.remove(o);
         }
     }
     finish(m, w, i, run, Next::Wait);
@@ -326,11 +366,12 @@ pub fn record(m: &Protocol, w: &mut World, i: u8, run: &Run, o: usize, answer: A
 
 /// A DELETE's answer recorded.
 pub fn deleted(m: &Protocol, w: &mut World, i: u8, run: &Run, o: usize, answered: bool) {
+    let c = run.client;
     if !saves(m, w, i, run, o) {
         return halt(w, i, run);
     }
     if answered {
-        w.db.client.dns[o].deletion = Deletion::Answered;
+        w.db.row_mut(c).dns[o].deletion = Deletion::Answered;
         next_decision(m, w, i, run.clone());
     } else {
         finish(m, w, i, run, Next::Wait);

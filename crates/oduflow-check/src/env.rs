@@ -14,11 +14,13 @@ pub fn actions(m: &Protocol, w: &World, out: &mut Vec<Act>) {
             out.push(Act::Crash(i));
         }
     }
-    if let Some((holder, fence)) = w.db.client.claim {
-        let paused = matches!(&w.workers[usize::from(holder)], Worker::Running(r) if r.fence == fence);
-        let never = m.cfg.flaw == Some(crate::Flaw::ClaimNeverExpires);
-        if (!paused && !never) || (paused && b.claim_losses > 0) {
-            out.push(Act::Expire);
+    for (c, row) in w.db.rows() {
+        if let Some((holder, fence)) = row.claim {
+            let paused = matches!(&w.workers[usize::from(holder)], Worker::Running(r) if r.fence == fence);
+            let never = m.cfg.flaw == Some(crate::Flaw::ClaimNeverExpires);
+            if (!paused && !never) || (paused && b.claim_losses > 0) {
+                out.push(Act::Expire(c));
+            }
         }
     }
     for (id, r) in w.cloud.iter().enumerate() {
@@ -43,8 +45,16 @@ pub fn actions(m: &Protocol, w: &World, out: &mut Vec<Act>) {
         }
         return;
     }
-    if b.flips > 0 {
-        out.push(Act::Flip);
+    let unique = m.cfg.flaw != Some(crate::Flaw::NameNotUnique);
+    for (c, row) in w.db.rows() {
+        // `client create` again refuses a DNS name another client holds.
+        let refused = row.target == Target::Absent && unique && w.db.name_held_against(c);
+        if b.flips > 0 && !refused {
+            out.push(Act::Flip(c));
+        }
+    }
+    if b.rivals > 0 && w.db.rival.is_none() && !(unique && w.db.name_held_against(1)) {
+        out.push(Act::Arrive);
     }
     if b.restores > 0 {
         out.push(if w.copy.is_none() { Act::Copy } else { Act::Restore });
@@ -84,8 +94,7 @@ fn in_flight(m: &Protocol, w: &World, r: usize) -> bool {
 }
 
 /// The intent changed: a run begun before is stale, and a job is due.
-fn intent_moved(db: &mut Db) {
-    let c = &mut db.client;
+fn intent_moved(c: &mut Client) {
     c.generation += 1;
     c.status = ClientStatus::Pending;
     c.reason = None;
@@ -102,13 +111,13 @@ pub fn apply(_m: &Protocol, w: &mut World, act: Act) {
             }
             w.workers[usize::from(i)] = Worker::Idle;
         }
-        Act::Expire => {
-            if let Some((holder, fence)) = w.db.client.claim
+        Act::Expire(c) => {
+            if let Some((holder, fence)) = w.db.row(c).claim
                 && matches!(&w.workers[usize::from(holder)], Worker::Running(r) if r.fence == fence)
             {
                 w.budget.claim_losses -= 1;
             }
-            w.db.client.claim = None;
+            w.db.row_mut(c).claim = None;
         }
         Act::Settle(id) => w.cloud[usize::from(id)].by_id = true,
         Act::List(id) => w.cloud[usize::from(id)].listed = true,
@@ -120,20 +129,40 @@ pub fn apply(_m: &Protocol, w: &mut World, act: Act) {
         Act::Update => {
             w.budget.updates -= 1;
             w.db.spec += 1;
-            intent_moved(&mut w.db);
+            intent_moved(&mut w.db.client);
         }
-        Act::Flip => {
+        Act::Flip(c) => {
             w.budget.flips -= 1;
-            w.db.client.target = match w.db.client.target {
+            let row = w.db.row_mut(c);
+            row.target = match row.target {
                 Target::Present => Target::Absent,
                 Target::Absent => Target::Present,
             };
-            intent_moved(&mut w.db);
+            intent_moved(row);
+        }
+        Act::Arrive => {
+            w.budget.rivals -= 1;
+            w.db.rival = Some(Client {
+                id: w.ids,
+                target: Target::Present,
+                generation: 0,
+                status: ClientStatus::Pending,
+                reason: None,
+                queued: true,
+                claim: None,
+                waits: 0,
+                dns: vec![],
+                dns_state: DnsState::Unset,
+            });
+            w.ids += 1;
         }
         Act::Copy => {
             // Claims are not in a copy: a restore stops every worker.
             let mut copy = w.db.clone();
             copy.client.claim = None;
+            if let Some(r) = &mut copy.rival {
+                r.claim = None;
+            }
             copy.fences = 0;
             w.copy = Some(copy);
         }
@@ -146,14 +175,14 @@ pub fn apply(_m: &Protocol, w: &mut World, act: Act) {
         Act::Rotate => {
             w.budget.operator -= 1;
             w.db.bound_key = Some(w.key);
-            intent_moved(&mut w.db);
+            intent_moved(&mut w.db.client);
         }
         Act::Resolve => resolve(w),
         Act::Reconcile => {
             w.budget.operator -= 1;
-            intent_moved(&mut w.db);
+            intent_moved(&mut w.db.client);
         }
-        Act::Claim(_) | Act::Step(_) | Act::Send(..) => {}
+        Act::Claim(..) | Act::Step(_) | Act::Send(..) => {}
     }
 }
 
@@ -165,7 +194,6 @@ fn restore(w: &mut World) {
     w.db = copy;
     w.ghost.creates.clear();
     w.ghost.patches.clear();
-    w.db.client.claim = None;
     w.db.restore_pending = true;
     for worker in &mut w.workers {
         // Stopped for the restore, as by a crash.
@@ -210,6 +238,11 @@ fn inventory(m: &Protocol, w: &mut World) {
         ClientStatus::Deleted | ClientStatus::Blocked => {}
         _ => w.db.client.queued = true,
     }
+    if let Some(r) = &mut w.db.rival
+        && !matches!(r.status, ClientStatus::Deleted | ClientStatus::Blocked)
+    {
+        r.queued = true;
+    }
 }
 
 /// An operator looks in the console: what carries the receipt's label is
@@ -229,5 +262,5 @@ fn resolve(w: &mut World) {
             observations,
         },
     };
-    intent_moved(&mut w.db);
+    intent_moved(&mut w.db.client);
 }

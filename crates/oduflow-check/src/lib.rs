@@ -79,11 +79,17 @@ pub enum Flaw {
     /// connected, or never marked) is trusted, though the discarded
     /// timeline may have sent it since.
     RestoreTrustsUnsent,
+    /// Hole: the store gives a DNS name a live client holds to a second
+    /// client (no unique index), and two workers' checks of the zone race.
+    NameNotUnique,
+    /// Hole: the DNS adapter creates a record without first looking in the
+    /// zone for a record at the name that another client's marker names.
+    NameNotCheckedInZone,
 }
 
 impl Flaw {
     /// Every flaw, with its name: a planted bug's is the store's.
-    pub const ALL: [(Flaw, &'static str); 15] = [
+    pub const ALL: [(Flaw, &'static str); 17] = [
         (Flaw::ResendAfterLost, "resend_after_lost"),
         (Flaw::ForgetReceipt, "forget_receipt"),
         (Flaw::ResendChange, "resend_change"),
@@ -99,6 +105,8 @@ impl Flaw {
         (Flaw::ClaimNeverExpires, "hole:claim_never_expires"),
         (Flaw::DnsGoneAfterOne404, "hole:dns_gone_after_one_404"),
         (Flaw::DnsDelete404Trusted, "hole:dns_delete_404_trusted"),
+        (Flaw::NameNotUnique, "hole:name_not_unique"),
+        (Flaw::NameNotCheckedInZone, "hole:name_not_checked_in_zone"),
     ];
 
     /// Planted bugs of the store the model does not carry, and why.
@@ -164,6 +172,7 @@ impl Config {
             ("restores: a copy restored, a size updated", "restores=1,updates=1"),
             ("restores: a copy restored, a crash, no connection", "restores=1,crashes=1,unconnected=1"),
             ("keys and updates: a key changed, a size updated, an operator", "key_changes=1,operator=1,updates=1"),
+            ("names: the client deleted, a second given its DNS name, a copy restored", "rivals=1,flips=1,restores=1"),
         ]
         .into_iter()
         .filter_map(|(name, spec)| with(spec).ok().map(|c| (name, c)))
@@ -184,6 +193,9 @@ impl Config {
                 "key_changes=1,operator=1,crashes=1,updates=1",
             ),
             ("nightly three workers", "workers=3,crashes=1,lost_answers=1,flips=1"),
+            ("nightly names: two flips, a claim lost", "rivals=1,flips=2,claim_losses=1"),
+            ("nightly names: a restore, a crash", "rivals=1,flips=1,restores=1,crashes=1"),
+            ("nightly names: a second client twice, a restore", "rivals=2,flips=1,restores=1"),
         ] {
             let mut c = Config::calm();
             if c.set_budget(spec).is_ok() {
@@ -211,6 +223,7 @@ impl Config {
                 "key_changes" => &mut b.key_changes,
                 "operator" => &mut b.operator,
                 "updates" => &mut b.updates,
+                "rivals" => &mut b.rivals,
                 _ => return Err(format!("{k:?}: not a budget")),
             };
             *slot = v;
@@ -236,6 +249,11 @@ impl Config {
             Flaw::ForgetIdOn404 | Flaw::DnsGoneAfterOne404 => "",
             Flaw::DnsDelete404Trusted => "claim_losses=1,flips=1",
             Flaw::ClaimNeverExpires => "crashes=1",
+            Flaw::NameNotUnique => "rivals=1",
+            // The first client deleted, its name given to a second, and a
+            // copy from before restored over it: the first, back, makes its
+            // record again while the second's stands.
+            Flaw::NameNotCheckedInZone => "rivals=1,flips=1,restores=1",
         };
         let _ = c.set_budget(needs);
         c.flaw = Some(flaw);
@@ -252,23 +270,27 @@ pub struct Protocol {
 /// One step of the world.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Act {
-    /// A worker claims the client's due job.
-    Claim(u8),
+    /// A worker claims a client's due job (worker, client).
+    Claim(u8, u8),
     /// A worker's next step: decide, record, commit.
     Step(u8),
     /// A worker sends the claimed request, and the provider answers so.
     Send(u8, SendAs),
     Crash(u8),
-    /// The claim's lease runs out (its holder crashed, or is paused).
-    Expire,
+    /// A client's claim's lease runs out (its holder crashed, or is paused).
+    Expire(u8),
     /// The provider's GET by id finds the resource (the 404 window ends).
     Settle(u8),
     /// Listings show the resource.
     List(u8),
     /// The resource becomes active.
     Boot(u8),
-    /// The target is flipped (`client delete`, or `client create` again).
-    Flip,
+    /// A client's target is flipped (`client delete`, or `client create`
+    /// again: refused while another client holds its DNS name).
+    Flip(u8),
+    /// A second client is created with the first one's DNS name (refused
+    /// while the first is not deleted).
+    Arrive,
     /// A copy of the database is taken (a backup).
     Copy,
     /// The copy is restored over the database.
@@ -313,6 +335,7 @@ impl Model for Protocol {
         vec![World {
             db: Db {
                 client: Client {
+                    id: 0,
                     target: oduflow_model::Target::Present,
                     generation: 0,
                     status: oduflow_model::ClientStatus::Pending,
@@ -323,6 +346,7 @@ impl Model for Protocol {
                     dns: vec![],
                     dns_state: world::DnsState::Unset,
                 },
+                rival: None,
                 fences: 0,
                 receipts: vec![],
                 spec: 0,
@@ -338,6 +362,7 @@ impl Model for Protocol {
             key: 0,
             workers: vec![Worker::Idle; usize::from(self.cfg.workers)],
             labels: 0,
+            ids: 1,
             budget: self.cfg.budget.clone(),
             ghost: Ghost::default(),
         }]
@@ -353,7 +378,7 @@ impl Model for Protocol {
     fn next_state(&self, w: &World, act: Act) -> Option<World> {
         let mut next = w.clone();
         match act {
-            Act::Claim(i) => run::claim(self, &mut next, i),
+            Act::Claim(i, c) => run::claim(self, &mut next, i, c),
             Act::Step(i) => run::step(self, &mut next, i),
             Act::Send(i, how) => run::send(self, &mut next, i, how),
             other => env::apply(self, &mut next, other),
@@ -381,7 +406,7 @@ impl Model for Protocol {
 /// 2, ... in order, so that a run claimed again and again is one state, not
 /// a new one per claim.
 fn normalize(w: &mut World) {
-    let mut used: Vec<u8> = w.db.client.claim.map(|(_, f)| f).into_iter().collect();
+    let mut used: Vec<u8> = w.db.rows().filter_map(|(_, r)| r.claim.map(|(_, f)| f)).collect();
     for worker in &w.workers {
         if let Worker::Running(r) = worker {
             used.push(r.fence);
@@ -390,8 +415,10 @@ fn normalize(w: &mut World) {
     used.sort_unstable();
     used.dedup();
     let new = |f: u8| used.iter().position(|&u| u == f).map_or(0, |p| p as u8 + 1);
-    if let Some((_, f)) = &mut w.db.client.claim {
-        *f = new(*f);
+    for row in std::iter::once(&mut w.db.client).chain(w.db.rival.as_mut()) {
+        if let Some((_, f)) = &mut row.claim {
+            *f = new(*f);
+        }
     }
     for worker in &mut w.workers {
         if let Worker::Running(r) = worker {

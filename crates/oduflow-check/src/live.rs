@@ -28,20 +28,21 @@ pub struct Liveness {
     pub violated: Option<(&'static str, Vec<Act>)>,
 }
 
-/// Settled: a state the client rests in until someone acts, and one that
+/// Settled: a state every client rests in until someone acts, and one that
 /// answers its target (ready only when present, deleted only when absent).
 pub fn settled(w: &World) -> bool {
-    let answers = match w.db.client.status {
-        ClientStatus::Ready => w.db.client.target == Target::Present,
-        ClientStatus::Deleted => w.db.client.target == Target::Absent,
+    w.db.rows().all(|(_, r)| rests(r)) && !w.db.restore_pending && w.workers.iter().all(|x| *x == Worker::Idle)
+}
+
+/// A client's row rests, answering its target.
+pub fn rests(r: &Client) -> bool {
+    let answers = match r.status {
+        ClientStatus::Ready => r.target == Target::Present,
+        ClientStatus::Deleted => r.target == Target::Absent,
         ClientStatus::Blocked => true,
         _ => false,
     };
-    answers
-        && w.db.client.reason.is_some() == (w.db.client.status == ClientStatus::Blocked)
-        && !w.db.client.queued
-        && !w.db.restore_pending
-        && w.workers.iter().all(|x| *x == Worker::Idle)
+    answers && r.reason.is_some() == (r.status == ClientStatus::Blocked) && !r.queued
 }
 
 fn fingerprint(s: &std::hash::RandomState, w: &World) -> u64 {
@@ -54,9 +55,9 @@ fn fingerprint(s: &std::hash::RandomState, w: &World) -> u64 {
 /// an operator's command, which nothing guarantees.
 fn fair(w: &World, act: Act) -> bool {
     match act {
-        Act::Claim(_) | Act::Step(_) | Act::Send(_, SendAs::Answered) => true,
+        Act::Claim(..) | Act::Step(_) | Act::Send(_, SendAs::Answered) => true,
         Act::Settle(_) | Act::List(_) | Act::Boot(_) | Act::Grow(_) | Act::Inventory => true,
-        Act::Expire => w.db.client.claim.is_some_and(
+        Act::Expire(c) => w.db.row(c).claim.is_some_and(
             |(holder, fence)| !matches!(&w.workers[usize::from(holder)], Worker::Running(r) if r.fence == fence),
         ),
         _ => false,

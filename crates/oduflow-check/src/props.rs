@@ -8,7 +8,7 @@ use oduflow_model::ledger::Effect;
 use stateright::Property;
 
 /// The safety properties, by name (the liveness one is [`crate::live`]'s).
-pub const PROPERTIES: [&str; 16] = [
+pub const PROPERTIES: [&str; 17] = [
     "at most one create request per dispatch label",
     "at most one create request per operation key between restores",
     "at most one live resource per kind",
@@ -20,12 +20,18 @@ pub const PROPERTIES: [&str; 16] = [
     "a create recorded as sent left, or its run died right after the mark, or a restore doubted it",
     "every decision is one the model carries out",
     "at most one change request per change key between restores",
-    "at most one live DNS record",
+    "at most one live DNS record per client",
     "at most one create request per DNS record claim",
     "a settled client's live DNS records are all accounted for",
     "a client settles only as its target asks",
+    "no DNS name has address records of two clients",
     "creations stay bounded (fewer than 60 dispatches, resources, records)",
 ];
+
+/// Live zone records whose owner marker names client `id`.
+fn records_of(w: &World, id: u8) -> impl Iterator<Item = (usize, &ZoneRecord)> {
+    w.zone.iter().enumerate().filter(move |(_, r)| r.alive && r.owner == id)
+}
 
 pub fn properties() -> Vec<Property<Protocol>> {
     vec![
@@ -35,8 +41,8 @@ pub fn properties() -> Vec<Property<Protocol>> {
             w.live(oduflow_model::ResourceKind::Vm) <= 1 && w.live(oduflow_model::ResourceKind::Volume) <= 1
         }),
         Property::always(PROPERTIES[3], |_, w: &World| {
-            w.db.client.status != ClientStatus::Deleted
-                || (w.cloud.iter().all(|r| !r.alive) && w.zone.iter().all(|r| !r.alive))
+            (w.db.client.status != ClientStatus::Deleted || w.cloud.iter().all(|r| !r.alive))
+                && w.db.rows().all(|(_, c)| c.status != ClientStatus::Deleted || records_of(w, c.id).next().is_none())
         }),
         Property::always(PROPERTIES[4], |_, w: &World| !w.ghost.rewritten),
         Property::always(PROPERTIES[5], |_, w: &World| !w.ghost.unbound_send),
@@ -59,24 +65,31 @@ pub fn properties() -> Vec<Property<Protocol>> {
         }),
         Property::always(PROPERTIES[9], |_, w: &World| !w.ghost.unmodelled),
         Property::always(PROPERTIES[10], |_, w: &World| no_repeat(&w.ghost.patches)),
-        Property::always(PROPERTIES[11], |_, w: &World| w.zone.iter().filter(|r| r.alive).count() <= 1),
+        Property::always(PROPERTIES[11], |_, w: &World| (0..w.ids).all(|id| records_of(w, id).count() <= 1)),
+        Property::always(PROPERTIES[15], |_, w: &World| {
+            w.zone.iter().filter(|r| r.alive).all(|r| w.zone.iter().all(|x| !x.alive || x.owner == r.owner))
+        }),
         Property::always(PROPERTIES[12], |_, w: &World| no_repeat(&w.ghost.dns_creates)),
-        Property::always(PROPERTIES[15], |_, w: &World| w.labels < 60 && w.cloud.len() < 60 && w.zone.len() < 60),
+        Property::always(PROPERTIES[16], |_, w: &World| w.labels < 60 && w.cloud.len() < 60 && w.zone.len() < 60),
         Property::always(PROPERTIES[14], |_, w: &World| {
-            let (ready, deleted) = (w.db.client.status == ClientStatus::Ready, w.db.client.status == ClientStatus::Deleted);
-            w.db.client.queued
-                || w.workers.iter().any(|x| *x != Worker::Idle)
-                || (!ready || w.db.client.target == oduflow_model::Target::Present)
-                    && (!deleted || w.db.client.target == oduflow_model::Target::Absent)
+            w.workers.iter().any(|x| *x != Worker::Idle)
+                || w.db.rows().all(|(_, c)| {
+                    let (ready, deleted) = (c.status == ClientStatus::Ready, c.status == ClientStatus::Deleted);
+                    c.queued
+                        || (!ready || c.target == oduflow_model::Target::Present)
+                            && (!deleted || c.target == oduflow_model::Target::Absent)
+                })
         }),
         Property::always(PROPERTIES[13], |_, w: &World| {
-            !(crate::live::settled(w) && w.db.client.status != ClientStatus::Blocked)
-                || w.zone.iter().enumerate().all(|(z, r)| {
-                    // Owned by id, or the lost create a listing settles.
-                    !r.alive
-                        || w.db.client.dns.iter().any(|o| {
-                            o.effect.id() == Some(&rid(z as u8)) || (o.effect.id().is_none() && o.data == r.data)
-                        })
+            // Owned by id, or the lost create a listing settles.
+            let accounted = |c: &Client, z: usize, r: &ZoneRecord| {
+                c.dns
+                    .iter()
+                    .any(|o| o.effect.id() == Some(&rid(z as u8)) || (o.effect.id().is_none() && o.data == r.data))
+            };
+            !crate::live::settled(w)
+                || w.db.rows().all(|(_, c)| {
+                    c.status == ClientStatus::Blocked || records_of(w, c.id).all(|(z, r)| accounted(c, z, r))
                 })
         }),
     ]

@@ -19,8 +19,10 @@ pub(crate) enum Next {
 pub fn actions(w: &World, i: u8, out: &mut Vec<Act>) {
     match &w.workers[usize::from(i)] {
         Worker::Idle => {
-            if w.db.client.queued && w.db.client.claim.is_none() && !w.db.restore_pending {
-                out.push(Act::Claim(i));
+            for (c, row) in w.db.rows() {
+                if row.queued && row.claim.is_none() && !w.db.restore_pending {
+                    out.push(Act::Claim(i, c));
+                }
             }
         }
         Worker::Running(run) => match run.phase {
@@ -43,16 +45,19 @@ pub fn actions(w: &World, i: u8, out: &mut Vec<Act>) {
     }
 }
 
-pub fn claim(_m: &Protocol, w: &mut World, i: u8) {
+pub fn claim(_m: &Protocol, w: &mut World, i: u8, c: u8) {
     w.db.fences += 1;
-    w.db.client.claim = Some((i, w.db.fences));
-    if w.db.bound_key.is_none() {
+    let fence = w.db.fences;
+    w.db.row_mut(c).claim = Some((i, fence));
+    if w.db.bound_key.is_none() && c == 0 {
         w.db.bound_key = Some(w.key);
     }
+    let row = w.db.row(c);
     w.workers[usize::from(i)] = Worker::Running(Run {
-        fence: w.db.fences,
-        generation: w.db.client.generation,
-        target: w.db.client.target,
+        client: c,
+        fence,
+        generation: row.generation,
+        target: row.target,
         key: w.key,
         reads: [Read::NotRead, Read::NotRead],
         phase: Phase::Decide,
@@ -73,40 +78,45 @@ fn running(w: &World, i: u8) -> Option<Run> {
 pub(crate) fn fence_holds(m: &Protocol, w: &World, i: u8, run: &Run) -> bool {
     match m.cfg.flaw {
         Some(Flaw::LeaseOverlap) => true,
-        Some(Flaw::FenceIgnoresFlips) => w.db.client.claim == Some((i, run.fence)),
+        Some(Flaw::FenceIgnoresFlips) => w.db.row(run.client).claim == Some((i, run.fence)),
         _ => truly_holds(w, i, run),
     }
 }
 
 pub(crate) fn truly_holds(w: &World, i: u8, run: &Run) -> bool {
-    w.db.client.claim == Some((i, run.fence)) && w.db.client.generation == run.generation
+    let row = w.db.row(run.client);
+    row.claim == Some((i, run.fence)) && row.generation == run.generation
 }
 
 /// The run stops (its guard refused a request, or it found a conflict):
 /// nothing more is sent or written; a claim still its own is released.
 pub(crate) fn halt(w: &mut World, i: u8, run: &Run) {
-    if w.db.client.claim == Some((i, run.fence)) {
-        w.db.client.claim = None;
+    let row = w.db.row_mut(run.client);
+    if row.claim == Some((i, run.fence)) {
+        row.claim = None;
     }
     w.workers[usize::from(i)] = Worker::Idle;
 }
 
 /// The run's one commit, under its fence: a stale run's writes are dropped.
 pub(crate) fn finish(m: &Protocol, w: &mut World, i: u8, run: &Run, next: Next) {
-    let held = w.db.client.claim == Some((i, run.fence));
-    let current = held && (w.db.client.generation == run.generation || m.cfg.flaw == Some(Flaw::FenceIgnoresFlips));
+    let row = w.db.row(run.client);
+    let held = row.claim == Some((i, run.fence));
+    let current = held && (row.generation == run.generation || m.cfg.flaw == Some(Flaw::FenceIgnoresFlips));
     if current {
-        let (gens, _) = current_receipts(m, w, run.target);
-        w.db.infra_generation = gens;
+        if run.client == 0 {
+            w.db.infra_generation = current_receipts(m, w, run.target).0;
+        }
+        let row = w.db.row_mut(run.client);
         match next {
             Next::Wait => {
-                w.db.client.queued = true;
-                w.db.client.waits = w.db.client.waits.saturating_add(1).min(m.cfg.waits_max);
+                row.queued = true;
+                row.waits = row.waits.saturating_add(1).min(m.cfg.waits_max);
             }
             Next::Done(status, reason) => {
-                w.db.client.queued = false;
-                w.db.client.status = status;
-                w.db.client.reason = reason;
+                row.queued = false;
+                row.status = status;
+                row.reason = reason;
             }
         }
     }
@@ -277,6 +287,7 @@ pub fn decision(m: &Protocol, w: &World, run: &Run) -> Action {
 pub fn step(m: &Protocol, w: &mut World, i: u8) {
     let Some(run) = running(w, i) else { return };
     match run.phase.clone() {
+        Phase::Decide if run.client != 0 => rival_step(m, w, i, run),
         Phase::Decide => decide_step(m, w, i, run),
         Phase::Answered { receipt, index, answer } => {
             record(w, receipt, index, answer);
@@ -308,6 +319,23 @@ pub(crate) fn next_decision(m: &Protocol, w: &mut World, i: u8, mut run: Run) {
         finish(m, w, i, &run, Next::Wait);
     } else {
         w.workers[usize::from(i)] = Worker::Running(run);
+    }
+}
+
+/// The address the second client's record points at (its VM, taken as
+/// made and never changed).
+pub const RIVAL_VM: u8 = 100;
+
+/// A run of the second client: `decide` would answer `Ready` (its VM taken
+/// as made) or `Deleted`, and the DNS adapter runs first, as for the first.
+fn rival_step(m: &Protocol, w: &mut World, i: u8, run: Run) {
+    let done = match run.target {
+        Target::Present => !crate::dns::ensure(m, w, i, &run, RIVAL_VM),
+        Target::Absent => !crate::dns::remove(m, w, i, &run),
+    };
+    if done {
+        let status = if run.target == Target::Present { ClientStatus::Ready } else { ClientStatus::Deleted };
+        finish(m, w, i, &run, Next::Done(status, None));
     }
 }
 
@@ -674,7 +702,7 @@ fn patch_sent(w: &mut World, i: u8, run: &Run, c: usize) {
 /// ghost notes a key the record is not bound to, or a claim or generation
 /// lost.
 pub(crate) fn request_left(w: &mut World, i: u8, run: &Run) {
-    if w.db.bound_key != Some(run.key) {
+    if run.client == 0 && w.db.bound_key != Some(run.key) {
         w.ghost.unbound_send = true;
     }
     if !truly_holds(w, i, run) {

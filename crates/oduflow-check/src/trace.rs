@@ -12,8 +12,14 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
         Worker::Idle => None,
     };
     match act {
-        Act::Claim(i) => format!("worker {i} claims the client (fence {}, target {})", w.db.fences + 1, w.db.client.target),
+        Act::Claim(i, c) => {
+            format!("worker {i} claims {} (fence {}, target {})", who(c), w.db.fences + 1, w.db.row(c).target)
+        }
         Act::Step(i) => match worker(i).map(|r| (r.phase.clone(), r)) {
+            Some((Phase::Decide, r)) if r.client != 0 => {
+                let what = if r.target == oduflow_model::Target::Present { "ensure" } else { "removal" };
+                format!("worker {i} runs the DNS adapter's {what} for the second client")
+            }
             Some((Phase::Decide, r)) => {
                 let d = run::decision(m, w, &r);
                 let dns = match d {
@@ -37,15 +43,17 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
             Some((Phase::Leaving { receipt, how, .. }, _)) => {
                 format!("worker {i}'s request for {} leaves ({how:?})", op(&receipt))
             }
-            Some((Phase::DnsAnswered(o, answer), _)) => {
-                format!("worker {i} records the answer to DNS record create (label {}) ({answer:?})", w.db.client.dns[o].label)
-            }
-            Some((Phase::DnsDeleting(o, _), _)) => {
-                format!("worker {i} sends the DELETE of DNS record {}", w.db.client.dns[o].effect.id().unwrap_or("?"))
-            }
-            Some((Phase::DnsDeleted(o, answered), _)) => format!(
+            Some((Phase::DnsAnswered(o, answer), r)) => format!(
+                "worker {i} records the answer to DNS record create (label {}) ({answer:?})",
+                w.db.row(r.client).dns[o].label
+            ),
+            Some((Phase::DnsDeleting(o, _), r)) => format!(
+                "worker {i} sends the DELETE of DNS record {}",
+                w.db.row(r.client).dns[o].effect.id().unwrap_or("?")
+            ),
+            Some((Phase::DnsDeleted(o, answered), r)) => format!(
                 "worker {i} records the DELETE of DNS record {} ({})",
-                w.db.client.dns[o].effect.id().unwrap_or("?"),
+                w.db.row(r.client).dns[o].effect.id().unwrap_or("?"),
                 if answered { "answered" } else { "a 404 so soon after its create: waits" }
             ),
             Some((Phase::DeleteSent(r), _)) => {
@@ -54,10 +62,12 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
             _ => format!("worker {i} steps"),
         },
         Act::Send(i, how) => {
-            let what = match worker(i).map(|r| r.phase) {
-                Some(Phase::Claimed { receipt, .. }) => op(&receipt),
-                Some(Phase::DnsClaimed(o)) => format!("the DNS record create (label {})", w.db.client.dns[o].label),
-                Some(Phase::PatchClaimed(c)) => {
+            let what = match worker(i).map(|r| (r.phase.clone(), r.client)) {
+                Some((Phase::Claimed { receipt, .. }, _)) => op(&receipt),
+                Some((Phase::DnsClaimed(o), c)) => {
+                    format!("{}'s DNS record create (label {})", who(c), w.db.row(c).dns[o].label)
+                }
+                Some((Phase::PatchClaimed(c), _)) => {
                     let c = &w.db.changes[c];
                     format!("the resize of {} to spec generation {}", rid(c.resource), c.spec)
                 }
@@ -70,16 +80,22 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
                 SendAs::Refused => "the provider refuses it",
                 SendAs::NotConnected => "the connection is never made",
             };
-            format!("worker {i} marks {what} sent and sends it: {how}")
+            match worker(i) {
+                Some(r) if !run::fence_holds(m, w, i, &r) => {
+                    format!("worker {i}'s guard stops {what}: its claim or the record's generation moved")
+                }
+                _ => format!("worker {i} marks {what} sent and sends it: {how}"),
+            }
         }
         Act::Crash(i) => format!("worker {i} crashes"),
-        Act::Expire => "the claim's lease runs out".to_owned(),
+        Act::Expire(c) => format!("{}'s claim's lease runs out", who(c)),
         Act::Settle(id) => format!("GET by id finds {} (its 404 window ends)", rid(id)),
         Act::List(id) => format!("listings show {}", rid(id)),
         Act::Boot(id) => format!("{} becomes active", rid(id)),
         Act::Grow(id) => format!("the resize of {} is done", rid(id)),
         Act::Update => format!("the volume's size is updated (spec generation {})", w.db.spec + 1),
-        Act::Flip => format!("the target is flipped from {}", w.db.client.target),
+        Act::Flip(c) => format!("{}'s target is flipped from {}", who(c), w.db.row(c).target),
+        Act::Arrive => "a second client is created with the first client's DNS name".to_owned(),
         Act::Copy => "a copy of the database is taken".to_owned(),
         Act::Restore => "the copy is restored over the database".to_owned(),
         Act::Inventory => "the inventory pass runs".to_owned(),
@@ -88,6 +104,11 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
         Act::Resolve => "an operator resolves the uncertain receipt from the console".to_owned(),
         Act::Reconcile => "an operator reconciles the blocked client".to_owned(),
     }
+}
+
+/// A client by slot.
+fn who(c: u8) -> &'static str {
+    if c == 0 { "the client" } else { "the second client" }
 }
 
 /// `the vm create of generation 1 (label 0)`.
@@ -120,15 +141,13 @@ pub fn schedule(m: &Protocol, acts: &[Act], property: Option<&str>) -> String {
         .filter(|(_, r)| r.alive)
         .map(|(i, r)| format!("{} {}", r.kind.as_str(), rid(i as u8)))
         .collect();
-    live.extend(
-        w.zone.iter().enumerate().filter(|(_, r)| r.alive).map(|(z, _)| format!("DNS record {}", rid(z as u8))),
-    );
-    let _ = writeln!(
-        out,
-        "     then: client {}{}, live at the provider: [{}]",
-        w.db.client.status,
-        w.db.client.reason.map(|r| format!(" ({r})")).unwrap_or_default(),
-        live.join(", ")
-    );
+    live.extend(w.zone.iter().enumerate().filter(|(_, r)| r.alive).map(|(z, r)| {
+        let whose = if r.owner == w.db.client.id { "the client's" } else { "a second client's" };
+        format!("DNS record {} ({whose})", rid(z as u8))
+    }));
+    let status = |c: &Client| format!("{}{}", c.status, c.reason.map(|r| format!(" ({r})")).unwrap_or_default());
+    let rival = w.db.rival.as_ref().map(|r| format!("; second client {}", status(r))).unwrap_or_default();
+    let _ =
+        writeln!(out, "     then: client {}{rival}, live at the provider: [{}]", status(&w.db.client), live.join(", "));
     out
 }

@@ -86,10 +86,12 @@ pub enum DnsState {
     Removed,
 }
 
-/// A record in the zone (every record in the model carries the client's
-/// owner marker).
+/// A record in the zone, at the one DNS name both clients want (the
+/// model's record stands for the A record and the owner marker beside it).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ZoneRecord {
+    /// The client its owner marker names.
+    pub owner: u8,
     pub data: u8,
     pub alive: bool,
     /// A GET by id finds it (a fresh record may answer 404 for a while).
@@ -99,6 +101,8 @@ pub struct ZoneRecord {
 /// A client's row: its intent, status, claim and DNS ownership.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Client {
+    /// Its id, as its DNS owner marker names it (never given twice).
+    pub id: u8,
     pub target: Target,
     /// Moved by every change of intent: a run begun before it is stale.
     pub generation: u8,
@@ -120,6 +124,10 @@ pub struct Client {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Db {
     pub client: Client,
+    /// A second client, created later with the first one's DNS name (the
+    /// store gives the name to one client not deleted at a time): its VM
+    /// is taken as made, its runs are the DNS adapter's ensure and remove.
+    pub rival: Option<Client>,
     /// The last fence handed out.
     pub fences: u8,
     pub receipts: Vec<Receipt>,
@@ -226,6 +234,8 @@ pub enum Read {
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Run {
+    /// Whose run: 0 the client, 1 the second client.
+    pub client: u8,
     pub fence: u8,
     /// The record's generation when the run began.
     pub generation: u8,
@@ -259,6 +269,8 @@ pub struct Budget {
     pub key_changes: u8,
     pub operator: u8,
     pub updates: u8,
+    /// Second clients created with the first one's DNS name.
+    pub rivals: u8,
 }
 
 impl Budget {
@@ -289,6 +301,7 @@ impl Budget {
             self.key_changes,
             self.operator,
             self.updates,
+            self.rivals,
         ];
         let b = [
             other.crashes,
@@ -301,6 +314,7 @@ impl Budget {
             other.key_changes,
             other.operator,
             other.updates,
+            other.rivals,
         ];
         a.iter().zip(b).all(|(x, y)| *x <= y)
     }
@@ -359,8 +373,38 @@ pub struct World {
     pub workers: Vec<Worker>,
     /// The next dispatch label.
     pub labels: u8,
+    /// The next client id (ids are never given twice, restores or not).
+    pub ids: u8,
     pub budget: Budget,
     pub ghost: Ghost,
+}
+
+impl Db {
+    /// Client `c`'s row (0: the first, 1: the second, once created).
+    pub fn row(&self, c: u8) -> &Client {
+        match c {
+            0 => &self.client,
+            _ => self.rival.as_ref().expect("no run of the second client outlives its row"),
+        }
+    }
+
+    pub fn row_mut(&mut self, c: u8) -> &mut Client {
+        match c {
+            0 => &mut self.client,
+            _ => self.rival.as_mut().expect("no run of the second client outlives its row"),
+        }
+    }
+
+    /// The rows there are, by slot.
+    pub fn rows(&self) -> impl Iterator<Item = (u8, &Client)> {
+        std::iter::once((0, &self.client)).chain(self.rival.iter().map(|r| (1, r)))
+    }
+
+    /// The DNS name is held by a client other than `c` that is not deleted
+    /// (what the store's unique index refuses a create or an update).
+    pub fn name_held_against(&self, c: u8) -> bool {
+        self.rows().any(|(s, r)| s != c && r.status != ClientStatus::Deleted)
+    }
 }
 
 impl World {
