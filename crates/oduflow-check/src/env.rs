@@ -10,8 +10,18 @@ use oduflow_model::{BlockedReason, ClientStatus, Target};
 pub fn actions(m: &Protocol, w: &World, out: &mut Vec<Act>) {
     let b = &w.budget;
     for i in 0..m.cfg.workers {
-        if b.crashes > 0 && matches!(w.workers[usize::from(i)], Worker::Running(_)) {
+        let running = matches!(w.workers[usize::from(i)], Worker::Running(_));
+        if b.crashes > 0 && running {
             out.push(Act::Crash(i));
+        }
+        // Between two steps of a run: the commit its next step would end
+        // with fails.
+        let between = matches!(&w.workers[usize::from(i)], Worker::Running(r) if r.phase == Phase::Decide);
+        if b.failed_commits > 0 && between {
+            out.push(Act::CommitFails(i));
+        }
+        if b.start_failures > 0 && w.workers[usize::from(i)] == Worker::Idle {
+            out.push(Act::StartFails(i));
         }
     }
     for (c, row) in w.db.rows() {
@@ -102,8 +112,22 @@ fn intent_moved(c: &mut Client) {
     c.waits = 0;
 }
 
-pub fn apply(_m: &Protocol, w: &mut World, act: Act) {
+pub fn apply(m: &Protocol, w: &mut World, act: Act) {
     match act {
+        Act::CommitFails(i) => {
+            // Its writes roll back; its claim is left to its lease. The
+            // connection is dropped and the worker goes on.
+            w.budget.failed_commits -= 1;
+            let sticks = m.cfg.flaw == Some(crate::Flaw::FailedCommitSticks);
+            w.workers[usize::from(i)] = if sticks { Worker::Broken } else { Worker::Idle };
+        }
+        Act::StartFails(i) => {
+            // Retried with a bounded backoff until the failure passes.
+            w.budget.start_failures -= 1;
+            if m.cfg.flaw == Some(crate::Flaw::StartFailureIsFatal) {
+                w.workers[usize::from(i)] = Worker::Broken;
+            }
+        }
         Act::Crash(i) => {
             w.budget.crashes -= 1;
             if let Worker::Running(Run { phase: Phase::Leaving { receipt, .. }, .. }) = &w.workers[usize::from(i)] {
@@ -167,7 +191,7 @@ pub fn apply(_m: &Protocol, w: &mut World, act: Act) {
             w.copy = Some(copy);
         }
         Act::Restore => restore(w),
-        Act::Inventory => inventory(_m, w),
+        Act::Inventory => inventory(m, w),
         Act::ChangeKey => {
             w.budget.key_changes -= 1;
             w.key = 1 - w.key;
@@ -180,6 +204,11 @@ pub fn apply(_m: &Protocol, w: &mut World, act: Act) {
         Act::Resolve => resolve(w),
         Act::Reconcile => {
             w.budget.operator -= 1;
+            if m.cfg.flaw == Some(crate::Flaw::ReconcileResendsRefused) {
+                for c in w.db.changes.iter_mut().filter(|c| matches!(c.effect, Effect::Rejected { .. })) {
+                    c.effect = Effect::Unmarked { not_sent: 0, observations: 0 };
+                }
+            }
             intent_moved(&mut w.db.client);
         }
         Act::Claim(..) | Act::Step(_) | Act::Send(..) => {}
@@ -200,7 +229,9 @@ fn restore(w: &mut World) {
         if let Worker::Running(Run { phase: Phase::Leaving { receipt, .. }, .. }) = worker {
             w.ghost.died_marked.push(receipt.label);
         }
-        *worker = Worker::Idle;
+        if *worker != Worker::Broken {
+            *worker = Worker::Idle;
+        }
     }
 }
 

@@ -85,11 +85,20 @@ pub enum Flaw {
     /// Hole: the DNS adapter creates a record without first looking in the
     /// zone for a record at the name that another client's marker names.
     NameNotCheckedInZone,
+    /// Hole: `reconcile` after a definitive refusal of a change clears the
+    /// refusal, and the same PATCH is sent again.
+    ReconcileResendsRefused,
+    /// Hole: a worker whose commit failed never recovers (every later
+    /// claim fails on its broken connection). Liveness.
+    FailedCommitSticks,
+    /// Hole: a transient failure at a worker's start ends it for good (an
+    /// exit its service manager does not restart). Liveness.
+    StartFailureIsFatal,
 }
 
 impl Flaw {
     /// Every flaw, with its name: a planted bug's is the store's.
-    pub const ALL: [(Flaw, &'static str); 17] = [
+    pub const ALL: [(Flaw, &'static str); 20] = [
         (Flaw::ResendAfterLost, "resend_after_lost"),
         (Flaw::ForgetReceipt, "forget_receipt"),
         (Flaw::ResendChange, "resend_change"),
@@ -107,6 +116,9 @@ impl Flaw {
         (Flaw::DnsDelete404Trusted, "hole:dns_delete_404_trusted"),
         (Flaw::NameNotUnique, "hole:name_not_unique"),
         (Flaw::NameNotCheckedInZone, "hole:name_not_checked_in_zone"),
+        (Flaw::ReconcileResendsRefused, "hole:reconcile_resends_refused"),
+        (Flaw::FailedCommitSticks, "hole:failed_commit_sticks"),
+        (Flaw::StartFailureIsFatal, "hole:start_failure_is_fatal"),
     ];
 
     /// Planted bugs of the store the model does not carry, and why.
@@ -171,8 +183,15 @@ impl Config {
             ("restores: a copy restored, a lost answer", "restores=1,lost_answers=1"),
             ("restores: a copy restored, a size updated", "restores=1,updates=1"),
             ("restores: a copy restored, a crash, no connection", "restores=1,crashes=1,unconnected=1"),
-            ("keys and updates: a key changed, a size updated, an operator", "key_changes=1,operator=1,updates=1"),
+            (
+                "keys and updates: a key changed, a size updated and refused, an operator",
+                "key_changes=1,operator=1,updates=1,refusals=1",
+            ),
             ("names: the client deleted, a second given its DNS name, a copy restored", "rivals=1,flips=1,restores=1"),
+            (
+                "workers: commits and starts that fail, a paused worker's claim lost",
+                "failed_commits=2,start_failures=2,claim_losses=1",
+            ),
         ]
         .into_iter()
         .filter_map(|(name, spec)| with(spec).ok().map(|c| (name, c)))
@@ -196,6 +215,10 @@ impl Config {
             ("nightly names: two flips, a claim lost", "rivals=1,flips=2,claim_losses=1"),
             ("nightly names: a restore, a crash", "rivals=1,flips=1,restores=1,crashes=1"),
             ("nightly names: a second client twice, a restore", "rivals=2,flips=1,restores=1"),
+            (
+                "nightly workers: failures, a crash, a claim lost",
+                "failed_commits=2,start_failures=2,crashes=1,claim_losses=1",
+            ),
         ] {
             let mut c = Config::calm();
             if c.set_budget(spec).is_ok() {
@@ -224,6 +247,8 @@ impl Config {
                 "operator" => &mut b.operator,
                 "updates" => &mut b.updates,
                 "rivals" => &mut b.rivals,
+                "failed_commits" => &mut b.failed_commits,
+                "start_failures" => &mut b.start_failures,
                 _ => return Err(format!("{k:?}: not a budget")),
             };
             *slot = v;
@@ -254,6 +279,10 @@ impl Config {
             // copy from before restored over it: the first, back, makes its
             // record again while the second's stands.
             Flaw::NameNotCheckedInZone => "rivals=1,flips=1,restores=1",
+            Flaw::ReconcileResendsRefused => "updates=1,refusals=1,operator=1",
+            // Both workers out.
+            Flaw::FailedCommitSticks => "failed_commits=2",
+            Flaw::StartFailureIsFatal => "start_failures=2",
         };
         let _ = c.set_budget(needs);
         c.flaw = Some(flaw);
@@ -311,6 +340,10 @@ pub enum Act {
     Resolve,
     /// An operator asks a blocked client to be reconciled.
     Reconcile,
+    /// A worker's run ends in a commit that fails.
+    CommitFails(u8),
+    /// A stopped worker starts again and meets a transient failure.
+    StartFails(u8),
 }
 
 /// How the provider answers a send.

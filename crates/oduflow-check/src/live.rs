@@ -31,7 +31,9 @@ pub struct Liveness {
 /// Settled: a state every client rests in until someone acts, and one that
 /// answers its target (ready only when present, deleted only when absent).
 pub fn settled(w: &World) -> bool {
-    w.db.rows().all(|(_, r)| rests(r)) && !w.db.restore_pending && w.workers.iter().all(|x| *x == Worker::Idle)
+    w.db.rows().all(|(_, r)| rests(r))
+        && !w.db.restore_pending
+        && w.workers.iter().all(|x| !matches!(x, Worker::Running(_)))
 }
 
 /// A client's row rests, answering its target.

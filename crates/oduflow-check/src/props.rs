@@ -72,7 +72,7 @@ pub fn properties() -> Vec<Property<Protocol>> {
         Property::always(PROPERTIES[12], |_, w: &World| no_repeat(&w.ghost.dns_creates)),
         Property::always(PROPERTIES[16], |_, w: &World| w.labels < 60 && w.cloud.len() < 60 && w.zone.len() < 60),
         Property::always(PROPERTIES[14], |_, w: &World| {
-            w.workers.iter().any(|x| *x != Worker::Idle)
+            w.workers.iter().any(|x| matches!(x, Worker::Running(_)))
                 || w.db.rows().all(|(_, c)| {
                     let (ready, deleted) = (c.status == ClientStatus::Ready, c.status == ClientStatus::Deleted);
                     c.queued

@@ -25,6 +25,7 @@ pub fn actions(w: &World, i: u8, out: &mut Vec<Act>) {
                 }
             }
         }
+        Worker::Broken => {}
         Worker::Running(run) => match run.phase {
             Phase::Claimed { .. } | Phase::PatchClaimed(_) | Phase::DnsClaimed(_) => {
                 out.push(Act::Send(i, SendAs::Answered));
@@ -69,7 +70,7 @@ pub fn claim(_m: &Protocol, w: &mut World, i: u8, c: u8) {
 fn running(w: &World, i: u8) -> Option<Run> {
     match &w.workers[usize::from(i)] {
         Worker::Running(run) => Some(run.clone()),
-        Worker::Idle => None,
+        _ => None,
     }
 }
 

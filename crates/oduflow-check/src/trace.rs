@@ -9,7 +9,7 @@ use std::fmt::Write;
 pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
     let worker = |i: u8| match &w.workers[usize::from(i)] {
         Worker::Running(r) => Some(r.clone()),
-        Worker::Idle => None,
+        _ => None,
     };
     match act {
         Act::Claim(i, c) => {
@@ -88,6 +88,8 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
             }
         }
         Act::Crash(i) => format!("worker {i} crashes"),
+        Act::CommitFails(i) => format!("worker {i}'s commit fails (its writes roll back)"),
+        Act::StartFails(i) => format!("worker {i} starts again and meets a transient failure"),
         Act::Expire(c) => format!("{}'s claim's lease runs out", who(c)),
         Act::Settle(id) => format!("GET by id finds {} (its 404 window ends)", rid(id)),
         Act::List(id) => format!("listings show {}", rid(id)),

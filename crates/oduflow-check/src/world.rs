@@ -253,6 +253,9 @@ pub struct Run {
 pub enum Worker {
     Idle,
     Running(Run),
+    /// Out for good (a flaw: a failed commit or a failed start it never
+    /// recovers from).
+    Broken,
 }
 
 /// What is left of each fault and each operator action: the bounds that
@@ -271,6 +274,12 @@ pub struct Budget {
     pub updates: u8,
     /// Second clients created with the first one's DNS name.
     pub rivals: u8,
+    /// A run's commit fails (a full disk, a read-only file, a dropped
+    /// connection).
+    pub failed_commits: u8,
+    /// A worker restarts and its start meets a transient failure (no
+    /// connection to the database or the provider, a 500).
+    pub start_failures: u8,
 }
 
 impl Budget {
@@ -302,6 +311,8 @@ impl Budget {
             self.operator,
             self.updates,
             self.rivals,
+            self.failed_commits,
+            self.start_failures,
         ];
         let b = [
             other.crashes,
@@ -315,6 +326,8 @@ impl Budget {
             other.operator,
             other.updates,
             other.rivals,
+            other.failed_commits,
+            other.start_failures,
         ];
         a.iter().zip(b).all(|(x, y)| *x <= y)
     }
