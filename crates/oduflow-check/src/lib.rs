@@ -1,17 +1,18 @@
 //! The dispatch protocol as a model, checked in every state a small world
 //! can reach (docs/protocol.md §8.1, "The model check").
 //!
-//! The world is one client, two or three workers, the provider and the
-//! database. The workers run the protocol as the executor does: a claim
+//! The world is one client, a second one that wants its DNS name, two or
+//! three workers, the provider and the database. The workers run the protocol as the executor does: a claim
 //! with a fence, reads of the receipts, the real [`oduflow_model::decide::decide`]
 //! over the real [`oduflow_model::ledger::Effect`], a receipt claimed before
 //! each send and marked right before it leaves, the answer recorded after,
 //! one commit at the end of the run. Everything else is a nondeterministic
 //! choice, bounded by a [`Budget`]: answers lost (applied or not), refusals,
 //! sends that never connect, the provider's post-create 404 window and
-//! listing lag, crashes at every step, claims lost, target flips, a key
-//! changed, an operator's resolutions, a restore of an older copy of the
-//! database and the inventory pass after it.
+//! listing lag, crashes at every step, claims lost, failed commits and
+//! starts, target flips, a key changed, an operator's resolutions, a
+//! restore of an older copy of the database and the inventory pass after
+//! it.
 //!
 //! [`stateright`] explores every interleaving breadth first and checks the
 //! safety properties ([`properties`]) in each state; [`live`] checks that

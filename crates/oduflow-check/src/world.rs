@@ -1,4 +1,4 @@
-//! The state of the modelled world: one client's rows in the database (and
+//! The state of the modelled world: the clients' rows in the database (and
 //! an older copy of them, for a restore), the provider's resources, the
 //! workers, what is left of each kind of fault, and the ghost record the
 //! properties are checked against.
@@ -146,8 +146,8 @@ pub struct Db {
     pub restore_pending: bool,
 }
 
-/// One resource at the provider. Every resource carries a label of this
-/// client's (the model has one client).
+/// One resource at the provider. Every resource carries a label of the
+/// first client's (the second's VM is taken as made).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Res {
     pub kind: ResourceKind,
