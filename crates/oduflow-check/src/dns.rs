@@ -206,16 +206,16 @@ fn check(m: &Protocol, w: &mut World, i: u8, run: &Run) -> bool {
 /// done (the record ensured and read back).
 pub fn ensure(m: &Protocol, w: &mut World, i: u8, run: &Run, vm: u8) -> bool {
     let c = run.client;
-    if w.db.row_mut(c).dns_state == DnsState::Ensured {
+    if w.db.row(c).dns_state == DnsState::Ensured(vm) {
         return false;
     }
-    // Ensuring from here on (the adapter's state row): a removal done
-    // before no longer stands.
-    w.db.row_mut(c).dns_state = DnsState::Unset;
     if !fence_holds(m, w, i, run) {
         halt(w, i, run);
         return true;
     }
+    // Ensuring from here on (the adapter's state row, written on the
+    // ownership's version): a removal done before no longer stands.
+    w.db.row_mut(c).dns_state = DnsState::Unset;
     if resolve_lost(m, w, i, run).is_some() {
         return true;
     }
@@ -229,7 +229,7 @@ pub fn ensure(m: &Protocol, w: &mut World, i: u8, run: &Run, vm: u8) -> bool {
     match w.db.row_mut(c).dns.iter().position(|o| o.deletion != Deletion::Answered && !o.gone) {
         Some(o) if w.db.row_mut(c).dns[o].data == vm => {
             if check(m, w, i, run) {
-                w.db.row_mut(c).dns_state = DnsState::Ensured;
+                w.db.row_mut(c).dns_state = DnsState::Ensured(vm);
             }
             if matches!(w.workers[usize::from(i)], Worker::Running(_)) {
                 finish(m, w, i, run, Next::Wait);
@@ -286,15 +286,15 @@ pub fn ensure(m: &Protocol, w: &mut World, i: u8, run: &Run, vm: u8) -> bool {
 /// knows of.
 pub fn remove(m: &Protocol, w: &mut World, i: u8, run: &Run) -> bool {
     let c = run.client;
-    if w.db.row_mut(c).dns_state == DnsState::Removed {
+    if w.db.row(c).dns_state == DnsState::Removed {
         return false;
     }
-    // Removing from here on: an ensure done before no longer stands.
-    w.db.row_mut(c).dns_state = DnsState::Unset;
     if !fence_holds(m, w, i, run) {
         halt(w, i, run);
         return true;
     }
+    // Removing from here on: an ensure done before no longer stands.
+    w.db.row_mut(c).dns_state = DnsState::Unset;
     // A lost create must be found to be deleted.
     if resolve_lost(m, w, i, run).is_some() || reclaim(m, w, i, run).is_some() {
         return true;

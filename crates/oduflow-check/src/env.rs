@@ -59,7 +59,8 @@ pub fn actions(m: &Protocol, w: &World, out: &mut Vec<Act>) {
     for (c, row) in w.db.rows() {
         // `client create` again refuses a DNS name another client holds.
         let refused = row.target == Target::Absent && unique && w.db.name_held_against(c);
-        if b.flips > 0 && !refused {
+        let left = if c == 0 { b.flips } else { b.rivals };
+        if left > 0 && !refused {
             out.push(Act::Flip(c));
         }
     }
@@ -156,7 +157,10 @@ pub fn apply(m: &Protocol, w: &mut World, act: Act) {
             intent_moved(&mut w.db.client);
         }
         Act::Flip(c) => {
-            w.budget.flips -= 1;
+            match c {
+                0 => w.budget.flips -= 1,
+                _ => w.budget.rivals -= 1,
+            }
             let row = w.db.row_mut(c);
             row.target = match row.target {
                 Target::Present => Target::Absent,

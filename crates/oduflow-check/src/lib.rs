@@ -188,6 +188,7 @@ impl Config {
                 "keys and updates: a key changed, a size updated and refused, an operator",
                 "key_changes=1,operator=1,updates=1,refusals=1",
             ),
+            ("names: the DNS name handed to a second client and back", "rivals=2,flips=2"),
             ("names: the client deleted, a second given its DNS name, a copy restored", "rivals=1,flips=1,restores=1"),
             (
                 "workers: commits and starts that fail, a paused worker's claim lost",
@@ -213,9 +214,7 @@ impl Config {
                 "key_changes=1,operator=1,crashes=1,updates=1",
             ),
             ("nightly three workers", "workers=3,crashes=1,lost_answers=1,flips=1"),
-            ("nightly names: two flips, a claim lost", "rivals=1,flips=2,claim_losses=1"),
             ("nightly names: a restore, a crash", "rivals=1,flips=1,restores=1,crashes=1"),
-            ("nightly names: a second client twice, a restore", "rivals=2,flips=1,restores=1"),
             (
                 "nightly workers: failures, a crash, a claim lost",
                 "failed_commits=2,start_failures=2,crashes=1,claim_losses=1",

@@ -8,7 +8,7 @@ use oduflow_model::ledger::Effect;
 use stateright::Property;
 
 /// The safety properties, by name (the liveness one is [`crate::live`]'s).
-pub const PROPERTIES: [&str; 17] = [
+pub const PROPERTIES: [&str; 18] = [
     "at most one create request per dispatch label",
     "at most one create request per operation key between restores",
     "at most one live resource per kind",
@@ -25,6 +25,7 @@ pub const PROPERTIES: [&str; 17] = [
     "a settled client's live DNS records are all accounted for",
     "a client settles only as its target asks",
     "no DNS name has address records of two clients",
+    "a client settled ready has its DNS record live, pointing at its VM",
     "creations stay bounded (fewer than 60 dispatches, resources, records)",
 ];
 
@@ -70,7 +71,19 @@ pub fn properties() -> Vec<Property<Protocol>> {
             w.zone.iter().filter(|r| r.alive).all(|r| w.zone.iter().all(|x| !x.alive || x.owner == r.owner))
         }),
         Property::always(PROPERTIES[12], |_, w: &World| no_repeat(&w.ghost.dns_creates)),
-        Property::always(PROPERTIES[16], |_, w: &World| w.labels < 60 && w.cloud.len() < 60 && w.zone.len() < 60),
+        Property::always(PROPERTIES[16], |m, w: &World| {
+            let points = |c: u8, row: &Client| {
+                let vm = if c == 0 { crate::run::vm_of(m, w) } else { Some(crate::run::RIVAL_VM) };
+                row.dns.iter().any(|o| {
+                    o.effect.id().and_then(parse_rid).is_some_and(|z| {
+                        let r = &w.zone[usize::from(z)];
+                        r.alive && Some(r.data) == vm
+                    })
+                })
+            };
+            !crate::live::settled(w) || w.db.rows().all(|(c, row)| row.status != ClientStatus::Ready || points(c, row))
+        }),
+        Property::always(PROPERTIES[17], |_, w: &World| w.labels < 60 && w.cloud.len() < 60 && w.zone.len() < 60),
         Property::always(PROPERTIES[14], |_, w: &World| {
             w.workers.iter().any(|x| matches!(x, Worker::Running(_)))
                 || w.db.rows().all(|(_, c)| {

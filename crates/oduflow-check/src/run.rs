@@ -230,6 +230,11 @@ fn orphans(m: &Protocol, w: &World, kind: ResourceKind, needed: bool) -> Vec<Orp
         .collect()
 }
 
+/// The first client's VM, by its current receipt's id.
+pub fn vm_of(m: &Protocol, w: &World) -> Option<u8> {
+    current_receipts(m, w, Target::Present).1[0].and_then(|r| rid_of(&w.db.receipts[r]))
+}
+
 /// The facts a decision is taken on, as the executor gathers them.
 pub fn inputs(m: &Protocol, w: &World, run: &Run) -> (Inputs, [Option<usize>; 3], [u8; 3]) {
     let (gens, cur) = current_receipts(m, w, run.target);

@@ -23,7 +23,7 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
             Some((Phase::Decide, r)) => {
                 let d = run::decision(m, w, &r);
                 let dns = match d {
-                    oduflow_model::decide::Action::Ready if w.db.client.dns_state != DnsState::Ensured => {
+                    oduflow_model::decide::Action::Ready if !matches!(w.db.client.dns_state, DnsState::Ensured(_)) => {
                         ": the DNS adapter's ensure first"
                     }
                     oduflow_model::decide::Action::Deleted if w.db.client.dns_state != DnsState::Removed => {
@@ -45,15 +45,14 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
             }
             Some((Phase::DnsAnswered(o, answer), r)) => format!(
                 "worker {i} records the answer to DNS record create (label {}) ({answer:?})",
-                w.db.row(r.client).dns[o].label
+                dns_label(w, r.client, o)
             ),
-            Some((Phase::DnsDeleting(o, _), r)) => format!(
-                "worker {i} sends the DELETE of DNS record {}",
-                w.db.row(r.client).dns[o].effect.id().unwrap_or("?")
-            ),
+            Some((Phase::DnsDeleting(o, _), r)) => {
+                format!("worker {i} sends the DELETE of DNS record {}", dns_id(w, r.client, o))
+            }
             Some((Phase::DnsDeleted(o, answered), r)) => format!(
                 "worker {i} records the DELETE of DNS record {} ({})",
-                w.db.row(r.client).dns[o].effect.id().unwrap_or("?"),
+                dns_id(w, r.client, o),
                 if answered { "answered" } else { "a 404 so soon after its create: waits" }
             ),
             Some((Phase::DeleteSent(r), _)) => {
@@ -65,7 +64,7 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
             let what = match worker(i).map(|r| (r.phase.clone(), r.client)) {
                 Some((Phase::Claimed { receipt, .. }, _)) => op(&receipt),
                 Some((Phase::DnsClaimed(o), c)) => {
-                    format!("{}'s DNS record create (label {})", who(c), w.db.row(c).dns[o].label)
+                    format!("{}'s DNS record create (label {})", who(c), dns_label(w, c, o))
                 }
                 Some((Phase::PatchClaimed(c), _)) => {
                     let c = &w.db.changes[c];
@@ -106,6 +105,16 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
         Act::Resolve => "an operator resolves the uncertain receipt from the console".to_owned(),
         Act::Reconcile => "an operator reconciles the blocked client".to_owned(),
     }
+}
+
+/// The label of owned record `o` (a stale run's index may be gone).
+fn dns_label(w: &World, c: u8, o: usize) -> String {
+    w.db.row(c).dns.get(o).map_or("?".to_owned(), |x| x.label.to_string())
+}
+
+/// The id of owned record `o`, if known.
+fn dns_id(w: &World, c: u8, o: usize) -> String {
+    w.db.row(c).dns.get(o).and_then(|x| x.effect.id()).unwrap_or("?").to_owned()
 }
 
 /// A client by slot.

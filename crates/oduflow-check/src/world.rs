@@ -82,7 +82,9 @@ pub enum Deletion {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DnsState {
     Unset,
-    Ensured,
+    /// Ensured with these facts: the VM's address (an ensure with other
+    /// facts runs again, as the executor's `ensured` compares them).
+    Ensured(u8),
     Removed,
 }
 
@@ -272,7 +274,8 @@ pub struct Budget {
     pub key_changes: u8,
     pub operator: u8,
     pub updates: u8,
-    /// Second clients created with the first one's DNS name.
+    /// The second client's changes of intent: its creation with the first
+    /// one's DNS name, its deletion, its creation again.
     pub rivals: u8,
     /// A run's commit fails (a full disk, a read-only file, a dropped
     /// connection).
