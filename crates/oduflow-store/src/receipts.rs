@@ -479,33 +479,56 @@ impl ReceiptLedger {
         .await
     }
 
-    /// After a restore: an identity recorded `removed` for a client not
-    /// deleted proves nothing any more (a run after the backup may have
-    /// recorded ownership, and made records, since lost with it). It is
-    /// `removing` again, so the next removal looks for what carries the
-    /// client's trace (the DNS owner marker) instead of skipping it, and the
-    /// next ensure recorrects it. Its facts (the removed identity's: an
-    /// older DNS name, say) are dropped, so the removal looks where the
-    /// client's spec, which that run made them from, says. The version
-    /// moves on: a write from before the restore is stale. Every adapter's
-    /// (command adapters' removals are idempotent); one no longer
-    /// configured then blocks the client's deletion `adapter_unconfigured`,
-    /// as it would for any identity it may still have. Returns how many.
-    pub async fn adapter_doubt_removed(&self, now_ms: i64) -> Result<u64> {
-        crate::named("adapter_doubt_removed", async move {
-            let detail = "restored copy: the identity may have been made again after the backup";
-            Ok(ledger_write!(&self.store, tx => {
-                let rows: Vec<(String, String)> = sqlx::query_as(
-                    "UPDATE adapter_state SET state = 'removing', detail = $2, updated_ms = $1, facts = '{}', \
+    /// After a restore, an identity's recorded state proves nothing any more
+    /// for a client not deleted:
+    /// - `removed`: a run after the backup may have recorded ownership, and
+    ///   made records, since lost with it. It is `removing` again, so the
+    ///   next removal looks for what carries the client's trace (the DNS
+    ///   owner marker) instead of skipping it, and the next ensure
+    ///   recorrects it. Its facts (the removed identity's: an older DNS
+    ///   name, say) are dropped, so the removal looks where the client's
+    ///   spec, which that run made them from, says.
+    /// - `ensured`: a run after the backup may have deleted what it owns
+    ///   (the client deleted, or given another DNS name). It is `ensuring`
+    ///   again, so the next run ensures it and reads it back before the
+    ///   client is ready.
+    ///
+    /// The version moves on: a write from before the restore is stale.
+    /// Every adapter's (command adapters' ensures and removals are
+    /// idempotent); one no longer configured then blocks the client's
+    /// deletion `adapter_unconfigured`, as it would for any identity it may
+    /// still have. Returns how many.
+    pub async fn adapter_doubt_restored(&self, now_ms: i64) -> Result<u64> {
+        crate::named("adapter_doubt_restored", async move {
+            let doubts = [
+                (
+                    AdapterState::Removing,
+                    "restored copy: the identity may have been made again after the backup",
+                    "UPDATE adapter_state SET state = 'removing', facts = '{}', detail = $2, updated_ms = $1, \
                      owned_version = owned_version + 1 WHERE state = 'removed' AND client_id IN \
-                     (SELECT client_id FROM infra WHERE status <> 'deleted') RETURNING client_id, adapter")
-                    .bind(now_ms).bind(detail).fetch_all(&mut *tx).await?;
-                for (client, adapter) in &rows {
-                    (*tx).event_insert(Some(&ClientId(client.clone())), EventKind::AdapterState, &serde_json::json!({
-                        "adapter": adapter, "state": AdapterState::Removing, "detail": detail,
-                    }), now_ms, self.by.as_deref()).await?;
+                     (SELECT client_id FROM infra WHERE status <> 'deleted') RETURNING client_id, adapter",
+                ),
+                (
+                    AdapterState::Ensuring,
+                    "restored copy: the identity may have been removed after the backup",
+                    "UPDATE adapter_state SET state = 'ensuring', detail = $2, updated_ms = $1, \
+                     owned_version = owned_version + 1 WHERE state = 'ensured' AND client_id IN \
+                     (SELECT client_id FROM infra WHERE status <> 'deleted') RETURNING client_id, adapter",
+                ),
+            ];
+            Ok(ledger_write!(&self.store, tx => {
+                let mut n = 0;
+                for (state, detail, sql) in doubts {
+                    let rows: Vec<(String, String)> =
+                        sqlx::query_as(sql).bind(now_ms).bind(detail).fetch_all(&mut *tx).await?;
+                    for (client, adapter) in &rows {
+                        (*tx).event_insert(Some(&ClientId(client.clone())), EventKind::AdapterState, &serde_json::json!({
+                            "adapter": adapter, "state": state, "detail": detail,
+                        }), now_ms, self.by.as_deref()).await?;
+                    }
+                    n += rows.len() as u64;
                 }
-                rows.len() as u64
+                n
             }))
         })
         .await

@@ -268,7 +268,7 @@ fn missing(
 /// have left). And it may say `ready` about a VM deleted since the backup,
 /// or `deleted` about nothing: every record not yet deleted observes again
 /// before it is trusted. An identity it says `removed` for a client not
-/// deleted is looked for again.
+/// deleted is looked for again, one it says `ensured` read back again.
 async fn trust_nothing_restored<'c>(
     store: &Store,
     receipts: &[ReceiptRow],
@@ -281,7 +281,7 @@ async fn trust_nothing_restored<'c>(
         writer.doubt_not_sent(&r.operation_key, now_ms).await?;
     }
     writer.ledger().change_doubt_open(now_ms).await?;
-    writer.ledger().adapter_doubt_removed(now_ms).await?;
+    writer.ledger().adapter_doubt_restored(now_ms).await?;
     for c in clients.filter(|c| c.infra.status != ClientStatus::Deleted) {
         store.client_reconcile(&c.name, &[], by, now_ms, 20).await?;
     }

@@ -127,6 +127,7 @@ oduflow_store::on_both_stores!(
     a_record_answering_404_is_asked_again_only_spaced_out,
     a_client_recreated_and_deleted_takes_its_new_records_along,
     a_restored_removed_identity_is_looked_for_again,
+    a_restored_ensured_identity_is_checked_again,
     the_api_settles_a_dns_block_and_deletes_a_dns_orphan_as_the_cli_does,
 );
 
@@ -707,4 +708,46 @@ async fn a_restored_removed_identity_is_looked_for_again(env: Env) {
     let v = show(&env, "acme");
     assert_eq!(v["status"], "deleted", "{v}");
     assert!(with_markers(&env, "shop").await.is_empty(), "reported deleted, its records still live");
+}
+
+/// A restored copy says acme's DNS identity is `ensured`, while the
+/// timeline it discarded deleted acme's records (acme deleted, or moved to
+/// another name, after the backup). After the restore acme is not ready
+/// until its records are read back, and made again. `ensured` once proved
+/// enough: the identity was skipped, and acme was ready with no record at
+/// its name. (The model check found the schedule.)
+async fn a_restored_ensured_identity_is_checked_again(env: Env) {
+    configure(&env);
+    env.ok(&["init"]);
+    create(&env, "acme", &[]);
+    settle(&env);
+    assert_eq!(show(&env, "acme")["status"], "ready");
+    age_dns_ownership(&env, "acme").await;
+    // What the discarded timeline did.
+    for r in with_markers(&env, "acme").await {
+        env.console().dns_record_delete(ZONE, &r.id).await.unwrap();
+    }
+    env.ok(&["restore", "declare", "--reason", "restored from last night's backup"]);
+    env.ok(&["reconcile", "--all"]);
+    // The records are asked for again (3 404s over a minute before they
+    // are made anew): a few seconds of a worker show whether acme waits.
+    let mut worker = env.cmd(&["worker"]).stdout(std::process::Stdio::null()).spawn().unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+    let v = show(&env, "acme");
+    let dns = &v["adapters"].as_array().unwrap()[0];
+    let left = records(&env, "acme").await;
+    assert!(v["status"] != "ready" || !left.is_empty(), "ready with no record at its name; its identity: {dns}");
+    assert_ne!(dns["state"], "ensured", "{dns}");
+    // Taken as gone after a minute of 404s, the records are made again.
+    settle(&env);
+    let v = show(&env, "acme");
+    assert_eq!(v["status"], "ready", "{v}");
+    let ip = vm_ip(&env, &v).await;
+    let records = records(&env, "acme").await;
+    assert_eq!(
+        records.iter().map(|r| (r.record_type.as_str(), r.data.as_str())).collect::<Vec<_>>(),
+        [("A", ip.as_str())]
+    );
 }
