@@ -265,6 +265,15 @@ fn inventory(m: &Protocol, w: &mut World) {
         }
     }
     w.db.restore_pending = false;
+    // An identity's recorded state proves nothing for a client not deleted:
+    // the discarded timeline may have made or deleted its records since.
+    let trust_ensured = m.cfg.flaw == Some(crate::Flaw::RestoreTrustsEnsured);
+    for row in std::iter::once(&mut w.db.client).chain(w.db.rival.as_mut()) {
+        let ensured = matches!(row.dns_state, DnsState::Ensured(_));
+        if row.status != ClientStatus::Deleted && (row.dns_state == DnsState::Removed || ensured && !trust_ensured) {
+            row.dns_state = DnsState::Unset;
+        }
+    }
     match w.db.client.status {
         ClientStatus::Deleted if !w.db.orphans.is_empty() => {
             w.db.client.status = ClientStatus::Blocked;

@@ -95,11 +95,15 @@ pub enum Flaw {
     /// Hole: a transient failure at a worker's start ends it for good (an
     /// exit its service manager does not restart). Liveness.
     StartFailureIsFatal,
+    /// Hole (found by this model): after a restore, a DNS identity the copy
+    /// records `ensured` is trusted, though the discarded timeline may have
+    /// deleted its record.
+    RestoreTrustsEnsured,
 }
 
 impl Flaw {
     /// Every flaw, with its name: a planted bug's is the store's.
-    pub const ALL: [(Flaw, &'static str); 20] = [
+    pub const ALL: [(Flaw, &'static str); 21] = [
         (Flaw::ResendAfterLost, "resend_after_lost"),
         (Flaw::ForgetReceipt, "forget_receipt"),
         (Flaw::ResendChange, "resend_change"),
@@ -120,6 +124,7 @@ impl Flaw {
         (Flaw::ReconcileResendsRefused, "hole:reconcile_resends_refused"),
         (Flaw::FailedCommitSticks, "hole:failed_commit_sticks"),
         (Flaw::StartFailureIsFatal, "hole:start_failure_is_fatal"),
+        (Flaw::RestoreTrustsEnsured, "hole:restore_trusts_ensured"),
     ];
 
     /// Planted bugs of the store the model does not carry, and why.
@@ -189,7 +194,10 @@ impl Config {
                 "key_changes=1,operator=1,updates=1,refusals=1",
             ),
             ("names: the DNS name handed to a second client and back", "rivals=2,flips=2"),
-            ("names: the client deleted, a second given its DNS name, a copy restored", "rivals=1,flips=1,restores=1"),
+            (
+                "names: the client deleted, a second given its DNS name and deleted, a copy restored",
+                "rivals=2,flips=1,restores=1",
+            ),
             (
                 "workers: commits and starts that fail, a paused worker's claim lost",
                 "failed_commits=2,start_failures=2,claim_losses=1",
@@ -283,6 +291,9 @@ impl Config {
             // Both workers out.
             Flaw::FailedCommitSticks => "failed_commits=2",
             Flaw::StartFailureIsFatal => "start_failures=2",
+            // The second client made ready, a copy taken, the client deleted
+            // with its record, the copy restored.
+            Flaw::RestoreTrustsEnsured => "rivals=2,flips=1,restores=1",
         };
         let _ = c.set_budget(needs);
         c.flaw = Some(flaw);

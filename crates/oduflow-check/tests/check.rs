@@ -85,25 +85,6 @@ fn world_8_failed_commits_and_starts() {
     world(8)
 }
 
-/// A defect the model found and the code still has (docs/protocol.md §8):
-/// after a restore, a DNS identity the copy records `ensured` is not
-/// ensured again while its facts are unchanged, though the timeline the
-/// restore discarded may have deleted its record. Here the second client
-/// is ready with its record, a copy is taken, the client is deleted (its
-/// record with it), the copy is restored: the client settles ready with no
-/// record at its name. When the code doubts `ensured` after a restore as
-/// it doubts `removed`, this test fails and its world joins the others.
-#[test]
-fn a_restore_trusts_an_ensured_dns_identity() {
-    let mut cfg = Config::calm();
-    cfg.set_budget("rivals=2,flips=1,restores=1").unwrap();
-    let m = Protocol::new(cfg);
-    let r = m.check(2);
-    let (name, acts) = r.violations.first().expect("the defect is reachable");
-    println!("{name}:\n{}", trace::schedule(&m, acts, Some(name)));
-    assert_eq!(*name, "a client settled ready has its DNS record live, pointing at its VM");
-}
-
 /// Every flaw yields a counterexample, of the property it breaks.
 #[test]
 fn every_flaw_is_caught() {
