@@ -37,17 +37,27 @@ fn id_of(o: &Owned) -> Option<u8> {
     o.effect.id().and_then(parse_rid)
 }
 
-/// Live records in the zone carrying client `c`'s owner marker, pointing
-/// at `data`, that its ownership record lacks.
-fn unowned(w: &World, c: u8, data: Option<u8>) -> Vec<u8> {
+/// Live records in the zone carrying client `c`'s owner marker that its
+/// ownership record lacks (what a reclaim by marker takes back).
+fn unowned(w: &World, c: u8) -> Vec<u8> {
     let row = w.db.row(c);
     (0..w.zone.len() as u8)
         .filter(|&z| {
             let r = &w.zone[usize::from(z)];
-            r.alive
-                && r.owner == row.id
-                && data.is_none_or(|d| r.data == d)
-                && !row.dns.iter().any(|o| id_of(o) == Some(z))
+            r.alive && r.owner == row.id && !row.dns.iter().any(|o| id_of(o) == Some(z))
+        })
+        .collect()
+}
+
+/// Live records at the name pointing at `data` that client `c` does not
+/// own, whoever's marker stands beside them: what the adapter's look for a
+/// lost create matches (type, name and data).
+fn matching(w: &World, c: u8, data: u8) -> Vec<u8> {
+    let row = w.db.row(c);
+    (0..w.zone.len() as u8)
+        .filter(|&z| {
+            let r = &w.zone[usize::from(z)];
+            r.alive && r.data == data && !row.dns.iter().any(|o| id_of(o) == Some(z))
         })
         .collect()
 }
@@ -68,7 +78,7 @@ fn foreign(w: &World, c: u8) -> bool {
 fn resolve_lost(m: &Protocol, w: &mut World, i: u8, run: &Run) -> Option<()> {
     let c = run.client;
     let o = w.db.row_mut(c).dns.iter().position(|o| o.effect.id().is_none())?;
-    let found = unowned(w, c, Some(w.db.row(c).dns[o].data));
+    let found = matching(w, c, w.db.row(c).dns[o].data);
     let observations = match w.db.row_mut(c).dns[o].effect {
         Effect::Unknown { observations } => observations,
         _ => 0,
@@ -101,7 +111,7 @@ fn resolve_lost(m: &Protocol, w: &mut World, i: u8, run: &Run) -> Option<()> {
 /// block.
 fn reclaim(m: &Protocol, w: &mut World, i: u8, run: &Run) -> Option<()> {
     let c = run.client;
-    match unowned(w, c, None).as_slice() {
+    match unowned(w, c).as_slice() {
         [] => None,
         [z] => {
             let label = w.labels;

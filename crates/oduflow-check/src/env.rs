@@ -65,7 +65,13 @@ pub fn actions(m: &Protocol, w: &World, out: &mut Vec<Act>) {
         }
     }
     if b.rivals > 0 && w.db.rival.is_none() && !(unique && w.db.name_held_against(1)) {
-        out.push(Act::Arrive);
+        out.push(Act::Arrive(crate::run::RIVAL_VM));
+        // Or an address a VM of the first client's had.
+        for (id, r) in w.cloud.iter().enumerate() {
+            if r.kind == oduflow_model::ResourceKind::Vm && !r.alive {
+                out.push(Act::Arrive(id as u8));
+            }
+        }
     }
     if b.restores > 0 {
         out.push(if w.copy.is_none() { Act::Copy } else { Act::Restore });
@@ -168,22 +174,7 @@ pub fn apply(m: &Protocol, w: &mut World, act: Act) {
             };
             intent_moved(row);
         }
-        Act::Arrive => {
-            w.budget.rivals -= 1;
-            w.db.rival = Some(Client {
-                id: w.ids,
-                target: Target::Present,
-                generation: 0,
-                status: ClientStatus::Pending,
-                reason: None,
-                queued: true,
-                claim: None,
-                waits: 0,
-                dns: vec![],
-                dns_state: DnsState::Unset,
-            });
-            w.ids += 1;
-        }
+        Act::Arrive(address) => arrive(w, address),
         Act::Copy => {
             // Claims are not in a copy: a restore stops every worker.
             let mut copy = w.db.clone();
@@ -217,6 +208,26 @@ pub fn apply(m: &Protocol, w: &mut World, act: Act) {
         }
         Act::Claim(..) | Act::Step(_) | Act::Send(..) => {}
     }
+}
+
+/// The second client is created with the first one's DNS name, its VM at
+/// `address`.
+fn arrive(w: &mut World, address: u8) {
+    w.budget.rivals -= 1;
+    w.db.rival = Some(Client {
+        id: w.ids,
+        address,
+        target: Target::Present,
+        generation: 0,
+        status: ClientStatus::Pending,
+        reason: None,
+        queued: true,
+        claim: None,
+        waits: 0,
+        dns: vec![],
+        dns_state: DnsState::Unset,
+    });
+    w.ids += 1;
 }
 
 /// The copy is put back; the workers were stopped for it, and the queue

@@ -329,8 +329,8 @@ pub enum Act {
     /// again: refused while another client holds its DNS name).
     Flip(u8),
     /// A second client is created with the first one's DNS name (refused
-    /// while the first is not deleted).
-    Arrive,
+    /// while the first is not deleted), its VM at this address.
+    Arrive(u8),
     /// A copy of the database is taken (a backup).
     Copy,
     /// The copy is restored over the database.
@@ -380,6 +380,7 @@ impl Model for Protocol {
             db: Db {
                 client: Client {
                     id: 0,
+                    address: 0,
                     target: oduflow_model::Target::Present,
                     generation: 0,
                     status: oduflow_model::ClientStatus::Pending,

@@ -8,7 +8,7 @@ use oduflow_model::ledger::Effect;
 use stateright::Property;
 
 /// The safety properties, by name (the liveness one is [`crate::live`]'s).
-pub const PROPERTIES: [&str; 18] = [
+pub const PROPERTIES: [&str; 19] = [
     "at most one create request per dispatch label",
     "at most one create request per operation key between restores",
     "at most one live resource per kind",
@@ -26,6 +26,7 @@ pub const PROPERTIES: [&str; 18] = [
     "a client settles only as its target asks",
     "no DNS name has address records of two clients",
     "a client settled ready has its DNS record live, pointing at its VM",
+    "no DNS record is owned by two clients",
     "creations stay bounded (fewer than 60 dispatches, resources, records)",
 ];
 
@@ -73,7 +74,7 @@ pub fn properties() -> Vec<Property<Protocol>> {
         Property::always(PROPERTIES[12], |_, w: &World| no_repeat(&w.ghost.dns_creates)),
         Property::always(PROPERTIES[16], |m, w: &World| {
             let points = |c: u8, row: &Client| {
-                let vm = if c == 0 { crate::run::vm_of(m, w) } else { Some(crate::run::RIVAL_VM) };
+                let vm = if c == 0 { crate::run::vm_of(m, w) } else { Some(row.address) };
                 row.dns.iter().any(|o| {
                     o.effect.id().and_then(parse_rid).is_some_and(|z| {
                         let r = &w.zone[usize::from(z)];
@@ -83,7 +84,14 @@ pub fn properties() -> Vec<Property<Protocol>> {
             };
             !crate::live::settled(w) || w.db.rows().all(|(c, row)| row.status != ClientStatus::Ready || points(c, row))
         }),
-        Property::always(PROPERTIES[17], |_, w: &World| w.labels < 60 && w.cloud.len() < 60 && w.zone.len() < 60),
+        Property::always(PROPERTIES[17], |_, w: &World| {
+            let ids = |c: &Client| c.dns.iter().filter_map(|o| o.effect.id().map(str::to_owned)).collect::<Vec<_>>();
+            match &w.db.rival {
+                Some(r) => ids(&w.db.client).iter().all(|id| !ids(r).contains(id)),
+                None => true,
+            }
+        }),
+        Property::always(PROPERTIES[18], |_, w: &World| w.labels < 60 && w.cloud.len() < 60 && w.zone.len() < 60),
         Property::always(PROPERTIES[14], |_, w: &World| {
             w.workers.iter().any(|x| matches!(x, Worker::Running(_)))
                 || w.db.rows().all(|(_, c)| {

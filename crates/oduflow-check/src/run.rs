@@ -328,15 +328,15 @@ pub(crate) fn next_decision(m: &Protocol, w: &mut World, i: u8, mut run: Run) {
     }
 }
 
-/// The address the second client's record points at (its VM, taken as
-/// made and never changed).
+/// An address no VM of the first client's ever had (the second client's VM
+/// is taken as made).
 pub const RIVAL_VM: u8 = 100;
 
 /// A run of the second client: `decide` would answer `Ready` (its VM taken
 /// as made) or `Deleted`, and the DNS adapter runs first, as for the first.
 fn rival_step(m: &Protocol, w: &mut World, i: u8, run: Run) {
     let done = match run.target {
-        Target::Present => !crate::dns::ensure(m, w, i, &run, RIVAL_VM),
+        Target::Present => !crate::dns::ensure(m, w, i, &run, w.db.row(1).address),
         Target::Absent => !crate::dns::remove(m, w, i, &run),
     };
     if done {

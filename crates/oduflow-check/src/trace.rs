@@ -7,10 +7,7 @@ use std::fmt::Write;
 
 /// One step, told from the state it was taken in.
 pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
-    let worker = |i: u8| match &w.workers[usize::from(i)] {
-        Worker::Running(r) => Some(r.clone()),
-        _ => None,
-    };
+    let worker = |i: u8| running(w, i);
     match act {
         Act::Claim(i, c) => {
             format!("worker {i} claims {} (fence {}, target {})", who(c), w.db.fences + 1, w.db.row(c).target)
@@ -60,32 +57,7 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
             }
             _ => format!("worker {i} steps"),
         },
-        Act::Send(i, how) => {
-            let what = match worker(i).map(|r| (r.phase.clone(), r.client)) {
-                Some((Phase::Claimed { receipt, .. }, _)) => op(&receipt),
-                Some((Phase::DnsClaimed(o), c)) => {
-                    format!("{}'s DNS record create (label {})", who(c), dns_label(w, c, o))
-                }
-                Some((Phase::PatchClaimed(c), _)) => {
-                    let c = &w.db.changes[c];
-                    format!("the resize of {} to spec generation {}", rid(c.resource), c.spec)
-                }
-                _ => "?".to_owned(),
-            };
-            let how = match how {
-                SendAs::Answered => "the provider answers",
-                SendAs::Lost => "the provider applies it and the answer is lost",
-                SendAs::Unapplied => "the answer is lost, and nothing was applied",
-                SendAs::Refused => "the provider refuses it",
-                SendAs::NotConnected => "the connection is never made",
-            };
-            match worker(i) {
-                Some(r) if !run::fence_holds(m, w, i, &r) => {
-                    format!("worker {i}'s guard stops {what}: its claim or the record's generation moved")
-                }
-                _ => format!("worker {i} marks {what} sent and sends it: {how}"),
-            }
-        }
+        Act::Send(i, how) => send(m, w, i, how),
         Act::Crash(i) => format!("worker {i} crashes"),
         Act::CommitFails(i) => format!("worker {i}'s commit fails (its writes roll back)"),
         Act::StartFails(i) => format!("worker {i} starts again and meets a transient failure"),
@@ -96,7 +68,13 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
         Act::Grow(id) => format!("the resize of {} is done", rid(id)),
         Act::Update => format!("the volume's size is updated (spec generation {})", w.db.spec + 1),
         Act::Flip(c) => format!("{}'s target is flipped from {}", who(c), w.db.row(c).target),
-        Act::Arrive => "a second client is created with the first client's DNS name".to_owned(),
+        Act::Arrive(a) if a == crate::run::RIVAL_VM => {
+            "a second client is created with the first client's DNS name".to_owned()
+        }
+        Act::Arrive(a) => format!(
+            "a second client is created with the first client's DNS name, its VM given the address {} had",
+            rid(a)
+        ),
         Act::Copy => "a copy of the database is taken".to_owned(),
         Act::Restore => "the copy is restored over the database".to_owned(),
         Act::Inventory => "the inventory pass runs".to_owned(),
@@ -104,6 +82,43 @@ pub fn describe(m: &Protocol, w: &World, act: Act) -> String {
         Act::Rotate => "an operator rebinds the record to the new key".to_owned(),
         Act::Resolve => "an operator resolves the uncertain receipt from the console".to_owned(),
         Act::Reconcile => "an operator reconciles the blocked client".to_owned(),
+    }
+}
+
+/// A send, told from the state it was taken in: what leaves and how it is
+/// answered, or the guard that stops it.
+fn send(m: &Protocol, w: &World, i: u8, how: SendAs) -> String {
+    let what = match running(w, i).map(|r| (r.phase.clone(), r.client)) {
+        Some((Phase::Claimed { receipt, .. }, _)) => op(&receipt),
+        Some((Phase::DnsClaimed(o), c)) => {
+            format!("{}'s DNS record create (label {})", who(c), dns_label(w, c, o))
+        }
+        Some((Phase::PatchClaimed(c), _)) => {
+            let c = &w.db.changes[c];
+            format!("the resize of {} to spec generation {}", rid(c.resource), c.spec)
+        }
+        _ => "?".to_owned(),
+    };
+    let how = match how {
+        SendAs::Answered => "the provider answers",
+        SendAs::Lost => "the provider applies it and the answer is lost",
+        SendAs::Unapplied => "the answer is lost, and nothing was applied",
+        SendAs::Refused => "the provider refuses it",
+        SendAs::NotConnected => "the connection is never made",
+    };
+    match running(w, i) {
+        Some(r) if !run::fence_holds(m, w, i, &r) => {
+            format!("worker {i}'s guard stops {what}: its claim or the record's generation moved")
+        }
+        _ => format!("worker {i} marks {what} sent and sends it: {how}"),
+    }
+}
+
+/// Worker `i`'s run, if it is running.
+fn running(w: &World, i: u8) -> Option<Run> {
+    match &w.workers[usize::from(i)] {
+        Worker::Running(r) => Some(r.clone()),
+        _ => None,
     }
 }
 

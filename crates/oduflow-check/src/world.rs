@@ -105,6 +105,10 @@ pub struct ZoneRecord {
 pub struct Client {
     /// Its id, as its DNS owner marker names it (never given twice).
     pub id: u8,
+    /// The second client's VM address (the first's is its VM receipt's
+    /// id): a new one, or one the provider gave the first client's VM
+    /// before (addresses are reassigned).
+    pub address: u8,
     pub target: Target,
     /// Moved by every change of intent: a run begun before it is stale.
     pub generation: u8,

@@ -85,7 +85,7 @@ fn world_8_failed_commits_and_starts() {
     world(8)
 }
 
-/// Every flaw yields a counterexample, of the property it breaks.
+/// Every flaw yields a counterexample; the property it breaks is printed.
 #[test]
 fn every_flaw_is_caught() {
     let mut missed = vec![];
