@@ -489,9 +489,11 @@ impl ReceiptLedger {
     ///   name, say) are dropped, so the removal looks where the client's
     ///   spec, which that run made them from, says.
     /// - `ensured`: a run after the backup may have deleted what it owns
-    ///   (the client deleted, or given another DNS name). It is `ensuring`
-    ///   again, so the next run ensures it and reads it back before the
-    ///   client is ready.
+    ///   (the client deleted), or moved it (given another DNS name). It is
+    ///   `ensuring` again, so the next run ensures it and reads it back
+    ///   before the client is ready. Not one ensured before ownership was
+    ///   recorded (`owned` is `{}`): its adapter owns nothing to read back,
+    ///   and takes its unmarked records for foreign.
     ///
     /// The version moves on: a write from before the restore is stale.
     /// Every adapter's (command adapters' ensures and removals are
@@ -512,7 +514,7 @@ impl ReceiptLedger {
                     AdapterState::Ensuring,
                     "restored copy: the identity may have been removed after the backup",
                     "UPDATE adapter_state SET state = 'ensuring', detail = $2, updated_ms = $1, \
-                     owned_version = owned_version + 1 WHERE state = 'ensured' AND client_id IN \
+                     owned_version = owned_version + 1 WHERE state = 'ensured' AND owned <> '{}' AND client_id IN \
                      (SELECT client_id FROM infra WHERE status <> 'deleted') RETURNING client_id, adapter",
                 ),
             ];

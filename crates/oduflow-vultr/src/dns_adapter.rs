@@ -592,6 +592,20 @@ impl DnsAdapter {
         Self::save(own, o).await
     }
 
+    /// A read by id found owned record `i` other than recorded (renamed,
+    /// repointed or given another TTL behind oduflow's back: in the console,
+    /// or by a timeline a restore discarded): what it found is recorded, so
+    /// the next ensure, which compares the spec with what is recorded,
+    /// brings it back by PATCH instead of keeping it as it is.
+    async fn observed(o: &mut Owned, own: &dyn Ownership, i: usize, seen: &DnsRecord) -> Result<(), AdapterError> {
+        let r = &mut o.records[i];
+        if r.name == seen.name && same_data(&r.rtype, &r.data, &seen.data) && r.ttl == seen.ttl {
+            return Ok(());
+        }
+        (r.name, r.data, r.ttl) = (seen.name.clone(), seen.data.clone(), seen.ttl);
+        Self::save(own, o).await
+    }
+
     async fn ensure_one(
         &self,
         t: &IdentityTarget,
@@ -707,6 +721,7 @@ impl IdentityAdapter for DnsAdapter {
                 match self.record_in(&self.sent_by(own), &zone, &id).await? {
                     Some(r) => {
                         Self::found(&mut o, own, i).await?;
+                        Self::observed(&mut o, own, i, &r).await?;
                         seen.push(Some(r));
                     }
                     // A GET 404 after a DELETE of ours was answered: deleted.

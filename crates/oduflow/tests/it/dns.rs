@@ -128,6 +128,8 @@ oduflow_store::on_both_stores!(
     a_client_recreated_and_deleted_takes_its_new_records_along,
     a_restored_removed_identity_is_looked_for_again,
     a_restored_ensured_identity_is_checked_again,
+    a_restored_identity_whose_records_moved_is_brought_back,
+    a_restored_identity_from_before_ownership_is_left_as_it_was,
     the_api_settles_a_dns_block_and_deletes_a_dns_orphan_as_the_cli_does,
 );
 
@@ -750,4 +752,59 @@ async fn a_restored_ensured_identity_is_checked_again(env: Env) {
         records.iter().map(|r| (r.record_type.as_str(), r.data.as_str())).collect::<Vec<_>>(),
         [("A", ip.as_str())]
     );
+}
+
+/// A restored copy says acme's DNS identity is `ensured` at its name,
+/// while the timeline it discarded moved acme's records to another name
+/// (a `client update --dns-name`, a PATCH by id that keeps their ids).
+/// After the restore the records are read back where they are and brought
+/// back to acme's name. The read found them elsewhere, reported them
+/// absent, and the ensure, comparing with what was recorded, kept them
+/// there: acme blocked `adapter_failed` after its attempts.
+async fn a_restored_identity_whose_records_moved_is_brought_back(env: Env) {
+    configure(&env);
+    env.ok(&["init"]);
+    create(&env, "acme", &[]);
+    settle(&env);
+    assert_eq!(show(&env, "acme")["status"], "ready");
+    // What the discarded timeline did.
+    for r in with_markers(&env, "acme").await {
+        let p = oduflow_vultr::DnsRecordPatch { name: "shop".into(), data: r.data.clone(), ttl: r.ttl };
+        let outcome = env.console().dns_record_patch(ZONE, &r.id, &p).await;
+        assert!(matches!(outcome, oduflow_model::provider::Outcome::Accepted(())), "{outcome:?}");
+    }
+    env.ok(&["restore", "declare", "--reason", "restored from last night's backup"]);
+    env.ok(&["reconcile", "--all"]);
+    settle(&env);
+    let v = show(&env, "acme");
+    assert_eq!((&v["status"], &v["blocked_detail"]), (&"ready".into(), &serde_json::Value::Null), "{v}");
+    let ip = vm_ip(&env, &v).await;
+    let a: Vec<(String, String)> = records(&env, "acme").await.into_iter().map(|r| (r.record_type, r.data)).collect();
+    assert_eq!(a, [("A".to_owned(), ip)], "acme's record back at its name");
+    assert!(with_markers(&env, "shop").await.is_empty(), "nothing left at the other name");
+}
+
+/// An identity ensured before ownership was recorded (schema 9: `owned`
+/// and `facts` are `{}`) is not ensured again, a restore or not: its
+/// adapter owns none of its records, which carry no owner marker, so an
+/// ensure would find its own record at its name foreign and block
+/// `dns_record_foreign`.
+async fn a_restored_identity_from_before_ownership_is_left_as_it_was(env: Env) {
+    configure(&env);
+    env.ok(&["init"]);
+    create(&env, "acme", &[]);
+    settle(&env);
+    let store = env.store().await;
+    oduflow_store::testing::execute_raw(&store, "UPDATE adapter_state SET owned = '{}', facts = '{}'").await.unwrap();
+    // Records made then carry no owner marker.
+    for r in with_markers(&env, "acme").await.into_iter().filter(|r| r.record_type == "TXT") {
+        env.console().dns_record_delete(ZONE, &r.id).await.unwrap();
+    }
+    env.ok(&["restore", "declare", "--reason", "restored from last night's backup"]);
+    env.ok(&["reconcile", "--all"]);
+    settle(&env);
+    let v = show(&env, "acme");
+    assert_eq!((&v["status"], &v["blocked_detail"]), (&"ready".into(), &serde_json::Value::Null), "{v}");
+    assert_eq!(v["adapters"][0]["state"], "ensured", "{v}");
+    assert_eq!(records(&env, "acme").await.len(), 1);
 }
