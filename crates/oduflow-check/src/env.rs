@@ -68,7 +68,7 @@ pub fn actions(m: &Protocol, w: &World, out: &mut Vec<Act>) {
         out.push(Act::Arrive(crate::run::RIVAL_VM));
         // Or an address a VM of the first client's had.
         for (id, r) in w.cloud.iter().enumerate() {
-            if r.kind == oduflow_model::ResourceKind::Vm && !r.alive {
+            if m.cfg.reused_addresses && r.kind == oduflow_model::ResourceKind::Vm && !r.alive {
                 out.push(Act::Arrive(id as u8));
             }
         }

@@ -156,6 +156,9 @@ pub struct Config {
     /// a request stalled past its guard for the whole polling limit lands
     /// after the abandon, and a second VM is made.
     pub abandon_after_in_flight: bool,
+    /// The second client's VM may get an address a VM of the first had
+    /// (the nightly run's: it grows the names worlds by half).
+    pub reused_addresses: bool,
 }
 
 impl Config {
@@ -169,6 +172,7 @@ impl Config {
             budget: Budget::default(),
             flaw: None,
             abandon_after_in_flight: true,
+            reused_addresses: false,
         }
     }
 
@@ -223,12 +227,16 @@ impl Config {
             ),
             ("nightly three workers", "workers=3,crashes=1,lost_answers=1,flips=1"),
             ("nightly names: a restore, a crash", "rivals=1,flips=1,restores=1,crashes=1"),
+            ("nightly names: a restore, a lost answer", "rivals=1,flips=1,restores=1,lost_answers=1"),
+            ("nightly names: handed over and back, addresses reused", "rivals=2,flips=2"),
+            ("nightly names: given, deleted, restored, addresses reused", "rivals=2,flips=1,restores=1"),
             (
                 "nightly workers: failures, a crash, a claim lost",
                 "failed_commits=2,start_failures=2,crashes=1,claim_losses=1",
             ),
         ] {
             let mut c = Config::calm();
+            c.reused_addresses = true;
             if c.set_budget(spec).is_ok() {
                 out.push((name, c));
             }
