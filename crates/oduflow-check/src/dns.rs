@@ -37,6 +37,17 @@ fn id_of(o: &Owned) -> Option<u8> {
     o.effect.id().and_then(parse_rid)
 }
 
+/// Client `row`'s ownership record has zone record `z` by id.
+fn owns(row: &Client, z: u8) -> bool {
+    row.dns.iter().any(|o| id_of(o) == Some(z))
+}
+
+/// 404s in a row before an owned record is taken as gone (one, with the
+/// hole re-opened).
+fn missing_max(m: &Protocol) -> u8 {
+    if m.cfg.flaw == Some(Flaw::DnsGoneAfterOne404) { 1 } else { MISSING_MAX }
+}
+
 /// Live records in the zone carrying client `c`'s owner marker that its
 /// ownership record lacks (what a reclaim by marker takes back).
 fn unowned(w: &World, c: u8) -> Vec<u8> {
@@ -44,7 +55,7 @@ fn unowned(w: &World, c: u8) -> Vec<u8> {
     (0..w.zone.len() as u8)
         .filter(|&z| {
             let r = &w.zone[usize::from(z)];
-            r.alive && r.owner == row.id && !row.dns.iter().any(|o| id_of(o) == Some(z))
+            r.alive && r.owner == row.id && !owns(row, z)
         })
         .collect()
 }
@@ -57,7 +68,7 @@ fn matching(w: &World, c: u8, data: u8) -> Vec<u8> {
     (0..w.zone.len() as u8)
         .filter(|&z| {
             let r = &w.zone[usize::from(z)];
-            r.alive && r.data == data && !row.dns.iter().any(|o| id_of(o) == Some(z))
+            r.alive && r.data == data && !owns(row, z)
         })
         .collect()
 }
@@ -67,19 +78,16 @@ fn matching(w: &World, c: u8, data: u8) -> Vec<u8> {
 /// it, touches nothing and blocks.
 fn foreign(w: &World, c: u8) -> bool {
     let row = w.db.row(c);
-    w.zone
-        .iter()
-        .enumerate()
-        .any(|(z, r)| r.alive && r.owner != row.id && !row.dns.iter().any(|o| id_of(o) == Some(z as u8)))
+    w.zone.iter().enumerate().any(|(z, r)| r.alive && r.owner != row.id && !owns(row, z as u8))
 }
 
 /// Looks for each lost create in a zone listing: `Some` when the step is
 /// taken (the run goes on, waits or blocks).
 fn resolve_lost(m: &Protocol, w: &mut World, i: u8, run: &Run) -> Option<()> {
     let c = run.client;
-    let o = w.db.row_mut(c).dns.iter().position(|o| o.effect.id().is_none())?;
+    let o = w.db.row(c).dns.iter().position(|o| o.effect.id().is_none())?;
     let found = matching(w, c, w.db.row(c).dns[o].data);
-    let observations = match w.db.row_mut(c).dns[o].effect {
+    let observations = match w.db.row(c).dns[o].effect {
         Effect::Unknown { observations } => observations,
         _ => 0,
     };
@@ -134,7 +142,7 @@ fn reclaim(m: &Protocol, w: &mut World, i: u8, run: &Run) -> Option<()> {
 /// Records the DELETE of owned record `o` as sent, before it is sent.
 fn delete(w: &mut World, i: u8, mut run: Run, o: usize) {
     let c = run.client;
-    let earlier = w.db.row_mut(c).dns[o].deletion != Deletion::None;
+    let earlier = w.db.row(c).dns[o].deletion != Deletion::None;
     w.db.row_mut(c).dns[o].deletion = Deletion::Sent;
     run.phase = Phase::DnsDeleting(o, earlier);
     w.workers[usize::from(i)] = Worker::Running(run);
@@ -151,7 +159,7 @@ pub fn send_delete(m: &Protocol, w: &mut World, i: u8, mut run: Run, o: usize, e
     if !truly_holds(w, i, &run) {
         w.ghost.unfenced_send = true;
     }
-    let Some(z) = id_of(&w.db.row_mut(c).dns[o]) else { return halt(w, i, &run) };
+    let Some(z) = id_of(&w.db.row(c).dns[o]) else { return halt(w, i, &run) };
     let trusted = earlier && m.cfg.flaw == Some(Flaw::DnsDelete404Trusted);
     let r = &mut w.zone[usize::from(z)];
     let answered = match (r.alive, r.by_id) {
@@ -181,11 +189,11 @@ fn check(m: &Protocol, w: &mut World, i: u8, run: &Run) -> bool {
         halt(w, i, run);
         return false;
     }
-    let max = if m.cfg.flaw == Some(Flaw::DnsGoneAfterOne404) { 1 } else { MISSING_MAX };
+    let max = missing_max(m);
     let mut all = true;
     let mut o = 0;
-    while o < w.db.row_mut(c).dns.len() {
-        let Some(z) = id_of(&w.db.row_mut(c).dns[o]) else {
+    while o < w.db.row(c).dns.len() {
+        let Some(z) = id_of(&w.db.row(c).dns[o]) else {
             o += 1;
             continue;
         };
@@ -230,14 +238,14 @@ pub fn ensure(m: &Protocol, w: &mut World, i: u8, run: &Run, vm: u8) -> bool {
         return true;
     }
     // A record taken as gone is deleted by id; a new one is made below.
-    if let Some(o) = w.db.row_mut(c).dns.iter().position(|o| o.gone && o.deletion != Deletion::Answered) {
+    if let Some(o) = w.db.row(c).dns.iter().position(|o| o.gone && o.deletion != Deletion::Answered) {
         delete(w, i, run.clone(), o);
         return true;
     }
     // As the adapter's `ensure_one`: a record whose DELETE was sent but not
     // answered is still the client's record at its name.
-    match w.db.row_mut(c).dns.iter().position(|o| o.deletion != Deletion::Answered && !o.gone) {
-        Some(o) if w.db.row_mut(c).dns[o].data == vm => {
+    match w.db.row(c).dns.iter().position(|o| o.deletion != Deletion::Answered && !o.gone) {
+        Some(o) if w.db.row(c).dns[o].data == vm => {
             if check(m, w, i, run) {
                 w.db.row_mut(c).dns_state = DnsState::Ensured(vm);
             }
@@ -251,14 +259,15 @@ pub fn ensure(m: &Protocol, w: &mut World, i: u8, run: &Run, vm: u8) -> bool {
             if !truly_holds(w, i, run) {
                 w.ghost.unfenced_send = true;
             }
-            let Some(z) = id_of(&w.db.row_mut(c).dns[o]) else { return true };
+            let Some(z) = id_of(&w.db.row(c).dns[o]) else { return true };
             let r = &mut w.zone[usize::from(z)];
             if r.alive && r.by_id {
                 r.data = vm;
-                (w.db.row_mut(c).dns[o].data, w.db.row_mut(c).dns[o].missing) = (vm, 0);
+                let rec = &mut w.db.row_mut(c).dns[o];
+                (rec.data, rec.missing) = (vm, 0);
                 next_decision(m, w, i, run.clone());
             } else {
-                let max = if m.cfg.flaw == Some(Flaw::DnsGoneAfterOne404) { 1 } else { MISSING_MAX };
+                let max = missing_max(m);
                 r.by_id = r.alive;
                 let rec = &mut w.db.row_mut(c).dns[o];
                 rec.missing += 1;
@@ -284,7 +293,7 @@ pub fn ensure(m: &Protocol, w: &mut World, i: u8, run: &Run, vm: u8) -> bool {
                 deletion: Deletion::None,
             });
             let mut run = run.clone();
-            run.phase = Phase::DnsClaimed(w.db.row_mut(c).dns.len() - 1);
+            run.phase = Phase::DnsClaimed(w.db.row(c).dns.len() - 1);
             w.workers[usize::from(i)] = Worker::Running(run);
         }
     }
@@ -309,13 +318,13 @@ pub fn remove(m: &Protocol, w: &mut World, i: u8, run: &Run) -> bool {
     if resolve_lost(m, w, i, run).is_some() || reclaim(m, w, i, run).is_some() {
         return true;
     }
-    if let Some(o) = w.db.row_mut(c).dns.iter().position(|o| o.deletion != Deletion::Answered) {
+    if let Some(o) = w.db.row(c).dns.iter().position(|o| o.deletion != Deletion::Answered) {
         delete(w, i, run.clone(), o);
         return true;
     }
     check(m, w, i, run);
     if matches!(w.workers[usize::from(i)], Worker::Running(_)) {
-        if w.db.row_mut(c).dns.is_empty() {
+        if w.db.row(c).dns.is_empty() {
             w.db.row_mut(c).dns_state = DnsState::Removed;
         }
         finish(m, w, i, run, Next::Wait);
@@ -333,7 +342,7 @@ pub fn send(m: &Protocol, w: &mut World, i: u8, run: Run, o: usize, how: SendAs)
     let answer = match how {
         SendAs::NotConnected => Answer::NotConnected,
         _ => {
-            w.ghost.dns_creates.push(w.db.row_mut(c).dns[o].label);
+            w.ghost.dns_creates.push(w.db.row(c).dns[o].label);
             request_left(w, i, &run);
             let made = |w: &mut World| {
                 let (owner, data) = (w.db.row(c).id, w.db.row(c).dns[o].data);

@@ -178,10 +178,7 @@ pub fn apply(m: &Protocol, w: &mut World, act: Act) {
         Act::Copy => {
             // Claims are not in a copy: a restore stops every worker.
             let mut copy = w.db.clone();
-            copy.client.claim = None;
-            if let Some(r) = &mut copy.rival {
-                r.claim = None;
-            }
+            copy.rows_mut().for_each(|r| r.claim = None);
             copy.fences = 0;
             w.copy = Some(copy);
         }
@@ -279,24 +276,18 @@ fn inventory(m: &Protocol, w: &mut World) {
     // An identity's recorded state proves nothing for a client not deleted:
     // the discarded timeline may have made or deleted its records since.
     let trust_ensured = m.cfg.flaw == Some(crate::Flaw::RestoreTrustsEnsured);
-    for row in std::iter::once(&mut w.db.client).chain(w.db.rival.as_mut()) {
+    for row in w.db.rows_mut() {
         let ensured = matches!(row.dns_state, DnsState::Ensured(_));
         if row.status != ClientStatus::Deleted && (row.dns_state == DnsState::Removed || ensured && !trust_ensured) {
             row.dns_state = DnsState::Unset;
         }
     }
-    match w.db.client.status {
-        ClientStatus::Deleted if !w.db.orphans.is_empty() => {
-            w.db.client.status = ClientStatus::Blocked;
-            w.db.client.reason = Some(BlockedReason::LabelledOrphan);
-        }
-        ClientStatus::Deleted | ClientStatus::Blocked => {}
-        _ => w.db.client.queued = true,
+    if w.db.client.status == ClientStatus::Deleted && !w.db.orphans.is_empty() {
+        w.db.client.status = ClientStatus::Blocked;
+        w.db.client.reason = Some(BlockedReason::LabelledOrphan);
     }
-    if let Some(r) = &mut w.db.rival
-        && !matches!(r.status, ClientStatus::Deleted | ClientStatus::Blocked)
-    {
-        r.queued = true;
+    for row in w.db.rows_mut().filter(|r| !matches!(r.status, ClientStatus::Deleted | ClientStatus::Blocked)) {
+        row.queued = true;
     }
 }
 

@@ -468,7 +468,7 @@ fn normalize(w: &mut World) {
     used.sort_unstable();
     used.dedup();
     let new = |f: u8| used.iter().position(|&u| u == f).map_or(0, |p| p as u8 + 1);
-    for row in std::iter::once(&mut w.db.client).chain(w.db.rival.as_mut()) {
+    for row in w.db.rows_mut() {
         if let Some((_, f)) = &mut row.claim {
             *f = new(*f);
         }

@@ -415,6 +415,11 @@ impl Db {
         }
     }
 
+    /// The rows there are, to write.
+    pub fn rows_mut(&mut self) -> impl Iterator<Item = &mut Client> {
+        std::iter::once(&mut self.client).chain(self.rival.as_mut())
+    }
+
     /// The rows there are, by slot.
     pub fn rows(&self) -> impl Iterator<Item = (u8, &Client)> {
         std::iter::once((0, &self.client)).chain(self.rival.iter().map(|r| (1, r)))
