@@ -473,12 +473,7 @@ async fn age_dns_ownership(env: &Env, name: &str) {
 /// `dns_record_foreign` on its own record, and following the suggestion
 /// (another name, then delete) left it live at the deleted VM's address.
 async fn a_transient_404_on_an_owned_record_keeps_it(env: Env) {
-    configure(&env);
-    env.ok(&["init"]);
-    create(&env, "acme", &[]);
-    settle(&env);
-    let v = show(&env, "acme");
-    assert_eq!(v["status"], "ready", "{v}");
+    let v = acme_ready(&env);
     let before = records(&env, "acme").await;
     assert_eq!(before.len(), 1);
     age_dns_ownership(&env, "acme").await;
@@ -631,12 +626,7 @@ async fn a_deleted_client_takes_its_marked_records_along(env: Env) {
 /// read the VM and volume, about 50 times a second for that minute. The
 /// 404s are now asked for spaced out over the minute.
 async fn a_record_answering_404_is_asked_again_only_spaced_out(env: Env) {
-    configure(&env);
-    env.ok(&["init"]);
-    create(&env, "acme", &[]);
-    settle(&env);
-    let v = show(&env, "acme");
-    assert_eq!(v["status"], "ready", "{v}");
+    let v = acme_ready(&env);
     age_dns_ownership(&env, "acme").await;
     let a = records(&env, "acme").await.remove(0);
     env.console().dns_record_delete(ZONE, &a.id).await.unwrap();
@@ -655,6 +645,17 @@ async fn a_record_answering_404_is_asked_again_only_spaced_out(env: Env) {
     assert!(asked <= 2 && vm_reads <= 6, "{asked} PATCH/GET of the record, {vm_reads} VM reads in 3 s: {after:?}");
     let v = show(&env, "acme");
     assert_ne!(v["status"], "blocked", "{v}");
+}
+
+/// acme, with DNS, provisioned: ready, its records made. `client show`.
+fn acme_ready(env: &Env) -> serde_json::Value {
+    configure(env);
+    env.ok(&["init"]);
+    create(env, "acme", &[]);
+    settle(env);
+    let v = show(env, "acme");
+    assert_eq!(v["status"], "ready", "{v}");
+    v
 }
 
 /// acme, with DNS, provisioned and deleted: its identity recorded `removed`.
@@ -719,11 +720,7 @@ async fn a_restored_removed_identity_is_looked_for_again(env: Env) {
 /// enough: the identity was skipped, and acme was ready with no record at
 /// its name. (The model check found the schedule.)
 async fn a_restored_ensured_identity_is_checked_again(env: Env) {
-    configure(&env);
-    env.ok(&["init"]);
-    create(&env, "acme", &[]);
-    settle(&env);
-    assert_eq!(show(&env, "acme")["status"], "ready");
+    acme_ready(&env);
     age_dns_ownership(&env, "acme").await;
     // What the discarded timeline did.
     for r in with_markers(&env, "acme").await {
@@ -762,11 +759,7 @@ async fn a_restored_ensured_identity_is_checked_again(env: Env) {
 /// absent, and the ensure, comparing with what was recorded, kept them
 /// there: acme blocked `adapter_failed` after its attempts.
 async fn a_restored_identity_whose_records_moved_is_brought_back(env: Env) {
-    configure(&env);
-    env.ok(&["init"]);
-    create(&env, "acme", &[]);
-    settle(&env);
-    assert_eq!(show(&env, "acme")["status"], "ready");
+    acme_ready(&env);
     // What the discarded timeline did.
     for r in with_markers(&env, "acme").await {
         let p = oduflow_vultr::DnsRecordPatch { name: "shop".into(), data: r.data.clone(), ttl: r.ttl };
@@ -790,10 +783,7 @@ async fn a_restored_identity_whose_records_moved_is_brought_back(env: Env) {
 /// ensure would find its own record at its name foreign and block
 /// `dns_record_foreign`.
 async fn a_restored_identity_from_before_ownership_is_left_as_it_was(env: Env) {
-    configure(&env);
-    env.ok(&["init"]);
-    create(&env, "acme", &[]);
-    settle(&env);
+    acme_ready(&env);
     let store = env.store().await;
     oduflow_store::testing::execute_raw(&store, "UPDATE adapter_state SET owned = '{}', facts = '{}'").await.unwrap();
     // Records made then carry no owner marker.
